@@ -1,0 +1,1 @@
+"""poolkit: pooling that is correct under padding and dtypes."""
