@@ -1,0 +1,52 @@
+# poolkit: `make demo` and `make test` set everything up from scratch on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+TORCH_PIN := torch==2.13.0
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: install dev system-data demo test test-fast bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# The CPU torch wheel first: an unpinned torch would pull a multi-GB CUDA build.
+$(VENV)/.installed: $(PY) pyproject.toml
+	$(PIP) install --quiet $(TORCH_PIN)
+	$(PIP) install --quiet -e ".[model,st]"
+	touch $@
+
+$(VENV)/.dev-installed: $(VENV)/.installed
+	$(PIP) install --quiet -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+dev: $(VENV)/.dev-installed
+
+# Real text data for the built-in datasets (Debian packages); best effort: tests that need them say so.
+system-data:
+	@if [ ! -d /usr/share/wordnet ] || [ ! -d /usr/share/games/fortunes ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base fortunes >/dev/null) \
+	      || echo "note: could not install wordnet-base/fortunes; builtin:wordnet-* and builtin:fortunes need them"; \
+	  else echo "note: run 'sudo apt-get install wordnet-base fortunes' for builtin:wordnet-* and builtin:fortunes"; fi; \
+	fi
+
+demo: install
+	$(PY) -m poolkit.demo
+
+test: dev system-data
+	$(PY) -m pytest -q -n 2
+
+test-fast: dev
+	$(PY) -m pytest -q -n 2 -m "not slow"
+
+bench: dev
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,137 @@
+"""Length-grouped batching with dynamic padding, so a batch pads only to its own longest text."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from poolkit.data.tables import TableData
+from poolkit.errors import PoolkitError
+
+PADDINGS = ("longest", "max_length")
+
+
+class LengthGroupedBatchSampler(Sampler[list[int]]):
+    """Yields lists of indices whose lengths are close.
+
+    Training (``shuffle=True``): a seeded permutation is cut into mega-buckets of ``mega_batches`` batches,
+    each sorted by length and cut into batches, and the batch order is shuffled; every pass draws a new
+    order from (seed, epoch). Inference (``shuffle=False``): all indices sorted by length, longest first,
+    and :meth:`restore` puts outputs gathered in batch order back in the original row order.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        mega_batches: int = 50,
+        drop_last: bool = False,
+    ):
+        if batch_size < 1:
+            raise PoolkitError(f"batch size must be at least 1, got {batch_size}")
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.mega_batches = mega_batches
+        self.drop_last = drop_last
+        self.epoch = 0
+        self.order = np.argsort(-self.lengths, kind="stable")  # inference order: longest first
+
+    def __len__(self) -> int:
+        n = len(self.lengths)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if not self.shuffle:
+            yield from self._cut(self.order)
+            return
+        rng = np.random.default_rng([self.seed, self.epoch])
+        self.epoch += 1
+        perm = rng.permutation(len(self.lengths))
+        size = self.batch_size * self.mega_batches
+        batches = []
+        for start in range(0, len(perm), size):
+            bucket = perm[start : start + size]
+            batches += self._cut(bucket[np.argsort(-self.lengths[bucket], kind="stable")])
+        for b in rng.permutation(len(batches)):
+            yield batches[b]
+
+    def _cut(self, indices: np.ndarray) -> list[list[int]]:
+        """Consecutive batches of ``indices``; only the last can be short, and ``drop_last`` drops it."""
+        batches = [indices[i : i + self.batch_size].tolist() for i in range(0, len(indices), self.batch_size)]
+        return batches[:-1] if self.drop_last and batches and len(batches[-1]) < self.batch_size else batches
+
+    def restore(self, outputs):
+        """Outputs concatenated in inference batch order (tensor, array or list, length N) -> original row order."""
+        if self.shuffle or self.drop_last:
+            raise PoolkitError("restore needs the inference order: build the sampler with shuffle=False, drop_last=False")
+        inverse = np.argsort(self.order)
+        if isinstance(outputs, torch.Tensor):
+            return outputs[torch.from_numpy(inverse).to(outputs.device)]
+        if isinstance(outputs, np.ndarray):
+            return outputs[inverse]
+        return [outputs[i] for i in inverse]
+
+
+class TextDataset(Dataset):
+    """(text, target row) pairs of a TableData; target is None when the data has no targets."""
+
+    def __init__(self, texts: Sequence[str], targets: np.ndarray | None = None):
+        self.texts = texts
+        self.targets = targets
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, i: int) -> tuple[str, np.ndarray | None]:
+        return self.texts[i], None if self.targets is None else self.targets[i]
+
+
+class TextCollator:
+    """Tokenize (text, target) pairs into input_ids / attention_mask [/ token_type_ids] (B, L) and targets.
+
+    ``padding='longest'`` pads to the batch's longest text (dynamic); ``'max_length'`` pads every batch to
+    ``max_length`` (fixed shape, for comparison benchmarks). Texts longer than ``max_length`` are truncated.
+    Targets: int64 (B,) class ids, or float32 (B, T) / (B, C).
+    """
+
+    def __init__(self, tokenizer, max_length: int = 512, padding: str = "longest"):
+        if padding not in PADDINGS:
+            raise PoolkitError(f"unknown padding {padding!r}: use one of {', '.join(PADDINGS)}")
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.padding = padding
+
+    def __call__(self, batch: Sequence[tuple[str, np.ndarray | None]]) -> dict[str, torch.Tensor]:
+        texts = [text for text, _ in batch]
+        out = dict(
+            self.tokenizer(
+                texts, padding=self.padding, truncation=True, max_length=self.max_length, return_tensors="pt"
+            )
+        )
+        if batch[0][1] is not None:
+            out["targets"] = torch.from_numpy(np.stack([target for _, target in batch]))
+        return out
+
+
+def make_loader(
+    data: TableData,
+    tokenizer,
+    batch_size: int,
+    train: bool,
+    seed: int = 0,
+    max_length: int = 512,
+    padding: str = "longest",
+    num_workers: int = 0,
+) -> DataLoader:
+    """A DataLoader over ``data`` with length-grouped batches (lengths in characters); for inference, its
+    ``batch_sampler.restore`` puts outputs back in row order."""
+    sampler = LengthGroupedBatchSampler([len(t) for t in data.texts], batch_size, shuffle=train, seed=seed)
+    collate = TextCollator(tokenizer, max_length, padding)
+    return DataLoader(TextDataset(data.texts, data.targets), batch_sampler=sampler, collate_fn=collate, num_workers=num_workers)

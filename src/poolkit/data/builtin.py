@@ -1,0 +1,202 @@
+"""Built-in real datasets, addressed as ``builtin:NAME``: WordNet glosses, Debian fortunes, and small embedded subsets.
+
+Texts are WordNet glosses exactly as written (definition plus any quoted examples, no lemma prefix), so
+the model must infer the supersense or depth from the definition alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from poolkit.data.tables import TableData, load_table, stratified_sample
+from poolkit.errors import PoolkitError, suggest
+
+WORDNET_DIR = Path("/usr/share/wordnet")
+FORTUNES_DIR = Path("/usr/share/games/fortunes")
+PREFIX = "builtin:"
+
+# WordNet 3.0 lexicographer files (lexnames): index = lex_filenum field of data.* lines.
+LEXNAMES = (
+    "adj.all adj.pert adv.all noun.Tops noun.act noun.animal noun.artifact noun.attribute noun.body "
+    "noun.cognition noun.communication noun.event noun.feeling noun.food noun.group noun.location "
+    "noun.motive noun.object noun.person noun.phenomenon noun.plant noun.possession noun.process "
+    "noun.quantity noun.relation noun.shape noun.state noun.substance noun.time verb.body verb.change "
+    "verb.cognition verb.communication verb.competition verb.consumption verb.contact verb.creation "
+    "verb.emotion verb.motion verb.perception verb.possession verb.social verb.stative verb.weather adj.ppl"
+).split()
+HYPERNYM_POINTERS = ("@", "@i")
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What ``builtin:NAME`` holds and what it needs on disk."""
+
+    name: str
+    task: str
+    description: str
+    source: str
+    needs: str
+
+
+@dataclass(frozen=True)
+class Synset:
+    """One line of a WordNet data file: offset, supersense, first lemma, gloss and hypernym offsets."""
+
+    offset: str
+    lexname: str
+    lemma: str
+    gloss: str
+    hypernyms: tuple[str, ...]
+
+
+def read_wordnet(pos: str) -> list[Synset]:
+    """Parse ``WORDNET_DIR/data.<pos>`` (noun, verb, adj, adv) of Debian's ``wordnet-base``, skipping the license header."""
+    path = WORDNET_DIR / f"data.{pos}"
+    if not path.is_file():
+        raise PoolkitError(
+            f"WordNet not found at {WORDNET_DIR} (no data.{pos}): install it with 'apt-get install wordnet-base' "
+            "(or use builtin:embedded, which ships with poolkit)"
+        )
+    synsets = []
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("  "):
+                continue
+            head, _, gloss = line.partition(" | ")
+            fields = head.split()
+            n_words = int(fields[3], 16)
+            p_at = 4 + 2 * n_words
+            pointers = fields[p_at + 1 : p_at + 1 + 4 * int(fields[p_at])]
+            hypernyms = tuple(pointers[i + 1] for i in range(0, len(pointers), 4) if pointers[i] in HYPERNYM_POINTERS)
+            synsets.append(Synset(fields[0], LEXNAMES[int(fields[1])], fields[4].replace("_", " "), gloss.strip(), hypernyms))
+    return synsets
+
+
+def hypernym_depths(synsets: list[Synset]) -> dict[str, int]:
+    """Shortest number of hypernym / instance-hypernym edges from each synset up to a root (breadth-first from the roots)."""
+    children: dict[str, list[str]] = {s.offset: [] for s in synsets}
+    for s in synsets:
+        for parent in s.hypernyms:
+            children[parent].append(s.offset)
+    depth = {s.offset: 0 for s in synsets if not s.hypernyms}
+    queue = deque(depth)
+    while queue:
+        node = queue.popleft()
+        for child in children[node]:
+            if child not in depth:
+                depth[child] = depth[node] + 1
+                queue.append(child)
+    return depth
+
+
+def _wordnet_supersense() -> TableData:
+    """All 117k synsets: gloss -> one of 45 supersenses (lexicographer files)."""
+    synsets = [s for pos in ("noun", "verb", "adj", "adv") for s in read_wordnet(pos)]
+    names = sorted({s.lexname for s in synsets})
+    index = {n: i for i, n in enumerate(names)}
+    targets = np.array([index[s.lexname] for s in synsets], dtype=np.int64)
+    return TableData([s.gloss for s in synsets], targets, "classification", names, ("label",), "text", f"{WORDNET_DIR}/data.*")
+
+
+def _wordnet_depth() -> TableData:
+    """The 82k noun synsets: gloss -> hypernym depth (float32 (N, 1))."""
+    synsets = read_wordnet("noun")
+    depth = hypernym_depths(synsets)
+    targets = np.array([[depth[s.offset]] for s in synsets], dtype=np.float32)
+    return TableData([s.gloss for s in synsets], targets, "regression", None, ("depth",), "text", f"{WORDNET_DIR}/data.noun")
+
+
+def read_fortunes() -> list[tuple[str, str]]:
+    """(text, category) for every entry in ``FORTUNES_DIR`` (Debian ``fortunes``); '%' lines separate entries, the file is the category."""
+    files = sorted(p for p in FORTUNES_DIR.glob("*") if p.is_file() and not p.is_symlink() and p.suffix not in (".dat", ".u8"))
+    if not files:
+        raise PoolkitError(
+            f"fortunes not found at {FORTUNES_DIR}: install them with 'apt-get install fortunes' "
+            "(or use builtin:embedded, which ships with poolkit)"
+        )
+    entries = []
+    for path in files:
+        text = re.sub("_+\x08+|.\x08", "", path.read_text(encoding="utf-8", errors="replace"))  # drop overstrikes
+        entries += [(e.strip(), path.name) for e in re.split(r"(?m)^%\s*$", text) if e.strip()]
+    return entries
+
+
+def _fortunes() -> TableData:
+    """Fortune cookies -> their category file (43 categories, ~15k entries)."""
+    entries = read_fortunes()
+    names = sorted({c for _, c in entries})
+    index = {n: i for i, n in enumerate(names)}
+    targets = np.array([index[c] for _, c in entries], dtype=np.int64)
+    return TableData([t for t, _ in entries], targets, "classification", names, ("label",), "text", str(FORTUNES_DIR))
+
+
+def _embedded(filename: str, target: str, task: str) -> Callable[[], TableData]:
+    """Loader of a gzip CSV (text + one target) shipped in ``poolkit/data/embedded`` (works from an installed wheel)."""
+
+    def load() -> TableData:
+        with resources.as_file(resources.files("poolkit.data").joinpath("embedded", filename)) as path:
+            data = load_table(path, "text", (target,), task)
+        data.source = f"poolkit/data/embedded/{filename}"
+        return data
+
+    return load
+
+
+_WORDNET = "WordNet 3.0 (Princeton University), Debian package wordnet-base"
+_DATASETS: dict[str, tuple[DatasetInfo, Callable[[], TableData]]] = {
+    info.name: (info, loader)
+    for info, loader in [
+        (
+            DatasetInfo("embedded", "classification", "3,000 WordNet glosses -> supersense (45 classes)", _WORDNET, "nothing: ships with poolkit"),
+            _embedded("wordnet_supersense.csv.gz", "label", "classification"),
+        ),
+        (
+            DatasetInfo("embedded-depth", "regression", "2,000 WordNet noun glosses -> hypernym depth", _WORDNET, "nothing: ships with poolkit"),
+            _embedded("wordnet_depth.csv.gz", "depth", "regression"),
+        ),
+        (
+            DatasetInfo("wordnet-supersense", "classification", "117k WordNet glosses -> supersense (45 classes)", _WORDNET, "apt-get install wordnet-base"),
+            _wordnet_supersense,
+        ),
+        (
+            DatasetInfo("wordnet-depth", "regression", "82k WordNet noun glosses -> hypernym depth", _WORDNET, "apt-get install wordnet-base"),
+            _wordnet_depth,
+        ),
+        (
+            DatasetInfo("fortunes", "classification", "15k fortune cookies -> category file (43 classes)", "Debian package fortunes", "apt-get install fortunes"),
+            _fortunes,
+        ),
+    ]
+}
+
+
+def list_datasets() -> list[DatasetInfo]:
+    """Every built-in dataset, the embedded ones first."""
+    return [info for info, _ in _DATASETS.values()]
+
+
+def load_builtin(name: str, limit: int | None = None, seed: int = 0) -> TableData:
+    """Load ``builtin:NAME`` (prefix optional); ``limit`` keeps a deterministic stratified subsample of that many rows."""
+    name = name.removeprefix(PREFIX)
+    if name not in _DATASETS:
+        raise PoolkitError(
+            f"unknown built-in dataset {name!r}: choose one of {', '.join(_DATASETS)}.{suggest(name, _DATASETS)}"
+        )
+    data = _DATASETS[name][1]()
+    data.source = f"{PREFIX}{name} ({data.source})"
+    return data if limit is None else stratified_sample(data, limit, seed)
+
+
+def load_data(spec: str, limit: int | None = None, seed: int = 0, **table_args) -> TableData:
+    """``builtin:NAME`` -> :func:`load_builtin`, anything else is a file path for :func:`load_table` (``table_args``)."""
+    if spec.startswith(PREFIX):
+        return load_builtin(spec, limit, seed)
+    data = load_table(spec, **table_args)
+    return data if limit is None else stratified_sample(data, limit, seed)

@@ -1,0 +1,323 @@
+"""Load a user's table of texts and targets (CSV, TSV, JSONL, Parquet) into a checked ``TableData``.
+
+Error messages name CLI flags ``--text-col``, ``--target`` and ``--task``; they match the
+``text_col``, ``target_cols`` and ``task`` parameters of :func:`load_table`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from poolkit.errors import PoolkitError, suggest
+
+TASKS = ("regression", "classification", "multilabel")
+FORMATS = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
+_COMPRESSIONS = (".gz", ".bz2", ".xz", ".zip", ".zst")
+_PARSE_FIXES = {
+    ".csv": "check quoting and the number of fields per line",
+    ".tsv": "check quoting and the number of fields per line",
+    ".jsonl": "put one complete JSON object on each line",
+    ".json": "use a JSON list of records or one JSON object per line",
+    ".parquet": "check that it is a complete Parquet file",
+}
+MAX_CLASSES = 50  # an integer target with more distinct values than this is inferred as regression
+
+
+@dataclass
+class TableData:
+    """Texts with targets: float32 (N, T) regression, int64 (N,) class ids, or float32 (N, C) 0/1 multilabel."""
+
+    texts: list[str]
+    targets: np.ndarray
+    task: str
+    label_names: list[str] | None
+    target_cols: tuple[str, ...]
+    text_col: str
+    source: str
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def n_outputs(self) -> int:
+        """Width of the model head: targets for regression, classes otherwise."""
+        return len(self.label_names) if self.label_names is not None else self.targets.shape[1]
+
+    def subset(self, indices: Sequence[int] | np.ndarray) -> TableData:
+        """The rows at ``indices`` (label names are kept, so class ids stay comparable)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        return replace(self, texts=[self.texts[i] for i in idx], targets=self.targets[idx])
+
+
+def load_table(
+    path: str | Path,
+    text_col: str = "text",
+    target_cols: str | Sequence[str] = ("label",),
+    task: str | None = None,
+    label_names: Sequence[str] | None = None,
+) -> TableData:
+    """Read a table by extension and check it; ``label_names`` fixes the class order (e.g. the training table's)."""
+    path = Path(path)
+    target_cols = (target_cols,) if isinstance(target_cols, str) else tuple(target_cols)
+    if task is not None and task not in TASKS:
+        raise PoolkitError(f"unknown task {task!r}: use one of {', '.join(TASKS)}.{suggest(task, TASKS)}")
+    if not target_cols:
+        raise PoolkitError("no target column given: name at least one with --target")
+    df = read_frame(path)
+    _check_columns(df, path, text_col, target_cols)
+    texts = _texts(df[text_col], text_col)
+    if task is None:
+        task = "regression" if len(target_cols) > 1 else _infer_task(df[target_cols[0]])
+    if task == "regression":
+        targets, names = np.stack([_numeric(df[c], c) for c in target_cols], axis=1), None
+    elif task == "classification":
+        if len(target_cols) > 1:
+            raise PoolkitError(
+                f"classification takes one target column, got {len(target_cols)} ({', '.join(target_cols)}): "
+                "pass one --target, or --task multilabel / regression"
+            )
+        targets, names = _classes(df[target_cols[0]], target_cols[0], label_names)
+    else:
+        targets, names = _multilabel(df, target_cols, label_names)
+    return TableData(texts, targets, task, names, target_cols, text_col, str(path))
+
+
+def read_frame(path: Path) -> pd.DataFrame:
+    """Read CSV/TSV/JSONL/JSON/Parquet (optionally compressed, e.g. ``.csv.gz``) with pandas, as one-line errors."""
+    if not path.is_file():
+        where = "is a directory, not a file" if path.is_dir() else "does not exist"
+        raise PoolkitError(f"data file {str(path)!r} {where}: check the path")
+    suffixes = [s.lower() for s in path.suffixes]
+    fmt = suffixes[-2] if len(suffixes) > 1 and suffixes[-1] in _COMPRESSIONS else (suffixes or [""])[-1]
+    if fmt not in FORMATS:
+        raise PoolkitError(
+            f"unsupported file type {fmt or '(none)'!r} for {path.name}: "
+            f"use one of {', '.join(FORMATS)} (optionally compressed, e.g. .csv.gz)"
+        )
+    try:
+        df = _read(path, fmt)
+    except UnicodeDecodeError as e:
+        raise PoolkitError(
+            f"{path.name} is not valid UTF-8 (byte 0x{e.object[e.start]:02x}): re-save it with UTF-8 encoding"
+        ) from e
+    except pd.errors.EmptyDataError as e:
+        raise PoolkitError(f"{path.name} is empty: it needs a header line and at least one row") from e
+    except (ValueError, OSError) as e:  # pandas ParserError, JSON and Arrow errors are ValueErrors
+        detail = " ".join(str(e).split())
+        raise PoolkitError(f"could not parse {path.name} as {fmt[1:].upper()} ({detail}): {_PARSE_FIXES[fmt]}") from e
+    if len(df) == 0:
+        raise PoolkitError(f"{path.name} has no data rows: add rows below the header")
+    df.columns = [str(c) for c in df.columns]
+    return df
+
+
+def _read(path: Path, fmt: str) -> pd.DataFrame:
+    """Dispatch on format; only empty cells are missing values (so a label like 'NA' stays a label)."""
+    if fmt in (".csv", ".tsv"):
+        sep = "\t" if fmt == ".tsv" else ","
+        return pd.read_csv(path, sep=sep, encoding="utf-8", keep_default_na=False, na_values=[""])
+    if fmt == ".parquet":
+        return pd.read_parquet(path)
+    if fmt == ".jsonl":
+        return pd.read_json(path, lines=True, encoding="utf-8")
+    try:  # .json: a list of records, else JSON lines
+        return pd.read_json(path, encoding="utf-8")
+    except ValueError:
+        return pd.read_json(path, lines=True, encoding="utf-8")
+
+
+def _check_columns(df: pd.DataFrame, path: Path, text_col: str, target_cols: tuple[str, ...]) -> None:
+    """Every named column exists, and the text column is not also a target."""
+    available = list(df.columns)
+    for col, flag in [(text_col, "--text-col"), *((c, "--target") for c in target_cols)]:
+        if col in available:
+            continue
+        hint = suggest(col, available)
+        if len(available) == 1 and any(d in available[0] for d in ";\t,|"):
+            hint += f" The header was read as one column {available[0]!r}: is the delimiter right for this extension?"
+        raise PoolkitError(
+            f"column {col!r} not found in {path.name} (columns: {', '.join(available)}): pass the right {flag}.{hint}"
+        )
+    if text_col in target_cols:
+        raise PoolkitError(f"column {text_col!r} is both the text and a target: pick different --text-col / --target")
+
+
+def _rows(mask: np.ndarray) -> str:
+    """'3 rows (2, 5, 9)' for a boolean mask, rows counted from 1 without the header."""
+    rows = (np.flatnonzero(mask) + 1).tolist()
+    shown = ", ".join(map(str, rows[:5])) + (f", ... {len(rows) - 5} more" if len(rows) > 5 else "")
+    return f"{len(rows)} row{'s' * (len(rows) > 1)} ({shown}; row 1 = first data row)"
+
+
+def _texts(col: pd.Series, name: str) -> list[str]:
+    """Texts as str; missing or whitespace-only texts are an error."""
+    if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
+        raise PoolkitError(f"text column {name!r} holds numbers, not text: pass the text column with --text-col")
+    texts = ["" if pd.isna(t) else str(t) for t in col]
+    empty = np.array([not t.strip() for t in texts])
+    if empty.any():
+        raise PoolkitError(f"text column {name!r} is empty or whitespace-only in {_rows(empty)}: fill or drop them")
+    return texts
+
+
+def _infer_task(col: pd.Series) -> str:
+    """Classification for non-numeric labels or few integer values (<= MAX_CLASSES and < half the rows), else regression."""
+    if pd.api.types.is_bool_dtype(col) or not pd.api.types.is_numeric_dtype(col):
+        _reject_numeric_looking(col)
+        return "classification"
+    values = col.dropna().to_numpy(dtype=np.float64)
+    distinct = np.unique(values)
+    integral = bool(np.all(np.isfinite(values)) and np.all(values == np.round(values)))
+    return "classification" if integral and len(distinct) <= MAX_CLASSES and len(distinct) < len(col) / 2 else "regression"
+
+
+def _reject_numeric_looking(col: pd.Series) -> None:
+    """Text labels that are mostly numbers are a typo in a numeric column, not classes."""
+    parsed = pd.to_numeric(col, errors="coerce")
+    bad = (parsed.isna() & col.notna()).to_numpy()
+    if parsed.notna().mean() >= 0.9 and bad.any():
+        example = col[bad].iloc[0]
+        raise PoolkitError(
+            f"target column {col.name!r} is numeric except {_rows(bad)}, e.g. {example!r}: "
+            "fix those values, or pass --task classification to treat every value as a label"
+        )
+
+
+def _numeric(col: pd.Series, name: str) -> np.ndarray:
+    """Regression target as float32 (N,); missing, non-numeric or infinite values are an error."""
+    values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        raise PoolkitError(
+            f"regression target {name!r} is missing or not a finite number in {_rows(bad)}: "
+            "fix or drop those rows, or pass --task classification"
+        )
+    return values.astype(np.float32)
+
+
+def _label_strings(col: pd.Series) -> tuple[list[str], list[str]]:
+    """(label of each row, sorted distinct labels) as strings; numbers sort numerically and 2.0 reads as '2'."""
+    if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
+        values = col.to_numpy(dtype=np.float64)
+        as_int = np.all(values == np.round(values))
+        fmt = (lambda v: str(int(v))) if as_int else str
+        return [fmt(v) for v in values], [fmt(v) for v in np.unique(values)]
+    labels = [str(v) for v in col]
+    return labels, sorted(set(labels))
+
+
+def _classes(col: pd.Series, name: str, label_names: Sequence[str] | None) -> tuple[np.ndarray, list[str]]:
+    """Class ids int64 (N,) and their names; needs no missing labels and at least two classes."""
+    missing = col.isna().to_numpy()
+    if missing.any():
+        raise PoolkitError(f"label column {name!r} is empty in {_rows(missing)}: fill or drop those rows")
+    labels, found = _label_strings(col)
+    names = list(label_names) if label_names is not None else found
+    if label_names is None and len(names) < 2:
+        raise PoolkitError(
+            f"label column {name!r} has a single class ({names[0]!r}): classification needs at least two; "
+            "check --target, or pass --task regression"
+        )
+    index = {n: i for i, n in enumerate(names)}
+    _reject_unknown([lab for lab in labels if lab not in index], name, names)
+    return np.array([index[lab] for lab in labels], dtype=np.int64), names
+
+
+def _reject_unknown(unknown: list[str], name: str, names: list[str]) -> None:
+    """Labels outside a given label set (e.g. the training table's) are an error."""
+    if unknown:
+        shown = ", ".join(repr(u) for u in sorted(set(unknown))[:5])
+        raise PoolkitError(
+            f"column {name!r} has labels not in the known set ({shown}; known: {len(names)} labels): "
+            f"use a table with the training labels.{suggest(unknown[0], names)}"
+        )
+
+
+def _multilabel(
+    df: pd.DataFrame, cols: tuple[str, ...], label_names: Sequence[str] | None
+) -> tuple[np.ndarray, list[str]]:
+    """float32 (N, C) 0/1 from several 0/1 columns, or from one column of labels joined by '|' or ','."""
+    if len(cols) > 1:
+        for c in cols:
+            values = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            bad = ~np.isin(values, (0.0, 1.0))
+            if bad.any():
+                raise PoolkitError(f"multilabel column {c!r} is not 0/1 in {_rows(bad)}: use 0 or 1 in every row")
+        return df[list(cols)].to_numpy(dtype=np.float32), list(cols)
+    col = df[cols[0]]
+    sep = "|" if col.astype(str).str.contains("|", regex=False).any() else ","
+    sets = [[] if pd.isna(v) else [s.strip() for s in str(v).split(sep) if s.strip()] for v in col]
+    names = list(label_names) if label_names is not None else sorted({lab for s in sets for lab in s})
+    index = {n: i for i, n in enumerate(names)}
+    _reject_unknown([lab for s in sets for lab in s if lab not in index], cols[0], names)
+    if label_names is None and len(names) < 2:
+        raise PoolkitError(
+            f"multilabel column {cols[0]!r} has fewer than two labels ({', '.join(names) or 'none'}): "
+            f"separate labels with '|' or ',', or check --target"
+        )
+    targets = np.zeros((len(sets), len(names)), dtype=np.float32)
+    for row, s in enumerate(sets):
+        targets[row, [index[lab] for lab in s]] = 1.0
+    return targets, names
+
+
+def decode_labels(
+    predictions: np.ndarray, label_names: Sequence[str], multilabel: bool = False, threshold: float = 0.5
+) -> list[str] | list[list[str]]:
+    """Class ids (N,) or scores (N, C) -> label names; multilabel: scores/probabilities (N, C) >= threshold -> name lists."""
+    pred = np.asarray(predictions)
+    if multilabel:
+        return [[label_names[j] for j in np.flatnonzero(row >= threshold)] for row in pred]
+    ids = pred.argmax(axis=-1) if pred.ndim == 2 else pred
+    return [label_names[int(i)] for i in ids]
+
+
+def _strata(data: TableData, n_bins: int = 10) -> np.ndarray:
+    """Stratum id per row: the class, an equal-count bin of the first regression target, or one stratum (multilabel)."""
+    if data.task == "classification":
+        return data.targets
+    if data.task == "regression":
+        ranks = np.argsort(np.argsort(data.targets[:, 0], kind="stable"), kind="stable")
+        return ranks * n_bins // len(data)
+    return np.zeros(len(data), dtype=np.int64)
+
+
+def _shuffled_groups(data: TableData, seed: int) -> list[np.ndarray]:
+    """Row indices of each stratum, each in a seeded random order."""
+    rng = np.random.default_rng(seed)
+    strata = _strata(data)
+    return [rng.permutation(np.flatnonzero(strata == s)) for s in np.unique(strata)]
+
+
+def stratified_sample(data: TableData, n: int, seed: int = 0) -> TableData:
+    """A deterministic subsample of ``n`` rows, proportional per stratum with a floor of n/(3*strata) so rare classes stay."""
+    if n <= 0:
+        raise PoolkitError(f"sample size must be a positive number of rows, got {n}")
+    if n >= len(data):
+        return data
+    groups = _shuffled_groups(data, seed)
+    sizes = np.array([len(g) for g in groups])
+    take = np.minimum(sizes, n // (3 * len(groups)))
+    room = sizes - take
+    ideal = room * (n - take.sum()) / room.sum()  # the rest, proportional to what each stratum has left
+    take += np.floor(ideal).astype(np.int64)
+    take[np.argsort(np.floor(ideal) - ideal, kind="stable")[: n - take.sum()]] += 1  # largest remainders
+    keep = np.sort(np.concatenate([g[:k] for g, k in zip(groups, take)]))
+    return data.subset(keep)
+
+
+def train_val_split(data: TableData, val_fraction: float = 0.2, seed: int = 0) -> tuple[TableData, TableData]:
+    """Stratified split into (train, val); every stratum keeps at least one training row."""
+    if not 0.0 < val_fraction < 1.0:
+        raise PoolkitError(f"validation fraction must be between 0 and 1, got {val_fraction}")
+    val = [g[: min(round(len(g) * val_fraction), len(g) - 1)] for g in _shuffled_groups(data, seed)]
+    is_val = np.zeros(len(data), dtype=bool)
+    is_val[np.concatenate(val)] = True
+    if not is_val.any():
+        raise PoolkitError(f"{len(data)} rows are too few to hold out {val_fraction:.0%} for validation: add rows")
+    return data.subset(np.flatnonzero(~is_val)), data.subset(np.flatnonzero(is_val))

@@ -1,0 +1,231 @@
+"""Attention poolers: score every real token, softmax over the real ones, take the weighted sum.
+
+attention, attention_head, multihead_attention, gated_attention (ABMIL), latent (learned queries,
+PMA / MAP head) and adapool (the query is taken from the input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import PoolkitError
+from . import masking
+from .base import Pooler, register_pooler
+
+
+def _check_positive(value, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise PoolkitError(f"{what} must be a positive int, got {value!r}")
+    return value
+
+
+def _check_heads(hidden_size: int, num_heads: int, who: str) -> int:
+    _check_positive(num_heads, f"{who}: num_heads")
+    if hidden_size % num_heads:
+        raise PoolkitError(f"{who}: hidden_size {hidden_size} is not divisible by num_heads {num_heads}; "
+                           "pick num_heads that divides it")
+    return num_heads
+
+
+def _check_choice(value, choices: tuple[str, ...], what: str) -> str:
+    if value not in choices:
+        raise PoolkitError(f"{what} must be one of {choices}, got {value!r}")
+    return value
+
+
+@register_pooler("attention", "learned_attention")
+class AttentionPooler(Pooler):
+    """Learned Attention Pooling: Linear(D, a) -> Tanh -> Linear(a, 1) -> masked softmax -> weighted sum.
+
+    (B, T, D) -> (B, D). The "Learned Attention Pooling" recipe of Kaggle NLP solutions, a = 512 and
+    Xavier init by default; in the lineage of Bahdanau et al. (2015) additive attention. The last
+    Linear has no bias: a softmax ignores a constant shift, so the recipes' bias never learns.
+    """
+
+    def __init__(self, hidden_size: int, *, attn_size: int = 512, init: str = "xavier",
+                 on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, on_empty=on_empty)
+        attn_size = _check_positive(attn_size, f"{self.name}: attn_size")
+        self.score = nn.Sequential(nn.Linear(hidden_size, attn_size), nn.Tanh(),
+                                   nn.Linear(attn_size, 1, bias=False))
+        if _check_choice(init, ("xavier", "default"), f"{self.name}: init") == "xavier":
+            for layer in (self.score[0], self.score[2]):
+                nn.init.xavier_uniform_(layer.weight)
+            nn.init.zeros_(self.score[0].bias)
+
+    def pool(self, x: Tensor, mask: Tensor):
+        weights = masking.masked_softmax(self.score(x).squeeze(-1), mask)
+        return masking.masked_weighted_sum(x, weights), weights
+
+
+@register_pooler("attention_head")
+class AttentionHeadPooler(AttentionPooler):
+    """Attention Head Pooling: Linear(D, D) -> Tanh -> Linear(D, 1), masked softmax, weighted sum.
+
+    (B, T, D) -> (B, D). The "Attention Head" recipe of Kaggle NLP solutions (CommonLit), PyTorch's
+    default init; it recommends concatenating it with mean pooling (``concat``).
+    """
+
+    def __init__(self, hidden_size: int, *, attn_size: int | None = None, init: str = "default",
+                 on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, attn_size=attn_size or hidden_size, init=init, on_empty=on_empty)
+
+
+@register_pooler("multihead_attention", "multihead")
+class MultiHeadAttentionPooler(Pooler):
+    """H independent additive-attention heads, each its own softmax over the tokens.
+
+    (B, T, D) -> (B, H * D) with ``combine="concat"`` or (B, D) with ``combine="project"`` (a
+    Linear(H * D, D)). Lin et al., "A Structured Self-attentive Sentence Embedding" (ICLR 2017).
+    """
+
+    def __init__(self, hidden_size: int, *, num_heads: int = 4, attn_size: int = 128,
+                 combine: str = "concat", on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, on_empty=on_empty)
+        self.num_heads = _check_positive(num_heads, f"{self.name}: num_heads")
+        attn_size = _check_positive(attn_size, f"{self.name}: attn_size")
+        self.combine = _check_choice(combine, ("concat", "project"), f"{self.name}: combine")
+        self.hidden = nn.Linear(hidden_size, num_heads * attn_size)
+        # One score vector per head over that head's own hidden units: heads share nothing.
+        self.head_scores = nn.Parameter(torch.empty(num_heads, attn_size))
+        nn.init.normal_(self.head_scores, std=attn_size ** -0.5)
+        self.project = nn.Linear(num_heads * hidden_size, hidden_size) if combine == "project" else None
+        self.output_dim = hidden_size if self.project is not None else num_heads * hidden_size
+
+    def pool(self, x: Tensor, mask: Tensor):
+        batch, length, _ = x.shape
+        hidden = torch.tanh(self.hidden(x)).view(batch, length, self.num_heads, -1)
+        scores = torch.einsum("bthk,hk->bht", hidden, self.head_scores.to(hidden.dtype))
+        weights = masking.masked_softmax(scores, mask[:, None, :])  # (B, H, T)
+        pooled = masking.masked_weighted_sum(x, weights).flatten(1)  # (B, H * D)
+        if self.project is not None:
+            pooled = self.project(pooled.to(self.project.weight.dtype))
+        return pooled, weights.mean(dim=1)
+
+
+@register_pooler("gated_attention", "gated", "abmil")
+class GatedAttentionPooler(Pooler):
+    """Gated attention: score = w^T (tanh(V h) * sigmoid(U h)), masked softmax, weighted sum.
+
+    (B, T, D) -> (B, D). Ilse, Tomczak & Welling, "Attention-based Deep Multiple Instance Learning"
+    (ICML 2018).
+    """
+
+    def __init__(self, hidden_size: int, *, attn_size: int = 128, on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, on_empty=on_empty)
+        attn_size = _check_positive(attn_size, f"{self.name}: attn_size")
+        self.value = nn.Linear(hidden_size, attn_size)
+        self.gate = nn.Linear(hidden_size, attn_size)
+        self.score = nn.Linear(attn_size, 1, bias=False)
+
+    def pool(self, x: Tensor, mask: Tensor):
+        gated = torch.tanh(self.value(x)) * torch.sigmoid(self.gate(x))
+        weights = masking.masked_softmax(self.score(gated).squeeze(-1), mask)
+        return masking.masked_weighted_sum(x, weights), weights
+
+
+def cross_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor, num_heads: int,
+                    scale: float) -> tuple[Tensor, Tensor]:
+    """Multi-head attention of Q queries over T tokens, softmax in float32 over the real tokens.
+
+    query (B, Q, D), key/value (B, T, D), mask (B, T) -> output (B, Q, D) float32 and weights
+    (B, H, Q, T). Rows without a real token get zero weights and zero output.
+    """
+    batch, length, dim = key.shape
+    head_dim = dim // num_heads
+
+    def heads(t: Tensor) -> Tensor:
+        return t.reshape(batch, t.shape[1], num_heads, head_dim).transpose(1, 2).float()
+
+    scores = heads(query) @ heads(key).transpose(-1, -2) * scale  # (B, H, Q, T)
+    weights = masking.masked_softmax(scores, mask[:, None, None, :])
+    out = (weights @ heads(value)).transpose(1, 2).reshape(batch, -1, dim)
+    return out, weights
+
+
+@register_pooler("latent", "pma", "map")
+class LatentAttentionPooler(Pooler):
+    """k learned queries cross-attend over the tokens (multi-head), then an optional residual MLP.
+
+    (B, T, D) -> (B, k * D) with ``reduce="concat"`` or (B, D) with ``reduce="mean"``. Set
+    Transformer's Pooling by Multihead Attention (Lee et al., ICML 2019) and the attention-pooling
+    "MAP" head of SigLIP / timm.
+    """
+
+    def __init__(self, hidden_size: int, *, num_queries: int = 1, num_heads: int = 1, mlp: bool = True,
+                 mlp_ratio: float = 2.0, reduce: str = "concat", on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, on_empty=on_empty)
+        self.num_queries = _check_positive(num_queries, f"{self.name}: num_queries")
+        self.num_heads = _check_heads(hidden_size, num_heads, self.name)
+        self.reduce = _check_choice(reduce, ("concat", "mean"), f"{self.name}: reduce")
+        self.queries = nn.Parameter(torch.randn(num_queries, hidden_size) * hidden_size ** -0.5)
+        self.key = nn.Linear(hidden_size, hidden_size, bias=False)  # a key bias only shifts the softmax
+        self.value = nn.Linear(hidden_size, hidden_size)
+        self.out = nn.Linear(hidden_size, hidden_size)
+        self.mlp = None
+        if mlp:
+            inner = max(1, int(hidden_size * mlp_ratio))
+            self.mlp = nn.Sequential(nn.LayerNorm(hidden_size), nn.Linear(hidden_size, inner), nn.GELU(),
+                                     nn.Linear(inner, hidden_size))
+        self.output_dim = hidden_size * (num_queries if reduce == "concat" else 1)
+
+    def pool(self, x: Tensor, mask: Tensor):
+        query = self.queries.to(x.dtype).expand(x.shape[0], -1, -1)
+        scale = (self.hidden_size // self.num_heads) ** -0.5
+        attended, weights = cross_attention(query, self.key(x), self.value(x), mask, self.num_heads, scale)
+        pooled = self.out(attended.to(self.out.weight.dtype))
+        if self.mlp is not None:
+            pooled = pooled + self.mlp(pooled)
+        pooled = pooled.flatten(1) if self.reduce == "concat" else pooled.mean(dim=1)
+        return pooled, weights.mean(dim=(1, 2))
+
+
+@register_pooler("adapool", "adaptive_attention", "adaptive")
+class AdaPool(Pooler):
+    """Adaptive attention pooling: the query is taken from the input itself.
+
+    The query is one real token (``query_index=i``, negative counts from the end), the mean of several
+    (a list), or by default the mean of all real tokens; it is projected by W_Q, the tokens by W_K and
+    W_V (no bias), multi-head attention with scores scaled by 1/sqrt(head dim) (= 1/sqrt(D) with one
+    head), then an output projection; with a single query token, that token is added back as a
+    residual. (B, T, D) -> (B, D). Brothers, "Robust Noise Attenuation via Adaptive Pooling of
+    Transformer Outputs" (ICML 2025).
+    """
+
+    def __init__(self, hidden_size: int, *, query_index: int | Sequence[int] | None = None,
+                 num_heads: int = 1, residual: bool | None = None, on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, on_empty=on_empty)
+        if query_index is not None and not isinstance(query_index, int):
+            if (not isinstance(query_index, (list, tuple)) or not query_index
+                    or not all(isinstance(i, int) and not isinstance(i, bool) for i in query_index)):
+                raise PoolkitError(f"{self.name}: query_index must be None, an int or a non-empty list of "
+                                   f"ints, got {query_index!r}")
+            query_index = list(query_index)
+        self.query_index = query_index
+        self.num_heads = _check_heads(hidden_size, num_heads, self.name)
+        self.residual = isinstance(query_index, int) if residual is None else bool(residual)
+        self.query = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.key = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.value = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.out = nn.Linear(hidden_size, hidden_size, bias=False)
+
+    def query_tokens(self, x: Tensor, mask: Tensor) -> Tensor:
+        """The query taken from the input, before W_Q: (B, T, D) -> (B, D)."""
+        if self.query_index is None:
+            return masking.masked_mean(x, mask).to(x.dtype)
+        indices = [self.query_index] if isinstance(self.query_index, int) else self.query_index
+        picked = [masking.gather_rows(x, masking.real_token_index(mask, i)) for i in indices]
+        return torch.stack(picked).mean(dim=0)
+
+    def pool(self, x: Tensor, mask: Tensor):
+        source = self.query_tokens(x, mask)
+        scale = (self.hidden_size // self.num_heads) ** -0.5
+        attended, weights = cross_attention(self.query(source)[:, None, :], self.key(x), self.value(x),
+                                            mask, self.num_heads, scale)
+        pooled = self.out(attended[:, 0].to(self.out.weight.dtype))
+        if self.residual:
+            pooled = pooled + source
+        return pooled, weights.mean(dim=(1, 2))

@@ -1,0 +1,200 @@
+"""The pooler contract, its input checks, and the registry (register / get_pooler / list_poolers)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, Union
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import PoolkitError, suggest
+
+Weights = Union[Tensor, dict[str, Tensor]]
+HiddenStates = Union[Tensor, Sequence[Tensor]]
+
+EMPTY_POLICIES = ("zeros", "raise")
+
+
+class Pooler(nn.Module):
+    """Base class: turns hidden states (B, T, D) -- or all layers -- into one vector per row (B, output_dim).
+
+    Subclasses implement :meth:`pool` on a checked input: ``x`` (B, T, D) (token poolers) or a list of
+    them (layer poolers) and a boolean ``mask`` (B, T) with True at real tokens. They return the pooled
+    tensor and the weights that explain it: token weights (B, T), or for layer poolers a dict with
+    ``"layer"`` (B, L) and, when the token pooler has them, ``"token"`` (B, T).
+    """
+
+    name: str = ""
+    #: "token" poolers reduce one (B, T, D) tensor; "layer" poolers need all hidden states.
+    kind: str = "token"
+    #: True when the output is linear in the hidden states (cls, mean, ...): layer poolers then pool
+    #: every layer first and mix the (B, D) results, instead of mixing (B, T, D) tensors.
+    linear: bool = False
+
+    def __init__(self, hidden_size: int, *, on_empty: str = "zeros") -> None:
+        super().__init__()
+        if not isinstance(hidden_size, int) or isinstance(hidden_size, bool) or hidden_size < 1:
+            raise PoolkitError(f"hidden_size must be a positive int, got {hidden_size!r}")
+        if on_empty not in EMPTY_POLICIES:
+            raise PoolkitError(f"on_empty must be one of {EMPTY_POLICIES}, got {on_empty!r}")
+        self.hidden_size = hidden_size
+        self.on_empty = on_empty
+        self.output_dim = hidden_size
+        self.config: dict[str, Any] = {}
+
+    # -- the contract -------------------------------------------------------------------------
+    def forward(
+        self,
+        hidden_states: HiddenStates,
+        attention_mask: Tensor | None = None,
+        return_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Weights]:
+        x, mask = self._check_input(hidden_states, attention_mask)
+        reference = x[0] if isinstance(x, list) else x
+        if self.on_empty == "raise" and not bool(mask.any(dim=1).all()):
+            rows = (~mask.any(dim=1)).nonzero().flatten().tolist()
+            raise PoolkitError(f"{self.name}: rows {rows[:5]} have no real token (all padding); "
+                               "drop them or build the pooler with on_empty='zeros'")
+        x = self._to_parameter_dtype(x)
+        pooled, weights = self.pool(x, mask)
+        empty = ~mask.any(dim=1)
+        pooled = pooled.masked_fill(empty[:, None], 0).to(reference.dtype)
+        return (pooled, weights) if return_weights else pooled
+
+    def pool(self, x: Any, mask: Tensor) -> tuple[Tensor, Weights]:
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return f"hidden_size={self.hidden_size}, output_dim={self.output_dim}"
+
+    # -- input checks -------------------------------------------------------------------------
+    def _check_input(self, hidden_states: HiddenStates, attention_mask: Tensor | None):
+        if isinstance(hidden_states, Tensor):
+            if self.kind == "layer":
+                raise PoolkitError(
+                    f"{self.name} pools over layers and needs all hidden states (a sequence of (B, T, D) "
+                    "tensors, embeddings first): call the encoder with output_hidden_states=True")
+            layers = [hidden_states]
+        elif isinstance(hidden_states, (list, tuple)) and hidden_states:
+            layers = list(hidden_states)
+            if not all(isinstance(h, Tensor) for h in layers):
+                raise PoolkitError(f"{self.name}: hidden_states must be a tensor or a sequence of tensors")
+            if self.kind == "token":
+                layers = layers[-1:]  # token poolers given all layers use the last one
+        else:
+            raise PoolkitError(f"{self.name}: hidden_states must be a (B, T, D) tensor or a non-empty "
+                               f"sequence of them, got {type(hidden_states).__name__}")
+        first = layers[0]
+        if first.dim() != 3:
+            raise PoolkitError(f"{self.name}: hidden_states must have 3 dims (B, T, D), got shape "
+                               f"{tuple(first.shape)}")
+        if not first.is_floating_point():
+            raise PoolkitError(f"{self.name}: hidden_states must be floating point, got {first.dtype}")
+        if first.shape[-1] != self.hidden_size:
+            raise PoolkitError(f"{self.name}: hidden_states last dim is {first.shape[-1]} but the pooler "
+                               f"was built with hidden_size={self.hidden_size}")
+        if any(h.shape != first.shape for h in layers):
+            raise PoolkitError(f"{self.name}: all hidden-state layers must have the same shape")
+        batch, length = first.shape[:2]
+        if attention_mask is None:
+            mask = torch.ones(batch, length, dtype=torch.bool, device=first.device)
+        else:
+            if tuple(attention_mask.shape) != (batch, length):
+                raise PoolkitError(f"{self.name}: attention_mask shape {tuple(attention_mask.shape)} does "
+                                   f"not match hidden_states (B, T) = {(batch, length)}")
+            mask = attention_mask if attention_mask.dtype == torch.bool else attention_mask != 0
+        return (layers if self.kind == "layer" else first), mask
+
+    def _to_parameter_dtype(self, x):
+        """Learned poolers compute in their parameters' dtype (unless autocast decides)."""
+        param = next((p for p in self.parameters() if p.is_floating_point()), None)
+        if param is None or torch.is_autocast_enabled(param.device.type):
+            return x
+        if isinstance(x, list):
+            return [h.to(param.dtype) for h in x]
+        return x.to(param.dtype)
+
+
+# -- registry ---------------------------------------------------------------------------------
+_REGISTRY: dict[str, type[Pooler]] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def register_pooler(name: str, *aliases: str) -> Callable[[type[Pooler]], type[Pooler]]:
+    """Class decorator: make a Pooler buildable by ``name`` (and its aliases) with get_pooler."""
+
+    def decorate(cls: type[Pooler]) -> type[Pooler]:
+        if name in _REGISTRY or name in _ALIASES:
+            raise ValueError(f"pooler name {name!r} is already registered")
+        cls.name = name
+        _REGISTRY[name] = cls
+        for alias in aliases:
+            _ALIASES[alias] = name
+        return cls
+
+    return decorate
+
+
+def resolve_name(name: str) -> str:
+    """Canonical name for a pooler name or alias; unknown names raise with close suggestions."""
+    key = str(name).strip().lower().replace("-", "_")
+    if key in _REGISTRY:
+        return key
+    if key in _ALIASES:
+        return _ALIASES[key]
+    known = sorted(_REGISTRY) + sorted(_ALIASES)
+    raise PoolkitError(f"unknown pooler {name!r}.{suggest(key, known)} Known: {', '.join(sorted(_REGISTRY))}")
+
+
+def pooler_class(name: str) -> type[Pooler]:
+    return _REGISTRY[resolve_name(name)]
+
+
+def pooler_options(name: str) -> dict[str, Any]:
+    """The options a pooler accepts, with their defaults (hidden_size excluded)."""
+    options: dict[str, Any] = {}
+    for cls in pooler_class(name).__mro__:
+        if cls is nn.Module:
+            break
+        for param in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+            if param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL) or param.name == "hidden_size":
+                continue
+            options.setdefault(param.name, param.default)
+    return options
+
+
+def get_pooler(name: str, hidden_size: int, **options: Any) -> Pooler:
+    """Build a registered pooler: ``get_pooler("attention", hidden_size=384, attn_size=256)``."""
+    canonical = resolve_name(name)
+    accepted = pooler_options(canonical)
+    for key in options:
+        if key not in accepted:
+            raise PoolkitError(f"pooler {canonical!r} has no option {key!r}.{suggest(key, accepted)} "
+                               f"Its options: {', '.join(accepted) or 'none'}")
+    try:
+        pooler = _REGISTRY[canonical](hidden_size, **options)
+    except TypeError as err:  # e.g. a list where an int belongs
+        raise PoolkitError(f"pooler {canonical!r}: options do not fit ({err})") from None
+    pooler.config = {"name": canonical, "hidden_size": hidden_size, **options}
+    return pooler
+
+
+def list_poolers(kind: str | None = None) -> list[str]:
+    """Registered pooler names, optionally only one kind ("token" or "layer")."""
+    if kind not in (None, "token", "layer"):
+        raise PoolkitError(f"kind must be 'token', 'layer' or None, got {kind!r}")
+    return [n for n, cls in _REGISTRY.items() if kind is None or cls.kind == kind]
+
+
+def build_pooler(spec: str | dict[str, Any] | Pooler, hidden_size: int) -> Pooler:
+    """A pooler from a name, a ``{"name": ..., **options}`` dict, or an already built pooler."""
+    if isinstance(spec, Pooler):
+        return spec
+    if isinstance(spec, str):
+        return get_pooler(spec, hidden_size)
+    if isinstance(spec, dict) and "name" in spec:
+        options = {k: v for k, v in spec.items() if k not in ("name", "hidden_size")}
+        return get_pooler(spec["name"], spec.get("hidden_size", hidden_size), **options)
+    raise PoolkitError(f"a pooler spec must be a name or a dict with 'name', got {spec!r}")

@@ -1,0 +1,234 @@
+"""Layer poolers: mix an encoder's hidden layers, composed with a token pooler.
+
+Input: all hidden states (embeddings first, as Hugging Face returns them with
+``output_hidden_states=True``). Positions are selected *before* layers are mixed whenever the token
+pooler allows it (it is linear: cls, last, mean, ...): the L x B x T x D stack that the common
+snippets build is never made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import PoolkitError
+from .base import Pooler, build_pooler, register_pooler
+
+
+class LayerPooler(Pooler):
+    """Base of the layer family: owns the token pooler and the two ways of mixing layers."""
+
+    kind = "layer"
+
+    def __init__(self, hidden_size: int, *, token_pooler: str | dict[str, Any] = "cls",
+                 token_options: dict[str, Any] | None = None, token_hidden_size: int | None = None,
+                 on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, on_empty=on_empty)
+        spec = {"name": token_pooler} if isinstance(token_pooler, str) else dict(token_pooler)
+        spec.update(token_options or {})
+        self.token = build_pooler(spec, token_hidden_size or hidden_size)
+        if self.token.kind != "token":
+            raise PoolkitError(f"{self.name}: token_pooler must be a token pooler, got layer pooler "
+                               f"{self.token.name!r}")
+        self.output_dim = self.token.output_dim
+
+    def _layer_range(self, layers: list[Tensor], start: int) -> list[Tensor]:
+        if not -len(layers) <= start < len(layers):
+            raise PoolkitError(f"{self.name}: layer_start={start} is out of range for {len(layers)} hidden "
+                               "states (embeddings + layers)")
+        return layers[start:]
+
+    def pool_each(self, layers: list[Tensor], mask: Tensor) -> tuple[Tensor, Tensor]:
+        """The token pooler applied to every layer: -> vectors (B, L, D') and token weights (B, L, T)."""
+        results = [self.token.pool(h, mask) for h in layers]
+        vectors = torch.stack([pooled for pooled, _ in results], dim=1)
+        token_weights = torch.stack([weights for _, weights in results], dim=1)
+        return vectors, token_weights
+
+    def mix(self, layers: list[Tensor], weights: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """sum_l weights[l] * layer_l, then the token pooler: -> pooled (B, D'), token weights (B, T).
+
+        A linear token pooler pools every layer first (for cls: B x D rows), then mixes.
+        """
+        if self.token.linear:
+            vectors, token_weights = self.pool_each(layers, mask)
+            return torch.einsum("bld,l->bd", vectors, weights.to(vectors.dtype)), token_weights[:, 0]
+        weights = weights.to(layers[0].dtype)
+        mixed = layers[0] * weights[0]
+        for layer, weight in zip(layers[1:], weights[1:]):
+            mixed = mixed + weight * layer
+        return self.token.pool(mixed, mask)
+
+
+@register_pooler("weighted_layer", "weighted_layers", "weighted_layer_pooling")
+class WeightedLayerPooler(LayerPooler):
+    """One learnable weight per layer from ``layer_start`` to the last, weighted mean, then a token pooler.
+
+    The "Weighted Layer Pooling" recipe (Kaggle CommonLit; sentence-transformers'
+    WeightedLayerPooling): weights start uniform and are normalised by their sum (``normalize="sum"``)
+    or by a softmax (``"softmax"``, ELMo's scalar mix, Peters et al. 2018). ``num_layers`` is the
+    encoder's number of transformer layers (``config.num_hidden_layers``).
+    """
+
+    def __init__(self, hidden_size: int, *, num_layers: int | None = None, layer_start: int = 4,
+                 normalize: str = "sum", token_pooler: str | dict[str, Any] = "cls",
+                 token_options: dict[str, Any] | None = None, on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, token_pooler=token_pooler, token_options=token_options,
+                         on_empty=on_empty)
+        if not isinstance(num_layers, int) or num_layers < 1:
+            raise PoolkitError(f"{self.name} needs num_layers, the encoder's number of transformer layers "
+                               f"(config.num_hidden_layers), got {num_layers!r}")
+        if not 0 <= layer_start <= num_layers:
+            raise PoolkitError(f"{self.name}: layer_start must be in 0..num_layers={num_layers}, "
+                               f"got {layer_start!r}")
+        if normalize not in ("sum", "softmax"):
+            raise PoolkitError(f"{self.name}: normalize must be 'sum' or 'softmax', got {normalize!r}")
+        self.num_layers = num_layers
+        self.layer_start = layer_start
+        self.normalize = normalize
+        initial = torch.ones(num_layers + 1 - layer_start) if normalize == "sum" else torch.zeros(
+            num_layers + 1 - layer_start)
+        self.layer_weights = nn.Parameter(initial)
+
+    def normalized_weights(self) -> Tensor:
+        weights = self.layer_weights.float()
+        return weights / weights.sum() if self.normalize == "sum" else torch.softmax(weights, dim=0)
+
+    def pool(self, layers: list[Tensor], mask: Tensor):
+        if len(layers) != self.num_layers + 1:
+            raise PoolkitError(f"{self.name} was built for num_layers={self.num_layers} (+ embeddings = "
+                               f"{self.num_layers + 1} hidden states) but got {len(layers)}")
+        weights = self.normalized_weights()
+        pooled, token_weights = self.mix(layers[self.layer_start:], weights, mask)
+        return pooled, {"layer": weights.expand(mask.shape[0], -1), "token": token_weights}
+
+
+class _LastLayersPooler(LayerPooler):
+    """The last ``last_n`` layers, combined, then a token pooler."""
+
+    def __init__(self, hidden_size: int, *, last_n: int = 4, token_pooler: str | dict[str, Any] = "cls",
+                 token_options: dict[str, Any] | None = None, token_hidden_size: int | None = None,
+                 on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, token_pooler=token_pooler, token_options=token_options,
+                         token_hidden_size=token_hidden_size, on_empty=on_empty)
+        if not isinstance(last_n, int) or last_n < 1:
+            raise PoolkitError(f"{self.name}: last_n must be a positive int, got {last_n!r}")
+        self.last_n = last_n
+
+    def last_layers(self, layers: list[Tensor]) -> list[Tensor]:
+        if len(layers) < self.last_n:
+            raise PoolkitError(f"{self.name}: last_n={self.last_n} but only {len(layers)} hidden states")
+        return layers[-self.last_n:]
+
+
+@register_pooler("mean_layers", "mean_last_layers")
+class MeanLayersPooler(_LastLayersPooler):
+    """The mean of the last ``last_n`` layers, then a token pooler: -> (B, D')."""
+
+    def pool(self, layers: list[Tensor], mask: Tensor):
+        selected = self.last_layers(layers)
+        weights = torch.full((len(selected),), 1 / len(selected), device=mask.device)
+        pooled, token_weights = self.mix(selected, weights, mask)
+        return pooled, {"layer": weights.expand(mask.shape[0], -1), "token": token_weights}
+
+
+@register_pooler("concat_layers", "concat_last_layers")
+class ConcatLayersPooler(_LastLayersPooler):
+    """The last ``last_n`` layers concatenated feature-wise, then a token pooler: -> (B, last_n * D').
+
+    The "concatenate the last 4 layers" recipe (Devlin et al., 2019, feature-based NER). A linear token
+    pooler pools each layer first; others see the (B, T, last_n * D) concatenation.
+    """
+
+    def __init__(self, hidden_size: int, *, last_n: int = 4, token_pooler: str | dict[str, Any] = "cls",
+                 token_options: dict[str, Any] | None = None, on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, last_n=last_n, token_pooler=token_pooler, token_options=token_options,
+                         token_hidden_size=last_n * hidden_size, on_empty=on_empty)
+
+    def pool(self, layers: list[Tensor], mask: Tensor):
+        selected = self.last_layers(layers)
+        if self.token.linear:
+            vectors, token_weights = self.pool_each(selected, mask)
+            pooled, token_weights = vectors.flatten(1), token_weights[:, 0]
+        else:
+            pooled, token_weights = self.token.pool(torch.cat(selected, dim=-1), mask)
+        uniform = torch.full((mask.shape[0], len(selected)), 1 / len(selected), device=mask.device)
+        return pooled, {"layer": uniform, "token": token_weights}
+
+
+class _RecurrentLayersPooler(LayerPooler):
+    """Each layer's pooled vector (layers ``layer_start``..L) as a sequence into a (Bi)RNN.
+
+    The output is every direction's *final state*: the backward direction's final state has read the
+    whole sequence down to the first layer, unlike the ``out[:, -1]`` of the snippets, whose backward
+    half has seen one step.
+    """
+
+    rnn_type: type[nn.RNNBase] = nn.LSTM
+
+    def __init__(self, hidden_size: int, *, rnn_hidden: int = 256, bidirectional: bool = True,
+                 dropout: float = 0.1, layer_start: int = 1, token_pooler: str | dict[str, Any] = "cls",
+                 token_options: dict[str, Any] | None = None, on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, token_pooler=token_pooler, token_options=token_options,
+                         on_empty=on_empty)
+        if not isinstance(rnn_hidden, int) or rnn_hidden < 1:
+            raise PoolkitError(f"{self.name}: rnn_hidden must be a positive int, got {rnn_hidden!r}")
+        if not 0 <= dropout < 1:
+            raise PoolkitError(f"{self.name}: dropout must be in [0, 1), got {dropout!r}")
+        self.layer_start = layer_start
+        self.rnn = self.rnn_type(self.token.output_dim, rnn_hidden, batch_first=True,
+                                 bidirectional=bidirectional)
+        self.dropout = nn.Dropout(dropout)
+        self.output_dim = rnn_hidden * (2 if bidirectional else 1)
+
+    def pool(self, layers: list[Tensor], mask: Tensor):
+        vectors, token_weights = self.pool_each(self._layer_range(layers, self.layer_start), mask)
+        _, final = self.rnn(vectors.to(self.rnn.weight_ih_l0.dtype))
+        final = final[0] if isinstance(final, tuple) else final  # LSTM returns (h_n, c_n)
+        pooled = self.dropout(final.transpose(0, 1).flatten(1))  # (directions, B, H) -> (B, directions*H)
+        return pooled, {"token": token_weights.mean(dim=1)}
+
+
+@register_pooler("lstm_layers", "lstm")
+class LSTMLayersPooler(_RecurrentLayersPooler):
+    """LSTM over the layers' pooled vectors, final states of both directions: -> (B, 2 * rnn_hidden).
+
+    The "LSTM Over Transformer Layers" recipe (Kaggle), hidden 256, dropout 0.1.
+    """
+
+
+@register_pooler("gru_layers", "gru")
+class GRULayersPooler(_RecurrentLayersPooler):
+    """GRU over the layers' pooled vectors, final states of both directions: -> (B, 2 * rnn_hidden)."""
+
+    rnn_type = nn.GRU
+
+
+@register_pooler("attention_layers", "layer_attention")
+class AttentionLayersPooler(LayerPooler):
+    """Attention over the layers' pooled vectors with a learned query: -> (B, D').
+
+    score_l = q . W_k v_l / sqrt(D'), softmax over layers ``layer_start``..L, weighted sum of the v_l.
+    Per-example layer weights, in the spirit of ELMo's scalar mix (Peters et al., 2018) made
+    input-dependent.
+    """
+
+    def __init__(self, hidden_size: int, *, layer_start: int = 1, token_pooler: str | dict[str, Any] = "cls",
+                 token_options: dict[str, Any] | None = None, on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, token_pooler=token_pooler, token_options=token_options,
+                         on_empty=on_empty)
+        dim = self.token.output_dim
+        self.layer_start = layer_start
+        self.key = nn.Linear(dim, dim, bias=False)  # a bias would only shift the softmax
+        self.query = nn.Parameter(torch.randn(dim) * dim ** -0.5)
+
+    def pool(self, layers: list[Tensor], mask: Tensor):
+        vectors, token_weights = self.pool_each(self._layer_range(layers, self.layer_start), mask)
+        vectors = vectors.to(self.key.weight.dtype)
+        scores = self.key(vectors) @ self.query * vectors.shape[-1] ** -0.5  # (B, L)
+        weights = torch.softmax(scores.float(), dim=-1)
+        pooled = torch.einsum("bl,bld->bd", weights.to(vectors.dtype), vectors)
+        token = torch.einsum("bl,blt->bt", weights, token_weights.float())
+        return pooled, {"layer": weights, "token": token}

@@ -1,0 +1,130 @@
+"""The only place that knows how to mask.
+
+Rules (the bugs of the snippets in the wild): masked logits are filled with ``finfo(dtype).min`` or
+handled with boolean masks, never a literal like ``-1e9`` (it overflows fp16); softmax and sums run in
+float32 for half-precision inputs; a row with no real token gives zeros and zero weights, never NaN;
+CLS / last mean the first / last *real* token under left or right padding. Values at padded positions
+never reach an output (they only need to be finite, as every encoder's are).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for half-precision inputs (reductions and softmax), the dtype itself otherwise."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def real_counts(mask: Tensor) -> Tensor:
+    """Number of real tokens per row: (B, T) bool -> (B,) int64."""
+    return mask.sum(dim=1)
+
+
+def masked_weighted_sum(x: Tensor, weights: Tensor) -> Tensor:
+    """sum_t weights[b, t] * x[b, t, :] as one batched matmul, accumulated in float32.
+
+    x: (B, T, D); weights: (B, T) or (B, H, T) already zero at padding. Returns (B, D) or (B, H, D)
+    in the compute dtype (float32 for half inputs). No (B, T, D) temporary is made.
+    """
+    dtype = compute_dtype(x.dtype)
+    squeeze = weights.dim() == 2
+    w = weights.unsqueeze(1) if squeeze else weights
+    out = torch.bmm(w.to(dtype), x.to(dtype))
+    return out.squeeze(1) if squeeze else out
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean over the real tokens: (B, T, D), (B, T) bool -> (B, D) in the compute dtype; empty rows 0."""
+    dtype = compute_dtype(x.dtype)
+    counts = real_counts(mask).clamp(min=1).to(dtype)
+    return masked_weighted_sum(x, mask.to(dtype) / counts[:, None])
+
+
+def masked_fill_reduce(x: Tensor, mask: Tensor, largest: bool) -> tuple[Tensor, Tensor]:
+    """Masked max (``largest``) or min over tokens with the dtype's own extreme as fill.
+
+    Returns (values (B, D), argmax/argmin indices (B, D)); rows with no real token give 0.
+    """
+    info = torch.finfo(x.dtype)
+    fill = info.min if largest else info.max
+    filled = x.masked_fill(~mask[:, :, None], fill)
+    values, indices = filled.max(dim=1) if largest else filled.min(dim=1)
+    empty = ~mask.any(dim=1)
+    return values.masked_fill(empty[:, None], 0), indices
+
+
+def masked_softmax(scores: Tensor, mask: Tensor, dim: int = -1) -> Tensor:
+    """Softmax in float32 over the real positions; padded positions and empty rows get weight 0.
+
+    scores: (..., T) with ``mask`` broadcastable to it (True = real). Returns float32 weights.
+    """
+    scores = scores.float().masked_fill(~mask, float("-inf"))
+    # A row of only -inf would give NaN: shift it to 0 first, then zero its weights.
+    any_real = mask.any(dim=dim, keepdim=True)
+    scores = torch.where(any_real, scores, torch.zeros_like(scores))
+    weights = torch.softmax(scores, dim=dim)
+    return weights * mask
+
+
+def masked_logsumexp(x: Tensor, mask: Tensor) -> Tensor:
+    """log sum_t exp(x[b, t, d]) over real tokens in float32: (B, T, D) -> (B, D).
+
+    Empty rows are given a finite value (their output must be zeroed by the caller) so that neither
+    the forward nor the backward pass sees -inf - -inf.
+    """
+    keep = mask | ~mask.any(dim=1, keepdim=True)
+    return torch.logsumexp(x.float().masked_fill(~keep[:, :, None], float("-inf")), dim=1)
+
+
+def first_real_index(mask: Tensor) -> Tensor:
+    """Index of the first real token per row (left or right padding): (B, T) bool -> (B,); empty rows 0."""
+    return mask.to(torch.uint8).argmax(dim=1)
+
+
+def last_real_index(mask: Tensor) -> Tensor:
+    """Index of the last real token per row (left or right padding): (B, T) bool -> (B,); empty rows 0."""
+    length = mask.shape[1]
+    return (length - 1 - mask.flip(1).to(torch.uint8).argmax(dim=1)) * mask.any(dim=1)
+
+
+def real_token_index(mask: Tensor, position: int) -> Tensor:
+    """Index of the ``position``-th real token per row (negative counts from the last real token).
+
+    Positions beyond a row's length are clamped to its last (or first) real token. (B, T) -> (B,).
+    """
+    counts = real_counts(mask)
+    rank = mask.long().cumsum(dim=1) - 1  # rank of each real token among the real ones
+    wanted = position if position >= 0 else counts + position
+    wanted = torch.as_tensor(wanted, device=mask.device).clamp(min=0)
+    wanted = torch.minimum(wanted.expand_as(counts), (counts - 1).clamp(min=0))
+    hit = mask & (rank == wanted[:, None])
+    return hit.to(torch.uint8).argmax(dim=1)
+
+
+def gather_rows(x: Tensor, index: Tensor) -> Tensor:
+    """x[b, index[b], :] for every row: (B, T, D), (B,) -> (B, D)."""
+    return x[torch.arange(x.shape[0], device=x.device), index]
+
+
+def one_hot_weights(index: Tensor, mask: Tensor) -> Tensor:
+    """Weights that put all mass on ``index`` per row (zero for empty rows): -> (B, T) float32."""
+    weights = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    weights[torch.arange(mask.shape[0], device=mask.device), index] = 1.0
+    return weights * mask.any(dim=1, keepdim=True)
+
+
+def uniform_weights(mask: Tensor) -> Tensor:
+    """1/n on each of a row's n real tokens (zero for empty rows): (B, T) -> (B, T) float32."""
+    counts = real_counts(mask).clamp(min=1)
+    return mask.float() / counts[:, None]
+
+
+def argmax_share(indices: Tensor, mask: Tensor) -> Tensor:
+    """Share of feature dimensions each token wins in a max/min reduction: (B, D) indices -> (B, T)."""
+    batch, length = mask.shape
+    counts = torch.zeros(batch, length, dtype=torch.float32, device=mask.device)
+    counts.scatter_add_(1, indices, torch.ones_like(indices, dtype=torch.float32))
+    return counts / indices.shape[1] * mask

@@ -1,0 +1,184 @@
+"""Statistic poolers: cls, last, mean, max, min, sum, mean_sqrt_len, mean_max, gem, lse.
+
+Every one of them also returns token weights that explain it: one-hot for cls/last, 1/n for the
+means, the share of feature dimensions a token wins for max/min, each token's share of the power or
+exponential sum for gem/lse.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import PoolkitError
+from . import masking
+from .base import Pooler, register_pooler
+
+
+@register_pooler("cls", "first")
+class ClsPooler(Pooler):
+    """The first *real* token (B, T, D) -> (B, D), under left or right padding (BERT's [CLS])."""
+
+    linear = True
+
+    def pool(self, x: Tensor, mask: Tensor):
+        index = masking.first_real_index(mask)
+        return masking.gather_rows(x, index), masking.one_hot_weights(index, mask)
+
+
+@register_pooler("last", "eos")
+class LastPooler(Pooler):
+    """The last *real* token (B, T, D) -> (B, D) (decoder models' EOS), under left or right padding."""
+
+    linear = True
+
+    def pool(self, x: Tensor, mask: Tensor):
+        index = masking.last_real_index(mask)
+        return masking.gather_rows(x, index), masking.one_hot_weights(index, mask)
+
+
+@register_pooler("mean", "avg", "average")
+class MeanPooler(Pooler):
+    """Mean over the real tokens (B, T, D) -> (B, D) (sentence-transformers' default)."""
+
+    linear = True
+
+    def pool(self, x: Tensor, mask: Tensor):
+        weights = masking.uniform_weights(mask)
+        return masking.masked_weighted_sum(x, weights), weights
+
+
+@register_pooler("sum")
+class SumPooler(Pooler):
+    """Sum over the real tokens (B, T, D) -> (B, D)."""
+
+    linear = True
+
+    def pool(self, x: Tensor, mask: Tensor):
+        return masking.masked_weighted_sum(x, mask), masking.uniform_weights(mask)
+
+
+@register_pooler("mean_sqrt_len", "mean_sqrt_len_tokens")
+class MeanSqrtLenPooler(Pooler):
+    """Sum over the real tokens divided by sqrt(n) (sentence-transformers' mean_sqrt_len_tokens)."""
+
+    linear = True
+
+    def pool(self, x: Tensor, mask: Tensor):
+        counts = masking.real_counts(mask).clamp(min=1).float()
+        pooled = masking.masked_weighted_sum(x, mask.float() / counts.sqrt()[:, None])
+        return pooled, masking.uniform_weights(mask)
+
+
+class _ExtremePooler(Pooler):
+    """Masked max or min over the real tokens, filled with the dtype's own extreme (no -1e9)."""
+
+    largest = True
+
+    def pool(self, x: Tensor, mask: Tensor):
+        values, indices = masking.masked_fill_reduce(x, mask, largest=self.largest)
+        return values, masking.argmax_share(indices, mask)
+
+
+@register_pooler("max")
+class MaxPooler(_ExtremePooler):
+    """Feature-wise max over the real tokens (B, T, D) -> (B, D)."""
+
+
+@register_pooler("min")
+class MinPooler(_ExtremePooler):
+    """Feature-wise min over the real tokens (B, T, D) -> (B, D)."""
+
+    largest = False
+
+
+@register_pooler("mean_max", "mean_and_max")
+class MeanMaxPooler(Pooler):
+    """Mean and max side by side (B, T, D) -> (B, 2D), the Kaggle "mean-max" head."""
+
+    def __init__(self, hidden_size: int, *, on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, on_empty=on_empty)
+        self.output_dim = 2 * hidden_size
+
+    def pool(self, x: Tensor, mask: Tensor):
+        mean_weights = masking.uniform_weights(mask)
+        mean = masking.masked_weighted_sum(x, mean_weights)
+        maximum, indices = masking.masked_fill_reduce(x, mask, largest=True)
+        pooled = torch.cat([mean, maximum.to(mean.dtype)], dim=-1)
+        return pooled, (mean_weights + masking.argmax_share(indices, mask)) / 2
+
+
+def _positive_parameter(value: float, what: str) -> nn.Parameter:
+    """A learnable positive scalar stored as the inverse softplus of ``value``."""
+    if not value > 0:
+        raise PoolkitError(f"{what} must be > 0, got {value!r}")
+    return nn.Parameter(torch.tensor(value + math.log(-math.expm1(-value)), dtype=torch.float32))
+
+
+@register_pooler("gem", "generalized_mean")
+class GeMPooler(Pooler):
+    """Generalised mean with a learnable power p >= 1 over the real tokens (B, T, D) -> (B, D).
+
+    Radenovic et al., "Fine-tuning CNN Image Retrieval with No Human Annotation" (TPAMI 2018). The
+    classic form clamps inputs to eps (fine after a ReLU); transformer features are signed, so the
+    default ``signed=True`` uses the odd power sign(x)|x|^p and returns sign(m)|m|^(1/p): p = 1 is
+    the mean and large p tends to the largest-magnitude value. Computed in float32.
+    """
+
+    def __init__(self, hidden_size: int, *, p: float = 3.0, learn_p: bool = True, signed: bool = True,
+                 eps: float = 1e-6, on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, on_empty=on_empty)
+        if not p >= 1:
+            raise PoolkitError(f"gem: p must be >= 1, got {p!r}")
+        # p = 1 + softplus(raw) keeps p >= 1 while learning.
+        self.raw_p = _positive_parameter(p - 1 if p > 1 else 1e-3, "gem p - 1")
+        self.raw_p.requires_grad_(learn_p)
+        self.signed = signed
+        self.eps = eps
+
+    @property
+    def p(self) -> Tensor:
+        return 1 + nn.functional.softplus(self.raw_p.float())
+
+    def pool(self, x: Tensor, mask: Tensor):
+        p = self.p
+        x = x.float()
+        if self.signed:
+            powered = torch.sign(x) * (x.abs() + self.eps).pow(p)
+        else:
+            powered = x.clamp(min=self.eps).pow(p)
+        mean = masking.masked_mean(powered, mask)
+        pooled = torch.sign(mean) * mean.abs().clamp(min=1e-30).pow(1 / p)  # no eps bias at high p
+        share = powered.abs().masked_fill(~mask[:, :, None], 0)
+        weights = (share / share.sum(dim=1, keepdim=True).clamp(min=self.eps)).mean(dim=-1)
+        return pooled, weights
+
+
+@register_pooler("lse", "logsumexp", "softmax")
+class LSEPooler(Pooler):
+    """Log-sum-exp pooling with a learnable temperature t: t * log(mean_t exp(x / t)) per feature.
+
+    Small t tends to max pooling, large t to mean pooling (Pinheiro & Collobert, CVPR 2015; the
+    "softmax pooling" of sound event detection). Computed in float32.
+    """
+
+    def __init__(self, hidden_size: int, *, temperature: float = 1.0, learn_temperature: bool = True,
+                 on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, on_empty=on_empty)
+        self.raw_temperature = _positive_parameter(float(temperature), "lse temperature")
+        self.raw_temperature.requires_grad_(learn_temperature)
+
+    @property
+    def temperature(self) -> Tensor:
+        return nn.functional.softplus(self.raw_temperature.float()) + 1e-4
+
+    def pool(self, x: Tensor, mask: Tensor):
+        t = self.temperature
+        scaled = x.float() / t
+        counts = masking.real_counts(mask).clamp(min=1).float()
+        lse = masking.masked_logsumexp(scaled, mask)
+        pooled = t * (lse - counts.log()[:, None])
+        weights = masking.masked_softmax(scaled.transpose(1, 2), mask[:, None, :]).mean(dim=1)
+        return pooled, weights

@@ -1,0 +1,66 @@
+"""Shared builders for the pooling tests: poolers with test-sized options and inputs in either form."""
+
+from __future__ import annotations
+
+import torch
+
+from poolkit.pooling.base import get_pooler, list_poolers, pooler_class, pooler_options
+
+HIDDEN = 16
+NUM_LAYERS = 5  # transformer layers: 6 hidden states with the embeddings
+
+ALL_POOLERS = list_poolers()
+TOKEN_POOLERS = list_poolers("token")
+LAYER_POOLERS = list_poolers("layer")
+# Poolers whose output must not change when the real tokens of a row are permuted.
+SET_POOLERS = ["mean", "sum", "mean_sqrt_len", "max", "min", "mean_max", "gem", "lse", "attention",
+               "attention_head", "multihead_attention", "gated_attention", "latent", "adapool", "concat"]
+
+
+def make_pooler(name: str, **options):
+    """A pooler in eval mode, sized for tests (small attention sizes, num_layers where needed)."""
+    accepted = pooler_options(name)
+    if "num_layers" in accepted:
+        options.setdefault("num_layers", NUM_LAYERS)
+    if "attn_size" in accepted and name != "attention_head":
+        options.setdefault("attn_size", 8)
+    if "rnn_hidden" in accepted:
+        options.setdefault("rnn_hidden", 8)
+    if "layer_start" in accepted and pooler_class(name).kind == "layer" and name != "weighted_layer":
+        options.setdefault("layer_start", 1)
+    pooler = get_pooler(name, hidden_size=HIDDEN, **options)
+    return pooler.eval()
+
+
+def random_layers(batch: int, length: int, generator=None, scale: float = 1.0) -> list[torch.Tensor]:
+    return [torch.randn(batch, length, HIDDEN, generator=generator) * scale for _ in range(NUM_LAYERS + 1)]
+
+
+def mask_from_lengths(lengths: list[int], length: int) -> torch.Tensor:
+    return (torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]).long()
+
+
+def states_for(pooler, layers: list[torch.Tensor]):
+    """What the pooler is called with: all layers for layer poolers, the last one for token poolers."""
+    return layers if pooler.kind == "layer" else layers[-1]
+
+
+def to_left_padding(layers: list[torch.Tensor], lengths: list[int]):
+    """Move every row's real tokens to the end (left padding); padded slots get other values."""
+    length = layers[0].shape[1]
+    out = []
+    for h in layers:
+        moved = torch.randn_like(h) * 3
+        for row, n in enumerate(lengths):
+            if n:
+                moved[row, length - n:] = h[row, :n]
+        out.append(moved)
+    mask = torch.zeros(len(lengths), length, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        if n:
+            mask[row, length - n:] = 1
+    return out, mask
+
+
+def pooled_only(result):
+    return result[0] if isinstance(result, tuple) else result

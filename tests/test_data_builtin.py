@@ -1,0 +1,115 @@
+"""Built-in datasets: the embedded subsets ship in the package; WordNet and fortunes parse from Debian files."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import numpy as np
+import pytest
+
+from poolkit.data import builtin, list_datasets, load_builtin, load_data
+from poolkit.data.builtin import hypernym_depths, read_wordnet
+from poolkit.errors import PoolkitError
+
+HAS_WORDNET = (builtin.WORDNET_DIR / "data.noun").is_file()
+HAS_FORTUNES = builtin.FORTUNES_DIR.is_dir()
+needs_wordnet = pytest.mark.skipif(not HAS_WORDNET, reason="apt-get install wordnet-base")
+
+
+def test_embedded_files_ship_with_the_package():
+    folder = resources.files("poolkit.data").joinpath("embedded")
+    names = {p.name for p in folder.iterdir()}
+    assert {"wordnet_supersense.csv.gz", "wordnet_depth.csv.gz", "WORDNET_LICENSE.txt"} <= names
+    assert "Princeton University" in folder.joinpath("WORDNET_LICENSE.txt").read_text(encoding="utf-8")
+    for name in names:
+        assert len(folder.joinpath(name).read_bytes()) < 300_000
+
+
+def test_embedded_supersense():
+    data = load_builtin("embedded")
+    assert (len(data), data.task, data.targets.dtype) == (3000, "classification", np.int64)
+    assert len(data.label_names) == 45 and "noun.animal" in data.label_names and "verb.motion" in data.label_names
+    assert np.bincount(data.targets, minlength=45).min() >= 20  # stratified with a floor: every class is usable
+    assert data.source.startswith("builtin:embedded")
+    assert all(t.strip() for t in data.texts)
+
+
+def test_embedded_depth():
+    data = load_builtin("builtin:embedded-depth")
+    assert (len(data), data.task, data.targets.shape) == (2000, "regression", (2000, 1))
+    assert 2 <= data.targets.min() and data.targets.max() <= 19 and 6 <= data.targets.mean() <= 9
+
+
+def test_limit_is_a_deterministic_stratified_subsample():
+    small = load_builtin("embedded", limit=450, seed=3)
+    assert len(small) == 450 and len(np.unique(small.targets)) == 45
+    assert small.texts == load_builtin("embedded", limit=450, seed=3).texts
+    assert small.texts != load_builtin("embedded", limit=450, seed=4).texts
+
+
+def test_list_datasets_describes_every_name():
+    infos = {info.name: info for info in list_datasets()}
+    assert set(infos) == {"embedded", "embedded-depth", "wordnet-supersense", "wordnet-depth", "fortunes"}
+    assert infos["wordnet-depth"].task == "regression" and "wordnet-base" in infos["wordnet-depth"].needs
+    assert all(info.description and info.source for info in infos.values())
+
+
+def test_unknown_name_suggests_a_close_one():
+    with pytest.raises(PoolkitError, match=r"unknown built-in dataset 'fortune'.*embedded, .*Did you mean 'fortunes'\?"):
+        load_builtin("builtin:fortune")
+
+
+def test_load_data_dispatches_on_the_prefix(tmp_path):
+    assert load_data("builtin:embedded", limit=100).source.startswith("builtin:embedded")
+    path = tmp_path / "t.csv"
+    path.write_text("body,label\n" + "".join(f"text {i},{'ab'[i % 2]}\n" for i in range(10)), encoding="utf-8")
+    data = load_data(str(path), limit=4, text_col="body")
+    assert len(data) == 4 and data.texts[0].startswith("text")
+
+
+@pytest.mark.parametrize("name,directory,package", [
+    ("wordnet-supersense", "WORDNET_DIR", "wordnet-base"),
+    ("wordnet-depth", "WORDNET_DIR", "wordnet-base"),
+    ("fortunes", "FORTUNES_DIR", "fortunes"),
+])
+def test_missing_debian_package_is_one_line(monkeypatch, tmp_path, name, directory, package):
+    monkeypatch.setattr(builtin, directory, tmp_path / "absent")
+    with pytest.raises(PoolkitError) as info:
+        load_builtin(name)
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(tmp_path / "absent") in message and f"apt-get install {package}" in message and "builtin:embedded" in message
+
+
+@pytest.mark.slow
+@needs_wordnet
+def test_wordnet_supersense_parses_all_synsets():
+    data = load_builtin("wordnet-supersense")
+    assert 117_000 <= len(data) <= 118_000 and len(data.label_names) == 45
+    counts = dict(zip(data.label_names, np.bincount(data.targets)))
+    assert counts["noun.artifact"] > 10_000 and counts["noun.motive"] > 20
+    assert not any("|" in t[:3] or t != t.strip() for t in data.texts[:1000])
+
+
+@pytest.mark.slow
+@needs_wordnet
+def test_wordnet_depth_of_known_synsets():
+    nouns = read_wordnet("noun")
+    depth = hypernym_depths(nouns)
+    assert len(depth) == len(nouns) > 80_000  # every noun reaches a root
+    assert depth["00001740"] == 0  # entity, the root
+    dog = next(s for s in nouns if s.lemma == "dog" and "genus Canis" in s.gloss)
+    # shortest path: dog < domestic animal < animal < organism < living thing < whole < object < physical entity < entity
+    assert depth[dog.offset] == 8
+    data = load_builtin("wordnet-depth", limit=500)
+    assert data.task == "regression" and len(data) == 500 and data.targets.max() <= 19
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_FORTUNES, reason="apt-get install fortunes")
+def test_fortunes_categories():
+    data = load_builtin("fortunes")
+    assert len(data.label_names) >= 30 and len(data) > 10_000
+    assert "computers" in data.label_names and not any(n.endswith((".dat", ".u8")) for n in data.label_names)
+    assert not any("\x08" in t or "\n%\n" in t or t == "%" for t in data.texts)
+    assert "I have more humility in my little finger than you have in your whole BODY!" in " ".join(data.texts)

@@ -1,0 +1,76 @@
+"""Bad input raises a one-line ValueError (PoolkitError) that names the problem."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import HIDDEN, make_pooler, random_layers
+from poolkit import PoolkitError, get_pooler
+
+
+def raises_one_line(match, fn, *args, **kwargs):
+    with pytest.raises(ValueError, match=match) as info:
+        fn(*args, **kwargs)
+    assert isinstance(info.value, PoolkitError)
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def test_wrong_rank():
+    raises_one_line(r"3 dims \(B, T, D\)", make_pooler("mean"), torch.randn(4, HIDDEN))
+
+
+def test_mask_shape_mismatch():
+    raises_one_line("attention_mask shape", make_pooler("attention"), torch.randn(2, 5, HIDDEN),
+                    torch.ones(2, 4))
+
+
+def test_hidden_size_mismatch():
+    raises_one_line("hidden_size=16", make_pooler("attention"), torch.randn(2, 5, 8))
+
+
+def test_integer_hidden_states():
+    raises_one_line("floating point", make_pooler("mean"), torch.ones(2, 5, HIDDEN, dtype=torch.long))
+
+
+def test_unknown_name_suggests_close_names():
+    message = raises_one_line("unknown pooler", get_pooler, "atention", hidden_size=HIDDEN)
+    assert "'attention'" in message
+    assert "Did you mean" in raises_one_line("unknown pooler", get_pooler, "weighted_layers_", hidden_size=8)
+
+
+def test_layer_pooler_given_one_tensor():
+    raises_one_line("output_hidden_states=True", make_pooler("weighted_layer"), torch.randn(2, 5, HIDDEN))
+    raises_one_line("output_hidden_states=True", make_pooler("lstm_layers"), torch.randn(2, 5, HIDDEN))
+
+
+def test_layer_pooler_given_the_wrong_number_of_layers():
+    raises_one_line("num_layers=5", make_pooler("weighted_layer"), random_layers(2, 3)[:4])
+    raises_one_line("needs num_layers", get_pooler, "weighted_layer", hidden_size=HIDDEN)
+
+
+@pytest.mark.parametrize("name, options, match", [
+    ("attention", {"atn_size": 8}, "no option 'atn_size'.*'attn_size'"),
+    ("attention", {"attn_size": -1}, "attn_size must be a positive int"),
+    ("attention", {"init": "he"}, "init must be one of"),
+    ("latent", {"num_heads": 5}, "not divisible by num_heads 5"),
+    ("adapool", {"query_index": "first"}, "query_index must be"),
+    ("adapool", {"num_heads": 3}, "not divisible"),
+    ("gem", {"p": 0.5}, "p must be >= 1"),
+    ("lse", {"temperature": 0}, "temperature must be > 0"),
+    ("multihead_attention", {"combine": "sum"}, "combine must be one of"),
+    ("concat", {"poolers": []}, "non-empty list"),
+    ("concat", {"poolers": ["mean", "weighted_layer"]}, "needs num_layers|concat takes token poolers"),
+    ("weighted_layer", {"num_layers": 4, "layer_start": 9}, "layer_start must be in"),
+    ("weighted_layer", {"num_layers": 4, "token_pooler": "lstm_layers"}, "must be a token pooler"),
+    ("lstm_layers", {"dropout": 1.5}, "dropout must be in"),
+    ("mean", {"on_empty": "nan"}, "on_empty must be one of"),
+    ("mean_layers", {"last_n": 0}, "last_n must be a positive int"),
+])
+def test_options_that_do_not_fit(name, options, match):
+    raises_one_line(match, get_pooler, name, hidden_size=HIDDEN, **options)
+
+
+def test_bad_hidden_size():
+    raises_one_line("hidden_size must be a positive int", get_pooler, "mean", hidden_size=0)

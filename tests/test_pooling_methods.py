@@ -1,0 +1,228 @@
+"""Each pooler against a straightforward reference computation, and the layer family's specifics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import HIDDEN, NUM_LAYERS, make_pooler, mask_from_lengths, random_layers
+from poolkit import get_pooler, list_poolers
+
+
+def close(a, b, tol=1e-5):
+    return torch.allclose(a.float(), b.float(), atol=tol, rtol=tol)
+
+
+@pytest.fixture
+def batch():
+    x = torch.randn(3, 6, HIDDEN)
+    lengths = [6, 2, 4]
+    return x, mask_from_lengths(lengths, 6), lengths
+
+
+def rows(x, lengths):
+    return [x[i, :n] for i, n in enumerate(lengths)]
+
+
+def test_statistics_match_references(batch):
+    x, mask, lengths = batch
+    reference = {
+        "cls": lambda r: r[0], "last": lambda r: r[-1], "mean": lambda r: r.mean(0),
+        "sum": lambda r: r.sum(0), "max": lambda r: r.max(0).values, "min": lambda r: r.min(0).values,
+        "mean_sqrt_len": lambda r: r.sum(0) / len(r) ** 0.5,
+        "mean_max": lambda r: torch.cat([r.mean(0), r.max(0).values]),
+    }
+    for name, fn in reference.items():
+        expected = torch.stack([fn(r) for r in rows(x, lengths)])
+        assert close(make_pooler(name)(x, mask), expected), name
+
+
+def test_gem_limits(batch):
+    x, mask, lengths = batch
+    assert close(get_pooler("gem", HIDDEN, p=1.0, learn_p=False)(x, mask),
+                 torch.stack([r.mean(0) for r in rows(x, lengths)]), 1e-2)
+    positive = x.abs() + 0.1
+    big_p = get_pooler("gem", HIDDEN, p=60.0)(positive, mask)
+    maxima = torch.stack([r.max(0).values for r in rows(positive, lengths)])
+    floor = maxima * torch.tensor(lengths, dtype=torch.float32)[:, None] ** (-1 / 60)  # (mean x^p)^(1/p) >= max n^(-1/p)
+    assert (big_p <= maxima + 1e-4).all() and (big_p >= floor - 1e-4).all()
+    classic = get_pooler("gem", HIDDEN, p=3.0, signed=False)(positive, mask)
+    expected = torch.stack([(r ** 3).mean(0) ** (1 / 3) for r in rows(positive, lengths)])
+    assert close(classic, expected, 1e-4)
+    # Signed GeM keeps the sign of negative features instead of clamping them away.
+    assert (get_pooler("gem", HIDDEN)(-positive, mask) < 0).all()
+
+
+def test_lse_interpolates_between_mean_and_max(batch):
+    x, mask, lengths = batch
+    hot = get_pooler("lse", HIDDEN, temperature=1e-3)(x, mask)
+    cold = get_pooler("lse", HIDDEN, temperature=1e3)(x, mask)
+    assert close(hot, torch.stack([r.max(0).values for r in rows(x, lengths)]), 1e-2)
+    assert close(cold, torch.stack([r.mean(0) for r in rows(x, lengths)]), 1e-2)
+
+
+def test_attention_is_a_masked_softmax_over_its_scores(batch):
+    x, mask, lengths = batch
+    pooler = get_pooler("attention", HIDDEN, attn_size=12)
+    pooled, weights = pooler(x, mask, return_weights=True)
+    for i, r in enumerate(rows(x, lengths)):
+        w = torch.softmax(pooler.score(r).squeeze(-1), dim=0)
+        assert close(weights[i, : len(r)], w)
+        assert close(pooled[i], w @ r)
+    assert pooler.score[0].out_features == 12
+    assert get_pooler("attention", HIDDEN).score[0].out_features == 512  # the recipe's default
+    assert get_pooler("attention_head", HIDDEN).score[0].out_features == HIDDEN
+
+
+def test_gated_attention_reference(batch):
+    x, mask, lengths = batch
+    p = get_pooler("gated_attention", HIDDEN, attn_size=8)
+    pooled = p(x, mask)
+    for i, r in enumerate(rows(x, lengths)):
+        s = p.score(torch.tanh(p.value(r)) * torch.sigmoid(p.gate(r))).squeeze(-1)
+        assert close(pooled[i], torch.softmax(s, 0) @ r)
+
+
+def test_multihead_output_dims():
+    x = torch.randn(2, 5, HIDDEN)
+    assert get_pooler("multihead_attention", HIDDEN, num_heads=3)(x).shape == (2, 3 * HIDDEN)
+    assert get_pooler("multihead_attention", HIDDEN, num_heads=3, combine="project")(x).shape == (2, HIDDEN)
+    assert get_pooler("latent", HIDDEN, num_queries=4, num_heads=4)(x).shape == (2, 4 * HIDDEN)
+    assert get_pooler("latent", HIDDEN, num_queries=4, reduce="mean")(x).shape == (2, HIDDEN)
+
+
+def test_adapool_reference_single_head(batch):
+    x, mask, lengths = batch
+    p = get_pooler("adapool", HIDDEN, query_index=0)
+    pooled = p(x, mask)
+    for i, r in enumerate(rows(x, lengths)):
+        q = p.query(r[0])
+        w = torch.softmax(p.key(r) @ q / HIDDEN ** 0.5, 0)
+        assert close(pooled[i], p.out(w @ p.value(r)) + r[0])  # residual: the query token
+    assert not get_pooler("adapool", HIDDEN).residual  # the mean query has no residual
+
+
+def test_adapool_query_choices_follow_real_tokens():
+    x = torch.randn(2, 6, HIDDEN)
+    right = mask_from_lengths([6, 3], 6)
+    p = get_pooler("adapool", HIDDEN, query_index=[0, -1])
+    q = p.query_tokens(x, right)
+    assert close(q[1], (x[1, 0] + x[1, 2]) / 2)
+    assert close(get_pooler("adapool", HIDDEN).query_tokens(x, right)[1], x[1, :3].mean(0))
+    assert close(get_pooler("adapool", HIDDEN, query_index=-1).query_tokens(x, right)[1], x[1, 2])
+
+
+def test_concat_is_its_parts_side_by_side(batch):
+    x, mask, _ = batch
+    p = get_pooler("concat", HIDDEN, poolers=["mean", {"name": "attention", "attn_size": 4}])
+    out = p(x, mask)
+    assert p.output_dim == 2 * HIDDEN
+    assert close(out[:, :HIDDEN], p.parts[0](x, mask)) and close(out[:, HIDDEN:], p.parts[1](x, mask))
+
+
+# -- layer family ----------------------------------------------------------------------------------
+def test_weighted_layer_with_cls_equals_the_stacking_reference():
+    layers = random_layers(3, 6)
+    mask = mask_from_lengths([6, 2, 4], 6)
+    p = get_pooler("weighted_layer", HIDDEN, num_layers=NUM_LAYERS, layer_start=2)
+    with torch.no_grad():
+        p.layer_weights.copy_(torch.rand(NUM_LAYERS - 1) + 0.5)
+    stacked = torch.stack(layers)[2:]  # the snippet: (L, B, T, D)
+    w = p.layer_weights[:, None, None, None]
+    expected = ((w * stacked).sum(0) / p.layer_weights.sum())[:, 0]
+    pooled, weights = p(layers, mask, return_weights=True)
+    assert close(pooled, expected)
+    assert close(weights["layer"][0], p.layer_weights / p.layer_weights.sum())
+
+
+@pytest.mark.parametrize("token_pooler", ["mean", "max", "attention", "last"])
+@pytest.mark.parametrize("normalize", ["sum", "softmax"])
+def test_weighted_layer_equals_mix_then_pool(token_pooler, normalize):
+    """The pool-first fast path (linear token poolers) and the mix-first path give the same result."""
+    layers = random_layers(2, 5)
+    mask = mask_from_lengths([5, 3], 5)
+    p = get_pooler("weighted_layer", HIDDEN, num_layers=NUM_LAYERS, normalize=normalize,
+                   token_pooler=token_pooler)
+    with torch.no_grad():
+        p.layer_weights.copy_(torch.rand_like(p.layer_weights) + 0.5)
+    w = p.normalized_weights()
+    mixed = sum(wl * h for wl, h in zip(w, layers[p.layer_start:]))
+    assert close(p(layers, mask), p.token(mixed, mask))
+
+
+def test_mean_and_concat_layers():
+    layers = random_layers(2, 5)
+    mask = mask_from_lengths([5, 3], 5)
+    mean = get_pooler("mean_layers", HIDDEN, last_n=3, token_pooler="mean")
+    assert close(mean(layers, mask), get_pooler("mean", HIDDEN)(sum(layers[-3:]) / 3, mask))
+    concat = get_pooler("concat_layers", HIDDEN, last_n=3)
+    assert concat.output_dim == 3 * HIDDEN
+    assert close(concat(layers, mask), torch.cat([h[:, 0] for h in layers[-3:]], dim=-1))
+    concat_max = get_pooler("concat_layers", HIDDEN, last_n=2, token_pooler="max")
+    expected = torch.stack([torch.cat([h[i, :n].max(0).values for h in layers[-2:]]) for i, n in enumerate([5, 3])])
+    assert close(concat_max(layers, mask), expected)
+
+
+@pytest.mark.parametrize("name", ["lstm_layers", "gru_layers"])
+def test_bidirectional_rnn_backward_half_reads_the_first_layer(name):
+    p = make_pooler(name, dropout=0.0, layer_start=1)
+    layers = random_layers(2, 4)
+    mask = mask_from_lengths([4, 4], 4)
+    base = p(layers, mask)
+    changed = list(layers)
+    changed[1] = layers[1] + torch.randn_like(layers[1])  # the first transformer layer only
+    moved = p(changed, mask)
+    hidden = p.output_dim // 2
+    forward_half, backward_half = (moved - base)[:, :hidden], (moved - base)[:, hidden:]
+    assert backward_half.abs().max() > 1e-4  # the snippets' out[:, -1] backward half never sees layer 1
+    assert forward_half.abs().max() > 1e-4
+    # and it is each direction's final state: forward = last step, backward = first step of `out`
+    vectors = torch.stack([h[:, 0] for h in layers[1:]], dim=1)
+    out, _ = p.rnn(vectors)
+    assert close(base, torch.cat([out[:, -1, :hidden], out[:, 0, hidden:]], dim=-1))
+
+
+def test_unidirectional_rnn_dims():
+    p = make_pooler("lstm_layers", bidirectional=False)
+    assert p.output_dim == 8 and p(random_layers(2, 3)).shape == (2, 8)
+
+
+def test_attention_layers_weights_per_example():
+    layers = random_layers(3, 5)
+    p = make_pooler("attention_layers")
+    pooled, weights = p(layers, None, return_weights=True)
+    assert weights["layer"].shape == (3, NUM_LAYERS)
+    vectors = torch.stack([h[:, 0] for h in layers[1:]], dim=1)
+    assert close(pooled, torch.einsum("bl,bld->bd", weights["layer"], vectors))
+    assert not close(weights["layer"][0], weights["layer"][1])
+
+
+def test_token_poolers_given_all_layers_use_the_last():
+    layers = random_layers(2, 4)
+    p = get_pooler("mean", HIDDEN)
+    assert close(p(layers), p(layers[-1]))
+
+
+def test_layer_poolers_do_not_stack_all_positions_for_cls(monkeypatch):
+    """With cls the layer mix sees (B, D) rows, never a (L, B, T, D) stack."""
+    stack_shapes = []
+    real_stack = torch.stack
+
+    def spy(tensors, *args, **kwargs):
+        stack_shapes.append(tuple(tensors[0].shape))
+        return real_stack(tensors, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "stack", spy)
+    layers = random_layers(2, 7)
+    get_pooler("weighted_layer", HIDDEN, num_layers=NUM_LAYERS)(layers, mask_from_lengths([7, 3], 7))
+    assert stack_shapes and all(len(shape) <= 2 for shape in stack_shapes), stack_shapes
+
+
+def test_registry_lists_both_families():
+    assert set(list_poolers("token")) >= {"cls", "last", "mean", "max", "min", "sum", "mean_sqrt_len",
+                                          "mean_max", "gem", "lse", "attention", "attention_head",
+                                          "multihead_attention", "gated_attention", "latent", "adapool",
+                                          "concat"}
+    assert set(list_poolers("layer")) == {"weighted_layer", "mean_layers", "concat_layers", "lstm_layers",
+                                          "gru_layers", "attention_layers"}
+    assert get_pooler("avg", HIDDEN).name == "mean"  # aliases resolve
