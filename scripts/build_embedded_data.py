@@ -50,7 +50,8 @@ def frame(data: TableData, column: str, values: list) -> pd.DataFrame:
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     supersense = stratified_sample(load_builtin("wordnet-supersense"), 3000, seed=SEED)
-    write_csv_gz(frame(supersense, "label", [supersense.label_names[i] for i in supersense.targets]), "wordnet_supersense.csv.gz")
+    labels = [supersense.label_names[i] for i in supersense.targets]
+    write_csv_gz(frame(supersense, "label", labels), "wordnet_supersense.csv.gz")
     depth = stratified_sample(load_builtin("wordnet-depth"), 2000, seed=SEED)
     write_csv_gz(frame(depth, "depth", depth.targets[:, 0].astype(int).tolist()), "wordnet_depth.csv.gz")
     (OUT / "WORDNET_LICENSE.txt").write_text(NOTICE + license_text(), encoding="utf-8")

@@ -126,6 +126,19 @@ def test_multilabel_from_one_separated_column(tmp_path, sep):
     assert data.targets[:4].tolist() == [[1, 0, 1], [1, 0, 0], [0, 0, 0], [0, 1, 0]]
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_multilabel_from_a_column_of_lists(tmp_path, suffix):
+    frame = pd.DataFrame({"text": TEXTS[:4], "tags": [["red", "blue"], ["blue"], [], ["green"]]})
+    path = tmp_path / f"data{suffix}"
+    if suffix == ".parquet":
+        frame.to_parquet(path)
+    else:
+        frame.to_json(path, orient="records", lines=True)
+    data = load_table(path, target_cols="tags", task="multilabel")
+    assert data.label_names == ["blue", "green", "red"]
+    assert data.targets.tolist() == [[1, 0, 1], [1, 0, 0], [0, 0, 0], [0, 1, 0]]
+
+
 def test_given_label_names_fix_the_class_order(tmp_path):
     data = load_table(csv(tmp_path, {"text": TEXTS, "label": ["b"] * 12}), label_names=["a", "b", "c"])
     assert data.targets.tolist() == [1] * 12 and data.n_outputs == 3
@@ -214,17 +227,20 @@ def test_empty_texts_are_counted_with_rows(tmp_path):
 
 def test_nan_regression_targets_name_rows(tmp_path):
     y = [0.5, 1.5, None, 2.5] * 3
-    error(csv(tmp_path, {"text": TEXTS, "y": y}), "'y' is missing or not a finite number in 3 rows (3, 7, 11;", target_cols="y", task="regression")
+    path = csv(tmp_path, {"text": TEXTS, "y": y})
+    error(path, "'y' is missing or not a finite number in 3 rows (3, 7, 11;", target_cols="y", task="regression")
 
 
 def test_non_numeric_regression_targets(tmp_path):
     y = ["1.5", "2.5", "3.0kg"] + [str(i + 0.5) for i in range(9)]
-    error(csv(tmp_path, {"text": TEXTS, "y": y}), "not a finite number in 1 row (3;", target_cols="y", task="regression")
+    path = csv(tmp_path, {"text": TEXTS, "y": y})
+    error(path, "not a finite number in 1 row (3;", target_cols="y", task="regression")
 
 
 def test_mostly_numeric_labels_are_flagged_before_becoming_classes(tmp_path):
     y = [str(i + 0.5) for i in range(11)] + ["n/a"]
-    error(csv(tmp_path, {"text": TEXTS, "y": y}), "numeric except 1 row (12;", "'n/a'", "--task classification", target_cols="y")
+    path = csv(tmp_path, {"text": TEXTS, "y": y})
+    error(path, "numeric except 1 row (12;", "'n/a'", "--task classification", target_cols="y")
 
 
 def test_single_class(tmp_path):
@@ -250,19 +266,23 @@ def test_multilabel_columns_must_be_01(tmp_path):
 
 
 def test_unknown_task(tmp_path):
-    error(csv(tmp_path, {"text": TEXTS, "label": LABELS}), "unknown task 'clasification'", "Did you mean 'classification'?", task="clasification")
+    path = csv(tmp_path, {"text": TEXTS, "label": LABELS})
+    error(path, "unknown task 'clasification'", "Did you mean 'classification'?", task="clasification")
 
 
 def test_latin1_file_says_resave_as_utf8(tmp_path):
-    error(write(tmp_path, "data.csv", "text,label\ncaf\xe9,a\nthe,b\n".encode("latin-1")), "not valid UTF-8 (byte 0xe9)", "re-save it with UTF-8")
+    path = write(tmp_path, "data.csv", "text,label\ncaf\xe9,a\nthe,b\n".encode("latin-1"))
+    error(path, "not valid UTF-8 (byte 0xe9)", "re-save it with UTF-8")
 
 
 def test_malformed_csv(tmp_path):
-    error(write(tmp_path, "data.csv", "text,label\na,1\nb,2,3\n"), "could not parse data.csv as CSV", "Expected 2 fields in line 3")
+    path = write(tmp_path, "data.csv", "text,label\na,1\nb,2,3\n")
+    error(path, "could not parse data.csv as CSV", "Expected 2 fields in line 3", "quoting")
 
 
 def test_malformed_jsonl(tmp_path):
-    error(write(tmp_path, "data.jsonl", '{"text": "a", "label": 1}\n{"text": "b"\n'), "could not parse data.jsonl as JSONL", "one complete JSON object on each line")
+    path = write(tmp_path, "data.jsonl", '{"text": "a", "label": 1}\n{"text": "b"\n')
+    error(path, "could not parse data.jsonl as JSONL", "one complete JSON object on each line")
 
 
 def test_corrupt_parquet(tmp_path):

@@ -70,7 +70,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
     def restore(self, outputs):
         """Outputs concatenated in inference batch order (tensor, array or list, length N) -> original row order."""
         if self.shuffle or self.drop_last:
-            raise PoolkitError("restore needs the inference order: build the sampler with shuffle=False, drop_last=False")
+            raise PoolkitError("restore needs the inference order: use shuffle=False and drop_last=False")
         inverse = np.argsort(self.order)
         if isinstance(outputs, torch.Tensor):
             return outputs[torch.from_numpy(inverse).to(outputs.device)]
@@ -134,4 +134,5 @@ def make_loader(
     ``batch_sampler.restore`` puts outputs back in row order."""
     sampler = LengthGroupedBatchSampler([len(t) for t in data.texts], batch_size, shuffle=train, seed=seed)
     collate = TextCollator(tokenizer, max_length, padding)
-    return DataLoader(TextDataset(data.texts, data.targets), batch_sampler=sampler, collate_fn=collate, num_workers=num_workers)
+    dataset = TextDataset(data.texts, data.targets)
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers)

@@ -56,31 +56,36 @@ class Synset:
     hypernyms: tuple[str, ...]
 
 
+def _not_installed(what: str, where: Path, package: str) -> PoolkitError:
+    """The one-line error for a missing Debian data package."""
+    return PoolkitError(
+        f"{what} not found at {where}: install it with 'apt-get install {package}' "
+        "(or use builtin:embedded, which ships with poolkit)"
+    )
+
+
 def read_wordnet(pos: str) -> list[Synset]:
-    """Parse ``WORDNET_DIR/data.<pos>`` (noun, verb, adj, adv) of Debian's ``wordnet-base``, skipping the license header."""
+    """Parse ``WORDNET_DIR/data.<pos>`` (noun, verb, adj, adv) of Debian's wordnet-base, skipping the license header."""
     path = WORDNET_DIR / f"data.{pos}"
     if not path.is_file():
-        raise PoolkitError(
-            f"WordNet not found at {WORDNET_DIR} (no data.{pos}): install it with 'apt-get install wordnet-base' "
-            "(or use builtin:embedded, which ships with poolkit)"
-        )
+        raise _not_installed("WordNet", WORDNET_DIR, "wordnet-base")
     synsets = []
     with path.open(encoding="utf-8") as f:
         for line in f:
             if line.startswith("  "):
                 continue
             head, _, gloss = line.partition(" | ")
-            fields = head.split()
-            n_words = int(fields[3], 16)
-            p_at = 4 + 2 * n_words
+            fields = head.split()  # offset lex_filenum ss_type w_cnt (word lex_id)* p_cnt (symbol offset pos st)*
+            p_at = 4 + 2 * int(fields[3], 16)
             pointers = fields[p_at + 1 : p_at + 1 + 4 * int(fields[p_at])]
             hypernyms = tuple(pointers[i + 1] for i in range(0, len(pointers), 4) if pointers[i] in HYPERNYM_POINTERS)
-            synsets.append(Synset(fields[0], LEXNAMES[int(fields[1])], fields[4].replace("_", " "), gloss.strip(), hypernyms))
+            lemma = fields[4].replace("_", " ")
+            synsets.append(Synset(fields[0], LEXNAMES[int(fields[1])], lemma, gloss.strip(), hypernyms))
     return synsets
 
 
 def hypernym_depths(synsets: list[Synset]) -> dict[str, int]:
-    """Shortest number of hypernym / instance-hypernym edges from each synset up to a root (breadth-first from the roots)."""
+    """Fewest hypernym / instance-hypernym edges from each synset up to a root (breadth-first down from the roots)."""
     children: dict[str, list[str]] = {s.offset: [] for s in synsets}
     for s in synsets:
         for parent in s.hypernyms:
@@ -96,31 +101,13 @@ def hypernym_depths(synsets: list[Synset]) -> dict[str, int]:
     return depth
 
 
-def _wordnet_supersense() -> TableData:
-    """All 117k synsets: gloss -> one of 45 supersenses (lexicographer files)."""
-    synsets = [s for pos in ("noun", "verb", "adj", "adv") for s in read_wordnet(pos)]
-    names = sorted({s.lexname for s in synsets})
-    index = {n: i for i, n in enumerate(names)}
-    targets = np.array([index[s.lexname] for s in synsets], dtype=np.int64)
-    return TableData([s.gloss for s in synsets], targets, "classification", names, ("label",), "text", f"{WORDNET_DIR}/data.*")
-
-
-def _wordnet_depth() -> TableData:
-    """The 82k noun synsets: gloss -> hypernym depth (float32 (N, 1))."""
-    synsets = read_wordnet("noun")
-    depth = hypernym_depths(synsets)
-    targets = np.array([[depth[s.offset]] for s in synsets], dtype=np.float32)
-    return TableData([s.gloss for s in synsets], targets, "regression", None, ("depth",), "text", f"{WORDNET_DIR}/data.noun")
-
-
 def read_fortunes() -> list[tuple[str, str]]:
-    """(text, category) for every entry in ``FORTUNES_DIR`` (Debian ``fortunes``); '%' lines separate entries, the file is the category."""
-    files = sorted(p for p in FORTUNES_DIR.glob("*") if p.is_file() and not p.is_symlink() and p.suffix not in (".dat", ".u8"))
+    """(text, category) per entry in ``FORTUNES_DIR`` (Debian fortunes): '%' lines separate entries, file = category."""
+    files = sorted(
+        p for p in FORTUNES_DIR.glob("*") if p.is_file() and not p.is_symlink() and p.suffix not in (".dat", ".u8")
+    )
     if not files:
-        raise PoolkitError(
-            f"fortunes not found at {FORTUNES_DIR}: install them with 'apt-get install fortunes' "
-            "(or use builtin:embedded, which ships with poolkit)"
-        )
+        raise _not_installed("fortunes", FORTUNES_DIR, "fortunes")
     entries = []
     for path in files:
         text = re.sub("_+\x08+|.\x08", "", path.read_text(encoding="utf-8", errors="replace"))  # drop overstrikes
@@ -128,13 +115,33 @@ def read_fortunes() -> list[tuple[str, str]]:
     return entries
 
 
+def _classification(texts: list[str], labels: list[str], source: str) -> TableData:
+    """TableData with class ids into the sorted distinct labels."""
+    names = sorted(set(labels))
+    index = {n: i for i, n in enumerate(names)}
+    targets = np.array([index[lab] for lab in labels], dtype=np.int64)
+    return TableData(texts, targets, "classification", names, ("label",), "text", source)
+
+
+def _wordnet_supersense() -> TableData:
+    """All 117k synsets: gloss -> one of 45 supersenses (lexicographer files)."""
+    synsets = [s for pos in ("noun", "verb", "adj", "adv") for s in read_wordnet(pos)]
+    return _classification([s.gloss for s in synsets], [s.lexname for s in synsets], f"{WORDNET_DIR}/data.*")
+
+
+def _wordnet_depth() -> TableData:
+    """The 82k noun synsets: gloss -> hypernym depth, float32 (N, 1)."""
+    synsets = read_wordnet("noun")
+    depth = hypernym_depths(synsets)
+    targets = np.array([[depth[s.offset]] for s in synsets], dtype=np.float32)
+    texts = [s.gloss for s in synsets]
+    return TableData(texts, targets, "regression", None, ("depth",), "text", f"{WORDNET_DIR}/data.noun")
+
+
 def _fortunes() -> TableData:
     """Fortune cookies -> their category file (43 categories, ~15k entries)."""
     entries = read_fortunes()
-    names = sorted({c for _, c in entries})
-    index = {n: i for i, n in enumerate(names)}
-    targets = np.array([index[c] for _, c in entries], dtype=np.int64)
-    return TableData([t for t, _ in entries], targets, "classification", names, ("label",), "text", str(FORTUNES_DIR))
+    return _classification([t for t, _ in entries], [c for _, c in entries], str(FORTUNES_DIR))
 
 
 def _embedded(filename: str, target: str, task: str) -> Callable[[], TableData]:
@@ -150,27 +157,41 @@ def _embedded(filename: str, target: str, task: str) -> Callable[[], TableData]:
 
 
 _WORDNET = "WordNet 3.0 (Princeton University), Debian package wordnet-base"
+_SHIPPED = "nothing: ships with poolkit"
 _DATASETS: dict[str, tuple[DatasetInfo, Callable[[], TableData]]] = {
     info.name: (info, loader)
     for info, loader in [
         (
-            DatasetInfo("embedded", "classification", "3,000 WordNet glosses -> supersense (45 classes)", _WORDNET, "nothing: ships with poolkit"),
+            DatasetInfo(
+                "embedded", "classification", "3,000 WordNet glosses -> supersense (45 classes)", _WORDNET, _SHIPPED
+            ),
             _embedded("wordnet_supersense.csv.gz", "label", "classification"),
         ),
         (
-            DatasetInfo("embedded-depth", "regression", "2,000 WordNet noun glosses -> hypernym depth", _WORDNET, "nothing: ships with poolkit"),
+            DatasetInfo(
+                "embedded-depth", "regression", "2,000 WordNet noun glosses -> hypernym depth", _WORDNET, _SHIPPED
+            ),
             _embedded("wordnet_depth.csv.gz", "depth", "regression"),
         ),
         (
-            DatasetInfo("wordnet-supersense", "classification", "117k WordNet glosses -> supersense (45 classes)", _WORDNET, "apt-get install wordnet-base"),
+            DatasetInfo(
+                "wordnet-supersense", "classification", "117k WordNet glosses -> supersense (45 classes)",
+                _WORDNET, "apt-get install wordnet-base",
+            ),
             _wordnet_supersense,
         ),
         (
-            DatasetInfo("wordnet-depth", "regression", "82k WordNet noun glosses -> hypernym depth", _WORDNET, "apt-get install wordnet-base"),
+            DatasetInfo(
+                "wordnet-depth", "regression", "82k WordNet noun glosses -> hypernym depth",
+                _WORDNET, "apt-get install wordnet-base",
+            ),
             _wordnet_depth,
         ),
         (
-            DatasetInfo("fortunes", "classification", "15k fortune cookies -> category file (43 classes)", "Debian package fortunes", "apt-get install fortunes"),
+            DatasetInfo(
+                "fortunes", "classification", "15k fortune cookies -> category file (43 classes)",
+                "Debian package fortunes", "apt-get install fortunes",
+            ),
             _fortunes,
         ),
     ]
@@ -183,7 +204,7 @@ def list_datasets() -> list[DatasetInfo]:
 
 
 def load_builtin(name: str, limit: int | None = None, seed: int = 0) -> TableData:
-    """Load ``builtin:NAME`` (prefix optional); ``limit`` keeps a deterministic stratified subsample of that many rows."""
+    """Load ``builtin:NAME`` (prefix optional); ``limit`` keeps a deterministic stratified subsample of that size."""
     name = name.removeprefix(PREFIX)
     if name not in _DATASETS:
         raise PoolkitError(
@@ -195,7 +216,7 @@ def load_builtin(name: str, limit: int | None = None, seed: int = 0) -> TableDat
 
 
 def load_data(spec: str, limit: int | None = None, seed: int = 0, **table_args) -> TableData:
-    """``builtin:NAME`` -> :func:`load_builtin`, anything else is a file path for :func:`load_table` (``table_args``)."""
+    """``builtin:NAME`` -> :func:`load_builtin`; anything else is a path for :func:`load_table` (``table_args``)."""
     if spec.startswith(PREFIX):
         return load_builtin(spec, limit, seed)
     data = load_table(spec, **table_args)

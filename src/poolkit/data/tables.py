@@ -148,7 +148,7 @@ def _check_columns(df: pd.DataFrame, path: Path, text_col: str, target_cols: tup
 
 
 def _rows(mask: np.ndarray) -> str:
-    """'3 rows (2, 5, 9)' for a boolean mask, rows counted from 1 without the header."""
+    """'3 rows (2, 5, 9; row 1 = first data row)' for a boolean mask: rows count from 1, the header excluded."""
     rows = (np.flatnonzero(mask) + 1).tolist()
     shown = ", ".join(map(str, rows[:5])) + (f", ... {len(rows) - 5} more" if len(rows) > 5 else "")
     return f"{len(rows)} row{'s' * (len(rows) > 1)} ({shown}; row 1 = first data row)"
@@ -166,14 +166,15 @@ def _texts(col: pd.Series, name: str) -> list[str]:
 
 
 def _infer_task(col: pd.Series) -> str:
-    """Classification for non-numeric labels or few integer values (<= MAX_CLASSES and < half the rows), else regression."""
+    """Classification for non-numeric labels or few integers (<= MAX_CLASSES and < half the rows), else regression."""
     if pd.api.types.is_bool_dtype(col) or not pd.api.types.is_numeric_dtype(col):
         _reject_numeric_looking(col)
         return "classification"
     values = col.dropna().to_numpy(dtype=np.float64)
     distinct = np.unique(values)
     integral = bool(np.all(np.isfinite(values)) and np.all(values == np.round(values)))
-    return "classification" if integral and len(distinct) <= MAX_CLASSES and len(distinct) < len(col) / 2 else "regression"
+    few = len(distinct) <= MAX_CLASSES and len(distinct) < len(col) / 2
+    return "classification" if integral and few else "regression"
 
 
 def _reject_numeric_looking(col: pd.Series) -> None:
@@ -241,7 +242,7 @@ def _reject_unknown(unknown: list[str], name: str, names: list[str]) -> None:
 def _multilabel(
     df: pd.DataFrame, cols: tuple[str, ...], label_names: Sequence[str] | None
 ) -> tuple[np.ndarray, list[str]]:
-    """float32 (N, C) 0/1 from several 0/1 columns, or from one column of labels joined by '|' or ','."""
+    """float32 (N, C) 0/1 from several 0/1 columns, or one column of label lists or labels joined by '|' or ','."""
     if len(cols) > 1:
         for c in cols:
             values = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
@@ -251,7 +252,7 @@ def _multilabel(
         return df[list(cols)].to_numpy(dtype=np.float32), list(cols)
     col = df[cols[0]]
     sep = "|" if col.astype(str).str.contains("|", regex=False).any() else ","
-    sets = [[] if pd.isna(v) else [s.strip() for s in str(v).split(sep) if s.strip()] for v in col]
+    sets = [_label_set(v, sep) for v in col]
     names = list(label_names) if label_names is not None else sorted({lab for s in sets for lab in s})
     index = {n: i for i, n in enumerate(names)}
     _reject_unknown([lab for s in sets for lab in s if lab not in index], cols[0], names)
@@ -266,10 +267,17 @@ def _multilabel(
     return targets, names
 
 
+def _label_set(value, sep: str) -> list[str]:
+    """Labels of one multilabel cell: a list (JSON, Parquet), a joined string, or empty."""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [] if pd.isna(value) else [s.strip() for s in str(value).split(sep) if s.strip()]
+
+
 def decode_labels(
     predictions: np.ndarray, label_names: Sequence[str], multilabel: bool = False, threshold: float = 0.5
 ) -> list[str] | list[list[str]]:
-    """Class ids (N,) or scores (N, C) -> label names; multilabel: scores/probabilities (N, C) >= threshold -> name lists."""
+    """Class ids (N,) or scores (N, C) -> names; multilabel: probabilities (N, C) >= threshold -> lists of names."""
     pred = np.asarray(predictions)
     if multilabel:
         return [[label_names[j] for j in np.flatnonzero(row >= threshold)] for row in pred]
@@ -295,7 +303,7 @@ def _shuffled_groups(data: TableData, seed: int) -> list[np.ndarray]:
 
 
 def stratified_sample(data: TableData, n: int, seed: int = 0) -> TableData:
-    """A deterministic subsample of ``n`` rows, proportional per stratum with a floor of n/(3*strata) so rare classes stay."""
+    """Deterministic subsample of ``n`` rows: proportional per stratum, with a floor of n/(3*strata) for rare ones."""
     if n <= 0:
         raise PoolkitError(f"sample size must be a positive number of rows, got {n}")
     if n >= len(data):

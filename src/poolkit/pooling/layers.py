@@ -69,10 +69,11 @@ class WeightedLayerPooler(LayerPooler):
     The "Weighted Layer Pooling" recipe (Kaggle CommonLit; sentence-transformers'
     WeightedLayerPooling): weights start uniform and are normalised by their sum (``normalize="sum"``)
     or by a softmax (``"softmax"``, ELMo's scalar mix, Peters et al. 2018). ``num_layers`` is the
-    encoder's number of transformer layers (``config.num_hidden_layers``).
+    encoder's number of transformer layers (``config.num_hidden_layers``); ``layer_start`` indexes the
+    hidden states (0 = embeddings) and defaults to the recipe's 4, or the last layer on shallower models.
     """
 
-    def __init__(self, hidden_size: int, *, num_layers: int | None = None, layer_start: int = 4,
+    def __init__(self, hidden_size: int, *, num_layers: int | None = None, layer_start: int | None = None,
                  normalize: str = "sum", token_pooler: str | dict[str, Any] = "cls",
                  token_options: dict[str, Any] | None = None, on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, token_pooler=token_pooler, token_options=token_options,
@@ -80,7 +81,9 @@ class WeightedLayerPooler(LayerPooler):
         if not isinstance(num_layers, int) or num_layers < 1:
             raise PoolkitError(f"{self.name} needs num_layers, the encoder's number of transformer layers "
                                f"(config.num_hidden_layers), got {num_layers!r}")
-        if not 0 <= layer_start <= num_layers:
+        if layer_start is None:
+            layer_start = min(4, num_layers)
+        if not isinstance(layer_start, int) or not 0 <= layer_start <= num_layers:
             raise PoolkitError(f"{self.name}: layer_start must be in 0..num_layers={num_layers}, "
                                f"got {layer_start!r}")
         if normalize not in ("sum", "softmax"):

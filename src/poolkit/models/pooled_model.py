@@ -1,0 +1,158 @@
+"""Encoder + poolkit pooler + head as one Hugging Face ``PreTrainedModel``.
+
+``PooledModel.from_encoder("path/or/name", pooling="attention", task="classification", num_labels=5)``
+wraps any ``AutoModel`` encoder; ``save_pretrained`` / ``from_pretrained`` round-trip it (safetensors),
+and given ``labels`` it returns the loss, so the Hugging Face ``Trainer`` works unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
+from transformers.utils import ModelOutput
+
+from ..errors import PoolkitError
+from ..pooling import Pooler, get_pooler, pooler_options
+
+TASKS = ("regression", "classification", "multilabel")
+
+
+class PooledConfig(PretrainedConfig):
+    """Configuration of a :class:`PooledModel`: the encoder's config, the pooler (name + options), the head."""
+
+    model_type = "poolkit"
+    sub_configs = {"encoder": AutoConfig}
+
+    def __init__(self, encoder: PretrainedConfig | dict[str, Any] | None = None, pooling: str = "mean",
+                 pooling_options: dict[str, Any] | None = None, task: str = "regression",
+                 head_dropout: float = 0.1, **kwargs: Any) -> None:
+        if isinstance(encoder, dict):
+            encoder = dict(encoder)
+            encoder = AutoConfig.for_model(encoder.pop("model_type"), **encoder)
+        if task not in TASKS:
+            raise PoolkitError(f"task must be one of {TASKS}, got {task!r}")
+        super().__init__(**kwargs)
+        # Set after the base init, which would otherwise reset the encoder's attention implementation.
+        self.encoder = encoder
+        self.pooling = pooling
+        self.pooling_options = dict(pooling_options or {})
+        self.task = task
+        self.head_dropout = head_dropout
+
+    def to_dict(self) -> dict[str, Any]:
+        output = super().to_dict()
+        if isinstance(self.encoder, PretrainedConfig):
+            output["encoder"] = self.encoder.to_dict()
+        return output
+
+
+@dataclass
+class PooledModelOutput(ModelOutput):
+    """loss (given labels), logits (B, num_labels), pooled (B, pooler.output_dim), weights (if asked)."""
+
+    loss: Tensor | None = None
+    logits: Tensor | None = None
+    pooled: Tensor | None = None
+    weights: Any = None
+
+
+class PooledModel(PreTrainedModel):
+    """Any Hugging Face encoder + a poolkit pooler + a regression / classification / multi-label head.
+
+    The encoder is asked for all hidden states only when the pooler pools over layers.
+    """
+
+    config_class = PooledConfig
+    base_model_prefix = "poolkit"
+    main_input_name = "input_ids"
+    # Attention runs inside the encoder: let it keep the implementation it supports (sdpa, flash, ...).
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+
+    def __init__(self, config: PooledConfig, encoder: PreTrainedModel | None = None) -> None:
+        super().__init__(config)
+        if config.encoder is None:
+            raise PoolkitError("PooledConfig needs the encoder's config: use PooledModel.from_encoder(path)")
+        self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder)
+        self.pooler = build_model_pooler(config)
+        self.dropout = nn.Dropout(config.head_dropout)
+        self.head = nn.Linear(self.pooler.output_dim, config.num_labels)
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # The encoder is initialised (or loaded) by itself and poolers initialise themselves: only the head here.
+        if module is getattr(self, "head", None):
+            nn.init.normal_(module.weight, std=0.02)
+            nn.init.zeros_(module.bias)
+
+    @classmethod
+    def from_encoder(cls, encoder_name_or_path: str, *, pooling: str = "mean",
+                     pooling_options: dict[str, Any] | None = None, task: str = "regression",
+                     num_labels: int = 1, label_names: list[str] | None = None, head_dropout: float = 0.1,
+                     **encoder_kwargs: Any) -> PooledModel:
+        """A new model on a pretrained encoder (local folder or hub name); the pooler and head start fresh."""
+        encoder = AutoModel.from_pretrained(encoder_name_or_path, **encoder_kwargs)
+        extra = {}
+        if label_names is not None:
+            extra["id2label"] = dict(enumerate(label_names))
+        config = PooledConfig(encoder=encoder.config, pooling=pooling, pooling_options=pooling_options,
+                              task=task, num_labels=num_labels, head_dropout=head_dropout, **extra)
+        return cls(config, encoder=encoder)
+
+    @property
+    def needs_hidden_states(self) -> bool:
+        return self.pooler.kind == "layer"
+
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, labels: Tensor | None = None,
+                return_weights: bool = False, **encoder_kwargs: Any) -> PooledModelOutput:
+        pooled, weights = self.pool(input_ids, attention_mask, token_type_ids, **encoder_kwargs)
+        logits = self.head(self.dropout(pooled.to(self.head.weight.dtype)))
+        loss = self.loss(logits, labels) if labels is not None else None
+        return PooledModelOutput(loss=loss, logits=logits, pooled=pooled,
+                                 weights=weights if return_weights else None)
+
+    def pool(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+             token_type_ids: Tensor | None = None, **encoder_kwargs: Any) -> tuple[Tensor, Any]:
+        """Encoder then pooler: -> pooled (B, output_dim) and the pooler's weights."""
+        if token_type_ids is not None:
+            encoder_kwargs["token_type_ids"] = token_type_ids
+        output = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                              output_hidden_states=self.needs_hidden_states, return_dict=True, **encoder_kwargs)
+        states = output.hidden_states if self.needs_hidden_states else output.last_hidden_state
+        return self.pooler(states, attention_mask, return_weights=True)
+
+    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """MSE (regression), cross-entropy (classification) or BCE-with-logits (multilabel)."""
+        task = self.config.task
+        if task == "classification":
+            return nn.functional.cross_entropy(logits.float(), labels.long().view(-1))
+        if task == "multilabel":
+            return nn.functional.binary_cross_entropy_with_logits(logits.float(), labels.float().view_as(logits))
+        return nn.functional.mse_loss(logits.float(), labels.float().view_as(logits))
+
+
+def build_model_pooler(config: PooledConfig) -> Pooler:
+    """The config's pooler, sized to the encoder (num_layers filled in for the poolers that need it)."""
+    options = dict(config.pooling_options)
+    if "num_layers" in pooler_options(config.pooling):
+        options.setdefault("num_layers", config.encoder.num_hidden_layers)
+    return get_pooler(config.pooling, config.encoder.hidden_size, **options)
+
+
+def register_auto_classes() -> None:
+    """Let ``AutoConfig`` / ``AutoModel`` load saved poolkit models by their ``model_type``."""
+    try:
+        AutoConfig.register(PooledConfig.model_type, PooledConfig)
+        AutoModel.register(PooledConfig, PooledModel)
+    except ValueError:  # already registered
+        pass
+
+
+register_auto_classes()

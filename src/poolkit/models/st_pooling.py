@@ -1,0 +1,75 @@
+"""Any poolkit pooler as a sentence-transformers module, in place of ``Pooling``.
+
+    from sentence_transformers import SentenceTransformer, models
+    from poolkit.models.st_pooling import PoolkitPooling
+    word = models.Transformer(path, config_kwargs={"output_hidden_states": True})  # layer poolers only
+    model = SentenceTransformer(modules=[word, PoolkitPooling(word.get_embedding_dimension(), "attention")])
+
+The module saves its config (pooler name + options) as JSON and its weights as safetensors, and
+``SentenceTransformer(saved_dir, trust_remote_code=True)`` loads it back (sentence-transformers >= 6
+asks for ``trust_remote_code`` before importing a module class from outside its own package).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sentence_transformers.base.modules.module import Module
+from torch import Tensor
+
+from ..errors import PoolkitError
+from ..pooling import get_pooler, pooler_options
+
+
+class PoolkitPooling(Module):
+    """Pools ``token_embeddings`` (or ``all_layer_embeddings`` for layer poolers) into ``sentence_embedding``."""
+
+    config_keys = ["embedding_dimension", "pooling", "pooling_options"]
+    config_file_name = "poolkit_config.json"
+
+    def __init__(self, embedding_dimension: int, pooling: str = "mean",
+                 pooling_options: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.embedding_dimension = embedding_dimension
+        self.pooling_options = dict(pooling_options or {})
+        self.pooler = get_pooler(pooling, embedding_dimension, **self.pooling_options)
+        self.pooling = self.pooler.name
+
+    @classmethod
+    def for_transformer(cls, transformer, pooling: str = "mean", **options: Any) -> PoolkitPooling:
+        """Sized for a sentence-transformers ``Transformer`` module (num_layers filled in when needed)."""
+        if "num_layers" in pooler_options(pooling):
+            options.setdefault("num_layers", transformer.auto_model.config.num_hidden_layers)
+        return cls(transformer.get_embedding_dimension(), pooling, options)
+
+    def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        if self.pooler.kind == "layer":
+            states = features.get("all_layer_embeddings")
+            if states is None:
+                raise PoolkitError(f"{self.pooling} needs all hidden states: build the Transformer module with "
+                                   "config_kwargs={'output_hidden_states': True}")
+        else:
+            states = features["token_embeddings"]
+        pooled: Tensor = self.pooler(states, features.get("attention_mask"))
+        features["sentence_embedding"] = pooled
+        return features
+
+    def get_embedding_dimension(self) -> int:
+        return self.pooler.output_dim
+
+    get_sentence_embedding_dimension = get_embedding_dimension
+
+    def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
+        self.save_config(output_path)
+        self.save_torch_weights(output_path, safe_serialization=safe_serialization)
+
+    @classmethod
+    def load(cls, model_name_or_path: str, subfolder: str = "", token: bool | str | None = None,
+             cache_folder: str | None = None, revision: str | None = None, local_files_only: bool = False,
+             **kwargs: Any) -> PoolkitPooling:
+        hub = {"subfolder": subfolder, "token": token, "cache_folder": cache_folder, "revision": revision,
+               "local_files_only": local_files_only}
+        module = cls(**cls.load_config(model_name_or_path, **hub))
+        if any(True for _ in module.parameters()):
+            cls.load_torch_weights(model_name_or_path, model=module, **hub)
+        return module
