@@ -287,3 +287,23 @@ def test_malformed_jsonl(tmp_path):
 
 def test_corrupt_parquet(tmp_path):
     error(write(tmp_path, "data.parquet", "not parquet"), "could not parse data.parquet as PARQUET")
+
+
+def test_fold_splits_cover_every_row_once_and_stratify():
+    import numpy as np
+
+    from poolkit.data import TableData, fold_splits
+
+    targets = np.array([0] * 30 + [1] * 10)
+    data = TableData([f"t{i}" for i in range(40)], targets, "classification", ["a", "b"], ("label",), "text", "x")
+    splits = fold_splits(data, 5, seed=1)
+    seen = np.concatenate([val for _, val in splits])
+    assert sorted(seen.tolist()) == list(range(40))
+    for train, val in splits:
+        assert not set(train) & set(val) and len(train) + len(val) == 40
+        assert (targets[val] == 1).sum() == 2  # 10 of class b spread evenly over 5 folds
+    assert [v.tolist() for _, v in fold_splits(data, 5, seed=1)] == [v.tolist() for _, v in splits]
+    (train, val), = fold_splits(data, 1, val_fraction=0.25)
+    assert len(val) == 10 and len(train) == 30
+    with pytest.raises(PoolkitError, match="too few"):
+        fold_splits(data, 25)

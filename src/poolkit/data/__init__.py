@@ -2,7 +2,8 @@
 
 from poolkit.data.batching import LengthGroupedBatchSampler, TextCollator, TextDataset, make_loader
 from poolkit.data.builtin import DatasetInfo, list_datasets, load_builtin, load_data
-from poolkit.data.tables import TASKS, TableData, decode_labels, load_table, stratified_sample, train_val_split
+from poolkit.data.tables import (TASKS, TableData, decode_labels, fold_splits, load_table, stratified_sample,
+                                 train_val_split)
 
 __all__ = [
     "TASKS",
@@ -12,6 +13,7 @@ __all__ = [
     "TextCollator",
     "TextDataset",
     "decode_labels",
+    "fold_splits",
     "list_datasets",
     "load_builtin",
     "load_data",

@@ -329,3 +329,29 @@ def train_val_split(data: TableData, val_fraction: float = 0.2, seed: int = 0) -
     if not is_val.any():
         raise PoolkitError(f"{len(data)} rows are too few to hold out {val_fraction:.0%} for validation: add rows")
     return data.subset(np.flatnonzero(~is_val)), data.subset(np.flatnonzero(is_val))
+
+
+def fold_splits(data: TableData, folds: int, val_fraction: float = 0.2, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train rows, validation rows) per fold, stratified like :func:`train_val_split`.
+
+    ``folds >= 2``: K-fold, every row validated exactly once (out-of-fold predictions cover the table).
+    ``folds == 1``: one split holding out ``val_fraction``.
+    """
+    if not isinstance(folds, int) or folds < 1:
+        raise PoolkitError(f"--folds must be a positive integer, got {folds!r}")
+    if folds == 1:
+        if not 0.0 < val_fraction < 1.0:
+            raise PoolkitError(f"validation fraction must be between 0 and 1, got {val_fraction}")
+        val = np.sort(np.concatenate([g[: min(round(len(g) * val_fraction), len(g) - 1)]
+                                      for g in _shuffled_groups(data, seed)]))
+        if len(val) == 0:
+            raise PoolkitError(f"{len(data)} rows are too few to hold out {val_fraction:.0%} for validation: add rows")
+        return [(np.setdiff1d(np.arange(len(data)), val), val)]
+    if len(data) < 2 * folds:
+        raise PoolkitError(f"{len(data)} rows are too few for {folds} folds: use fewer --folds or add rows")
+    fold_of = np.empty(len(data), dtype=np.int64)
+    offset = 0
+    for group in _shuffled_groups(data, seed):  # deal each stratum round-robin over the folds
+        fold_of[group] = (np.arange(len(group)) + offset) % folds
+        offset += len(group)
+    return [(np.flatnonzero(fold_of != k), np.flatnonzero(fold_of == k)) for k in range(folds)]

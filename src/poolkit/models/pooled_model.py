@@ -129,13 +129,16 @@ class PooledModel(PreTrainedModel):
         return self.pooler(states, attention_mask, return_weights=True)
 
     def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
-        """MSE (regression), cross-entropy (classification) or BCE-with-logits (multilabel)."""
-        task = self.config.task
-        if task == "classification":
-            return nn.functional.cross_entropy(logits.float(), labels.long().view(-1))
-        if task == "multilabel":
-            return nn.functional.binary_cross_entropy_with_logits(logits.float(), labels.float().view_as(logits))
-        return nn.functional.mse_loss(logits.float(), labels.float().view_as(logits))
+        return task_loss(self.config.task, logits, labels)
+
+
+def task_loss(task: str, logits: Tensor, labels: Tensor) -> Tensor:
+    """MSE (regression), cross-entropy (classification) or BCE-with-logits (multilabel), in float32."""
+    if task == "classification":
+        return nn.functional.cross_entropy(logits.float(), labels.long().view(-1))
+    if task == "multilabel":
+        return nn.functional.binary_cross_entropy_with_logits(logits.float(), labels.float().view_as(logits))
+    return nn.functional.mse_loss(logits.float(), labels.float().view_as(logits))
 
 
 def build_model_pooler(config: PooledConfig) -> Pooler:
