@@ -205,7 +205,7 @@ def test_misspelled_text_column(tmp_path):
 
 def test_misspelled_target_column(tmp_path):
     path = csv(tmp_path, {"text": TEXTS, "labels": LABELS})
-    error(path, "column 'label' not found", "--target", "Did you mean 'labels'?")
+    error(path, "column 'label' not found", "--target-col", "Did you mean 'labels'?")
 
 
 def test_wrong_delimiter_hint(tmp_path):

@@ -1,6 +1,6 @@
 """Load a user's table of texts and targets (CSV, TSV, JSONL, Parquet) into a checked ``TableData``.
 
-Error messages name CLI flags ``--text-col``, ``--target`` and ``--task``; they match the
+Error messages name CLI flags ``--text-col``, ``--target-col`` and ``--task``; they match the
 ``text_col``, ``target_cols`` and ``task`` parameters of :func:`load_table`.
 """
 
@@ -67,7 +67,7 @@ def load_table(
     if task is not None and task not in TASKS:
         raise PoolkitError(f"unknown task {task!r}: use one of {', '.join(TASKS)}.{suggest(task, TASKS)}")
     if not target_cols:
-        raise PoolkitError("no target column given: name at least one with --target")
+        raise PoolkitError("no target column given: name at least one with --target-col")
     df = read_frame(path)
     _check_columns(df, path, text_col, target_cols)
     texts = _texts(df[text_col], text_col)
@@ -79,7 +79,7 @@ def load_table(
         if len(target_cols) > 1:
             raise PoolkitError(
                 f"classification takes one target column, got {len(target_cols)} ({', '.join(target_cols)}): "
-                "pass one --target, or --task multilabel / regression"
+                "pass one --target-col, or --task multilabel / regression"
             )
         targets, names = _classes(df[target_cols[0]], target_cols[0], label_names)
     else:
@@ -134,7 +134,7 @@ def _read(path: Path, fmt: str) -> pd.DataFrame:
 def _check_columns(df: pd.DataFrame, path: Path, text_col: str, target_cols: tuple[str, ...]) -> None:
     """Every named column exists, and the text column is not also a target."""
     available = list(df.columns)
-    for col, flag in [(text_col, "--text-col"), *((c, "--target") for c in target_cols)]:
+    for col, flag in [(text_col, "--text-col"), *((c, "--target-col") for c in target_cols)]:
         if col in available:
             continue
         hint = suggest(col, available)
@@ -144,7 +144,7 @@ def _check_columns(df: pd.DataFrame, path: Path, text_col: str, target_cols: tup
             f"column {col!r} not found in {path.name} (columns: {', '.join(available)}): pass the right {flag}.{hint}"
         )
     if text_col in target_cols:
-        raise PoolkitError(f"column {text_col!r} is both the text and a target: pick different --text-col / --target")
+        raise PoolkitError(f"column {text_col!r} is both the text and a target: pick different --text-col / --target-col")
 
 
 def _rows(mask: np.ndarray) -> str:
@@ -222,7 +222,7 @@ def _classes(col: pd.Series, name: str, label_names: Sequence[str] | None) -> tu
     if label_names is None and len(names) < 2:
         raise PoolkitError(
             f"label column {name!r} has a single class ({names[0]!r}): classification needs at least two; "
-            "check --target, or pass --task regression"
+            "check --target-col, or pass --task regression"
         )
     index = {n: i for i, n in enumerate(names)}
     _reject_unknown([lab for lab in labels if lab not in index], name, names)
@@ -259,7 +259,7 @@ def _multilabel(
     if label_names is None and len(names) < 2:
         raise PoolkitError(
             f"multilabel column {cols[0]!r} has fewer than two labels ({', '.join(names) or 'none'}): "
-            f"separate labels with '|' or ',', or check --target"
+            f"separate labels with '|' or ',', or check --target-col"
         )
     targets = np.zeros((len(sets), len(names)), dtype=np.float32)
     for row, s in enumerate(sets):

@@ -27,6 +27,14 @@ def resolve_model(name_or_path: str | None) -> str:
     return str(name_or_path)
 
 
+def model_label(name_or_path: str | None) -> str:
+    """A short display name: the default's name, or the folder / hub name."""
+    path = resolve_model(name_or_path)
+    if path == resolve_model(None):
+        return DEFAULT_MODEL
+    return Path(path).name or path
+
+
 def load_tokenizer(name_or_path: str | None):
     """The model's tokenizer, with a one-line error when it cannot be found."""
     from transformers import AutoTokenizer

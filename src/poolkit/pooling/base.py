@@ -165,14 +165,21 @@ def pooler_options(name: str) -> dict[str, Any]:
     return options
 
 
-def get_pooler(name: str, hidden_size: int, **options: Any) -> Pooler:
-    """Build a registered pooler: ``get_pooler("attention", hidden_size=384, attn_size=256)``."""
+def check_options(name: str, options: dict[str, Any]) -> str:
+    """The canonical name, after checking that every option is one the pooler accepts (values are checked
+    when the pooler is built)."""
     canonical = resolve_name(name)
     accepted = pooler_options(canonical)
     for key in options:
         if key not in accepted:
             raise PoolkitError(f"pooler {canonical!r} has no option {key!r}.{suggest(key, accepted)} "
                                f"Its options: {', '.join(accepted) or 'none'}")
+    return canonical
+
+
+def get_pooler(name: str, hidden_size: int, **options: Any) -> Pooler:
+    """Build a registered pooler: ``get_pooler("attention", hidden_size=384, attn_size=256)``."""
+    canonical = check_options(name, options)
     try:
         pooler = _REGISTRY[canonical](hidden_size, **options)
     except TypeError as err:  # e.g. a list where an int belongs

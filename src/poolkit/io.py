@@ -1,0 +1,64 @@
+"""Writing outputs without ever losing data: atomic files (temp + rename) and out-dirs that refuse to overwrite."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from .errors import PoolkitError
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
+    """Write through ``write(tmp_path)`` to a temp file beside ``path``, then rename it over ``path``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, default=_jsonable) + "\n")
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return value.tolist()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def prepare_out_dir(out: str | os.PathLike, force: bool, outputs: Iterable[str], flag: str = "--out") -> Path:
+    """Create ``out`` if needed; refuse (without ``force``) when it already holds any of ``outputs``."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise PoolkitError(f"{flag} {out} exists and is not a directory: choose another {flag}")
+    existing = [name for name in outputs if (out / name).exists()]
+    if existing and not force:
+        raise PoolkitError(f"{out} already holds {', '.join(existing)}: pass --force to overwrite, or choose "
+                           f"another {flag}")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def refuse_overwrite(path: str | os.PathLike, force: bool, flag: str = "--out") -> Path:
+    """A file path that may be written: refuse an existing file unless ``force``."""
+    path = Path(path)
+    if path.exists() and not force:
+        raise PoolkitError(f"{path} already exists: pass --force to overwrite it, or choose another {flag}")
+    if not path.parent.exists():
+        raise PoolkitError(f"the folder of {flag} {path} does not exist: create {path.parent} first")
+    return path

@@ -1,0 +1,188 @@
+"""Compare poolers on a frozen encoder: train pooler + head on cached hidden states, K-fold.
+
+The encoder runs once (:mod:`poolkit.training.features`); every pooler then trains on the same
+cached layers with the same folds, seeds, optimiser and early stopping, so the leaderboard ranks
+the poolers and nothing else.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..data.batching import LengthGroupedBatchSampler
+from ..data.tables import TableData, fold_splits
+from ..errors import PoolkitError
+from ..models.pooled_model import task_loss
+from ..pooling import Pooler, build_pooler, pooler_options
+from .features import FeatureCache
+from .metrics import compute_metrics, primary_metric
+
+
+@dataclass
+class ProbeConfig:
+    """How every pooler is trained on the cached features (the same for all of them)."""
+
+    folds: int = 5
+    epochs: int = 20
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    patience: int = 3
+    head_dropout: float = 0.1
+    val_fraction: float = 0.2
+    seed: int = 0
+
+
+@dataclass
+class ProbeResult:
+    """One pooler's cross-validated result: per-fold metrics, out-of-fold outputs, size and cost."""
+
+    pooler: str
+    options: dict[str, Any]
+    metric: str
+    fold_metrics: list[dict[str, float]]
+    oof: np.ndarray
+    params: int
+    seconds: float
+    epochs_run: list[int] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """The pooler's name, with its options when it has any (e.g. ``weighted_layer(token_pooler=mean)``)."""
+        if not self.options:
+            return self.pooler
+        return f"{self.pooler}(" + ", ".join(f"{k}={v}" for k, v in self.options.items()) + ")"
+
+    def summary(self, name: str | None = None) -> dict[str, float]:
+        values = np.array([m[name or self.metric] for m in self.fold_metrics])
+        return {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
+
+
+class ProbeModel(nn.Module):
+    """pooler -> dropout -> Linear head, trained on cached hidden states."""
+
+    def __init__(self, pooler: Pooler, n_outputs: int, dropout: float) -> None:
+        super().__init__()
+        self.pooler = pooler
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(pooler.output_dim, n_outputs)
+
+    def forward(self, states: list[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+        return self.head(self.dropout(self.pooler(states, mask)))
+
+
+def pooler_for_cache(spec: str | dict[str, Any], cache: FeatureCache) -> Pooler:
+    """A pooler sized to the cached encoder (``num_layers`` filled in for the poolers that need it)."""
+    spec = {"name": spec} if isinstance(spec, str) else dict(spec)
+    if "num_layers" in pooler_options(spec["name"]):
+        spec.setdefault("num_layers", cache.num_layers)
+    return build_pooler(spec, cache.hidden_size)
+
+
+class _Targets:
+    """Training targets as tensors; regression targets standardised on the training rows (undone on output)."""
+
+    def __init__(self, data: TableData, train_rows: np.ndarray) -> None:
+        self.task = data.task
+        values = data.targets
+        if self.task == "regression":
+            self.mean = values[train_rows].mean(axis=0)
+            self.std = values[train_rows].std(axis=0) + 1e-8
+            values = (values - self.mean) / self.std
+        self.values = torch.from_numpy(np.ascontiguousarray(values))
+
+    def outputs(self, raw: np.ndarray) -> np.ndarray:
+        return raw * self.std + self.mean if self.task == "regression" else raw
+
+
+def _predict(model: ProbeModel, cache: FeatureCache, rows: np.ndarray, batch_size: int, all_layers: bool) -> np.ndarray:
+    model.eval()
+    outputs = []
+    sampler = LengthGroupedBatchSampler(cache.lengths[rows], batch_size, shuffle=False)
+    with torch.inference_mode():
+        for batch in sampler:
+            states, mask = cache.batch(rows[batch], all_layers)
+            outputs.append(model(states, mask).float())
+    return sampler.restore(torch.cat(outputs)).numpy()
+
+
+def train_fold(spec: str | dict[str, Any], cache: FeatureCache, data: TableData, train_rows: np.ndarray,
+               val_rows: np.ndarray, config: ProbeConfig, seed: int) -> tuple[np.ndarray, dict[str, float], int, int]:
+    """Train one pooler + head on one fold with early stopping -> (val outputs, val metrics, epochs, params)."""
+    torch.manual_seed(seed)
+    pooler = pooler_for_cache(spec, cache)
+    model = ProbeModel(pooler, data.n_outputs, config.head_dropout)
+    all_layers = pooler.kind == "layer"
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    targets = _Targets(data, train_rows)
+    metric = primary_metric(data.task, data.n_outputs if data.task == "regression" else 1)
+    sampler = LengthGroupedBatchSampler(cache.lengths[train_rows], config.batch_size, shuffle=True, seed=seed)
+    best, best_state, best_outputs, stale, epochs_run = None, None, None, 0, 0
+    for _ in range(config.epochs):
+        model.train()
+        for batch in sampler:
+            rows = train_rows[batch]
+            states, mask = cache.batch(rows, all_layers)
+            loss = task_loss(data.task, model(states, mask), targets.values[rows])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        epochs_run += 1
+        outputs = targets.outputs(_predict(model, cache, val_rows, config.batch_size * 2, all_layers))
+        score = compute_metrics(data.task, outputs, data.targets[val_rows], data.n_outputs)[metric.name]
+        if best is None or metric.better(score, best):
+            best, best_state, best_outputs, stale = score, copy.deepcopy(model.state_dict()), outputs, 0
+        else:
+            stale += 1
+            if stale >= config.patience:
+                break
+    model.load_state_dict(best_state)
+    params = sum(p.numel() for p in model.parameters())
+    return best_outputs, compute_metrics(data.task, best_outputs, data.targets[val_rows], data.n_outputs), epochs_run, params
+
+
+def probe_pooler(spec: str | dict[str, Any], cache: FeatureCache, data: TableData, config: ProbeConfig,
+                 splits: list[tuple[np.ndarray, np.ndarray]] | None = None) -> ProbeResult:
+    """K-fold cross-validation of one pooler on the cached features."""
+    if len(cache) != len(data):
+        raise PoolkitError(f"the feature cache has {len(cache)} rows but the data has {len(data)}")
+    splits = splits or fold_splits(data, config.folds, config.val_fraction, config.seed)
+    spec = {"name": spec} if isinstance(spec, str) else dict(spec)
+    metric = primary_metric(data.task, data.n_outputs if data.task == "regression" else 1)
+    oof = np.full((len(data), data.n_outputs), np.nan, dtype=np.float32)
+    fold_metrics, epochs, params = [], [], 0
+    start = time.perf_counter()
+    for fold, (train_rows, val_rows) in enumerate(splits):
+        outputs, metrics, ran, params = train_fold(spec, cache, data, train_rows, val_rows, config, config.seed + fold)
+        oof[val_rows] = outputs
+        fold_metrics.append(metrics)
+        epochs.append(ran)
+    options = {k: v for k, v in spec.items() if k != "name"}
+    return ProbeResult(spec["name"], options, metric.name, fold_metrics, oof, params,
+                       time.perf_counter() - start, epochs)
+
+
+def compare_poolers(specs: list[str | dict[str, Any]], cache: FeatureCache, data: TableData, config: ProbeConfig,
+                    on_result: Callable[[ProbeResult], None] | None = None) -> list[ProbeResult]:
+    """Every pooler on the same folds; results ranked best first by the task's primary metric."""
+    splits = fold_splits(data, config.folds, config.val_fraction, config.seed)
+    results = []
+    for spec in specs:
+        result = probe_pooler(spec, cache, data, config, splits)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    metric = primary_metric(data.task, data.n_outputs if data.task == "regression" else 1)
+    return sorted(results, key=lambda r: r.summary()["mean"], reverse=metric.higher_is_better)
+
+
+def settings(config: ProbeConfig) -> dict[str, Any]:
+    return asdict(config)

@@ -1,0 +1,134 @@
+"""The `poolkit` command end to end on tiny data and a tiny random-init BERT, and every bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from poolkit.cli import main, parse_options
+from tiny_models import tiny_bert_dir
+
+WORDS = ["good", "bad"]
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    return tiny_bert_dir(tmp_path_factory.mktemp("bert"), hidden=32)
+
+
+@pytest.fixture
+def table(tmp_path):
+    rows = [{"text": f"the {WORDS[i % 2]} dog {'ran fast' if i % 3 else 'sat'}", "label": WORDS[i % 2],
+             "score": float(i % 2) + 0.1 * (i % 5)} for i in range(40)]
+    path = tmp_path / "train.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_compare_end_to_end_and_refuses_to_overwrite(capsys, tmp_path, table, bert):
+    out, cache = tmp_path / "cmp", tmp_path / "cache"
+    args = ["compare", "--data", table, "--model", bert, "--poolers", "mean,attention,weighted_layer",
+            "--folds", 2, "--epochs", 2, "--out", out, "--cache-dir", cache]
+    code, stdout, _ = run(capsys, *args)
+    assert code == 0, stdout
+    board = pd.read_csv(out / "leaderboard.csv")
+    assert list(board.columns[:8]) == ["rank", "pooler", "mode", "metric", "mean", "std", "params", "seconds"]
+    assert sorted(board["pooler"]) == ["attention", "mean", "weighted_layer"]
+    assert (board["metric"] == "accuracy").all() and board["mean"].between(0, 1).all()
+    assert board["mean"].is_monotonic_decreasing
+    saved = json.loads((out / "leaderboard.json").read_text())
+    assert saved["settings"]["folds"] == 2 and len(saved["rows"]) == 3
+    assert (out / "leaderboard.png").stat().st_size > 1000
+    assert len(list(cache.iterdir())) == 1  # encoded once
+
+    code, _, err = run(capsys, *args)
+    assert code == 2 and "--force" in err and err.count("\n") == 1
+    code, _, _ = run(capsys, *args, "--force")
+    assert code == 0 and len(list(cache.iterdir())) == 1  # the cache is reused, not rebuilt
+
+
+def test_compare_regression_ranks_by_rmse(capsys, tmp_path, table, bert):
+    out = tmp_path / "reg"
+    code, _, _ = run(capsys, "compare", "--data", table, "--target-col", "score", "--model", bert, "--poolers",
+                     "mean,max", "--folds", 2, "--epochs", 2, "--out", out, "--cache-dir", tmp_path / "c")
+    assert code == 0
+    board = pd.read_csv(out / "leaderboard.csv")
+    assert (board["metric"] == "rmse").all() and board["mean"].is_monotonic_increasing
+
+
+def test_parse_options():
+    assert parse_options(["attn_size=256", "token_pooler=mean", "query_index=[0, 1]", "mlp=false"]) == {
+        "attn_size": 256, "token_pooler": "mean", "query_index": [0, 1], "mlp": False}
+
+
+def test_data_list(capsys):
+    code, out, _ = run(capsys, "data", "list")
+    assert code == 0 and "wordnet-supersense" in out and "embedded" in out
+
+
+def bad_table(tmp_path, name, content, mode="w"):
+    path = tmp_path / name
+    if mode == "wb":
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+@pytest.mark.parametrize("command", ["compare", "train"])
+@pytest.mark.parametrize("case, match", [
+    ("missing_file", "not found|does not exist|no such"),
+    ("misspelled_column", "Did you mean 'label'"),
+    ("empty_file", "empty|no rows"),
+    ("empty_texts", "empty"),
+    ("nan_regression", "not a finite number|missing"),
+    ("single_class", "one class|single class|only one"),
+    ("bad_encoding", "UTF-8"),
+    ("unknown_model", "unknown model|cannot load"),
+    ("unknown_pooler", "unknown pooler"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, table, bert, command, case, match):
+    data, extra, model = table, [], bert
+    if case == "missing_file":
+        data = tmp_path / "nope.csv"
+    elif case == "misspelled_column":
+        extra = ["--target-col", "labl"]
+    elif case == "empty_file":
+        data = bad_table(tmp_path, "empty.csv", "")
+    elif case == "empty_texts":
+        data = bad_table(tmp_path, "blank.csv", "text,label\nhello,a\n  ,b\nworld,b\n")
+    elif case == "nan_regression":
+        data = bad_table(tmp_path, "nan.csv", "text,y\na,1.0\nb,\nc,2.5\nd,3\n")
+        extra = ["--target-col", "y", "--task", "regression"]
+    elif case == "single_class":
+        data = bad_table(tmp_path, "one.csv", "text,label\na,x\nb,x\nc,x\n")
+    elif case == "bad_encoding":
+        data = bad_table(tmp_path, "latin.csv", "text,label\ncaf\xe9,a\nna\xefve,b\n".encode("latin-1"), "wb")
+    elif case == "unknown_model":
+        model = tmp_path / "no-such-model"
+    elif case == "unknown_pooler":
+        extra = ["--poolers", "atention"] if command == "compare" else ["--pooling", "atention"]
+    out = tmp_path / "out"
+    argv = [command, "--data", data, "--model", model, "--out", out, *extra]
+    if command == "compare":
+        argv += ["--cache-dir", tmp_path / "cache", "--folds", 2, "--epochs", 1]
+    code, _, err = run(capsys, *argv)
+    assert code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    import re
+    assert re.search(match, err, re.IGNORECASE), err
+    assert not any(out.glob("leaderboard*")) and not any(out.glob("fold_*"))
+
+
+def test_debug_shows_the_traceback(tmp_path, table, bert):
+    with pytest.raises(Exception, match="unknown pooler"):
+        main(["--debug", "compare", "--data", str(table), "--model", bert, "--poolers", "nope", "--out",
+              str(tmp_path / "o")])
