@@ -7,7 +7,7 @@ TORCH_PIN := torch==2.13.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install dev system-data demo test test-fast bench clean
+.PHONY: install dev system-data demo zoo test test-fast bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,13 @@ system-data:
 	  else echo "note: run 'sudo apt-get install wordnet-base fortunes' for builtin:wordnet-* and builtin:fortunes"; fi; \
 	fi
 
+# The main job on the packaged encoder and the embedded WordNet subset: a leaderboard of poolers.
 demo: install
-	$(PY) -m poolkit.demo
+	$(VENV)/bin/poolkit compare --out runs/demo --force
+
+# Every pooler on the packaged MiniLM's hidden states: output dims, parameters, time per call.
+zoo: install
+	$(VENV)/bin/poolkit zoo
 
 test: dev system-data
 	$(PY) -m pytest -q -n 2

@@ -132,3 +132,44 @@ def test_debug_shows_the_traceback(tmp_path, table, bert):
     with pytest.raises(Exception, match="unknown pooler"):
         main(["--debug", "compare", "--data", str(table), "--model", bert, "--poolers", "nope", "--out",
               str(tmp_path / "o")])
+
+
+def test_train_then_predict_end_to_end(capsys, tmp_path, table, bert):
+    out = tmp_path / "model"
+    code, stdout, err = run(capsys, "train", "--data", table, "--model", bert, "--pooling", "attention",
+                            "--pooling-opt", "attn_size=16", "--folds", 2, "--epochs", 2, "--batch-size", 8,
+                            "--lr", 1e-3, "--out", out)
+    assert code == 0, err
+    assert "accuracy" in stdout
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["primary_metric"] == "accuracy" and metrics["n_folds"] == 2
+    assert metrics["config"]["pooling_options"] == {"attn_size": 16}
+    assert sorted(p.name for p in out.glob("fold_*")) == ["fold_0", "fold_1"]
+    assert len(pd.read_csv(out / "oof.csv")) == 40
+
+    test = tmp_path / "test.csv"
+    pd.DataFrame({"id": [7, 8, 9], "text": ["the good dog", "the bad dog sat", "a dog"]}).to_csv(test, index=False)
+    preds = tmp_path / "preds.csv"
+    code, stdout, err = run(capsys, "predict", "--model", out, "--data", test, "--out", preds)
+    assert code == 0, err
+    frame = pd.read_csv(preds)
+    assert list(frame["id"]) == [7, 8, 9]  # the input's rows and columns, in order
+    assert set(frame["prediction"]) <= {"good", "bad"}
+    probs = frame[["prob_bad", "prob_good"]].to_numpy()
+    assert abs(probs.sum(axis=1) - 1).max() < 1e-5
+
+    before = preds.read_bytes()
+    code, _, err = run(capsys, "predict", "--model", out, "--data", test, "--out", preds)
+    assert code == 2 and "--force" in err and preds.read_bytes() == before
+    assert run(capsys, "predict", "--model", out, "--data", test, "--out", preds, "--force")[0] == 0
+    code, _, err = run(capsys, "predict", "--model", tmp_path, "--data", test, "--out", tmp_path / "p2.csv")
+    assert code == 2 and "no trained model" in err
+
+
+def test_train_refuses_an_existing_out_and_resumes(capsys, tmp_path, table, bert):
+    out = tmp_path / "m"
+    base = ["train", "--data", table, "--model", bert, "--epochs", 1, "--batch-size", 8, "--out", out]
+    assert run(capsys, *base)[0] == 0
+    code, _, err = run(capsys, *base)
+    assert code == 2 and "--force" in err and "--resume" in err
+    assert run(capsys, *base, "--resume")[0] == 0  # nothing left to do: the finished fold is kept

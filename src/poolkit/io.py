@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -19,18 +20,22 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
     os.close(fd)
     try:
         write(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+def atomic_write_content(path: str | os.PathLike, content: str | bytes) -> None:
+    """Text (UTF-8) or bytes to ``path``, atomically."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, default=_jsonable) + "\n")
+    atomic_write_content(path, json.dumps(obj, indent=2, default=_jsonable) + "\n")
 
 
 def _jsonable(value: Any) -> Any:
@@ -62,3 +67,36 @@ def refuse_overwrite(path: str | os.PathLike, force: bool, flag: str = "--out") 
     if not path.parent.exists():
         raise PoolkitError(f"the folder of {flag} {path} does not exist: create {path.parent} first")
     return path
+
+
+# -- folders: build under a temporary name, then rename into place ---------------------------------
+TMP_SUFFIX = ".tmp"
+OLD_SUFFIX = ".old"
+
+
+def temp_dir(dest: Path, create: bool = True) -> Path:
+    """The folder next to ``dest`` to build its new version in (the same name on every process);
+    ``create`` (on one process) makes it empty."""
+    tmp = dest.with_name(dest.name + TMP_SUFFIX)
+    if create:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    return tmp
+
+
+def replace_dir(tmp: Path, dest: Path) -> None:
+    """Move the finished folder ``tmp`` to ``dest``; an existing ``dest`` is parked as ``<dest>.old``, then removed."""
+    old = dest.with_name(dest.name + OLD_SUFFIX)
+    shutil.rmtree(old, ignore_errors=True)
+    if dest.exists():
+        os.rename(dest, old)
+    os.rename(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def existing_dir(dest: Path) -> Path | None:
+    """``dest``, or its parked ``.old`` version when a crash hit between the two renames of :func:`replace_dir`."""
+    for path in (dest, dest.with_name(dest.name + OLD_SUFFIX)):
+        if path.is_dir():
+            return path
+    return None

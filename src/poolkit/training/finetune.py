@@ -1,0 +1,576 @@
+"""Fine-tuning encoder + pooler + head (``poolkit train``), on one device or many through Hugging Face accelerate.
+
+The same code runs alone or under ``accelerate launch --num_processes N`` (DDP, multi-GPU / multi-node; on
+CPUs: ``ACCELERATE_USE_CPU=1 torchrun --nproc_per_node N``, gloo). Each global batch of ``batch_size`` rows is
+split across the processes (``split_batches``), every process draws the same length-grouped batch order, and
+the learning-rate schedule counts optimizer steps, so N processes train like one: the same up to float noise
+when dropout is off and the training rows fill whole batches (accelerate completes a short last batch with
+repeated rows). DDP looks for unused parameters because encoders compute parts the loss never reaches (BERT's
+own CLS pooler). Several nodes need a shared output folder: every process writes its RNG state there.
+
+Output folder::
+
+    fold_K/             the fold's best model (PooledModel + tokenizer save_pretrained), poolkit_train.json
+                        (task, labels, target columns, config, metrics, history) and val_outputs.npz
+                        (validation rows, raw head outputs); it appears, renamed into place, only when finished
+    fold_K.partial/     a fold in training: best/ (best checkpoint so far) and .state/ (resume state of the
+                        last finished epoch: weights, optimizer, scheduler, RNG states, progress.json)
+    oof.csv             out-of-fold predictions (with folds=1: the validation rows only)
+    metrics.json        per-fold metrics, mean and std over folds, metrics of the pooled out-of-fold outputs
+    train.log           epochs, evaluations and metrics (appended as training goes)
+
+Files are written atomically (:mod:`poolkit.training.checkpoint`), only by the main process. ``--resume``
+restores the state of the last finished epoch (evaluations after it are redone) and needs the same settings
+and data; it ends with the result of the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from accelerate import Accelerator, PartialState
+from accelerate.logging import get_logger
+from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, parse_flag_from_env, set_seed
+from torch.utils.data import DataLoader, Sampler
+from tqdm.auto import tqdm
+from transformers import AutoTokenizer, get_scheduler
+from transformers.utils import logging as hf_logging
+
+from ..data import LengthGroupedBatchSampler, TableData, TextCollator, TextDataset, fold_splits
+from ..data.batching import PADDINGS
+from ..errors import PoolkitError
+from ..models import PooledModel
+from ..models.encoders import load_tokenizer, resolve_model
+from ..io import atomic_write_content, existing_dir, replace_dir, temp_dir
+from .metrics import compute_metrics, primary_metric, sigmoid, softmax
+from .optim import TRAIN_ONLY, freeze, param_groups
+
+SCHEDULERS = ("linear", "cosine")
+PRECISIONS = ("auto", "no", "fp16", "bf16")
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+META = "poolkit_train.json"
+VAL_OUTPUTS = "val_outputs.npz"
+RESULTS = ("oof.csv", "metrics.json", "train.log")
+FOLD_KEYS = ("fold", "metrics", "best_epoch", "best_step", "epochs_run", "stopped_early", "train_rows", "val_rows",
+             "seconds", "history")
+_FOLD_DIR = re.compile(r"fold_(\d+)")
+
+logger = get_logger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of a fine-tuning run (``poolkit train`` options); ``patience=0`` never stops early."""
+
+    model: str | None = None
+    pooling: str = "mean"
+    pooling_options: dict[str, Any] = field(default_factory=dict)
+    folds: int = 1
+    val_fraction: float = 0.2
+    epochs: int = 3
+    batch_size: int = 32
+    lr: float = 5e-5
+    pooler_lr: float = 1e-3
+    layer_decay: float = 0.9
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    scheduler: str = "linear"
+    grad_accum: int = 1
+    max_grad_norm: float = 1.0
+    mixed_precision: str = "auto"
+    max_length: int = 256
+    patience: int = 2
+    eval_every: int | None = None
+    seed: int = 42
+    train_only: str = "all"
+    head_dropout: float = 0.1
+    padding: str = "longest"
+    _stop_after_epochs: int | None = field(default=None, repr=False)  # tests: raise KeyboardInterrupt after N epochs
+
+    def to_dict(self) -> dict[str, Any]:
+        """The public settings, JSON-ready."""
+        return json.loads(json.dumps({f.name: getattr(self, f.name) for f in fields(self)
+                                      if not f.name.startswith("_")}))
+
+    def check(self) -> None:
+        """Raise a one-line PoolkitError naming the first bad setting."""
+        rules = [("folds", self.folds >= 1, "at least 1"), ("epochs", self.epochs >= 1, "at least 1"),
+                 ("batch_size", self.batch_size >= 1, "at least 1"), ("grad_accum", self.grad_accum >= 1, "at least 1"),
+                 ("max_length", self.max_length >= 1, "at least 1"), ("patience", self.patience >= 0, "0 or more"),
+                 ("eval_every", self.eval_every is None or self.eval_every >= 1, "at least 1 step"),
+                 ("warmup_ratio", 0 <= self.warmup_ratio < 1, "in [0, 1)"),
+                 ("layer_decay", 0 < self.layer_decay <= 1, "in (0, 1]"),
+                 ("scheduler", self.scheduler in SCHEDULERS, f"one of {', '.join(SCHEDULERS)}"),
+                 ("mixed_precision", self.mixed_precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
+                 ("train_only", self.train_only in TRAIN_ONLY, f"one of {', '.join(TRAIN_ONLY)}"),
+                 ("padding", self.padding in PADDINGS, f"one of {', '.join(PADDINGS)}")]
+        for name, ok, rule in rules:
+            if not ok:
+                raise PoolkitError(f"--{name.replace('_', '-')} must be {rule}, got {getattr(self, name)!r}")
+
+
+@dataclass
+class Progress:
+    """Where a fold's training stands; saved with each epoch's state (progress.json) for ``--resume``."""
+
+    epoch: int = 0
+    step: int = 0
+    best: float | None = None
+    best_epoch: float = 0.0
+    best_step: int = 0
+    bad: int = 0
+    stopped: bool = False
+    seconds: float = 0.0
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def resolve_precision(mode: str, device: torch.device) -> str:
+    """``auto`` -> bf16 on a CUDA device that supports it, else fp16 on CUDA, else no; other modes as given."""
+    if mode != "auto":
+        return mode
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "no"
+
+
+def head_scores(task: str, outputs: np.ndarray) -> np.ndarray:
+    """Raw head outputs (N, C) -> class probabilities (classification), label probabilities (multilabel) or values."""
+    return {"classification": softmax, "multilabel": sigmoid}.get(task, np.asarray)(outputs)
+
+
+class _ShortBatchLast(Sampler[list[int]]):
+    """A batch sampler with its short batch moved to the end: accelerate's ``split_batches`` keeps a short batch
+    only there (it would drop one met earlier), so one and many processes see the same rows."""
+
+    def __init__(self, sampler: LengthGroupedBatchSampler):
+        self.sampler = sampler
+        self.batch_size = sampler.batch_size
+        self.drop_last = sampler.drop_last
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self):
+        return iter(sorted(self.sampler, key=lambda batch: len(batch) < self.batch_size))
+
+
+def _loader(texts: list[str], targets: np.ndarray | None, tokenizer, batch_size: int, max_length: int,
+            padding: str, seed: int | None = None) -> tuple[LengthGroupedBatchSampler, DataLoader]:
+    """Length-grouped DataLoader with dynamic padding: shuffled for training (``seed`` given), else longest first."""
+    sampler = LengthGroupedBatchSampler([len(t) for t in texts], batch_size, shuffle=seed is not None,
+                                        seed=seed or 0)
+    batches = _ShortBatchLast(sampler) if seed is not None else sampler
+    loader = DataLoader(TextDataset(texts, targets), batch_sampler=batches,
+                        collate_fn=TextCollator(tokenizer, max_length, padding))
+    return sampler, loader
+
+
+def _infer(model: torch.nn.Module, loader: DataLoader, sampler: LengthGroupedBatchSampler, gather=None,
+           desc: str = "", show: bool = False) -> np.ndarray:
+    """Head outputs float32 (N, C) in the original row order; ``gather`` collects them across processes."""
+    device = next(model.parameters()).device
+    training = model.training
+    model.eval()
+    chunks = []
+    with torch.inference_mode():
+        for batch in tqdm(loader, desc=desc, disable=not show, leave=False):
+            inputs = {k: v.to(device) for k, v in batch.items() if k != "targets"}
+            logits = model(**inputs).logits.float()
+            chunks.append((gather(logits) if gather else logits).cpu())
+    model.train(training)
+    return sampler.restore(torch.cat(chunks).numpy())
+
+
+def _fingerprint(config: TrainConfig, data: TableData) -> dict[str, Any]:
+    """The settings and a hash of the data: a resumed run must match both."""
+    digest = hashlib.sha1(json.dumps([data.task, data.label_names, list(data.target_cols)]).encode())
+    for text in data.texts:
+        digest.update(text.encode() + b"\0")
+    digest.update(np.ascontiguousarray(data.targets).tobytes())
+    return {"config": config.to_dict(), "data_sha1": digest.hexdigest()}
+
+
+def _check_same(saved: dict[str, Any], current: dict[str, Any], where: Path) -> None:
+    """Refuse to resume a run made with other settings or other data."""
+    if saved["data_sha1"] != current["data_sha1"]:
+        raise PoolkitError(f"cannot resume {where}: it was trained on different data; "
+                           "use the same table, or --force to start over")
+    changed = [f"--{k.replace('_', '-')} {saved['config'].get(k)!r} -> {v!r}"
+               for k, v in current["config"].items() if saved["config"].get(k) != v]
+    if changed:
+        raise PoolkitError(f"cannot resume {where}: settings differ ({'; '.join(changed)}); "
+                           "resume with the same options, or --force to start over")
+
+
+def _prepare_out_dir(out: Path, resume: bool, force: bool, state: PartialState) -> None:
+    """Refuse a non-empty folder unless resuming or forced; --force clears what poolkit train writes there."""
+    if resume and force:
+        raise PoolkitError("pass either --resume (continue the run) or --force (start over), not both")
+    if out.exists() and not out.is_dir():
+        raise PoolkitError(f"output folder {out} is a file: pass a folder path")
+    if out.is_dir() and any(out.iterdir()) and not (resume or force):
+        raise PoolkitError(f"output folder {out} is not empty: pass --force to overwrite it, "
+                           "or --resume to continue the run in it")
+    state.wait_for_everyone()  # every process has looked before the main one clears
+    if state.is_main_process:
+        if force:
+            for path in [*out.glob("fold_*"), *(out / name for name in RESULTS), *out.glob(".*.tmp")]:
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+    state.wait_for_everyone()
+
+
+@contextmanager
+def _log_to(path: Path, main: bool):
+    """Append this module's INFO log to ``path`` (main process only)."""
+    base = logging.getLogger(__name__)
+    level, handler = base.level, logging.FileHandler(path, encoding="utf-8", delay=True) if main else None
+    if handler:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+        base.addHandler(handler)
+    base.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        base.setLevel(level)
+        if handler:
+            base.removeHandler(handler)
+            handler.close()
+
+
+def _state() -> PartialState:
+    """accelerate's process state; like ``Accelerator`` it honours ACCELERATE_USE_CPU, which multi-process CPU
+    runs (gloo) need."""
+    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+    launched = int(os.environ.get("WORLD_SIZE", 1))
+    if launched != state.num_processes:
+        raise PoolkitError(f"{launched} processes were launched but accelerate sees {state.num_processes}: "
+                           "on CPUs launch with ACCELERATE_USE_CPU=1 torchrun --nproc_per_node N")
+    return state
+
+
+@contextmanager
+def _hf_bars_off():
+    """Silence transformers' own bars (writing shards, loading weights): ours show the run."""
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
+def fit(config: TrainConfig, data: TableData, out_dir: str | Path, resume: bool = False, force: bool = False,
+        progress: bool = True) -> dict[str, Any]:
+    """Fine-tune one model per fold and write the output folder (see the module doc); returns metrics.json's dict.
+
+    ``resume`` continues an interrupted run in ``out_dir`` (finished folds are skipped, a fold in training
+    restarts from its last finished epoch) and ends as the uninterrupted run would; ``force`` starts over.
+    """
+    config.check()
+    state = _state()
+    if config.batch_size % state.num_processes:
+        raise PoolkitError(f"--batch-size {config.batch_size} must be a multiple of the {state.num_processes} "
+                           "processes: each global batch is split across them")
+    out = Path(out_dir)
+    run = _Run(config, data, out, progress and state.is_main_process, state)  # checks model and splits first
+    _prepare_out_dir(out, resume, force, state)
+    with _log_to(out / "train.log", state.is_main_process), _hf_bars_off():
+        return run.fit(resume)
+
+
+class _Run:
+    """One ``fit`` call: the folds, then oof.csv and metrics.json."""
+
+    def __init__(self, config: TrainConfig, data: TableData, out: Path, show: bool, state: PartialState):
+        self.config, self.data, self.out, self.show, self.state = config, data, out, show, state
+        self.model_path = resolve_model(config.model)
+        self.tokenizer = load_tokenizer(config.model)
+        self.metric = primary_metric(data.task, data.n_outputs)
+        self.n_classes = len(data.label_names) if data.task == "classification" else None
+        self.fingerprint = _fingerprint(config, data)
+        self.splits = fold_splits(data, config.folds, config.val_fraction, config.seed)
+        self.epochs_run = 0  # in this call, for the _stop_after_epochs test hook
+
+    def fit(self, resume: bool) -> dict[str, Any]:
+        start = time.perf_counter()
+        logger.info(f"{'resuming' if resume else 'training'}: {len(self.data)} rows, {self.data.task}, "
+                    f"{len(self.splits)} fold(s), model {self.model_path}, config {self.fingerprint['config']}")
+        results = [self.fold(k, train, val, resume) for k, (train, val) in enumerate(self.splits)]
+        summary = self.summary(results, time.perf_counter() - start)
+        if self.state.is_main_process:
+            atomic_write_content(self.out / "oof.csv", self.oof_frame(results).to_csv(index=False))
+            atomic_write_content(self.out / "metrics.json", json.dumps(summary, indent=2) + "\n")
+        logger.info(f"done: {self.metric.name} {summary['mean'][self.metric.name]:.4f} "
+                    f"(std {summary['std'][self.metric.name]:.4f}) in {summary['seconds']:.1f}s")
+        self.state.wait_for_everyone()
+        return summary
+
+    def fold(self, k: int, train: np.ndarray, val: np.ndarray, resume: bool) -> dict[str, Any]:
+        """Train fold ``k`` (or read it back when already finished): its meta plus rows and outputs."""
+        final, work = self.out / f"fold_{k}", self.out / f"fold_{k}.partial"
+        if self.state.is_main_process and not final.exists() and (work / "best" / META).is_file():
+            os.rename(work / "best", final)  # finished, but interrupted before it was moved into place
+        self.state.wait_for_everyone()
+        if (final / META).is_file():
+            meta = json.loads((final / META).read_text())
+            _check_same(meta, self.fingerprint, final)
+            logger.info(f"fold {k}: already trained, skipped")
+        else:
+            meta = _Fold(self, k, train, val, work).train(resume)
+            if self.state.is_main_process:
+                os.rename(work / "best", final)
+                shutil.rmtree(work)
+            self.state.wait_for_everyone()
+        saved = np.load(final / VAL_OUTPUTS)
+        return {**meta, "rows": saved["rows"], "outputs": saved["outputs"]}
+
+    def summary(self, results: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+        """metrics.json: per-fold results, mean and (population) std over folds, metrics of all out-of-fold
+        outputs together."""
+        rows = np.concatenate([r["rows"] for r in results])
+        outputs = np.concatenate([r["outputs"] for r in results])
+        per_fold = [r["metrics"] for r in results]
+        return {
+            "task": self.data.task, "primary_metric": self.metric.name,
+            "higher_is_better": self.metric.higher_is_better, "n_folds": len(results),
+            "mean": {m: float(np.mean([f[m] for f in per_fold])) for m in per_fold[0]},
+            "std": {m: float(np.std([f[m] for f in per_fold])) for m in per_fold[0]},
+            "oof": compute_metrics(self.data.task, outputs, self.data.targets[rows], self.n_classes),
+            "folds": [{key: r[key] for key in FOLD_KEYS} for r in results],
+            "trainable_params": results[0]["trainable_params"], "total_params": results[0]["total_params"],
+            "n_rows": len(self.data), "config": self.fingerprint["config"], "seconds": seconds,
+        }
+
+    def oof_frame(self, results: list[dict[str, Any]]) -> pd.DataFrame:
+        """One line per validated row: row, fold, target(s), prediction column(s) -- see fit's docs."""
+        rows = np.concatenate([r["rows"] for r in results])
+        scores = head_scores(self.data.task, np.concatenate([r["outputs"] for r in results]))
+        frame = {"row": rows, "fold": np.concatenate([np.full(len(r["rows"]), r["fold"]) for r in results])}
+        targets, names, cols = self.data.targets[rows], self.data.label_names, self.data.target_cols
+        if self.data.task == "regression":
+            for j, col in enumerate(cols):
+                frame[col], frame[f"pred_{col}"] = targets[:, j], scores[:, j]
+        elif self.data.task == "classification":
+            frame[cols[0]] = np.asarray(names)[targets]
+            frame[f"pred_{cols[0]}"] = np.asarray(names)[scores.argmax(axis=1)]
+            frame.update({f"prob_{name}": scores[:, c] for c, name in enumerate(names)})
+        else:
+            frame.update({f"true_{name}": targets[:, c].astype(int) for c, name in enumerate(names)})
+            frame.update({f"prob_{name}": scores[:, c] for c, name in enumerate(names)})
+        return pd.DataFrame(frame).sort_values("row", kind="stable")
+
+
+class _Fold:
+    """Training of one fold: accelerate-prepared model, optimizer, schedule and loaders; evaluation, checkpoints."""
+
+    def __init__(self, run: _Run, k: int, train: np.ndarray, val: np.ndarray, work: Path):
+        config, data = run.config, run.data
+        self.run, self.k, self.work, self.config = run, k, work, config
+        self.train_rows, self.val_rows = train, val
+        self.val_targets = data.targets[val]
+        self.accelerator = Accelerator(
+            mixed_precision=resolve_precision(config.mixed_precision, run.state.device),
+            gradient_accumulation_steps=config.grad_accum,
+            dataloader_config=DataLoaderConfiguration(split_batches=True),
+            kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
+        set_seed(config.seed + k)
+        model = PooledModel.from_encoder(run.model_path, pooling=config.pooling,
+                                         pooling_options=config.pooling_options, task=data.task,
+                                         num_labels=data.n_outputs, label_names=data.label_names,
+                                         head_dropout=config.head_dropout)
+        if data.task == "regression":  # start at the mean target: the head need not travel there first
+            with torch.no_grad():
+                model.head.bias.copy_(torch.from_numpy(data.targets[train].mean(axis=0)))
+        self.trainable, self.total = freeze(model, config.train_only)
+        optimizer = torch.optim.AdamW(param_groups(model, config.lr, config.pooler_lr, config.layer_decay,
+                                                   config.weight_decay))
+        train_set = data.subset(train)
+        self.sampler, train_loader = _loader(train_set.texts, train_set.targets, run.tokenizer, config.batch_size,
+                                             config.max_length, config.padding, seed=config.seed + k)
+        self.val_sampler, val_loader = _loader([data.texts[i] for i in val], None, run.tokenizer,
+                                               config.batch_size, config.max_length, config.padding)
+        self.total_steps = math.ceil(len(train_loader) / config.grad_accum) * config.epochs
+        scheduler = get_scheduler(config.scheduler, optimizer, num_warmup_steps=round(config.warmup_ratio *
+                                  self.total_steps), num_training_steps=self.total_steps)
+        (self.model, self.optimizer, self.train_loader, self.val_loader,
+         self.scheduler) = self.accelerator.prepare(model, optimizer, train_loader, val_loader, scheduler)
+        self.progress = Progress()
+        self.loss_sum, self.loss_count = torch.zeros((), device=self.accelerator.device), 0
+
+    @property
+    def main(self) -> bool:
+        return self.accelerator.is_main_process
+
+    def train(self, resume: bool) -> dict[str, Any]:
+        """Train (from the saved state when resuming), then predict the validation rows with the best weights."""
+        config, progress = self.config, self.progress
+        saved = existing_dir(self.work / ".state") if resume else None
+        if saved:
+            loaded = json.loads((saved / "progress.json").read_text())
+            _check_same(loaded.pop("fingerprint"), self.run.fingerprint, self.work)
+            self.accelerator.load_state(str(saved))
+            self.progress = progress = Progress(**loaded)
+            logger.info(f"fold {self.k}: resumed after epoch {progress.epoch} (step {progress.step})")
+        elif self.main:
+            shutil.rmtree(self.work, ignore_errors=True)
+            self.work.mkdir(parents=True)
+        self.accelerator.wait_for_everyone()
+        logger.info(f"fold {self.k}: {len(self.train_rows)} train / {len(self.val_rows)} validation rows; "
+                    f"{self.trainable:,} of {self.total:,} parameters trainable (train_only={config.train_only}); "
+                    f"{self.total_steps} optimizer steps, {self.accelerator.num_processes} process(es), "
+                    f"mixed precision {self.accelerator.mixed_precision}")
+        started, seconds = time.perf_counter(), progress.seconds
+        while progress.epoch < config.epochs and not progress.stopped:
+            self.epoch()
+            progress.seconds = seconds + time.perf_counter() - started
+            if progress.epoch < config.epochs and not progress.stopped:
+                self.save_state()
+            self.run.epochs_run += 1
+            if self.run.epochs_run == config._stop_after_epochs:
+                raise KeyboardInterrupt(f"stopped after {self.run.epochs_run} epochs (_stop_after_epochs)")
+        return self.finish()
+
+    def epoch(self) -> None:
+        """One pass over the training rows; evaluations at the end or every ``eval_every`` optimizer steps."""
+        config, progress, accelerator = self.config, self.progress, self.accelerator
+        self.sampler.epoch = progress.epoch  # the batch order is a function of (seed, epoch): resumes redraw it
+        self.model.train()
+        bar = tqdm(self.train_loader, desc=f"fold {self.k} epoch {progress.epoch + 1}/{config.epochs}",
+                   disable=not self.run.show, leave=False)
+        for i, batch in enumerate(bar):
+            targets = batch.pop("targets")
+            with accelerator.accumulate(self.model):
+                loss = self.model(**batch, labels=targets).loss
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and config.max_grad_norm:
+                    accelerator.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
+                self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer.zero_grad()
+            self.loss_sum += loss.detach().float()
+            self.loss_count += 1
+            if self.run.show:
+                bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
+            if accelerator.sync_gradients:
+                progress.step += 1
+                if config.eval_every and (progress.step % config.eval_every == 0 or progress.step == self.total_steps):
+                    self.evaluate(progress.epoch + (i + 1) / len(self.train_loader))
+                    if progress.stopped:
+                        break
+        progress.epoch += 1
+        if not config.eval_every:
+            self.evaluate(progress.epoch)
+
+    def evaluate(self, epoch: float) -> None:
+        """Validation metrics; keep the best checkpoint; count evaluations without improvement for early stopping."""
+        progress, metric = self.progress, self.run.metric
+        outputs = _infer(self.model, self.val_loader, self.val_sampler, self.accelerator.gather_for_metrics,
+                         f"fold {self.k} validation", self.run.show)
+        metrics = compute_metrics(self.run.data.task, outputs, self.val_targets, self.run.n_classes)
+        train_loss = self.accelerator.reduce(self.loss_sum / max(self.loss_count, 1), "mean").item()
+        self.loss_sum.zero_()
+        self.loss_count = 0
+        score = metrics[metric.name]
+        improved = progress.best is None or math.isnan(progress.best) or metric.better(score, progress.best)
+        progress.history.append({"epoch": round(epoch, 4), "step": progress.step, "train_loss": train_loss, **metrics})
+        if improved:
+            progress.best, progress.best_epoch, progress.best_step = score, round(epoch, 4), progress.step
+            progress.bad = 0
+            self.save_best()
+        else:
+            progress.bad += 1
+            progress.stopped = 0 < self.config.patience <= progress.bad
+        shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        logger.info(f"fold {self.k} epoch {epoch:g} step {progress.step}: train_loss {train_loss:.4f} {shown}"
+                    f"{' (best)' if improved else ''}{' -> early stop' if progress.stopped else ''}")
+
+    def save_best(self) -> None:
+        """The model and tokenizer to ``best/``, built in a temporary folder and renamed into place."""
+        if self.main:
+            tmp = temp_dir(self.work / "best")
+            self.accelerator.unwrap_model(self.model).save_pretrained(tmp)
+            self.run.tokenizer.save_pretrained(tmp)
+            replace_dir(tmp, self.work / "best")
+        self.accelerator.wait_for_everyone()
+
+    def save_state(self) -> None:
+        """accelerate's state (weights, optimizer, scheduler, RNGs; every process) + progress.json to ``.state/``."""
+        dest = self.work / ".state"
+        tmp = temp_dir(dest, create=self.main)
+        self.accelerator.wait_for_everyone()
+        self.accelerator.save_state(str(tmp))
+        self.accelerator.wait_for_everyone()
+        if self.main:
+            state = {**asdict(self.progress), "fingerprint": self.run.fingerprint}
+            atomic_write_content(tmp / "progress.json", json.dumps(state))
+            replace_dir(tmp, dest)
+        self.accelerator.wait_for_everyone()
+
+    def finish(self) -> dict[str, Any]:
+        """Reload the best weights, predict the validation rows, write val_outputs.npz and poolkit_train.json."""
+        best = self.work / "best"
+        self.accelerator.unwrap_model(self.model).load_state_dict(PooledModel.from_pretrained(best).state_dict())
+        outputs = _infer(self.model, self.val_loader, self.val_sampler, self.accelerator.gather_for_metrics,
+                         f"fold {self.k} out-of-fold", self.run.show)
+        data, progress = self.run.data, self.progress
+        meta = {"task": data.task, "label_names": data.label_names, "target_cols": list(data.target_cols),
+                "text_col": data.text_col, "fold": self.k, "n_folds": self.config.folds, **self.run.fingerprint,
+                "metrics": compute_metrics(data.task, outputs, self.val_targets, self.run.n_classes),
+                "best_epoch": progress.best_epoch, "best_step": progress.best_step, "epochs_run": progress.epoch,
+                "stopped_early": progress.stopped, "train_rows": len(self.train_rows), "val_rows": len(self.val_rows),
+                "trainable_params": self.trainable, "total_params": self.total, "seconds": progress.seconds,
+                "history": progress.history}
+        if self.main:
+            buffer = io.BytesIO()
+            np.savez(buffer, rows=self.val_rows, outputs=outputs)
+            atomic_write_content(best / VAL_OUTPUTS, buffer.getvalue())
+            atomic_write_content(best / META, json.dumps(meta, indent=2) + "\n")
+        self.accelerator.wait_for_everyone()
+        self.accelerator.free_memory()  # drop accelerate's references to this fold's model and optimizer
+        logger.info(f"fold {self.k}: best {self.run.metric.name} {progress.best:.4f} at epoch {progress.best_epoch:g}")
+        return meta
+
+
+def predict(model_dir: str | Path, texts: list[str], batch_size: int = 64, max_length: int | None = None,
+            progress: bool = True) -> tuple[np.ndarray, dict[str, Any]]:
+    """Outputs (N, C) of every fold model in ``model_dir``, averaged: class / label probabilities, or regression
+    values; plus info {task, label_names, target_cols, n_models}. Rows keep the order of ``texts``."""
+    model_dir = Path(model_dir)
+    folds = sorted((p for p in model_dir.glob("fold_*") if _FOLD_DIR.fullmatch(p.name) and (p / META).is_file()),
+                   key=lambda p: int(_FOLD_DIR.fullmatch(p.name).group(1)))
+    if not folds:
+        raise PoolkitError(f"no trained model in {model_dir}: expected fold_*/ folders written by poolkit train")
+    if not texts:
+        raise PoolkitError("nothing to predict: no texts given")
+    device = _state().device
+    precision = resolve_precision("auto", device)
+    total = 0.0
+    for fold in folds:
+        with _hf_bars_off():
+            model = PooledModel.from_pretrained(fold).to(device)
+        meta = json.loads((fold / META).read_text())
+        sampler, loader = _loader(list(texts), None, AutoTokenizer.from_pretrained(fold), batch_size,
+                                  max_length or meta["config"]["max_length"], meta["config"]["padding"])
+        with torch.autocast(device.type, dtype=AUTOCAST.get(precision), enabled=precision != "no"):
+            outputs = _infer(model, loader, sampler, desc=f"predict {fold.name}", show=progress)
+        total = total + head_scores(meta["task"], outputs)
+    info = {"task": meta["task"], "label_names": meta["label_names"], "target_cols": meta["target_cols"],
+            "n_models": len(folds)}
+    return total / len(folds), info

@@ -1,0 +1,245 @@
+"""Fine-tuning (poolkit.training.finetune) on a tiny random-init BERT; the toy task: does a text say good or bad."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from accelerate.state import AcceleratorState
+from safetensors.torch import load_file
+from transformers import AutoTokenizer
+
+from dist_worker import toy_config, toy_data, toy_model_dir
+from poolkit import PoolkitError
+from poolkit.models import PooledModel
+from poolkit.io import atomic_write_content, existing_dir, replace_dir, temp_dir
+from poolkit.training.finetune import META, fit, predict
+from poolkit.training.optim import freeze, param_groups
+
+WORKER = Path(__file__).with_name("dist_worker.py")
+ATTENTION = re.compile(r"encoder\.encoder\.layer\.\d+\.attention\.(self\.(query|key|value)|output\.dense)\.")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cpu_one_thread():
+    """Run on the CPU (results must repeat bit for bit) in a fresh accelerate state, with one thread: the tiny
+    model's ops are too small to share, and on a busy CPU two threads only wait for each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ACCELERATE_USE_CPU", "1")
+        yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    return toy_model_dir(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir, tmp_path_factory) -> tuple[Path, dict]:
+    """One uninterrupted 2-fold run: its folder and the metrics fit returned."""
+    out = tmp_path_factory.mktemp("runs") / "reference"
+    return out, fit(toy_config(model_dir, folds=2), toy_data(), out, progress=False)
+
+
+def comparable(summary: dict) -> dict:
+    """metrics.json without the timings."""
+    folds = [{k: v for k, v in fold.items() if k != "seconds"} for fold in summary["folds"]]
+    return {**{k: v for k, v in summary.items() if k != "seconds"}, "folds": folds}
+
+
+def test_run_writes_the_output_layout(reference):
+    out, summary = reference
+    assert sorted(p.name for p in out.iterdir()) == ["fold_0", "fold_1", "metrics.json", "oof.csv", "train.log"]
+    for k in (0, 1):
+        fold = out / f"fold_{k}"
+        assert {"config.json", "model.safetensors", "tokenizer.json", META, "val_outputs.npz"} <= {
+            p.name for p in fold.iterdir()}
+        meta = json.loads((fold / META).read_text())
+        assert (meta["task"], meta["label_names"], meta["target_cols"], meta["text_col"]) == (
+            "classification", ["neg", "pos"], ["label"], "text")
+        assert meta["config"]["folds"] == 2 and meta["fold"] == k
+        model = PooledModel.from_pretrained(fold)
+        assert (model.config.task, model.config.num_labels) == ("classification", 2)
+    assert json.loads((out / "metrics.json").read_text()) == summary
+    assert summary["primary_metric"] == "accuracy" and summary["n_folds"] == 2 and len(summary["folds"]) == 2
+    assert set(summary["mean"]) == set(summary["std"]) == {"accuracy", "macro_f1", "log_loss"}
+    log = (out / "train.log").read_text()
+    assert "fold 1 epoch 4 step 20" in log and "17,868 of 17,868 parameters trainable" in log
+
+
+def test_training_beats_the_untrained_model(reference):
+    out, summary = reference
+    # An untrained head outputs near-zero logits: chance accuracy and log-loss ln 2 on two balanced classes.
+    assert summary["oof"]["accuracy"] >= 0.8
+    assert summary["oof"]["log_loss"] < np.log(2) - 0.05
+    for fold in summary["folds"]:
+        losses = [h["train_loss"] for h in fold["history"]]
+        assert len(losses) == 4 and losses[-1] < losses[0] - 0.1
+
+
+def test_k_fold_predicts_every_row_once(reference):
+    out, summary = reference
+    oof = pd.read_csv(out / "oof.csv")
+    assert oof["row"].tolist() == list(range(40))
+    assert sorted(oof.groupby("fold").size().tolist()) == [20, 20]
+    data = toy_data()
+    assert oof["label"].tolist() == [data.label_names[t] for t in data.targets]
+    probs = oof[["prob_neg", "prob_pos"]].to_numpy()
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-6)
+    assert oof["pred_label"].tolist() == [("neg", "pos")[i] for i in probs.argmax(axis=1)]
+    assert (oof["pred_label"] == oof["label"]).mean() == pytest.approx(summary["oof"]["accuracy"])
+
+
+def test_same_seed_gives_identical_results(reference, model_dir, tmp_path):
+    out, summary = reference
+    again = fit(toy_config(model_dir, folds=2), toy_data(), tmp_path / "again", progress=False)
+    assert comparable(again) == comparable(summary)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "oof.csv"), pd.read_csv(out / "oof.csv"))
+
+
+def test_resume_ends_like_the_uninterrupted_run(reference, model_dir, tmp_path):
+    out, config, data = tmp_path / "run", toy_config(model_dir, folds=2), toy_data()
+    with pytest.raises(KeyboardInterrupt):  # fold 0 finishes (4 epochs); fold 1 stops after 2 of 4
+        fit(replace(config, _stop_after_epochs=6), data, out, progress=False)
+    assert (out / "fold_0" / META).is_file() and not (out / "fold_1").exists()
+    assert json.loads((out / "fold_1.partial" / ".state" / "progress.json").read_text())["epoch"] == 2
+    with pytest.raises(PoolkitError, match="--force.*--resume"):
+        fit(config, data, out, progress=False)
+    finished = (out / "fold_0" / "model.safetensors").stat().st_mtime_ns
+
+    resumed = fit(config, data, out, resume=True, progress=False)
+    assert comparable(resumed) == comparable(reference[1])
+    pd.testing.assert_frame_equal(pd.read_csv(out / "oof.csv"), pd.read_csv(reference[0] / "oof.csv"))
+    assert (out / "fold_0" / "model.safetensors").stat().st_mtime_ns == finished
+    log = (out / "train.log").read_text()
+    assert "fold 0: already trained, skipped" in log and "fold 1: resumed after epoch 2 (step 10)" in log
+    assert not (out / "fold_1.partial").exists()
+    with pytest.raises(PoolkitError, match=r"settings differ \(--lr 0.002 -> 0.1\)"):
+        fit(replace(config, lr=0.1), data, out, resume=True, progress=False)
+
+
+def test_non_empty_out_dir_needs_force(reference, model_dir, tmp_path):
+    with pytest.raises(PoolkitError, match="not empty: pass --force .* or --resume"):
+        fit(toy_config(model_dir), toy_data(), reference[0], progress=False)
+    out = tmp_path / "forced"
+    (out / "fold_3").mkdir(parents=True)
+    (out / "fold_3" / "model.safetensors").write_text("stale")
+    (out / "notes.txt").write_text("mine")
+    config = toy_config(model_dir, epochs=1, grad_accum=2, eval_every=2)  # 32 rows / 4 = 8 batches = 4 steps
+    summary = fit(config, toy_data(), out, force=True, progress=False)
+    assert not (out / "fold_3").exists() and (out / "notes.txt").read_text() == "mine"
+    assert [h["step"] for h in summary["folds"][0]["history"]] == [2, 4]
+    assert len(pd.read_csv(out / "oof.csv")) == summary["folds"][0]["val_rows"] == 8  # folds=1: validation rows
+
+
+def test_atomic_writes_leave_no_temporary_files(reference, tmp_path, monkeypatch):
+    leftovers = [p for p in reference[0].rglob("*") if p.name.endswith((".tmp", ".old", ".partial"))]
+    assert leftovers == []
+
+    dest = tmp_path / "ckpt"
+    dest.mkdir()
+    (dest / "w").write_text("old")
+    tmp = temp_dir(dest)
+    (tmp / "w").write_text("new")
+    replace_dir(tmp, dest)
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"] and (dest / "w").read_text() == "new"
+    dest.rename(tmp_path / "ckpt.old")  # a crash between replace_dir's two renames
+    assert existing_dir(dest) == tmp_path / "ckpt.old"
+
+    target = tmp_path / "metrics.json"
+    atomic_write_content(target, "old")
+
+    def crash(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError):
+        atomic_write_content(target, "new")
+    assert target.read_text() == "old"
+
+
+def test_train_only_attention_trains_attention_pooler_and_head_only(model_dir, tmp_path):
+    model = PooledModel.from_encoder(model_dir, pooling="attention", task="classification", num_labels=2)
+    trainable, total = freeze(model, "attention")
+    names = {n for n, p in model.named_parameters() if p.requires_grad}
+    expected = {n for n, _ in model.named_parameters() if ATTENTION.match(n) or n.startswith(("pooler.", "head."))}
+    assert names == expected and any(n.startswith("pooler.") for n in names)
+    assert trainable == sum(p.numel() for n, p in model.named_parameters() if n in expected) < total
+    freeze(model, "head")
+    assert all(not p.requires_grad for p in model.encoder.parameters())
+    assert all(p.requires_grad for p in model.head.parameters())
+
+    out = tmp_path / "attention"
+    fit(toy_config(model_dir, epochs=2, train_only="attention"), toy_data(), out, progress=False)
+    before = load_file(Path(model_dir) / "model.safetensors")
+    after = load_file(out / "fold_0" / "model.safetensors")
+    changed = {n for n, w in before.items() if not torch.equal(w, after[f"encoder.{n}"])}
+    assert changed == {n[len("encoder."):] for n in expected if n.startswith("encoder.")}
+    assert "(train_only=attention)" in (out / "train.log").read_text()
+
+
+def test_layerwise_learning_rates_follow_the_documented_rule(model_dir):
+    model = PooledModel.from_encoder(model_dir, pooling="attention", task="regression", num_labels=1)
+    groups = param_groups(model, lr=1.0, pooler_lr=7.0, layer_decay=0.5, weight_decay=0.1)
+    rate = {name: (g["lr"], g["weight_decay"]) for g in groups for name in g["names"]}
+    assert sorted(rate) == sorted(n for n, _ in model.named_parameters())
+    for name, param in model.named_parameters():
+        layer = re.search(r"\.layer\.(\d+)\.", name)
+        if not name.startswith("encoder."):
+            lr = 7.0
+        elif layer:
+            lr = 0.5 ** (1 - int(layer.group(1)))  # 2 layers: the top one gets lr
+        else:
+            lr = 0.25 if "embeddings" in name else 1.0
+        assert rate[name] == (lr, 0.0 if param.ndim == 1 else 0.1), name
+    assert rate["encoder.embeddings.LayerNorm.weight"] == (0.25, 0.0)
+    assert rate["encoder.encoder.layer.0.attention.self.query.weight"] == (0.5, 0.1)
+    freeze(model, "head")
+    assert {n for g in param_groups(model, 1.0, 7.0) for n in g["names"]} == {
+        n for n, _ in model.named_parameters() if not n.startswith("encoder.")}
+
+
+def test_predict_restores_order_and_averages_folds(reference, tmp_path):
+    out = reference[0]
+    texts = toy_data(n=11, seed=5).texts
+    probs, info = predict(out, texts, batch_size=4, progress=False)
+    assert info == {"task": "classification", "label_names": ["neg", "pos"], "target_cols": ["label"], "n_models": 2}
+    expected = np.zeros((len(texts), 2))
+    for fold in ("fold_0", "fold_1"):  # one text at a time, no batching or sorting
+        model, tokenizer = PooledModel.from_pretrained(out / fold).eval(), AutoTokenizer.from_pretrained(out / fold)
+        with torch.no_grad():
+            for i, text in enumerate(texts):
+                expected[i] += model(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0].numpy() / 2
+    np.testing.assert_allclose(probs, expected, atol=1e-5)
+    with pytest.raises(PoolkitError, match="no trained model in .*: expected fold_\\*/ folders"):
+        predict(tmp_path, texts)
+
+
+def test_two_processes_train_like_one(reference, model_dir, tmp_path):
+    out = tmp_path / "ddp"
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(WORKER), model_dir, str(out)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2 process(es)" in (out / "train.log").read_text()
+    two, one = json.loads((out / "metrics.json").read_text()), reference[1]
+    for key in ("mean", "oof"):
+        assert two[key] == pytest.approx(one[key], rel=1e-3)
+    assert [f["best_step"] for f in two["folds"]] == [f["best_step"] for f in one["folds"]]
+    oof_two, oof_one = pd.read_csv(out / "oof.csv"), pd.read_csv(reference[0] / "oof.csv")
+    np.testing.assert_allclose(oof_two[["prob_neg", "prob_pos"]], oof_one[["prob_neg", "prob_pos"]], atol=1e-3)
