@@ -48,7 +48,8 @@ def print_leaderboard(frame: pd.DataFrame, title: str, console: Console | None =
     for row in frame.itertuples():
         table.add_row(str(row.rank), row.pooler, row.mode, row.metric, f"{row.mean:.4f} ± {row.std:.4f}",
                       f"{row.params:,}", f"{row.seconds:.1f}")
-    (console or Console()).print(table)
+    console = console or Console()
+    console.print(table, width=max(console.width, 110))  # no wrapped rows in logs and pipes
 
 
 def plot_leaderboard(frame: pd.DataFrame, path: str | Path, title: str) -> None:
