@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import multiprocessing
 import os
 import platform
-import tempfile
 import time
-from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,10 @@ import pandas as pd
 import torch
 
 from ..errors import PoolkitError
-from .snr_data import PAPER_KS, PUBLISHED_BASELINES, check_ks, baseline_mse, make_knn_centroid
+from ..io import atomic_write, prepare_out_dir
+from ..pooling import get_pooler, list_poolers
+from ..pooling.base import resolve_name
+from .snr_data import PAPER_KS, PUBLISHED_BASELINES, baseline_mse, check_ks, make_knn_centroid
 from .snr_model import SNRModel, fit
 
 DEFAULT_POOLERS = ("adapool", "mean", "max", "cls")
@@ -46,29 +50,30 @@ class SNRConfig:
     num_samples: int = 4000
     num_vectors: int = 128
     dim: int = 16
-    layers: int = 2
+    layers: int = 1
     heads: int = 1
     ff: int = 64
     dropout: float = 0.1
-    lr: float = 2e-3
-    batch_size: int = 100
-    epochs: int = 12
+    lr: float = 1e-2
+    batch_size: int = 64
+    epochs: int = 8
     folds: int = 5
     test_ratio: float = 0.1
     data_seed: int = 42
     seed: int = 1
-    threads: int | None = None
+    workers: int = 2
+    threads: int | None = 1
+    device: str = "cpu"
     preset: str = "quick"
 
     def validated(self) -> SNRConfig:
         """This config with ``poolers`` resolved ("all" = every token pooler); bad values raise."""
-        import poolkit
-
         for name in ("seeds", "num_samples", "num_vectors", "dim", "layers", "heads", "ff", "batch_size",
                      "epochs", "folds"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "layers" else 1):
-                raise PoolkitError(f"{name} must be a positive int, got {value!r}")
+            least = 0 if name == "layers" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise PoolkitError(f"{name} must be an int >= {least}, got {value!r}")
         if self.folds < 2:
             raise PoolkitError(f"folds must be at least 2 (one validates, the rest train), got {self.folds}")
         if self.dim % self.heads:
@@ -81,6 +86,17 @@ class SNRConfig:
             raise PoolkitError(f"lr must be positive, got {self.lr!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise PoolkitError(f"threads must be a positive int or None, got {self.threads!r}")
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise PoolkitError(f"workers must be a positive int, got {self.workers!r}")
+        try:
+            device = _device(self.device)
+        except (RuntimeError, TypeError):
+            raise PoolkitError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"
+                               ) from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise PoolkitError(f"device {self.device!r} asked for, but torch sees no CUDA GPU; use 'cpu'")
+        if device.type != "cpu" and self.workers > 1:
+            raise PoolkitError(f"workers > 1 runs on CPU only; use workers=1 with device {self.device!r}")
         test = int(self.num_samples * self.test_ratio)
         if test < 1 or (self.num_samples - test) // self.folds < 1:
             raise PoolkitError(f"num_samples={self.num_samples} is too few for a test split of "
@@ -89,7 +105,7 @@ class SNRConfig:
         if not names:
             raise PoolkitError("no poolers given; name some, or 'all'")
         if "all" in names:
-            names = [n for n in names if n != "all"] + poolkit.list_poolers(kind="token")
+            names = [n for n in names if n != "all"] + list_poolers(kind="token")
         resolved = []
         for name in names:
             pooler = build_pooler(name, self)  # unknown names raise with suggestions
@@ -107,17 +123,14 @@ QUICK = SNRConfig()
 #: The paper's settings (its experiments/noise-robustness configs): 1M samples, 12 layers, 8 heads,
 #: Adam 5e-4, batch 750, 100 epochs, 5 folds -- sized for a GPU.
 FULL = SNRConfig(seeds=5, num_samples=1_000_000, layers=12, heads=8, lr=5e-4, batch_size=750,
-                 epochs=100, preset="full")
+                 epochs=100, workers=1, threads=None, device="auto", preset="full")
 
 
 def build_pooler(name: str, config: SNRConfig):
     """A poolkit pooler for the benchmark. AdaPool's query is vector 0 and it has as many heads as the
     encoder, as in the paper; other poolers use their defaults."""
-    import poolkit
-    from poolkit.pooling.base import resolve_name
-
     options = {"query_index": 0, "num_heads": config.heads} if resolve_name(name) == "adapool" else {}
-    return poolkit.get_pooler(name, hidden_size=config.dim, **options)
+    return get_pooler(name, hidden_size=config.dim, **options)
 
 
 def run_snr(config: SNRConfig = QUICK, out_dir: str | os.PathLike | None = None, *, force: bool = False,
@@ -125,62 +138,114 @@ def run_snr(config: SNRConfig = QUICK, out_dir: str | os.PathLike | None = None,
     """Run the benchmark and return one row per (pooler, K): columns :data:`COLUMNS`, the analytic
     baselines as poolers ``baseline_mean`` and ``baseline_x0``. With ``out_dir``, also write
     ``results.csv``, ``results.json`` (settings and every run) and ``mse_vs_snr.png`` there; existing
-    results are kept unless ``force``."""
+    results are kept unless ``force``. With ``workers > 1`` the runs go to spawned processes, so a
+    script calling this needs the ``if __name__ == "__main__":`` guard."""
     config = config.validated()
-    out = None if out_dir is None else _prepare_out_dir(Path(out_dir), force)
+    out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
     started = time.perf_counter()
     previous_threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
     try:
-        runs, baselines = _run_all(config, progress)
+        runner = _Runner(config)
+        runs = _run_all(runner, progress)
     finally:
         torch.set_num_threads(previous_threads)
-    frame = summarize(config, runs, baselines)
+    frame = summarize(config, runs, runner.baselines())
     if out is not None:
-        _write_outputs(out, config, frame, runs, baselines, time.perf_counter() - started)
+        _write_outputs(out, config, frame, runs, time.perf_counter() - started)
     return frame
 
 
-def _run_all(config: SNRConfig, progress: bool) -> tuple[list[dict], dict[tuple[str, int], float]]:
+class _Runner:
+    """One draw of the data, split as the paper's code does, and the training of single runs on it."""
+
+    def __init__(self, config: SNRConfig) -> None:
+        if config.threads is not None:
+            torch.set_num_threads(config.threads)
+        self.config = config
+        self.device = _device(config.device)
+        data = make_knn_centroid(config.num_samples, config.ks, config.num_vectors, config.dim,
+                                 config.data_seed)
+        self.x = data.x.to(self.device)
+        self.targets = {k: t.to(self.device) for k, t in data.targets.items()}
+        self.split = config.num_samples - int(config.num_samples * config.test_ratio)
+        self.test = torch.arange(self.split, config.num_samples)
+
+    def tasks(self) -> list[tuple[int, int, str]]:
+        return [(run, k, name) for run in range(self.config.seeds) for k in self.config.ks
+                for name in self.config.poolers]
+
+    def baselines(self) -> dict[tuple[str, int], float]:
+        return {(name, k): value for k in self.config.ks
+                for name, value in baseline_mse(self.x[self.split:], self.targets[k][self.split:]).items()}
+
+    def __call__(self, task: tuple[int, int, str]) -> dict:
+        """Train run ``run`` (validating on fold ``run % folds``) of pooler ``name`` on target ``K``."""
+        run, k, name = task
+        config = self.config
+        fold, size, seed = run % config.folds, self.split // config.folds, config.seed + run
+        val = torch.arange(fold * size, (fold + 1) * size)
+        train = torch.cat((torch.arange(0, fold * size), torch.arange((fold + 1) * size, self.split)))
+        tic, cpu = time.perf_counter(), time.process_time()
+        model = _build_model(name, config, seed).to(self.device)
+        result = fit(model, self.x, self.targets[k], train=train, val=val, test=self.test,
+                     epochs=config.epochs, batch_size=config.batch_size, lr=config.lr, seed=seed)
+        return {"pooler": name, "K": k, "seed": seed, "fold": fold, "test_mse": result.test_mse,
+                "best_epoch": result.best_epoch, "train_loss": result.train_loss, "val_loss": result.val_loss,
+                "seconds": round(time.perf_counter() - tic, 3),
+                "cpu_seconds": round(time.process_time() - cpu, 3)}
+
+
+_WORKER: _Runner | None = None
+
+
+def _init_worker(config: SNRConfig) -> None:
+    global _WORKER
+    _WORKER = _Runner(config)
+
+
+def _worker_run(task: tuple[int, int, str]) -> dict:
+    return _WORKER(task)
+
+
+def _run_all(runner: _Runner, progress: bool) -> list[dict]:
+    """Every (seed, K, pooler) run, in this process or in ``workers`` spawned ones (each with its own
+    copy of the same data); each run is seeded on its own, so the results do not depend on ``workers``."""
     from tqdm.auto import tqdm
 
-    data = make_knn_centroid(config.num_samples, config.ks, config.num_vectors, config.dim, config.data_seed)
-    split = config.num_samples - int(config.num_samples * config.test_ratio)
-    fold_size = split // config.folds
-    test_x = data.x[split:]
-    baselines = {(name, k): value for k in config.ks
-                 for name, value in baseline_mse(test_x, data.targets[k][split:]).items()}
-    runs = []
-    bar = tqdm(total=config.seeds * len(config.ks) * len(config.poolers), disable=not progress or None,
-               desc="snr", unit="run")
-    for run in range(config.seeds):
-        fold = run % config.folds
-        val = torch.arange(fold * fold_size, (fold + 1) * fold_size)
-        train = torch.cat((torch.arange(0, fold * fold_size), torch.arange((fold + 1) * fold_size, split)))
-        for k in config.ks:
-            y = data.targets[k]
-            for name in config.poolers:
-                bar.set_postfix_str(f"{name} K={k} seed={config.seed + run}")
-                tic = time.perf_counter()
-                result = fit(_build_model(name, config, config.seed + run),
-                             (data.x[train], y[train]), (data.x[val], y[val]), (test_x, y[split:]),
-                             epochs=config.epochs, batch_size=config.batch_size, lr=config.lr,
-                             seed=config.seed + run)
-                runs.append({"pooler": name, "K": k, "seed": config.seed + run, "fold": fold,
-                             "test_mse": result.test_mse, "best_epoch": result.best_epoch,
-                             "train_loss": result.train_loss, "val_loss": result.val_loss,
-                             "seconds": round(time.perf_counter() - tic, 3)})
+    config, tasks = runner.config, runner.tasks()
+    results: list[dict] = [{}] * len(tasks)
+    with tqdm(total=len(tasks), disable=None if progress else True, desc="snr", unit="run") as bar:
+        if config.workers == 1:
+            for i, task in enumerate(tasks):
+                results[i] = runner(task)
                 bar.update()
-    bar.close()
-    return runs, baselines
+            return results
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(config.workers, mp_context=context, initializer=_init_worker,
+                                 initargs=(config,)) as pool:
+            futures = {pool.submit(_worker_run, task): i for i, task in enumerate(tasks)}
+            try:
+                for future in as_completed(futures):
+                    results[futures[future]] = future.result()
+                    bar.update()
+            except BrokenProcessPool:
+                raise PoolkitError("a worker process died; called from a script, put the call under "
+                                   "`if __name__ == '__main__':` (workers are spawned), or use workers=1"
+                                   ) from None
+    return results
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
 
 
 def _build_model(name: str, config: SNRConfig, seed: int) -> SNRModel:
-    """Seeded so that the encoder starts identical whichever pooler follows it."""
+    """Seeded weights (the encoder's independent of the pooler) and dropout."""
     torch.manual_seed(seed)
     return SNRModel(build_pooler(name, config), dim=config.dim, layers=config.layers, heads=config.heads,
-                    ff=config.ff, dropout=config.dropout)
+                    ff=config.ff, dropout=config.dropout, seed=seed)
 
 
 def summarize(config: SNRConfig, runs: list[dict], baselines: dict[tuple[str, int], float]) -> pd.DataFrame:
@@ -198,50 +263,30 @@ def summarize(config: SNRConfig, runs: list[dict], baselines: dict[tuple[str, in
 
 
 # -- outputs ------------------------------------------------------------------------------------
-def _prepare_out_dir(out: Path, force: bool) -> Path:
-    if out.exists() and not out.is_dir():
-        raise PoolkitError(f"--out {out} exists and is not a directory")
-    existing = [name for name in RESULT_FILES if (out / name).exists()]
-    if existing and not force:
-        raise PoolkitError(f"{out} already holds {', '.join(existing)}; pass --force to overwrite or "
-                           "choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """Write through ``write(tmp_path)`` to a temp file beside ``path``, then rename over it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _write_outputs(out: Path, config: SNRConfig, frame: pd.DataFrame, runs: list[dict],
-                   baselines: dict[tuple[str, int], float], seconds: float) -> None:
+                   seconds: float) -> None:
     meta = {
         "benchmark": "snr (Brothers, ICML 2025, KNN-centroid noise robustness)",
         "settings": dataclasses.asdict(config),
         "runtime_seconds": round(seconds, 1),
         "torch": torch.__version__,
-        "threads": config.threads or torch.get_num_threads(),
         "platform": platform.platform(),
         "published_baselines": {name: {str(k): v for k, v in by_k.items()}
                                 for name, by_k in PUBLISHED_BASELINES.items()},
         "runs": runs,
     }
-    _atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
-    _atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
-    _atomic_write(out / "mse_vs_snr.png", lambda tmp: plot_results(frame, tmp, title=_title(config)))
+    atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
+    atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
+    atomic_write(out / "mse_vs_snr.png", lambda tmp: plot_results(frame, tmp, title=_title(config)))
 
 
 def _title(config: SNRConfig) -> str:
-    return (f"KNN-centroid, N={config.num_vectors}, {config.layers} layers, {config.num_samples} samples, "
-            f"{config.seeds} seeds ({config.preset})")
+    return (f"KNN-centroid ({config.preset}): N={config.num_vectors}, samples={config.num_samples}, "
+            f"layers={config.layers}, heads={config.heads}, epochs={config.epochs}, seeds={config.seeds}")
+
+
+#: The paper's colours (its analysis/plot_noise_robustness.py); other poolers take matplotlib's cycle.
+PAPER_COLORS = {"mean": "#669eff", "max": "#ff3e3e", "adapool": "#0bd100", "cls": "#ffa200"}
 
 
 def plot_results(frame: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
@@ -252,10 +297,11 @@ def plot_results(frame: pd.DataFrame, path: str | os.PathLike, title: str = "") 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4.2), dpi=150)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=150)
     learned = frame[~frame["pooler"].isin(BASELINES)]
     for name, group in learned.groupby("pooler", sort=False):
-        line, = ax.plot(group["snr"], group["mse_mean"], lw=2, alpha=0.8, marker="o", ms=3, label=name)
+        line, = ax.plot(group["snr"], group["mse_mean"], lw=2, alpha=0.8, marker="o", ms=3, label=name,
+                        color=PAPER_COLORS.get(name))
         low = (group["mse_mean"] - group["mse_std"]).clip(lower=group["mse_mean"] * 0.05)
         ax.fill_between(group["snr"], low, group["mse_mean"] + group["mse_std"], color=line.get_color(),
                         alpha=0.15, lw=0)
@@ -265,6 +311,9 @@ def plot_results(frame: pd.DataFrame, path: str | os.PathLike, title: str = "") 
                 name == "baseline_mean" else "black", label=labels[name])
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ticks = frame.drop_duplicates("K")
+    ax.set_xticks(ticks["snr"], [f"{k}/{round(k / s)}" for k, s in zip(ticks["K"], ticks["snr"])], fontsize=7)
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_ylim(bottom=0.5 * learned["mse_mean"].min() if len(learned) else None)
     ax.set_xlabel("signal-to-noise ratio K / N")
     ax.set_ylabel("test MSE")
@@ -278,7 +327,10 @@ def plot_results(frame: pd.DataFrame, path: str | os.PathLike, title: str = "") 
 
 def format_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per K, one column per pooler, cells ``mean ± std`` (baselines: the value)."""
-    cells = frame.assign(cell=[f"{m:.4f}" if p in BASELINES else f"{m:.4f} ± {s:.4f}"
+    def number(v: float, floor: float = 1e-3) -> str:  # 4 decimals, or 2 digits below ``floor``
+        return f"{v:.4f}" if v >= floor or v == 0 else f"{v:.1e}"
+
+    cells = frame.assign(cell=[number(m) if p in BASELINES else f"{number(m)} ± {number(s, 1e-4)}"
                                for p, m, s in zip(frame["pooler"], frame["mse_mean"], frame["mse_std"])])
     table = cells.pivot(index=["K", "snr"], columns="pooler", values="cell")
     return table[list(dict.fromkeys(frame["pooler"]))].reset_index()
@@ -289,29 +341,37 @@ def add_snr_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``poolkit bench snr``; unset ones come from the --quick (default) or --full preset."""
     scale = parser.add_mutually_exclusive_group()
     scale.add_argument("--quick", dest="preset", action="store_const", const="quick", default="quick",
-                       help="CPU-sized run (default): 4000 samples, 2 layers, 1 head, 12 epochs, 3 seeds")
+                       help="CPU-sized run (default): 4000 samples, 1 layer, 1 head, 8 epochs, 3 seeds, "
+                            "2 workers")
     scale.add_argument("--full", dest="preset", action="store_const", const="full",
                        help="the paper's scale (1M samples, 12 layers, 8 heads, 100 epochs, 5 folds); GPU")
     parser.add_argument("--poolers", nargs="+", metavar="NAME",
                         help=f"token poolers to compare, or 'all' (default: {' '.join(DEFAULT_POOLERS)})")
     parser.add_argument("--seeds", type=int, help="runs per (pooler, K); run i validates on fold i %% folds")
-    parser.add_argument("--ks", type=int, nargs="+", metavar="K", help="neighbour counts (default: 1 2 ... 128)")
-    for flag, kind, what in (("--samples", int, "samples drawn (the last test-ratio of them are the test set)"),
+    parser.add_argument("--ks", type=int, nargs="+", metavar="K",
+                        help="neighbour counts (default: 1 2 4 ... 128)")
+    for flag, kind, what in (("--samples", int, "samples drawn (the last tenth is the test set)"),
                              ("--layers", int, "encoder layers"), ("--heads", int, "attention heads"),
                              ("--epochs", int, "epochs per run"), ("--batch-size", int, "minibatch size"),
                              ("--lr", float, "Adam learning rate"), ("--folds", int, "contiguous folds"),
                              ("--data-seed", int, "seed of the generated data"),
                              ("--seed", int, "training seed of run 0 (run i uses seed + i)"),
-                             ("--threads", int, "torch CPU threads")):
+                             ("--vectors", int, "vectors per sample N (SNR = K / N)"),
+                             ("--dim", int, "vector width"),
+                             ("--workers", int, "CPU processes running runs in parallel"),
+                             ("--threads", int, "torch threads per worker")):
         parser.add_argument(flag, type=kind, help=what)
-    parser.add_argument("--out", metavar="DIR", help="write results.csv, results.json and mse_vs_snr.png here")
+    parser.add_argument("--device", help="cpu, cuda, cuda:N or auto (default: cpu; --full: auto)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="write results.csv, results.json and mse_vs_snr.png here")
     parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 _ARG_FIELDS = {"poolers": "poolers", "seeds": "seeds", "ks": "ks", "samples": "num_samples",
                "layers": "layers", "heads": "heads", "epochs": "epochs", "batch_size": "batch_size",
-               "lr": "lr", "folds": "folds", "data_seed": "data_seed", "seed": "seed", "threads": "threads"}
+               "lr": "lr", "folds": "folds", "data_seed": "data_seed", "seed": "seed", "threads": "threads",
+               "vectors": "num_vectors", "dim": "dim", "workers": "workers", "device": "device"}
 
 
 def config_from_args(args: argparse.Namespace) -> SNRConfig:
@@ -340,6 +400,8 @@ def run_snr_command(args: argparse.Namespace) -> int:
     for row in shown.itertuples(index=False):
         table.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
     console = Console()
+    if not console.is_terminal:  # piped: do not squeeze the table into 80 columns
+        console = Console(width=200)
     console.print(table)
     console.print(f"took {time.perf_counter() - started:.0f} s" + (f"; wrote {args.out}" if args.out else ""))
     return 0

@@ -20,17 +20,16 @@ from ..errors import PoolkitError
 
 #: The paper's neighbour counts (SNR = K / 128).
 PAPER_KS = (1, 2, 4, 8, 16, 32, 64, 128)
-#: Columns per distribution family (the paper draws d // 3 + 1 of each and keeps d of the 3 * that).
+#: Distribution families (normal, uniform, exponential): d // 3 + 1 columns of each are drawn, d kept.
 FAMILIES = 3
-#: Samples drawn per generator chunk: sample i depends only on (seed, i), not on how many are drawn.
+#: Samples drawn (and neighbours sorted) per chunk, to bound memory at the paper's 1M samples.
 CHUNK = 4096
 
 #: MSEs of the two analytic baselines in the paper's code (its ``analysis/plot_noise_robustness.py``,
 #: 1M samples, N = 128, d = 16, held-out last 10%), by K.
 PUBLISHED_BASELINES = {
     "baseline_mean": dict(zip(PAPER_KS, (0.0934218, 0.0711224, 0.0553561, 0.0425568,
-                                         0.0308618, 0.0195224, 0.0084550, 0.0000077)))
-    ,
+                                         0.0308618, 0.0195224, 0.0084550, 0.00000771))),
     "baseline_x0": dict(zip(PAPER_KS, (0.0583144, 0.0442782, 0.0397463, 0.0413157,
                                        0.0477641, 0.0595709, 0.0796918, 0.1262743))),
 }
@@ -49,11 +48,8 @@ class KnnCentroidData:
 
 
 def generate_vectors(num_samples: int, num_vectors: int = 128, dim: int = 16, seed: int = 0) -> Tensor:
-    """Draw ``(num_samples, num_vectors, dim)`` float32 inputs, deterministically from ``seed``.
-
-    Chunks of :data:`CHUNK` samples have their own generator seeded from ``(seed, chunk)``, so a larger
-    draw extends a smaller one (sample ``i`` is the same whatever ``num_samples`` is).
-    """
+    """Draw ``(num_samples, num_vectors, dim)`` float32 inputs, deterministically from ``seed`` (each
+    chunk of :data:`CHUNK` samples has its own generator, seeded from ``seed`` and the chunk index)."""
     for name, value in (("num_samples", num_samples), ("num_vectors", num_vectors), ("dim", dim)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise PoolkitError(f"{name} must be a positive int, got {value!r}")
@@ -93,8 +89,8 @@ def knn_targets(x: Tensor, ks: tuple[int, ...] | list[int]) -> dict[int, Tensor]
 
     ``K`` larger than ``N - 1`` uses all ``N - 1`` other vectors, as the paper's code does for K = N.
     """
-    if x.dim() != 3:
-        raise PoolkitError(f"x must be (samples, vectors, dim), got shape {tuple(x.shape)}")
+    if x.dim() != 3 or x.shape[1] < 2:
+        raise PoolkitError(f"x must be (samples, vectors >= 2, dim), got shape {tuple(x.shape)}")
     ks = check_ks(ks)
     others = x.shape[1] - 1
     out: dict[int, list[Tensor]] = {k: [] for k in ks}

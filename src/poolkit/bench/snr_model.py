@@ -44,7 +44,7 @@ class SNRModel(nn.Module):
     """Encoder -> pooler -> (head): predicts the K-neighbour centroid of vector 0 from all vectors."""
 
     def __init__(self, pooler: nn.Module, dim: int = 16, layers: int = 12, heads: int = 8, ff: int = 64,
-                 dropout: float = 0.1) -> None:
+                 dropout: float = 0.1, seed: int = 0) -> None:
         super().__init__()
         self.type_embedding = nn.Embedding(2, dim)  # 0 marks vector 0, 1 the rest
         self.layers = nn.ModuleList(EncoderLayer(dim, heads, ff, dropout) for _ in range(layers))
@@ -52,7 +52,9 @@ class SNRModel(nn.Module):
         self.pooler = pooler
         out_dim = int(getattr(pooler, "output_dim", dim))
         self.head = nn.Identity() if out_dim == dim else nn.Linear(out_dim, dim)
-        self.apply(_paper_init)
+        gen = torch.Generator().manual_seed(seed)  # encoder first: it starts the same whatever the pooler
+        for module in self.modules():
+            _paper_init(module, gen)
 
     def forward(self, x: Tensor) -> Tensor:
         types = torch.ones(x.shape[1], dtype=torch.long, device=x.device)
@@ -63,9 +65,9 @@ class SNRModel(nn.Module):
         return self.head(self.pooler(self.norm(h), None))
 
 
-def _paper_init(module: nn.Module) -> None:
+def _paper_init(module: nn.Module, gen: torch.Generator) -> None:
     if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        nn.init.normal_(module.weight, mean=0.0, std=0.02, generator=gen)
     if isinstance(module, nn.Linear) and module.bias is not None:
         nn.init.zeros_(module.bias)
     if isinstance(module, nn.LayerNorm) and module.elementwise_affine:
@@ -84,38 +86,39 @@ class FitResult:
     val_loss: list[float]
 
 
-def evaluate(model: nn.Module, x: Tensor, y: Tensor, batch_size: int) -> float:
-    """Mean squared error over all elements of ``(x, y)`` in eval mode."""
+def evaluate(model: nn.Module, x: Tensor, y: Tensor, index: Tensor, batch_size: int) -> float:
+    """Mean squared error of ``model`` on the rows ``index`` of ``(x, y)``, in eval mode."""
     model.eval()
     total = 0.0
     with torch.no_grad():
-        for xb, yb in zip(x.split(batch_size), y.split(batch_size)):
-            total += F.mse_loss(model(xb), yb, reduction="sum").item()
-    return total / y.numel()
+        for idx in index.split(batch_size):
+            idx = idx.to(x.device)
+            total += F.mse_loss(model(x[idx]), y[idx], reduction="sum").item()
+    return total / (len(index) * y.shape[1])
 
 
-def fit(model: nn.Module, train: tuple[Tensor, Tensor], val: tuple[Tensor, Tensor],
-        test: tuple[Tensor, Tensor], *, epochs: int, batch_size: int, lr: float, seed: int) -> FitResult:
-    """Adam on minibatches shuffled by ``seed``; keep the epoch with the lowest validation MSE and report
-    its test MSE (the paper's protocol)."""
+def fit(model: nn.Module, x: Tensor, y: Tensor, *, train: Tensor, val: Tensor, test: Tensor, epochs: int,
+        batch_size: int, lr: float, seed: int) -> FitResult:
+    """Adam on minibatches of the rows ``train``, shuffled by ``seed``; keep the epoch with the lowest MSE
+    on the rows ``val`` and report its MSE on the rows ``test`` (the paper's protocol)."""
     gen = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     best = (float("inf"), -1, copy.deepcopy(model.state_dict()))
     train_hist, val_hist = [], []
-    x, y = train
     for epoch in range(epochs):
         model.train()
         total = 0.0
-        for idx in torch.randperm(len(x), generator=gen).split(batch_size):
+        for idx in train[torch.randperm(len(train), generator=gen)].split(batch_size):
+            idx = idx.to(x.device)
             loss = F.mse_loss(model(x[idx]), y[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             total += loss.item() * len(idx)
-        train_hist.append(total / len(x))
-        val_hist.append(evaluate(model, *val, batch_size))
+        train_hist.append(total / len(train))
+        val_hist.append(evaluate(model, x, y, val, batch_size))
         if val_hist[-1] < best[0]:
             best = (val_hist[-1], epoch, copy.deepcopy(model.state_dict()))
     model.load_state_dict(best[2])
-    return FitResult(test_mse=evaluate(model, *test, batch_size), best_epoch=best[1],
+    return FitResult(test_mse=evaluate(model, x, y, test, batch_size), best_epoch=best[1],
                      train_loss=train_hist, val_loss=val_hist)
