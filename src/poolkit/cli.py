@@ -242,19 +242,23 @@ def run_compare(args: argparse.Namespace) -> int:
 
     results = compare_poolers(poolers, cache, data, config, on_result=report)
     rows = [leaderboard_row(r.label, "frozen", r.metric, r.fold_metrics, r.params, r.seconds) for r in results]
-    finetuned = []
-    if args.finetune_top > 0:
-        finetuned = _finetune_top(args, results[: args.finetune_top], data, out, folds, console)
-        rows += finetuned
-    frame = rank(rows, metric)
     title = f"{data.source}: {len(data)} rows, {folds}-fold {metric.name}, encoder {model_label(cache.meta['model'])}"
     settings = {"data": data.source, "rows": len(data), "task": data.task, "model": cache.meta["model"],
                 "metric": metric.name, "higher_is_better": metric.higher_is_better, "folds": folds,
-                "probe": vars(config), "encode_seconds": round(encode_seconds, 2),
-                "total_seconds": round(time.perf_counter() - start, 2), "poolers": poolers,
+                "probe": vars(config), "encode_seconds": round(encode_seconds, 2), "poolers": poolers,
                 "finetune_top": args.finetune_top}
     details = {"folds_detail": {r.label: r.fold_metrics for r in results}}
-    write_leaderboard(out, frame, settings, details, title)
+
+    def publish(rows: list[dict[str, Any]]):
+        frame = rank(rows, metric)
+        write_leaderboard(out, frame, {**settings, "total_seconds": round(time.perf_counter() - start, 2)},
+                          details, title)
+        return frame
+
+    frame = publish(rows)  # the frozen leaderboard is on disk before any (long) fine-tuning starts
+    if args.finetune_top > 0:
+        rows += _finetune_top(args, results[: args.finetune_top], data, out, folds, console)
+        frame = publish(rows)
     print_leaderboard(frame, title, console)
     console.print(f"encoded once in {encode_seconds:.1f}s; leaderboard.csv / .json / .png in {out}")
     return 0
