@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from ..errors import PoolkitError
 from . import masking
@@ -36,6 +37,35 @@ def _check_choice(value, choices: tuple[str, ...], what: str) -> str:
     return value
 
 
+def sigmoid_for_tanh(dtype: torch.dtype) -> bool:
+    """Whether tanh is computed from sigmoid, tanh(z) = 2 sigmoid(2z) - 1 (float32 / float64 only).
+
+    PyTorch's CPU sigmoid is about 5x cheaper than its tanh, which on a 384-wide model costs a third of
+    the scoring matmul. In half precision tanh is kept: sigmoid's values near 1/2 carry a rounding
+    error that tanh's values near 0 do not.
+    """
+    return masking.compute_dtype(dtype) == dtype
+
+
+def tanh_scores(x: Tensor, hidden: nn.Linear, score_weight: Tensor) -> Tensor:
+    """Additive-attention scores ``score_weight @ tanh(hidden(x))`` up to a per-score constant: -> (B, T, K).
+
+    From sigmoid (see :func:`sigmoid_for_tanh`), w . tanh(z) = 2w . sigmoid(2z) - sum(w): the constant
+    -sum(w) is the same for every token and drops out of the softmax, the factors 2 fold into the
+    (small) weights, and the softmax weights are the tanh form's to float rounding.
+    """
+    # The activation runs in place on the fresh (B*T, A) matmul output: a second tensor that size costs the
+    # CPU page faults. (Tokens are flattened first: on a (B, T, A) view, autograd would copy for in-place.)
+    tokens = x.reshape(-1, x.shape[-1])
+    if sigmoid_for_tanh(x.dtype):
+        bias = None if hidden.bias is None else 2 * hidden.bias
+        activation = F.linear(tokens, 2 * hidden.weight, bias).sigmoid_()
+        score_weight = 2 * score_weight
+    else:
+        activation = hidden(tokens).tanh_()
+    return F.linear(activation, score_weight).view(*x.shape[:-1], -1)
+
+
 @register_pooler("attention", "learned_attention")
 class AttentionPooler(Pooler):
     """Learned Attention Pooling: Linear(D, a) -> Tanh -> Linear(a, 1) -> masked softmax -> weighted sum.
@@ -57,7 +87,8 @@ class AttentionPooler(Pooler):
             nn.init.zeros_(self.score[0].bias)
 
     def pool(self, x: Tensor, mask: Tensor):
-        weights = masking.masked_softmax(self.score(x).squeeze(-1), mask)
+        scores = tanh_scores(x, self.score[0], self.score[2].weight)  # = self.score(x) + a constant
+        weights = masking.masked_softmax(scores.squeeze(-1), mask)
         return masking.masked_weighted_sum(x, weights), weights
 
 
@@ -96,9 +127,10 @@ class MultiHeadAttentionPooler(Pooler):
         self.output_dim = hidden_size if self.project is not None else num_heads * hidden_size
 
     def pool(self, x: Tensor, mask: Tensor):
-        batch, length, _ = x.shape
-        hidden = torch.tanh(self.hidden(x)).view(batch, length, self.num_heads, -1)
-        scores = torch.einsum("bthk,hk->bht", hidden, self.head_scores.to(hidden.dtype))
+        # Head h scores its own slice of the hidden units: one matmul with a block-diagonal (H, H * a)
+        # weight reads the activations in place (an einsum over heads would first copy them per head).
+        per_head = torch.block_diag(*self.head_scores.to(x.dtype).unbind(0))
+        scores = tanh_scores(x, self.hidden, per_head).transpose(1, 2)  # (B, H, T)
         weights = masking.masked_softmax(scores, mask[:, None, :])  # (B, H, T)
         pooled = masking.masked_weighted_sum(x, weights).flatten(1)  # (B, H * D)
         if self.project is not None:
@@ -122,28 +154,54 @@ class GatedAttentionPooler(Pooler):
         self.score = nn.Linear(attn_size, 1, bias=False)
 
     def pool(self, x: Tensor, mask: Tensor):
-        gated = torch.tanh(self.value(x)) * torch.sigmoid(self.gate(x))
-        weights = masking.masked_softmax(self.score(gated).squeeze(-1), mask)
+        # Both branches in one matmul. With tanh from sigmoid (see sigmoid_for_tanh), the 2 of
+        # tanh(v) = 2 sigmoid(2v) - 1 folds into the value weights and
+        # tanh(V x) * sigmoid(U x) = (2 s_v - 1) * s_u = 2 s_v s_u - s_u.
+        fold = 2 if sigmoid_for_tanh(x.dtype) else 1
+        weight = torch.cat([fold * self.value.weight, self.gate.weight])
+        bias = torch.cat([fold * self.value.bias, self.gate.bias])
+        both = F.linear(x.reshape(-1, x.shape[-1]), weight, bias)  # (B*T, 2a), flattened as in tanh_scores
+        if fold == 2:
+            s_value, s_gate = both.sigmoid_().chunk(2, dim=-1)
+            gated = torch.addcmul(-s_gate, s_value, s_gate, value=2)
+        else:
+            value, gate = both.chunk(2, dim=-1)
+            gated = torch.tanh(value) * torch.sigmoid(gate)
+        scores = self.score(gated).view(x.shape[:-1])
+        weights = masking.masked_softmax(scores, mask)
         return masking.masked_weighted_sum(x, weights), weights
 
 
-def cross_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor, num_heads: int,
+def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, mask: Tensor, num_heads: int,
                     scale: float) -> tuple[Tensor, Tensor]:
-    """Multi-head attention of Q queries over T tokens, softmax in float32 over the real tokens.
+    """Multi-head attention of Q (projected) queries over the T tokens of x, keys and values by ``key`` / ``value``.
 
-    query (B, Q, D), key/value (B, T, D), mask (B, T) -> output (B, Q, D) float32 and weights
-    (B, H, Q, T). Rows without a real token get zero weights and zero output.
+    query (B, Q, D), x (B, T, D), mask (B, T) -> output (B, Q, D) float32 and weights (B, H, Q, T);
+    softmax in float32 over the real tokens, rows without one get zero weights and zero output. The
+    projections are folded into the few queries instead of being applied to all T tokens (K_h, V_h: head
+    h's rows of the key / value weight, c_h its value bias; a key bias would only shift the softmax):
+
+        q_h . K_h x_t = (K_h^T q_h) . x_t        sum_t w_t (V_h x_t + c_h) = V_h (sum_t w_t x_t) + c_h sum_t w_t
+
+    so the tokens are read by two (B, H*Q, D) x (B, D, T) matmuls instead of two D x D projections of
+    every token: far fewer flops while H * Q is well under D and Q under T, as in every pooling use.
     """
-    batch, length, dim = key.shape
-    head_dim = dim // num_heads
-
-    def heads(t: Tensor) -> Tensor:
-        return t.reshape(batch, t.shape[1], num_heads, head_dim).transpose(1, 2).float()
-
-    scores = heads(query) @ heads(key).transpose(-1, -2) * scale  # (B, H, Q, T)
-    weights = masking.masked_softmax(scores, mask[:, None, None, :])
-    out = (weights @ heads(value)).transpose(1, 2).reshape(batch, -1, dim)
-    return out, weights
+    batch, length, dim = x.shape
+    n_query, head_dim = query.shape[1], dim // num_heads
+    # Logits rounded to half precision would put a relative error of 2^-9 on each score, enough to move
+    # a peaked softmax: half inputs are read in float32 (still far cheaper than the projections).
+    x = x.to(masking.compute_dtype(x.dtype))
+    queries = query.float().reshape(batch, n_query, num_heads, head_dim)
+    key_weight = key.weight.float().view(num_heads, head_dim, dim)
+    folded = torch.einsum("bqhk,hkd->bhqd", queries, key_weight) * scale  # (B, H, Q, D)
+    scores = torch.bmm(folded.reshape(batch, -1, dim).to(x.dtype), x.transpose(1, 2))  # (B, H*Q, T)
+    weights = masking.masked_softmax(scores.view(batch, num_heads, n_query, length), mask[:, None, None, :])
+    mixed = masking.masked_weighted_sum(x, weights.view(batch, -1, length))  # (B, H*Q, D) float32
+    value_weight = value.weight.float().view(num_heads, head_dim, dim)
+    out = torch.einsum("bhqd,hkd->bqhk", mixed.view(batch, num_heads, n_query, dim), value_weight)
+    if value.bias is not None:
+        out = out + value.bias.float().view(num_heads, head_dim) * weights.sum(-1).transpose(1, 2)[..., None]
+    return out.reshape(batch, n_query, dim), weights
 
 
 @register_pooler("latent", "pma", "map")
@@ -175,7 +233,7 @@ class LatentAttentionPooler(Pooler):
     def pool(self, x: Tensor, mask: Tensor):
         query = self.queries.to(x.dtype).expand(x.shape[0], -1, -1)
         scale = (self.hidden_size // self.num_heads) ** -0.5
-        attended, weights = cross_attention(query, self.key(x), self.value(x), mask, self.num_heads, scale)
+        attended, weights = cross_attention(query, x, self.key, self.value, mask, self.num_heads, scale)
         pooled = self.out(attended.to(self.out.weight.dtype))
         if self.mlp is not None:
             pooled = pooled + self.mlp(pooled)
@@ -223,8 +281,8 @@ class AdaPool(Pooler):
     def pool(self, x: Tensor, mask: Tensor):
         source = self.query_tokens(x, mask)
         scale = (self.hidden_size // self.num_heads) ** -0.5
-        attended, weights = cross_attention(self.query(source)[:, None, :], self.key(x), self.value(x),
-                                            mask, self.num_heads, scale)
+        attended, weights = cross_attention(self.query(source)[:, None, :], x, self.key, self.value, mask,
+                                            self.num_heads, scale)
         pooled = self.out(attended[:, 0].to(self.out.weight.dtype))
         if self.residual:
             pooled = pooled + source

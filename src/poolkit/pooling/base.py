@@ -23,7 +23,9 @@ class Pooler(nn.Module):
     Subclasses implement :meth:`pool` on a checked input: ``x`` (B, T, D) (token poolers) or a list of
     them (layer poolers) and a boolean ``mask`` (B, T) with True at real tokens. They return the pooled
     tensor and the weights that explain it: token weights (B, T), or for layer poolers a dict with
-    ``"layer"`` (B, L) and, when the token pooler has them, ``"token"`` (B, T).
+    ``"layer"`` (B, L) and, when the token pooler has them, ``"token"`` (B, T). Poolers whose weights
+    cost extra work (max / min: the winning token of every feature) also implement
+    :meth:`pool_without_weights`, which ``forward`` calls when no weights are asked for.
     """
 
     name: str = ""
@@ -58,13 +60,21 @@ class Pooler(nn.Module):
             raise PoolkitError(f"{self.name}: rows {rows[:5]} have no real token (all padding); "
                                "drop them or build the pooler with on_empty='zeros'")
         x = self._to_parameter_dtype(x)
-        pooled, weights = self.pool(x, mask)
-        empty = ~mask.any(dim=1)
-        pooled = pooled.masked_fill(empty[:, None], 0).to(reference.dtype)
+        if return_weights:
+            pooled, weights = self.pool(x, mask)
+        else:
+            pooled, weights = self.pool_without_weights(x, mask), None
+        # Rows with no real token give zeros. A product, not masked_fill / where (several times dearer on a
+        # (B, D) tensor): pooled values are finite there, as padded inputs are (see masking).
+        pooled = (pooled * mask.any(dim=1, keepdim=True)).to(reference.dtype)
         return (pooled, weights) if return_weights else pooled
 
     def pool(self, x: Any, mask: Tensor) -> tuple[Tensor, Weights]:
         raise NotImplementedError
+
+    def pool_without_weights(self, x: Any, mask: Tensor) -> Tensor:
+        """The pooled tensor alone (the same values as ``pool``); override where the weights cost extra."""
+        return self.pool(x, mask)[0]
 
     def extra_repr(self) -> str:
         return f"hidden_size={self.hidden_size}, output_dim={self.output_dim}"
@@ -104,7 +114,7 @@ class Pooler(nn.Module):
             if tuple(attention_mask.shape) != (batch, length):
                 raise PoolkitError(f"{self.name}: attention_mask shape {tuple(attention_mask.shape)} does "
                                    f"not match hidden_states (B, T) = {(batch, length)}")
-            mask = attention_mask if attention_mask.dtype == torch.bool else attention_mask != 0
+            mask = attention_mask.bool()  # nonzero = real token
         return (layers if self.kind == "layer" else first), mask
 
     def _to_parameter_dtype(self, x):

@@ -37,7 +37,14 @@ class ConcatPooler(Pooler):
 
     def pool(self, x: Tensor, mask: Tensor):
         results = [part.pool(x, mask) for part in self.parts]
-        dtype = torch.promote_types(x.dtype, torch.float32) if x.dtype != torch.float64 else x.dtype
-        pooled = torch.cat([p.to(dtype) for p, _ in results], dim=-1)
+        pooled = torch.cat([p.to(_parts_dtype(x)) for p, _ in results], dim=-1)
         weights = torch.stack([w.float() for _, w in results]).mean(dim=0)
         return pooled, weights
+
+    def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
+        return torch.cat([part.pool_without_weights(x, mask).to(_parts_dtype(x)) for part in self.parts], dim=-1)
+
+
+def _parts_dtype(x: Tensor) -> torch.dtype:
+    """The dtype the parts' outputs are concatenated in: float32 at least."""
+    return torch.promote_types(x.dtype, torch.float32) if x.dtype != torch.float64 else x.dtype

@@ -56,9 +56,11 @@ class LayerPooler(Pooler):
             vectors, token_weights = self.pool_each(layers, mask)
             return torch.einsum("bld,l->bd", vectors, weights.to(vectors.dtype)), token_weights[:, 0]
         weights = weights.to(layers[0].dtype)
+        # Accumulated in place: one (B, T, D) tensor whatever the number of layers (``mixed + w * layer``
+        # would hold three at a time). Autograd allows it: no backward needs mixed's earlier values.
         mixed = layers[0] * weights[0]
         for layer, weight in zip(layers[1:], weights[1:]):
-            mixed = mixed + weight * layer
+            mixed.addcmul_(layer, weight)
         return self.token.pool(mixed, mask)
 
 

@@ -27,6 +27,9 @@ class ClsPooler(Pooler):
         index = masking.first_real_index(mask)
         return masking.gather_rows(x, index), masking.one_hot_weights(index, mask)
 
+    def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
+        return masking.gather_rows(x, masking.first_real_index(mask))
+
 
 @register_pooler("last", "eos")
 class LastPooler(Pooler):
@@ -37,6 +40,9 @@ class LastPooler(Pooler):
     def pool(self, x: Tensor, mask: Tensor):
         index = masking.last_real_index(mask)
         return masking.gather_rows(x, index), masking.one_hot_weights(index, mask)
+
+    def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
+        return masking.gather_rows(x, masking.last_real_index(mask))
 
 
 @register_pooler("mean", "avg", "average")
@@ -78,8 +84,12 @@ class _ExtremePooler(Pooler):
     largest = True
 
     def pool(self, x: Tensor, mask: Tensor):
-        values, indices = masking.masked_fill_reduce(x, mask, largest=self.largest)
+        values, indices = masking.masked_extreme(x, mask, largest=self.largest, with_index=True)
         return values, masking.argmax_share(indices, mask)
+
+    def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
+        # Without weights (and in inference) no winner needs finding: one pass over x.
+        return masking.masked_extreme(x, mask, largest=self.largest)
 
 
 @register_pooler("max")
@@ -105,9 +115,13 @@ class MeanMaxPooler(Pooler):
     def pool(self, x: Tensor, mask: Tensor):
         mean_weights = masking.uniform_weights(mask)
         mean = masking.masked_weighted_sum(x, mean_weights)
-        maximum, indices = masking.masked_fill_reduce(x, mask, largest=True)
+        maximum, indices = masking.masked_extreme(x, mask, largest=True, with_index=True)
         pooled = torch.cat([mean, maximum.to(mean.dtype)], dim=-1)
         return pooled, (mean_weights + masking.argmax_share(indices, mask)) / 2
+
+    def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
+        mean = masking.masked_weighted_sum(x, masking.uniform_weights(mask))
+        return torch.cat([mean, masking.masked_extreme(x, mask, largest=True).to(mean.dtype)], dim=-1)
 
 
 def _positive_parameter(value: float, what: str) -> nn.Parameter:

@@ -1,0 +1,136 @@
+"""Shared helpers of the performance suite: devices, interleaved timing, ratio tables, JSON results.
+
+Every figure the suite reports is a *ratio* of variants measured side by side in one run: each repeat
+times every variant once, in alternating order (A B C ..., then ... C B A), and a ratio is the median
+over repeats of the per-repeat ratio. Load from other processes on a shared machine then hits the
+variants alike; absolute milliseconds are printed for orientation only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--full", action="store_true", help="the whole grid / more repeats (default: --quick)")
+    parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (median reported)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1: on a machine whose cores other jobs share, a second "
+                             "thread mostly waits for its core at every parallel op; 0 = torch's default)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+
+
+def setup(args: argparse.Namespace) -> torch.device:
+    if args.threads and args.device == "cpu":
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda asked for but torch.cuda.is_available() is False")
+    return device
+
+
+def describe(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} (torch {torch.__version__})"
+    return f"CPU, {torch.get_num_threads()} torch threads, {os.cpu_count()} cores visible (torch {torch.__version__})"
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_calls(fn: Callable[[], Any], calls: int, device: torch.device) -> float:
+    """Seconds per call of ``fn`` over ``calls`` back-to-back calls (device synchronised at both ends)."""
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync(device)
+    return (time.perf_counter() - start) / calls
+
+
+def interleaved(variants: dict[str, Callable[[], Any]], device: torch.device, repeats: int = 5,
+                min_sample_s: float = 0.02, warmup: int = 1) -> dict[str, list[float]]:
+    """Per-repeat seconds per call of every variant, the variants interleaved in alternating order.
+
+    Each variant is warmed up, then timed once more to give it its own number of calls per sample
+    (enough to last about ``min_sample_s``) so that fast variants are not timed at the clock's resolution.
+    """
+    calls = {}
+    for name, fn in variants.items():
+        for _ in range(warmup):
+            fn()
+        once = time_calls(fn, 1, device) if min_sample_s > 0 else 1.0
+        calls[name] = max(1, min(50, int(min_sample_s / max(once, 1e-6))))
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(repeats):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            times[name].append(time_calls(variants[name], calls[name], device))
+    return times
+
+
+def ratio(times: dict[str, list[float]], num: str, den: str) -> float:
+    """Median over repeats of time[num] / time[den] measured in the same repeat."""
+    return statistics.median(a / b for a, b in zip(times[num], times[den]))
+
+
+def spread(times: dict[str, list[float]], num: str, den: str) -> tuple[float, float]:
+    """Lowest and highest per-repeat ratio time[num] / time[den]."""
+    ratios = [a / b for a, b in zip(times[num], times[den])]
+    return min(ratios), max(ratios)
+
+
+def median_ms(times: dict[str, list[float]], name: str) -> float:
+    return statistics.median(times[name]) * 1e3
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> str:
+    """A compact Markdown table (also readable in a terminal)."""
+    cells = [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(str(h)), *(len(r[i]) for r in cells)) if cells else len(str(h))
+              for i, h in enumerate(headers)]
+    lines = [] if title is None else [f"\n{title}\n"]
+    lines.append("| " + " | ".join(str(h).ljust(w) for h, w in zip(headers, widths)) + " |")
+    lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in cells:
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
+    return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if value >= 100:
+            return f"{value:.0f}"
+        return f"{value:.2f}"
+    return str(value)
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def save_json(path: Path | None, payload: dict[str, Any]) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, default=str))

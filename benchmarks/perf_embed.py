@@ -1,0 +1,107 @@
+"""Item 5: embedding throughput, poolkit vs sentence-transformers ``encode``: target >= 1.0x, aim 1.2x.
+
+Same packaged all-MiniLM-L6-v2 weights, same real texts (fortune cookies when Debian's fortunes is
+installed, else the embedded WordNet glosses), same batch size (32), same maximum length (the model's
+256), same output (mean pooling + L2 normalisation, the model's own modules). poolkit's path is the one
+its feature cache uses: the texts tokenised once, batches of similar *token* length (longest first, no
+shuffling, ``LengthGroupedBatchSampler``), each padded to its own longest text, ``torch.inference_mode``,
+only ``last_hidden_state`` asked for, the ``mean`` pooler, then the rows put back in input order.
+sentence-transformers: ``SentenceTransformer(path).encode(texts, batch_size=32)`` (it sorts by character
+length and tokenises batch by batch). The two alternate, whole runs over the texts, median of repeats; the
+embeddings are checked to agree.
+
+    .venv/bin/python benchmarks/perf_embed.py            # 320 texts
+    .venv/bin/python benchmarks/perf_embed.py --full     # 2,000 texts
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+from perf_common import (add_common_args, describe, interleaved, median_ms, ratio, save_json, setup,  # noqa: E402
+                         table, verdict)
+from perf_model import real_texts  # noqa: E402
+from poolkit import get_pooler  # noqa: E402
+from poolkit.data.batching import LengthGroupedBatchSampler  # noqa: E402
+from poolkit.models.encoders import load_encoder, load_tokenizer, resolve_model  # noqa: E402
+
+BATCH, TARGET, AIM = 32, 1.0, 1.2
+
+
+class PoolkitEncoder:
+    """Texts -> normalised mean-pooled vectors with the packaged encoder and a poolkit pooler."""
+
+    def __init__(self, device: torch.device, max_length: int) -> None:
+        self.tokenizer = load_tokenizer(None)
+        self.encoder = load_encoder(None).to(device).eval()
+        self.pooler = get_pooler("mean", hidden_size=self.encoder.config.hidden_size).to(device)
+        self.device = device
+        self.max_length = max_length
+
+    def encode(self, texts: list[str], batch_size: int = BATCH) -> torch.Tensor:
+        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length)
+        sampler = LengthGroupedBatchSampler([len(ids) for ids in encoded["input_ids"]], batch_size, shuffle=False)
+        outputs = []
+        with torch.inference_mode():
+            for rows in sampler:
+                batch = self.tokenizer.pad({k: [encoded[k][i] for i in rows] for k in encoded.keys()},
+                                           return_tensors="pt")
+                batch = {k: v.to(self.device) for k, v in batch.items()}
+                hidden = self.encoder(**batch).last_hidden_state
+                outputs.append(F.normalize(self.pooler(hidden, batch["attention_mask"]), dim=-1))
+        return sampler.restore(torch.cat(outputs)).cpu()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser)
+    parser.add_argument("--texts", type=int, default=None, help="number of texts (default 320, 2000 with --full)")
+    args = parser.parse_args(argv)
+    device = setup(args)
+    repeats = args.repeats or 5
+    texts, source = real_texts(args.texts or (2000 if args.full else 320))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from sentence_transformers import SentenceTransformer
+        st_model = SentenceTransformer(resolve_model(None), device=str(device))
+    ours = PoolkitEncoder(device, max_length=st_model.max_seq_length)
+    lengths = [len(ids) for ids in ours.tokenizer(texts, truncation=True, max_length=ours.max_length)["input_ids"]]
+    print(f"# Embedding throughput ({describe(device)}): {len(texts)} texts of {source} "
+          f"(tokens: mean {sum(lengths) / len(lengths):.0f}, max {max(lengths)}), batch {BATCH}, "
+          f"{repeats} interleaved repeats")
+
+    def st_encode():
+        return st_model.encode(texts, batch_size=BATCH, convert_to_tensor=True, show_progress_bar=False).cpu()
+
+    agreement = F.cosine_similarity(ours.encode(texts), st_encode().float(), dim=-1).min().item()
+    # The agreement check above was both variants' warm-up.
+    times = interleaved({"sentence-transformers encode": st_encode, "poolkit": lambda: ours.encode(texts)},
+                        device, repeats=repeats, min_sample_s=0.0, warmup=0)
+    speedup = ratio(times, "sentence-transformers encode", "poolkit")
+    st_rate = len(texts) / (median_ms(times, "sentence-transformers encode") / 1e3)
+    rows = [["sentence-transformers encode", f"{st_rate:.0f}", "1.00x"],
+            ["poolkit (length-sorted, inference mode, last layer only)",
+             f"{len(texts) / (median_ms(times, 'poolkit') / 1e3):.0f}", f"{speedup:.2f}x"]]
+    print(table(["encoder", "texts / s", "throughput vs sentence-transformers"], rows,
+                title=f"Embedding throughput (lowest cosine between the two outputs: {agreement:.6f})"))
+    per_repeat = [a / b for a, b in zip(times["sentence-transformers encode"], times["poolkit"])]
+    print("texts/s from each variant's median time; the ratio is the median of the per-repeat ratios: "
+          + ", ".join(f"{r:.2f}" for r in per_repeat))
+    print(f"target (>= {TARGET:g}x): {verdict(speedup >= TARGET)}; aim ({AIM:g}x): {verdict(speedup >= AIM)}")
+    result = {"device": describe(device), "repeats": repeats, "texts": len(texts), "source": source,
+              "speedup": speedup, "agreement": agreement, "st_ms": median_ms(times, "sentence-transformers encode"),
+              "poolkit_ms": median_ms(times, "poolkit"), "per_repeat": per_repeat}
+    save_json(args.json, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Item 4: every token pooler's share of a forward pass of the packaged MiniLM (batch 32 x 128): <= 2%.
+
+The packaged all-MiniLM-L6-v2 encodes a batch of 32 real texts (fortune cookies when Debian's fortunes
+is installed, else the embedded WordNet glosses; several joined per row) truncated to 128 tokens, and
+every registered token pooler pools the encoder's ``last_hidden_state`` with the batch's mask. Encoder
+forward and pooler calls are interleaved repeats, all under ``torch.inference_mode`` (and again with
+forward + backward under ``--train``). Share = pooler time / encoder forward time, median over repeats.
+
+    .venv/bin/python benchmarks/perf_model.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+from perf_common import (add_common_args, describe, interleaved, median_ms, ratio, save_json, setup,  # noqa: E402
+                         table, verdict)
+from poolkit import get_pooler, list_poolers  # noqa: E402
+
+BATCH, LENGTH, TARGET = 32, 128, 0.02
+
+
+def real_texts(count: int) -> tuple[list[str], str]:
+    """``count`` real texts from a built-in dataset (fortunes if installed, else the embedded glosses)."""
+    from poolkit.data import load_builtin
+
+    for name in ("fortunes", "embedded"):
+        try:
+            data = load_builtin(name, limit=count)
+            return list(data.texts), f"builtin:{name}"
+        except Exception:  # noqa: BLE001 - fortunes missing: fall back to the embedded set
+            continue
+    raise RuntimeError("no built-in dataset could be loaded")
+
+
+def model_batch(device: torch.device):
+    """The packaged encoder and one 32 x 128 batch of real text (rows of several texts joined)."""
+    from poolkit.models.encoders import load_encoder, load_tokenizer
+
+    tokenizer = load_tokenizer(None)
+    encoder = load_encoder(None).to(device).eval()
+    texts, source = real_texts(BATCH * 8)
+    rows = [" ".join(texts[i::BATCH]) for i in range(BATCH)]
+    batch = tokenizer(rows, truncation=True, max_length=LENGTH, padding="max_length", return_tensors="pt")
+    # Rows end at different real lengths, as in a padded batch: cut row i to 64 + 2i tokens.
+    lengths = torch.tensor([64 + 2 * i for i in range(BATCH)])
+    keep = torch.arange(LENGTH)[None, :] < lengths[:, None]
+    batch["attention_mask"] = batch["attention_mask"] * keep
+    batch["input_ids"] = torch.where(keep, batch["input_ids"], tokenizer.pad_token_id)
+    return encoder, {k: v.to(device) for k, v in batch.items()}, source
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser)
+    args = parser.parse_args(argv)
+    device = setup(args)
+    repeats = args.repeats or (7 if args.full else 5)
+    encoder, batch, source = model_batch(device)
+    with torch.inference_mode():
+        hidden = encoder(**batch).last_hidden_state
+    mask = batch["attention_mask"]
+    dim = hidden.shape[-1]
+    names = list_poolers("token")
+    torch.manual_seed(0)
+    poolers = {n: get_pooler(n, hidden_size=dim).to(device).eval() for n in names}
+    print(f"# Token poolers' share of a MiniLM forward ({describe(device)}), batch {BATCH}x{LENGTH} of {source}, "
+          f"{repeats} interleaved repeats")
+
+    def forward():
+        with torch.inference_mode():
+            encoder(**batch)
+
+    variants = {"encoder forward": forward}
+    for name, pooler in poolers.items():
+        def pool(p=pooler):
+            with torch.inference_mode():
+                p(hidden, mask)
+        variants[name] = pool
+    times = interleaved(variants, device, repeats=repeats, min_sample_s=0.05)
+    rows = [{"pooler": n, "share": ratio(times, n, "encoder forward"), "pooler_ms": median_ms(times, n),
+             "forward_ms": median_ms(times, "encoder forward")} for n in names]
+    body = [[r["pooler"], f"{100 * r['share']:.2f}%" + ("" if r["share"] <= TARGET else " *"),
+             f"{r['pooler_ms']:.2f}"] for r in rows]
+    print(table(["token pooler", "share of the forward", "pooler ms"], body,
+                title=f"Pooler time / encoder forward time (forward: {rows[0]['forward_ms']:.0f} ms; "
+                      "* = over the 2% target)"))
+    print(f"target (every token pooler <= 2%): {verdict(all(r['share'] <= TARGET for r in rows))}")
+    result = {"device": describe(device), "repeats": repeats, "source": source, "rows": rows}
+    save_json(args.json, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
