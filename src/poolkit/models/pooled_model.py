@@ -112,21 +112,25 @@ class PooledModel(PreTrainedModel):
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, labels: Tensor | None = None,
                 return_weights: bool = False, **encoder_kwargs: Any) -> PooledModelOutput:
-        pooled, weights = self.pool(input_ids, attention_mask, token_type_ids, **encoder_kwargs)
+        pooled, weights = self.pool(input_ids, attention_mask, token_type_ids, return_weights=return_weights,
+                                    **encoder_kwargs)
         logits = self.head(self.dropout(pooled.to(self.head.weight.dtype)))
         loss = self.loss(logits, labels) if labels is not None else None
-        return PooledModelOutput(loss=loss, logits=logits, pooled=pooled,
-                                 weights=weights if return_weights else None)
+        return PooledModelOutput(loss=loss, logits=logits, pooled=pooled, weights=weights)
 
     def pool(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-             token_type_ids: Tensor | None = None, **encoder_kwargs: Any) -> tuple[Tensor, Any]:
-        """Encoder then pooler: -> pooled (B, output_dim) and the pooler's weights."""
+             token_type_ids: Tensor | None = None, return_weights: bool = False,
+             **encoder_kwargs: Any) -> tuple[Tensor, Any]:
+        """Encoder then pooler: -> pooled (B, output_dim) and the pooler's weights (None unless asked:
+        poolers skip computing weights when nobody reads them)."""
         if token_type_ids is not None:
             encoder_kwargs["token_type_ids"] = token_type_ids
         output = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
                               output_hidden_states=self.needs_hidden_states, return_dict=True, **encoder_kwargs)
         states = output.hidden_states if self.needs_hidden_states else output.last_hidden_state
-        return self.pooler(states, attention_mask, return_weights=True)
+        if return_weights:
+            return self.pooler(states, attention_mask, return_weights=True)
+        return self.pooler(states, attention_mask), None
 
     def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
         return task_loss(self.config.task, logits, labels)
