@@ -225,7 +225,7 @@ def run_compare(args: argparse.Namespace) -> int:
     poolers = parse_poolers(args.poolers)
     data = load_dataset(args, default=DEFAULT_DATA)
     out = prepare_out_dir(args.out or Path("runs") / time.strftime("compare-%Y%m%d-%H%M%S"), args.force, OUTPUTS)
-    metric = primary_metric(data.task, data.n_outputs if data.task == "regression" else 1)
+    metric = primary_metric(data.task, data.n_outputs)
     console.print(f"[bold]poolkit compare[/]: {len(poolers)} poolers on {data.source} ({len(data)} rows, "
                   f"{data.task}, {folds} folds, up to {epochs} epochs), ranked by {metric.name}")
 

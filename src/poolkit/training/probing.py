@@ -127,7 +127,7 @@ def train_fold(spec: str | dict[str, Any], cache: FeatureCache, data: TableData,
     all_layers = pooler.kind == "layer"
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     targets = _Targets(data, train_rows)
-    metric = primary_metric(data.task, data.n_outputs if data.task == "regression" else 1)
+    metric = primary_metric(data.task, data.n_outputs)
     sampler = LengthGroupedBatchSampler(cache.lengths[train_rows], config.batch_size, shuffle=True, seed=seed)
     best, best_state, best_outputs, stale, epochs_run = None, None, None, 0, 0
     for _ in range(config.epochs):
@@ -160,7 +160,7 @@ def probe_pooler(spec: str | dict[str, Any], cache: FeatureCache, data: TableDat
         raise PoolkitError(f"the feature cache has {len(cache)} rows but the data has {len(data)}")
     splits = splits or fold_splits(data, config.folds, config.val_fraction, config.seed)
     spec = {"name": spec} if isinstance(spec, str) else dict(spec)
-    metric = primary_metric(data.task, data.n_outputs if data.task == "regression" else 1)
+    metric = primary_metric(data.task, data.n_outputs)
     oof = np.full((len(data), data.n_outputs), np.nan, dtype=np.float32)
     fold_metrics, epochs, params = [], [], 0
     start = time.perf_counter()
@@ -195,7 +195,7 @@ def compare_poolers(specs: list[str | dict[str, Any]], cache: FeatureCache, data
         results.append(result)
         if on_result is not None:
             on_result(result)
-    metric = primary_metric(data.task, data.n_outputs if data.task == "regression" else 1)
+    metric = primary_metric(data.task, data.n_outputs)
     return sorted(results, key=lambda r: r.summary()["mean"], reverse=metric.higher_is_better)
 
 
