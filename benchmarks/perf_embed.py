@@ -2,10 +2,10 @@
 
 Same packaged all-MiniLM-L6-v2 weights, same real texts (fortune cookies when Debian's fortunes is
 installed, else the embedded WordNet glosses), same batch size (32), same maximum length (the model's
-256), same output (mean pooling + L2 normalisation, the model's own modules). poolkit's path is the one
-its feature cache uses: the texts tokenised once, batches of similar *token* length (longest first, no
-shuffling, ``LengthGroupedBatchSampler``), each padded to its own longest text, ``torch.inference_mode``,
-only ``last_hidden_state`` asked for, the ``mean`` pooler, then the rows put back in input order.
+256), same output (mean pooling + L2 normalisation). poolkit's side is its public ``TextEncoder``
+(``poolkit.encode``): the texts tokenised once, batches of similar *token* length (longest first),
+each padded to its own longest text, ``torch.inference_mode``, only ``last_hidden_state`` asked for,
+the ``mean`` pooler, then the rows put back in input order.
 sentence-transformers: ``SentenceTransformer(path).encode(texts, batch_size=32)`` (it sorts by character
 length and tokenises batch by batch). The two alternate, whole runs over the texts, median of repeats; the
 embeddings are checked to agree.
@@ -23,41 +23,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from perf_common import (add_common_args, describe, interleaved, median_ms, ratio, save_json, setup,  # noqa: E402
                          table, verdict)
 from perf_model import real_texts  # noqa: E402
-from poolkit import get_pooler  # noqa: E402
-from poolkit.data.batching import LengthGroupedBatchSampler  # noqa: E402
-from poolkit.models.encoders import load_encoder, load_tokenizer, resolve_model  # noqa: E402
+from poolkit import TextEncoder  # noqa: E402
+from poolkit.models.encoders import resolve_model  # noqa: E402
 
 BATCH, TARGET, AIM = 32, 1.0, 1.2
-
-
-class PoolkitEncoder:
-    """Texts -> normalised mean-pooled vectors with the packaged encoder and a poolkit pooler."""
-
-    def __init__(self, device: torch.device, max_length: int) -> None:
-        self.tokenizer = load_tokenizer(None)
-        self.encoder = load_encoder(None).to(device).eval()
-        self.pooler = get_pooler("mean", hidden_size=self.encoder.config.hidden_size).to(device)
-        self.device = device
-        self.max_length = max_length
-
-    def encode(self, texts: list[str], batch_size: int = BATCH) -> torch.Tensor:
-        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length)
-        sampler = LengthGroupedBatchSampler([len(ids) for ids in encoded["input_ids"]], batch_size, shuffle=False)
-        outputs = []
-        with torch.inference_mode():
-            for rows in sampler:
-                batch = self.tokenizer.pad({k: [encoded[k][i] for i in rows] for k in encoded.keys()},
-                                           return_tensors="pt")
-                batch = {k: v.to(self.device) for k, v in batch.items()}
-                hidden = self.encoder(**batch).last_hidden_state
-                outputs.append(F.normalize(self.pooler(hidden, batch["attention_mask"]), dim=-1))
-        return sampler.restore(torch.cat(outputs)).cpu()
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -72,7 +46,7 @@ def main(argv: list[str] | None = None) -> dict:
         warnings.simplefilter("ignore")
         from sentence_transformers import SentenceTransformer
         st_model = SentenceTransformer(resolve_model(None), device=str(device))
-    ours = PoolkitEncoder(device, max_length=st_model.max_seq_length)
+    ours = TextEncoder(None, "mean", normalize=True, max_length=st_model.max_seq_length, device=device)
     lengths = [len(ids) for ids in ours.tokenizer(texts, truncation=True, max_length=ours.max_length)["input_ids"]]
     print(f"# Embedding throughput ({describe(device)}): {len(texts)} texts of {source} "
           f"(tokens: mean {sum(lengths) / len(lengths):.0f}, max {max(lengths)}), batch {BATCH}, "

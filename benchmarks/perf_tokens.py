@@ -7,8 +7,8 @@
 
 B = 32 rows whose real lengths are drawn uniformly from [T/2, T] (right padding), the pooler called
 through its public ``forward`` (input checks, masking, empty-row handling included). Forward runs under
-``torch.inference_mode``; forward + backward calls ``.sum().backward()`` on the output with the hidden
-states (and the poolers' / floors' weights) requiring grad. In bf16 the pooler's parameters are bf16 too.
+``torch.inference_mode``; forward + backward calls ``.backward(g)`` on the output (g a fixed dense random
+gradient, as a head sends) with the hidden states (and the poolers' / floors' weights) requiring grad. In bf16 the pooler's parameters are bf16 too.
 
     .venv/bin/python benchmarks/perf_tokens.py            # quick: 2 sizes x fp32/bf16 x fwd/fwd+bwd
     .venv/bin/python benchmarks/perf_tokens.py --full     # T in {128, 512} x D in {384, 768}
@@ -65,8 +65,15 @@ def forward_only(fn):
 
 
 def forward_backward(fn, leaves):
+    """fn().backward(g) with a fixed dense g: the gradient a head sends is dense, while .sum().backward()
+    sends an expanded (stride 0) view that some kernels take a slow broadcasting path for."""
+    grads = {}
+
     def run():
-        fn().float().sum().backward()
+        out = fn()
+        if out.shape not in grads:
+            grads[out.shape] = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(out)
+        out.backward(grads[out.shape])
         for leaf in leaves:
             leaf.grad = None
     return run

@@ -226,3 +226,34 @@ def test_registry_lists_both_families():
     assert set(list_poolers("layer")) == {"weighted_layer", "mean_layers", "concat_layers", "lstm_layers",
                                           "gru_layers", "attention_layers"}
     assert get_pooler("avg", HIDDEN).name == "mean"  # aliases resolve
+
+
+@pytest.mark.parametrize("dtype,length", [(torch.float32, 7), (torch.bfloat16, 7), (torch.bfloat16, 300)])
+@pytest.mark.parametrize("name", ["max", "min"])
+@pytest.mark.parametrize("finite", [True, False])
+def test_extreme_gradient_goes_to_the_first_real_holder_of_the_value(name, dtype, length, finite):
+    """With ties (coarse values, bf16), the winner and the gradient are those of max / min(dim=0) on the
+    real tokens alone, under left and right padding; bf16 at T = 300 exceeds bf16's exact integers and
+    infinite values take the comparison path."""
+    gen = torch.Generator().manual_seed(length)
+    x = torch.randint(-3, 4, (4, length, HIDDEN), generator=gen).to(dtype)  # many ties
+    if not finite:
+        x[1, 2, :3] = float("inf") if name == "max" else float("-inf")
+    lengths = [length, 3, length - 2, 1]
+    mask = mask_from_lengths(lengths, length).bool()
+    mask[2] = mask[2].roll(2)  # left-and-right padded row
+    pooler = get_pooler(name, hidden_size=HIDDEN).to(dtype)
+    x.requires_grad_(True)
+    pooled, weights = pooler(x, mask, return_weights=True)
+    grad = torch.randn(pooled.shape, generator=gen).to(dtype)
+    pooled.backward(grad)
+    for row in range(4):
+        real = mask[row].nonzero().flatten()
+        ref = x.detach()[row, real]
+        reduced = ref.max(dim=0) if name == "max" else ref.min(dim=0)
+        assert torch.equal(pooled[row].detach(), reduced.values)
+        expected = torch.zeros(length, HIDDEN, dtype=dtype)
+        expected[real[reduced.indices], torch.arange(HIDDEN)] = grad[row]
+        assert torch.equal(x.grad[row], expected)
+        share = torch.zeros(length).index_add_(0, real[reduced.indices], torch.full((HIDDEN,), 1 / HIDDEN))
+        assert close(weights[row], share)

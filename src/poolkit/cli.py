@@ -152,20 +152,50 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 # -- predict --------------------------------------------------------------------------------------
-def run_predict(args: argparse.Namespace) -> int:
+def read_texts(path: str, text_col: str):
+    """The input table and its text column as a list of strings (missing values as ""); ``builtin:NAME``
+    gives the built-in set's texts and targets."""
     import pandas as pd
 
-    from .data.tables import decode_labels, read_frame
-    from .io import atomic_write, refuse_overwrite
+    from .data.tables import read_frame
+
+    if path.startswith("builtin:"):
+        from .data.builtin import load_builtin
+
+        data = load_builtin(path)
+        frame = pd.DataFrame({data.text_col: data.texts})
+        if data.task == "classification":
+            frame[data.target_cols[0]] = [data.label_names[i] for i in data.targets]
+        elif data.task == "regression":
+            for j, col in enumerate(data.target_cols):
+                frame[col] = data.targets[:, j]
+        return frame, list(data.texts)
+    frame = read_frame(Path(path))
+    if text_col not in frame.columns:
+        from .errors import suggest
+        raise PoolkitError(f"column {text_col!r} not found in {path}.{suggest(text_col, frame.columns)} "
+                           f"Columns: {', '.join(map(str, frame.columns))}; pass the text column with --text-col")
+    return frame, frame[text_col].fillna("").astype(str).tolist()
+
+
+def write_table(out: Path, frame) -> None:
+    """Write a DataFrame atomically in the format the suffix names (.jsonl, .parquet, .tsv, else CSV)."""
+    from .io import atomic_write
+
+    writer = {".jsonl": lambda tmp: frame.to_json(tmp, orient="records", lines=True, force_ascii=False),
+              ".parquet": lambda tmp: frame.to_parquet(tmp, index=False),
+              ".tsv": lambda tmp: frame.to_csv(tmp, index=False, sep="\t")}.get(
+        out.suffix.lower(), lambda tmp: frame.to_csv(tmp, index=False))
+    atomic_write(out, writer)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from .data.tables import decode_labels
+    from .io import refuse_overwrite
     from .training.finetune import predict
 
     out = refuse_overwrite(args.out, args.force)
-    frame = read_frame(Path(args.data))
-    if args.text_col not in frame.columns:
-        from .errors import suggest
-        raise PoolkitError(f"column {args.text_col!r} not found in {args.data}.{suggest(args.text_col, frame.columns)} "
-                           f"Columns: {', '.join(map(str, frame.columns))}; pass the text column with --text-col")
-    texts = frame[args.text_col].fillna("").astype(str).tolist()
+    frame, texts = read_texts(args.data, args.text_col)
     outputs, info = predict(args.model, texts, batch_size=args.batch_size)
     result = frame.copy()
     task, names = info["task"], info.get("label_names")
@@ -177,13 +207,41 @@ def run_predict(args: argparse.Namespace) -> int:
             result[f"prob_{name}"] = outputs[:, j]
         decoded = decode_labels(outputs, names, multilabel=task == "multilabel")
         result["prediction"] = ["|".join(d) for d in decoded] if task == "multilabel" else decoded
-    suffix = out.suffix.lower()
-    writer = {".jsonl": lambda tmp: result.to_json(tmp, orient="records", lines=True, force_ascii=False),
-              ".parquet": lambda tmp: result.to_parquet(tmp, index=False),
-              ".tsv": lambda tmp: result.to_csv(tmp, index=False, sep="\t")}.get(
-        suffix, lambda tmp: result.to_csv(tmp, index=False))
-    atomic_write(out, writer)
+    write_table(out, result)
     print(f"{len(result)} predictions ({info.get('n_models', 1)} model(s) averaged) written to {out}")
+    return 0
+
+
+# -- embed ----------------------------------------------------------------------------------------
+EMBED_SUFFIXES = (".npy", ".parquet", ".jsonl", ".csv", ".tsv")
+
+
+def run_embed(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from .io import atomic_write, refuse_overwrite
+    from .models.text_encoder import TextEncoder
+
+    out = Path(args.out)
+    if out.suffix.lower() not in EMBED_SUFFIXES:
+        raise PoolkitError(f"--out {out}: unsupported format {out.suffix or '(no suffix)'!r}; use one of "
+                           f"{', '.join(EMBED_SUFFIXES)}")
+    refuse_overwrite(out, args.force)
+    options = parse_options(args.pooling_opt)
+    frame, texts = read_texts(args.data, args.text_col)
+    encoder = TextEncoder(args.model, args.pooling, normalize=args.normalize, max_length=args.max_length,
+                          precision=args.mixed_precision, allow_untrained=args.allow_untrained, **options)
+    vectors = encoder.encode(texts, batch_size=args.batch_size, progress=not args.quiet).numpy()
+    if out.suffix.lower() == ".npy":
+        atomic_write(out, lambda tmp: np.save(open(tmp, "wb"), vectors))
+    elif out.suffix.lower() in (".csv", ".tsv"):
+        import pandas as pd
+        columns = pd.DataFrame(vectors, columns=[f"emb_{j}" for j in range(vectors.shape[1])], index=frame.index)
+        write_table(out, pd.concat([frame, columns], axis=1))
+    else:
+        write_table(out, frame.assign(embedding=list(vectors)))
+    print(f"{len(texts)} embeddings of dimension {vectors.shape[1]} ({encoder.pooler.name} pooling"
+          f"{', L2-normalised' if args.normalize else ''}) written to {out}")
     return 0
 
 
@@ -319,12 +377,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     predict = sub.add_parser("predict", help="predict with a model folder written by `poolkit train`")
     predict.add_argument("--model", required=True, help="the --out folder of `poolkit train`")
-    predict.add_argument("--data", required=True, help="CSV/TSV/JSONL/Parquet file with a text column")
+    predict.add_argument("--data", required=True, help="CSV/TSV/JSONL/Parquet file with a text column, or builtin:NAME")
     predict.add_argument("--text-col", default="text")
     predict.add_argument("--out", required=True, help="predictions file (.csv, .tsv, .jsonl or .parquet)")
     predict.add_argument("--batch-size", type=positive(int), default=64)
     predict.add_argument("--force", action="store_true", help="overwrite an existing --out")
     predict.set_defaults(func=run_predict)
+
+    embed = sub.add_parser("embed", help="texts -> vectors (.npy, or the table plus embeddings) with any pooler",
+                           description="Embed a table's texts with an encoder + pooler: the packaged MiniLM (or "
+                           "--model) with a parameter-free pooler, or a model trained by `poolkit train` "
+                           "(--model RUN/fold_K) with its trained pooler.")
+    embed.add_argument("--data", required=True, help="CSV/TSV/JSONL/Parquet file with a text column, or builtin:NAME")
+    embed.add_argument("--text-col", default="text", help="column holding the texts (default: text)")
+    embed.add_argument("--out", required=True, help=f"output file: {', '.join(EMBED_SUFFIXES)} (.npy: the (N, dim) "
+                       "float32 array; .parquet / .jsonl: the table plus an embedding column; .csv / .tsv: plus "
+                       "emb_0..emb_{dim-1} columns)")
+    embed.add_argument("--model", help="encoder folder / hub name, or a `poolkit train` fold folder (default: "
+                       "packaged all-MiniLM-L6-v2)")
+    embed.add_argument("--pooling", help="pooler name (default: mean; a trained model's own pooler when --model is one)")
+    embed.add_argument("--pooling-opt", action="append", metavar="KEY=VALUE", help="pooler option (repeatable)")
+    embed.add_argument("--normalize", action="store_true", help="L2-normalise every vector (for cosine similarity)")
+    embed.add_argument("--batch-size", type=positive(int), default=32)
+    embed.add_argument("--max-length", type=positive(int), help="token limit (default: the model's, 256 for MiniLM)")
+    embed.add_argument("--mixed-precision", choices=["auto", "no", "fp16", "bf16"], default="auto",
+                       help="autocast dtype (auto: bf16/fp16 on CUDA, float32 on CPU)")
+    embed.add_argument("--allow-untrained", action="store_true",
+                       help="accept a pooler with random (untrained) weight matrices on a bare encoder")
+    embed.add_argument("--quiet", action="store_true", help="no progress bar")
+    embed.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    embed.set_defaults(func=run_embed)
 
     compare = sub.add_parser("compare", help="leaderboard of poolers on a frozen encoder (encode once), K-fold",
                              description="Encode the data once (all layers cached, fp16, memory-mapped), train "

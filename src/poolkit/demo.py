@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .models.encoders import load_encoder, load_tokenizer
-from .pooling import get_pooler, list_poolers, pooler_options
+from .pooling import get_pooler, list_poolers, with_num_layers
 
 SENTENCES = [
     "A pooler turns many token vectors into one.",
@@ -29,7 +29,7 @@ def run_zoo(model: str | None = None, sentences: list[str] | None = None, repeat
     mask = inputs["attention_mask"]
     rows = []
     for name in list_poolers():
-        options = {"num_layers": encoder.config.num_hidden_layers} if "num_layers" in pooler_options(name) else {}
+        options = with_num_layers(name, {}, encoder.config.num_hidden_layers)
         pooler = get_pooler(name, encoder.config.hidden_size, **options).eval()
         with torch.inference_mode():
             pooled = pooler(states, mask)

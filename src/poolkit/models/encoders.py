@@ -1,13 +1,19 @@
-"""Finding and loading encoders offline: the packaged default (all-MiniLM-L6-v2) or any local/hub model."""
+"""Finding and loading encoders offline (the packaged all-MiniLM-L6-v2 or any local/hub model), and their precision."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import torch
 
 from ..errors import PoolkitError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+PRECISIONS = ("auto", "no", "bf16", "fp16")
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def default_model_path() -> str:
@@ -55,6 +61,31 @@ def load_encoder(name_or_path: str | None, **kwargs):
         return AutoModel.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as err:
         raise PoolkitError(_not_found(path, err)) from None
+
+
+@contextmanager
+def hf_bars_off() -> Iterator[None]:
+    """Silence transformers' own progress bars (writing shards, loading weights): poolkit's show the run."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
+def resolve_precision(mode: str, device: torch.device) -> str:
+    """``auto`` -> bf16 on a CUDA device that supports it, else fp16 on CUDA, else no; other modes as given."""
+    if mode not in PRECISIONS:
+        raise PoolkitError(f"mixed precision must be one of {', '.join(PRECISIONS)}, got {mode!r}")
+    if mode != "auto":
+        return mode
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "no"
 
 
 def _not_found(path: str, err: Exception) -> str:

@@ -10,13 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from ..errors import PoolkitError
-from ..pooling import Pooler, get_pooler, pooler_options
+from ..pooling import Pooler, get_pooler, with_num_layers
 
 TASKS = ("regression", "classification", "multilabel")
 
@@ -147,9 +146,7 @@ def task_loss(task: str, logits: Tensor, labels: Tensor) -> Tensor:
 
 def build_model_pooler(config: PooledConfig) -> Pooler:
     """The config's pooler, sized to the encoder (num_layers filled in for the poolers that need it)."""
-    options = dict(config.pooling_options)
-    if "num_layers" in pooler_options(config.pooling):
-        options.setdefault("num_layers", config.encoder.num_hidden_layers)
+    options = with_num_layers(config.pooling, config.pooling_options, config.encoder.num_hidden_layers)
     return get_pooler(config.pooling, config.encoder.hidden_size, **options)
 
 

@@ -18,7 +18,7 @@ from sentence_transformers.base.modules.module import Module
 from torch import Tensor
 
 from ..errors import PoolkitError
-from ..pooling import get_pooler, pooler_options
+from ..pooling import get_pooler, with_num_layers
 
 
 class PoolkitPooling(Module):
@@ -38,8 +38,7 @@ class PoolkitPooling(Module):
     @classmethod
     def for_transformer(cls, transformer, pooling: str = "mean", **options: Any) -> PoolkitPooling:
         """Sized for a sentence-transformers ``Transformer`` module (num_layers filled in when needed)."""
-        if "num_layers" in pooler_options(pooling):
-            options.setdefault("num_layers", transformer.auto_model.config.num_hidden_layers)
+        options = with_num_layers(pooling, options, transformer.auto_model.config.num_hidden_layers)
         return cls(transformer.get_embedding_dimension(), pooling, options)
 
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:

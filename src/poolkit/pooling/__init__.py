@@ -1,6 +1,7 @@
 """The pooling zoo: every pooler registered by name behind one contract (see base.Pooler)."""
 
 from . import statistics, attention, composite, layers  # noqa: F401,I001  (registers, in this order)
-from .base import Pooler, build_pooler, get_pooler, list_poolers, pooler_options, register_pooler
+from .base import Pooler, build_pooler, get_pooler, list_poolers, pooler_options, register_pooler, with_num_layers
 
-__all__ = ["Pooler", "build_pooler", "get_pooler", "list_poolers", "pooler_options", "register_pooler"]
+__all__ = ["Pooler", "build_pooler", "get_pooler", "list_poolers", "pooler_options", "register_pooler",
+           "with_num_layers"]

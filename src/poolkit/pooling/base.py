@@ -34,6 +34,9 @@ class Pooler(nn.Module):
     #: True when the output is linear in the hidden states (cls, mean, ...): layer poolers then pool
     #: every layer first and mix the (B, D) results, instead of mixing (B, T, D) tensors.
     linear: bool = False
+    #: True when ``pool`` itself gives exact zeros for a row with no real token (a weighted sum whose
+    #: weights are all zero there): ``forward`` then skips its own empty-row guard.
+    zero_when_empty: bool = False
 
     def __init__(self, hidden_size: int, *, on_empty: str = "zeros") -> None:
         super().__init__()
@@ -64,9 +67,11 @@ class Pooler(nn.Module):
             pooled, weights = self.pool(x, mask)
         else:
             pooled, weights = self.pool_without_weights(x, mask), None
-        # Rows with no real token give zeros. A product, not masked_fill / where (several times dearer on a
-        # (B, D) tensor): pooled values are finite there, as padded inputs are (see masking).
-        pooled = (pooled * mask.any(dim=1, keepdim=True)).to(reference.dtype)
+        if not self.zero_when_empty:
+            # Rows with no real token give zeros. A product, not masked_fill / where (several times dearer on
+            # a (B, D) tensor): pooled values are finite there, as padded inputs are (see masking).
+            pooled = pooled * mask.any(dim=1, keepdim=True)
+        pooled = pooled.to(reference.dtype)
         return (pooled, weights) if return_weights else pooled
 
     def pool(self, x: Any, mask: Tensor) -> tuple[Tensor, Weights]:
@@ -196,6 +201,15 @@ def get_pooler(name: str, hidden_size: int, **options: Any) -> Pooler:
         raise PoolkitError(f"pooler {canonical!r}: options do not fit ({err})") from None
     pooler.config = {"name": canonical, "hidden_size": hidden_size, **options}
     return pooler
+
+
+def with_num_layers(name: str, options: dict[str, Any], num_layers: int) -> dict[str, Any]:
+    """``options`` plus ``num_layers`` (the encoder's transformer layers) when the pooler takes it and it is
+    not already set: layer poolers size their weights by it."""
+    options = dict(options)
+    if "num_layers" in pooler_options(name):
+        options.setdefault("num_layers", num_layers)
+    return options
 
 
 def list_poolers(kind: str | None = None) -> list[str]:

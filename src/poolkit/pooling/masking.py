@@ -38,9 +38,41 @@ def masked_weighted_sum(x: Tensor, weights: Tensor) -> Tensor:
     weights and the (B, D) result are rounded to x's precision.
     """
     squeeze = weights.dim() == 2
-    w = weights.unsqueeze(1) if squeeze else weights
-    out = torch.bmm(w.to(x.dtype), x).to(compute_dtype(x.dtype))
+    w = (weights.unsqueeze(1) if squeeze else weights).to(x.dtype)
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad) and not torch.onnx.is_in_onnx_export():
+        out = _WeightedSum.apply(w, x)
+    else:
+        out = torch.bmm(w, x)
+    out = out.to(compute_dtype(x.dtype))
     return out.squeeze(1) if squeeze else out
+
+
+class _WeightedSum(torch.autograd.Function):
+    """``torch.bmm(weights, x)`` for weights (B, H, T) and x (B, T, D), with a cheaper gradient for x.
+
+    bmm's own backward computes x's gradient, weights^T @ grad, as a matrix product with an inner
+    dimension of H; with one weight row per example (H = 1: mean, sum, attention) that is an outer
+    product, and on CPU a float32 K = 1 matrix product costs ~3x the broadcast multiply used here (in
+    bf16 the matrix product stays: PyTorch's bf16 multiply is the slower one there).
+    """
+
+    @staticmethod
+    def forward(ctx, weights: Tensor, x: Tensor) -> Tensor:
+        ctx.save_for_backward(weights, x)
+        return torch.bmm(weights, x)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        weights, x = ctx.saved_tensors
+        grad = grad.to(x.dtype).contiguous()  # often an expanded view (from a sum): ~10x slower to broadcast
+        grad_weights = torch.bmm(grad, x.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+        grad_x = None
+        if ctx.needs_input_grad[1]:
+            transposed = weights.transpose(1, 2)
+            outer = weights.shape[1] == 1 and compute_dtype(x.dtype) == x.dtype
+            grad_x = transposed * grad if outer else torch.bmm(transposed, grad)
+        return grad_weights, grad_x
 
 
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
@@ -70,37 +102,87 @@ def masked_extreme(x: Tensor, mask: Tensor, largest: bool, with_index: bool = Fa
     that holds the value wins, and takes the whole gradient), without its filled (B, T, D) copy of x in
     eager CPU mode, where a fresh tensor that size costs page faults worth several passes over x: one
     ``index_reduce`` pass reduces every token into its row's slot (padded tokens into an extra slot that
-    is dropped). The winner is looked up only when the index or a gradient is needed. Elsewhere (GPU
-    caching allocators make the temporary cheap, ``torch.compile`` fuses it, ONNX export needs plain
-    ops) this is ``masked_fill_reduce``. Rows with no real token give 0 (and index 0).
+    is dropped). The winner is looked up only when the index is asked for, and by the backward pass, in
+    the gradient's own buffer. Elsewhere (GPU caching allocators make the temporary cheap,
+    ``torch.compile`` fuses it, ONNX export needs plain ops) this is ``masked_fill_reduce``. Rows with no
+    real token give 0 (and index 0).
     """
     one_pass = (x.device.type == "cpu" and not torch.compiler.is_compiling()
                 and not torch.onnx.is_in_onnx_export())
     if not one_pass:
         values, index = masked_fill_reduce(x, mask, largest)
         return (values, index) if with_index else values
-    batch, length, dim = x.shape
-    info = torch.finfo(x.dtype)
-    with torch.no_grad():
-        rows = torch.arange(batch, device=x.device)[:, None].expand(batch, length)
-        slots = torch.where(mask, rows, batch).reshape(-1)
-        start = torch.full((batch + 1, dim), info.min if largest else info.max, dtype=x.dtype, device=x.device)
-        values = start.index_reduce(0, slots, x.reshape(-1, dim), "amax" if largest else "amin")[:batch]
+    if torch.is_grad_enabled() and x.requires_grad:
+        values = _MaskedExtreme.apply(x, mask, largest)
+    else:
+        values = _reduce_into_rows(x, mask, largest)
     index = None
-    if with_index or (torch.is_grad_enabled() and x.requires_grad):
+    if with_index:
         with torch.no_grad():
-            # The first real token holding each value (max over dim 1 returns the first maximum); padded
-            # tokens are ruled out by a uint8 product, ~10x cheaper than a broadcast bool &.
-            hit = (x == values[:, None, :]).view(torch.uint8)
-            hit.mul_(mask.view(torch.uint8)[:, :, None])
-            index = hit.max(dim=1).indices
-        # x[b, index[b, d], d], differentiable: the gradient goes to that token alone. take() on flat
-        # indices rather than gather(): its backward is an index_put, 10x cheaper than gather's
-        # scatter_add for bf16 on CPU.
-        batch_offsets = torch.arange(batch, device=x.device)[:, None] * (length * dim)
-        values = x.take(batch_offsets + index * dim + torch.arange(dim, device=x.device))
+            index = _first_holder(x, values, mask, largest)
     values = values.masked_fill(~mask.any(dim=1)[:, None], 0)
     return (values, index) if with_index else values
+
+
+def _reduce_into_rows(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
+    """Masked max / min in one ``index_reduce`` pass: (B, T, D) -> (B, D); empty rows hold the dtype's extreme."""
+    batch, length, dim = x.shape
+    info = torch.finfo(x.dtype)
+    rows = torch.arange(batch, device=x.device)[:, None].expand(batch, length)
+    slots = torch.where(mask, rows, batch).reshape(-1)
+    start = torch.full((batch + 1, dim), info.min if largest else info.max, dtype=x.dtype, device=x.device)
+    return start.index_reduce(0, slots, x.reshape(-1, dim), "amax" if largest else "amin")[:batch]
+
+
+class _MaskedExtreme(torch.autograd.Function):
+    """:func:`_reduce_into_rows` with ``max(dim=1)``'s gradient: all of it to the first real holder of the value.
+
+    The holder is found in the backward pass, with the (B, T, D) gradient tensor as the scratch buffer of
+    :func:`_first_holder` (one fresh tensor that size instead of two: on CPU each costs page faults).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, mask: Tensor, largest: bool) -> Tensor:
+        values = _reduce_into_rows(x, mask, largest)
+        ctx.largest = largest
+        ctx.save_for_backward(x, mask, values)
+        return values
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        x, mask, values = ctx.saved_tensors
+        batch, length, dim = x.shape
+        grad_x = torch.empty_like(x, memory_format=torch.contiguous_format)
+        index = _first_holder(x, values, mask, ctx.largest, scratch=grad_x)
+        flat = (torch.arange(batch, device=x.device)[:, None] * (length * dim)
+                + index * dim + torch.arange(dim, device=x.device))
+        return grad_x.zero_().put_(flat, grad.to(x.dtype)), None, None
+
+
+def _first_holder(x: Tensor, values: Tensor, mask: Tensor, largest: bool, scratch: Tensor | None = None) -> Tensor:
+    """Index of the first real token whose value equals ``values`` (the masked max or min), per feature.
+
+    On CPU, comparisons that write a bool tensor and reductions that return indices over dim 1 are
+    several times slower than float arithmetic and a plain ``amax``, so the index is read off a float
+    code instead: with d = values - x (max; x - values for min), d >= 0 at every real token and 0 where
+    it holds the value, so (T - t) * (1 - sign(d)) on real tokens (0 on padding) peaks at the first
+    holder: four passes over x and an amax, ~3x faster than ``(x == values) & mask`` then ``max(dim=1)``.
+    ``scratch`` (x's shape and dtype) holds the code when given. The code needs the ranks exact in x's
+    dtype (T <= 256 in bf16, 2048 in fp16) and finite values (inf - inf is NaN); otherwise the
+    comparison form answers (a float32 code would cost a fresh tensor twice the size of a bf16 x).
+    """
+    length = x.shape[1]
+    if length <= 2 / torch.finfo(x.dtype).eps and bool(values.isfinite().all()):
+        rank = (mask * torch.arange(length, 0, -1, device=x.device))[:, :, None].to(x.dtype)
+        code = torch.sub(values[:, None, :], x, out=torch.empty_like(x) if scratch is None else scratch)
+        if not largest:
+            code.neg_()
+        code.sign_().mul_(rank.neg()).add_(rank)
+        return (length - code.amax(dim=1).long()).clamp_(max=length - 1)
+    hit = (x == values[:, None, :]).view(torch.uint8)
+    hit.mul_(mask.view(torch.uint8)[:, :, None])  # a uint8 product: ~10x cheaper than a broadcast bool &
+    return hit.max(dim=1).indices
 
 
 def masked_softmax(scores: Tensor, mask: Tensor, dim: int = -1) -> Tensor:
@@ -169,8 +251,8 @@ def one_hot_weights(index: Tensor, mask: Tensor) -> Tensor:
 
 def uniform_weights(mask: Tensor) -> Tensor:
     """1/n on each of a row's n real tokens (zero for empty rows): (B, T) -> (B, T) float32."""
-    counts = real_counts(mask).clamp(min=1)
-    return mask.float() / counts[:, None]
+    weights = mask.float()
+    return weights.div_(weights.sum(dim=1, keepdim=True).clamp_(min=1))
 
 
 def argmax_share(indices: Tensor, mask: Tensor) -> Tensor:

@@ -50,6 +50,7 @@ class MeanPooler(Pooler):
     """Mean over the real tokens (B, T, D) -> (B, D) (sentence-transformers' default)."""
 
     linear = True
+    zero_when_empty = True
 
     def pool(self, x: Tensor, mask: Tensor):
         weights = masking.uniform_weights(mask)
@@ -61,9 +62,13 @@ class SumPooler(Pooler):
     """Sum over the real tokens (B, T, D) -> (B, D)."""
 
     linear = True
+    zero_when_empty = True
 
     def pool(self, x: Tensor, mask: Tensor):
-        return masking.masked_weighted_sum(x, mask), masking.uniform_weights(mask)
+        return self.pool_without_weights(x, mask), masking.uniform_weights(mask)
+
+    def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
+        return masking.masked_weighted_sum(x, mask)
 
 
 @register_pooler("mean_sqrt_len", "mean_sqrt_len_tokens")
@@ -71,17 +76,21 @@ class MeanSqrtLenPooler(Pooler):
     """Sum over the real tokens divided by sqrt(n) (sentence-transformers' mean_sqrt_len_tokens)."""
 
     linear = True
+    zero_when_empty = True
 
     def pool(self, x: Tensor, mask: Tensor):
-        counts = masking.real_counts(mask).clamp(min=1).float()
-        pooled = masking.masked_weighted_sum(x, mask.float() / counts.sqrt()[:, None])
-        return pooled, masking.uniform_weights(mask)
+        return self.pool_without_weights(x, mask), masking.uniform_weights(mask)
+
+    def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
+        weights = mask.float()
+        return masking.masked_weighted_sum(x, weights.div_(weights.sum(dim=1, keepdim=True).clamp_(min=1).sqrt_()))
 
 
 class _ExtremePooler(Pooler):
     """Masked max or min over the real tokens, filled with the dtype's own extreme (no -1e9)."""
 
     largest = True
+    zero_when_empty = True
 
     def pool(self, x: Tensor, mask: Tensor):
         values, indices = masking.masked_extreme(x, mask, largest=self.largest, with_index=True)
@@ -107,6 +116,8 @@ class MinPooler(_ExtremePooler):
 @register_pooler("mean_max", "mean_and_max")
 class MeanMaxPooler(Pooler):
     """Mean and max side by side (B, T, D) -> (B, 2D), the Kaggle "mean-max" head."""
+
+    zero_when_empty = True
 
     def __init__(self, hidden_size: int, *, on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, on_empty=on_empty)

@@ -49,20 +49,18 @@ from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwa
 from torch.utils.data import DataLoader, Sampler
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, get_scheduler
-from transformers.utils import logging as hf_logging
 
 from ..data import LengthGroupedBatchSampler, TableData, TextCollator, TextDataset, fold_splits
 from ..data.batching import PADDINGS
 from ..errors import PoolkitError
 from ..models import PooledModel
-from ..models.encoders import load_tokenizer, resolve_model
+from ..models.encoders import AUTOCAST, hf_bars_off, load_tokenizer, resolve_model, resolve_precision
 from ..io import atomic_write_content, existing_dir, replace_dir, temp_dir
 from .metrics import compute_metrics, primary_metric, sigmoid, softmax
 from .optim import TRAIN_ONLY, freeze, param_groups
 
 SCHEDULERS = ("linear", "cosine")
 PRECISIONS = ("auto", "no", "fp16", "bf16")
-AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 META = "poolkit_train.json"
 VAL_OUTPUTS = "val_outputs.npz"
 RESULTS = ("oof.csv", "metrics.json", "train.log")
@@ -137,15 +135,6 @@ class Progress:
     stopped: bool = False
     seconds: float = 0.0
     history: list[dict[str, float]] = field(default_factory=list)
-
-
-def resolve_precision(mode: str, device: torch.device) -> str:
-    """``auto`` -> bf16 on a CUDA device that supports it, else fp16 on CUDA, else no; other modes as given."""
-    if mode != "auto":
-        return mode
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return "no"
 
 
 def head_scores(task: str, outputs: np.ndarray) -> np.ndarray:
@@ -264,18 +253,6 @@ def _state() -> PartialState:
     return state
 
 
-@contextmanager
-def _hf_bars_off():
-    """Silence transformers' own bars (writing shards, loading weights): ours show the run."""
-    was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_on:
-            hf_logging.enable_progress_bar()
-
-
 def fit(config: TrainConfig, data: TableData, out_dir: str | Path, resume: bool = False, force: bool = False,
         progress: bool = True) -> dict[str, Any]:
     """Fine-tune one model per fold and write the output folder (see the module doc); returns metrics.json's dict.
@@ -291,7 +268,7 @@ def fit(config: TrainConfig, data: TableData, out_dir: str | Path, resume: bool 
     out = Path(out_dir)
     run = _Run(config, data, out, progress and state.is_main_process, state)  # checks model and splits first
     _prepare_out_dir(out, resume, force, state)
-    with _log_to(out / "train.log", state.is_main_process), _hf_bars_off():
+    with _log_to(out / "train.log", state.is_main_process), hf_bars_off():
         return run.fit(resume)
 
 
@@ -563,7 +540,7 @@ def predict(model_dir: str | Path, texts: list[str], batch_size: int = 64, max_l
     precision = resolve_precision("auto", device)
     total = 0.0
     for fold in folds:
-        with _hf_bars_off():
+        with hf_bars_off():
             model = PooledModel.from_pretrained(fold).to(device)
         meta = json.loads((fold / META).read_text())
         sampler, loader = _loader(list(texts), None, AutoTokenizer.from_pretrained(fold), batch_size,

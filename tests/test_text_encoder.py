@@ -1,0 +1,156 @@
+"""TextEncoder / poolkit.encode and `poolkit embed`: texts -> vectors, on a tiny random-init BERT."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+import poolkit
+from poolkit import PoolkitError, TextEncoder
+from poolkit.cli import main
+from poolkit.models import PooledModel
+from tiny_models import tiny_bert_dir
+
+TEXTS = ["the cat sat on the mat", "a dog", "the big red dog ran very fast and the cat sat", "one",
+         "good and bad", ""]
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    return tiny_bert_dir(tmp_path_factory.mktemp("bert"), hidden=32)
+
+
+def one_by_one(path, texts, pool, encoder=None):
+    """Each text alone (no padding at all) through the encoder (default: the one in ``path``), pooled by
+    ``pool(encoder_output, mask)``."""
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    encoder = (encoder or AutoModel.from_pretrained(path)).eval()
+    rows = []
+    with torch.no_grad():
+        for text in texts:
+            batch = tokenizer([text], return_tensors="pt")
+            out = encoder(**batch, output_hidden_states=True)
+            rows.append(pool(out, batch["attention_mask"]))
+    return torch.cat(rows)
+
+
+@pytest.mark.parametrize("batch_size", [1, 4, 32])
+def test_mean_embeddings_equal_each_text_encoded_alone_in_input_order(bert, batch_size):
+    vectors = TextEncoder(bert, "mean", device="cpu").encode(TEXTS, batch_size=batch_size)
+    mask_mean = lambda out, m: (out.last_hidden_state * m[..., None]).sum(1) / m.sum(1, keepdim=True)  # noqa: E731
+    expected = one_by_one(bert, TEXTS, mask_mean)
+    assert vectors.shape == (len(TEXTS), 32) and vectors.dtype == torch.float32
+    assert torch.allclose(vectors, expected, atol=1e-5)
+
+
+def test_layer_pooler_normalisation_and_the_one_call_form(bert):
+    encoder = TextEncoder(bert, "mean_layers", device="cpu", normalize=True, last_n=2, token_pooler="mean")
+    vectors = encoder.encode(TEXTS, batch_size=2)
+    assert torch.allclose(vectors.norm(dim=-1), torch.ones(len(TEXTS)), atol=1e-5)
+
+    def mean_of_layers(out, m):
+        pooled = torch.stack([(h * m[..., None]).sum(1) / m.sum(1, keepdim=True) for h in out.hidden_states[-2:]])
+        return torch.nn.functional.normalize(pooled.mean(0), dim=-1)
+
+    assert torch.allclose(vectors, one_by_one(bert, TEXTS, mean_of_layers), atol=1e-5)
+    again = poolkit.encode(TEXTS, bert, "mean_layers", normalize=True, device="cpu", last_n=2, token_pooler="mean")
+    assert torch.allclose(again, vectors, atol=1e-6)  # other batches, other padding: rounding only
+
+
+def test_a_trained_pooled_model_embeds_with_its_own_pooler(bert, tmp_path):
+    torch.manual_seed(0)
+    model = PooledModel.from_encoder(bert, pooling="attention", pooling_options={"attn_size": 8},
+                                     task="classification", num_labels=2).eval()
+    model.save_pretrained(tmp_path / "fold_0")
+    AutoTokenizer.from_pretrained(bert).save_pretrained(tmp_path / "fold_0")
+    encoder = TextEncoder(str(tmp_path / "fold_0"), device="cpu")
+    assert encoder.pooler.name == "attention"
+    expected = one_by_one(tmp_path / "fold_0", TEXTS, lambda out, m: model.pooler(out.last_hidden_state, m),
+                          encoder=model.encoder)
+    assert torch.allclose(encoder.encode(TEXTS, batch_size=3), expected, atol=1e-5)
+    with pytest.raises(PoolkitError, match="own pooler"):
+        TextEncoder(str(tmp_path / "fold_0"), "mean")
+
+
+def test_bad_requests_are_refused_in_one_line(bert):
+    with pytest.raises(PoolkitError, match="random"):
+        TextEncoder(bert, "attention")
+    assert TextEncoder(bert, "attention", allow_untrained=True, attn_size=8).encode(["a dog"]).shape == (1, 32)
+    encoder = TextEncoder(bert, "cls")
+    with pytest.raises(PoolkitError, match="single string"):
+        encoder.encode("a dog")
+    assert encoder.encode([]).shape == (0, 32)
+    with pytest.raises(PoolkitError, match="unknown pooler"):
+        TextEncoder(bert, "avrage_pool")
+    with pytest.raises(PoolkitError, match="mixed precision"):
+        TextEncoder(bert, precision="fp8")
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_embed_command_writes_every_format_and_never_overwrites(capsys, tmp_path, bert):
+    table = tmp_path / "in.csv"
+    pd.DataFrame({"id": range(len(TEXTS)), "text": TEXTS}).to_csv(table, index=False)
+    expected = TextEncoder(bert, "max", device="cpu").encode(TEXTS).numpy()
+
+    code, out, err = run(capsys, "embed", "--data", table, "--model", bert, "--pooling", "max",
+                         "--out", tmp_path / "v.npy", "--quiet")
+    assert code == 0, err
+    assert "6 embeddings of dimension 32" in out
+    assert np.allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-6)
+
+    assert run(capsys, "embed", "--data", table, "--model", bert, "--pooling", "max", "--out",
+               tmp_path / "v.parquet", "--quiet")[0] == 0
+    frame = pd.read_parquet(tmp_path / "v.parquet")
+    assert list(frame["id"]) == list(range(len(TEXTS))) and list(frame.columns) == ["id", "text", "embedding"]
+    assert np.allclose(np.stack(frame["embedding"]), expected, atol=1e-6)
+
+    assert run(capsys, "embed", "--data", table, "--model", bert, "--pooling", "max", "--out",
+               tmp_path / "v.csv", "--quiet")[0] == 0
+    wide = pd.read_csv(tmp_path / "v.csv")
+    assert list(wide.columns[:2]) == ["id", "text"] and wide.shape == (6, 2 + 32)
+    assert np.allclose(wide[[f"emb_{j}" for j in range(32)]].to_numpy(), expected, atol=1e-5)
+
+    before = (tmp_path / "v.npy").read_bytes()
+    code, _, err = run(capsys, "embed", "--data", table, "--model", bert, "--out", tmp_path / "v.npy")
+    assert code == 2 and "--force" in err and err.count("\n") == 1
+    assert (tmp_path / "v.npy").read_bytes() == before
+    assert run(capsys, "embed", "--data", table, "--model", bert, "--out", tmp_path / "v.npy", "--force",
+               "--quiet")[0] == 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--out", "v.txt"], "unsupported format"),
+    (["--out", "v.npy", "--text-col", "txt"], "column 'txt' not found"),
+    (["--out", "v.npy", "--pooling", "attention"], "--allow-untrained"),
+    (["--out", "v.npy", "--pooling", "atention"], "unknown pooler"),
+])
+def test_embed_command_bad_input(capsys, tmp_path, bert, args, message):
+    table = tmp_path / "in.csv"
+    pd.DataFrame({"text": TEXTS}).to_csv(table, index=False)
+    args = [tmp_path / a if a.startswith("v.") else a for a in args]
+    code, _, err = run(capsys, "embed", "--data", table, "--model", bert, *args)
+    assert code == 2 and message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not list(tmp_path.glob("v.*"))
+
+
+@pytest.mark.slow
+def test_packaged_minilm_matches_sentence_transformers_encode():
+    from sentence_transformers import SentenceTransformer
+
+    from poolkit.data.builtin import load_builtin
+    from poolkit.models.encoders import resolve_model
+
+    texts = load_builtin("embedded").texts[:48]
+    ours = TextEncoder(pooling="mean", normalize=True, device="cpu").encode(texts, batch_size=16)
+    theirs = SentenceTransformer(resolve_model(None), device="cpu").encode(texts, batch_size=16,
+                                                                           convert_to_tensor=True)
+    cosine = torch.nn.functional.cosine_similarity(ours, theirs.float(), dim=-1)
+    assert cosine.min() > 0.99999
