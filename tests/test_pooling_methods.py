@@ -218,6 +218,54 @@ def test_layer_poolers_do_not_stack_all_positions_for_cls(monkeypatch):
     assert stack_shapes and all(len(shape) <= 2 for shape in stack_shapes), stack_shapes
 
 
+@pytest.mark.parametrize("token_pooler", ["cls", "mean", "attention", "max"])
+def test_float32_layer_pooler_converts_selected_rows_not_whole_bf16_layers(token_pooler):
+    """A float32 weighted_layer given bf16 states: no float32 copy of any whole (B, T, D) layer is made
+    for a linear token pooler, and at most the one mixed layer for a non-linear one; the result matches
+    the float32 computation to bf16 rounding."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class FullFloat32Tensors(TorchDispatchMode):
+        def __init__(self, shape):
+            super().__init__()
+            self.shape, self.count = shape, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor) and out.dtype == torch.float32 and tuple(out.shape) == self.shape:
+                self.count += 1
+            return out
+
+    layers = [h.bfloat16() for h in random_layers(3, 9)]
+    mask = mask_from_lengths([9, 4, 6], 9)
+    pooler = make_pooler("weighted_layer", num_layers=NUM_LAYERS, layer_start=1, token_pooler=token_pooler,
+                         token_options={"attn_size": 8} if token_pooler == "attention" else None)
+    with torch.no_grad(), FullFloat32Tensors((3, 9, HIDDEN)) as spy:
+        pooled = pooler(layers, mask)
+    assert spy.count <= (0 if pooler.token.linear else 1), spy.count
+    with torch.no_grad():
+        expected = pooler([h.float() for h in layers], mask)
+    assert pooled.dtype == torch.bfloat16 and close(pooled, expected, 2e-2)
+
+
+@pytest.mark.parametrize("name", ["weighted_layer", "mean_layers"])
+@pytest.mark.parametrize("token_pooler", ["attention", "max", "gem"])
+def test_inference_mixes_in_row_chunks_with_the_same_result(name, token_pooler):
+    """Without autograd a non-linear token pooler's rows are mixed and pooled in chunks (11 rows: uneven
+    chunks, one of them holding an empty row): outputs and weights are those of the one-piece path."""
+    gen = torch.Generator().manual_seed(1)
+    layers = random_layers(11, 7, generator=gen)
+    mask = mask_from_lengths([7, 1, 3, 0, 5, 7, 2, 6, 4, 7, 1], 7)
+    options = {"num_layers": NUM_LAYERS} if name == "weighted_layer" else {"last_n": 3}
+    pooler = make_pooler(name, token_pooler=token_pooler, **options,
+                         token_options={"attn_size": 8} if token_pooler == "attention" else None)
+    whole, whole_weights = pooler(layers, mask, return_weights=True)  # autograd on: one piece
+    with torch.inference_mode():
+        chunked, chunked_weights = pooler(layers, mask, return_weights=True)
+    assert close(chunked, whole.detach(), 1e-6)
+    assert close(chunked_weights["token"], whole_weights["token"].detach(), 1e-6)
+
+
 def test_registry_lists_both_families():
     assert set(list_poolers("token")) >= {"cls", "last", "mean", "max", "min", "sum", "mean_sqrt_len",
                                           "mean_max", "gem", "lse", "attention", "attention_head",

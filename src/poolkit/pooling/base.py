@@ -122,14 +122,21 @@ class Pooler(nn.Module):
             mask = attention_mask.bool()  # nonzero = real token
         return (layers if self.kind == "layer" else first), mask
 
-    def _to_parameter_dtype(self, x):
-        """Learned poolers compute in their parameters' dtype (unless autocast decides)."""
+    def parameter_dtype(self) -> torch.dtype | None:
+        """The dtype learned poolers compute in: their parameters' (None without parameters or under autocast,
+        which then decides)."""
         param = next((p for p in self.parameters() if p.is_floating_point()), None)
         if param is None or torch.is_autocast_enabled(param.device.type):
+            return None
+        return param.dtype
+
+    def _to_parameter_dtype(self, x):
+        """Token poolers get their input in the parameters' dtype; layer poolers convert each layer they use
+        after selecting positions (see layers.LayerPooler), so nothing is done for them here."""
+        dtype = self.parameter_dtype()
+        if dtype is None or isinstance(x, list):
             return x
-        if isinstance(x, list):
-            return [h.to(param.dtype) for h in x]
-        return x.to(param.dtype)
+        return x.to(dtype)
 
 
 # -- registry ---------------------------------------------------------------------------------

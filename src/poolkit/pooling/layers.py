@@ -3,7 +3,10 @@
 Input: all hidden states (embeddings first, as Hugging Face returns them with
 ``output_hidden_states=True``). Positions are selected *before* layers are mixed whenever the token
 pooler allows it (it is linear: cls, last, mean, ...): the L x B x T x D stack that the common
-snippets build is never made.
+snippets build is never made. Layers are converted to the pooler's parameter dtype only after that
+selection (a float32 pooler given bf16 states converts B x D rows, not 13 full layers); a non-linear
+token pooler gets one mixed (B, T, D) tensor, accumulated in place, and in inference the rows are mixed
+and pooled in chunks so that this tensor never exceeds an eighth of a layer.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from torch import Tensor, nn
 
 from ..errors import PoolkitError
 from .base import Pooler, build_pooler, register_pooler
+
+#: Inference mixes and pools a non-linear token pooler's rows in this many chunks (see LayerPooler.mix).
+MIX_CHUNKS = 8
 
 
 class LayerPooler(Pooler):
@@ -40,25 +46,45 @@ class LayerPooler(Pooler):
                                "states (embeddings + layers)")
         return layers[start:]
 
+    def compute_dtype(self, layers: list[Tensor]) -> torch.dtype:
+        """The parameters' dtype (as token poolers convert their input to), else the layers' own."""
+        return self.parameter_dtype() or layers[0].dtype
+
     def pool_each(self, layers: list[Tensor], mask: Tensor) -> tuple[Tensor, Tensor]:
-        """The token pooler applied to every layer: -> vectors (B, L, D') and token weights (B, L, T)."""
-        results = [self.token.pool(h, mask) for h in layers]
-        vectors = torch.stack([pooled for pooled, _ in results], dim=1)
+        """The token pooler applied to every layer: -> vectors (B, L, D') and token weights (B, L, T).
+
+        A parameter-free token pooler selects from each layer as it is; a learned one gets it converted.
+        """
+        results = [self.token.pool(self.token._to_parameter_dtype(h), mask) for h in layers]
+        vectors = torch.stack([pooled for pooled, _ in results], dim=1).to(self.compute_dtype(layers))
         token_weights = torch.stack([weights for _, weights in results], dim=1)
         return vectors, token_weights
 
     def mix(self, layers: list[Tensor], weights: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """sum_l weights[l] * layer_l, then the token pooler: -> pooled (B, D'), token weights (B, T).
 
-        A linear token pooler pools every layer first (for cls: B x D rows), then mixes.
+        A linear token pooler pools every layer first (for cls: B x D rows), then mixes. Otherwise the mixed
+        layer is made; without autograd (inference), in ``MIX_CHUNKS`` chunks of rows, which bounds the
+        memory the mix and the token pooler's own activations add.
         """
         if self.token.linear:
             vectors, token_weights = self.pool_each(layers, mask)
             return torch.einsum("bld,l->bd", vectors, weights.to(vectors.dtype)), token_weights[:, 0]
-        weights = weights.to(layers[0].dtype)
+        batch = mask.shape[0]
+        if torch.is_grad_enabled() or batch < 2:
+            return self._mix_then_pool(layers, weights, mask)
+        step = -(-batch // MIX_CHUNKS)
+        parts = [self._mix_then_pool([h[start:start + step] for h in layers], weights, mask[start:start + step])
+                 for start in range(0, batch, step)]
+        return torch.cat([pooled for pooled, _ in parts]), torch.cat([token for _, token in parts])
+
+    def _mix_then_pool(self, layers: list[Tensor], weights: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        dtype = self.compute_dtype(layers)
+        weights = weights.to(dtype)
         # Accumulated in place: one (B, T, D) tensor whatever the number of layers (``mixed + w * layer``
-        # would hold three at a time). Autograd allows it: no backward needs mixed's earlier values.
-        mixed = layers[0] * weights[0]
+        # would hold three at a time); each layer is converted inside the product, never as a whole copy.
+        # Autograd allows it: no backward needs mixed's earlier values.
+        mixed = layers[0].to(dtype) * weights[0]
         for layer, weight in zip(layers[1:], weights[1:]):
             mixed.addcmul_(layer, weight)
         return self.token.pool(mixed, mask)
@@ -158,7 +184,7 @@ class ConcatLayersPooler(_LastLayersPooler):
             vectors, token_weights = self.pool_each(selected, mask)
             pooled, token_weights = vectors.flatten(1), token_weights[:, 0]
         else:
-            pooled, token_weights = self.token.pool(torch.cat(selected, dim=-1), mask)
+            pooled, token_weights = self.token.pool(self.token._to_parameter_dtype(torch.cat(selected, dim=-1)), mask)
         uniform = torch.full((mask.shape[0], len(selected)), 1 / len(selected), device=mask.device)
         return pooled, {"layer": uniform, "token": token_weights}
 
