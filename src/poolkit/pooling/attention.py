@@ -155,19 +155,19 @@ class GatedAttentionPooler(Pooler):
 
     def pool(self, x: Tensor, mask: Tensor):
         # Both branches in one matmul. With tanh from sigmoid (see sigmoid_for_tanh), the 2 of
-        # tanh(v) = 2 sigmoid(2v) - 1 folds into the value weights and
-        # tanh(V x) * sigmoid(U x) = (2 s_v - 1) * s_u = 2 s_v s_u - s_u.
+        # tanh(v) = 2 sigmoid(2v) - 1 folds into the value weights, and the score
+        # w . ((2 s_v - 1) * s_u) = 2w . (s_v * s_u) - w . s_u needs one (B*T, a) product, not three.
         fold = 2 if sigmoid_for_tanh(x.dtype) else 1
         weight = torch.cat([fold * self.value.weight, self.gate.weight])
         bias = torch.cat([fold * self.value.bias, self.gate.bias])
         both = F.linear(x.reshape(-1, x.shape[-1]), weight, bias)  # (B*T, 2a), flattened as in tanh_scores
         if fold == 2:
             s_value, s_gate = both.sigmoid_().chunk(2, dim=-1)
-            gated = torch.addcmul(-s_gate, s_value, s_gate, value=2)
+            scores = F.linear(s_value * s_gate, 2 * self.score.weight) - F.linear(s_gate, self.score.weight)
         else:
             value, gate = both.chunk(2, dim=-1)
-            gated = torch.tanh(value) * torch.sigmoid(gate)
-        scores = self.score(gated).view(x.shape[:-1])
+            scores = self.score(torch.tanh(value) * torch.sigmoid(gate))
+        scores = scores.view(x.shape[:-1])
         weights = masking.masked_softmax(scores, mask)
         return masking.masked_weighted_sum(x, weights), weights
 
