@@ -37,6 +37,17 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
 
 
+def parse_and_setup(doc: str, argv: list[str] | None,
+                    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None):
+    """A script's command line (the common options plus its own) parsed, threads and seed set: -> (args, device)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser)
+    if add_arguments is not None:
+        add_arguments(parser)
+    args = parser.parse_args(argv)
+    return args, setup(args)
+
+
 def setup(args: argparse.Namespace) -> torch.device:
     if args.threads and args.device == "cpu":
         torch.set_num_threads(args.threads)
@@ -87,6 +98,28 @@ def interleaved(variants: dict[str, Callable[[], Any]], device: torch.device, re
         for name in (names if r % 2 == 0 else names[::-1]):
             times[name].append(time_calls(variants[name], calls[name], device))
     return times
+
+
+def timed_call(fn: Callable[[], torch.Tensor], train: bool, leaves: Sequence[torch.Tensor] = ()) -> Callable[[], None]:
+    """What is timed: ``fn()`` under ``torch.inference_mode`` (``train`` False), or ``fn().backward(g)`` with
+    a fixed dense random g, then the leaves' gradients dropped. (A head sends a dense gradient;
+    ``.sum().backward()`` would send an expanded stride-0 view, which some kernels take a slow path for.)"""
+    if not train:
+        def forward():
+            with torch.inference_mode():
+                fn()
+        return forward
+    grads: dict[tuple[torch.Size, torch.dtype], torch.Tensor] = {}
+
+    def forward_backward():
+        out = fn()
+        key = (out.shape, out.dtype)
+        if key not in grads:
+            grads[key] = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(out)
+        out.backward(grads[key])
+        for leaf in leaves:
+            leaf.grad = None
+    return forward_backward
 
 
 def ratio(times: dict[str, list[float]], num: str, den: str) -> float:

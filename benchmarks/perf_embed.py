@@ -16,7 +16,6 @@ embeddings are checked to agree.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 from pathlib import Path
@@ -25,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from torch.nn import functional as F  # noqa: E402
 
-from perf_common import (add_common_args, describe, interleaved, median_ms, ratio, save_json, setup,  # noqa: E402
+from perf_common import (describe, interleaved, median_ms, parse_and_setup, ratio, save_json,  # noqa: E402
                          table, verdict)
 from perf_model import real_texts  # noqa: E402
 from poolkit import TextEncoder  # noqa: E402
@@ -35,11 +34,8 @@ BATCH, TARGET, AIM = 32, 1.0, 1.2
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
-    parser.add_argument("--texts", type=int, default=None, help="number of texts (default 320, 2000 with --full)")
-    args = parser.parse_args(argv)
-    device = setup(args)
+    args, device = parse_and_setup(__doc__, argv, lambda parser: parser.add_argument(
+        "--texts", type=int, default=None, help="number of texts (default 320, 2000 with --full)"))
     repeats = args.repeats or 5
     texts, source = real_texts(args.texts or (2000 if args.full else 320))
     with warnings.catch_warnings():

@@ -3,15 +3,15 @@
 The packaged all-MiniLM-L6-v2 encodes a batch of 32 real texts (fortune cookies when Debian's fortunes
 is installed, else the embedded WordNet glosses; several joined per row) truncated to 128 tokens, and
 every registered token pooler pools the encoder's ``last_hidden_state`` with the batch's mask. Encoder
-forward and pooler calls are interleaved repeats, all under ``torch.inference_mode`` (and again with
-forward + backward under ``--train``). Share = pooler time / encoder forward time, median over repeats.
+forward and pooler calls are interleaved repeats, all under ``torch.inference_mode``; with ``--train``
+both sides run forward + backward instead (the encoder's parameters and the pooler's input requiring
+grad). Share = pooler time / encoder time, median over repeats.
 
-    .venv/bin/python benchmarks/perf_model.py
+    .venv/bin/python benchmarks/perf_model.py [--train]
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from perf_common import (add_common_args, describe, interleaved, median_ms, ratio, save_json, setup,  # noqa: E402
-                         table, verdict)
+from perf_common import (describe, interleaved, median_ms, parse_and_setup, ratio, save_json,  # noqa: E402
+                         table, timed_call, verdict)
 from poolkit import get_pooler, list_poolers  # noqa: E402
 
 BATCH, LENGTH, TARGET = 32, 128, 0.02
@@ -57,10 +57,9 @@ def model_batch(device: torch.device):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
-    args = parser.parse_args(argv)
-    device = setup(args)
+    args, device = parse_and_setup(__doc__, argv, lambda parser: parser.add_argument(
+        "--train", action="store_true", help="forward + backward on both sides (default: inference)"))
+    mode = "forward + backward" if args.train else "forward"
     repeats = args.repeats or (7 if args.full else 5)
     encoder, batch, source = model_batch(device)
     with torch.inference_mode():
@@ -69,30 +68,25 @@ def main(argv: list[str] | None = None) -> dict:
     dim = hidden.shape[-1]
     names = list_poolers("token")
     torch.manual_seed(0)
-    poolers = {n: get_pooler(n, hidden_size=dim).to(device).eval() for n in names}
-    print(f"# Token poolers' share of a MiniLM forward ({describe(device)}), batch {BATCH}x{LENGTH} of {source}, "
+    poolers = {n: get_pooler(n, hidden_size=dim).to(device).train(args.train) for n in names}
+    print(f"# Token poolers' share of a MiniLM {mode} ({describe(device)}), batch {BATCH}x{LENGTH} of {source}, "
           f"{repeats} interleaved repeats")
-
-    def forward():
-        with torch.inference_mode():
-            encoder(**batch)
-
-    variants = {"encoder forward": forward}
+    encoder.train(args.train)
+    hidden = hidden.clone().requires_grad_(args.train)
+    variants = {"encoder": timed_call(lambda: encoder(**batch).last_hidden_state, args.train,
+                                      list(encoder.parameters()))}
     for name, pooler in poolers.items():
-        def pool(p=pooler):
-            with torch.inference_mode():
-                p(hidden, mask)
-        variants[name] = pool
+        variants[name] = timed_call(lambda p=pooler: p(hidden, mask), args.train, [hidden, *pooler.parameters()])
     times = interleaved(variants, device, repeats=repeats, min_sample_s=0.05)
-    rows = [{"pooler": n, "share": ratio(times, n, "encoder forward"), "pooler_ms": median_ms(times, n),
-             "forward_ms": median_ms(times, "encoder forward")} for n in names]
+    rows = [{"pooler": n, "share": ratio(times, n, "encoder"), "pooler_ms": median_ms(times, n),
+             "encoder_ms": median_ms(times, "encoder"), "mode": mode} for n in names]
     body = [[r["pooler"], f"{100 * r['share']:.2f}%" + ("" if r["share"] <= TARGET else " *"),
              f"{r['pooler_ms']:.2f}"] for r in rows]
-    print(table(["token pooler", "share of the forward", "pooler ms"], body,
-                title=f"Pooler time / encoder forward time (forward: {rows[0]['forward_ms']:.0f} ms; "
+    print(table(["token pooler", f"share of the {mode}", "pooler ms"], body,
+                title=f"Pooler time / encoder time ({mode}: {rows[0]['encoder_ms']:.0f} ms; "
                       "* = over the 2% target)"))
     print(f"target (every token pooler <= 2%): {verdict(all(r['share'] <= TARGET for r in rows))}")
-    result = {"device": describe(device), "repeats": repeats, "source": source, "rows": rows}
+    result = {"device": describe(device), "repeats": repeats, "source": source, "mode": mode, "rows": rows}
     save_json(args.json, result)
     return result
 

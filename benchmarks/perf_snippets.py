@@ -16,7 +16,6 @@ shape (one direction, hidden 256, layers 1..12); poolkit's default is bidirectio
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 from pathlib import Path
@@ -26,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 import snippets  # noqa: E402
-from perf_common import add_common_args, describe, interleaved, median_ms, ratio, save_json, setup, table  # noqa: E402
+from perf_common import describe, interleaved, median_ms, parse_and_setup, ratio, save_json, table, timed_call  # noqa: E402
 from poolkit import get_pooler  # noqa: E402
 
 BATCH, NUM_LAYERS = 32, 12
@@ -90,18 +89,8 @@ def run_config(length: int, dim: int, mode: str, device: torch.device, repeats: 
     params = [p for module in modules for p in module.parameters()]
 
     def wrap(fn, layers: bool):
-        if not train:
-            def run():
-                with torch.inference_mode():
-                    fn(states, mask)
-            return run
         leaves = list(states) if layers else [states[-1]]
-
-        def run():
-            fn(states, mask).float().sum().backward()
-            for leaf in leaves + params:
-                leaf.grad = None
-        return run
+        return timed_call(lambda: fn(states, mask), train, leaves + params)
 
     rows = []
     for label, target, snippet_fn, poolkit_fn, layers in comparisons:
@@ -141,10 +130,7 @@ def render(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
-    args = parser.parse_args(argv)
-    device = setup(args)
+    args, device = parse_and_setup(__doc__, argv)
     repeats = args.repeats or (7 if args.full else 5)
     configs = [(256, 768, "fwd"), (256, 768, "fwd+bwd")]
     if args.full:

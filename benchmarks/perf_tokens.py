@@ -16,7 +16,6 @@ gradient, as a head sends) with the hidden states (and the poolers' / floors' we
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -25,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from perf_common import (DTYPES, add_common_args, describe, interleaved, median_ms, ratio,  # noqa: E402
-                         save_json, setup, spread, table)
+from perf_common import (DTYPES, describe, interleaved, median_ms, parse_and_setup, ratio,  # noqa: E402
+                         save_json, spread, table, timed_call)
 from poolkit import get_pooler  # noqa: E402
 
 BATCH = 32
@@ -57,28 +56,6 @@ def make_inputs(length: int, dim: int, dtype: torch.dtype, device: torch.device)
     return x, mask
 
 
-def forward_only(fn):
-    def run():
-        with torch.inference_mode():
-            fn()
-    return run
-
-
-def forward_backward(fn, leaves):
-    """fn().backward(g) with a fixed dense g: the gradient a head sends is dense, while .sum().backward()
-    sends an expanded (stride 0) view that some kernels take a slow broadcasting path for."""
-    grads = {}
-
-    def run():
-        out = fn()
-        if out.shape not in grads:
-            grads[out.shape] = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(out)
-        out.backward(grads[out.shape])
-        for leaf in leaves:
-            leaf.grad = None
-    return run
-
-
 def run_config(length: int, dim: int, dtype_name: str, mode: str, device: torch.device, repeats: int):
     dtype = DTYPES[dtype_name]
     x, mask = make_inputs(length, dim, dtype, device)
@@ -92,7 +69,7 @@ def run_config(length: int, dim: int, dtype_name: str, mode: str, device: torch.
               for name in ATTENTION_POOLERS}
 
     def wrap(fn, leaves):
-        return forward_backward(fn, leaves) if train else forward_only(fn)
+        return timed_call(fn, train, leaves)
 
     variants = {"floor: x.sum(1)": wrap(lambda: x.sum(dim=1), [x])}
     for name in STAT_POOLERS:
@@ -119,10 +96,7 @@ def run_config(length: int, dim: int, dtype_name: str, mode: str, device: torch.
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
-    args = parser.parse_args(argv)
-    device = setup(args)
+    args, device = parse_and_setup(__doc__, argv)
     repeats = args.repeats or (9 if args.full else 7)
     sizes = [(128, 384), (128, 768), (512, 384), (512, 768)] if args.full else [(128, 384), (512, 768)]
     print(f"# Token poolers vs their floor ({describe(device)}), B={BATCH}, {repeats} interleaved repeats")

@@ -47,23 +47,21 @@ def sigmoid_for_tanh(dtype: torch.dtype) -> bool:
     return masking.compute_dtype(dtype) == dtype
 
 
-def tanh_scores(x: Tensor, hidden: nn.Linear, score_weight: Tensor) -> Tensor:
+def tanh_scores(x: Tensor, mask: Tensor, hidden: nn.Linear, score_weight: Tensor) -> Tensor:
     """Additive-attention scores ``score_weight @ tanh(hidden(x))`` up to a per-score constant: -> (B, T, K).
 
-    From sigmoid (see :func:`sigmoid_for_tanh`), w . tanh(z) = 2w . sigmoid(2z) - sum(w): the constant
-    -sum(w) is the same for every token and drops out of the softmax, the factors 2 fold into the
-    (small) weights, and the softmax weights are the tanh form's to float rounding.
+    Real tokens only (:func:`masking.on_real_tokens`; padded positions score 0 and must be masked). From
+    sigmoid (see :func:`sigmoid_for_tanh`), w . tanh(z) = 2w . sigmoid(2z) - sum(w): the constant -sum(w)
+    is the same for every token and drops out of the softmax, the factors 2 fold into the (small)
+    weights, and the softmax weights are the tanh form's to float rounding.
     """
-    # The activation runs in place on the fresh (B*T, A) matmul output: a second tensor that size costs the
-    # CPU page faults. (Tokens are flattened first: on a (B, T, A) view, autograd would copy for in-place.)
-    tokens = x.reshape(-1, x.shape[-1])
+    # The activation runs in place on the fresh (N, A) matmul output: a second tensor that size costs the
+    # CPU page faults. (Tokens come flattened: on a (B, T, A) view, autograd would copy for in-place.)
     if sigmoid_for_tanh(x.dtype):
         bias = None if hidden.bias is None else 2 * hidden.bias
-        activation = F.linear(tokens, 2 * hidden.weight, bias).sigmoid_()
-        score_weight = 2 * score_weight
-    else:
-        activation = hidden(tokens).tanh_()
-    return F.linear(activation, score_weight).view(*x.shape[:-1], -1)
+        weight, score_weight = 2 * hidden.weight, 2 * score_weight
+        return masking.on_real_tokens(x, mask, lambda t: F.linear(F.linear(t, weight, bias).sigmoid_(), score_weight))
+    return masking.on_real_tokens(x, mask, lambda t: F.linear(hidden(t).tanh_(), score_weight))
 
 
 @register_pooler("attention", "learned_attention")
@@ -87,7 +85,7 @@ class AttentionPooler(Pooler):
             nn.init.zeros_(self.score[0].bias)
 
     def pool(self, x: Tensor, mask: Tensor):
-        scores = tanh_scores(x, self.score[0], self.score[2].weight)  # = self.score(x) + a constant
+        scores = tanh_scores(x, mask, self.score[0], self.score[2].weight)  # = self.score(x) + a constant
         weights = masking.masked_softmax(scores.squeeze(-1), mask)
         return masking.masked_weighted_sum(x, weights), weights
 
@@ -130,7 +128,7 @@ class MultiHeadAttentionPooler(Pooler):
         # Head h scores its own slice of the hidden units: one matmul with a block-diagonal (H, H * a)
         # weight reads the activations in place (an einsum over heads would first copy them per head).
         per_head = torch.block_diag(*self.head_scores.to(x.dtype).unbind(0))
-        scores = tanh_scores(x, self.hidden, per_head).transpose(1, 2)  # (B, H, T)
+        scores = tanh_scores(x, mask, self.hidden, per_head).transpose(1, 2)  # (B, H, T)
         weights = masking.masked_softmax(scores, mask[:, None, :])  # (B, H, T)
         pooled = masking.masked_weighted_sum(x, weights).flatten(1)  # (B, H * D)
         if self.project is not None:
@@ -160,14 +158,16 @@ class GatedAttentionPooler(Pooler):
         fold = 2 if sigmoid_for_tanh(x.dtype) else 1
         weight = torch.cat([fold * self.value.weight, self.gate.weight])
         bias = torch.cat([fold * self.value.bias, self.gate.bias])
-        both = F.linear(x.reshape(-1, x.shape[-1]), weight, bias)  # (B*T, 2a), flattened as in tanh_scores
-        if fold == 2:
-            s_value, s_gate = both.sigmoid_().chunk(2, dim=-1)
-            scores = F.linear(s_value * s_gate, 2 * self.score.weight) - F.linear(s_gate, self.score.weight)
-        else:
+
+        def score(tokens: Tensor) -> Tensor:  # (N, D) -> (N, 1), real tokens only as in tanh_scores
+            both = F.linear(tokens, weight, bias)
+            if fold == 2:
+                s_value, s_gate = both.sigmoid_().chunk(2, dim=-1)
+                return F.linear(s_value * s_gate, 2 * self.score.weight) - F.linear(s_gate, self.score.weight)
             value, gate = both.chunk(2, dim=-1)
-            scores = self.score(torch.tanh(value) * torch.sigmoid(gate))
-        scores = scores.view(x.shape[:-1])
+            return self.score(torch.tanh(value) * torch.sigmoid(gate))
+
+        scores = masking.on_real_tokens(x, mask, score).squeeze(-1)
         weights = masking.masked_softmax(scores, mask)
         return masking.masked_weighted_sum(x, weights), weights
 

@@ -23,6 +23,30 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+def eager_cpu(x: Tensor) -> bool:
+    """Whether x is on the CPU in plain eager mode (not traced by ``torch.compile`` or ONNX export): where
+    data-dependent shapes and one-pass CPU kernels are allowed. GPUs keep the plain forms (caching
+    allocators make temporaries cheap; a data-dependent shape costs a host sync)."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling() and not torch.onnx.is_in_onnx_export()
+
+
+def on_real_tokens(x: Tensor, mask: Tensor, fn) -> Tensor:
+    """``fn`` applied to each token's vector: (B, T, D) -> (B, T, K), given ``fn``: (N, D) -> (N, K).
+
+    On eager CPU, when there is padding, only the real tokens are passed to ``fn`` (gathered into one
+    (N_real, D) block) and padded positions get 0: a scoring matmul then skips the padding, which in
+    batches padded to their longest text is often a third of the positions. Elsewhere ``fn`` sees all
+    B*T tokens (no data-dependent shapes). Callers must mask the padded positions' outputs.
+    """
+    batch, length, dim = x.shape
+    tokens = x.reshape(batch * length, dim)
+    if eager_cpu(x) and not bool(mask.all()):
+        index = mask.reshape(-1).nonzero().squeeze(1)
+        real = fn(tokens.index_select(0, index))
+        return real.new_zeros(batch * length, real.shape[-1]).index_copy(0, index, real).view(batch, length, -1)
+    return fn(tokens).view(batch, length, -1)
+
+
 def real_counts(mask: Tensor) -> Tensor:
     """Number of real tokens per row: (B, T) bool -> (B,) int64."""
     return mask.sum(dim=1)
@@ -107,9 +131,7 @@ def masked_extreme(x: Tensor, mask: Tensor, largest: bool, with_index: bool = Fa
     ``torch.compile`` fuses it, ONNX export needs plain ops) this is ``masked_fill_reduce``. Rows with no
     real token give 0 (and index 0).
     """
-    one_pass = (x.device.type == "cpu" and not torch.compiler.is_compiling()
-                and not torch.onnx.is_in_onnx_export())
-    if not one_pass:
+    if not eager_cpu(x):
         values, index = masked_fill_reduce(x, mask, largest)
         return (values, index) if with_index else values
     if torch.is_grad_enabled() and x.requires_grad:
