@@ -8,7 +8,8 @@
 B = 32 rows whose real lengths are drawn uniformly from [T/2, T] (right padding), the pooler called
 through its public ``forward`` (input checks, masking, empty-row handling included). Forward runs under
 ``torch.inference_mode``; forward + backward calls ``.backward(g)`` on the output (g a fixed dense random
-gradient, as a head sends) with the hidden states (and the poolers' / floors' weights) requiring grad. In bf16 the pooler's parameters are bf16 too.
+gradient, as a head sends) with the hidden states (and the poolers' / floors' weights) requiring grad.
+In bf16 the pooler's parameters are bf16 too.
 
     .venv/bin/python benchmarks/perf_tokens.py            # quick: 2 sizes x fp32/bf16 x fwd/fwd+bwd
     .venv/bin/python benchmarks/perf_tokens.py --full     # T in {128, 512} x D in {384, 768}

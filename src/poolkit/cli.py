@@ -1,4 +1,4 @@
-"""The ``poolkit`` command: train, predict, compare, data, bench, zoo. Thin: parses, then calls the library.
+"""The ``poolkit`` command: train, predict, embed, compare, data, bench, zoo. Thin: parses, then calls the library.
 
 Bad input ends with ``error: <one line>`` and exit code 2 (``--debug`` shows the traceback).
 """

@@ -50,7 +50,7 @@ def sigmoid_for_tanh(dtype: torch.dtype) -> bool:
 def tanh_scores(x: Tensor, mask: Tensor, hidden: nn.Linear, score_weight: Tensor) -> Tensor:
     """Additive-attention scores ``score_weight @ tanh(hidden(x))`` up to a per-score constant: -> (B, T, K).
 
-    Real tokens only (:func:`masking.on_real_tokens`; padded positions score 0 and must be masked). From
+    Real tokens only (:func:`masking.project_tokens`; padded positions score 0 and must be masked). From
     sigmoid (see :func:`sigmoid_for_tanh`), w . tanh(z) = 2w . sigmoid(2z) - sum(w): the constant -sum(w)
     is the same for every token and drops out of the softmax, the factors 2 fold into the (small)
     weights, and the softmax weights are the tanh form's to float rounding.
@@ -59,9 +59,9 @@ def tanh_scores(x: Tensor, mask: Tensor, hidden: nn.Linear, score_weight: Tensor
     # CPU page faults. (Tokens come flattened: on a (B, T, A) view, autograd would copy for in-place.)
     if sigmoid_for_tanh(x.dtype):
         bias = None if hidden.bias is None else 2 * hidden.bias
-        weight, score_weight = 2 * hidden.weight, 2 * score_weight
-        return masking.on_real_tokens(x, mask, lambda t: F.linear(F.linear(t, weight, bias).sigmoid_(), score_weight))
-    return masking.on_real_tokens(x, mask, lambda t: F.linear(hidden(t).tanh_(), score_weight))
+        return masking.project_tokens(x, mask, 2 * hidden.weight, bias,
+                                      lambda z: F.linear(z.sigmoid_(), 2 * score_weight))
+    return masking.project_tokens(x, mask, hidden.weight, hidden.bias, lambda z: F.linear(z.tanh_(), score_weight))
 
 
 @register_pooler("attention", "learned_attention")
@@ -159,15 +159,14 @@ class GatedAttentionPooler(Pooler):
         weight = torch.cat([fold * self.value.weight, self.gate.weight])
         bias = torch.cat([fold * self.value.bias, self.gate.bias])
 
-        def score(tokens: Tensor) -> Tensor:  # (N, D) -> (N, 1), real tokens only as in tanh_scores
-            both = F.linear(tokens, weight, bias)
+        def score(both: Tensor) -> Tensor:  # (N, 2a) projections -> (N, 1), real tokens only as in tanh_scores
             if fold == 2:
                 s_value, s_gate = both.sigmoid_().chunk(2, dim=-1)
                 return F.linear(s_value * s_gate, 2 * self.score.weight) - F.linear(s_gate, self.score.weight)
             value, gate = both.chunk(2, dim=-1)
             return self.score(torch.tanh(value) * torch.sigmoid(gate))
 
-        scores = masking.on_real_tokens(x, mask, score).squeeze(-1)
+        scores = masking.project_tokens(x, mask, weight, bias, score).squeeze(-1)
         weights = masking.masked_softmax(scores, mask)
         return masking.masked_weighted_sum(x, weights), weights
 

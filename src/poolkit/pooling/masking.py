@@ -10,9 +10,11 @@ never reach an output (they only need to be finite, as every encoder's are).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
+from torch.nn import functional as F
 
 # masked_extreme's one-pass path uses index_reduce, which warns (once) that its API is in beta.
 warnings.filterwarnings("ignore", message=r"index_reduce\(\) is in beta", category=UserWarning)
@@ -30,21 +32,72 @@ def eager_cpu(x: Tensor) -> bool:
     return x.device.type == "cpu" and not torch.compiler.is_compiling() and not torch.onnx.is_in_onnx_export()
 
 
-def on_real_tokens(x: Tensor, mask: Tensor, fn) -> Tensor:
-    """``fn`` applied to each token's vector: (B, T, D) -> (B, T, K), given ``fn``: (N, D) -> (N, K).
+def project_tokens(x: Tensor, mask: Tensor, weight: Tensor, bias: Tensor | None,
+                   head: Callable[[Tensor], Tensor]) -> Tensor:
+    """``head(F.linear(token, weight, bias))`` for every token: (B, T, D) -> (B, T, K), ``head``: (N, A) -> (N, K).
 
-    On eager CPU, when there is padding, only the real tokens are passed to ``fn`` (gathered into one
-    (N_real, D) block) and padded positions get 0: a scoring matmul then skips the padding, which in
-    batches padded to their longest text is often a third of the positions. Elsewhere ``fn`` sees all
-    B*T tokens (no data-dependent shapes). Callers must mask the padded positions' outputs.
+    On eager CPU (without autocast), when there is padding, only the real tokens are projected (one
+    gathered (N_real, D) block) and padded positions get 0, which callers mask: a scoring matmul then
+    skips the padding, often a third of the positions of a batch padded to its longest text. The
+    gathered copy is not kept for backward (:class:`_GatheredLinear` gathers again there), so training
+    memory is that of the all-tokens form. Elsewhere all B*T tokens are projected (no data-dependent
+    shapes, no host sync). ``head`` may work in place on its input.
     """
     batch, length, dim = x.shape
     tokens = x.reshape(batch * length, dim)
-    if eager_cpu(x) and not bool(mask.all()):
+    if eager_cpu(x) and not torch.is_autocast_enabled("cpu") and not bool(mask.all()):
         index = mask.reshape(-1).nonzero().squeeze(1)
-        real = fn(tokens.index_select(0, index))
+        real = head(_GatheredLinear.apply(tokens, index, weight, bias))
         return real.new_zeros(batch * length, real.shape[-1]).index_copy(0, index, real).view(batch, length, -1)
-    return fn(tokens).view(batch, length, -1)
+    return head(F.linear(tokens, weight, bias)).view(batch, length, -1)
+
+
+#: Gathered token blocks of _GatheredLinear are at most this large (a transient copy, not the whole batch's).
+GATHER_CHUNK_BYTES = 2 << 20
+
+
+class _GatheredLinear(torch.autograd.Function):
+    """``F.linear(tokens[index], weight, bias)``, gathering the tokens in blocks of at most
+    ``GATHER_CHUNK_BYTES`` (the copy is transient, never the size of the batch), and saving ``tokens``
+    (alive anyway) and ``index`` for backward, which gathers again block by block."""
+
+    @staticmethod
+    def forward(ctx, tokens: Tensor, index: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(tokens, index, weight)
+        ctx.has_bias = bias is not None
+        out = tokens.new_empty(len(index), weight.shape[0])
+        for rows, part in _blocks(tokens, index):
+            block = tokens.index_select(0, part)
+            if bias is None:
+                torch.mm(block, weight.t(), out=out[rows])
+            else:
+                torch.addmm(bias, block, weight.t(), out=out[rows])
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        tokens, index, weight = ctx.saved_tensors
+        grad_tokens = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_tokens = tokens.new_zeros(tokens.shape)
+        if ctx.needs_input_grad[2]:
+            grad_weight = weight.new_zeros(weight.shape)
+        for rows, part in _blocks(tokens, index):
+            if grad_tokens is not None:
+                grad_tokens.index_copy_(0, part, grad[rows].mm(weight))
+            if grad_weight is not None:
+                grad_weight.addmm_(grad[rows].t(), tokens.index_select(0, part))
+        if ctx.has_bias and ctx.needs_input_grad[3]:
+            grad_bias = grad.sum(dim=0)
+        return grad_tokens, None, grad_weight, grad_bias
+
+
+def _blocks(tokens: Tensor, index: Tensor):
+    """(slice of the gathered rows, their token indices) in blocks of at most GATHER_CHUNK_BYTES of tokens."""
+    step = max(1, GATHER_CHUNK_BYTES // (tokens.shape[1] * tokens.element_size()))
+    for start in range(0, len(index), step):
+        yield slice(start, start + step), index[start:start + step]
 
 
 def real_counts(mask: Tensor) -> Tensor:
@@ -253,6 +306,20 @@ def real_token_index(mask: Tensor, position: int) -> Tensor:
     wanted = torch.minimum(wanted.expand_as(counts), (counts - 1).clamp(min=0))
     hit = mask & (rank == wanted[:, None])
     return hit.to(torch.uint8).argmax(dim=1)
+
+
+def edge_rows(x: Tensor, mask: Tensor, last: bool) -> Tensor:
+    """x at each row's first (``last``: last) real token: (B, T, D) -> (B, D); rows with no real token give 0.
+
+    When every row's first (last) position is real (right (left) padding, no empty row: the usual batch),
+    that is a copy of the slice x[:, 0] (x[:, -1]), after one look at B mask values: as cheap as the
+    snippets' ``[:, 0]``. (Eager CPU only: on a GPU the look would be a host sync; the gather is async.)
+    """
+    edge = -1 if last else 0
+    if eager_cpu(x) and bool(mask[:, edge].all()):
+        return x[:, edge].clone()
+    index = last_real_index(mask) if last else first_real_index(mask)
+    return gather_rows(x, index) * mask.gather(1, index[:, None])  # the token's own flag: 0 for an empty row
 
 
 def gather_rows(x: Tensor, index: Tensor) -> Tensor:

@@ -22,13 +22,13 @@ class ClsPooler(Pooler):
     """The first *real* token (B, T, D) -> (B, D), under left or right padding (BERT's [CLS])."""
 
     linear = True
+    zero_when_empty = True
 
     def pool(self, x: Tensor, mask: Tensor):
-        index = masking.first_real_index(mask)
-        return masking.gather_rows(x, index), masking.one_hot_weights(index, mask)
+        return self.pool_without_weights(x, mask), masking.one_hot_weights(masking.first_real_index(mask), mask)
 
     def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
-        return masking.gather_rows(x, masking.first_real_index(mask))
+        return masking.edge_rows(x, mask, last=False)
 
 
 @register_pooler("last", "eos")
@@ -36,13 +36,13 @@ class LastPooler(Pooler):
     """The last *real* token (B, T, D) -> (B, D) (decoder models' EOS), under left or right padding."""
 
     linear = True
+    zero_when_empty = True
 
     def pool(self, x: Tensor, mask: Tensor):
-        index = masking.last_real_index(mask)
-        return masking.gather_rows(x, index), masking.one_hot_weights(index, mask)
+        return self.pool_without_weights(x, mask), masking.one_hot_weights(masking.last_real_index(mask), mask)
 
     def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
-        return masking.gather_rows(x, masking.last_real_index(mask))
+        return masking.edge_rows(x, mask, last=True)
 
 
 @register_pooler("mean", "avg", "average")
