@@ -298,8 +298,8 @@ def first_real_index(mask: Tensor) -> Tensor:
 
 def last_real_index(mask: Tensor) -> Tensor:
     """Index of the last real token per row (left or right padding): (B, T) bool -> (B,); empty rows 0."""
-    length = mask.shape[1]
-    return (length - 1 - mask.flip(1).to(torch.uint8).argmax(dim=1)) * mask.any(dim=1)
+    positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
+    return (mask * positions).argmax(dim=1)  # the largest position held by a real token (all 0: index 0)
 
 
 def real_token_index(mask: Tensor, position: int) -> Tensor:
