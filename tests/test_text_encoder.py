@@ -154,3 +154,13 @@ def test_packaged_minilm_matches_sentence_transformers_encode():
                                                                            convert_to_tensor=True)
     cosine = torch.nn.functional.cosine_similarity(ours, theirs.float(), dim=-1)
     assert cosine.min() > 0.99999
+
+
+def test_embed_command_reads_a_builtin_dataset_with_its_targets(capsys, tmp_path, bert):
+    out = tmp_path / "depth.parquet"
+    code, _, err = run(capsys, "embed", "--data", "builtin:embedded-depth", "--model", bert, "--out", out,
+                       "--max-length", 16, "--quiet")
+    assert code == 0, err
+    frame = pd.read_parquet(out)
+    assert list(frame.columns) == ["text", "depth", "embedding"] and len(frame) == 2000
+    assert frame["depth"].between(1, 30).all() and len(frame["embedding"][0]) == 32

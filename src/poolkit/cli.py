@@ -65,6 +65,12 @@ def add_data_arguments(parser: argparse.ArgumentParser, targets: bool = True) ->
         group.add_argument("--limit", type=int, help="use a stratified sample of this many rows")
 
 
+def add_text_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """--data and --text-col of the commands that read texts only (predict, embed)."""
+    parser.add_argument("--data", required=True, help="CSV/TSV/JSONL/Parquet file with a text column, or builtin:NAME")
+    parser.add_argument("--text-col", default="text", help="column holding the texts (default: text)")
+
+
 def load_dataset(args: argparse.Namespace, default: str | None = None):
     from .data import load_data
 
@@ -377,8 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     predict = sub.add_parser("predict", help="predict with a model folder written by `poolkit train`")
     predict.add_argument("--model", required=True, help="the --out folder of `poolkit train`")
-    predict.add_argument("--data", required=True, help="CSV/TSV/JSONL/Parquet file with a text column, or builtin:NAME")
-    predict.add_argument("--text-col", default="text")
+    add_text_input_arguments(predict)
     predict.add_argument("--out", required=True, help="predictions file (.csv, .tsv, .jsonl or .parquet)")
     predict.add_argument("--batch-size", type=positive(int), default=64)
     predict.add_argument("--force", action="store_true", help="overwrite an existing --out")
@@ -388,8 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Embed a table's texts with an encoder + pooler: the packaged MiniLM (or "
                            "--model) with a parameter-free pooler, or a model trained by `poolkit train` "
                            "(--model RUN/fold_K) with its trained pooler.")
-    embed.add_argument("--data", required=True, help="CSV/TSV/JSONL/Parquet file with a text column, or builtin:NAME")
-    embed.add_argument("--text-col", default="text", help="column holding the texts (default: text)")
+    add_text_input_arguments(embed)
     embed.add_argument("--out", required=True, help=f"output file: {', '.join(EMBED_SUFFIXES)} (.npy: the (N, dim) "
                        "float32 array; .parquet / .jsonl: the table plus an embedding column; .csv / .tsv: plus "
                        "emb_0..emb_{dim-1} columns)")
