@@ -79,6 +79,25 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         return [outputs[i] for i in inverse]
 
 
+def sorted_token_batches(tokenizer, texts: Sequence[str], max_length: int, batch_size: int,
+                         device: torch.device | str = "cpu") -> tuple[LengthGroupedBatchSampler, Iterator]:
+    """Inference batches: the texts tokenised once, cut into batches of similar token length (longest first),
+    each padded to its own longest text and moved to ``device``.
+
+    Returns the sampler (its ``lengths`` are the token counts; ``restore`` puts outputs gathered in batch order
+    back in input order) and an iterator of (rows, batch dict of tensors).
+    """
+    encoded = tokenizer(list(texts), truncation=True, max_length=max_length)
+    sampler = LengthGroupedBatchSampler([len(ids) for ids in encoded["input_ids"]], batch_size, shuffle=False)
+
+    def batches() -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+        for rows in sampler:
+            batch = tokenizer.pad({k: [encoded[k][i] for i in rows] for k in encoded.keys()}, return_tensors="pt")
+            yield rows, {k: v.to(device) for k, v in batch.items()}
+
+    return sampler, batches()
+
+
 class TextDataset(Dataset):
     """(text, target row) pairs of a TableData; target is None when the data has no targets."""
 

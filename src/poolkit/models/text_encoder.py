@@ -20,7 +20,7 @@ import torch
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from ..data.batching import LengthGroupedBatchSampler
+from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
 from ..pooling import get_pooler, with_num_layers
 from .encoders import AUTOCAST, hf_bars_off, load_encoder, load_tokenizer, resolve_model, resolve_precision
@@ -85,17 +85,13 @@ class TextEncoder:
             return torch.empty(0, self.dim)
         if batch_size < 1:
             raise PoolkitError(f"batch_size must be at least 1, got {batch_size}")
-        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length)
-        sampler = LengthGroupedBatchSampler([len(ids) for ids in encoded["input_ids"]], batch_size, shuffle=False)
+        sampler, batches = sorted_token_batches(self.tokenizer, texts, self.max_length, batch_size, self.device)
         layers = self.pooler.kind == "layer"
         outputs = []
         autocast = torch.autocast(self.device.type, dtype=AUTOCAST.get(self.precision), enabled=self.precision != "no")
         with torch.inference_mode(), autocast, tqdm(total=len(texts), desc="encoding", unit="text",
                                                     disable=not progress) as bar:
-            for rows in sampler:
-                batch = self.tokenizer.pad({k: [encoded[k][i] for i in rows] for k in encoded.keys()},
-                                           return_tensors="pt")
-                batch = {k: v.to(self.device) for k, v in batch.items()}
+            for rows, batch in batches:
                 output = self.encoder(**batch, output_hidden_states=layers, return_dict=True)
                 states = output.hidden_states if layers else output.last_hidden_state
                 pooled = self.pooler(states, batch["attention_mask"]).float()

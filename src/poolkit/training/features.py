@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..data.batching import LengthGroupedBatchSampler
+from ..data.batching import sorted_token_batches
 from ..models.encoders import load_encoder, load_tokenizer, resolve_model
 
 CACHE_VERSION = 1
@@ -103,8 +103,8 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
     encoder = load_encoder(model_path).eval()
     device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     encoder.to(device)
-    encoded = tokenizer(texts, truncation=True, max_length=max_length)
-    lengths = np.array([len(ids) for ids in encoded["input_ids"]], dtype=np.int64)
+    sampler, batches = sorted_token_batches(tokenizer, texts, max_length, batch_size, device)
+    lengths = sampler.lengths
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     layers = encoder.config.num_hidden_layers + 1
     root.mkdir(parents=True, exist_ok=True)
@@ -112,12 +112,9 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
     try:
         tokens = np.lib.format.open_memmap(staging / "tokens.npy", mode="w+", dtype=np.float16,
                                            shape=(layers, int(offsets[-1]), encoder.config.hidden_size))
-        sampler = LengthGroupedBatchSampler(lengths, batch_size, shuffle=False)
         bar = tqdm(total=len(texts), desc="encoding (all layers, once)", unit="text", disable=not progress)
         with torch.inference_mode():
-            for rows in sampler:
-                batch = tokenizer.pad({k: [encoded[k][i] for i in rows] for k in encoded.keys()}, return_tensors="pt")
-                batch = {k: v.to(device) for k, v in batch.items()}
+            for rows, batch in batches:
                 states = encoder(**batch, output_hidden_states=True).hidden_states
                 stacked = torch.stack(states).to(torch.float16).cpu().numpy()  # (L + 1, B, T, D)
                 for j, row in enumerate(rows):  # keep the real tokens only (right padding)
