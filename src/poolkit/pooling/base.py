@@ -62,7 +62,7 @@ class Pooler(nn.Module):
             rows = (~mask.any(dim=1)).nonzero().flatten().tolist()
             raise PoolkitError(f"{self.name}: rows {rows[:5]} have no real token (all padding); "
                                "drop them or build the pooler with on_empty='zeros'")
-        x = self._to_parameter_dtype(x)
+        x = self.to_parameter_dtype(x)
         if return_weights:
             pooled, weights = self.pool(x, mask)
         else:
@@ -130,7 +130,7 @@ class Pooler(nn.Module):
             return None
         return param.dtype
 
-    def _to_parameter_dtype(self, x):
+    def to_parameter_dtype(self, x):
         """Token poolers get their input in the parameters' dtype; layer poolers convert each layer they use
         after selecting positions (see layers.LayerPooler), so nothing is done for them here."""
         dtype = self.parameter_dtype()

@@ -55,7 +55,7 @@ class LayerPooler(Pooler):
 
         A parameter-free token pooler selects from each layer as it is; a learned one gets it converted.
         """
-        results = [self.token.pool(self.token._to_parameter_dtype(h), mask) for h in layers]
+        results = [self.token.pool(self.token.to_parameter_dtype(h), mask) for h in layers]
         vectors = torch.stack([pooled for pooled, _ in results], dim=1).to(self.compute_dtype(layers))
         token_weights = torch.stack([weights for _, weights in results], dim=1)
         return vectors, token_weights
@@ -184,7 +184,7 @@ class ConcatLayersPooler(_LastLayersPooler):
             vectors, token_weights = self.pool_each(selected, mask)
             pooled, token_weights = vectors.flatten(1), token_weights[:, 0]
         else:
-            pooled, token_weights = self.token.pool(self.token._to_parameter_dtype(torch.cat(selected, dim=-1)), mask)
+            pooled, token_weights = self.token.pool(self.token.to_parameter_dtype(torch.cat(selected, dim=-1)), mask)
         uniform = torch.full((mask.shape[0], len(selected)), 1 / len(selected), device=mask.device)
         return pooled, {"layer": uniform, "token": token_weights}
 
