@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .models.encoders import load_encoder, load_tokenizer
-from .pooling import get_pooler, list_poolers, with_num_layers
+from .pooling import build_pooler, list_poolers
 
 SENTENCES = [
     "A pooler turns many token vectors into one.",
@@ -29,8 +29,7 @@ def run_zoo(model: str | None = None, sentences: list[str] | None = None, repeat
     mask = inputs["attention_mask"]
     rows = []
     for name in list_poolers():
-        options = with_num_layers(name, {}, encoder.config.num_hidden_layers)
-        pooler = get_pooler(name, encoder.config.hidden_size, **options).eval()
+        pooler = build_pooler(name, encoder.config.hidden_size, encoder.config.num_hidden_layers).eval()
         with torch.inference_mode():
             pooled = pooler(states, mask)
             start = time.perf_counter()

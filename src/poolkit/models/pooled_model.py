@@ -15,19 +15,20 @@ from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedMode
 from transformers.utils import ModelOutput
 
 from ..errors import PoolkitError
-from ..pooling import Pooler, get_pooler, with_num_layers
+from ..pooling import Pooler, build_pooler, pooler_spec
 
 TASKS = ("regression", "classification", "multilabel")
 
 
 class PooledConfig(PretrainedConfig):
-    """Configuration of a :class:`PooledModel`: the encoder's config, the pooler (name + options), the head."""
+    """Configuration of a :class:`PooledModel`: the encoder's config, the pooler's spec (its ``get_config()``:
+    name, hidden_size and every option), the head."""
 
     model_type = "poolkit"
     sub_configs = {"encoder": AutoConfig}
 
-    def __init__(self, encoder: PretrainedConfig | dict[str, Any] | None = None, pooling: str = "mean",
-                 pooling_options: dict[str, Any] | None = None, task: str = "regression",
+    def __init__(self, encoder: PretrainedConfig | dict[str, Any] | None = None,
+                 pooler: str | dict[str, Any] = "mean", task: str = "regression",
                  head_dropout: float = 0.1, **kwargs: Any) -> None:
         if isinstance(encoder, dict):
             encoder = dict(encoder)
@@ -37,8 +38,7 @@ class PooledConfig(PretrainedConfig):
         super().__init__(**kwargs)
         # Set after the base init, which would otherwise reset the encoder's attention implementation.
         self.encoder = encoder
-        self.pooling = pooling
-        self.pooling_options = dict(pooling_options or {})
+        self.pooler = pooler_spec(pooler)
         self.task = task
         self.head_dropout = head_dropout
 
@@ -79,7 +79,8 @@ class PooledModel(PreTrainedModel):
         if config.encoder is None:
             raise PoolkitError("PooledConfig needs the encoder's config: use PooledModel.from_encoder(path)")
         self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder)
-        self.pooler = build_model_pooler(config)
+        self.pooler = build_pooler(config.pooler, config.encoder.hidden_size, config.encoder.num_hidden_layers)
+        config.pooler = self.pooler.get_config()  # the complete spec (every option) is what gets saved
         self.dropout = nn.Dropout(config.head_dropout)
         self.head = nn.Linear(self.pooler.output_dim, config.num_labels)
         self.post_init()
@@ -91,16 +92,17 @@ class PooledModel(PreTrainedModel):
             nn.init.zeros_(module.bias)
 
     @classmethod
-    def from_encoder(cls, encoder_name_or_path: str, *, pooling: str = "mean",
-                     pooling_options: dict[str, Any] | None = None, task: str = "regression",
+    def from_encoder(cls, encoder_name_or_path: str, *, pooler: str | dict[str, Any] = "mean",
+                     task: str = "regression",
                      num_labels: int = 1, label_names: list[str] | None = None, head_dropout: float = 0.1,
                      **encoder_kwargs: Any) -> PooledModel:
-        """A new model on a pretrained encoder (local folder or hub name); the pooler and head start fresh."""
+        """A new model on a pretrained encoder (local folder or hub name); the pooler (a name or a spec dict,
+        e.g. ``{"name": "attention", "attn_size": 256}``) and the head start fresh."""
         encoder = AutoModel.from_pretrained(encoder_name_or_path, **encoder_kwargs)
         extra = {}
         if label_names is not None:
             extra["id2label"] = dict(enumerate(label_names))
-        config = PooledConfig(encoder=encoder.config, pooling=pooling, pooling_options=pooling_options,
+        config = PooledConfig(encoder=encoder.config, pooler=pooler,
                               task=task, num_labels=num_labels, head_dropout=head_dropout, **extra)
         return cls(config, encoder=encoder)
 
@@ -142,12 +144,6 @@ def task_loss(task: str, logits: Tensor, labels: Tensor) -> Tensor:
     if task == "multilabel":
         return nn.functional.binary_cross_entropy_with_logits(logits.float(), labels.float().view_as(logits))
     return nn.functional.mse_loss(logits.float(), labels.float().view_as(logits))
-
-
-def build_model_pooler(config: PooledConfig) -> Pooler:
-    """The config's pooler, sized to the encoder (num_layers filled in for the poolers that need it)."""
-    options = with_num_layers(config.pooling, config.pooling_options, config.encoder.num_hidden_layers)
-    return get_pooler(config.pooling, config.encoder.hidden_size, **options)
 
 
 def register_auto_classes() -> None:

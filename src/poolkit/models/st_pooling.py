@@ -5,7 +5,7 @@
     word = models.Transformer(path, config_kwargs={"output_hidden_states": True})  # layer poolers only
     model = SentenceTransformer(modules=[word, PoolkitPooling(word.get_embedding_dimension(), "attention")])
 
-The module saves its config (pooler name + options) as JSON and its weights as safetensors, and
+The module saves its config (the pooler's spec, ``pooler.get_config()``) as JSON and its weights as safetensors, and
 ``SentenceTransformer(saved_dir, trust_remote_code=True)`` loads it back (sentence-transformers >= 6
 asks for ``trust_remote_code`` before importing a module class from outside its own package).
 """
@@ -18,43 +18,46 @@ from sentence_transformers.base.modules.module import Module
 from torch import Tensor
 
 from ..errors import PoolkitError
-from ..pooling import get_pooler, with_num_layers
+from ..pooling import build_pooler
 
 
 class PoolkitPooling(Module):
     """Pools ``token_embeddings`` (or ``all_layer_embeddings`` for layer poolers) into ``sentence_embedding``."""
 
-    config_keys = ["embedding_dimension", "pooling", "pooling_options"]
+    config_keys = ["embedding_dimension", "pooler"]
     config_file_name = "poolkit_config.json"
 
-    def __init__(self, embedding_dimension: int, pooling: str = "mean",
-                 pooling_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, embedding_dimension: int, pooler: str | dict[str, Any] = "mean",
+                 num_layers: int | None = None) -> None:
+        """``pooler``: a name or a spec dict; ``num_layers``: the encoder's transformer layers (layer poolers)."""
         super().__init__()
         self.embedding_dimension = embedding_dimension
-        self.pooling_options = dict(pooling_options or {})
-        self.pooler = get_pooler(pooling, embedding_dimension, **self.pooling_options)
-        self.pooling = self.pooler.name
+        self.module = build_pooler(pooler, embedding_dimension, num_layers)
+
+    @property
+    def pooler(self) -> dict[str, Any]:
+        """The pooler's spec (``get_config()``): what config_keys saves."""
+        return self.module.get_config()
 
     @classmethod
-    def for_transformer(cls, transformer, pooling: str = "mean", **options: Any) -> PoolkitPooling:
+    def for_transformer(cls, transformer, pooler: str | dict[str, Any] = "mean") -> PoolkitPooling:
         """Sized for a sentence-transformers ``Transformer`` module (num_layers filled in when needed)."""
-        options = with_num_layers(pooling, options, transformer.auto_model.config.num_hidden_layers)
-        return cls(transformer.get_embedding_dimension(), pooling, options)
+        return cls(transformer.get_embedding_dimension(), pooler, transformer.auto_model.config.num_hidden_layers)
 
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        if self.pooler.kind == "layer":
+        if self.module.kind == "layer":
             states = features.get("all_layer_embeddings")
             if states is None:
-                raise PoolkitError(f"{self.pooling} needs all hidden states: build the Transformer module with "
+                raise PoolkitError(f"{self.module.name} needs all hidden states: build the Transformer module with "
                                    "config_kwargs={'output_hidden_states': True}")
         else:
             states = features["token_embeddings"]
-        pooled: Tensor = self.pooler(states, features.get("attention_mask"))
+        pooled: Tensor = self.module(states, features.get("attention_mask"))
         features["sentence_embedding"] = pooled
         return features
 
     def get_embedding_dimension(self) -> int:
-        return self.pooler.output_dim
+        return self.module.output_dim
 
     get_sentence_embedding_dimension = get_embedding_dimension
 

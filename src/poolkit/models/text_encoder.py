@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
-from ..pooling import get_pooler, with_num_layers
+from ..pooling import build_pooler, pooler_spec
 from .encoders import AUTOCAST, hf_bars_off, load_encoder, load_tokenizer, resolve_model, resolve_precision
 from .pooled_model import PooledConfig, PooledModel
 
@@ -58,8 +58,8 @@ class TextEncoder:
             with hf_bars_off():
                 self.encoder = load_encoder(path)
             config = self.encoder.config
-            options = with_num_layers(pooling or "mean", pooling_options, config.num_hidden_layers)
-            self.pooler = get_pooler(pooling or "mean", config.hidden_size, **options)
+            self.pooler = build_pooler(pooler_spec(pooling or "mean", **pooling_options), config.hidden_size,
+                                       config.num_hidden_layers)
             if any(p.dim() >= 2 for p in self.pooler.parameters()) and not allow_untrained:
                 raise PoolkitError(
                     f"pooler {self.pooler.name!r} has learned weight matrices and {path} is a bare encoder, so they "

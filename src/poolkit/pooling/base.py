@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Union
@@ -38,6 +40,27 @@ class Pooler(nn.Module):
     #: weights are all zero there): ``forward`` then skips its own empty-row guard.
     zero_when_empty: bool = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every constructor records the arguments it was called with (defaults filled in): get_config's source."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+        signature = inspect.signature(init)
+
+        @functools.wraps(init)
+        def recording_init(self, *args: Any, **options: Any) -> None:
+            if "_spec" not in self.__dict__:  # the most derived constructor is the outermost call
+                try:
+                    bound = signature.bind(self, *args, **options)
+                except TypeError as err:
+                    raise PoolkitError(f"{cls.name or cls.__name__}: {err}") from None
+                bound.apply_defaults()
+                self.__dict__["_spec"] = copy.deepcopy(dict(list(bound.arguments.items())[1:]))
+            init(self, *args, **options)
+
+        cls.__init__ = recording_init
+
     def __init__(self, hidden_size: int, *, on_empty: str = "zeros") -> None:
         super().__init__()
         if not isinstance(hidden_size, int) or isinstance(hidden_size, bool) or hidden_size < 1:
@@ -47,7 +70,11 @@ class Pooler(nn.Module):
         self.hidden_size = hidden_size
         self.on_empty = on_empty
         self.output_dim = hidden_size
-        self.config: dict[str, Any] = {}
+
+    def get_config(self) -> dict[str, Any]:
+        """The pooler's spec, a plain dict: ``get_pooler(**pooler.get_config())`` builds the same pooler (the same
+        output for the same weights). Holds the name, hidden_size and every constructor option."""
+        return {"name": self.name, **copy.deepcopy(self._spec)}
 
     # -- the contract -------------------------------------------------------------------------
     def forward(
@@ -82,7 +109,7 @@ class Pooler(nn.Module):
         return self.pool(x, mask)[0]
 
     def extra_repr(self) -> str:
-        return f"hidden_size={self.hidden_size}, output_dim={self.output_dim}"
+        return ", ".join(f"{key}={value!r}" for key, value in self._spec.items()) + f", output_dim={self.output_dim}"
 
     # -- input checks -------------------------------------------------------------------------
     def _check_input(self, hidden_states: HiddenStates, attention_mask: Tensor | None):
@@ -175,16 +202,27 @@ def pooler_class(name: str) -> type[Pooler]:
 
 
 def pooler_options(name: str) -> dict[str, Any]:
-    """The options a pooler accepts, with their defaults (hidden_size excluded)."""
-    options: dict[str, Any] = {}
-    for cls in pooler_class(name).__mro__:
-        if cls is nn.Module:
-            break
-        for param in list(inspect.signature(cls.__init__).parameters.values())[1:]:
-            if param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL) or param.name == "hidden_size":
-                continue
-            options.setdefault(param.name, param.default)
-    return options
+    """The options a pooler accepts, read from its own constructor's signature: {option: default}
+    (hidden_size excluded; options without a default map to ``inspect.Parameter.empty``)."""
+    cls = pooler_class(name)
+    parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    return {p.name: p.default for p in parameters if p.name != "hidden_size"}
+
+
+def option_docs(name: str) -> dict[str, str]:
+    """One line per option of a pooler, from its class docstring's ``Options:`` block (``name: text`` lines)."""
+    doc = inspect.getdoc(pooler_class(name)) or ""
+    docs: dict[str, str] = {}
+    in_block = False
+    for line in doc.splitlines():
+        if line.strip() == "Options:":
+            in_block = True
+        elif in_block and ":" in line and line.startswith("    "):
+            key, _, text = line.strip().partition(":")
+            docs[key.strip("` ")] = text.strip()
+        elif in_block and line.strip():
+            in_block = False
+    return docs
 
 
 def check_options(name: str, options: dict[str, Any]) -> str:
@@ -200,23 +238,44 @@ def check_options(name: str, options: dict[str, Any]) -> str:
 
 
 def get_pooler(name: str, hidden_size: int, **options: Any) -> Pooler:
-    """Build a registered pooler: ``get_pooler("attention", hidden_size=384, attn_size=256)``."""
+    """Build a registered pooler: ``get_pooler("attention", hidden_size=384, attn_size=256)``;
+    ``get_pooler(**pooler.get_config())`` rebuilds one."""
     canonical = check_options(name, options)
-    try:
-        pooler = _REGISTRY[canonical](hidden_size, **options)
-    except TypeError as err:  # e.g. a list where an int belongs
-        raise PoolkitError(f"pooler {canonical!r}: options do not fit ({err})") from None
-    pooler.config = {"name": canonical, "hidden_size": hidden_size, **options}
-    return pooler
+    return _REGISTRY[canonical](hidden_size, **options)
 
 
-def with_num_layers(name: str, options: dict[str, Any], num_layers: int) -> dict[str, Any]:
-    """``options`` plus ``num_layers`` (the encoder's transformer layers) when the pooler takes it and it is
-    not already set: layer poolers size their weights by it."""
-    options = dict(options)
-    if "num_layers" in pooler_options(name):
+def pooler_spec(spec: str | dict[str, Any] | Pooler, **options: Any) -> dict[str, Any]:
+    """A checked ``{"name": canonical, **options}`` from a name (plus ``options``), a spec dict or a pooler.
+
+    The one form every consumer (PooledModel, the sentence-transformers module, train, compare, the CLI)
+    carries; ``hidden_size`` / ``num_layers`` are kept when the spec has them, else filled by build_pooler.
+    """
+    if isinstance(spec, Pooler):
+        return {**spec.get_config(), **options}
+    if isinstance(spec, str):
+        spec = {"name": spec}
+    if not isinstance(spec, dict) or "name" not in spec:
+        raise PoolkitError(f"a pooler spec must be a name or a dict with 'name', got {spec!r}")
+    rest = {k: v for k, v in {**spec, **options}.items() if k != "name"}
+    canonical = check_options(spec["name"], {k: v for k, v in rest.items() if k != "hidden_size"})
+    return {"name": canonical, **copy.deepcopy(rest)}
+
+
+def build_pooler(spec: str | dict[str, Any] | Pooler, hidden_size: int | None = None,
+                 num_layers: int | None = None) -> Pooler:
+    """A pooler for an encoder of ``hidden_size`` (and ``num_layers`` transformer layers, which every layer
+    pooler needs) from a name, a spec dict (``{"name": ..., **options}``, e.g. a ``get_config()``) or an
+    already built pooler (returned as it is). Values in the spec win over the encoder's."""
+    if isinstance(spec, Pooler):
+        return spec
+    spec = pooler_spec(spec)
+    options = {k: v for k, v in spec.items() if k not in ("name", "hidden_size")}
+    if num_layers is not None and "num_layers" in pooler_options(spec["name"]):
         options.setdefault("num_layers", num_layers)
-    return options
+    size = spec.get("hidden_size", hidden_size)
+    if size is None:
+        raise PoolkitError(f"pooler {spec['name']!r}: hidden_size is needed (the encoder's hidden size)")
+    return get_pooler(spec["name"], size, **options)
 
 
 def list_poolers(kind: str | None = None) -> list[str]:
@@ -224,15 +283,3 @@ def list_poolers(kind: str | None = None) -> list[str]:
     if kind not in (None, "token", "layer"):
         raise PoolkitError(f"kind must be 'token', 'layer' or None, got {kind!r}")
     return [n for n, cls in _REGISTRY.items() if kind is None or cls.kind == kind]
-
-
-def build_pooler(spec: str | dict[str, Any] | Pooler, hidden_size: int) -> Pooler:
-    """A pooler from a name, a ``{"name": ..., **options}`` dict, or an already built pooler."""
-    if isinstance(spec, Pooler):
-        return spec
-    if isinstance(spec, str):
-        return get_pooler(spec, hidden_size)
-    if isinstance(spec, dict) and "name" in spec:
-        options = {k: v for k, v in spec.items() if k not in ("name", "hidden_size")}
-        return get_pooler(spec["name"], spec.get("hidden_size", hidden_size), **options)
-    raise PoolkitError(f"a pooler spec must be a name or a dict with 'name', got {spec!r}")

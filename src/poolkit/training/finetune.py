@@ -54,6 +54,7 @@ from ..data import LengthGroupedBatchSampler, TableData, TextCollator, TextDatas
 from ..data.batching import PADDINGS
 from ..errors import PoolkitError
 from ..models import PooledModel
+from ..pooling import pooler_spec
 from ..models.encoders import AUTOCAST, hf_bars_off, load_tokenizer, resolve_model, resolve_precision
 from ..io import atomic_write_content, existing_dir, replace_dir, temp_dir
 from .metrics import compute_metrics, primary_metric, sigmoid, softmax
@@ -368,8 +369,8 @@ class _Fold:
             dataloader_config=DataLoaderConfiguration(split_batches=True),
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
         set_seed(config.seed + k)
-        model = PooledModel.from_encoder(run.model_path, pooling=config.pooling,
-                                         pooling_options=config.pooling_options, task=data.task,
+        model = PooledModel.from_encoder(run.model_path, pooler=pooler_spec(config.pooling, **config.pooling_options),
+                                         task=data.task,
                                          num_labels=data.n_outputs, label_names=data.label_names,
                                          head_dropout=config.head_dropout)
         if data.task == "regression":  # start at the mean target: the head need not travel there first

@@ -22,7 +22,7 @@ from ..data.batching import LengthGroupedBatchSampler
 from ..data.tables import TableData, fold_splits
 from ..errors import PoolkitError
 from ..models.pooled_model import task_loss
-from ..pooling import Pooler, build_pooler, with_num_layers
+from ..pooling import Pooler, build_pooler
 from .features import FeatureCache
 from .metrics import compute_metrics, primary_metric
 
@@ -86,7 +86,7 @@ class ProbeModel(nn.Module):
 def pooler_for_cache(spec: str | dict[str, Any], cache: FeatureCache) -> Pooler:
     """A pooler sized to the cached encoder (``num_layers`` filled in for the poolers that need it)."""
     spec = {"name": spec} if isinstance(spec, str) else dict(spec)
-    return build_pooler(with_num_layers(spec["name"], spec, cache.num_layers), cache.hidden_size)
+    return build_pooler(spec, cache.hidden_size, cache.num_layers)
 
 
 class _Targets:

@@ -1,0 +1,23 @@
+"""Optional dependencies: the pooling core needs only torch and numpy; the rest comes with an extra."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from .errors import PoolkitError
+
+#: What each extra brings: ``pip install 'poolkit[NAME]'``.
+EXTRAS = {
+    "hf": ("transformers", "safetensors", "accelerate"),
+    "cli": ("pandas", "pyarrow", "rich", "tqdm", "matplotlib", "scipy", "sklearn"),
+    "st": ("sentence_transformers",),
+}
+
+
+def require(extra: str, *modules: str) -> None:
+    """Raise a one-line PoolkitError naming the extra to install when one of ``modules`` (default: all of the
+    extra's) cannot be imported."""
+    missing = [m for m in modules or EXTRAS[extra] if importlib.util.find_spec(m) is None]
+    if missing:
+        raise PoolkitError(f"this needs {', '.join(missing)}, which the [{extra}] extra installs: "
+                           f"pip install 'poolkit[{extra}]'")
