@@ -7,7 +7,11 @@ import json
 import pandas as pd
 import pytest
 
-from poolkit.cli import main, parse_options
+from poolkit import PoolkitError
+
+from poolkit.bench.snr import add_snr_arguments, config_from_args
+from poolkit.cli import main
+from poolkit.cli.common import parse_options, pooler_specs
 from tiny_models import tiny_bert_dir
 
 WORDS = ["good", "bad"]
@@ -35,17 +39,22 @@ def run(capsys, *argv):
 
 def test_compare_end_to_end_and_refuses_to_overwrite(capsys, tmp_path, table, bert):
     out, cache = tmp_path / "cmp", tmp_path / "cache"
-    args = ["compare", "--data", table, "--model", bert, "--poolers", "mean,attention,weighted_layer",
-            "--folds", 2, "--epochs", 2, "--out", out, "--cache-dir", cache]
+    args = ["compare", "--data", table, "--model", bert, "--poolers", "mean,attention", "weighted_layer",
+            "--pooling-opt", "attn_size=8", "--folds", 2, "--epochs", 2, "--out", out, "--cache-dir", cache]
     code, stdout, _ = run(capsys, *args)
     assert code == 0, stdout
     board = pd.read_csv(out / "leaderboard.csv")
     assert list(board.columns[:8]) == ["rank", "pooler", "mode", "metric", "mean", "std", "params", "seconds"]
-    assert sorted(board["pooler"]) == ["attention", "mean", "weighted_layer"]
+    assert sorted(board["pooler"]) == ["attention(attn_size=8)", "mean", "weighted_layer"]
     assert (board["metric"] == "accuracy").all() and board["mean"].between(0, 1).all()
     assert board["mean"].is_monotonic_decreasing
     saved = json.loads((out / "leaderboard.json").read_text())
     assert saved["settings"]["folds"] == 2 and len(saved["rows"]) == 3
+    specs = {row["pooler"]: row["config"] for row in saved["rows"]}  # each row's full spec, options included
+    assert specs["attention(attn_size=8)"]["attn_size"] == 8 and specs["weighted_layer"]["num_layers"] == 2
+    assert [json.loads(c) for c in board["config"]] == [row["config"] for row in saved["rows"]]
+    assert all(len(row["fold_metrics"]) == 2 for row in saved["rows"])
+    assert all(len(line) <= 80 for line in stdout.splitlines() if "±" in line), stdout  # rows fit 80 columns
     assert (out / "leaderboard.png").stat().st_size > 1000
     assert len(list(cache.iterdir())) == 1  # encoded once
 
@@ -65,8 +74,45 @@ def test_compare_regression_ranks_by_rmse(capsys, tmp_path, table, bert):
 
 
 def test_parse_options():
-    assert parse_options(["attn_size=256", "token_pooler=mean", "query_index=[0, 1]", "mlp=false"]) == {
-        "attn_size": 256, "token_pooler": "mean", "query_index": [0, 1], "mlp": False}
+    assert parse_options(["attn_size=256", "weighted_layer:token_pooler=mean", "query_index=[0, 1]", "mlp=false",
+                          'token_options={"p": 3}']) == [
+        (None, "attn_size", 256), ("weighted_layer", "token_pooler", "mean"), (None, "query_index", [0, 1]),
+        (None, "mlp", False), (None, "token_options", {"p": 3})]
+
+
+def test_pooler_specs_take_commas_or_spaces_and_route_options():
+    assert pooler_specs(["mean,max", "attention"], None) == [{"name": "mean"}, {"name": "max"}, {"name": "attention"}]
+    # unprefixed: every pooler that has the option (not mean); prefixed: that pooler only
+    specs = pooler_specs(["mean attention attention_head"], ["attn_size=16", "attention:init=kaiming"])
+    assert specs == [{"name": "mean"}, {"name": "attention", "attn_size": 16, "init": "kaiming"},
+                     {"name": "attention_head", "attn_size": 16}]
+    with pytest.raises(PoolkitError, match="not one of the poolers given"):
+        pooler_specs(["mean"], ["attention:attn_size=16"])
+    with pytest.raises(PoolkitError, match="has no option 'atn_size'"):  # no pooler has it: the error says so
+        pooler_specs(["mean,attention"], ["atn_size=16"])
+
+
+def test_bench_snr_poolers_take_the_same_syntax():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_snr_arguments(parser)
+    assert config_from_args(parser.parse_args(["--poolers", "adapool,mean", "max"])).poolers == ("adapool", "mean",
+                                                                                                "max")
+
+
+def test_renamed_lr_flag_names_its_replacements(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--data", "x.csv", "--out", "o", "--lr", "1e-3"])
+    assert exit_info.value.code == 2 and "--encoder-lr" in capsys.readouterr().err
+
+
+def test_python_dash_m_runs_the_cli():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "poolkit.cli", "compare", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "--pooler-opt" in result.stdout and "--encoder-lr" in result.stdout
 
 
 def test_data_list(capsys):
@@ -136,14 +182,15 @@ def test_debug_shows_the_traceback(tmp_path, table, bert):
 
 def test_train_then_predict_end_to_end(capsys, tmp_path, table, bert):
     out = tmp_path / "model"
-    code, stdout, err = run(capsys, "train", "--data", table, "--model", bert, "--pooling", "attention",
-                            "--pooling-opt", "attn_size=16", "--folds", 2, "--epochs", 2, "--batch-size", 8,
-                            "--lr", 1e-3, "--out", out)
+    code, stdout, err = run(capsys, "train", "--data", table, "--model", bert, "--pooler", "attention",
+                            "--pooler-opt", "attn_size=16", "--folds", 2, "--epochs", 2, "--batch-size", 8,
+                            "--encoder-lr", 1e-3, "--precision", "no", "--out", out)
     assert code == 0, err
     assert "accuracy" in stdout
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["primary_metric"] == "accuracy" and metrics["n_folds"] == 2
-    assert metrics["config"]["pooling_options"] == {"attn_size": 16}
+    assert metrics["config"]["pooler"] == {"name": "attention", "attn_size": 16}  # the one spec
+    assert (metrics["config"]["encoder_lr"], metrics["config"]["precision"]) == (1e-3, "no")
     assert sorted(p.name for p in out.glob("fold_*")) == ["fold_0", "fold_1"]
     assert len(pd.read_csv(out / "oof.csv")) == 40
 
@@ -164,6 +211,13 @@ def test_train_then_predict_end_to_end(capsys, tmp_path, table, bert):
     assert run(capsys, "predict", "--model", out, "--data", test, "--out", preds, "--force")[0] == 0
     code, _, err = run(capsys, "predict", "--model", tmp_path, "--data", test, "--out", tmp_path / "p2.csv")
     assert code == 2 and "no trained model" in err
+    code, stdout, _ = run(capsys, "predict", "--model", out / "fold_1", "--data", test, "--out", tmp_path / "p3.csv")
+    assert code == 0 and "1 model(s)" in stdout  # one fold folder: that model alone
+
+    code, _, err = run(capsys, "embed", "--model", out, "--data", test, "--out", tmp_path / "e.npy")
+    assert code == 2 and "fold_0" in err  # a run of two folds: embed names one to pick
+    code, stdout, err = run(capsys, "embed", "--model", out / "fold_0", "--data", test, "--out", tmp_path / "e.npy")
+    assert code == 0 and "attention pooling" in stdout, err
 
 
 def test_train_refuses_an_existing_out_and_resumes(capsys, tmp_path, table, bert):

@@ -22,7 +22,8 @@ from dist_worker import toy_config, toy_data, toy_model_dir
 from poolkit import PoolkitError
 from poolkit.models import PooledModel
 from poolkit.io import atomic_write_content, existing_dir, replace_dir, temp_dir
-from poolkit.training.finetune import META, fit, predict
+from poolkit.training import finetune
+from poolkit.training.finetune import META, TrainConfig, fit, predict
 from poolkit.training.optim import freeze, param_groups
 
 WORKER = Path(__file__).with_name("dist_worker.py")
@@ -111,10 +112,24 @@ def test_same_seed_gives_identical_results(reference, model_dir, tmp_path):
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "oof.csv"), pd.read_csv(out / "oof.csv"))
 
 
-def test_resume_ends_like_the_uninterrupted_run(reference, model_dir, tmp_path):
+def interrupt_after_saves(monkeypatch, n: int) -> None:
+    """Raise KeyboardInterrupt right after the n-th saved epoch state, as Ctrl-C there would."""
+    save, saves = finetune._Fold.save_state, []
+
+    def save_then_stop(self):
+        save(self)
+        saves.append(1)
+        if len(saves) == n:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(finetune._Fold, "save_state", save_then_stop)
+
+
+def test_resume_ends_like_the_uninterrupted_run(reference, model_dir, tmp_path, monkeypatch):
     out, config, data = tmp_path / "run", toy_config(model_dir, folds=2), toy_data()
-    with pytest.raises(KeyboardInterrupt):  # fold 0 finishes (4 epochs); fold 1 stops after 2 of 4
-        fit(replace(config, _stop_after_epochs=6), data, out, progress=False)
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        interrupt_after_saves(patch, 5)  # fold 0 saves after epochs 1-3 and finishes; fold 1 stops after epoch 2
+        fit(config, data, out, progress=False)
     assert (out / "fold_0" / META).is_file() and not (out / "fold_1").exists()
     assert json.loads((out / "fold_1.partial" / ".state" / "progress.json").read_text())["epoch"] == 2
     with pytest.raises(PoolkitError, match="--force.*--resume"):
@@ -128,8 +143,8 @@ def test_resume_ends_like_the_uninterrupted_run(reference, model_dir, tmp_path):
     log = (out / "train.log").read_text()
     assert "fold 0: already trained, skipped" in log and "fold 1: resumed after epoch 2 (step 10)" in log
     assert not (out / "fold_1.partial").exists()
-    with pytest.raises(PoolkitError, match=r"settings differ \(--lr 0.002 -> 0.1\)"):
-        fit(replace(config, lr=0.1), data, out, resume=True, progress=False)
+    with pytest.raises(PoolkitError, match=r"settings differ \(--encoder-lr 0.002 -> 0.1\)"):
+        fit(replace(config, encoder_lr=0.1), data, out, resume=True, progress=False)
 
 
 def test_non_empty_out_dir_needs_force(reference, model_dir, tmp_path):
@@ -173,7 +188,7 @@ def test_atomic_writes_leave_no_temporary_files(reference, tmp_path, monkeypatch
 
 
 def test_train_only_attention_trains_attention_pooler_and_head_only(model_dir, tmp_path):
-    model = PooledModel.from_encoder(model_dir, pooling="attention", task="classification", num_labels=2)
+    model = PooledModel.from_encoder(model_dir, pooler="attention", task="classification", num_labels=2)
     trainable, total = freeze(model, "attention")
     names = {n for n, p in model.named_parameters() if p.requires_grad}
     expected = {n for n, _ in model.named_parameters() if ATTENTION.match(n) or n.startswith(("pooler.", "head."))}
@@ -193,7 +208,7 @@ def test_train_only_attention_trains_attention_pooler_and_head_only(model_dir, t
 
 
 def test_layerwise_learning_rates_follow_the_documented_rule(model_dir):
-    model = PooledModel.from_encoder(model_dir, pooling="attention", task="regression", num_labels=1)
+    model = PooledModel.from_encoder(model_dir, pooler="attention", task="regression", num_labels=1)
     groups = param_groups(model, lr=1.0, pooler_lr=7.0, layer_decay=0.5, weight_decay=0.1)
     rate = {name: (g["lr"], g["weight_decay"]) for g in groups for name in g["names"]}
     assert sorted(rate) == sorted(n for n, _ in model.named_parameters())
@@ -218,15 +233,31 @@ def test_predict_restores_order_and_averages_folds(reference, tmp_path):
     texts = toy_data(n=11, seed=5).texts
     probs, info = predict(out, texts, batch_size=4, progress=False)
     assert info == {"task": "classification", "label_names": ["neg", "pos"], "target_cols": ["label"], "n_models": 2}
-    expected = np.zeros((len(texts), 2))
-    for fold in ("fold_0", "fold_1"):  # one text at a time, no batching or sorting
+    expected = np.zeros((2, len(texts), 2))
+    for k, fold in enumerate(("fold_0", "fold_1")):  # one text at a time, no batching or sorting
         model, tokenizer = PooledModel.from_pretrained(out / fold).eval(), AutoTokenizer.from_pretrained(out / fold)
         with torch.no_grad():
             for i, text in enumerate(texts):
-                expected[i] += model(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0].numpy() / 2
-    np.testing.assert_allclose(probs, expected, atol=1e-5)
+                expected[k, i] = model(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0].numpy()
+    np.testing.assert_allclose(probs, expected.mean(axis=0), atol=1e-5)
+    one, info = predict(out / "fold_1", texts, batch_size=4, progress=False)  # one fold folder: that model alone
+    assert info["n_models"] == 1
+    np.testing.assert_allclose(one, expected[1], atol=1e-5)
     with pytest.raises(PoolkitError, match="no trained model in .*: expected fold_\\*/ folders"):
         predict(tmp_path, texts)
+
+
+def test_config_carries_one_pooler_spec(reference):
+    assert TrainConfig(pooler="Attention").pooler == {"name": "attention"}
+    assert TrainConfig(pooler={"name": "attention", "attn_size": 8}).to_dict()["pooler"] == {"name": "attention",
+                                                                                           "attn_size": 8}
+    with pytest.raises(PoolkitError, match="has no option 'atn_size'"):  # at construction, before any data is read
+        TrainConfig(pooler={"name": "attention", "atn_size": 8})
+    assert not [f for f in TrainConfig().to_dict() if f.startswith("_") or f.startswith("pooling")]
+    out, summary = reference
+    assert summary["config"]["pooler"] == {"name": "mean"}
+    saved = PooledModel.from_pretrained(out / "fold_0").config.pooler  # the full spec, sized to the encoder
+    assert (saved["name"], saved["hidden_size"]) == ("mean", 32)
 
 
 def test_two_processes_train_like_one(reference, model_dir, tmp_path):

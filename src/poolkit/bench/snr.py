@@ -346,7 +346,8 @@ def add_snr_arguments(parser: argparse.ArgumentParser) -> None:
     scale.add_argument("--full", dest="preset", action="store_const", const="full",
                        help="the paper's scale (1M samples, 12 layers, 8 heads, 100 epochs, 5 folds); GPU")
     parser.add_argument("--poolers", nargs="+", metavar="NAME",
-                        help=f"token poolers to compare, or 'all' (default: {' '.join(DEFAULT_POOLERS)})")
+                        help="token poolers separated by commas and/or spaces, or 'all' (default: "
+                             f"{','.join(DEFAULT_POOLERS)})")
     parser.add_argument("--seeds", type=int, help="runs per (pooler, K); run i validates on fold i %% folds")
     parser.add_argument("--ks", type=int, nargs="+", metavar="K",
                         help="neighbour counts (default: 1 2 4 ... 128)")
@@ -376,12 +377,15 @@ _ARG_FIELDS = {"poolers": "poolers", "seeds": "seeds", "ks": "ks", "samples": "n
 
 def config_from_args(args: argparse.Namespace) -> SNRConfig:
     """The preset chosen by --quick/--full with the explicitly given options applied."""
+    from ..cli.common import split_names
+
     base = FULL if getattr(args, "preset", "quick") == "full" else QUICK
     changes = {field: getattr(args, arg) for arg, field in _ARG_FIELDS.items()
                if getattr(args, arg, None) is not None}
-    for field in ("poolers", "ks"):
-        if field in changes:
-            changes[field] = tuple(changes[field])
+    if "poolers" in changes:
+        changes["poolers"] = tuple(split_names(changes["poolers"]))
+    if "ks" in changes:
+        changes["ks"] = tuple(changes["ks"])
     return dataclasses.replace(base, **changes)
 
 

@@ -19,7 +19,7 @@ Output folder::
     metrics.json        per-fold metrics, mean and std over folds, metrics of the pooled out-of-fold outputs
     train.log           epochs, evaluations and metrics (appended as training goes)
 
-Files are written atomically (:mod:`poolkit.training.checkpoint`), only by the main process. ``--resume``
+Files are written atomically (:mod:`poolkit.io`), only by the main process. ``--resume``
 restores the state of the last finished epoch (evaluations after it are redone) and needs the same settings
 and data; it ends with the result of the uninterrupted run.
 """
@@ -36,7 +36,7 @@ import re
 import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +51,16 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer, get_scheduler
 
 from ..data import LengthGroupedBatchSampler, TableData, TextCollator, TextDataset, fold_splits
-from ..data.batching import PADDINGS
+from ..data.batching import PADDINGS, sorted_token_batches
 from ..errors import PoolkitError
 from ..models import PooledModel
 from ..pooling import pooler_spec
-from ..models.encoders import AUTOCAST, hf_bars_off, load_tokenizer, resolve_model, resolve_precision
+from ..models.encoders import AUTOCAST, PRECISIONS, hf_bars_off, load_tokenizer, resolve_model, resolve_precision
 from ..io import atomic_write_content, existing_dir, replace_dir, temp_dir
 from .metrics import compute_metrics, primary_metric, sigmoid, softmax
 from .optim import TRAIN_ONLY, freeze, param_groups
 
 SCHEDULERS = ("linear", "cosine")
-PRECISIONS = ("auto", "no", "fp16", "bf16")
 META = "poolkit_train.json"
 VAL_OUTPUTS = "val_outputs.npz"
 RESULTS = ("oof.csv", "metrics.json", "train.log")
@@ -77,13 +76,13 @@ class TrainConfig:
     """Every setting of a fine-tuning run (``poolkit train`` options); ``patience=0`` never stops early."""
 
     model: str | None = None
-    pooling: str = "mean"
-    pooling_options: dict[str, Any] = field(default_factory=dict)
+    #: the pooler spec ``{"name": ..., **options}`` (a name is turned into one): see ``poolkit.pooling.pooler_spec``
+    pooler: dict[str, Any] = field(default_factory=lambda: {"name": "mean"})
     folds: int = 1
     val_fraction: float = 0.2
     epochs: int = 3
     batch_size: int = 32
-    lr: float = 5e-5
+    encoder_lr: float = 5e-5
     pooler_lr: float = 1e-3
     layer_decay: float = 0.9
     weight_decay: float = 0.01
@@ -91,7 +90,7 @@ class TrainConfig:
     scheduler: str = "linear"
     grad_accum: int = 1
     max_grad_norm: float = 1.0
-    mixed_precision: str = "auto"
+    precision: str = "auto"
     max_length: int = 256
     patience: int = 2
     eval_every: int | None = None
@@ -99,12 +98,13 @@ class TrainConfig:
     train_only: str = "all"
     head_dropout: float = 0.1
     padding: str = "longest"
-    _stop_after_epochs: int | None = field(default=None, repr=False)  # tests: raise KeyboardInterrupt after N epochs
+
+    def __post_init__(self) -> None:
+        self.pooler = pooler_spec(self.pooler)  # an unknown pooler or option fails here, before any data is read
 
     def to_dict(self) -> dict[str, Any]:
-        """The public settings, JSON-ready."""
-        return json.loads(json.dumps({f.name: getattr(self, f.name) for f in fields(self)
-                                      if not f.name.startswith("_")}))
+        """The settings, JSON-ready."""
+        return json.loads(json.dumps(asdict(self)))
 
     def check(self) -> None:
         """Raise a one-line PoolkitError naming the first bad setting."""
@@ -115,7 +115,7 @@ class TrainConfig:
                  ("warmup_ratio", 0 <= self.warmup_ratio < 1, "in [0, 1)"),
                  ("layer_decay", 0 < self.layer_decay <= 1, "in (0, 1]"),
                  ("scheduler", self.scheduler in SCHEDULERS, f"one of {', '.join(SCHEDULERS)}"),
-                 ("mixed_precision", self.mixed_precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
+                 ("precision", self.precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
                  ("train_only", self.train_only in TRAIN_ONLY, f"one of {', '.join(TRAIN_ONLY)}"),
                  ("padding", self.padding in PADDINGS, f"one of {', '.join(PADDINGS)}")]
         for name, ok, rule in rules:
@@ -170,9 +170,10 @@ def _loader(texts: list[str], targets: np.ndarray | None, tokenizer, batch_size:
     return sampler, loader
 
 
-def _infer(model: torch.nn.Module, loader: DataLoader, sampler: LengthGroupedBatchSampler, gather=None,
+def _infer(model: torch.nn.Module, loader: DataLoader, sampler: LengthGroupedBatchSampler, gather,
            desc: str = "", show: bool = False) -> np.ndarray:
-    """Head outputs float32 (N, C) in the original row order; ``gather`` collects them across processes."""
+    """Validation head outputs float32 (N, C) in the original row order; ``gather`` collects them across
+    processes (accelerate-prepared loaders; ``predict`` batches like TextEncoder instead)."""
     device = next(model.parameters()).device
     training = model.training
     model.eval()
@@ -181,7 +182,7 @@ def _infer(model: torch.nn.Module, loader: DataLoader, sampler: LengthGroupedBat
         for batch in tqdm(loader, desc=desc, disable=not show, leave=False):
             inputs = {k: v.to(device) for k, v in batch.items() if k != "targets"}
             logits = model(**inputs).logits.float()
-            chunks.append((gather(logits) if gather else logits).cpu())
+            chunks.append(gather(logits).cpu())
     model.train(training)
     return sampler.restore(torch.cat(chunks).numpy())
 
@@ -284,7 +285,6 @@ class _Run:
         self.n_classes = len(data.label_names) if data.task == "classification" else None
         self.fingerprint = _fingerprint(config, data)
         self.splits = fold_splits(data, config.folds, config.val_fraction, config.seed)
-        self.epochs_run = 0  # in this call, for the _stop_after_epochs test hook
 
     def fit(self, resume: bool) -> dict[str, Any]:
         start = time.perf_counter()
@@ -364,20 +364,19 @@ class _Fold:
         self.train_rows, self.val_rows = train, val
         self.val_targets = data.targets[val]
         self.accelerator = Accelerator(
-            mixed_precision=resolve_precision(config.mixed_precision, run.state.device),
+            mixed_precision=resolve_precision(config.precision, run.state.device),
             gradient_accumulation_steps=config.grad_accum,
             dataloader_config=DataLoaderConfiguration(split_batches=True),
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
         set_seed(config.seed + k)
-        model = PooledModel.from_encoder(run.model_path, pooler=pooler_spec(config.pooling, **config.pooling_options),
-                                         task=data.task,
+        model = PooledModel.from_encoder(run.model_path, pooler=config.pooler, task=data.task,
                                          num_labels=data.n_outputs, label_names=data.label_names,
                                          head_dropout=config.head_dropout)
         if data.task == "regression":  # start at the mean target: the head need not travel there first
             with torch.no_grad():
                 model.head.bias.copy_(torch.from_numpy(data.targets[train].mean(axis=0)))
         self.trainable, self.total = freeze(model, config.train_only)
-        optimizer = torch.optim.AdamW(param_groups(model, config.lr, config.pooler_lr, config.layer_decay,
+        optimizer = torch.optim.AdamW(param_groups(model, config.encoder_lr, config.pooler_lr, config.layer_decay,
                                                    config.weight_decay))
         train_set = data.subset(train)
         self.sampler, train_loader = _loader(train_set.texts, train_set.targets, run.tokenizer, config.batch_size,
@@ -420,9 +419,6 @@ class _Fold:
             progress.seconds = seconds + time.perf_counter() - started
             if progress.epoch < config.epochs and not progress.stopped:
                 self.save_state()
-            self.run.epochs_run += 1
-            if self.run.epochs_run == config._stop_after_epochs:
-                raise KeyboardInterrupt(f"stopped after {self.run.epochs_run} epochs (_stop_after_epochs)")
         return self.finish()
 
     def epoch(self) -> None:
@@ -526,15 +522,25 @@ class _Fold:
         return meta
 
 
-def predict(model_dir: str | Path, texts: list[str], batch_size: int = 64, max_length: int | None = None,
-            progress: bool = True) -> tuple[np.ndarray, dict[str, Any]]:
-    """Outputs (N, C) of every fold model in ``model_dir``, averaged: class / label probabilities, or regression
-    values; plus info {task, label_names, target_cols, n_models}. Rows keep the order of ``texts``."""
-    model_dir = Path(model_dir)
-    folds = sorted((p for p in model_dir.glob("fold_*") if _FOLD_DIR.fullmatch(p.name) and (p / META).is_file()),
+def model_folds(model: str | Path) -> list[Path]:
+    """The fold models of a ``poolkit train`` folder (``RUN`` -> its fold_K folders in order; ``RUN/fold_K`` -> itself)."""
+    model = Path(model)
+    if (model / META).is_file():
+        return [model]
+    folds = sorted((p for p in model.glob("fold_*") if _FOLD_DIR.fullmatch(p.name) and (p / META).is_file()),
                    key=lambda p: int(_FOLD_DIR.fullmatch(p.name).group(1)))
     if not folds:
-        raise PoolkitError(f"no trained model in {model_dir}: expected fold_*/ folders written by poolkit train")
+        raise PoolkitError(f"no trained model in {model}: expected fold_*/ folders written by poolkit train "
+                           "(pass its --out folder or one fold_K folder)")
+    return folds
+
+
+def predict(model_dir: str | Path, texts: list[str], batch_size: int = 64, max_length: int | None = None,
+            progress: bool = True) -> tuple[np.ndarray, dict[str, Any]]:
+    """Outputs (N, C) of every fold model in ``model_dir`` (or of the one ``fold_K`` folder given), averaged: class /
+    label probabilities, or regression values; plus info {task, label_names, target_cols, n_models}. Rows keep the
+    order of ``texts``. Batched as ``TextEncoder.encode`` is (tokenised once, length-sorted, padded per batch)."""
+    folds = model_folds(model_dir)
     if not texts:
         raise PoolkitError("nothing to predict: no texts given")
     device = _state().device
@@ -542,13 +548,17 @@ def predict(model_dir: str | Path, texts: list[str], batch_size: int = 64, max_l
     total = 0.0
     for fold in folds:
         with hf_bars_off():
-            model = PooledModel.from_pretrained(fold).to(device)
+            model = PooledModel.from_pretrained(fold).to(device).eval()
         meta = json.loads((fold / META).read_text())
-        sampler, loader = _loader(list(texts), None, AutoTokenizer.from_pretrained(fold), batch_size,
-                                  max_length or meta["config"]["max_length"], meta["config"]["padding"])
-        with torch.autocast(device.type, dtype=AUTOCAST.get(precision), enabled=precision != "no"):
-            outputs = _infer(model, loader, sampler, desc=f"predict {fold.name}", show=progress)
-        total = total + head_scores(meta["task"], outputs)
+        sampler, batches = sorted_token_batches(AutoTokenizer.from_pretrained(fold), list(texts),
+                                                max_length or meta["config"]["max_length"], batch_size, device)
+        chunks = []
+        with torch.inference_mode(), torch.autocast(device.type, dtype=AUTOCAST.get(precision),
+                                                    enabled=precision != "no"):
+            for _, batch in tqdm(batches, total=len(sampler), desc=f"predict {fold.name}", disable=not progress,
+                                 leave=False):
+                chunks.append(model(**batch).logits.float().cpu())
+        total = total + head_scores(meta["task"], sampler.restore(torch.cat(chunks)).numpy())
     info = {"task": meta["task"], "label_names": meta["label_names"], "target_cols": meta["target_cols"],
             "n_models": len(folds)}
     return total / len(folds), info

@@ -1,85 +1,141 @@
-"""The leaderboard of ``poolkit compare``: rows, a terminal table, CSV + JSON + a plot, written atomically."""
+"""The leaderboard of ``poolkit compare``: ranked rows with each pooler's spec, per-fold detail, a plain-text
+table that fits the terminal, CSV + JSON + a plot, written atomically."""
 
 from __future__ import annotations
 
+import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from rich.console import Console
-from rich.table import Table
 
 from ..io import atomic_write, atomic_write_json
-from .metrics import Metric
 
 COLUMNS = ["rank", "pooler", "mode", "metric", "mean", "std", "params", "seconds"]
 OUTPUTS = ("leaderboard.csv", "leaderboard.json", "leaderboard.png")
 
 
-def leaderboard_row(pooler: str, mode: str, metric: str, fold_metrics: list[dict[str, float]], params: int,
-                    seconds: float) -> dict[str, Any]:
-    """One pooler's row: the primary metric's mean and sample std over folds, plus every other metric's mean."""
+def leaderboard_row(label: str, spec: dict[str, Any], mode: str, metric: str, fold_metrics: list[dict[str, float]],
+                    params: int, seconds: float) -> dict[str, Any]:
+    """One pooler's row: the primary metric's mean and sample std over folds, every other metric's mean, the
+    pooler's spec (``config``) and the per-fold metrics (``fold_metrics``)."""
     values = np.array([m[metric] for m in fold_metrics])
-    row = {"pooler": pooler, "mode": mode, "metric": metric, "mean": float(values.mean()),
+    row = {"pooler": label, "mode": mode, "metric": metric, "mean": float(values.mean()),
            "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0, "params": int(params),
            "seconds": round(float(seconds), 2), "folds": len(values)}
     for name in fold_metrics[0]:
         if name != metric:
             row[f"{name}_mean"] = float(np.mean([m[name] for m in fold_metrics]))
-    return row
+    return {**row, "config": spec, "fold_metrics": fold_metrics}
 
 
-def rank(rows: list[dict[str, Any]], metric: Metric) -> pd.DataFrame:
-    """Rows best first (within each mode: frozen rows, then fine-tuned rows), with a rank column."""
-    frame = pd.DataFrame(rows)
-    frame["_mode"] = frame["mode"].map({"frozen": 0, "finetuned": 1})
-    frame = frame.sort_values(["_mode", "mean"], ascending=[True, not metric.higher_is_better], kind="stable")
-    frame["rank"] = frame.groupby("mode").cumcount() + 1
-    extra = [c for c in frame.columns if c not in COLUMNS and not c.startswith("_")]
-    return frame[COLUMNS + extra].reset_index(drop=True)
+class Leaderboard:
+    """Poolers ranked by the primary metric (frozen rows first, then fine-tuned rows; each ranked in its mode).
+
+    ``rows``: list of dicts (spec under ``config``, per-fold metrics under ``fold_metrics``); ``frame``: the same
+    as a DataFrame without the per-fold detail; ``folds``: one line per (pooler, mode, fold) and metric values;
+    ``settings``: the run's settings. ``str(board)`` is the table; ``to_csv`` / ``to_json`` / ``plot`` / ``save``.
+    """
+
+    def __init__(self, rows: list[dict[str, Any]], settings: dict[str, Any]) -> None:
+        self.settings = settings
+        order = sorted(range(len(rows)), key=lambda i: (rows[i]["mode"] != "frozen",
+                                                        -rows[i]["mean"] if settings["higher_is_better"]
+                                                        else rows[i]["mean"]))
+        ranks: dict[str, int] = {}
+        self.rows = []
+        for i in order:
+            ranks[rows[i]["mode"]] = ranks.get(rows[i]["mode"], 0) + 1
+            self.rows.append({"rank": ranks[rows[i]["mode"]], **rows[i]})
+
+    @property
+    def title(self) -> str:
+        s = self.settings
+        return (f"{s['data']}: {s['rows']} rows, {s['task']}, {s['folds']}-fold {s['metric']} "
+                f"({'higher' if s['higher_is_better'] else 'lower'} is better), encoder {s['model_label']}")
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        frame = pd.DataFrame([{k: v for k, v in row.items() if k != "fold_metrics"} for row in self.rows])
+        return frame[COLUMNS + [c for c in frame.columns if c not in COLUMNS]]
+
+    @property
+    def folds(self) -> pd.DataFrame:
+        return pd.DataFrame([{"pooler": row["pooler"], "mode": row["mode"], "fold": k, **metrics}
+                             for row in self.rows for k, metrics in enumerate(row["fold_metrics"])])
+
+    def to_text(self, width: int = 80) -> str:
+        """The table in ``width`` columns: numbers never cut, long pooler names wrapped inside their column."""
+        finetuned = any(row["mode"] != "frozen" for row in self.rows)
+        header = ["#", "pooler", "mean ± std", "params", "sec"] + (["mode"] if finetuned else [])
+        cells = [[str(row["rank"]), row["pooler"], f"{row['mean']:.4f} ± {row['std']:.4f}", _compact(row["params"]),
+                  f"{row['seconds']:.0f}"] + ([row["mode"]] if finetuned else []) for row in self.rows]
+        widths = [max(len(h), *(len(c[j]) for c in cells)) for j, h in enumerate(header)]
+        room = width - (sum(widths) - widths[1]) - 2 * (len(header) - 1)
+        widths[1] = max(10, min(widths[1], room))
+        lines = textwrap.wrap(self.title, width) + [""]
+        for k, row in enumerate([header, None, *cells]):
+            if row is None:
+                lines.append("  ".join("-" * w for w in widths))
+                continue
+            names = textwrap.wrap(row[1], widths[1], break_on_hyphens=False) or [""]
+            for part, name in enumerate(names):
+                values = row if part == 0 else [""] * len(row)
+                line = [values[0].rjust(widths[0]), name.ljust(widths[1]),
+                        *(v.rjust(w) for v, w in zip(values[2:], widths[2:]))]
+                lines.append("  ".join(line).rstrip())
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return self.to_text()
+
+    def to_csv(self, path: str | Path) -> None:
+        """One line per row; the spec as a JSON string in the ``config`` column."""
+        frame = self.frame.assign(config=[json.dumps(row["config"]) for row in self.rows])
+        atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))
+
+    def to_json(self, path: str | Path) -> None:
+        """{"settings": ..., "rows": [... each with its spec and per-fold metrics]}."""
+        atomic_write_json(path, {"settings": self.settings, "rows": self.rows})
+
+    def plot(self, path: str | Path | None = None):
+        """Horizontal bars of the primary metric with ±std error bars, best on top, fine-tuned rows coloured; the
+        matplotlib Figure, also saved as PNG when ``path`` is given."""
+        from matplotlib.figure import Figure  # no pyplot: no backend switch, no global figure state
+
+        frame = self.frame.iloc[::-1]
+        colors = ["#d95f02" if mode == "finetuned" else "#1b9e77" for mode in frame["mode"]]
+        labels = [f"{p} (fine-tuned)" if m == "finetuned" else p for p, m in zip(frame["pooler"], frame["mode"])]
+        fig = Figure(figsize=(7, 0.32 * len(frame) + 1.4))
+        ax = fig.subplots()
+        ax.barh(labels, frame["mean"], xerr=frame["std"], color=colors, capsize=3)
+        low, high = (frame["mean"] - frame["std"]).min(), (frame["mean"] + frame["std"]).max()
+        margin = (high - low) * 0.15 + 1e-9
+        ax.set_xlim(max(0.0, low - margin) if low >= 0 else low - margin, high + margin)
+        ax.set_xlabel(f"{self.settings['metric']} (mean ± std over folds)")
+        ax.set_title(self.title, fontsize=9, wrap=True)
+        ax.grid(axis="x", alpha=0.3)
+        fig.tight_layout()
+        if path is not None:
+            atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+        return fig
+
+    def save(self, out: str | Path) -> None:
+        """leaderboard.csv, leaderboard.json and leaderboard.png in the folder ``out``."""
+        out = Path(out)
+        self.to_csv(out / "leaderboard.csv")
+        self.to_json(out / "leaderboard.json")
+        self.plot(out / "leaderboard.png")
 
 
-def print_leaderboard(frame: pd.DataFrame, title: str, console: Console | None = None) -> None:
-    table = Table(title=title)
-    for column, justify in [("#", "right"), ("pooler", "left"), ("mode", "left"), ("metric", "left"),
-                            ("mean ± std", "right"), ("params", "right"), ("seconds", "right")]:
-        table.add_column(column, justify=justify)
-    for row in frame.itertuples():
-        table.add_row(str(row.rank), row.pooler, row.mode, row.metric, f"{row.mean:.4f} ± {row.std:.4f}",
-                      f"{row.params:,}", f"{row.seconds:.1f}")
-    console = console or Console()
-    console.print(table, width=max(console.width, 110))  # no wrapped rows in logs and pipes
-
-
-def plot_leaderboard(frame: pd.DataFrame, path: str | Path, title: str) -> None:
-    """Horizontal bars of the primary metric with ±std error bars, best on top, fine-tuned rows coloured."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ordered = frame.iloc[::-1]
-    colors = ["#d95f02" if mode == "finetuned" else "#1b9e77" for mode in ordered["mode"]]
-    labels = [f"{p} (fine-tuned)" if m == "finetuned" else p for p, m in zip(ordered["pooler"], ordered["mode"])]
-    fig, ax = plt.subplots(figsize=(7, 0.32 * len(frame) + 1.4))
-    ax.barh(labels, ordered["mean"], xerr=ordered["std"], color=colors, capsize=3)
-    low = (ordered["mean"] - ordered["std"]).min()
-    high = (ordered["mean"] + ordered["std"]).max()
-    margin = (high - low) * 0.15 + 1e-9
-    ax.set_xlim(max(0.0, low - margin) if low >= 0 else low - margin, high + margin)
-    ax.set_xlabel(f"{frame['metric'].iloc[0]} (mean ± std over folds)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, format="png")
-    plt.close(fig)
-
-
-def write_leaderboard(out: Path, frame: pd.DataFrame, settings: dict[str, Any], details: dict[str, Any],
-                      title: str) -> None:
-    """leaderboard.csv (one row per pooler), leaderboard.json (rows + the run's settings), leaderboard.png."""
-    atomic_write(out / "leaderboard.csv", lambda tmp: frame.to_csv(tmp, index=False))
-    atomic_write_json(out / "leaderboard.json", {"settings": settings, "rows": frame.to_dict(orient="records"),
-                                                 **details})
-    atomic_write(out / "leaderboard.png", lambda tmp: plot_leaderboard(frame, tmp, title))
+def _compact(n: int) -> str:
+    """1234 -> 1.2k, 22_700_000 -> 22.7M: parameter counts in a few columns."""
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= size:
+            return f"{n / size:.1f}{suffix}"
+    return str(n)

@@ -11,7 +11,7 @@ import copy
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from ..data.batching import LengthGroupedBatchSampler
 from ..data.tables import TableData, fold_splits
 from ..errors import PoolkitError
 from ..models.pooled_model import task_loss
-from ..pooling import Pooler, build_pooler
+from ..pooling import Pooler, build_pooler, pooler_options
 from .features import FeatureCache
 from .metrics import compute_metrics, primary_metric
 
@@ -34,7 +34,7 @@ class ProbeConfig:
     folds: int = 5
     epochs: int = 20
     batch_size: int = 64
-    lr: float = 1e-3
+    pooler_lr: float = 1e-3
     weight_decay: float = 0.01
     patience: int = 3
     head_dropout: float = 0.1
@@ -45,12 +45,21 @@ class ProbeConfig:
     threads: int = 1
 
 
+def spec_label(spec: dict[str, Any]) -> str:
+    """A pooler spec's display name: its name, with the options that differ from the defaults (e.g.
+    ``attention(attn_size=64)``); the encoder's sizes (hidden_size, num_layers) are left out."""
+    defaults = pooler_options(spec["name"])
+    shown = {k: v for k, v in spec.items()
+             if k not in ("name", "hidden_size", "num_layers") and (k not in defaults or defaults[k] != v)}
+    return spec["name"] + (f"({', '.join(f'{k}={v}' for k, v in shown.items())})" if shown else "")
+
+
 @dataclass
 class ProbeResult:
-    """One pooler's cross-validated result: per-fold metrics, out-of-fold outputs, size and cost."""
+    """One pooler's cross-validated result: its full spec (``get_config()``), per-fold metrics, out-of-fold
+    outputs, size and cost."""
 
-    pooler: str
-    options: dict[str, Any]
+    spec: dict[str, Any]
     metric: str
     fold_metrics: list[dict[str, float]]
     oof: np.ndarray
@@ -60,10 +69,7 @@ class ProbeResult:
 
     @property
     def label(self) -> str:
-        """The pooler's name, with its options when it has any (e.g. ``weighted_layer(token_pooler=mean)``)."""
-        if not self.options:
-            return self.pooler
-        return f"{self.pooler}(" + ", ".join(f"{k}={v}" for k, v in self.options.items()) + ")"
+        return spec_label(self.spec)
 
     def summary(self, name: str | None = None) -> dict[str, float]:
         values = np.array([m[name or self.metric] for m in self.fold_metrics])
@@ -81,12 +87,6 @@ class ProbeModel(nn.Module):
 
     def forward(self, states: list[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
         return self.head(self.dropout(self.pooler(states, mask)))
-
-
-def pooler_for_cache(spec: str | dict[str, Any], cache: FeatureCache) -> Pooler:
-    """A pooler sized to the cached encoder (``num_layers`` filled in for the poolers that need it)."""
-    spec = {"name": spec} if isinstance(spec, str) else dict(spec)
-    return build_pooler(spec, cache.hidden_size, cache.num_layers)
 
 
 class _Targets:
@@ -116,14 +116,14 @@ def _predict(model: ProbeModel, cache: FeatureCache, rows: np.ndarray, batch_siz
     return sampler.restore(torch.cat(outputs)).numpy()
 
 
-def train_fold(spec: str | dict[str, Any], cache: FeatureCache, data: TableData, train_rows: np.ndarray,
+def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train_rows: np.ndarray,
                val_rows: np.ndarray, config: ProbeConfig, seed: int) -> tuple[np.ndarray, dict[str, float], int, int]:
     """Train one pooler + head on one fold with early stopping -> (val outputs, val metrics, epochs, params)."""
     torch.manual_seed(seed)
-    pooler = pooler_for_cache(spec, cache)
+    pooler = build_pooler(spec, cache.hidden_size, cache.num_layers)
     model = ProbeModel(pooler, data.n_outputs, config.head_dropout)
     all_layers = pooler.kind == "layer"
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.pooler_lr, weight_decay=config.weight_decay)
     targets = _Targets(data, train_rows)
     metric = primary_metric(data.task, data.n_outputs)
     sampler = LengthGroupedBatchSampler(cache.lengths[train_rows], config.batch_size, shuffle=True, seed=seed)
@@ -153,11 +153,11 @@ def train_fold(spec: str | dict[str, Any], cache: FeatureCache, data: TableData,
 
 def probe_pooler(spec: str | dict[str, Any], cache: FeatureCache, data: TableData, config: ProbeConfig,
                  splits: list[tuple[np.ndarray, np.ndarray]] | None = None) -> ProbeResult:
-    """K-fold cross-validation of one pooler on the cached features."""
+    """K-fold cross-validation of one pooler (a name or spec) on the cached features."""
     if len(cache) != len(data):
         raise PoolkitError(f"the feature cache has {len(cache)} rows but the data has {len(data)}")
     splits = splits or fold_splits(data, config.folds, config.val_fraction, config.seed)
-    spec = {"name": spec} if isinstance(spec, str) else dict(spec)
+    spec = build_pooler(spec, cache.hidden_size, cache.num_layers).get_config()  # the full spec, sized to the cache
     metric = primary_metric(data.task, data.n_outputs)
     oof = np.full((len(data), data.n_outputs), np.nan, dtype=np.float32)
     fold_metrics, epochs, params = [], [], 0
@@ -167,9 +167,7 @@ def probe_pooler(spec: str | dict[str, Any], cache: FeatureCache, data: TableDat
         oof[val_rows] = outputs
         fold_metrics.append(metrics)
         epochs.append(ran)
-    options = {k: v for k, v in spec.items() if k != "name"}
-    return ProbeResult(spec["name"], options, metric.name, fold_metrics, oof, params,
-                       time.perf_counter() - start, epochs)
+    return ProbeResult(spec, metric.name, fold_metrics, oof, params, time.perf_counter() - start, epochs)
 
 
 @contextmanager
@@ -184,7 +182,7 @@ def torch_threads(n: int) -> Iterator[None]:
 
 def compare_poolers(specs: list[str | dict[str, Any]], cache: FeatureCache, data: TableData, config: ProbeConfig,
                     on_result: Callable[[ProbeResult], None] | None = None) -> list[ProbeResult]:
-    """Every pooler on the same folds; results ranked best first by the task's primary metric."""
+    """Every pooler (names or specs) on the same folds; results ranked best first by the task's primary metric."""
     splits = fold_splits(data, config.folds, config.val_fraction, config.seed)
     results = []
     for spec in specs:
@@ -195,7 +193,3 @@ def compare_poolers(specs: list[str | dict[str, Any]], cache: FeatureCache, data
             on_result(result)
     metric = primary_metric(data.task, data.n_outputs)
     return sorted(results, key=lambda r: r.summary()["mean"], reverse=metric.higher_is_better)
-
-
-def settings(config: ProbeConfig) -> dict[str, Any]:
-    return asdict(config)

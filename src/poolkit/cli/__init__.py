@@ -1,0 +1,82 @@
+"""The ``poolkit`` command: train, predict, embed, compare, data, bench, zoo. One small module per command: each
+parses its arguments, calls the Python API (:mod:`poolkit.training.api`) and prints.
+
+Bad input ends with ``error: <one line>`` and exit code 2 (``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..errors import PoolkitError
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+#: Commands that load Hugging Face models: they need the [hf] extra as well as [cli].
+NEEDS_HF = ("train", "predict", "embed", "compare")
+
+
+def run_zoo(args: argparse.Namespace) -> int:
+    from ..demo import main as zoo_main
+
+    zoo_main()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..bench.snr import add_snr_arguments, run_snr_command
+    from . import compare, data, embed, predict, train
+
+    parser = argparse.ArgumentParser(prog="poolkit", description="Pooling that is correct under padding and dtypes: "
+                                     "fine-tune, predict and compare poolers on your own data.")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module in (("train", train), ("predict", predict), ("embed", embed), ("compare", compare)):
+        command = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP))
+        module.add_arguments(command)
+        command.set_defaults(func=module.run)
+
+    data_parser = sub.add_parser("data", help="built-in datasets")
+    data_sub = data_parser.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    data_sub.add_parser("list", help="list the built-in datasets").set_defaults(func=data.run_list)
+
+    bench = sub.add_parser("bench", help="benchmarks that reproduce the research")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
+    snr = bench_sub.add_parser("snr", help="noise robustness (SNR) of poolers, Brothers (ICML 2025)")
+    add_snr_arguments(snr)
+    snr.set_defaults(func=run_snr_command)
+
+    sub.add_parser("zoo", help="every pooler on the packaged MiniLM's hidden states: dims, params, time"
+                   ).set_defaults(func=run_zoo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..extras import require
+
+    try:
+        require("cli")
+    except PoolkitError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command in NEEDS_HF:
+            require("hf")
+        return int(args.func(args) or 0)
+    except PoolkitError as err:
+        if args.debug:
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # anything unexpected: one line, the traceback with --debug
+        if args.debug:
+            raise
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        print(f"error: {type(err).__name__}: {first} (run with --debug for the traceback)", file=sys.stderr)
+        return 1

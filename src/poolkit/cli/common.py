@@ -1,0 +1,128 @@
+"""Argument helpers shared by the commands: data and text inputs, pooler specs, precision, output tables."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import PoolkitError
+
+POOLER_OPT_HELP = ("pooler option KEY=VALUE (VALUE read as JSON when it parses), repeatable; with several poolers it "
+                   "applies to every one that has KEY, and POOLER:KEY=VALUE to that pooler only")
+
+
+def positive(kind: type):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    return parse
+
+
+class Renamed(argparse.Action):
+    """A removed flag: fails naming its replacement (hidden from --help)."""
+
+    def __init__(self, option_strings, dest, use: str, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS)
+        self.use = use
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} was renamed: use {self.use}")
+
+
+def split_names(tokens: list[str]) -> list[str]:
+    """``["mean,max", "attention"]`` -> ["mean", "max", "attention"]: --poolers takes commas and/or spaces."""
+    return [name for token in tokens for name in token.replace(",", " ").split()]
+
+
+def parse_options(pairs: list[str] | None) -> list[tuple[str | None, str, Any]]:
+    """``["attn_size=256", "weighted_layer:token_pooler=mean"]`` -> [(None, "attn_size", 256),
+    ("weighted_layer", "token_pooler", "mean")]: (pooler or None, key, JSON value or the text)."""
+    parsed = []
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        target, _, key = key.strip().rpartition(":")
+        if not sep or not key:
+            raise PoolkitError(f"--pooler-opt takes [POOLER:]KEY=VALUE, got {pair!r} (e.g. --pooler-opt attn_size=256)")
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            pass
+        parsed.append((target or None, key, value))
+    return parsed
+
+
+def pooler_specs(poolers: list[str], pairs: list[str] | None) -> list[dict[str, Any]]:
+    """Specs from --poolers / --pooler names (commas and/or spaces, 'default', 'all') and --pooler-opt options."""
+    from ..pooling import pooler_options, pooler_spec
+    from ..pooling.base import resolve_name
+    from ..training.api import resolve_poolers
+
+    specs = resolve_poolers(split_names(poolers))
+    for target, key, value in parse_options(pairs):
+        if target is not None:
+            name = resolve_name(target)
+            chosen = [i for i, s in enumerate(specs) if s["name"] == name]
+            if not chosen:
+                raise PoolkitError(f"--pooler-opt {target}:{key}: {name} is not one of the poolers given "
+                                   f"({', '.join(s['name'] for s in specs)}); add it to --poolers")
+        else:  # every pooler that has the option; when none has it, all (so the error names the known options)
+            chosen = [i for i, s in enumerate(specs) if key in pooler_options(s["name"])] or range(len(specs))
+        for i in chosen:
+            specs[i] = pooler_spec(specs[i], **{key: value})
+    return specs
+
+
+def add_pooler_arguments(parser: argparse.ArgumentParser, default: str | None) -> None:
+    """--pooler NAME (alias --pooling) and --pooler-opt (alias --pooling-opt) of train and embed."""
+    parser.add_argument("--pooler", "--pooling", dest="pooler", default=default,
+                        help=f"pooler name (see `poolkit zoo`; default: {default or 'mean, or a trained model’s own'})")
+    parser.add_argument("--pooler-opt", "--pooling-opt", dest="pooler_opt", action="append",
+                        metavar="[POOLER:]KEY=VALUE", help=POOLER_OPT_HELP)
+
+
+def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--precision", "--mixed-precision", dest="precision", default=argparse.SUPPRESS,
+                        metavar="{auto,no,bf16,fp16}",
+                        help="autocast dtype (default auto: bf16 or fp16 on CUDA, float32 on CPU)")
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """--data, --text-col, --target-col, --task, --limit of the commands that learn (train, compare)."""
+    group = parser.add_argument_group("data")
+    group.add_argument("--data", help="CSV/TSV/JSONL/Parquet file, or builtin:NAME (see `poolkit data list`)")
+    group.add_argument("--text-col", default="text", help="column holding the texts (default: text)")
+    group.add_argument("--target-col", "--target", dest="target_col", nargs="+", default=["label"], metavar="COL",
+                       help="target column(s); several = multi-target regression (default: label)")
+    group.add_argument("--task", choices=["regression", "classification", "multilabel"],
+                       help="default: inferred from the target column(s)")
+    group.add_argument("--limit", type=int, help="use a stratified sample of this many rows")
+
+
+def data_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {"text_col": args.text_col, "target_col": args.target_col, "task": args.task, "limit": args.limit}
+
+
+def add_text_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """--data and --text-col of the commands that read texts only (predict, embed)."""
+    parser.add_argument("--data", required=True, help="CSV/TSV/JSONL/Parquet file with a text column, or builtin:NAME")
+    parser.add_argument("--text-col", default="text", help="column holding the texts (default: text)")
+
+
+def given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options among ``names`` given on the command line (the others keep the Python API's defaults)."""
+    return {name: getattr(args, name) for name in names if hasattr(args, name)}
+
+
+def write_table(out: Path, frame) -> None:
+    """Write a DataFrame atomically in the format the suffix names (.jsonl, .parquet, .tsv, else CSV)."""
+    from ..io import atomic_write
+
+    writer = {".jsonl": lambda tmp: frame.to_json(tmp, orient="records", lines=True, force_ascii=False),
+              ".parquet": lambda tmp: frame.to_parquet(tmp, index=False),
+              ".tsv": lambda tmp: frame.to_csv(tmp, index=False, sep="\t")}.get(
+        out.suffix.lower(), lambda tmp: frame.to_csv(tmp, index=False))
+    atomic_write(out, writer)

@@ -1,0 +1,52 @@
+"""``poolkit compare``: a leaderboard of poolers on a frozen encoder (poolkit.training.api.compare)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from .common import POOLER_OPT_HELP, Renamed, add_data_arguments, data_kwargs, given, pooler_specs, positive
+
+HELP = "leaderboard of poolers on a frozen encoder (encode once), K-fold"
+DESCRIPTION = ("Encode the data once (all layers cached, fp16, memory-mapped), train every pooler + head on the cache "
+               "with K-fold CV, print and write a leaderboard. Without --data: the embedded WordNet subset.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_data_arguments(parser)
+    add = lambda *flags, **kw: parser.add_argument(*flags, default=argparse.SUPPRESS, **kw)  # noqa: E731
+    parser.add_argument("--model", help="encoder (default: packaged all-MiniLM-L6-v2)")
+    parser.add_argument("--poolers", nargs="+", default=["default"], metavar="NAME",
+                        help="pooler names separated by commas and/or spaces, 'default' (15 poolers) or 'all'")
+    parser.add_argument("--pooler-opt", "--pooling-opt", dest="pooler_opt", action="append",
+                        metavar="[POOLER:]KEY=VALUE", help=POOLER_OPT_HELP)
+    add("--folds", type=positive(int), help="K-fold CV (default 5; 3 on the embedded default data)")
+    add("--epochs", type=positive(int), help="max epochs per fold (default 20; 8 on the embedded default)")
+    add("--batch-size", type=positive(int), help="default 64")
+    add("--pooler-lr", type=positive(float), help="pooler + head learning rate (default 1e-3)")
+    parser.add_argument("--lr", action=Renamed, use="--pooler-lr")
+    add("--patience", type=positive(int), help="default 3")
+    add("--max-length", type=positive(int), help="default 256")
+    add("--seed", type=int, help="default 0")
+    add("--cache-dir", help="feature cache folder (default: $POOLKIT_CACHE or ~/.cache/poolkit)")
+    add("--finetune-top", type=int, metavar="K", help="then fine-tune the encoder end-to-end with the K best poolers")
+    add("--finetune-epochs", type=positive(int), help="default 3")
+    add("--encoder-lr", "--finetune-lr", dest="encoder_lr", type=positive(float),
+        help="encoder learning rate when fine-tuning (default 5e-5)")
+    parser.add_argument("--out", help="output folder (default: runs/compare-<time>)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing leaderboard in --out")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..training.api import compare
+
+    out = Path(args.out or time.strftime("runs/compare-%Y%m%d-%H%M%S"))
+    board = compare(args.data, poolers=pooler_specs(args.poolers, args.pooler_opt), model=args.model, out=out,
+                    force=args.force, **data_kwargs(args),
+                    **given(args, "folds", "epochs", "batch_size", "pooler_lr", "patience", "max_length", "seed",
+                            "cache_dir", "finetune_top", "finetune_epochs", "encoder_lr"))
+    print()
+    print(board)
+    print(f"\nencoded once in {board.settings['encode_seconds']:.1f}s; leaderboard.csv / .json / .png in {out}")
+    return 0

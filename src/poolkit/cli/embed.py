@@ -1,0 +1,63 @@
+"""``poolkit embed``: texts -> vectors with any pooler, or a trained model's (poolkit.training.api.embed)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import PoolkitError
+from .common import add_pooler_arguments, add_precision_argument, add_text_input_arguments, positive, write_table
+
+HELP = "texts -> vectors (.npy, or the table plus embeddings) with any pooler"
+DESCRIPTION = ("Embed a table's texts with an encoder + pooler: the packaged MiniLM (or --model) with a parameter-free "
+               "pooler, or a model trained by `poolkit train` (--model RUN/fold_K, or RUN when it has one fold) with "
+               "its trained pooler.")
+SUFFIXES = (".npy", ".parquet", ".jsonl", ".csv", ".tsv")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_text_input_arguments(parser)
+    parser.add_argument("--out", required=True, help=f"output file: {', '.join(SUFFIXES)} (.npy: the (N, dim) "
+                        "float32 array; .parquet / .jsonl: the table plus an embedding column; .csv / .tsv: plus "
+                        "emb_0..emb_{dim-1} columns)")
+    parser.add_argument("--model", help="encoder folder / hub name (default: packaged all-MiniLM-L6-v2), or a "
+                        "`poolkit train` model: a fold_K folder, or its --out folder when it holds one fold")
+    add_pooler_arguments(parser, default=None)
+    parser.add_argument("--normalize", action="store_true", help="L2-normalise every vector (for cosine similarity)")
+    parser.add_argument("--batch-size", type=positive(int), default=32)
+    parser.add_argument("--max-length", type=positive(int), help="token limit (default: the model's, 256 for MiniLM)")
+    add_precision_argument(parser)
+    parser.add_argument("--allow-untrained", action="store_true",
+                        help="accept a pooler with random (untrained) weight matrices on a bare encoder")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing --out")
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ..io import atomic_write, refuse_overwrite
+    from ..training.api import embed
+    from .common import pooler_specs
+
+    out = Path(args.out)
+    if out.suffix.lower() not in SUFFIXES:
+        raise PoolkitError(f"--out {out}: unsupported format {out.suffix or '(no suffix)'!r}; use one of "
+                           f"{', '.join(SUFFIXES)}")
+    refuse_overwrite(out, args.force)
+    spec = pooler_specs([args.pooler or "mean"], args.pooler_opt)[0] if args.pooler or args.pooler_opt else None
+    frame, vectors, used = embed(args.data, model=args.model, pooler=spec, text_col=args.text_col,
+                                 normalize=args.normalize, batch_size=args.batch_size, max_length=args.max_length,
+                                 precision=getattr(args, "precision", "auto"), allow_untrained=args.allow_untrained,
+                                 progress=not args.quiet)
+    if out.suffix.lower() == ".npy":
+        atomic_write(out, lambda tmp: np.save(open(tmp, "wb"), vectors))
+    elif out.suffix.lower() in (".csv", ".tsv"):
+        import pandas as pd
+        columns = pd.DataFrame(vectors, columns=[f"emb_{j}" for j in range(vectors.shape[1])], index=frame.index)
+        write_table(out, pd.concat([frame, columns], axis=1))
+    else:
+        write_table(out, frame.assign(embedding=list(vectors)))
+    print(f"{len(vectors)} embeddings of dimension {vectors.shape[1]} ({used['name']} pooling"
+          f"{', L2-normalised' if args.normalize else ''}) written to {out}")
+    return 0

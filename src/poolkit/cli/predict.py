@@ -1,0 +1,32 @@
+"""``poolkit predict``: a ``poolkit train`` model's predictions for a table (poolkit.training.api.predict)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .common import add_text_input_arguments, positive, write_table
+
+HELP = "predict with a model written by `poolkit train`"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="a `poolkit train` --out folder (its fold models averaged) "
+                        "or one of its fold_K folders")
+    add_text_input_arguments(parser)
+    parser.add_argument("--out", required=True, help="predictions file (.csv, .tsv, .jsonl or .parquet)")
+    parser.add_argument("--batch-size", type=positive(int), default=64)
+    parser.add_argument("--max-length", type=positive(int), help="token limit (default: the one it was trained with)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing --out")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..io import refuse_overwrite
+    from ..training.api import predict
+
+    out = refuse_overwrite(args.out, args.force)
+    result = predict(args.model, args.data, text_col=args.text_col, batch_size=args.batch_size,
+                     max_length=args.max_length)
+    write_table(Path(out), result)
+    print(f"{len(result)} predictions ({result.attrs['n_models']} model(s) averaged) written to {out}")
+    return 0

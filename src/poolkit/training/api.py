@@ -1,0 +1,234 @@
+"""The Python API behind the ``poolkit`` command: ``compare`` -> Leaderboard, ``train`` -> metrics, ``predict`` ->
+table, ``embed`` -> (table, vectors). The CLI only parses arguments, calls these and prints.
+
+``data`` is a CSV/TSV/JSONL/Parquet path, ``builtin:NAME`` (``poolkit data list``) or a loaded ``TableData``;
+a pooler is a name or a spec ``{"name": ..., **options}`` (``poolkit.pooling.pooler_spec``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..data import TableData, decode_labels, load_data, stratified_sample
+from ..errors import PoolkitError, suggest
+from ..io import prepare_out_dir
+from ..pooling import list_poolers, pooler_spec
+from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row
+
+DEFAULT_DATA = "builtin:embedded"
+#: ``compare`` without data: the embedded WordNet subset, sized to fit in 10 minutes on 2 CPU cores.
+QUICK_DEFAULTS = {"folds": 3, "epochs": 8}
+DEFAULT_POOLERS = ("cls", "mean", "max", "mean_max", "gem", "lse", "attention", "attention_head", "gated_attention",
+                   "latent", "adapool", "weighted_layer", "mean_layers", "attention_layers", "lstm_layers")
+
+
+def resolve_poolers(poolers: str | Sequence[str | dict[str, Any]]) -> list[dict[str, Any]]:
+    """Checked specs from a list of names and spec dicts, or a string of comma-separated names; ``"default"`` stands
+    for 15 poolers, ``"all"`` for every registered one."""
+    if isinstance(poolers, str):
+        poolers = [name.strip() for name in poolers.split(",") if name.strip()]
+    expanded: list[str | dict[str, Any]] = []
+    for item in poolers:
+        if item == "default":
+            expanded += DEFAULT_POOLERS
+        elif item == "all":
+            expanded += list_poolers()
+        else:
+            expanded.append(item)
+    if not expanded:
+        raise PoolkitError("no poolers given: name some (e.g. mean,attention), or 'default' or 'all'")
+    return [pooler_spec(item) for item in expanded]
+
+
+def load(data: str | Path | TableData, text_col: str = "text", target_col: str | Sequence[str] = "label",
+         task: str | None = None, limit: int | None = None, seed: int = 0) -> TableData:
+    """A TableData from a path, ``builtin:NAME`` or a TableData; ``limit`` keeps a stratified sample."""
+    if isinstance(data, TableData):
+        return data if limit is None else stratified_sample(data, limit, seed)
+    targets = (target_col,) if isinstance(target_col, str) else tuple(target_col)
+    return load_data(str(data), limit=limit, seed=seed, text_col=text_col, target_cols=targets, task=task)
+
+
+def compare(data: str | Path | TableData | None = None, *, text_col: str = "text",
+            target_col: str | Sequence[str] = "label", task: str | None = None, limit: int | None = None,
+            poolers: str | Sequence[str | dict[str, Any]] = "default", model: str | None = None,
+            folds: int | None = None, epochs: int | None = None, batch_size: int = 64, pooler_lr: float = 1e-3,
+            patience: int = 3, max_length: int = 256, seed: int = 0, cache_dir: str | Path | None = None,
+            finetune_top: int = 0, finetune_epochs: int = 3, encoder_lr: float = 5e-5, out: str | Path | None = None,
+            force: bool = False, progress: bool = True) -> Leaderboard:
+    """Encode ``data`` once with the frozen encoder, train every pooler + head on the cached layers with the same
+    K folds, then (``finetune_top`` K > 0) fine-tune the encoder with the K best poolers.
+
+    Without ``data``: the embedded WordNet subset, 3 folds and 8 epochs unless given (else 5 folds, 20 epochs).
+    ``pooler_lr``: pooler + head learning rate (frozen rows and fine-tuning); ``encoder_lr``: the encoder's when
+    fine-tuning. With ``out``, leaderboard.csv / .json / .png are written there (the frozen board before
+    fine-tuning starts) and the fine-tuned models under ``out/finetuned/``; without, fine-tuned models are
+    discarded.
+    """
+    from ..models.encoders import model_label
+    from . import finetune
+    from .features import encode_features
+    from .metrics import primary_metric
+    from .probing import ProbeConfig, compare_poolers
+
+    specs = resolve_poolers(poolers)  # bad names fail before the data is read
+    quick = data is None
+    folds = folds or (QUICK_DEFAULTS["folds"] if quick else 5)
+    epochs = epochs or (QUICK_DEFAULTS["epochs"] if quick else 20)
+    table = load(DEFAULT_DATA if quick else data, text_col, target_col, task, limit, seed)
+    if out is not None:
+        out = prepare_out_dir(out, force, OUTPUTS)
+    metric = primary_metric(table.task, table.n_outputs)
+    say = print if progress else (lambda *_: None)
+    say(f"poolkit compare: {len(specs)} poolers on {table.source} ({len(table)} rows, {table.task}, {folds} folds, "
+        f"up to {epochs} epochs), ranked by {metric.name}", flush=True)
+
+    start = time.perf_counter()
+    cache = encode_features(table.texts, model, max_length=max_length, cache_dir=cache_dir, progress=progress)
+    encode_seconds = time.perf_counter() - start
+    config = ProbeConfig(folds=folds, epochs=epochs, batch_size=batch_size, pooler_lr=pooler_lr, patience=patience,
+                         seed=seed)
+    settings = {"data": table.source, "rows": len(table), "task": table.task, "model": cache.meta["model"],
+                "model_label": model_label(cache.meta["model"]), "metric": metric.name,
+                "higher_is_better": metric.higher_is_better, "folds": folds, "probe": asdict(config),
+                "encode_seconds": round(encode_seconds, 2), "poolers": specs, "finetune_top": finetune_top}
+
+    def report(result):
+        summary = result.summary()
+        say(f"  {result.label:<22} {metric.name} {summary['mean']:.4f} ± {summary['std']:.4f}  "
+            f"({result.seconds:.1f}s)", flush=True)
+
+    results = compare_poolers(specs, cache, table, config, on_result=report)
+    rows = [leaderboard_row(r.label, r.spec, "frozen", r.metric, r.fold_metrics, r.params, r.seconds)
+            for r in results]
+
+    def publish() -> Leaderboard:
+        board = Leaderboard(rows, {**settings, "total_seconds": round(time.perf_counter() - start, 2)})
+        if out is not None:
+            board.save(out)
+        return board
+
+    board = publish()  # on disk before any (long) fine-tuning starts
+    if finetune_top > 0:
+        with tempfile.TemporaryDirectory(prefix="poolkit-finetune-") as scratch:
+            root = (out or Path(scratch)) / "finetuned"
+            for result in results[:finetune_top]:
+                say(f"fine-tuning the encoder with {result.label} ({folds} folds, {finetune_epochs} epochs)",
+                    flush=True)
+                trained = finetune.TrainConfig(model=model, pooler=result.spec, folds=folds, epochs=finetune_epochs,
+                                               encoder_lr=encoder_lr, pooler_lr=pooler_lr, max_length=max_length,
+                                               seed=seed)
+                started = time.perf_counter()
+                metrics = finetune.fit(trained, table, root / result.label, force=force, progress=progress)
+                rows.append(leaderboard_row(result.label, result.spec, "finetuned", metrics["primary_metric"],
+                                            [f["metrics"] for f in metrics["folds"]], metrics["trainable_params"],
+                                            time.perf_counter() - started))
+        board = publish()
+    return board
+
+
+def train_config(pooler: str | dict[str, Any] = "mean", model: str | None = None, **settings: Any):
+    """A checked TrainConfig; unknown settings raise naming the known ones."""
+    from . import finetune
+
+    known = {f.name for f in fields(finetune.TrainConfig)}
+    for key in settings:
+        if key not in known:
+            raise PoolkitError(f"unknown training setting {key!r}.{suggest(key, known)} Known: {', '.join(sorted(known))}")
+    config = finetune.TrainConfig(model=model, pooler=pooler, **settings)
+    config.check()
+    return config
+
+
+def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[str, Any] = "mean",
+          model: str | None = None, text_col: str = "text", target_col: str | Sequence[str] = "label",
+          task: str | None = None, limit: int | None = None, resume: bool = False, force: bool = False,
+          progress: bool = True, **settings: Any) -> dict[str, Any]:
+    """Fine-tune encoder + pooler + head, one model per fold, into ``out`` (fold_K/, oof.csv, metrics.json,
+    train.log); returns metrics.json's dict. ``settings``: any TrainConfig field (folds, epochs, batch_size,
+    encoder_lr, pooler_lr, precision, train_only, ...)."""
+    from . import finetune
+
+    config = train_config(pooler, model, **settings)  # fails before the data is read
+    table = load(data, text_col, target_col, task, limit, config.seed)
+    return finetune.fit(config, table, out, resume=resume, force=force, progress=progress)
+
+
+def read_texts(data: str | Path | Sequence[str], text_col: str = "text") -> tuple[pd.DataFrame, list[str]]:
+    """The input table and its texts (missing values as ""): a file with a ``text_col`` column, ``builtin:NAME``
+    (its texts and targets) or a list of texts (a one-column table)."""
+    from ..data.tables import read_frame
+
+    if not isinstance(data, (str, Path)):
+        texts = [str(t) for t in data]
+        return pd.DataFrame({text_col: texts}), texts
+    if str(data).startswith("builtin:"):
+        from ..data.builtin import load_builtin
+
+        table = load_builtin(str(data))
+        frame = pd.DataFrame({table.text_col: table.texts})
+        if table.task == "classification":
+            frame[table.target_cols[0]] = [table.label_names[i] for i in table.targets]
+        elif table.task == "regression":
+            for j, col in enumerate(table.target_cols):
+                frame[col] = table.targets[:, j]
+        return frame, list(table.texts)
+    frame = read_frame(Path(data))
+    if text_col not in frame.columns:
+        raise PoolkitError(f"column {text_col!r} not found in {data}.{suggest(text_col, frame.columns)} "
+                           f"Columns: {', '.join(map(str, frame.columns))}; pass the text column with --text-col")
+    return frame, frame[text_col].fillna("").astype(str).tolist()
+
+
+def predict(model: str | Path, data: str | Path | Sequence[str], *, text_col: str = "text", batch_size: int = 64,
+            max_length: int | None = None, progress: bool = True) -> pd.DataFrame:
+    """The input table plus predictions of a ``poolkit train`` folder (every fold model averaged) or of one of its
+    ``fold_K`` folders: ``pred_<target>`` (regression) or ``prob_<label>`` and ``prediction`` (classification;
+    multi-label: labels joined by ``|``). ``frame.attrs["n_models"]``: how many models were averaged."""
+    from . import finetune
+
+    frame, texts = read_texts(data, text_col)
+    outputs, info = finetune.predict(model, texts, batch_size=batch_size, max_length=max_length, progress=progress)
+    result = frame.copy()
+    task, names = info["task"], info.get("label_names")
+    if task == "regression":
+        for j, col in enumerate(info.get("target_cols") or [f"target_{j}" for j in range(outputs.shape[1])]):
+            result[f"pred_{col}"] = outputs[:, j]
+    else:
+        for j, name in enumerate(names):
+            result[f"prob_{name}"] = outputs[:, j]
+        decoded = decode_labels(outputs, names, multilabel=task == "multilabel")
+        result["prediction"] = ["|".join(d) for d in decoded] if task == "multilabel" else decoded
+    result.attrs["n_models"] = info["n_models"]
+    return result
+
+
+def embed(data: str | Path | Sequence[str], *, model: str | None = None, pooler: str | dict[str, Any] | None = None,
+          text_col: str = "text", normalize: bool = False, batch_size: int = 32, max_length: int | None = None,
+          precision: str = "auto", allow_untrained: bool = False,
+          progress: bool = True) -> tuple[pd.DataFrame, np.ndarray, dict[str, Any]]:
+    """(input table, (N, dim) float32 vectors, the pooler's spec). ``model``: an encoder (default: the packaged
+    all-MiniLM-L6-v2) pooled with ``pooler`` (default mean), or a ``poolkit train`` model -- a ``fold_K`` folder,
+    or the run folder when it holds one fold -- with its own trained pooler."""
+    from ..models.text_encoder import TextEncoder
+    from . import finetune
+
+    if model is not None and Path(model).is_dir() and not (Path(model) / "config.json").is_file():
+        folds = finetune.model_folds(model)
+        if len(folds) > 1:
+            raise PoolkitError(f"{model} holds {len(folds)} fold models: embed with one of them "
+                               f"(e.g. --model {folds[0]})")
+        model = str(folds[0])
+    frame, texts = read_texts(data, text_col)
+    encoder = TextEncoder(model, pooler, normalize=normalize, max_length=max_length, precision=precision,
+                          allow_untrained=allow_untrained)
+    vectors = encoder.encode(texts, batch_size=batch_size, progress=progress).numpy()
+    return frame, vectors, encoder.pooler.get_config()
