@@ -7,7 +7,7 @@ import torch
 
 from helpers import HIDDEN, NUM_LAYERS, make_pooler, mask_from_lengths, random_layers
 from poolkit import get_pooler, list_poolers
-from poolkit.pooling import masking
+from poolkit.pooling import fast, masking
 
 
 def close(a, b, tol=1e-5):
@@ -101,7 +101,7 @@ def test_attention_family_output_and_gradients_match_the_textbook_form(name, gra
     hidden states and every parameter (the fast paths skip padded tokens, gather them in blocks, and
     gather again in backward)."""
     if blocks == "3 tokens":
-        monkeypatch.setattr(masking, "GATHER_CHUNK_BYTES", 3 * HIDDEN * 4)
+        monkeypatch.setattr(fast, "GATHER_CHUNK_BYTES", 3 * HIDDEN * 4)
     gen = torch.Generator().manual_seed(5)
     lengths = [7, 2, 5, 0]
     x = torch.randn(4, 7, HIDDEN, generator=gen)
@@ -353,3 +353,18 @@ def test_extreme_gradient_goes_to_the_first_real_holder_of_the_value(name, dtype
         assert torch.equal(x.grad[row], expected)
         share = torch.zeros(length).index_add_(0, real[reduced.indices], torch.full((HIDDEN,), 1 / HIDDEN))
         assert close(weights[row], share)
+
+
+@pytest.mark.parametrize("rnn", [torch.nn.LSTM, torch.nn.GRU])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_unrolled_recurrence_equals_torch_rnn(rnn, bidirectional):
+    """The plain cell loop that transforms trace gives nn.LSTM / nn.GRU's own final states."""
+    from poolkit.pooling.layers import final_state
+
+    module = rnn(6, 5, batch_first=True, bidirectional=bidirectional)
+    x = torch.randn(3, 4, 6)
+    _, final = module(x)
+    final = final[0] if isinstance(final, tuple) else final
+    directions = 2 if bidirectional else 1
+    unrolled = torch.stack([final_state(module, x, reverse=d == 1) for d in range(directions)])
+    torch.testing.assert_close(unrolled, final)

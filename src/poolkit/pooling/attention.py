@@ -175,8 +175,8 @@ def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, 
                     scale: float) -> tuple[Tensor, Tensor]:
     """Multi-head attention of Q (projected) queries over the T tokens of x, keys and values by ``key`` / ``value``.
 
-    query (B, Q, D), x (B, T, D), mask (B, T) -> output (B, Q, D) float32 and weights (B, H, Q, T);
-    softmax in float32 over the real tokens, rows without one get zero weights and zero output. The
+    query (B, Q, D), x (B, T, D), mask (B, T) -> output (B, Q, D) in the compute dtype and weights (B, H, Q, T);
+    softmax in float32 at least over the real tokens, rows without one get zero weights and zero output. The
     projections are folded into the few queries instead of being applied to all T tokens (K_h, V_h: head
     h's rows of the key / value weight, c_h its value bias; a key bias would only shift the softmax):
 
@@ -190,16 +190,16 @@ def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, 
     # Logits rounded to half precision would put a relative error of 2^-9 on each score, enough to move
     # a peaked softmax: half inputs are read in float32 (still far cheaper than the projections).
     x = x.to(masking.compute_dtype(x.dtype))
-    queries = query.float().reshape(batch, n_query, num_heads, head_dim)
-    key_weight = key.weight.float().view(num_heads, head_dim, dim)
+    queries = query.to(x.dtype).reshape(batch, n_query, num_heads, head_dim)
+    key_weight = key.weight.to(x.dtype).view(num_heads, head_dim, dim)
     folded = torch.einsum("bqhk,hkd->bhqd", queries, key_weight) * scale  # (B, H, Q, D)
     scores = torch.bmm(folded.reshape(batch, -1, dim).to(x.dtype), x.transpose(1, 2))  # (B, H*Q, T)
     weights = masking.masked_softmax(scores.view(batch, num_heads, n_query, length), mask[:, None, None, :])
-    mixed = masking.masked_weighted_sum(x, weights.view(batch, -1, length))  # (B, H*Q, D) float32
-    value_weight = value.weight.float().view(num_heads, head_dim, dim)
+    mixed = masking.masked_weighted_sum(x, weights.view(batch, -1, length))  # (B, H*Q, D), compute dtype
+    value_weight = value.weight.to(x.dtype).view(num_heads, head_dim, dim)
     out = torch.einsum("bhqd,hkd->bqhk", mixed.view(batch, num_heads, n_query, dim), value_weight)
     if value.bias is not None:
-        out = out + value.bias.float().view(num_heads, head_dim) * weights.sum(-1).transpose(1, 2)[..., None]
+        out = out + value.bias.to(x.dtype).view(num_heads, head_dim) * weights.sum(-1).transpose(1, 2)[..., None]
     return out.reshape(batch, n_query, dim), weights
 
 

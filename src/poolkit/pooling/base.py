@@ -41,25 +41,8 @@ class Pooler(nn.Module):
     zero_when_empty: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Every constructor records the arguments it was called with (defaults filled in): get_config's source."""
         super().__init_subclass__(**kwargs)
-        init = cls.__dict__.get("__init__")
-        if init is None:
-            return
-        signature = inspect.signature(init)
-
-        @functools.wraps(init)
-        def recording_init(self, *args: Any, **options: Any) -> None:
-            if "_spec" not in self.__dict__:  # the most derived constructor is the outermost call
-                try:
-                    bound = signature.bind(self, *args, **options)
-                except TypeError as err:
-                    raise PoolkitError(f"{cls.name or cls.__name__}: {err}") from None
-                bound.apply_defaults()
-                self.__dict__["_spec"] = copy.deepcopy(dict(list(bound.arguments.items())[1:]))
-            init(self, *args, **options)
-
-        cls.__init__ = recording_init
+        _record_arguments(cls)
 
     def __init__(self, hidden_size: int, *, on_empty: str = "zeros") -> None:
         super().__init__()
@@ -164,6 +147,32 @@ class Pooler(nn.Module):
         if dtype is None or isinstance(x, list):
             return x
         return x.to(dtype)
+
+
+def _record_arguments(cls: type[Pooler]) -> None:
+    """Make ``cls``'s own constructor (if it has one) record the arguments it is called with, defaults filled
+    in, as the pooler's spec (what get_config returns). The most derived constructor, the outermost call,
+    records; the base constructors it calls do not."""
+    init = cls.__dict__.get("__init__")
+    if init is None:
+        return
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def recording_init(self, *args: Any, **options: Any) -> None:
+        if "_spec" not in self.__dict__:
+            try:
+                bound = signature.bind(self, *args, **options)
+            except TypeError as err:  # e.g. an unknown option, given to the class directly
+                raise PoolkitError(f"{cls.name or cls.__name__}: {err}") from None
+            bound.apply_defaults()
+            self.__dict__["_spec"] = copy.deepcopy(dict(list(bound.arguments.items())[1:]))
+        init(self, *args, **options)
+
+    cls.__init__ = recording_init
+
+
+_record_arguments(Pooler)
 
 
 # -- registry ---------------------------------------------------------------------------------

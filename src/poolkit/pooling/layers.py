@@ -15,8 +15,11 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from ..errors import PoolkitError
+
+from . import fast, masking
 from .base import Pooler, build_pooler, register_pooler
 
 #: Inference mixes and pools a non-linear token pooler's rows in this many chunks (see LayerPooler.mix).
@@ -124,7 +127,7 @@ class WeightedLayerPooler(LayerPooler):
         self.layer_weights = nn.Parameter(initial)
 
     def normalized_weights(self) -> Tensor:
-        weights = self.layer_weights.float()
+        weights = masking.widen(self.layer_weights)
         return weights / weights.sum() if self.normalize == "sum" else torch.softmax(weights, dim=0)
 
     def pool(self, layers: list[Tensor], mask: Tensor):
@@ -216,10 +219,38 @@ class _RecurrentLayersPooler(LayerPooler):
 
     def pool(self, layers: list[Tensor], mask: Tensor):
         vectors, token_weights = self.pool_each(self._layer_range(layers, self.layer_start), mask)
-        _, final = self.rnn(vectors.to(self.rnn.weight_ih_l0.dtype))
-        final = final[0] if isinstance(final, tuple) else final  # LSTM returns (h_n, c_n)
-        pooled = self.dropout(final.transpose(0, 1).flatten(1))  # (directions, B, H) -> (B, directions*H)
-        return pooled, {"token": token_weights.mean(dim=1)}
+        vectors = vectors.to(self.rnn.weight_ih_l0.dtype)
+        if fast.transformed():  # no vmap rule for aten::gru, and dynamo does not trace nn.RNNBase
+            directions = range(2 if self.rnn.bidirectional else 1)
+            pooled = torch.cat([final_state(self.rnn, vectors, reverse=d == 1) for d in directions], dim=-1)
+        else:
+            _, final = self.rnn(vectors)
+            final = final[0] if isinstance(final, tuple) else final  # LSTM returns (h_n, c_n)
+            pooled = final.transpose(0, 1).flatten(1)  # (directions, B, H) -> (B, directions * H)
+        return self.dropout(pooled), {"token": token_weights.mean(dim=1)}
+
+
+def final_state(rnn: nn.RNNBase, x: Tensor, reverse: bool) -> Tensor:
+    """The final hidden state of one direction of a one-layer ``nn.LSTM`` / ``nn.GRU`` (its own weights),
+    unrolled in plain operations that every PyTorch transform can trace: (B, L, D) -> (B, H).
+    The cell equations are those of the ``torch.nn.LSTM`` / ``torch.nn.GRU`` documentation."""
+    suffix = "_l0_reverse" if reverse else "_l0"
+    w_ih, w_hh = getattr(rnn, "weight_ih" + suffix), getattr(rnn, "weight_hh" + suffix)
+    b_ih, b_hh = getattr(rnn, "bias_ih" + suffix), getattr(rnn, "bias_hh" + suffix)
+    h = c = x.new_zeros(x.shape[0], rnn.hidden_size)
+    steps = x.unbind(1)
+    for step in reversed(steps) if reverse else steps:
+        from_x, from_h = F.linear(step, w_ih, b_ih), F.linear(h, w_hh, b_hh)
+        if isinstance(rnn, nn.LSTM):
+            i, f, g, o = (from_x + from_h).chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+        else:
+            r_x, z_x, n_x = from_x.chunk(3, dim=-1)
+            r_h, z_h, n_h = from_h.chunk(3, dim=-1)
+            r, z = torch.sigmoid(r_x + r_h), torch.sigmoid(z_x + z_h)
+            h = (1 - z) * torch.tanh(n_x + r * n_h) + z * h
+    return h
 
 
 @register_pooler("lstm_layers", "lstm")
@@ -259,7 +290,7 @@ class AttentionLayersPooler(LayerPooler):
         vectors, token_weights = self.pool_each(self._layer_range(layers, self.layer_start), mask)
         vectors = vectors.to(self.key.weight.dtype)
         scores = self.key(vectors) @ self.query * vectors.shape[-1] ** -0.5  # (B, L)
-        weights = torch.softmax(scores.float(), dim=-1)
+        weights = torch.softmax(masking.widen(scores), dim=-1)
         pooled = torch.einsum("bl,bld->bd", weights.to(vectors.dtype), vectors)
-        token = torch.einsum("bl,blt->bt", weights, token_weights.float())
+        token = torch.einsum("bl,blt->bt", weights, token_weights.to(weights.dtype))
         return pooled, {"layer": weights, "token": token}

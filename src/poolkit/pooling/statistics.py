@@ -165,11 +165,11 @@ class GeMPooler(Pooler):
 
     @property
     def p(self) -> Tensor:
-        return 1 + nn.functional.softplus(self.raw_p.float())
+        return 1 + nn.functional.softplus(masking.widen(self.raw_p))
 
     def pool(self, x: Tensor, mask: Tensor):
         p = self.p
-        x = x.float()
+        x = masking.widen(x)
         if self.signed:
             powered = torch.sign(x) * (x.abs() + self.eps).pow(p)
         else:
@@ -197,12 +197,12 @@ class LSEPooler(Pooler):
 
     @property
     def temperature(self) -> Tensor:
-        return nn.functional.softplus(self.raw_temperature.float()) + 1e-4
+        return nn.functional.softplus(masking.widen(self.raw_temperature)) + 1e-4
 
     def pool(self, x: Tensor, mask: Tensor):
         t = self.temperature
-        scaled = x.float() / t
-        counts = masking.real_counts(mask).clamp(min=1).float()
+        scaled = masking.widen(x) / t
+        counts = masking.real_counts(mask).clamp(min=1).to(scaled.dtype)
         lse = masking.masked_logsumexp(scaled, mask)
         pooled = t * (lse - counts.log()[:, None])
         weights = masking.masked_softmax(scaled.transpose(1, 2), mask[:, None, :]).mean(dim=1)

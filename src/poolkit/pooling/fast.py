@@ -1,0 +1,219 @@
+"""Fast CPU forms of masking's plain operations, chosen by one switch (:func:`active`).
+
+Each form here gives the values and gradients of a plain form in :mod:`masking` (tests hold them to it)
+with less work in eager CPU mode: a scoring matmul over the real tokens only, a cheaper gradient for the
+weighted sum, a masked max/min without a filled copy of the input. They are custom autograd Functions
+whose backward passes are written in differentiable operations, so double backward (gradient
+penalties, Hessian-vector products) runs through them. Under ``torch.func`` transforms (grad, vmap,
+jacrev), ``torch.compile``, export and on other devices, :func:`active` is False and the plain forms
+run: those need no data-dependent shapes, host syncs or vmap rules.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor
+
+_enabled = True
+
+
+@contextmanager
+def disabled() -> Iterator[None]:
+    """Run the plain forms everywhere inside the block (the contract suite checks both paths this way)."""
+    global _enabled
+    previous, _enabled = _enabled, False
+    try:
+        yield
+    finally:
+        _enabled = previous
+
+
+def transformed() -> bool:
+    """Whether a PyTorch transform is tracing or wrapping the current call: a ``torch.func`` transform
+    (grad, vmap, jacrev, ...), ``torch.compile``, ``torch.export`` or ONNX export."""
+    return (torch._C._functorch.peek_interpreter_stack() is not None or torch.compiler.is_compiling()
+            or torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export())
+
+
+def active(x: Tensor) -> bool:
+    """Whether the fast forms apply to ``x``: eager CPU mode, no transform, not switched off. GPUs keep the
+    plain forms (caching allocators make temporaries cheap; a data-dependent shape costs a host sync)."""
+    return _enabled and x.device.type == "cpu" and not transformed()
+
+
+# -- scoring projections over the real tokens only ---------------------------------------------
+#: Gathered token blocks of GatheredLinear are at most this large (a transient copy, not the whole batch's).
+GATHER_CHUNK_BYTES = 2 << 20
+
+
+class GatheredLinear(torch.autograd.Function):
+    """``F.linear(tokens[index], weight, bias)``, gathering the tokens in blocks of at most
+    ``GATHER_CHUNK_BYTES`` (the copy is transient, never the size of the batch), and saving ``tokens``
+    (alive anyway) and ``index`` for backward, which gathers again block by block."""
+
+    @staticmethod
+    def forward(tokens: Tensor, index: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        out = tokens.new_empty(len(index), weight.shape[0])
+        for rows, part in _blocks(tokens, index):
+            block = tokens.index_select(0, part)
+            if bias is None:
+                torch.mm(block, weight.t(), out=out[rows])
+            else:
+                torch.addmm(bias, block, weight.t(), out=out[rows])
+        return out
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        tokens, index, weight, bias = inputs
+        ctx.save_for_backward(tokens, index, weight)
+        ctx.has_bias = bias is not None
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        tokens, index, weight = ctx.saved_tensors
+        grad_tokens = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_tokens = tokens.new_zeros(tokens.shape)
+        if ctx.needs_input_grad[2]:
+            grad_weight = weight.new_zeros(weight.shape)
+        for rows, part in _blocks(tokens, index):
+            if grad_tokens is not None:
+                grad_tokens.index_copy_(0, part, grad[rows].mm(weight))  # in place: autograd records it too
+            if grad_weight is not None:
+                grad_weight.addmm_(grad[rows].t(), tokens.index_select(0, part))
+        if ctx.has_bias and ctx.needs_input_grad[3]:
+            grad_bias = grad.sum(dim=0)
+        return grad_tokens, None, grad_weight, grad_bias
+
+
+def _blocks(tokens: Tensor, index: Tensor):
+    """(slice of the gathered rows, their token indices) in blocks of at most GATHER_CHUNK_BYTES of tokens."""
+    step = max(1, GATHER_CHUNK_BYTES // (tokens.shape[1] * tokens.element_size()))
+    for start in range(0, len(index), step):
+        yield slice(start, start + step), index[start:start + step]
+
+
+# -- weighted sums -------------------------------------------------------------------------------
+class WeightedSum(torch.autograd.Function):
+    """``torch.bmm(weights, x)`` for weights (B, H, T) and x (B, T, D), with a cheaper gradient for x.
+
+    bmm's own backward computes x's gradient, weights^T @ grad, as a matrix product with an inner
+    dimension of H; with one weight row per example (H = 1: mean, sum, attention) that is an outer
+    product, and on CPU a float32 K = 1 matrix product costs more than the broadcast multiply used here
+    (in bf16 the matrix product stays: PyTorch's bf16 broadcast multiply is the slower one there).
+    """
+
+    @staticmethod
+    def forward(weights: Tensor, x: Tensor) -> Tensor:
+        return torch.bmm(weights, x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        weights, x = ctx.saved_tensors
+        grad = grad.to(x.dtype).contiguous()  # often an expanded view (from a sum): slow to broadcast
+        grad_weights = torch.bmm(grad, x.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+        grad_x = None
+        if ctx.needs_input_grad[1]:
+            transposed = weights.transpose(1, 2)
+            outer = weights.shape[1] == 1 and x.dtype not in (torch.float16, torch.bfloat16)
+            grad_x = transposed * grad if outer else torch.bmm(transposed, grad)
+        return grad_weights, grad_x
+
+
+# -- masked max / min ----------------------------------------------------------------------------
+_index_reduce_warned = False
+
+
+def reduce_into_rows(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
+    """Masked max / min in one ``index_reduce`` pass: (B, T, D) -> (B, D); empty rows hold the dtype's extreme.
+
+    No filled (B, T, D) copy of x: on CPU a fresh tensor that size costs page faults worth several passes
+    over x. Every token is reduced into its row's slot, padded tokens into an extra slot that is dropped.
+    """
+    global _index_reduce_warned
+    batch, length, dim = x.shape
+    info = torch.finfo(x.dtype)
+    rows = torch.arange(batch, device=x.device)[:, None].expand(batch, length)
+    slots = torch.where(mask, rows, batch).reshape(-1)
+    start = torch.full((batch + 1, dim), info.min if largest else info.max, dtype=x.dtype, device=x.device)
+    reduce = "amax" if largest else "amin"
+    if _index_reduce_warned:
+        return start.index_reduce(0, slots, x.reshape(-1, dim), reduce)[:batch]
+    # PyTorch warns once per process that index_reduce is in beta: silenced here, at its first call only,
+    # so that importing poolkit leaves the global warning filters alone.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"index_reduce\(\) is in beta", category=UserWarning)
+        out = start.index_reduce(0, slots, x.reshape(-1, dim), reduce)[:batch]
+    _index_reduce_warned = True
+    return out
+
+
+class MaskedExtreme(torch.autograd.Function):
+    """:func:`reduce_into_rows` with ``max(dim=1)``'s gradient: all of it to the first real holder of the value.
+
+    The holder is found in the backward pass, with the (B, T, D) gradient tensor as the scratch buffer of
+    :func:`first_holder` (one fresh tensor that size instead of two). The gradient is linear in the
+    incoming gradient and piecewise constant in x, so double backward runs through ``put``.
+    """
+
+    @staticmethod
+    def forward(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
+        return reduce_into_rows(x, mask, largest)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, mask, largest = inputs
+        ctx.largest = largest
+        ctx.save_for_backward(x, mask, output)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, mask, values = ctx.saved_tensors
+        batch, length, dim = x.shape
+        with torch.no_grad():
+            grad_x = torch.empty_like(x, memory_format=torch.contiguous_format)
+            index = first_holder(x, values, mask, ctx.largest, scratch=grad_x)
+            flat = (torch.arange(batch, device=x.device)[:, None] * (length * dim)
+                    + index * dim + torch.arange(dim, device=x.device))
+            grad_x.zero_()
+        return grad_x.put_(flat, grad.to(x.dtype)), None, None  # recorded by autograd under create_graph
+
+
+def first_holder(x: Tensor, values: Tensor, mask: Tensor, largest: bool, scratch: Tensor | None = None) -> Tensor:
+    """Index of the first real token whose value equals ``values`` (the masked max or min), per feature.
+
+    On CPU, comparisons that write a bool tensor and reductions that return indices over dim 1 are
+    several times slower than float arithmetic and a plain ``amax``, so the index is read off a float
+    code instead: with d = values - x (max; x - values for min), d >= 0 at every real token and 0 where
+    it holds the value, so (T - t) * (1 - sign(d)) on real tokens (0 on padding) peaks at the first
+    holder. ``scratch`` (x's shape and dtype) holds the code when given. Ranks must be exact in x's
+    dtype, so the tokens go in blocks of at most 256 (bf16; 2048 fp16), the last block first, an earlier
+    holder replacing a later one. The code needs finite values (inf - inf is NaN); otherwise the
+    comparison form answers.
+    """
+    length = x.shape[1]
+    if bool(values.isfinite().all()):
+        scratch = torch.empty_like(x) if scratch is None else scratch
+        block = min(length, int(2 / torch.finfo(x.dtype).eps))
+        index = None
+        for start in reversed(range(0, length, block)):
+            stop = min(start + block, length)
+            rank = (mask[:, start:stop] * torch.arange(stop - start, 0, -1, device=x.device))[:, :, None].to(x.dtype)
+            code = torch.sub(values[:, None, :], x[:, start:stop], out=scratch[:, start:stop])
+            if not largest:
+                code.neg_()
+            best = code.sign_().mul_(rank.neg()).add_(rank).amax(dim=1)  # stop - start - local index; 0: none here
+            found = stop - best.long()
+            index = found if index is None else torch.where(best > 0, found, index)
+        return index.clamp_(max=length - 1)
+    hit = (x == values[:, None, :]).view(torch.uint8)
+    hit.mul_(mask.view(torch.uint8)[:, :, None])  # a uint8 product: much cheaper than a broadcast bool &
+    return hit.max(dim=1).indices
