@@ -87,9 +87,13 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     if out is not None:
         out = prepare_out_dir(out, force, OUTPUTS)
     metric = primary_metric(table.task, table.n_outputs)
-    say = print if progress else (lambda *_: None)
+
+    def say(text: str) -> None:
+        if progress:
+            print(text, flush=True)
+
     say(f"poolkit compare: {len(specs)} poolers on {table.source} ({len(table)} rows, {table.task}, {folds} folds, "
-        f"up to {epochs} epochs), ranked by {metric.name}", flush=True)
+        f"up to {epochs} epochs), ranked by {metric.name}")
 
     start = time.perf_counter()
     cache = encode_features(table.texts, model, max_length=max_length, cache_dir=cache_dir, progress=progress)
@@ -104,7 +108,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     def report(result):
         summary = result.summary()
         say(f"  {result.label:<22} {metric.name} {summary['mean']:.4f} ± {summary['std']:.4f}  "
-            f"({result.seconds:.1f}s)", flush=True)
+            f"({result.seconds:.1f}s)")
 
     results = compare_poolers(specs, cache, table, config, on_result=report)
     rows = [leaderboard_row(r.label, r.spec, "frozen", r.metric, r.fold_metrics, r.params, r.seconds)
@@ -121,8 +125,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
         with tempfile.TemporaryDirectory(prefix="poolkit-finetune-") as scratch:
             root = (out or Path(scratch)) / "finetuned"
             for result in results[:finetune_top]:
-                say(f"fine-tuning the encoder with {result.label} ({folds} folds, {finetune_epochs} epochs)",
-                    flush=True)
+                say(f"fine-tuning the encoder with {result.label} ({folds} folds, {finetune_epochs} epochs)")
                 trained = finetune.TrainConfig(model=model, pooler=result.spec, folds=folds, epochs=finetune_epochs,
                                                encoder_lr=encoder_lr, pooler_lr=pooler_lr, max_length=max_length,
                                                seed=seed)

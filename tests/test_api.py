@@ -1,0 +1,112 @@
+"""The Python API behind the CLI (poolkit.training.api) and its Leaderboard."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from poolkit import PoolkitError
+from poolkit.training import api
+from poolkit.training.leaderboard import COLUMNS, Leaderboard, leaderboard_row
+from poolkit.training.probing import spec_label
+from tiny_models import tiny_bert_dir
+
+LONG = "weighted_layer(layer_start=4, normalize=softmax, token_pooler=attention_head)"
+SETTINGS = {"data": "toy.csv", "rows": 40, "task": "regression", "folds": 2, "metric": "rmse",
+            "higher_is_better": False, "model_label": "tiny"}
+
+
+def row(label: str, mode: str, values: list[float], params: int = 1234) -> dict:
+    return leaderboard_row(label, {"name": label.split("(")[0]}, mode, "rmse",
+                           [{"rmse": v, "mae": v / 2} for v in values], params, 12.3)
+
+
+@pytest.fixture
+def board() -> Leaderboard:
+    return Leaderboard([row("mean", "frozen", [0.5, 0.7]), row("attention", "finetuned", [0.3, 0.3], 22_700_000),
+                        row(LONG, "frozen", [0.2, 0.4]), row("max", "finetuned", [0.2, 0.2])], SETTINGS)
+
+
+def test_leaderboard_ranks_each_mode_by_the_metric_direction(board):
+    frame = board.frame
+    assert list(frame.columns[:8]) == COLUMNS
+    assert list(zip(frame["rank"], frame["pooler"], frame["mode"])) == [
+        (1, LONG, "frozen"), (2, "mean", "frozen"), (1, "max", "finetuned"), (2, "attention", "finetuned")]
+    assert frame.loc[1, "std"] == pytest.approx(0.1414, abs=1e-4) and frame.loc[1, "mae_mean"] == pytest.approx(0.3)
+    folds = board.folds  # per-fold detail: one line per (pooler, mode, fold)
+    assert len(folds) == 8 and folds.loc[(folds["pooler"] == "mean") & (folds["fold"] == 1), "rmse"].item() == 0.7
+
+
+def test_leaderboard_text_fits_80_columns_without_cutting_names(board):
+    text = str(board)
+    lines = text.splitlines()
+    assert all(len(line) <= 80 for line in lines), text
+    assert "0.3000 ± 0.1414" in text and "22.7M" in text and "finetuned" in text
+    assert "lower is better" in text
+    # the long name is wrapped inside its column, every piece kept
+    start = next(i for i, line in enumerate(lines) if "weighted_layer" in line)
+    column = lines[start].index("weighted_layer")
+    pieces = [lines[start][column:].split("  ")[0]]
+    for line in lines[start + 1:]:
+        if line[:column].strip():
+            break
+        pieces.append(line[column:].strip())
+    assert " ".join(pieces) == LONG
+    assert "mode" not in str(Leaderboard([row("mean", "frozen", [0.5])], SETTINGS))  # no mode column when all frozen
+
+
+def test_leaderboard_files_keep_every_row_spec(board, tmp_path):
+    board.save(tmp_path)
+    csv = pd.read_csv(tmp_path / "leaderboard.csv")
+    assert list(csv["pooler"]) == list(board.frame["pooler"])
+    assert [json.loads(c) for c in csv["config"]] == [r["config"] for r in board.rows]
+    saved = json.loads((tmp_path / "leaderboard.json").read_text())
+    assert saved["settings"] == SETTINGS and saved["rows"] == json.loads(json.dumps(board.rows))
+    assert (tmp_path / "leaderboard.png").read_bytes()[:4] == b"\x89PNG"
+    assert board.plot().axes[0].get_xlabel().startswith("rmse")
+
+
+def test_spec_label_shows_only_options_that_differ_from_defaults():
+    assert spec_label({"name": "weighted_layer", "hidden_size": 32, "num_layers": 2, "normalize": "sum"}) == \
+        "weighted_layer"
+    assert spec_label({"name": "attention", "hidden_size": 32, "attn_size": 8, "init": "xavier"}) == \
+        "attention(attn_size=8)"
+
+
+def test_resolve_poolers():
+    assert api.resolve_poolers("mean, Attention") == [{"name": "mean"}, {"name": "attention"}]
+    assert len(api.resolve_poolers("default")) == len(api.DEFAULT_POOLERS)
+    assert api.resolve_poolers(["max", {"name": "attention", "attn_size": 8}])[1] == {"name": "attention",
+                                                                                     "attn_size": 8}
+    with pytest.raises(PoolkitError, match="no poolers given"):
+        api.resolve_poolers(" , ")
+
+
+def test_train_checks_settings_and_pooler_before_reading_data(tmp_path):
+    missing = tmp_path / "no-such.csv"
+    with pytest.raises(PoolkitError, match="unknown training setting 'epoch'. Did you mean 'epochs'"):
+        api.train(missing, tmp_path / "out", epoch=3)
+    with pytest.raises(PoolkitError, match="has no option 'atn_size'"):
+        api.train(missing, tmp_path / "out", pooler={"name": "attention", "atn_size": 8})
+    with pytest.raises(PoolkitError, match="--precision must be one of"):
+        api.train(missing, tmp_path / "out", precision="fp8")
+
+
+def test_compare_returns_a_leaderboard_and_finetunes_the_top_spec(tmp_path):
+    bert = tiny_bert_dir(tmp_path / "bert")
+    rows = [{"text": f"the {('good', 'bad')[i % 2]} dog {'ran' if i % 3 else 'sat'}", "label": ("good", "bad")[i % 2]}
+            for i in range(24)]
+    pd.DataFrame(rows).to_csv(tmp_path / "t.csv", index=False)
+    board = api.compare(tmp_path / "t.csv", poolers=["mean", {"name": "attention", "attn_size": 8}], model=bert,
+                        folds=2, epochs=1, finetune_top=1, finetune_epochs=1, cache_dir=tmp_path / "cache",
+                        out=tmp_path / "out", progress=False)
+    assert isinstance(board, Leaderboard) and [r["mode"] for r in board.rows] == ["frozen", "frozen", "finetuned"]
+    top = board.rows[0]
+    tuned = board.rows[2]
+    assert (tuned["pooler"], tuned["config"]) == (top["pooler"], top["config"])  # the same spec, fine-tuned
+    assert {r["pooler"] for r in board.rows} == {"mean", "attention(attn_size=8)"}
+    run = json.loads((tmp_path / "out" / "finetuned" / top["pooler"] / "metrics.json").read_text())
+    assert run["config"]["pooler"] == top["config"] and tuned["params"] == run["trainable_params"] > 0
+    assert json.loads((tmp_path / "out" / "leaderboard.json").read_text())["rows"][2]["mode"] == "finetuned"
