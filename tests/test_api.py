@@ -8,12 +8,13 @@ import pandas as pd
 import pytest
 
 from poolkit import PoolkitError
+from poolkit.pooling import build_pooler
 from poolkit.training import api
 from poolkit.training.leaderboard import COLUMNS, Leaderboard, leaderboard_row
 from poolkit.training.probing import spec_label
 from tiny_models import tiny_bert_dir
 
-LONG = "weighted_layer(layer_start=4, normalize=softmax, token_pooler=attention_head)"
+LONG = "weighted_layer(layer_start=4, weighting=softmax, token_pooler=attention_head)"
 SETTINGS = {"data": "toy.csv", "rows": 40, "task": "regression", "folds": 2, "metric": "rmse",
             "higher_is_better": False, "model_label": "tiny"}
 
@@ -69,10 +70,8 @@ def test_leaderboard_files_keep_every_row_spec(board, tmp_path):
 
 
 def test_spec_label_shows_only_options_that_differ_from_defaults():
-    assert spec_label({"name": "weighted_layer", "hidden_size": 32, "num_layers": 2, "normalize": "sum"}) == \
-        "weighted_layer"
-    assert spec_label({"name": "attention", "hidden_size": 32, "attn_size": 8, "init": "xavier"}) == \
-        "attention(attn_size=8)"
+    assert spec_label(build_pooler("weighted_layer", 32, 2).get_config()) == "weighted_layer"
+    assert spec_label(build_pooler({"name": "attention", "attn_size": 8}, 32).get_config()) == "attention(attn_size=8)"
 
 
 def test_resolve_poolers():
