@@ -13,6 +13,19 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(params=["fast", "plain"])
+def path(request):
+    """Run a test once with poolkit's fast CPU forms allowed and once with the plain forms only (the ones that
+    GPUs, torch.func, compile and export use)."""
+    from poolkit.pooling import fast
+
+    if request.param == "plain":
+        with fast.disabled():
+            yield request.param
+    else:
+        yield request.param
+
+
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile("poolkit", deadline=None, max_examples=12, derandomize=True,

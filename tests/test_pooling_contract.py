@@ -11,6 +11,8 @@ from helpers import (ALL_POOLERS, HIDDEN, SET_POOLERS, make_pooler, mask_from_le
                      states_for, to_left_padding)
 from poolkit import PoolkitError
 
+pytestmark = pytest.mark.usefixtures("path")  # every contract test on the fast and on the plain forms
+
 lengths_strategy = st.lists(st.integers(1, 6), min_size=1, max_size=4)
 
 
@@ -181,27 +183,6 @@ def test_any_mask_dtype_and_none(mask_dtype):
     expected = torch.stack([x[0].mean(0), x[1, :2].mean(0)])
     assert close(pooler(x, mask.to(mask_dtype)), expected)
     assert close(pooler(x, None), x.mean(1))
-
-
-@pytest.mark.parametrize("name", ALL_POOLERS)
-def test_torch_compile_runs(name):
-    pooler = make_pooler(name)
-    layers = random_layers(2, 5)
-    mask = mask_from_lengths([5, 3], 5)
-    compiled = torch.compile(pooler, backend="aot_eager")
-    with torch.no_grad():
-        assert close(compiled(states_for(pooler, layers), mask), pooler(states_for(pooler, layers), mask), 1e-4)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["mean", "attention", "adapool", "weighted_layer"])
-def test_torch_compile_inductor(name):
-    pooler = make_pooler(name)
-    layers = random_layers(2, 5)
-    mask = mask_from_lengths([5, 3], 5)
-    compiled = torch.compile(pooler)
-    with torch.no_grad():
-        assert close(compiled(states_for(pooler, layers), mask), pooler(states_for(pooler, layers), mask), 1e-4)
 
 
 @pytest.mark.parametrize("name", ALL_POOLERS)

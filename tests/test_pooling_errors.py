@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from helpers import HIDDEN, make_pooler, random_layers
-from poolkit import PoolkitError, get_pooler
+from poolkit import PoolkitError, get_pooler, list_poolers
 
 
 def raises_one_line(match, fn, *args, **kwargs):
@@ -47,7 +47,8 @@ def test_layer_pooler_given_one_tensor():
 
 def test_layer_pooler_given_the_wrong_number_of_layers():
     raises_one_line("num_layers=5", make_pooler("weighted_layer"), random_layers(2, 3)[:4])
-    raises_one_line("needs num_layers", get_pooler, "weighted_layer", hidden_size=HIDDEN)
+    for name in list_poolers("layer"):  # every layer pooler needs it, at construction
+        raises_one_line("needs num_layers", get_pooler, name, hidden_size=HIDDEN)
 
 
 @pytest.mark.parametrize("name, options, match", [
@@ -62,9 +63,14 @@ def test_layer_pooler_given_the_wrong_number_of_layers():
     ("multihead_attention", {"combine": "sum"}, "combine must be one of"),
     ("concat", {"poolers": []}, "non-empty list"),
     ("concat", {"poolers": ["mean", "weighted_layer"]}, "needs num_layers|concat takes token poolers"),
-    ("weighted_layer", {"num_layers": 4, "layer_start": 9}, "layer_start must be in"),
+    ("weighted_layer", {"num_layers": 4, "layer_start": 9}, "layer_start must index the 5 hidden states"),
+    ("lstm_layers", {"num_layers": 4, "layer_start": 5}, "layer_start must index the 5 hidden states"),
+    ("gru_layers", {"num_layers": 4, "layer_start": -6}, "layer_start must index the 5 hidden states"),
+    ("attention_layers", {"num_layers": 4, "layer_start": 9}, "layer_start must index the 5 hidden states"),
+    ("mean_layers", {"num_layers": 4, "last_n": 6}, "last_n=6 but there are only 5 hidden states"),
+    ("concat_layers", {"num_layers": 4, "last_n": 6}, "last_n=6 but there are only 5 hidden states"),
     ("weighted_layer", {"num_layers": 4, "token_pooler": "lstm_layers"}, "must be a token pooler"),
-    ("lstm_layers", {"dropout": 1.5}, "dropout must be in"),
+    ("lstm_layers", {"num_layers": 4, "dropout": 1.5}, "dropout must be in"),
     ("mean", {"on_empty": "nan"}, "on_empty must be one of"),
     ("mean_layers", {"last_n": 0}, "last_n must be a positive int"),
 ])

@@ -135,7 +135,7 @@ def test_multihead_output_dims():
     assert get_pooler("multihead_attention", HIDDEN, num_heads=3)(x).shape == (2, 3 * HIDDEN)
     assert get_pooler("multihead_attention", HIDDEN, num_heads=3, combine="project")(x).shape == (2, HIDDEN)
     assert get_pooler("latent", HIDDEN, num_queries=4, num_heads=4)(x).shape == (2, 4 * HIDDEN)
-    assert get_pooler("latent", HIDDEN, num_queries=4, reduce="mean")(x).shape == (2, HIDDEN)
+    assert get_pooler("latent", HIDDEN, num_queries=4, combine="mean")(x).shape == (2, HIDDEN)
 
 
 def test_adapool_reference_single_head(batch):
@@ -183,12 +183,12 @@ def test_weighted_layer_with_cls_equals_the_stacking_reference():
 
 
 @pytest.mark.parametrize("token_pooler", ["mean", "max", "attention", "last"])
-@pytest.mark.parametrize("normalize", ["sum", "softmax"])
-def test_weighted_layer_equals_mix_then_pool(token_pooler, normalize):
+@pytest.mark.parametrize("weighting", ["sum", "softmax"])
+def test_weighted_layer_equals_mix_then_pool(token_pooler, weighting):
     """The pool-first fast path (linear token poolers) and the mix-first path give the same result."""
     layers = random_layers(2, 5)
     mask = mask_from_lengths([5, 3], 5)
-    p = get_pooler("weighted_layer", HIDDEN, num_layers=NUM_LAYERS, normalize=normalize,
+    p = get_pooler("weighted_layer", HIDDEN, num_layers=NUM_LAYERS, weighting=weighting,
                    token_pooler=token_pooler)
     with torch.no_grad():
         p.layer_weights.copy_(torch.rand_like(p.layer_weights) + 0.5)
@@ -200,12 +200,12 @@ def test_weighted_layer_equals_mix_then_pool(token_pooler, normalize):
 def test_mean_and_concat_layers():
     layers = random_layers(2, 5)
     mask = mask_from_lengths([5, 3], 5)
-    mean = get_pooler("mean_layers", HIDDEN, last_n=3, token_pooler="mean")
+    mean = get_pooler("mean_layers", HIDDEN, num_layers=NUM_LAYERS, last_n=3, token_pooler="mean")
     assert close(mean(layers, mask), get_pooler("mean", HIDDEN)(sum(layers[-3:]) / 3, mask))
-    concat = get_pooler("concat_layers", HIDDEN, last_n=3)
+    concat = get_pooler("concat_layers", HIDDEN, num_layers=NUM_LAYERS, last_n=3)
     assert concat.output_dim == 3 * HIDDEN
     assert close(concat(layers, mask), torch.cat([h[:, 0] for h in layers[-3:]], dim=-1))
-    concat_max = get_pooler("concat_layers", HIDDEN, last_n=2, token_pooler="max")
+    concat_max = get_pooler("concat_layers", HIDDEN, num_layers=NUM_LAYERS, last_n=2, token_pooler="max")
     expected = torch.stack([torch.cat([h[i, :n].max(0).values for h in layers[-2:]]) for i, n in enumerate([5, 3])])
     assert close(concat_max(layers, mask), expected)
 
@@ -285,8 +285,8 @@ def test_float32_layer_pooler_converts_selected_rows_not_whole_bf16_layers(token
 
     layers = [h.bfloat16() for h in random_layers(3, 9)]
     mask = mask_from_lengths([9, 4, 6], 9)
-    pooler = make_pooler("weighted_layer", num_layers=NUM_LAYERS, layer_start=1, token_pooler=token_pooler,
-                         token_options={"attn_size": 8} if token_pooler == "attention" else None)
+    token = {"name": "attention", "attn_size": 8} if token_pooler == "attention" else token_pooler
+    pooler = make_pooler("weighted_layer", num_layers=NUM_LAYERS, layer_start=1, token_pooler=token)
     with torch.no_grad(), FullFloat32Tensors((3, 9, HIDDEN)) as spy:
         pooled = pooler(layers, mask)
     assert spy.count <= (0 if pooler.token.linear else 1), spy.count
@@ -304,8 +304,8 @@ def test_inference_mixes_in_row_chunks_with_the_same_result(name, token_pooler):
     layers = random_layers(11, 7, generator=gen)
     mask = mask_from_lengths([7, 1, 3, 0, 5, 7, 2, 6, 4, 7, 1], 7)
     options = {"num_layers": NUM_LAYERS} if name == "weighted_layer" else {"last_n": 3}
-    pooler = make_pooler(name, token_pooler=token_pooler, **options,
-                         token_options={"attn_size": 8} if token_pooler == "attention" else None)
+    token = {"name": "attention", "attn_size": 8} if token_pooler == "attention" else token_pooler
+    pooler = make_pooler(name, token_pooler=token, **options)
     whole, whole_weights = pooler(layers, mask, return_weights=True)  # autograd on: one piece
     with torch.inference_mode():
         chunked, chunked_weights = pooler(layers, mask, return_weights=True)

@@ -18,16 +18,6 @@ from poolkit.pooling import fast
 LENGTHS = [4, 2, 3]
 
 
-@pytest.fixture(params=["fast", "plain"])
-def path(request):
-    """Run the test once with the fast CPU forms allowed and once with the plain forms only."""
-    if request.param == "plain":
-        with fast.disabled():
-            yield request.param
-    else:
-        yield request.param
-
-
 def setup(name: str, dtype=torch.float32):
     torch.manual_seed(0)
     pooler = make_pooler(name).to(dtype)

@@ -207,17 +207,17 @@ def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, 
 class LatentAttentionPooler(Pooler):
     """k learned queries cross-attend over the tokens (multi-head), then an optional residual MLP.
 
-    (B, T, D) -> (B, k * D) with ``reduce="concat"`` or (B, D) with ``reduce="mean"``. Set
+    (B, T, D) -> (B, k * D) with ``combine="concat"`` or (B, D) with ``combine="mean"``. Set
     Transformer's Pooling by Multihead Attention (Lee et al., ICML 2019) and the attention-pooling
     "MAP" head of SigLIP / timm.
     """
 
     def __init__(self, hidden_size: int, *, num_queries: int = 1, num_heads: int = 1, mlp: bool = True,
-                 mlp_ratio: float = 2.0, reduce: str = "concat", on_empty: str = "zeros") -> None:
+                 mlp_ratio: float = 2.0, combine: str = "concat", on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, on_empty=on_empty)
         self.num_queries = _check_positive(num_queries, f"{self.name}: num_queries")
         self.num_heads = _check_heads(hidden_size, num_heads, self.name)
-        self.reduce = _check_choice(reduce, ("concat", "mean"), f"{self.name}: reduce")
+        self.combine = _check_choice(combine, ("concat", "mean"), f"{self.name}: combine")
         self.queries = nn.Parameter(torch.randn(num_queries, hidden_size) * hidden_size ** -0.5)
         self.key = nn.Linear(hidden_size, hidden_size, bias=False)  # a key bias only shifts the softmax
         self.value = nn.Linear(hidden_size, hidden_size)
@@ -227,7 +227,7 @@ class LatentAttentionPooler(Pooler):
             inner = max(1, int(hidden_size * mlp_ratio))
             self.mlp = nn.Sequential(nn.LayerNorm(hidden_size), nn.Linear(hidden_size, inner), nn.GELU(),
                                      nn.Linear(inner, hidden_size))
-        self.output_dim = hidden_size * (num_queries if reduce == "concat" else 1)
+        self.output_dim = hidden_size * (num_queries if combine == "concat" else 1)
 
     def pool(self, x: Tensor, mask: Tensor):
         query = self.queries.to(x.dtype).expand(x.shape[0], -1, -1)
@@ -236,12 +236,12 @@ class LatentAttentionPooler(Pooler):
         pooled = self.out(attended.to(self.out.weight.dtype))
         if self.mlp is not None:
             pooled = pooled + self.mlp(pooled)
-        pooled = pooled.flatten(1) if self.reduce == "concat" else pooled.mean(dim=1)
+        pooled = pooled.flatten(1) if self.combine == "concat" else pooled.mean(dim=1)
         return pooled, weights.mean(dim=(1, 2))
 
 
 @register_pooler("adapool", "adaptive_attention", "adaptive")
-class AdaPool(Pooler):
+class AdaptiveAttentionPooler(Pooler):
     """Adaptive attention pooling: the query is taken from the input itself.
 
     The query is one real token (``query_index=i``, negative counts from the end), the mean of several

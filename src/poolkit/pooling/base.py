@@ -164,7 +164,7 @@ def _record_arguments(cls: type[Pooler]) -> None:
             try:
                 bound = signature.bind(self, *args, **options)
             except TypeError as err:  # e.g. an unknown option, given to the class directly
-                raise PoolkitError(f"{cls.name or cls.__name__}: {err}") from None
+                raise PoolkitError(f"{type(self).name or type(self).__name__}: {err}") from None
             bound.apply_defaults()
             self.__dict__["_spec"] = copy.deepcopy(dict(list(bound.arguments.items())[1:]))
         init(self, *args, **options)

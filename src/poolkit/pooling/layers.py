@@ -20,34 +20,52 @@ from torch.nn import functional as F
 from ..errors import PoolkitError
 
 from . import fast, masking
-from .base import Pooler, build_pooler, register_pooler
+from .base import Pooler, build_pooler, pooler_class, pooler_spec, register_pooler
 
 #: Inference mixes and pools a non-linear token pooler's rows in this many chunks (see LayerPooler.mix).
 MIX_CHUNKS = 8
 
 
 class LayerPooler(Pooler):
-    """Base of the layer family: owns the token pooler and the two ways of mixing layers."""
+    """Base of the layer family: checks the number of layers, owns the token pooler and the two ways of
+    mixing layers.
+
+    Every layer pooler takes ``num_layers``, the encoder's number of transformer layers
+    (``config.num_hidden_layers``; ``build_pooler`` fills it in), and is called with its ``num_layers + 1``
+    hidden states (embeddings first). ``token_pooler`` is a token pooler's name or spec dict, e.g.
+    ``{"name": "attention", "attn_size": 64}``.
+    """
 
     kind = "layer"
 
-    def __init__(self, hidden_size: int, *, token_pooler: str | dict[str, Any] = "cls",
-                 token_options: dict[str, Any] | None = None, token_hidden_size: int | None = None,
-                 on_empty: str = "zeros") -> None:
+    def __init__(self, hidden_size: int, *, num_layers: int | None = None, token_pooler: str | dict[str, Any] = "cls",
+                 token_hidden_size: int | None = None, on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, on_empty=on_empty)
-        spec = {"name": token_pooler} if isinstance(token_pooler, str) else dict(token_pooler)
-        spec.update(token_options or {})
+        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
+            raise PoolkitError(f"{self.name} needs num_layers, the encoder's number of transformer layers "
+                               f"(config.num_hidden_layers), got {num_layers!r}")
+        self.num_layers = num_layers
+        spec = pooler_spec(token_pooler)
+        if pooler_class(spec["name"]).kind != "token":
+            raise PoolkitError(f"{self.name}: token_pooler must be a token pooler, got layer pooler {spec['name']!r}")
         self.token = build_pooler(spec, token_hidden_size or hidden_size)
-        if self.token.kind != "token":
-            raise PoolkitError(f"{self.name}: token_pooler must be a token pooler, got layer pooler "
-                               f"{self.token.name!r}")
         self.output_dim = self.token.output_dim
 
-    def _layer_range(self, layers: list[Tensor], start: int) -> list[Tensor]:
-        if not -len(layers) <= start < len(layers):
-            raise PoolkitError(f"{self.name}: layer_start={start} is out of range for {len(layers)} hidden "
-                               "states (embeddings + layers)")
-        return layers[start:]
+    def check_layer_start(self, layer_start: int) -> int:
+        """``layer_start`` (an index into the num_layers + 1 hidden states; negative counts from the end) as
+        a non-negative index, or a one-line error when it is out of range."""
+        states = self.num_layers + 1
+        if not isinstance(layer_start, int) or isinstance(layer_start, bool) or not -states <= layer_start < states:
+            raise PoolkitError(f"{self.name}: layer_start must index the {states} hidden states (0 = embeddings, "
+                               f"{self.num_layers} = last layer, negative from the end), got {layer_start!r}")
+        return layer_start % states
+
+    def _check_input(self, hidden_states, attention_mask):
+        layers, mask = super()._check_input(hidden_states, attention_mask)
+        if len(layers) != self.num_layers + 1:
+            raise PoolkitError(f"{self.name} was built for num_layers={self.num_layers} (+ embeddings = "
+                               f"{self.num_layers + 1} hidden states) but got {len(layers)}")
+        return layers, mask
 
     def compute_dtype(self, layers: list[Tensor]) -> torch.dtype:
         """The parameters' dtype (as token poolers convert their input to), else the layers' own."""
@@ -98,62 +116,50 @@ class WeightedLayerPooler(LayerPooler):
     """One learnable weight per layer from ``layer_start`` to the last, weighted mean, then a token pooler.
 
     The "Weighted Layer Pooling" recipe (Kaggle CommonLit; sentence-transformers'
-    WeightedLayerPooling): weights start uniform and are normalised by their sum (``normalize="sum"``)
-    or by a softmax (``"softmax"``, ELMo's scalar mix, Peters et al. 2018). ``num_layers`` is the
-    encoder's number of transformer layers (``config.num_hidden_layers``); ``layer_start`` indexes the
+    WeightedLayerPooling): weights start uniform and are normalised by their sum (``weighting="sum"``)
+    or by a softmax (``"softmax"``, ELMo's scalar mix, Peters et al. 2018). ``layer_start`` indexes the
     hidden states (0 = embeddings) and defaults to the recipe's 4, or the last layer on shallower models.
     """
 
     def __init__(self, hidden_size: int, *, num_layers: int | None = None, layer_start: int | None = None,
-                 normalize: str = "sum", token_pooler: str | dict[str, Any] = "cls",
-                 token_options: dict[str, Any] | None = None, on_empty: str = "zeros") -> None:
-        super().__init__(hidden_size, token_pooler=token_pooler, token_options=token_options,
-                         on_empty=on_empty)
-        if not isinstance(num_layers, int) or num_layers < 1:
-            raise PoolkitError(f"{self.name} needs num_layers, the encoder's number of transformer layers "
-                               f"(config.num_hidden_layers), got {num_layers!r}")
-        if layer_start is None:
-            layer_start = min(4, num_layers)
-        if not isinstance(layer_start, int) or not 0 <= layer_start <= num_layers:
-            raise PoolkitError(f"{self.name}: layer_start must be in 0..num_layers={num_layers}, "
-                               f"got {layer_start!r}")
-        if normalize not in ("sum", "softmax"):
-            raise PoolkitError(f"{self.name}: normalize must be 'sum' or 'softmax', got {normalize!r}")
-        self.num_layers = num_layers
-        self.layer_start = layer_start
-        self.normalize = normalize
-        initial = torch.ones(num_layers + 1 - layer_start) if normalize == "sum" else torch.zeros(
-            num_layers + 1 - layer_start)
-        self.layer_weights = nn.Parameter(initial)
+                 weighting: str = "sum", token_pooler: str | dict[str, Any] = "cls",
+                 on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, num_layers=num_layers, token_pooler=token_pooler, on_empty=on_empty)
+        self.layer_start = self.check_layer_start(min(4, num_layers) if layer_start is None else layer_start)
+        if weighting not in ("sum", "softmax"):
+            raise PoolkitError(f"{self.name}: weighting must be 'sum' or 'softmax', got {weighting!r}")
+        self.weighting = weighting
+        count = num_layers + 1 - self.layer_start
+        self.layer_weights = nn.Parameter(torch.ones(count) if weighting == "sum" else torch.zeros(count))
 
     def normalized_weights(self) -> Tensor:
         weights = masking.widen(self.layer_weights)
-        return weights / weights.sum() if self.normalize == "sum" else torch.softmax(weights, dim=0)
+        return weights / weights.sum() if self.weighting == "sum" else torch.softmax(weights, dim=0)
 
     def pool(self, layers: list[Tensor], mask: Tensor):
-        if len(layers) != self.num_layers + 1:
-            raise PoolkitError(f"{self.name} was built for num_layers={self.num_layers} (+ embeddings = "
-                               f"{self.num_layers + 1} hidden states) but got {len(layers)}")
         weights = self.normalized_weights()
         pooled, token_weights = self.mix(layers[self.layer_start:], weights, mask)
         return pooled, {"layer": weights.expand(mask.shape[0], -1), "token": token_weights}
 
 
 class _LastLayersPooler(LayerPooler):
-    """The last ``last_n`` layers, combined, then a token pooler."""
+    """The last ``last_n`` hidden states, combined, then a token pooler."""
 
-    def __init__(self, hidden_size: int, *, last_n: int = 4, token_pooler: str | dict[str, Any] = "cls",
-                 token_options: dict[str, Any] | None = None, token_hidden_size: int | None = None,
-                 on_empty: str = "zeros") -> None:
-        super().__init__(hidden_size, token_pooler=token_pooler, token_options=token_options,
-                         token_hidden_size=token_hidden_size, on_empty=on_empty)
-        if not isinstance(last_n, int) or last_n < 1:
+    #: True when the layers are concatenated feature-wise: the token pooler then sees last_n * D features.
+    concatenates = False
+
+    def __init__(self, hidden_size: int, *, num_layers: int | None = None, last_n: int = 4,
+                 token_pooler: str | dict[str, Any] = "cls", on_empty: str = "zeros") -> None:
+        if not isinstance(last_n, int) or isinstance(last_n, bool) or last_n < 1:
             raise PoolkitError(f"{self.name}: last_n must be a positive int, got {last_n!r}")
+        super().__init__(hidden_size, num_layers=num_layers, token_pooler=token_pooler,
+                         token_hidden_size=last_n * hidden_size if self.concatenates else None, on_empty=on_empty)
+        if last_n > self.num_layers + 1:
+            raise PoolkitError(f"{self.name}: last_n={last_n} but there are only {self.num_layers + 1} hidden states "
+                               "(num_layers + embeddings)")
         self.last_n = last_n
 
     def last_layers(self, layers: list[Tensor]) -> list[Tensor]:
-        if len(layers) < self.last_n:
-            raise PoolkitError(f"{self.name}: last_n={self.last_n} but only {len(layers)} hidden states")
         return layers[-self.last_n:]
 
 
@@ -176,10 +182,7 @@ class ConcatLayersPooler(_LastLayersPooler):
     pooler pools each layer first; others see the (B, T, last_n * D) concatenation.
     """
 
-    def __init__(self, hidden_size: int, *, last_n: int = 4, token_pooler: str | dict[str, Any] = "cls",
-                 token_options: dict[str, Any] | None = None, on_empty: str = "zeros") -> None:
-        super().__init__(hidden_size, last_n=last_n, token_pooler=token_pooler, token_options=token_options,
-                         token_hidden_size=last_n * hidden_size, on_empty=on_empty)
+    concatenates = True
 
     def pool(self, layers: list[Tensor], mask: Tensor):
         selected = self.last_layers(layers)
@@ -202,23 +205,22 @@ class _RecurrentLayersPooler(LayerPooler):
 
     rnn_type: type[nn.RNNBase] = nn.LSTM
 
-    def __init__(self, hidden_size: int, *, rnn_hidden: int = 256, bidirectional: bool = True,
+    def __init__(self, hidden_size: int, *, num_layers: int | None = None, rnn_hidden: int = 256, bidirectional: bool = True,
                  dropout: float = 0.1, layer_start: int = 1, token_pooler: str | dict[str, Any] = "cls",
-                 token_options: dict[str, Any] | None = None, on_empty: str = "zeros") -> None:
-        super().__init__(hidden_size, token_pooler=token_pooler, token_options=token_options,
-                         on_empty=on_empty)
-        if not isinstance(rnn_hidden, int) or rnn_hidden < 1:
+                 on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, num_layers=num_layers, token_pooler=token_pooler, on_empty=on_empty)
+        if not isinstance(rnn_hidden, int) or isinstance(rnn_hidden, bool) or rnn_hidden < 1:
             raise PoolkitError(f"{self.name}: rnn_hidden must be a positive int, got {rnn_hidden!r}")
         if not 0 <= dropout < 1:
             raise PoolkitError(f"{self.name}: dropout must be in [0, 1), got {dropout!r}")
-        self.layer_start = layer_start
+        self.layer_start = self.check_layer_start(layer_start)
         self.rnn = self.rnn_type(self.token.output_dim, rnn_hidden, batch_first=True,
                                  bidirectional=bidirectional)
         self.dropout = nn.Dropout(dropout)
         self.output_dim = rnn_hidden * (2 if bidirectional else 1)
 
     def pool(self, layers: list[Tensor], mask: Tensor):
-        vectors, token_weights = self.pool_each(self._layer_range(layers, self.layer_start), mask)
+        vectors, token_weights = self.pool_each(layers[self.layer_start:], mask)
         vectors = vectors.to(self.rnn.weight_ih_l0.dtype)
         if fast.transformed():  # no vmap rule for aten::gru, and dynamo does not trace nn.RNNBase
             directions = range(2 if self.rnn.bidirectional else 1)
@@ -277,17 +279,16 @@ class AttentionLayersPooler(LayerPooler):
     input-dependent.
     """
 
-    def __init__(self, hidden_size: int, *, layer_start: int = 1, token_pooler: str | dict[str, Any] = "cls",
-                 token_options: dict[str, Any] | None = None, on_empty: str = "zeros") -> None:
-        super().__init__(hidden_size, token_pooler=token_pooler, token_options=token_options,
-                         on_empty=on_empty)
+    def __init__(self, hidden_size: int, *, num_layers: int | None = None, layer_start: int = 1,
+                 token_pooler: str | dict[str, Any] = "cls", on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, num_layers=num_layers, token_pooler=token_pooler, on_empty=on_empty)
         dim = self.token.output_dim
-        self.layer_start = layer_start
+        self.layer_start = self.check_layer_start(layer_start)
         self.key = nn.Linear(dim, dim, bias=False)  # a bias would only shift the softmax
         self.query = nn.Parameter(torch.randn(dim) * dim ** -0.5)
 
     def pool(self, layers: list[Tensor], mask: Tensor):
-        vectors, token_weights = self.pool_each(self._layer_range(layers, self.layer_start), mask)
+        vectors, token_weights = self.pool_each(layers[self.layer_start:], mask)
         vectors = vectors.to(self.key.weight.dtype)
         scores = self.key(vectors) @ self.query * vectors.shape[-1] ** -0.5  # (B, L)
         weights = torch.softmax(masking.widen(scores), dim=-1)
