@@ -1,8 +1,8 @@
 """The pooling zoo: every pooler registered by name behind one contract (see base.Pooler)."""
 
 from . import statistics, attention, composite, layers  # noqa: F401,I001  (registers, in this order)
-from .base import (Pooler, build_pooler, get_pooler, list_poolers, option_docs, pooler_options, pooler_spec,
+from .base import (Pooler, build_pooler, describe_options, get_pooler, list_poolers, pooler_options, pooler_spec,
                    register_pooler)
 
-__all__ = ["Pooler", "build_pooler", "get_pooler", "list_poolers", "option_docs", "pooler_options", "pooler_spec",
-           "register_pooler"]
+__all__ = ["Pooler", "build_pooler", "describe_options", "get_pooler", "list_poolers", "pooler_options",
+           "pooler_spec", "register_pooler"]

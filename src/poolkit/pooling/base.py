@@ -218,20 +218,39 @@ def pooler_options(name: str) -> dict[str, Any]:
     return {p.name: p.default for p in parameters if p.name != "hidden_size"}
 
 
-def option_docs(name: str) -> dict[str, str]:
-    """One line per option of a pooler, from its class docstring's ``Options:`` block (``name: text`` lines)."""
-    doc = inspect.getdoc(pooler_class(name)) or ""
-    docs: dict[str, str] = {}
-    in_block = False
-    for line in doc.splitlines():
-        if line.strip() == "Options:":
-            in_block = True
-        elif in_block and ":" in line and line.startswith("    "):
-            key, _, text = line.strip().partition(":")
-            docs[key.strip("` ")] = text.strip()
-        elif in_block and line.strip():
-            in_block = False
-    return docs
+#: One line for every option a registered pooler takes (a test keeps this complete).
+OPTION_DOCS = {
+    "on_empty": "rows with no real token: 'zeros' (zeros and zero weights) or 'raise'",
+    "p": "gem: the starting power p >= 1 (1: mean; large: max of magnitudes)",
+    "learn_p": "gem: learn p with the rest (True) or keep it fixed",
+    "signed": "gem: odd power sign(x)|x|^p for signed features (True) or the classic clamp to eps",
+    "eps": "gem: the small value added to |x| (clamp floor when signed=False)",
+    "temperature": "lse: the starting temperature t > 0 (small: max; large: mean)",
+    "learn_temperature": "lse: learn t with the rest (True) or keep it fixed",
+    "attn_size": "width of the attention scoring layer",
+    "init": "attention: weight init, 'xavier' (the recipe's) or 'default' (PyTorch's)",
+    "num_heads": "attention heads (must divide hidden_size for latent / adapool)",
+    "combine": "how heads / queries are joined: 'concat', or 'project' (multihead) / 'mean' (latent)",
+    "num_queries": "latent: number of learned queries",
+    "mlp": "latent: add the residual MLP after attention",
+    "mlp_ratio": "latent: the MLP's inner width as a multiple of hidden_size",
+    "query_index": "adapool: the query token (int, negative from the end), several (list, averaged) or None (mean)",
+    "residual": "adapool: add the query token back (default: when the query is one token)",
+    "poolers": "concat: the token poolers (names or spec dicts) whose outputs are concatenated",
+    "num_layers": "the encoder's transformer layers (config.num_hidden_layers); build_pooler fills it in",
+    "layer_start": "first hidden state used (0 = embeddings, negative from the end)",
+    "weighting": "weighted_layer: normalise the layer weights by their 'sum' or a 'softmax'",
+    "token_pooler": "the token pooler applied to the layers (a name or spec dict)",
+    "last_n": "how many of the last hidden states are used",
+    "rnn_hidden": "hidden size of the recurrence over layers (per direction)",
+    "bidirectional": "run the recurrence in both directions (final states concatenated)",
+    "dropout": "dropout on the recurrence's output (training only)",
+}
+
+
+def describe_options(name: str) -> dict[str, tuple[Any, str]]:
+    """{option: (default, one-line doc)} for a pooler: what ``pooler_options`` lists, explained."""
+    return {key: (default, OPTION_DOCS.get(key, "")) for key, default in pooler_options(name).items()}
 
 
 def check_options(name: str, options: dict[str, Any]) -> str:

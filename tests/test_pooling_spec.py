@@ -1,0 +1,84 @@
+"""One pooler spec: get_config() is a plain dict that rebuilds the same pooler, options come from each
+class's own constructor, every layer pooler is sized by num_layers."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+import torch
+
+from helpers import ALL_POOLERS, HIDDEN, NUM_LAYERS, make_pooler, mask_from_lengths, random_layers, states_for
+from poolkit import PoolkitError
+from poolkit.pooling import build_pooler, describe_options, get_pooler, pooler_options, pooler_spec
+from poolkit.pooling.base import OPTION_DOCS, pooler_class
+
+
+@pytest.mark.parametrize("name", ALL_POOLERS)
+def test_get_config_rebuilds_an_identical_pooler(name):
+    pooler = make_pooler(name)
+    config = pooler.get_config()
+    assert json.loads(json.dumps(config)) == config  # plain JSON values only
+    rebuilt = get_pooler(**config).eval()
+    rebuilt.load_state_dict(pooler.state_dict())
+    assert rebuilt.get_config() == config
+    layers = random_layers(3, 5)
+    mask = mask_from_lengths([5, 2, 0], 5)
+    with torch.no_grad():
+        assert torch.equal(rebuilt(states_for(rebuilt, layers), mask), pooler(states_for(pooler, layers), mask))
+
+
+@pytest.mark.parametrize("name", ALL_POOLERS)
+def test_config_holds_every_option_and_repr_shows_it(name):
+    pooler = make_pooler(name)
+    config = pooler.get_config()
+    assert set(config) == {"name", "hidden_size", *pooler_options(name)}
+    text = repr(pooler)
+    for key in ("hidden_size", *pooler_options(name)):
+        assert f"{key}=" in text
+
+
+@pytest.mark.parametrize("name", ALL_POOLERS)
+def test_listed_options_are_exactly_what_the_constructor_takes(name):
+    """Every listed option, passed with its default (num_layers set), builds; nothing else is listed."""
+    options = {k: v for k, v in pooler_options(name).items() if v is not inspect.Parameter.empty}
+    if "num_layers" in options:
+        options["num_layers"] = NUM_LAYERS
+    assert get_pooler(name, HIDDEN, **options).get_config() == {"name": name, "hidden_size": HIDDEN, **options}
+    accepted = set(inspect.signature(pooler_class(name).__init__).parameters) - {"self", "hidden_size"}
+    assert set(pooler_options(name)) == accepted
+
+
+@pytest.mark.parametrize("name", ALL_POOLERS)
+def test_every_option_has_a_one_line_doc(name):
+    for key, (_, doc) in describe_options(name).items():
+        assert doc and "\n" not in doc, f"{name}: option {key!r} has no doc in OPTION_DOCS"
+    assert set(OPTION_DOCS) <= {k for n in ALL_POOLERS for k in pooler_options(n)}  # no stale docs
+
+
+def test_options_changed_after_construction_do_not_leak_into_the_spec():
+    spec = {"name": "concat", "poolers": ["mean", {"name": "attention", "attn_size": 8}]}
+    pooler = build_pooler(spec, HIDDEN)
+    spec["poolers"].append("max")
+    pooler.get_config()["poolers"].append("min")
+    assert pooler.get_config()["poolers"] == ["mean", {"name": "attention", "attn_size": 8}]
+
+
+def test_build_pooler_fills_the_encoder_sizes_and_keeps_the_spec_values():
+    assert build_pooler("weighted_layer", HIDDEN, num_layers=3).num_layers == 3
+    assert build_pooler({"name": "weighted_layer", "num_layers": 2}, HIDDEN, num_layers=3).num_layers == 2
+    assert build_pooler("mean", HIDDEN, num_layers=3).get_config() == {"name": "mean", "hidden_size": HIDDEN,
+                                                                        "on_empty": "zeros"}
+    with pytest.raises(PoolkitError, match="hidden_size is needed"):
+        build_pooler("mean")
+
+
+def test_pooler_spec_resolves_aliases_and_checks_options():
+    assert pooler_spec("avg") == {"name": "mean"}
+    assert pooler_spec("attention", attn_size=64) == {"name": "attention", "attn_size": 64}
+    assert pooler_spec({"name": "learned_attention", "attn_size": 64}) == {"name": "attention", "attn_size": 64}
+    with pytest.raises(PoolkitError, match="no option 'atn_size'"):
+        pooler_spec("attention", atn_size=64)
+    with pytest.raises(PoolkitError, match="a name or a dict with 'name'"):
+        pooler_spec(["mean"])
