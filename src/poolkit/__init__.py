@@ -1,19 +1,33 @@
-"""poolkit: pooling for transformers and CNNs that is correct under padding and dtypes."""
+"""poolkit: pooling for transformers and CNNs that is correct under padding and dtypes.
+
+``import poolkit`` needs only torch and numpy; the names that need an extra import it when first used.
+"""
+
+import importlib
 
 from .errors import PoolkitError
 from .pooling import Pooler, get_pooler, list_poolers, pooler_options, register_pooler
 
+#: Names that need an extra, and the module each comes from.
+_LAZY = {
+    "TextEncoder": "poolkit.models.text_encoder",
+    "encode": "poolkit.models.text_encoder",
+    "PooledModel": "poolkit.models.pooled_model",
+    "PooledConfig": "poolkit.models.pooled_model",
+    "compare": "poolkit.training.api",
+    "train": "poolkit.training.api",
+    "predict": "poolkit.training.api",
+}
+
 
 def __getattr__(name: str):
-    """``poolkit.TextEncoder`` / ``poolkit.encode`` import transformers only when first used."""
-    if name in ("TextEncoder", "encode"):
-        from .models import text_encoder
-
-        return getattr(text_encoder, name)
+    """The names of ``_LAZY`` import their module (and its extra, or say which to install) only when first used."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'poolkit' has no attribute {name!r}")
 
 
 __version__ = "0.1.0"
 
-__all__ = ["Pooler", "PoolkitError", "TextEncoder", "encode", "get_pooler", "list_poolers", "pooler_options",
-           "register_pooler", "__version__"]
+__all__ = ["Pooler", "PoolkitError", "get_pooler", "list_poolers", "pooler_options", "register_pooler", *_LAZY,
+           "__version__"]

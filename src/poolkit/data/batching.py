@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from poolkit.data.tables import TableData
 from poolkit.errors import PoolkitError
+
+if TYPE_CHECKING:  # tables needs pandas; batching itself only torch and numpy
+    from poolkit.data.tables import TableData
 
 PADDINGS = ("longest", "max_length")
 

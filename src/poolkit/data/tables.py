@@ -11,9 +11,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from poolkit.errors import PoolkitError, suggest
+from poolkit.extras import require
+
+require("cli", "pandas")
+
+import pandas as pd  # noqa: E402
 
 TASKS = ("regression", "classification", "multilabel")
 FORMATS = (".csv", ".tsv", ".jsonl", ".json", ".parquet")

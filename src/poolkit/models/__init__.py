@@ -1,5 +1,9 @@
 """Encoder + pooler + head models (Hugging Face) and the sentence-transformers module."""
 
-from .pooled_model import PooledConfig, PooledModel, PooledModelOutput
+from ..extras import require
+
+require("hf", "transformers", "safetensors", "tqdm")  # accelerate: training only
+
+from .pooled_model import PooledConfig, PooledModel, PooledModelOutput  # noqa: E402
 
 __all__ = ["PooledConfig", "PooledModel", "PooledModelOutput"]

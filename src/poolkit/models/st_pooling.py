@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from sentence_transformers.base.modules.module import Module
 from torch import Tensor
 
 from ..errors import PoolkitError
+from ..extras import require
 from ..pooling import build_pooler
+
+require("st", "sentence_transformers.base.modules.module")  # the path sentence-transformers >= 5.4 has
+
+from sentence_transformers.base.modules.module import Module  # noqa: E402
 
 
 class PoolkitPooling(Module):
