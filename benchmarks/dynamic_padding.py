@@ -45,7 +45,7 @@ class Runner:
     def __init__(self, model_path: str, data, tokenizer, padding: str, batch_size: int, max_length: int,
                  seed: int) -> None:
         torch.manual_seed(seed)
-        self.model = PooledModel.from_encoder(model_path, pooling="mean", task="classification",
+        self.model = PooledModel.from_encoder(model_path, pooler="mean", task="classification",
                                               num_labels=data.n_outputs)
         self.model.train()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=5e-5, weight_decay=0.01)

@@ -32,7 +32,7 @@ def batch(bert_dir, texts=SENTENCES, side="right", pad_to=None):
                                                ("adapool", {"query_index": 0})])
 @pytest.mark.parametrize("task, num_labels", [("regression", 2), ("classification", 3), ("multilabel", 3)])
 def test_save_and_load_give_identical_outputs(tmp_path, bert_dir, pooling, options, task, num_labels):
-    model = PooledModel.from_encoder(bert_dir, pooling=pooling, pooling_options=options, task=task,
+    model = PooledModel.from_encoder(bert_dir, pooler={"name": pooling, **options}, task=task,
                                      num_labels=num_labels).eval()
     inputs = batch(bert_dir)
     with torch.no_grad():
@@ -45,13 +45,14 @@ def test_save_and_load_give_identical_outputs(tmp_path, bert_dir, pooling, optio
     assert torch.equal(before.logits, after.logits)
     assert before.logits.shape == (4, num_labels) and before.weights is not None
     assert type(AutoModel.from_pretrained(tmp_path / "saved")) is PooledModel
-    assert json.loads((tmp_path / "saved" / "config.json").read_text())["pooling"] == pooling
+    saved = json.loads((tmp_path / "saved" / "config.json").read_text())["pooler"]
+    assert saved == model.pooler.get_config() and saved["name"] == pooling and saved["hidden_size"] == 32
 
 
 @pytest.mark.parametrize("pooling", ["cls", "attention", "weighted_layer", "last"])
 def test_model_is_padding_invariant_left_or_right(bert_dir, pooling):
     """More padding, or padding on the other side, leaves the whole model's output unchanged."""
-    model = PooledModel.from_encoder(bert_dir, pooling=pooling, task="regression").eval()
+    model = PooledModel.from_encoder(bert_dir, pooler=pooling, task="regression").eval()
     with torch.no_grad():
         right = model(**batch(bert_dir)).logits
         longer = model(**batch(bert_dir, pad_to=20)).logits
@@ -65,7 +66,7 @@ def test_model_is_padding_invariant_left_or_right(bert_dir, pooling):
 def test_only_layer_poolers_ask_for_hidden_states(bert_dir, monkeypatch):
     seen = []
     for pooling, wanted in [("mean", False), ("weighted_layer", True)]:
-        model = PooledModel.from_encoder(bert_dir, pooling=pooling)
+        model = PooledModel.from_encoder(bert_dir, pooler=pooling)
         forward = model.encoder.forward
 
         def spy(*args, _forward=forward, **kwargs):
@@ -97,7 +98,7 @@ def test_bad_task_and_pooler(bert_dir):
     with pytest.raises(PoolkitError, match="task must be one of"):
         PooledModel.from_encoder(bert_dir, task="ranking")
     with pytest.raises(PoolkitError, match="unknown pooler"):
-        PooledModel.from_encoder(bert_dir, pooling="atention")
+        PooledModel.from_encoder(bert_dir, pooler="atention")
 
 
 class _Texts(torch.utils.data.Dataset):
@@ -118,7 +119,7 @@ class _Texts(torch.utils.data.Dataset):
 @pytest.mark.parametrize("pooling", ["attention", "weighted_layer"])
 def test_trains_with_the_hugging_face_trainer(tmp_path, bert_dir, pooling):
     torch.manual_seed(0)
-    model = PooledModel.from_encoder(bert_dir, pooling=pooling, task="classification", num_labels=2)
+    model = PooledModel.from_encoder(bert_dir, pooler=pooling, task="classification", num_labels=2)
     data = _Texts(bert_dir)
     from transformers import DataCollatorWithPadding
     collator = DataCollatorWithPadding(AutoTokenizer.from_pretrained(bert_dir))
@@ -148,7 +149,7 @@ def test_sentence_transformers_module_round_trips(tmp_path, bert_dir, pooling):
     model.save(str(tmp_path / "st"))
     # sentence-transformers >= 6 imports module classes outside its namespace only when trusted.
     loaded = SentenceTransformer(str(tmp_path / "st"), device="cpu", trust_remote_code=True)
-    assert isinstance(loaded[1], PoolkitPooling) and loaded[1].pooling == pooling
+    assert isinstance(loaded[1], PoolkitPooling) and loaded[1].pooler["name"] == pooling
     assert torch.allclose(loaded.encode(SENTENCES, convert_to_tensor=True), embeddings, atol=1e-6)
 
 

@@ -62,7 +62,7 @@ def test_layer_pooler_normalisation_and_the_one_call_form(bert):
 
 def test_a_trained_pooled_model_embeds_with_its_own_pooler(bert, tmp_path):
     torch.manual_seed(0)
-    model = PooledModel.from_encoder(bert, pooling="attention", pooling_options={"attn_size": 8},
+    model = PooledModel.from_encoder(bert, pooler={"name": "attention", "attn_size": 8},
                                      task="classification", num_labels=2).eval()
     model.save_pretrained(tmp_path / "fold_0")
     AutoTokenizer.from_pretrained(bert).save_pretrained(tmp_path / "fold_0")
@@ -149,7 +149,7 @@ def test_packaged_minilm_matches_sentence_transformers_encode():
     from poolkit.models.encoders import resolve_model
 
     texts = load_builtin("embedded").texts[:48]
-    ours = TextEncoder(pooling="mean", normalize=True, device="cpu").encode(texts, batch_size=16)
+    ours = TextEncoder(pooler="mean", normalize=True, device="cpu").encode(texts, batch_size=16)
     theirs = SentenceTransformer(resolve_model(None), device="cpu").encode(texts, batch_size=16,
                                                                            convert_to_tensor=True)
     cosine = torch.nn.functional.cosine_similarity(ours, theirs.float(), dim=-1)

@@ -1,6 +1,6 @@
 """Encoder + poolkit pooler + head as one Hugging Face ``PreTrainedModel``.
 
-``PooledModel.from_encoder("path/or/name", pooling="attention", task="classification", num_labels=5)``
+``PooledModel.from_encoder("path/or/name", pooler="attention", task="classification", num_labels=5)``
 wraps any ``AutoModel`` encoder; ``save_pretrained`` / ``from_pretrained`` round-trip it (safetensors),
 and given ``labels`` it returns the loss, so the Hugging Face ``Trainer`` works unchanged.
 """
@@ -15,7 +15,7 @@ from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedMode
 from transformers.utils import ModelOutput
 
 from ..errors import PoolkitError
-from ..pooling import Pooler, build_pooler, pooler_spec
+from ..pooling import build_pooler, pooler_spec
 
 TASKS = ("regression", "classification", "multilabel")
 

@@ -1,6 +1,6 @@
 """Texts -> vectors: a Hugging Face encoder + a poolkit pooler, batched for throughput.
 
-``TextEncoder(pooling="mean").encode(texts)`` embeds with the packaged all-MiniLM-L6-v2 (or any local /
+``TextEncoder(pooler="mean").encode(texts)`` embeds with the packaged all-MiniLM-L6-v2 (or any local /
 hub encoder); ``TextEncoder("runs/x/fold_0")`` uses the encoder *and the trained pooler* of a model written
 by ``poolkit train`` (or any saved :class:`PooledModel`). The texts are tokenised once, cut into batches of
 similar token length (longest first, so each batch is padded only to its own longest text), run under
@@ -28,28 +28,29 @@ from .pooled_model import PooledConfig, PooledModel
 
 
 class TextEncoder:
-    """Embeds texts with an encoder and a pooler: ``TextEncoder(model, pooling).encode(texts) -> (N, dim)``.
+    """Embeds texts with an encoder and a pooler: ``TextEncoder(model, pooler).encode(texts) -> (N, dim)``.
 
     ``model``: a local folder or hub name of an encoder (default: the packaged all-MiniLM-L6-v2), or a
     saved :class:`PooledModel` (a ``fold_K`` folder of ``poolkit train``), whose trained pooler is then
-    used and ``pooling`` must be left out. On a bare encoder, poolers with weight matrices (the attention
+    used and ``pooler`` must be left out. ``pooler`` is a name or a spec dict (``{"name": ..., **options}``;
+    options may also come as keywords). On a bare encoder, poolers with weight matrices (the attention
     family, latent, adapool, lstm_layers, ...) would embed with random weights and are refused unless
     ``allow_untrained=True``; poolers whose few parameters start at a meaningful value (gem's p, lse's
     temperature, weighted_layer's uniform layer weights) are accepted. ``precision`` (auto, no, bf16,
     fp16): ``auto`` runs bf16 (or fp16) autocast on CUDA and float32 on CPU.
     """
 
-    def __init__(self, model: str | None = None, pooling: str | None = None, *, normalize: bool = False,
-                 max_length: int | None = None, device: str | torch.device | None = None,
-                 precision: str = "auto", allow_untrained: bool = False, **pooling_options: Any) -> None:
+    def __init__(self, model: str | None = None, pooler: str | dict[str, Any] | None = None, *,
+                 normalize: bool = False, max_length: int | None = None, device: str | torch.device | None = None,
+                 precision: str = "auto", allow_untrained: bool = False, **pooler_options: Any) -> None:
         path = resolve_model(model)
         self.device = torch.device(device) if device is not None else torch.device(
             "cuda" if torch.cuda.is_available() else "cpu")
         self.precision = resolve_precision(precision, self.device)
         self.tokenizer = load_tokenizer(path)
         if _is_pooled_model(path):
-            if pooling is not None or pooling_options:
-                raise PoolkitError(f"{path} is a trained poolkit model with its own pooler; leave pooling out "
+            if pooler is not None or pooler_options:
+                raise PoolkitError(f"{path} is a trained poolkit model with its own pooler; leave the pooler out "
                                    "(or pass the bare encoder to pool it another way)")
             with hf_bars_off():
                 pooled = PooledModel.from_pretrained(path)
@@ -58,7 +59,7 @@ class TextEncoder:
             with hf_bars_off():
                 self.encoder = load_encoder(path)
             config = self.encoder.config
-            self.pooler = build_pooler(pooler_spec(pooling or "mean", **pooling_options), config.hidden_size,
+            self.pooler = build_pooler(pooler_spec(pooler or "mean", **pooler_options), config.hidden_size,
                                        config.num_hidden_layers)
             if any(p.dim() >= 2 for p in self.pooler.parameters()) and not allow_untrained:
                 raise PoolkitError(
@@ -100,13 +101,13 @@ class TextEncoder:
         return sampler.restore(torch.cat(outputs)).cpu()
 
 
-def encode(texts: Sequence[str], model: str | None = None, pooling: str | None = None, *, normalize: bool = False,
-           batch_size: int = 32, **options: Any) -> torch.Tensor:
-    """One call: ``poolkit.encode(["a text", ...], pooling="mean", normalize=True)`` -> (N, dim) float32.
+def encode(texts: Sequence[str], model: str | None = None, pooler: str | dict[str, Any] | None = None, *,
+           normalize: bool = False, batch_size: int = 32, **options: Any) -> torch.Tensor:
+    """One call: ``poolkit.encode(["a text", ...], pooler="mean", normalize=True)`` -> (N, dim) float32.
 
     Builds a :class:`TextEncoder` each time; keep one to embed several lists with the same model.
     """
-    return TextEncoder(model, pooling, normalize=normalize, **options).encode(texts, batch_size=batch_size)
+    return TextEncoder(model, pooler, normalize=normalize, **options).encode(texts, batch_size=batch_size)
 
 
 def _is_pooled_model(path: str) -> bool:
