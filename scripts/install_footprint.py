@@ -56,10 +56,11 @@ def measure(venv: Path) -> dict:
     """Distributions and site-packages size of ``venv``, in all and without torch."""
     python = str(venv / "bin" / "python")
     site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
-    dists = sorted(d["name"] for d in json.loads(run(python, "-m", "pip", "list", "--format=json")))
+    listed = json.loads(run(python, "-m", "pip", "list", "--format=json"))
+    dists = sorted(f"{d['name']}=={d['version']}" for d in listed)
     total, torch = megabytes([site]), megabytes(torch_paths(site))
     return {"distributions": len(dists), "site_packages_mb": total, "torch_mb": torch,
-            "without_torch_mb": round(total - torch, 1), "names": dists}
+            "without_torch_mb": round(total - torch, 1), "installed": dists}
 
 
 def footprint(rev: str) -> dict:
@@ -82,9 +83,9 @@ def footprint(rev: str) -> dict:
             run(*pip, f"{source}{extra}")
             after = measure(venv)
             after["torch_pin_alone"] = {k: torch_only[k] for k in ("distributions", "site_packages_mb")}
-            after["added"] = sorted(set(after["names"]) - set(torch_only["names"]))
+            after["added"] = sorted(set(after["installed"]) - set(torch_only["installed"]))
             result["installs"][name] = after
-            print(name, {k: v for k, v in after.items() if k not in ("names", "added")}, flush=True)
+            print(name, {k: v for k, v in after.items() if k not in ("installed", "added")}, flush=True)
     return result
 
 
@@ -92,22 +93,25 @@ def render(data: dict) -> str:
     """footprint.md: a table of the numbers in ``data``."""
     core, full = data["installs"]["core"], data["installs"]["all"]
     base = core["torch_pin_alone"]
-    rows = [("the torch pin alone", base["distributions"], base["site_packages_mb"], "", ""),
+    torch = next(name for name in core["installed"] if name.startswith("torch=="))
+    rows = [("the torch pin alone", base["distributions"], base["site_packages_mb"],
+             round(base["site_packages_mb"] - core["torch_mb"], 1), ""),
             *[(label, d["distributions"], d["site_packages_mb"], d["without_torch_mb"],
                round(d["site_packages_mb"] - d["torch_pin_alone"]["site_packages_mb"], 1))
               for label, d in (("`pip install poolkit`", core), ("`pip install 'poolkit[all]'`", full))]]
     lines = [
         "# Install footprint",
         "",
-        f"Fresh venvs, `{data['torch_pin']}` (CPU) installed first, then poolkit at commit `{data['commit'][:12]}`;",
-        f"Python {data['python']}, {data['machine']}, {data['date']}. Written by `scripts/install_footprint.py`",
-        "from `footprint.json`; do not edit by hand.",
+        f"Fresh venvs, `{data['torch_pin']}` installed first (`{torch}`), then poolkit at commit",
+        f"`{data['commit'][:12]}`; Python {data['python']}, {data['machine']}, {data['date']}. Written by",
+        "`scripts/install_footprint.py` from `footprint.json`; do not edit by hand.",
         "",
         "| install | distributions | site-packages MB | without torch MB | added over the torch pin MB |",
         "|---|---:|---:|---:|---:|",
         *[f"| {' | '.join(str(cell) for cell in row)} |" for row in rows],
         "",
-        f"torch itself: {core['torch_mb']} MB. {data['units']}.",
+        f"torch's own files: {core['torch_mb']} MB; \"without torch\" keeps its dependencies (sympy, networkx, ...).",
+        f"{data['units']}.",
         "",
         f"The core adds: {', '.join(core['added'])}.",
         "",
