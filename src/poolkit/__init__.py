@@ -27,7 +27,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'poolkit' has no attribute {name!r}")
 
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["Pooler", "PoolkitError", "get_pooler", "list_poolers", "pooler_options", "register_pooler", *_LAZY,
            "__version__"]

@@ -30,7 +30,7 @@ import torch
 from ..errors import PoolkitError
 from ..io import atomic_write, prepare_out_dir
 from ..pooling import get_pooler, list_poolers
-from ..pooling.base import resolve_name
+from ..pooling.base import pooler_class, resolve_name
 from .snr_data import PAPER_KS, PUBLISHED_BASELINES, baseline_mse, check_ks, make_knn_centroid
 from .snr_model import SNRModel, fit
 
@@ -108,11 +108,12 @@ class SNRConfig:
             names = [n for n in names if n != "all"] + list_poolers(kind="token")
         resolved = []
         for name in names:
-            pooler = build_pooler(name, self)  # unknown names raise with suggestions
-            if pooler.kind != "token":
+            canonical = resolve_name(name)  # unknown names raise with suggestions
+            if pooler_class(canonical).kind != "token":
                 raise PoolkitError(f"pooler {name!r} pools over layers; this benchmark needs a token pooler")
-            if pooler.name not in resolved:
-                resolved.append(pooler.name)
+            build_pooler(canonical, self)  # its options fit this config's sizes
+            if canonical not in resolved:
+                resolved.append(canonical)
         ks = check_ks(self.ks)
         if max(ks) > self.num_vectors:
             raise PoolkitError(f"K must be at most num_vectors={self.num_vectors}, got {max(ks)}")
