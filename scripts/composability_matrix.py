@@ -37,6 +37,10 @@ COLUMNS = {
 }
 
 
+#: poolers holding an nn.LSTM / nn.GRU: compiled under torch._dynamo.config.allow_rnn (see the tests)
+RNN_POOLERS = ("lstm_layers", "gru_layers")
+
+
 def run_tests() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.xml"
@@ -68,7 +72,10 @@ def render(results: dict) -> str:
                                                                                        mark != "pass" and path else ""))
     columns = [c for c in COLUMNS.values() if any(c in row for row in cells.values())]
     lines = ["| pooler | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for pooler, row in cells.items():
+    from poolkit import list_poolers
+
+    order = {name: i for i, name in enumerate(list_poolers())}
+    for pooler, row in sorted(cells.items(), key=lambda item: order.get(item[0], len(order))):
         shown = []
         for column in columns:
             marks = row.get(column)
@@ -78,12 +85,17 @@ def render(results: dict) -> str:
                 shown.append("pass" + (" (both paths)" if len(marks) == 2 else ""))
             else:
                 shown.append(", ".join(m for m in marks if m != "pass"))
+        if pooler in RNN_POOLERS:
+            shown = [f"{cell} (allow_rnn)" if column.startswith("compile") and cell != "-" else cell
+                     for column, cell in zip(columns, shown)]
         lines.append(f"| `{pooler}` | " + " | ".join(shown) + " |")
     passed = sum(o["outcome"] == "pass" for o in results["outcomes"])
     header = (f"Pooler x transform, from `docs/composability/results.json` (commit {results['commit']}, torch "
               f"{results['torch']}, {results['machine']}): {passed} of {len(results['outcomes'])} checks pass. "
               "'both paths': checked with poolkit's fast CPU forms and with the plain forms. '-': not checked "
-              "(gradgradcheck and inductor: one pooler per family; ONNX: token poolers). Rendered by "
+              "(gradgradcheck and inductor: one pooler per family; ONNX: token poolers). 'allow_rnn': with "
+              "PyTorch's `torch._dynamo.config.allow_rnn = True`, without which Dynamo refuses nn.LSTM / nn.GRU. "
+              "Rendered by "
               "`scripts/composability_matrix.py`.\n\n")
     return header + "\n".join(lines) + "\n"
 
