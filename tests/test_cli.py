@@ -75,9 +75,9 @@ def test_compare_regression_ranks_by_rmse(capsys, tmp_path, table, bert):
 
 def test_parse_options():
     assert parse_options(["attn_size=256", "weighted_layer:token_pooler=mean", "query_index=[0, 1]", "mlp=false",
-                          'token_options={"p": 3}']) == [
+                          'token_pooler={"name": "gem", "p": 3}']) == [
         (None, "attn_size", 256), ("weighted_layer", "token_pooler", "mean"), (None, "query_index", [0, 1]),
-        (None, "mlp", False), (None, "token_options", {"p": 3})]
+        (None, "mlp", False), (None, "token_pooler", {"name": "gem", "p": 3})]
 
 
 def test_pooler_specs_take_commas_or_spaces_and_route_options():
