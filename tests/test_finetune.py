@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -22,6 +23,7 @@ from dist_worker import toy_config, toy_data, toy_model_dir
 from poolkit import PoolkitError
 from poolkit.models import PooledModel
 from poolkit.io import atomic_write_content, existing_dir, replace_dir, temp_dir
+from poolkit.locks import locked_dir
 from poolkit.training import finetune
 from poolkit.training.finetune import META, TrainConfig, fit, predict
 from poolkit.training.optim import freeze, param_groups
@@ -64,7 +66,8 @@ def comparable(summary: dict) -> dict:
 
 def test_run_writes_the_output_layout(reference):
     out, summary = reference
-    assert sorted(p.name for p in out.iterdir()) == ["fold_0", "fold_1", "metrics.json", "oof.csv", "train.log"]
+    assert sorted(p.name for p in out.iterdir()) == [".poolkit_outputs.json", "fold_0", "fold_1", "metrics.json",
+                                                     "oof.csv", "train.log"]
     for k in (0, 1):
         fold = out / f"fold_{k}"
         assert {"config.json", "model.safetensors", "tokenizer.json", META, "val_outputs.npz"} <= {
@@ -151,14 +154,33 @@ def test_non_empty_out_dir_needs_force(reference, model_dir, tmp_path):
     with pytest.raises(PoolkitError, match="not empty: pass --force .* or --resume"):
         fit(toy_config(model_dir), toy_data(), reference[0], progress=False)
     out = tmp_path / "forced"
-    (out / "fold_3").mkdir(parents=True)
-    (out / "fold_3" / "model.safetensors").write_text("stale")
+    (out / "fold_3").mkdir(parents=True)  # a fold of an earlier poolkit run (before manifests)
+    (out / "fold_3" / META).write_text("{}")
+    (out / "fold_3.partial").mkdir()
     (out / "notes.txt").write_text("mine")
+    (out / "fold_assignments.csv").write_text("row,fold\n0,1\n")  # the user's own fold_* files
+    (out / "fold_data").mkdir()
+    (out / "fold_data" / "a.csv").write_text("x")
     config = toy_config(model_dir, epochs=1, grad_accum=2, eval_every=2)  # 32 rows / 4 = 8 batches = 4 steps
     summary = fit(config, toy_data(), out, force=True, progress=False)
-    assert not (out / "fold_3").exists() and (out / "notes.txt").read_text() == "mine"
+    assert not (out / "fold_3").exists() and not (out / "fold_3.partial").exists()
+    assert (out / "notes.txt").read_text() == "mine" and (out / "fold_data" / "a.csv").read_text() == "x"
+    assert (out / "fold_assignments.csv").read_text() == "row,fold\n0,1\n"
     assert [h["step"] for h in summary["folds"][0]["history"]] == [2, 4]
     assert len(pd.read_csv(out / "oof.csv")) == summary["folds"][0]["val_rows"] == 8  # folds=1: validation rows
+
+
+def test_force_removes_only_the_earlier_runs_outputs_and_a_run_locks_its_folder(reference, model_dir, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(reference[0], out)  # a finished 2-fold run, with its manifest
+    (out / "fold_1_notes.txt").write_text("mine")
+    (out / ".notes.tmp").write_text("mine too")  # not one of poolkit's temporary names
+    fit(toy_config(model_dir, epochs=1), toy_data(), out, force=True, progress=False)  # now one fold
+    assert sorted(p.name for p in out.glob("fold_*")) == ["fold_0", "fold_1_notes.txt"]  # fold_1: the old run's
+    assert (out / ".notes.tmp").read_text() == "mine too"
+    with locked_dir(out), pytest.raises(PoolkitError, match="another poolkit run is writing to"):
+        fit(toy_config(model_dir, epochs=1), toy_data(), out, force=True, progress=False)
+    assert (out / "fold_0" / META).is_file()  # the refused run removed nothing
 
 
 def test_atomic_writes_leave_no_temporary_files(reference, tmp_path, monkeypatch):

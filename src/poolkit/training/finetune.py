@@ -18,6 +18,9 @@ Output folder::
     oof.csv             out-of-fold predictions (with folds=1: the validation rows only)
     metrics.json        per-fold metrics, mean and std over folds, metrics of the pooled out-of-fold outputs
     train.log           epochs, evaluations and metrics (appended as training goes)
+    .poolkit_outputs.json  the names above that this run writes: ``--force`` removes these, never other files
+
+The main process locks the folder for the whole run (:mod:`poolkit.locks`): a second run into it is refused.
 
 Files are written atomically (:mod:`poolkit.io`), only by the main process. ``--resume``
 restores the state of the last finished epoch (evaluations after it are redone) and needs the same settings
@@ -26,6 +29,7 @@ and data; it ends with the result of the uninterrupted run.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import io
 import json
@@ -57,6 +61,7 @@ from ..models import PooledModel
 from ..pooling import pooler_spec
 from ..models.encoders import AUTOCAST, PRECISIONS, hf_bars_off, load_tokenizer, resolve_model, resolve_precision
 from ..io import atomic_write_content, existing_dir, replace_dir, temp_dir
+from ..locks import locked_dir
 from .metrics import compute_metrics, primary_metric, sigmoid, softmax
 from .optim import TRAIN_ONLY, freeze, param_groups
 
@@ -64,6 +69,8 @@ SCHEDULERS = ("linear", "cosine")
 META = "poolkit_train.json"
 VAL_OUTPUTS = "val_outputs.npz"
 RESULTS = ("oof.csv", "metrics.json", "train.log")
+#: the names a run writes in its output folder: ``--force`` removes these and nothing else
+MANIFEST = ".poolkit_outputs.json"
 FOLD_KEYS = ("fold", "metrics", "best_epoch", "best_step", "epochs_run", "stopped_early", "train_rows", "val_rows",
              "seconds", "history")
 _FOLD_DIR = re.compile(r"fold_(\d+)")
@@ -208,8 +215,23 @@ def _check_same(saved: dict[str, Any], current: dict[str, Any], where: Path) -> 
                            "resume with the same options, or --force to start over")
 
 
-def _prepare_out_dir(out: Path, resume: bool, force: bool, state: PartialState) -> None:
-    """Refuse a non-empty folder unless resuming or forced; --force clears what poolkit train writes there."""
+def _written(out: Path) -> list[Path]:
+    """What an earlier run wrote in ``out``: the entries its manifest lists, or (a run without one) the fold
+    folders holding poolkit_train.json, fold_K.partial folders and the result files. Nothing else is touched."""
+    manifest = out / MANIFEST
+    if manifest.is_file():
+        names = json.loads(manifest.read_text())["outputs"]
+    else:
+        names = [p.name for p in out.glob("fold_*") if (_FOLD_DIR.fullmatch(p.name) and (p / META).is_file())
+                 or re.fullmatch(r"fold_\d+\.partial", p.name)] + list(RESULTS)
+    temps = [t for name in [*names, MANIFEST] for t in out.glob(f".{glob.escape(name)}.*.tmp")]
+    return [out / name for name in names] + temps + [manifest]
+
+
+@contextmanager
+def _claim_out_dir(out: Path, resume: bool, force: bool, state: PartialState, outputs: list[str]):
+    """Refuse a non-empty folder unless resuming or forced; the main process locks ``out`` for the run, --force
+    removes only what an earlier poolkit run wrote there, and a manifest lists what this run writes."""
     if resume and force:
         raise PoolkitError("pass either --resume (continue the run) or --force (start over), not both")
     if out.exists() and not out.is_dir():
@@ -218,12 +240,19 @@ def _prepare_out_dir(out: Path, resume: bool, force: bool, state: PartialState) 
         raise PoolkitError(f"output folder {out} is not empty: pass --force to overwrite it, "
                            "or --resume to continue the run in it")
     state.wait_for_everyone()  # every process has looked before the main one clears
-    if state.is_main_process:
+    if not state.is_main_process:
+        state.wait_for_everyone()
+        yield
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    with locked_dir(out):
         if force:
-            for path in [*out.glob("fold_*"), *(out / name for name in RESULTS), *out.glob(".*.tmp")]:
+            for path in _written(out):
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-        out.mkdir(parents=True, exist_ok=True)
-    state.wait_for_everyone()
+        if not (out / MANIFEST).is_file():
+            atomic_write_content(out / MANIFEST, json.dumps({"outputs": outputs}) + "\n")
+        state.wait_for_everyone()
+        yield
 
 
 @contextmanager
@@ -269,8 +298,9 @@ def fit(config: TrainConfig, data: TableData, out_dir: str | Path, resume: bool 
                            "processes: each global batch is split across them")
     out = Path(out_dir)
     run = _Run(config, data, out, progress and state.is_main_process, state)  # checks model and splits first
-    _prepare_out_dir(out, resume, force, state)
-    with _log_to(out / "train.log", state.is_main_process), hf_bars_off():
+    outputs = [*(f"fold_{k}{end}" for k in range(len(run.splits)) for end in ("", ".partial")), *RESULTS]
+    with _claim_out_dir(out, resume, force, state, outputs), _log_to(out / "train.log", state.is_main_process), \
+            hf_bars_off():
         return run.fit(resume)
 
 
