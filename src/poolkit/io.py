@@ -1,4 +1,5 @@
-"""Writing outputs without ever losing data: atomic files (temp + rename) and out-dirs that refuse to overwrite."""
+"""Writing outputs without ever losing data: atomic files and folders (temp, fsync, rename, fsync the parent) and
+out-dirs that refuse to overwrite."""
 
 from __future__ import annotations
 
@@ -26,9 +27,33 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600; give it a normal file's mode
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """Make a folder's entries (a rename into it) durable; a no-op where folders cannot be opened (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on a folder
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(folder: str | os.PathLike) -> None:
+    """Flush every file and folder under ``folder`` to disk (before it is renamed into place)."""
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            with open(os.path.join(parent, name), "rb") as handle:
+                os.fsync(handle.fileno())
+        fsync_dir(parent)
 
 
 def atomic_write_content(path: str | os.PathLike, content: str | bytes) -> None:
@@ -88,12 +113,15 @@ def temp_dir(dest: Path, create: bool = True) -> Path:
 
 
 def replace_dir(tmp: Path, dest: Path) -> None:
-    """Move the finished folder ``tmp`` to ``dest``; an existing ``dest`` is parked as ``<dest>.old``, then removed."""
+    """Flush the finished folder ``tmp`` to disk and move it to ``dest``; an existing ``dest`` is parked as
+    ``<dest>.old``, then removed."""
+    fsync_tree(tmp)
     old = dest.with_name(dest.name + OLD_SUFFIX)
     shutil.rmtree(old, ignore_errors=True)
     if dest.exists():
         os.rename(dest, old)
     os.rename(tmp, dest)
+    fsync_dir(dest.parent)
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 import torch
@@ -14,6 +16,10 @@ from ..errors import PoolkitError
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 PRECISIONS = ("auto", "no", "bf16", "fp16")
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+#: The files in which transformers looks for ``auto_map`` (classes implemented by Python files in the folder).
+CODE_MAPS = ("config.json", "tokenizer_config.json")
+#: The ambient ``trust_remote_code`` for loaders called without one (off; :func:`remote_code` sets it for a block).
+_TRUST_REMOTE_CODE: ContextVar[bool] = ContextVar("poolkit_trust_remote_code", default=False)
 
 
 def default_model_path() -> str:
@@ -41,24 +47,59 @@ def model_label(name_or_path: str | None) -> str:
     return Path(path).name or path
 
 
-def load_tokenizer(name_or_path: str | None):
-    """The model's tokenizer, with a one-line error when it cannot be found."""
+@contextmanager
+def remote_code(allow: bool) -> Iterator[None]:
+    """Within the block, loaders called without ``trust_remote_code`` use ``allow`` (for code that loads through
+    helpers it does not pass the flag to, e.g. fine-tuning)."""
+    token = _TRUST_REMOTE_CODE.set(bool(allow))
+    try:
+        yield
+    finally:
+        _TRUST_REMOTE_CODE.reset(token)
+
+
+def check_model_folder(path: str | os.PathLike, trust_remote_code: bool | None = None) -> bool:
+    """The ``trust_remote_code`` to pass to transformers for ``path``; refuses a local folder whose config.json or
+    tokenizer_config.json maps classes to code in the folder (``auto_map``) unless it is ``True``.
+
+    ``None``: the ambient setting (:func:`remote_code`, off by default). Every poolkit loader calls this first.
+    """
+    trust = _TRUST_REMOTE_CODE.get() if trust_remote_code is None else bool(trust_remote_code)
+    folder = Path(path)
+    if trust or not folder.is_dir():  # hub names: transformers itself refuses custom code without trust
+        return trust
+    for name in CODE_MAPS:
+        try:
+            config = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(config, dict) and config.get("auto_map"):
+            raise PoolkitError(f"{folder / name} maps auto_map classes to code in the folder; poolkit does not run "
+                               "model-folder code (pass --trust-remote-code to allow it)")
+    return False
+
+
+def load_tokenizer(name_or_path: str | None, trust_remote_code: bool | None = None):
+    """The model's tokenizer, with a one-line error when it cannot be found; model-folder code refused unless trusted."""
     from transformers import AutoTokenizer
 
     path = resolve_model(name_or_path)
+    trust = check_model_folder(path, trust_remote_code)
     try:
-        return AutoTokenizer.from_pretrained(path)
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
     except (OSError, ValueError) as err:
         raise PoolkitError(_not_found(path, err)) from None
 
 
-def load_encoder(name_or_path: str | None, **kwargs):
-    """The model's ``AutoModel`` encoder, with a one-line error when it cannot be found."""
+def load_encoder(name_or_path: str | None, trust_remote_code: bool | None = None, **kwargs):
+    """The model's ``AutoModel`` encoder, with a one-line error when it cannot be found; model-folder code refused
+    unless trusted."""
     from transformers import AutoModel
 
     path = resolve_model(name_or_path)
+    trust = check_model_folder(path, trust_remote_code)
     try:
-        return AutoModel.from_pretrained(path, **kwargs)
+        return AutoModel.from_pretrained(path, trust_remote_code=trust, **kwargs)
     except (OSError, ValueError) as err:
         raise PoolkitError(_not_found(path, err)) from None
 

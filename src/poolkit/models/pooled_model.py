@@ -16,6 +16,7 @@ from transformers.utils import ModelOutput
 
 from ..errors import PoolkitError
 from ..pooling import build_pooler, pooler_spec
+from .encoders import check_model_folder
 
 TASKS = ("regression", "classification", "multilabel")
 
@@ -95,16 +96,25 @@ class PooledModel(PreTrainedModel):
     def from_encoder(cls, encoder_name_or_path: str, *, pooler: str | dict[str, Any] = "mean",
                      task: str = "regression",
                      num_labels: int = 1, label_names: list[str] | None = None, head_dropout: float = 0.1,
-                     **encoder_kwargs: Any) -> PooledModel:
+                     trust_remote_code: bool | None = None, **encoder_kwargs: Any) -> PooledModel:
         """A new model on a pretrained encoder (local folder or hub name); the pooler (a name or a spec dict,
-        e.g. ``{"name": "attention", "attn_size": 256}``) and the head start fresh."""
-        encoder = AutoModel.from_pretrained(encoder_name_or_path, **encoder_kwargs)
+        e.g. ``{"name": "attention", "attn_size": 256}``) and the head start fresh. A folder with code of its own
+        (``auto_map``) is refused unless ``trust_remote_code`` (default: off, see ``encoders.remote_code``)."""
+        trust = check_model_folder(encoder_name_or_path, trust_remote_code)
+        encoder = AutoModel.from_pretrained(encoder_name_or_path, trust_remote_code=trust, **encoder_kwargs)
         extra = {}
         if label_names is not None:
             extra["id2label"] = dict(enumerate(label_names))
         config = PooledConfig(encoder=encoder.config, pooler=pooler,
                               task=task, num_labels=num_labels, head_dropout=head_dropout, **extra)
         return cls(config, encoder=encoder)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: Any, *args: Any, trust_remote_code: bool | None = None,
+                        **kwargs: Any) -> PooledModel:
+        """A saved PooledModel; a folder with code of its own (``auto_map``) is refused unless ``trust_remote_code``."""
+        trust = check_model_folder(pretrained_model_name_or_path, trust_remote_code)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, trust_remote_code=trust, **kwargs)
 
     @property
     def needs_hidden_states(self) -> bool:

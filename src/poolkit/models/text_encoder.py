@@ -23,7 +23,8 @@ from tqdm.auto import tqdm
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
 from ..pooling import build_pooler, pooler_spec
-from .encoders import AUTOCAST, hf_bars_off, load_encoder, load_tokenizer, resolve_model, resolve_precision
+from .encoders import (AUTOCAST, check_model_folder, hf_bars_off, load_encoder, load_tokenizer, resolve_model,
+                       resolve_precision)
 from .pooled_model import PooledConfig, PooledModel
 
 
@@ -37,27 +38,30 @@ class TextEncoder:
     family, latent, adapool, lstm_layers, ...) would embed with random weights and are refused unless
     ``allow_untrained=True``; poolers whose few parameters start at a meaningful value (gem's p, lse's
     temperature, weighted_layer's uniform layer weights) are accepted. ``precision`` (auto, no, bf16,
-    fp16): ``auto`` runs bf16 (or fp16) autocast on CUDA and float32 on CPU.
+    fp16): ``auto`` runs bf16 (or fp16) autocast on CUDA and float32 on CPU. A model folder with code of its own
+    (``auto_map``) is refused unless ``trust_remote_code=True``.
     """
 
     def __init__(self, model: str | None = None, pooler: str | dict[str, Any] | None = None, *,
                  normalize: bool = False, max_length: int | None = None, device: str | torch.device | None = None,
-                 precision: str = "auto", allow_untrained: bool = False, **pooler_options: Any) -> None:
+                 precision: str = "auto", allow_untrained: bool = False, trust_remote_code: bool | None = None,
+                 **pooler_options: Any) -> None:
         path = resolve_model(model)
+        trust = check_model_folder(path, trust_remote_code)
         self.device = torch.device(device) if device is not None else torch.device(
             "cuda" if torch.cuda.is_available() else "cpu")
         self.precision = resolve_precision(precision, self.device)
-        self.tokenizer = load_tokenizer(path)
+        self.tokenizer = load_tokenizer(path, trust)
         if _is_pooled_model(path):
             if pooler is not None or pooler_options:
                 raise PoolkitError(f"{path} is a trained poolkit model with its own pooler; leave the pooler out "
                                    "(or pass the bare encoder to pool it another way)")
             with hf_bars_off():
-                pooled = PooledModel.from_pretrained(path)
+                pooled = PooledModel.from_pretrained(path, trust_remote_code=trust)
             self.encoder, self.pooler = pooled.encoder, pooled.pooler
         else:
             with hf_bars_off():
-                self.encoder = load_encoder(path)
+                self.encoder = load_encoder(path, trust)
             config = self.encoder.config
             self.pooler = build_pooler(pooler_spec(pooler or "mean", **pooler_options), config.hidden_size,
                                        config.num_hidden_layers)
