@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -216,6 +217,17 @@ def test_train_then_predict_end_to_end(capsys, tmp_path, table, bert):
 
     code, _, err = run(capsys, "embed", "--model", out, "--data", test, "--out", tmp_path / "e.npy")
     assert code == 2 and "fold_0" in err  # a run of two folds: embed names one to pick
+
+    unfinished = tmp_path / "unfinished"  # fold 1 still training: no metrics.json yet
+    shutil.copytree(out, unfinished)
+    (unfinished / "metrics.json").unlink()
+    (unfinished / "fold_1").rename(unfinished / "fold_1.partial")
+    code, _, err = run(capsys, "predict", "--model", unfinished, "--data", test, "--out", tmp_path / "p4.csv")
+    assert code == 2 and "unfinished run (1 of 2 folds" in err and "--allow-incomplete" in err
+    assert err.count("\n") == 1 and not (tmp_path / "p4.csv").exists()
+    code, stdout, _ = run(capsys, "predict", "--model", unfinished, "--data", test, "--out", tmp_path / "p4.csv",
+                          "--allow-incomplete")
+    assert code == 0 and "1 model(s)" in stdout
     code, stdout, err = run(capsys, "embed", "--model", out / "fold_0", "--data", test, "--out", tmp_path / "e.npy")
     assert code == 0 and "attention pooling" in stdout, err
 

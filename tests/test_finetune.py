@@ -267,6 +267,14 @@ def test_predict_restores_order_and_averages_folds(reference, tmp_path):
     np.testing.assert_allclose(one, expected[1], atol=1e-5)
     with pytest.raises(PoolkitError, match="no trained model in .*: expected fold_\\*/ folders"):
         predict(tmp_path, texts)
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    (run / "fold_1").rename(run / "fold_1.partial")  # fold 1 in training (metrics.json of an earlier run kept)
+    with pytest.raises(PoolkitError, match=r"unfinished run \(1 of 2 folds trained, fold_1.partial unfinished\)"):
+        predict(run, texts)
+    one, info = predict(run, texts, batch_size=4, progress=False, allow_incomplete=True)
+    assert info["n_models"] == 1
+    np.testing.assert_allclose(one, expected[0], atol=1e-5)
 
 
 def test_config_carries_one_pooler_spec(reference):

@@ -18,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=positive(int), default=64)
     parser.add_argument("--max-length", type=positive(int), help="token limit (default: the one it was trained with)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    parser.add_argument("--allow-incomplete", action="store_true",
+                        help="average the finished folds of an unfinished run (refused otherwise)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = refuse_overwrite(args.out, args.force)
     result = predict(args.model, args.data, text_col=args.text_col, batch_size=args.batch_size,
-                     max_length=args.max_length)
+                     max_length=args.max_length, allow_incomplete=args.allow_incomplete)
     write_table(Path(out), result)
     print(f"{len(result)} predictions ({result.attrs['n_models']} model(s) averaged) written to {out}")
     return 0

@@ -192,14 +192,16 @@ def read_texts(data: str | Path | Sequence[str], text_col: str = "text") -> tupl
 
 
 def predict(model: str | Path, data: str | Path | Sequence[str], *, text_col: str = "text", batch_size: int = 64,
-            max_length: int | None = None, progress: bool = True) -> pd.DataFrame:
+            max_length: int | None = None, allow_incomplete: bool = False, progress: bool = True) -> pd.DataFrame:
     """The input table plus predictions of a ``poolkit train`` folder (every fold model averaged) or of one of its
     ``fold_K`` folders: ``pred_<target>`` (regression) or ``prob_<label>`` and ``prediction`` (classification;
-    multi-label: labels joined by ``|``). ``frame.attrs["n_models"]``: how many models were averaged."""
+    multi-label: labels joined by ``|``). ``frame.attrs["n_models"]``: how many models were averaged. An unfinished
+    run is refused unless ``allow_incomplete`` (then its finished folds are averaged)."""
     from . import finetune
 
     frame, texts = read_texts(data, text_col)
-    outputs, info = finetune.predict(model, texts, batch_size=batch_size, max_length=max_length, progress=progress)
+    outputs, info = finetune.predict(model, texts, batch_size=batch_size, max_length=max_length, progress=progress,
+                                     allow_incomplete=allow_incomplete)
     result = frame.copy()
     task, names = info["task"], info.get("label_names")
     if task == "regression":

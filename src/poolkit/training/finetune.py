@@ -552,8 +552,9 @@ class _Fold:
         return meta
 
 
-def model_folds(model: str | Path) -> list[Path]:
-    """The fold models of a ``poolkit train`` folder (``RUN`` -> its fold_K folders in order; ``RUN/fold_K`` -> itself)."""
+def model_folds(model: str | Path, allow_incomplete: bool = False) -> list[Path]:
+    """The fold models of a ``poolkit train`` folder (``RUN`` -> its fold_K folders in order; ``RUN/fold_K`` -> itself).
+    An unfinished run (a fold_K.partial folder, or no metrics.json) is refused unless ``allow_incomplete``."""
     model = Path(model)
     if (model / META).is_file():
         return [model]
@@ -562,15 +563,23 @@ def model_folds(model: str | Path) -> list[Path]:
     if not folds:
         raise PoolkitError(f"no trained model in {model}: expected fold_*/ folders written by poolkit train "
                            "(pass its --out folder or one fold_K folder)")
+    partial = sorted(p.name for p in model.glob("fold_*.partial"))
+    if not allow_incomplete and (partial or not (model / "metrics.json").is_file()):
+        planned = json.loads((folds[0] / META).read_text()).get("n_folds", "?")
+        why = f"{partial[0]} unfinished" if partial else "no metrics.json"
+        raise PoolkitError(f"{model} is an unfinished run ({len(folds)} of {planned} folds trained, {why}): "
+                           "finish it with poolkit train --resume, pass one fold_K folder, or --allow-incomplete "
+                           "to use the finished folds")
     return folds
 
 
 def predict(model_dir: str | Path, texts: list[str], batch_size: int = 64, max_length: int | None = None,
-            progress: bool = True) -> tuple[np.ndarray, dict[str, Any]]:
+            progress: bool = True, allow_incomplete: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
     """Outputs (N, C) of every fold model in ``model_dir`` (or of the one ``fold_K`` folder given), averaged: class /
     label probabilities, or regression values; plus info {task, label_names, target_cols, n_models}. Rows keep the
-    order of ``texts``. Batched as ``TextEncoder.encode`` is (tokenised once, length-sorted, padded per batch)."""
-    folds = model_folds(model_dir)
+    order of ``texts``. Batched as ``TextEncoder.encode`` is (tokenised once, length-sorted, padded per batch).
+    ``allow_incomplete``: average the finished folds of an unfinished run (else refused)."""
+    folds = model_folds(model_dir, allow_incomplete)
     if not texts:
         raise PoolkitError("nothing to predict: no texts given")
     device = _state().device
