@@ -1,4 +1,4 @@
-"""The ``poolkit`` command: train, predict, embed, compare, data, bench, zoo. One small module per command: each
+"""The ``poolkit`` command: train, predict, embed, compare, data, cache, bench, zoo. One small module per command: each
 parses its arguments, calls the Python API (:mod:`poolkit.training.api`) and prints.
 
 Bad input ends with ``error: <one line>`` and exit code 2 (``--debug`` shows the traceback).
@@ -27,7 +27,7 @@ def run_zoo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from ..bench.snr import add_snr_arguments, run_snr_command
-    from . import compare, data, embed, predict, train
+    from . import cache, compare, data, embed, predict, train
 
     parser = argparse.ArgumentParser(prog="poolkit", description="Pooling that is correct under padding and dtypes: "
                                      "fine-tune, predict and compare poolers on your own data.")
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     data_parser = sub.add_parser("data", help="built-in datasets")
     data_sub = data_parser.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     data_sub.add_parser("list", help="list the built-in datasets").set_defaults(func=data.run_list)
+    cache.add_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmarks that reproduce the research")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")

@@ -90,6 +90,12 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
                         help="autocast dtype (default auto: bf16 or fp16 on CUDA, float32 on CPU)")
 
 
+def add_trust_remote_code_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="run Python code shipped in a model folder (its auto_map classes); without it such "
+                        "folders are refused")
+
+
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """--data, --text-col, --target-col, --task, --limit of the commands that learn (train, compare)."""
     group = parser.add_argument_group("data")

@@ -6,7 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
-from .common import POOLER_OPT_HELP, Renamed, add_data_arguments, data_kwargs, given, pooler_specs, positive
+from .common import (POOLER_OPT_HELP, Renamed, add_data_arguments, add_trust_remote_code_argument, data_kwargs, given,
+                     pooler_specs, positive)
 
 HELP = "leaderboard of poolers on a frozen encoder (encode once), K-fold"
 DESCRIPTION = ("Encode the data once (all layers cached, fp16, memory-mapped), train every pooler + head on the cache "
@@ -30,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-length", type=positive(int), help="default 256")
     add("--seed", type=int, help="default 0")
     add("--cache-dir", help="feature cache folder (default: $POOLKIT_CACHE or ~/.cache/poolkit)")
+    parser.add_argument("--no-cache", action="store_true", help="encode afresh: read and write no feature cache")
+    add_trust_remote_code_argument(parser)
     add("--finetune-top", type=int, metavar="K", help="then fine-tune the encoder end-to-end with the K best poolers")
     add("--finetune-epochs", type=positive(int), help="default 3")
     add("--encoder-lr", "--finetune-lr", dest="encoder_lr", type=positive(float),
@@ -43,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out or time.strftime("runs/compare-%Y%m%d-%H%M%S"))
     board = compare(args.data, poolers=pooler_specs(args.poolers, args.pooler_opt), model=args.model, out=out,
-                    force=args.force, **data_kwargs(args),
+                    force=args.force, cache=not args.no_cache,
+                    trust_remote_code=args.trust_remote_code, **data_kwargs(args),
                     **given(args, "folds", "epochs", "batch_size", "pooler_lr", "patience", "max_length", "seed",
                             "cache_dir", "finetune_top", "finetune_epochs", "encoder_lr"))
     print()

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from ..errors import PoolkitError
-from .common import add_pooler_arguments, add_precision_argument, add_text_input_arguments, positive, write_table
+from .common import (add_pooler_arguments, add_precision_argument, add_text_input_arguments,
+                     add_trust_remote_code_argument, positive, write_table)
 
 HELP = "texts -> vectors (.npy, or the table plus embeddings) with any pooler"
 DESCRIPTION = ("Embed a table's texts with an encoder + pooler: the packaged MiniLM (or --model) with a parameter-free "
@@ -29,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_precision_argument(parser)
     parser.add_argument("--allow-untrained", action="store_true",
                         help="accept a pooler with random (untrained) weight matrices on a bare encoder")
+    add_trust_remote_code_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--force", action="store_true", help="overwrite an existing --out")
 
@@ -49,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     frame, vectors, used = embed(args.data, model=args.model, pooler=spec, text_col=args.text_col,
                                  normalize=args.normalize, batch_size=args.batch_size, max_length=args.max_length,
                                  precision=getattr(args, "precision", "auto"), allow_untrained=args.allow_untrained,
+                                 trust_remote_code=args.trust_remote_code,
                                  progress=not args.quiet)
     if out.suffix.lower() == ".npy":
         atomic_write(out, lambda tmp: np.save(open(tmp, "wb"), vectors))

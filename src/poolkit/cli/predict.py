@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_text_input_arguments, positive, write_table
+from .common import add_text_input_arguments, add_trust_remote_code_argument, positive, write_table
 
 HELP = "predict with a model written by `poolkit train`"
 
@@ -18,6 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=positive(int), default=64)
     parser.add_argument("--max-length", type=positive(int), help="token limit (default: the one it was trained with)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    add_trust_remote_code_argument(parser)
     parser.add_argument("--allow-incomplete", action="store_true",
                         help="average the finished folds of an unfinished run (refused otherwise)")
 
@@ -28,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = refuse_overwrite(args.out, args.force)
     result = predict(args.model, args.data, text_col=args.text_col, batch_size=args.batch_size,
+                     trust_remote_code=args.trust_remote_code,
                      max_length=args.max_length, allow_incomplete=args.allow_incomplete)
     write_table(Path(out), result)
     print(f"{len(result)} predictions ({result.attrs['n_models']} model(s) averaged) written to {out}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from .common import (Renamed, add_data_arguments, add_pooler_arguments, add_precision_argument, data_kwargs, given,
-                     pooler_specs, positive)
+from .common import (Renamed, add_data_arguments, add_pooler_arguments, add_precision_argument,
+                     add_trust_remote_code_argument, data_kwargs, given, pooler_specs, positive)
 
 HELP = "fine-tune encoder + pooler + head on a table of texts"
 DESCRIPTION = "Fine-tune encoder + pooler + head. Writes fold_*/ models, oof.csv, metrics.json and train.log to --out."
@@ -20,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model")
     model.add_argument("--model", help="encoder: a local folder or hub name (default: packaged all-MiniLM-L6-v2)")
     add_pooler_arguments(model, default="mean")
+    add_trust_remote_code_argument(model)
     train = parser.add_argument_group("training (unset: poolkit.training.finetune.TrainConfig's defaults)")
     add = lambda *flags, **kw: train.add_argument(*flags, default=argparse.SUPPRESS, **kw)  # noqa: E731
     add("--folds", type=positive(int), help="K-fold CV, one model per fold (default 1: one train/validation split)")
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     (spec,) = pooler_specs([args.pooler], args.pooler_opt)
     metrics = train(args.data, args.out, pooler=spec, model=args.model, resume=args.resume, force=args.force,
+                    trust_remote_code=args.trust_remote_code,
                     **data_kwargs(args), **given(args, *SETTINGS))
     metric = metrics["primary_metric"]
     print(f"{spec['name']}: {metric} {metrics['mean'][metric]:.4f} ± {metrics['std'][metric]:.4f} over "

@@ -63,7 +63,8 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
             folds: int | None = None, epochs: int | None = None, batch_size: int = 64, pooler_lr: float = 1e-3,
             patience: int = 3, max_length: int = 256, seed: int = 0, cache_dir: str | Path | None = None,
             finetune_top: int = 0, finetune_epochs: int = 3, encoder_lr: float = 5e-5, out: str | Path | None = None,
-            force: bool = False, progress: bool = True) -> Leaderboard:
+            force: bool = False, cache: bool = True, trust_remote_code: bool = False,
+            progress: bool = True) -> Leaderboard:
     """Encode ``data`` once with the frozen encoder, train every pooler + head on the cached layers with the same
     K folds, then (``finetune_top`` K > 0) fine-tune the encoder with the K best poolers.
 
@@ -71,9 +72,10 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     ``pooler_lr``: pooler + head learning rate (frozen rows and fine-tuning); ``encoder_lr``: the encoder's when
     fine-tuning. With ``out``, leaderboard.csv / .json / .png are written there (the frozen board before
     fine-tuning starts) and the fine-tuned models under ``out/finetuned/``; without, fine-tuned models are
-    discarded.
+    discarded. ``cache=False``: encode afresh, reading and writing no feature cache. ``trust_remote_code``: allow a
+    model folder's own code (``auto_map``); off, such folders are refused.
     """
-    from ..models.encoders import model_label
+    from ..models.encoders import model_label, remote_code
     from . import finetune
     from .features import encode_features
     from .metrics import primary_metric
@@ -96,12 +98,13 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
         f"up to {epochs} epochs), ranked by {metric.name}")
 
     start = time.perf_counter()
-    cache = encode_features(table.texts, model, max_length=max_length, cache_dir=cache_dir, progress=progress)
+    features = encode_features(table.texts, model, max_length=max_length, cache_dir=cache_dir, progress=progress,
+                               cache=cache, trust_remote_code=trust_remote_code)
     encode_seconds = time.perf_counter() - start
     config = ProbeConfig(folds=folds, epochs=epochs, batch_size=batch_size, pooler_lr=pooler_lr, patience=patience,
                          seed=seed)
-    settings = {"data": table.source, "rows": len(table), "task": table.task, "model": cache.meta["model"],
-                "model_label": model_label(cache.meta["model"]), "metric": metric.name,
+    settings = {"data": table.source, "rows": len(table), "task": table.task, "model": features.meta["model"],
+                "model_label": model_label(features.meta["model"]), "metric": metric.name,
                 "higher_is_better": metric.higher_is_better, "folds": folds, "probe": asdict(config),
                 "encode_seconds": round(encode_seconds, 2), "poolers": specs, "finetune_top": finetune_top}
 
@@ -110,7 +113,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
         say(f"  {result.label:<22} {metric.name} {summary['mean']:.4f} ± {summary['std']:.4f}  "
             f"({result.seconds:.1f}s)")
 
-    results = compare_poolers(specs, cache, table, config, on_result=report)
+    results = compare_poolers(specs, features, table, config, on_result=report)
     rows = [leaderboard_row(r.label, r.spec, "frozen", r.metric, r.fold_metrics, r.params, r.seconds)
             for r in results]
 
@@ -130,7 +133,8 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
                                                encoder_lr=encoder_lr, pooler_lr=pooler_lr, max_length=max_length,
                                                seed=seed)
                 started = time.perf_counter()
-                metrics = finetune.fit(trained, table, root / result.label, force=force, progress=progress)
+                with remote_code(trust_remote_code):
+                    metrics = finetune.fit(trained, table, root / result.label, force=force, progress=progress)
                 rows.append(leaderboard_row(result.label, result.spec, "finetuned", metrics["primary_metric"],
                                             [f["metrics"] for f in metrics["folds"]], metrics["trainable_params"],
                                             time.perf_counter() - started))
@@ -154,15 +158,17 @@ def train_config(pooler: str | dict[str, Any] = "mean", model: str | None = None
 def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[str, Any] = "mean",
           model: str | None = None, text_col: str = "text", target_col: str | Sequence[str] = "label",
           task: str | None = None, limit: int | None = None, resume: bool = False, force: bool = False,
-          progress: bool = True, **settings: Any) -> dict[str, Any]:
+          trust_remote_code: bool = False, progress: bool = True, **settings: Any) -> dict[str, Any]:
     """Fine-tune encoder + pooler + head, one model per fold, into ``out`` (fold_K/, oof.csv, metrics.json,
     train.log); returns metrics.json's dict. ``settings``: any TrainConfig field (folds, epochs, batch_size,
-    encoder_lr, pooler_lr, precision, train_only, ...)."""
+    encoder_lr, pooler_lr, precision, train_only, ...). ``trust_remote_code``: allow a model folder's own code."""
+    from ..models.encoders import remote_code
     from . import finetune
 
     config = train_config(pooler, model, **settings)  # fails before the data is read
     table = load(data, text_col, target_col, task, limit, config.seed)
-    return finetune.fit(config, table, out, resume=resume, force=force, progress=progress)
+    with remote_code(trust_remote_code):
+        return finetune.fit(config, table, out, resume=resume, force=force, progress=progress)
 
 
 def read_texts(data: str | Path | Sequence[str], text_col: str = "text") -> tuple[pd.DataFrame, list[str]]:
@@ -192,16 +198,19 @@ def read_texts(data: str | Path | Sequence[str], text_col: str = "text") -> tupl
 
 
 def predict(model: str | Path, data: str | Path | Sequence[str], *, text_col: str = "text", batch_size: int = 64,
+            trust_remote_code: bool = False,
             max_length: int | None = None, allow_incomplete: bool = False, progress: bool = True) -> pd.DataFrame:
     """The input table plus predictions of a ``poolkit train`` folder (every fold model averaged) or of one of its
     ``fold_K`` folders: ``pred_<target>`` (regression) or ``prob_<label>`` and ``prediction`` (classification;
     multi-label: labels joined by ``|``). ``frame.attrs["n_models"]``: how many models were averaged. An unfinished
     run is refused unless ``allow_incomplete`` (then its finished folds are averaged)."""
+    from ..models.encoders import remote_code
     from . import finetune
 
     frame, texts = read_texts(data, text_col)
-    outputs, info = finetune.predict(model, texts, batch_size=batch_size, max_length=max_length, progress=progress,
-                                     allow_incomplete=allow_incomplete)
+    with remote_code(trust_remote_code):
+        outputs, info = finetune.predict(model, texts, batch_size=batch_size, max_length=max_length, progress=progress,
+                                         allow_incomplete=allow_incomplete)
     result = frame.copy()
     task, names = info["task"], info.get("label_names")
     if task == "regression":
@@ -218,7 +227,7 @@ def predict(model: str | Path, data: str | Path | Sequence[str], *, text_col: st
 
 def embed(data: str | Path | Sequence[str], *, model: str | None = None, pooler: str | dict[str, Any] | None = None,
           text_col: str = "text", normalize: bool = False, batch_size: int = 32, max_length: int | None = None,
-          precision: str = "auto", allow_untrained: bool = False,
+          precision: str = "auto", allow_untrained: bool = False, trust_remote_code: bool = False,
           progress: bool = True) -> tuple[pd.DataFrame, np.ndarray, dict[str, Any]]:
     """(input table, (N, dim) float32 vectors, the pooler's spec). ``model``: an encoder (default: the packaged
     all-MiniLM-L6-v2) pooled with ``pooler`` (default mean), or a ``poolkit train`` model -- a ``fold_K`` folder,
@@ -234,6 +243,6 @@ def embed(data: str | Path | Sequence[str], *, model: str | None = None, pooler:
         model = str(folds[0])
     frame, texts = read_texts(data, text_col)
     encoder = TextEncoder(model, pooler, normalize=normalize, max_length=max_length, precision=precision,
-                          allow_untrained=allow_untrained)
+                          allow_untrained=allow_untrained, trust_remote_code=trust_remote_code)
     vectors = encoder.encode(texts, batch_size=batch_size, progress=progress).numpy()
     return frame, vectors, encoder.pooler.get_config()

@@ -1,0 +1,52 @@
+"""``poolkit cache list|clear``: the feature caches of ``poolkit compare`` (poolkit.training.features)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "list or clear compare's feature caches"
+
+
+def add_parser(sub) -> None:
+    """The ``cache`` command and its actions, on the top-level subparsers ``sub``."""
+    parser = sub.add_parser("cache", help=HELP, description=HELP)
+    actions = parser.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
+    for name, func, text in (("list", run_list, "each cache: size, model, texts, layers"),
+                             ("clear", run_clear, "remove every cache not in use")):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("--cache-dir", help="compare's --cache-dir (default: $POOLKIT_CACHE/features or "
+                            "~/.cache/poolkit/features)")
+        action.set_defaults(func=func)
+
+
+def _root(args: argparse.Namespace):
+    from pathlib import Path
+
+    from ..training.features import default_cache_dir
+
+    return Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from ..training.features import list_caches
+
+    root = _root(args)
+    entries = list_caches(root)
+    for entry in entries:
+        meta = entry["meta"]
+        about = (f"{meta.get('model', '?')}, {meta.get('texts', '?')} texts, {meta.get('layers', '?')} layers, "
+                 f"max_length {meta.get('max_length', '?')}, format v{meta.get('version', '?')}") if meta else "no meta.json"
+        print(f"{entry['path'].name}  {entry['bytes'] / 2**20:8.1f} MiB  {about}")
+    total = sum(entry["bytes"] for entry in entries)
+    print(f"{len(entries)} cache(s), {total / 2**20:.1f} MiB in {root}")
+    return 0
+
+
+def run_clear(args: argparse.Namespace) -> int:
+    from ..training.features import clear_caches
+
+    root = _root(args)
+    removed, busy = clear_caches(root)
+    kept = f"; {len(busy)} in use by a running compare, kept" if busy else ""
+    print(f"removed {removed} cache(s) from {root}{kept}")
+    return 0
