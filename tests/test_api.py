@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pandas as pd
 import pytest
 
 from poolkit import PoolkitError
+from poolkit.locks import locked_dir
 from poolkit.pooling import build_pooler
 from poolkit.training import api
 from poolkit.training.leaderboard import COLUMNS, Leaderboard, leaderboard_row
@@ -67,6 +69,34 @@ def test_leaderboard_files_keep_every_row_spec(board, tmp_path):
     assert saved["settings"] == SETTINGS and saved["rows"] == json.loads(json.dumps(board.rows))
     assert (tmp_path / "leaderboard.png").read_bytes()[:4] == b"\x89PNG"
     assert board.plot().axes[0].get_xlabel().startswith("rmse")
+
+
+
+def test_leaderboard_json_is_written_last_and_names_the_files_it_belongs_with(board, tmp_path, monkeypatch):
+    board.save(tmp_path)
+    files = json.loads((tmp_path / "leaderboard.json").read_text())["files"]
+    assert files == {name: hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
+                     for name in ("leaderboard.csv", "leaderboard.png")}
+
+    def crash(self, path=None):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Leaderboard, "plot", crash)  # a crash between the files: no JSON claims a complete set
+    with pytest.raises(OSError):
+        board.save(tmp_path)
+    assert not (tmp_path / "leaderboard.json").exists()
+
+
+def test_compare_refuses_an_out_folder_another_run_is_writing(tmp_path):
+    bert = tiny_bert_dir(tmp_path / "bert")
+    rows = [{"text": f"the {('good', 'bad')[i % 2]} dog", "label": ("good", "bad")[i % 2]} for i in range(12)]
+    pd.DataFrame(rows).to_csv(tmp_path / "t.csv", index=False)
+    out = tmp_path / "out"
+    out.mkdir()
+    with locked_dir(out), pytest.raises(PoolkitError, match="another poolkit run is writing to .*out"):
+        api.compare(tmp_path / "t.csv", poolers="mean", model=bert, folds=2, epochs=1, cache_dir=tmp_path / "cache",
+                    out=out, progress=False)
+    assert not (tmp_path / "cache").exists() and list(out.iterdir()) == []  # refused before encoding or writing
 
 
 def test_spec_label_shows_only_options_that_differ_from_defaults():

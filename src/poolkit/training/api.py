@@ -10,6 +10,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import pandas as pd
 from ..data import TableData, decode_labels, load_data, stratified_sample
 from ..errors import PoolkitError, suggest
 from ..io import prepare_out_dir
+from ..locks import locked_dir
 from ..pooling import list_poolers, pooler_spec
 from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row
 
@@ -86,60 +88,71 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     folds = folds or (QUICK_DEFAULTS["folds"] if quick else 5)
     epochs = epochs or (QUICK_DEFAULTS["epochs"] if quick else 20)
     table = load(DEFAULT_DATA if quick else data, text_col, target_col, task, limit, seed)
-    if out is not None:
-        out = prepare_out_dir(out, force, OUTPUTS)
-    metric = primary_metric(table.task, table.n_outputs)
+    with ExitStack() as held:
+        if out is not None:  # one run per folder: locked for the whole run, its outputs checked under the lock
+            held.enter_context(locked_dir(_out_folder(out)))
+            out = prepare_out_dir(out, force, OUTPUTS)
+        metric = primary_metric(table.task, table.n_outputs)
 
-    def say(text: str) -> None:
-        if progress:
-            print(text, flush=True)
+        def say(text: str) -> None:
+            if progress:
+                print(text, flush=True)
 
-    say(f"poolkit compare: {len(specs)} poolers on {table.source} ({len(table)} rows, {table.task}, {folds} folds, "
-        f"up to {epochs} epochs), ranked by {metric.name}")
+        say(f"poolkit compare: {len(specs)} poolers on {table.source} ({len(table)} rows, {table.task}, {folds} folds, "
+            f"up to {epochs} epochs), ranked by {metric.name}")
 
-    start = time.perf_counter()
-    features = encode_features(table.texts, model, max_length=max_length, cache_dir=cache_dir, progress=progress,
-                               cache=cache, trust_remote_code=trust_remote_code)
-    encode_seconds = time.perf_counter() - start
-    config = ProbeConfig(folds=folds, epochs=epochs, batch_size=batch_size, pooler_lr=pooler_lr, patience=patience,
-                         seed=seed)
-    settings = {"data": table.source, "rows": len(table), "task": table.task, "model": features.meta["model"],
-                "model_label": model_label(features.meta["model"]), "metric": metric.name,
-                "higher_is_better": metric.higher_is_better, "folds": folds, "probe": asdict(config),
-                "encode_seconds": round(encode_seconds, 2), "poolers": specs, "finetune_top": finetune_top}
+        start = time.perf_counter()
+        features = encode_features(table.texts, model, max_length=max_length, cache_dir=cache_dir, progress=progress,
+                                   cache=cache, trust_remote_code=trust_remote_code)
+        encode_seconds = time.perf_counter() - start
+        config = ProbeConfig(folds=folds, epochs=epochs, batch_size=batch_size, pooler_lr=pooler_lr, patience=patience,
+                             seed=seed)
+        settings = {"data": table.source, "rows": len(table), "task": table.task, "model": features.meta["model"],
+                    "model_label": model_label(features.meta["model"]), "metric": metric.name,
+                    "higher_is_better": metric.higher_is_better, "folds": folds, "probe": asdict(config),
+                    "encode_seconds": round(encode_seconds, 2), "poolers": specs, "finetune_top": finetune_top}
 
-    def report(result):
-        summary = result.summary()
-        say(f"  {result.label:<22} {metric.name} {summary['mean']:.4f} ± {summary['std']:.4f}  "
-            f"({result.seconds:.1f}s)")
+        def report(result):
+            summary = result.summary()
+            say(f"  {result.label:<22} {metric.name} {summary['mean']:.4f} ± {summary['std']:.4f}  "
+                f"({result.seconds:.1f}s)")
 
-    results = compare_poolers(specs, features, table, config, on_result=report)
-    rows = [leaderboard_row(r.label, r.spec, "frozen", r.metric, r.fold_metrics, r.params, r.seconds)
-            for r in results]
+        results = compare_poolers(specs, features, table, config, on_result=report)
+        rows = [leaderboard_row(r.label, r.spec, "frozen", r.metric, r.fold_metrics, r.params, r.seconds)
+                for r in results]
 
-    def publish() -> Leaderboard:
-        board = Leaderboard(rows, {**settings, "total_seconds": round(time.perf_counter() - start, 2)})
-        if out is not None:
-            board.save(out)
+        def publish() -> Leaderboard:
+            board = Leaderboard(rows, {**settings, "total_seconds": round(time.perf_counter() - start, 2)})
+            if out is not None:
+                board.save(out)
+            return board
+
+        board = publish()  # on disk before any (long) fine-tuning starts
+        if finetune_top > 0:
+            with tempfile.TemporaryDirectory(prefix="poolkit-finetune-") as scratch:
+                root = (out or Path(scratch)) / "finetuned"
+                for result in results[:finetune_top]:
+                    say(f"fine-tuning the encoder with {result.label} ({folds} folds, {finetune_epochs} epochs)")
+                    trained = finetune.TrainConfig(model=model, pooler=result.spec, folds=folds, epochs=finetune_epochs,
+                                                   encoder_lr=encoder_lr, pooler_lr=pooler_lr, max_length=max_length,
+                                                   seed=seed)
+                    started = time.perf_counter()
+                    with remote_code(trust_remote_code):
+                        metrics = finetune.fit(trained, table, root / result.label, force=force, progress=progress)
+                    rows.append(leaderboard_row(result.label, result.spec, "finetuned", metrics["primary_metric"],
+                                                [f["metrics"] for f in metrics["folds"]], metrics["trainable_params"],
+                                                time.perf_counter() - started))
+            board = publish()
         return board
 
-    board = publish()  # on disk before any (long) fine-tuning starts
-    if finetune_top > 0:
-        with tempfile.TemporaryDirectory(prefix="poolkit-finetune-") as scratch:
-            root = (out or Path(scratch)) / "finetuned"
-            for result in results[:finetune_top]:
-                say(f"fine-tuning the encoder with {result.label} ({folds} folds, {finetune_epochs} epochs)")
-                trained = finetune.TrainConfig(model=model, pooler=result.spec, folds=folds, epochs=finetune_epochs,
-                                               encoder_lr=encoder_lr, pooler_lr=pooler_lr, max_length=max_length,
-                                               seed=seed)
-                started = time.perf_counter()
-                with remote_code(trust_remote_code):
-                    metrics = finetune.fit(trained, table, root / result.label, force=force, progress=progress)
-                rows.append(leaderboard_row(result.label, result.spec, "finetuned", metrics["primary_metric"],
-                                            [f["metrics"] for f in metrics["folds"]], metrics["trainable_params"],
-                                            time.perf_counter() - started))
-        board = publish()
-    return board
+
+def _out_folder(out: str | Path) -> Path:
+    """``out`` created as a folder (refused when it is a file)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise PoolkitError(f"--out {out} exists and is not a directory: choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def train_config(pooler: str | dict[str, Any] = "mean", model: str | None = None, **settings: Any):

@@ -3,6 +3,7 @@ table that fits the terminal, CSV + JSON + a plot, written atomically."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import textwrap
 from pathlib import Path
@@ -99,9 +100,10 @@ class Leaderboard:
         frame = self.frame.assign(config=[json.dumps(row["config"]) for row in self.rows])
         atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))
 
-    def to_json(self, path: str | Path) -> None:
-        """{"settings": ..., "rows": [... each with its spec and per-fold metrics]}."""
-        atomic_write_json(path, {"settings": self.settings, "rows": self.rows})
+    def to_json(self, path: str | Path, files: dict[str, str] | None = None) -> None:
+        """{"settings": ..., "rows": [... each with its spec and per-fold metrics]}, plus ``files`` (name -> sha256)
+        when written by :meth:`save`."""
+        atomic_write_json(path, {"settings": self.settings, "rows": self.rows, **({"files": files} if files else {})})
 
     def plot(self, path: str | Path | None = None):
         """Horizontal bars of the primary metric with ±std error bars, best on top, fine-tuned rows coloured; the
@@ -126,11 +128,18 @@ class Leaderboard:
         return fig
 
     def save(self, out: str | Path) -> None:
-        """leaderboard.csv, leaderboard.json and leaderboard.png in the folder ``out``."""
+        """leaderboard.csv and .png, then leaderboard.json in the folder ``out``: the JSON goes first and comes back
+        last, with the sha256 of the CSV and PNG it belongs with (``files``), so a JSON means a complete set."""
         out = Path(out)
+        (out / "leaderboard.json").unlink(missing_ok=True)
         self.to_csv(out / "leaderboard.csv")
-        self.to_json(out / "leaderboard.json")
         self.plot(out / "leaderboard.png")
+        parts = ("leaderboard.csv", "leaderboard.png")
+        self.to_json(out / "leaderboard.json", {name: _sha256(out / name) for name in parts})
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _compact(n: int) -> str:
