@@ -1,0 +1,159 @@
+"""compare's feature cache cannot lie: keyed by content, verified on open, rebuilt when damaged, one encoder per key."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from filelock import FileLock
+
+from poolkit.cli import main
+from poolkit.io import atomic_write_content, replace_dir
+from poolkit.training import features as F
+from poolkit.training.features import cache_key, encode_features
+from tiny_models import tiny_bert_dir
+
+TEXTS = ["the cat sat on the mat", "a dog ran", "good", "very bad red mat"]
+
+
+@pytest.fixture
+def bert(tmp_path) -> str:
+    return tiny_bert_dir(tmp_path / "bert")
+
+
+def encode(bert, root, texts=TEXTS, **kw):
+    return encode_features(texts, bert, max_length=16, cache_dir=root, progress=False, **kw)
+
+
+def test_new_weights_in_the_same_folder_are_a_cache_miss(bert, tmp_path):
+    before = encode(bert, tmp_path / "cache")
+    tiny_bert_dir(Path(bert), seed=1)  # other weights, same path
+    after = encode(bert, tmp_path / "cache")
+    assert after.folder != before.folder
+    assert not np.array_equal(np.asarray(after.tokens), np.asarray(before.tokens))
+
+
+def test_texts_are_length_prefixed_in_the_key(bert):
+    """Lists that join to the same bytes with NUL separators (and have the same count) get different keys."""
+    assert cache_key(bert, ["a\0", "b"], 16) != cache_key(bert, ["a", "\0b"], 16)
+    assert cache_key(bert, ["ab"], 16) != cache_key(bert, ["a", "b"], 16)
+    assert cache_key(bert, TEXTS, 16) != cache_key(bert, TEXTS, 32)
+    assert cache_key(bert, TEXTS, 16) == cache_key(bert, list(TEXTS), 16)
+
+
+def damage(folder: Path, how: str) -> None:
+    tokens = folder / "tokens.npy"
+    if how == "truncated":
+        tokens.write_bytes(tokens.read_bytes()[: tokens.stat().st_size // 2])
+    elif how == "zeroed":
+        data = bytearray(tokens.read_bytes())
+        data[200:] = bytes(len(data) - 200)  # same size, the header kept
+        tokens.write_bytes(bytes(data))
+    elif how == "missing":
+        (folder / "offsets.npy").unlink()
+    elif how == "empty meta":
+        (folder / "meta.json").write_text("")
+    elif how == "meta without checksums":  # a version-1 meta.json
+        meta = json.loads((folder / "meta.json").read_text())
+        del meta["files"]
+        (folder / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("how", ["truncated", "zeroed", "missing", "empty meta", "meta without checksums"])
+def test_a_damaged_cache_is_rebuilt_saying_so(bert, tmp_path, capsys, how):
+    good = encode(bert, tmp_path / "cache")
+    expected = np.array(good.tokens)
+    damage(good.folder, how)
+    capsys.readouterr()
+    rebuilt = encode(bert, tmp_path / "cache")
+    err = capsys.readouterr().err
+    assert f"feature cache {good.folder} is damaged" in err and "rebuilding it" in err
+    assert rebuilt.folder == good.folder and np.array_equal(np.asarray(rebuilt.tokens), expected)
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [good.folder.name, good.folder.name + ".lock"]
+
+
+def test_staging_left_by_a_killed_run_is_removed_and_a_live_one_kept(bert, tmp_path):
+    root = tmp_path / "cache"
+    root.mkdir()
+    (root / "deadbeef.tmp").mkdir()  # a killed run's half-written cache
+    (root / "deadbeef.tmp" / "tokens.npy").write_bytes(b"partial")
+    (root / "cafe.tmp").mkdir()
+    with FileLock(root / "cafe.lock"):  # a run still building its cache
+        encode(bert, root)
+        assert not (root / "deadbeef.tmp").exists() and (root / "cafe.tmp").is_dir()
+
+
+def test_two_runs_at_once_encode_once(bert, tmp_path, monkeypatch):
+    calls, real = [], F._encode
+
+    def slow_encode(*args):
+        calls.append(1)
+        threading.Event().wait(0.5)  # the other run arrives while this one encodes
+        return real(*args)
+
+    monkeypatch.setattr(F, "_encode", slow_encode)
+    results = []
+    runs = [threading.Thread(target=lambda: results.append(encode(bert, tmp_path / "cache"))) for _ in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    assert len(calls) == 1 and len(results) == 2 and results[0].folder == results[1].folder
+
+
+def test_no_cache_reads_and_writes_nothing(bert, tmp_path):
+    cached = encode(bert, tmp_path / "cache")
+    fresh = encode(bert, tmp_path / "other", cache=False)
+    assert not (tmp_path / "other").exists() and fresh.folder != cached.folder
+    assert np.array_equal(np.asarray(fresh.tokens), np.asarray(cached.tokens))
+    folder = fresh.folder
+    del fresh
+    import gc
+
+    gc.collect()
+    assert not folder.exists()
+
+
+def test_cache_list_and_clear(bert, tmp_path, capsys):
+    root = tmp_path / "cache"
+    encode(bert, root)
+    encode(bert, root, texts=TEXTS[:2])
+    (root / "0123.tmp").mkdir()  # staging of a killed run
+    assert main(["cache", "list", "--cache-dir", str(root)]) == 0
+    listed = capsys.readouterr().out
+    assert f"2 cache(s)" in listed and "4 texts" in listed and "2 texts" in listed and "format v2" in listed
+    assert main(["cache", "clear", "--cache-dir", str(root)]) == 0
+    assert "removed 2 cache(s)" in capsys.readouterr().out
+    assert not [p for p in root.iterdir() if p.suffix != ".lock"]
+
+
+def test_compare_no_cache_flag(bert, tmp_path, capsys):
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\n" + "".join(f"{w} cat sat,{i % 2}\n" for i, w in enumerate(["good", "bad"] * 6)))
+    assert main(["compare", "--data", str(data), "--model", bert, "--poolers", "mean", "--folds", "2", "--epochs", "1",
+                 "--out", str(tmp_path / "c"), "--cache-dir", str(tmp_path / "cache"), "--no-cache"]) == 0
+    assert not (tmp_path / "cache").exists()
+
+
+def test_outputs_are_flushed_before_they_are_renamed(tmp_path, monkeypatch):
+    events = []
+    fsync, rename, replace = os.fsync, os.rename, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                 fsync(fd)))
+    monkeypatch.setattr(os, "rename", lambda a, b: (events.append(("rename", str(a))), rename(a, b)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("rename", str(a))), replace(a, b)))
+    tmp = tmp_path / "ckpt.tmp"
+    tmp.mkdir()
+    (tmp / "weights").write_bytes(b"w")
+    replace_dir(tmp, tmp_path / "ckpt")
+    atomic_write_content(tmp_path / "out.csv", "a,b\n")
+    flushed = [path for kind, path in events if kind == "fsync"]
+    renamed = [i for i, (kind, _) in enumerate(events) if kind == "rename"]
+    assert str(tmp / "weights") in flushed[: renamed[0]]
+    assert any(path.endswith(".tmp") and "out.csv" in path for path in flushed)
+    assert str(tmp_path) in flushed  # the parent folder, so the rename itself survives a crash
