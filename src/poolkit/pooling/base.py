@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import PoolkitError, suggest
+from . import fast
 
 Weights = Union[Tensor, dict[str, Tensor]]
 HiddenStates = Union[Tensor, Sequence[Tensor]]
@@ -72,17 +73,37 @@ class Pooler(nn.Module):
             rows = (~mask.any(dim=1)).nonzero().flatten().tolist()
             raise PoolkitError(f"{self.name}: rows {rows[:5]} have no real token (all padding); "
                                "drop them or build the pooler with on_empty='zeros'")
+        batch, length = mask.shape
+        degenerate = (batch == 0 or length == 0) and not fast.transformed()
+        if degenerate:  # no row or no token: pooled as one all-padding row / position, cut away again after
+            x, mask = _all_padding(x, max(batch, 1), max(length, 1)), mask.new_zeros(max(batch, 1), max(length, 1))
         x = self.to_parameter_dtype(x)
+        checked = fast.active(reference)
+        if not checked:  # transforms and other devices: padded values are zeroed before anything reads them
+            x = _zero_padding(x, mask)
+        pooled, weights = self._pool_and_guard(x, mask, return_weights)
+        if checked and not bool(pooled.isfinite().all()):
+            # Eager CPU keeps the cheap product forms, under which a NaN / inf at a padded position would
+            # reach the output (0 * inf): rows are pooled again from inputs whose padding is zeroed, so
+            # padding never changes an output whatever it holds. Non-finite values at real tokens stay.
+            pooled, weights = self._pool_and_guard(_zero_padding(x, mask), mask, return_weights)
+        pooled = pooled.to(reference.dtype)
+        if degenerate:
+            pooled = pooled[:batch]
+            if return_weights:
+                weights = _map_weights(weights, lambda w, token: w[:batch, :length] if token else w[:batch])
+        return (pooled, weights) if return_weights else pooled
+
+    def _pool_and_guard(self, x: Any, mask: Tensor, return_weights: bool) -> tuple[Tensor, Weights | None]:
         if return_weights:
             pooled, weights = self.pool(x, mask)
         else:
             pooled, weights = self.pool_without_weights(x, mask), None
         if not self.zero_when_empty:
             # Rows with no real token give zeros. A product, not masked_fill / where (several times dearer on
-            # a (B, D) tensor): pooled values are finite there, as padded inputs are (see masking).
+            # a (B, D) tensor): pooled values are finite there unless the padding is not (then see forward).
             pooled = pooled * mask.any(dim=1, keepdim=True)
-        pooled = pooled.to(reference.dtype)
-        return (pooled, weights) if return_weights else pooled
+        return pooled, weights
 
     def pool(self, x: Any, mask: Tensor) -> tuple[Tensor, Weights]:
         raise NotImplementedError
@@ -126,6 +147,9 @@ class Pooler(nn.Module):
         if attention_mask is None:
             mask = torch.ones(batch, length, dtype=torch.bool, device=first.device)
         else:
+            if not isinstance(attention_mask, Tensor):
+                raise PoolkitError(f"{self.name}: attention_mask must be a tensor (B, T), got "
+                                   f"{type(attention_mask).__name__}; pass torch.as_tensor(mask)")
             if tuple(attention_mask.shape) != (batch, length):
                 raise PoolkitError(f"{self.name}: attention_mask shape {tuple(attention_mask.shape)} does "
                                    f"not match hidden_states (B, T) = {(batch, length)}")
@@ -147,6 +171,27 @@ class Pooler(nn.Module):
         if dtype is None or isinstance(x, list):
             return x
         return x.to(dtype)
+
+
+def _zero_padding(x: Tensor | list[Tensor], mask: Tensor) -> Tensor | list[Tensor]:
+    """x (or each layer) with every padded position set to 0: (B, T, D) -> (B, T, D)."""
+    if isinstance(x, list):
+        return [_zero_padding(h, mask) for h in x]
+    return torch.where(mask[:, :, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def _all_padding(x: Tensor | list[Tensor], batch: int, length: int) -> Tensor | list[Tensor]:
+    """Zeros (batch, length, D) in x's dtype and device (for each layer of a list)."""
+    if isinstance(x, list):
+        return [_all_padding(h, batch, length) for h in x]
+    return x.new_zeros(batch, length, x.shape[2])
+
+
+def _map_weights(weights: Weights, change: Callable[[Tensor, bool], Tensor]) -> Weights:
+    """``change(w, is_token_weights)`` applied to the weights, or to each entry of a layer pooler's dict."""
+    if isinstance(weights, dict):
+        return {key: change(value, key == "token") for key, value in weights.items()}
+    return change(weights, True)
 
 
 def _record_arguments(cls: type[Pooler]) -> None:
@@ -224,7 +269,7 @@ OPTION_DOCS = {
     "p": "gem: the starting power p >= 1 (1: mean; large: max of magnitudes)",
     "learn_p": "gem: learn p with the rest (True) or keep it fixed",
     "signed": "gem: odd power sign(x)|x|^p for signed features (True) or the classic clamp to eps",
-    "eps": "gem: the small value added to |x| (clamp floor when signed=False)",
+    "eps": "gem: the clamp floor of the classic form (signed=False), and of its weights' denominators",
     "temperature": "lse: the starting temperature t > 0 (small: max; large: mean)",
     "learn_temperature": "lse: learn t with the rest (True) or keep it fixed",
     "attn_size": "width of the attention scoring layer",

@@ -119,7 +119,11 @@ class WeightedSum(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         weights, x = ctx.saved_tensors
         grad = grad.to(x.dtype).contiguous()  # often an expanded view (from a sum): slow to broadcast
-        grad_weights = torch.bmm(grad, x.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+        grad_weights = None
+        if ctx.needs_input_grad[0]:
+            # Zero where the weight is: learned weights come from a masked softmax, whose backward multiplies
+            # by the weight itself, so nothing is lost; and a huge padded value cannot overflow into it (inf * 0).
+            grad_weights = torch.bmm(grad, x.transpose(1, 2)).masked_fill(weights == 0, 0)
         grad_x = None
         if ctx.needs_input_grad[1]:
             transposed = weights.transpose(1, 2)

@@ -149,7 +149,8 @@ class GeMPooler(Pooler):
     Radenovic et al., "Fine-tuning CNN Image Retrieval with No Human Annotation" (TPAMI 2018). The
     classic form clamps inputs to eps (fine after a ReLU); transformer features are signed, so the
     default ``signed=True`` uses the odd power sign(x)|x|^p and returns sign(m)|m|^(1/p): p = 1 is
-    the mean and large p tends to the largest-magnitude value. Computed in float32.
+    the mean and large p tends to the largest-magnitude value. Computed in float32 at least, and without
+    overflow at any p (powers of values scaled by each feature's largest).
     """
 
     def __init__(self, hidden_size: int, *, p: float = 3.0, learn_p: bool = True, signed: bool = True,
@@ -170,13 +171,14 @@ class GeMPooler(Pooler):
     def pool(self, x: Tensor, mask: Tensor):
         p = self.p
         x = masking.widen(x)
-        if self.signed:
-            powered = torch.sign(x) * (x.abs() + self.eps).pow(p)
-        else:
-            powered = x.clamp(min=self.eps).pow(p)
-        mean = masking.masked_mean(powered, mask)
-        pooled = torch.sign(mean) * mean.abs().clamp(min=1e-30).pow(1 / p)  # no eps bias at high p
-        share = powered.abs().masked_fill(~mask[:, :, None], 0)
+        base = x.abs() if self.signed else x.clamp(min=self.eps)
+        # Powers are taken of base / s, s = each feature's largest real base value (a constant: the result
+        # s * gem(base / s) equals gem(base) for any s > 0), so that |x|^p never overflows at large p.
+        scale = masking.masked_extreme(base.detach(), mask, largest=True).clamp(min=torch.finfo(x.dtype).tiny)
+        scaled = (base / scale[:, None, :]).pow(p)
+        mean = masking.masked_mean(torch.sign(x) * scaled if self.signed else scaled, mask)
+        pooled = scale * torch.sign(mean) * mean.abs().clamp(min=1e-30).pow(1 / p)
+        share = scaled.masked_fill(~mask[:, :, None], 0)
         weights = (share / share.sum(dim=1, keepdim=True).clamp(min=self.eps)).mean(dim=-1)
         return pooled, weights
 
