@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 
@@ -38,6 +39,11 @@ def run(capsys, *argv):
     return code, captured.out, captured.err
 
 
+def cached(cache):
+    """The feature cache's entries (not its lock files)."""
+    return [p for p in cache.iterdir() if p.suffix != ".lock"]
+
+
 def test_compare_end_to_end_and_refuses_to_overwrite(capsys, tmp_path, table, bert):
     out, cache = tmp_path / "cmp", tmp_path / "cache"
     args = ["compare", "--data", table, "--model", bert, "--poolers", "mean,attention", "weighted_layer",
@@ -57,12 +63,12 @@ def test_compare_end_to_end_and_refuses_to_overwrite(capsys, tmp_path, table, be
     assert all(len(row["fold_metrics"]) == 2 for row in saved["rows"])
     assert all(len(line) <= 80 for line in stdout.splitlines() if "±" in line), stdout  # rows fit 80 columns
     assert (out / "leaderboard.png").stat().st_size > 1000
-    assert len(list(cache.iterdir())) == 1  # encoded once
+    assert len(cached(cache)) == 1  # encoded once
 
     code, _, err = run(capsys, *args)
     assert code == 2 and "--force" in err and err.count("\n") == 1
     code, _, _ = run(capsys, *args, "--force")
-    assert code == 0 and len(list(cache.iterdir())) == 1  # the cache is reused, not rebuilt
+    assert code == 0 and len(cached(cache)) == 1  # the cache is reused, not rebuilt
 
 
 def test_compare_regression_ranks_by_rmse(capsys, tmp_path, table, bert):
@@ -173,6 +179,59 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, table
     import re
     assert re.search(match, err, re.IGNORECASE), err
     assert not any(out.glob("leaderboard*")) and not any(out.glob("fold_*"))
+
+
+@pytest.mark.parametrize("command", ["compare", "train"])
+@pytest.mark.parametrize("case, match", [
+    ("max_length", "--max-length 100 is more than the model's 64 positions"),
+    ("out_under_a_file", "cannot be created: .* is a file"),
+    ("folds_per_class", "class 'rare' has 2 row.s., fewer than --folds 3: use --folds 2 or fewer"),
+    ("nan_lr", "--pooler-lr: must be a finite number > 0, got nan"),
+])
+def test_checked_before_encoding_or_creating_out(capsys, tmp_path, table, bert, command, case, match):
+    import re
+
+    out, data, extra = tmp_path / "out", table, []
+    if case == "max_length":
+        extra = ["--max-length", 100]
+    elif case == "out_under_a_file":
+        (tmp_path / "file").write_text("x")
+        out = tmp_path / "file" / "out"
+    elif case == "folds_per_class":
+        frame = pd.read_csv(table)
+        frame.loc[:1, "label"] = "rare"
+        frame.to_csv(data := tmp_path / "rare.csv", index=False)
+        extra = ["--folds", 3]
+    else:
+        extra = ["--pooler-lr", "nan"]
+    argv = [command, "--data", data, "--model", bert, "--out", out, "--epochs", 1, *extra]
+    if command == "compare":
+        argv += ["--poolers", "mean", "--cache-dir", tmp_path / "cache"]
+    with pytest.raises(SystemExit) if case == "nan_lr" else contextlib.nullcontext() as exited:
+        code, _, err = run(capsys, *argv)
+    if exited is not None:  # argparse refuses the value
+        code, err = exited.value.code, capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert re.search(match, err), err
+    assert not out.exists() and not (tmp_path / "cache").exists()
+
+
+def test_default_max_length_fits_the_model(capsys, tmp_path, bert):
+    texts = [" ".join(["the", ("good", "bad")[i % 2], "dog"] * (30 if i == 0 else 1)) for i in range(12)]  # 90 words
+    pd.DataFrame({"text": texts, "label": [("good", "bad")[i % 2] for i in range(12)]}).to_csv(
+        data := tmp_path / "long.csv", index=False)
+    code, _, err = run(capsys, "compare", "--data", data, "--model", bert, "--poolers", "mean", "--folds", 2,
+                       "--epochs", 1, "--out", tmp_path / "o", "--cache-dir", tmp_path / "c")
+    assert code == 0, err  # 256 tokens would overrun the tiny model's 64 positions: capped to 64
+    assert json.loads((tmp_path / "o" / "leaderboard.json").read_text())["rows"]
+
+
+def test_argparse_errors_are_one_line(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--data", "x.csv"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1, err
+    assert err == "error: the following arguments are required: --out (see poolkit train --help)\n"
 
 
 def test_debug_shows_the_traceback(tmp_path, table, bert):

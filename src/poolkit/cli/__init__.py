@@ -25,12 +25,19 @@ def run_zoo(args: argparse.Namespace) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line, ``error: <message> (see <command> --help)``, exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ..bench.snr import add_snr_arguments, run_snr_command
     from . import cache, compare, data, embed, predict, train
 
-    parser = argparse.ArgumentParser(prog="poolkit", description="Pooling that is correct under padding and dtypes: "
-                                     "fine-tune, predict and compare poolers on your own data.")
+    parser = Parser(prog="poolkit", description="Pooling that is correct under padding and dtypes: "
+                    "fine-tune, predict and compare poolers on your own data.")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in (("train", train), ("predict", predict), ("embed", embed), ("compare", compare)):

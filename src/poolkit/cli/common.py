@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,11 @@ POOLER_OPT_HELP = ("pooler option KEY=VALUE (VALUE read as JSON when it parses),
 
 
 def positive(kind: type):
+    """An argparse type: a finite number > 0 (``nan`` and ``inf`` refused)."""
     def parse(text: str):
         value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
         return value
     return parse
 

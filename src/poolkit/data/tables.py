@@ -353,6 +353,12 @@ def fold_splits(data: TableData, folds: int, val_fraction: float = 0.2, seed: in
         return [(np.setdiff1d(np.arange(len(data)), val), val)]
     if len(data) < 2 * folds:
         raise PoolkitError(f"{len(data)} rows are too few for {folds} folds: use fewer --folds or add rows")
+    if data.task == "classification":  # every fold validates every class
+        counts = np.bincount(data.targets, minlength=len(data.label_names))
+        rare = int(np.argmin(counts))
+        if counts[rare] < folds:
+            raise PoolkitError(f"class {data.label_names[rare]!r} has {counts[rare]} row(s), fewer than --folds {folds}: "
+                               f"use --folds {max(int(counts[rare]), 1)} or fewer, or add rows of that class")
     fold_of = np.empty(len(data), dtype=np.int64)
     offset = 0
     for group in _shuffled_groups(data, seed):  # deal each stratum round-robin over the folds

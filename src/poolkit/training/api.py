@@ -7,6 +7,8 @@ a pooler is a name or a spec ``{"name": ..., **options}`` (``poolkit.pooling.poo
 
 from __future__ import annotations
 
+import math
+import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -18,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..data import TableData, decode_labels, load_data, stratified_sample
+from ..data import TableData, decode_labels, fold_splits, load_data, stratified_sample
 from ..errors import PoolkitError, suggest
 from ..io import prepare_out_dir
 from ..locks import locked_dir
@@ -26,6 +28,8 @@ from ..pooling import list_poolers, pooler_spec
 from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row
 
 DEFAULT_DATA = "builtin:embedded"
+#: model types whose position ids start after the padding index (max_position_embeddings - pad - 1 usable)
+OFFSET_POSITIONS = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "mpnet")
 #: ``compare`` without data: the embedded WordNet subset, sized to fit in 10 minutes on 2 CPU cores.
 QUICK_DEFAULTS = {"folds": 3, "epochs": 8}
 DEFAULT_POOLERS = ("cls", "mean", "max", "mean_max", "gem", "lse", "attention", "attention_head", "gated_attention",
@@ -63,7 +67,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
             target_col: str | Sequence[str] = "label", task: str | None = None, limit: int | None = None,
             poolers: str | Sequence[str | dict[str, Any]] = "default", model: str | None = None,
             folds: int | None = None, epochs: int | None = None, batch_size: int = 64, pooler_lr: float = 1e-3,
-            patience: int = 3, max_length: int = 256, seed: int = 0, cache_dir: str | Path | None = None,
+            patience: int = 3, max_length: int | None = None, seed: int = 0, cache_dir: str | Path | None = None,
             finetune_top: int = 0, finetune_epochs: int = 3, encoder_lr: float = 5e-5, out: str | Path | None = None,
             force: bool = False, cache: bool = True, trust_remote_code: bool = False,
             progress: bool = True) -> Leaderboard:
@@ -72,9 +76,9 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
 
     Without ``data``: the embedded WordNet subset, 3 folds and 8 epochs unless given (else 5 folds, 20 epochs).
     ``pooler_lr``: pooler + head learning rate (frozen rows and fine-tuning); ``encoder_lr``: the encoder's when
-    fine-tuning. With ``out``, leaderboard.csv / .json / .png are written there (the frozen board before
-    fine-tuning starts) and the fine-tuned models under ``out/finetuned/``; without, fine-tuned models are
-    discarded. ``cache=False``: encode afresh, reading and writing no feature cache. ``trust_remote_code``: allow a
+    fine-tuning. ``max_length``: default 256, or the model's positions when fewer. With ``out`` (locked for the
+    run), leaderboard.csv / .json / .png are written there (the frozen board before fine-tuning starts) and the
+    fine-tuned models under ``out/finetuned/``; without, fine-tuned models are discarded. ``cache=False``: encode afresh, reading and writing no feature cache. ``trust_remote_code``: allow a
     model folder's own code (``auto_map``); off, such folders are refused.
     """
     from ..models.encoders import model_label, remote_code
@@ -84,10 +88,17 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     from .probing import ProbeConfig, compare_poolers
 
     specs = resolve_poolers(poolers)  # bad names fail before the data is read
+    _check_rates(pooler_lr=pooler_lr, encoder_lr=encoder_lr)
+    if out is not None:
+        _check_writable(out)
+    max_length = _fit_max_length(model, max_length, 256, trust_remote_code)
     quick = data is None
     folds = folds or (QUICK_DEFAULTS["folds"] if quick else 5)
     epochs = epochs or (QUICK_DEFAULTS["epochs"] if quick else 20)
     table = load(DEFAULT_DATA if quick else data, text_col, target_col, task, limit, seed)
+    config = ProbeConfig(folds=folds, epochs=epochs, batch_size=batch_size, pooler_lr=pooler_lr, patience=patience,
+                         seed=seed)
+    fold_splits(table, config.folds, config.val_fraction, config.seed)  # too few rows per class: before encoding
     with ExitStack() as held:
         if out is not None:  # one run per folder: locked for the whole run, its outputs checked under the lock
             held.enter_context(locked_dir(_out_folder(out)))
@@ -105,8 +116,6 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
         features = encode_features(table.texts, model, max_length=max_length, cache_dir=cache_dir, progress=progress,
                                    cache=cache, trust_remote_code=trust_remote_code)
         encode_seconds = time.perf_counter() - start
-        config = ProbeConfig(folds=folds, epochs=epochs, batch_size=batch_size, pooler_lr=pooler_lr, patience=patience,
-                             seed=seed)
         settings = {"data": table.source, "rows": len(table), "task": table.task, "model": features.meta["model"],
                     "model_label": model_label(features.meta["model"]), "metric": metric.name,
                     "higher_is_better": metric.higher_is_better, "folds": folds, "probe": asdict(config),
@@ -146,6 +155,46 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
         return board
 
 
+def _check_rates(**rates: float) -> None:
+    """Learning rates must be finite and > 0 (``nan`` / ``inf`` refused)."""
+    for name, value in rates.items():
+        if not (math.isfinite(value) and value > 0):
+            raise PoolkitError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value!r}")
+
+
+def _check_writable(out: str | Path) -> None:
+    """Refuse an ``out`` that cannot be created or written, before any work."""
+    out = Path(out).absolute()
+    base = next(p for p in (out, *out.parents) if p.exists())
+    if base == out and not out.is_dir():
+        raise PoolkitError(f"--out {out} exists and is not a directory: choose another --out")
+    if not base.is_dir():
+        raise PoolkitError(f"--out {out} cannot be created: {base} is a file; choose another --out")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise PoolkitError(f"--out {out} cannot be written: no write permission in {base}; choose another --out")
+
+
+def _fit_max_length(model: str | None, max_length: int | None, default: int, trust_remote_code: bool) -> int:
+    """``max_length`` checked against the model's positions; unset: ``default``, or the positions when fewer."""
+    from transformers import AutoConfig
+
+    from ..models.encoders import resolve_model
+
+    try:
+        config = AutoConfig.from_pretrained(resolve_model(model), trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):  # the model's own loader names the problem later
+        return max_length or default
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions and config.model_type in OFFSET_POSITIONS:  # positions start after the padding index
+        positions -= (config.pad_token_id or 0) + 1
+    if not positions:
+        return max_length or default
+    if max_length is not None and max_length > positions:
+        raise PoolkitError(f"--max-length {max_length} is more than the model's {positions} positions: use "
+                           f"--max-length {positions} or less")
+    return max_length or min(default, positions)
+
+
 def _out_folder(out: str | Path) -> Path:
     """``out`` created as a folder (refused when it is a file)."""
     out = Path(out)
@@ -178,6 +227,9 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
     from ..models.encoders import remote_code
     from . import finetune
 
+    _check_writable(out)
+    settings["max_length"] = _fit_max_length(model, settings.get("max_length"), finetune.TrainConfig.max_length,
+                                             trust_remote_code)
     config = train_config(pooler, model, **settings)  # fails before the data is read
     table = load(data, text_col, target_col, task, limit, config.seed)
     with remote_code(trust_remote_code):
