@@ -78,8 +78,9 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     ``pooler_lr``: pooler + head learning rate (frozen rows and fine-tuning); ``encoder_lr``: the encoder's when
     fine-tuning. ``max_length``: default 256, or the model's positions when fewer. With ``out`` (locked for the
     run), leaderboard.csv / .json / .png are written there (the frozen board before fine-tuning starts) and the
-    fine-tuned models under ``out/finetuned/``; without, fine-tuned models are discarded. ``cache=False``: encode afresh, reading and writing no feature cache. ``trust_remote_code``: allow a
-    model folder's own code (``auto_map``); off, such folders are refused.
+    fine-tuned models under ``out/finetuned/``; without, fine-tuned models are discarded. ``cache=False``: encode
+    afresh, reading and writing no feature cache. ``trust_remote_code``: allow a model folder's own code
+    (``auto_map``); off, such folders are refused.
     """
     from ..models.encoders import model_label, remote_code
     from . import finetune
