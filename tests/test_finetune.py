@@ -183,6 +183,24 @@ def test_force_removes_only_the_earlier_runs_outputs_and_a_run_locks_its_folder(
     assert (out / "fold_0" / META).is_file()  # the refused run removed nothing
 
 
+def test_non_finite_outputs_end_the_run_keeping_the_last_good_checkpoint(model_dir, tmp_path, monkeypatch):
+    infer, calls = finetune._infer, []
+
+    def nan_from_the_second_evaluation(*args, **kwargs):
+        calls.append(1)
+        outputs = infer(*args, **kwargs)
+        return outputs * np.nan if len(calls) >= 2 else outputs
+
+    monkeypatch.setattr(finetune, "_infer", nan_from_the_second_evaluation)
+    out = tmp_path / "nan"
+    with pytest.raises(PoolkitError, match=r"fold 0 epoch 2: training with the mean pooler gave non-finite outputs "
+                                           r".*learning rate is likely too high.*last good checkpoint kept in"):
+        fit(toy_config(model_dir, epochs=3), toy_data(), out, progress=False)
+    best = json.loads((out / "fold_0.partial" / ".state" / "progress.json").read_text())
+    assert best["best_epoch"] == 1 and (out / "fold_0.partial" / "best" / "model.safetensors").is_file()
+    assert not (out / "metrics.json").exists() and not (out / "fold_0").exists()
+
+
 def test_atomic_writes_leave_no_temporary_files(reference, tmp_path, monkeypatch):
     leftovers = [p for p in reference[0].rglob("*") if p.name.endswith((".tmp", ".old", ".partial"))]
     assert leftovers == []

@@ -494,10 +494,15 @@ class _Fold:
         progress, metric = self.progress, self.run.metric
         outputs = _infer(self.model, self.val_loader, self.val_sampler, self.accelerator.gather_for_metrics,
                          f"fold {self.k} validation", self.run.show)
-        metrics = compute_metrics(self.run.data.task, outputs, self.val_targets, self.run.n_classes)
         train_loss = self.accelerator.reduce(self.loss_sum / max(self.loss_count, 1), "mean").item()
         self.loss_sum.zero_()
         self.loss_count = 0
+        if not (math.isfinite(train_loss) and np.isfinite(outputs).all()):  # the same on every process (gathered)
+            kept = f"last good checkpoint kept in {self.work / 'best'}" if progress.best is not None else "no checkpoint"
+            raise PoolkitError(f"fold {self.k} epoch {epoch:g}: training with the {self.config.pooler['name']} pooler "
+                               f"gave non-finite outputs (train loss {train_loss:.4g}); the learning rate is likely too "
+                               f"high: lower --encoder-lr / --pooler-lr ({kept})")
+        metrics = compute_metrics(self.run.data.task, outputs, self.val_targets, self.run.n_classes)
         score = metrics[metric.name]
         improved = progress.best is None or math.isnan(progress.best) or metric.better(score, progress.best)
         progress.history.append({"epoch": round(epoch, 4), "step": progress.step, "train_loss": train_loss, **metrics})
