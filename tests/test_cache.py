@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 from pathlib import Path
 
@@ -126,7 +125,7 @@ def test_cache_list_and_clear(bert, tmp_path, capsys):
     (root / "0123.tmp").mkdir()  # staging of a killed run
     assert main(["cache", "list", "--cache-dir", str(root)]) == 0
     listed = capsys.readouterr().out
-    assert f"2 cache(s)" in listed and "4 texts" in listed and "2 texts" in listed and "format v2" in listed
+    assert "2 cache(s)" in listed and "4 texts" in listed and "2 texts" in listed and "format v2" in listed
     assert main(["cache", "clear", "--cache-dir", str(root)]) == 0
     assert "removed 2 cache(s)" in capsys.readouterr().out
     assert not [p for p in root.iterdir() if p.suffix != ".lock"]

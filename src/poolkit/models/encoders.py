@@ -80,7 +80,8 @@ def check_model_folder(path: str | os.PathLike, trust_remote_code: bool | None =
 
 
 def load_tokenizer(name_or_path: str | None, trust_remote_code: bool | None = None):
-    """The model's tokenizer, with a one-line error when it cannot be found; model-folder code refused unless trusted."""
+    """The model's tokenizer, with a one-line error when it cannot be found; model-folder code refused unless
+    trusted."""
     from transformers import AutoTokenizer
 
     path = resolve_model(name_or_path)

@@ -207,7 +207,9 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
     tokenizer = load_tokenizer(model_path, trust)
     tokenizer.padding_side = "right"  # the copy loop below keeps each row's first `length` positions
     encoder = load_encoder(model_path, trust).eval()
-    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
     encoder.to(device)
     sampler, batches = sorted_token_batches(tokenizer, texts, max_length, batch_size, device)
     lengths = sampler.lengths
