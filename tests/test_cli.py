@@ -234,6 +234,27 @@ def test_argparse_errors_are_one_line(capsys):
     assert err == "error: the following arguments are required: --out (see poolkit train --help)\n"
 
 
+def test_embed_refuses_non_finite_vectors_unless_allowed(capsys, tmp_path):
+    import torch
+    from transformers import BertModel
+
+    broken = tiny_bert_dir(tmp_path / "nan-bert")
+    model = BertModel.from_pretrained(broken)
+    with torch.no_grad():
+        model.embeddings.LayerNorm.weight.fill_(float("nan"))
+    model.save_pretrained(broken)
+    capsys.readouterr()  # the save's progress bar
+    texts = tmp_path / "t.csv"
+    pd.DataFrame({"text": ["the good dog", "a cat"]}).to_csv(texts, index=False)
+    out = tmp_path / "e.npy"
+    code, _, err = run(capsys, "embed", "--model", broken, "--data", texts, "--out", out, "--quiet")
+    assert code == 2 and "2 of 2 vectors hold NaN or inf" in err and "--allow-nonfinite" in err, err
+    assert err.count("\n") == 1 and not out.exists()
+    code, _, err = run(capsys, "embed", "--model", broken, "--data", texts, "--out", out, "--quiet",
+                       "--allow-nonfinite")
+    assert code == 0, err
+
+
 def test_debug_shows_the_traceback(tmp_path, table, bert):
     with pytest.raises(Exception, match="unknown pooler"):
         main(["--debug", "compare", "--data", str(table), "--model", bert, "--poolers", "nope", "--out",

@@ -28,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=positive(int), default=32)
     parser.add_argument("--max-length", type=positive(int), help="token limit (default: the model's, 256 for MiniLM)")
     add_precision_argument(parser)
+    parser.add_argument("--allow-nonfinite", action="store_true",
+                        help="write vectors holding NaN or inf (refused otherwise)")
     parser.add_argument("--allow-untrained", action="store_true",
                         help="accept a pooler with random (untrained) weight matrices on a bare encoder")
     add_trust_remote_code_argument(parser)
@@ -51,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     frame, vectors, used = embed(args.data, model=args.model, pooler=spec, text_col=args.text_col,
                                  normalize=args.normalize, batch_size=args.batch_size, max_length=args.max_length,
                                  precision=getattr(args, "precision", "auto"), allow_untrained=args.allow_untrained,
+                                 allow_nonfinite=args.allow_nonfinite,
                                  trust_remote_code=args.trust_remote_code,
                                  progress=not args.quiet)
     if out.suffix.lower() == ".npy":

@@ -294,10 +294,11 @@ def predict(model: str | Path, data: str | Path | Sequence[str], *, text_col: st
 def embed(data: str | Path | Sequence[str], *, model: str | None = None, pooler: str | dict[str, Any] | None = None,
           text_col: str = "text", normalize: bool = False, batch_size: int = 32, max_length: int | None = None,
           precision: str = "auto", allow_untrained: bool = False, trust_remote_code: bool = False,
-          progress: bool = True) -> tuple[pd.DataFrame, np.ndarray, dict[str, Any]]:
+          allow_nonfinite: bool = False, progress: bool = True) -> tuple[pd.DataFrame, np.ndarray, dict[str, Any]]:
     """(input table, (N, dim) float32 vectors, the pooler's spec). ``model``: an encoder (default: the packaged
     all-MiniLM-L6-v2) pooled with ``pooler`` (default mean), or a ``poolkit train`` model -- a ``fold_K`` folder,
-    or the run folder when it holds one fold -- with its own trained pooler."""
+    or the run folder when it holds one fold -- with its own trained pooler. Vectors holding NaN / inf are refused
+    unless ``allow_nonfinite``."""
     from ..models.text_encoder import TextEncoder
     from . import finetune
 
@@ -311,4 +312,9 @@ def embed(data: str | Path | Sequence[str], *, model: str | None = None, pooler:
     encoder = TextEncoder(model, pooler, normalize=normalize, max_length=max_length, precision=precision,
                           allow_untrained=allow_untrained, trust_remote_code=trust_remote_code)
     vectors = encoder.encode(texts, batch_size=batch_size, progress=progress).numpy()
+    bad = ~np.isfinite(vectors).all(axis=1)
+    if bad.any() and not allow_nonfinite:
+        rows = ", ".join(map(str, np.flatnonzero(bad)[:5] + 1))
+        raise PoolkitError(f"{int(bad.sum())} of {len(vectors)} vectors hold NaN or inf (rows {rows}; row 1 = first): "
+                           "check the model's weights or --precision, or pass --allow-nonfinite to write them anyway")
     return frame, vectors, encoder.pooler.get_config()
