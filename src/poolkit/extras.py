@@ -9,7 +9,7 @@ from .errors import PoolkitError
 #: What each extra brings: ``pip install 'poolkit[NAME]'``.
 EXTRAS = {
     "hf": ("transformers", "safetensors", "accelerate", "tqdm"),
-    "cli": ("pandas", "pyarrow", "rich", "tqdm", "matplotlib", "scipy", "sklearn"),
+    "cli": ("pandas", "pyarrow", "rich", "tqdm", "matplotlib", "scipy", "sklearn", "filelock"),
     "st": ("sentence_transformers",),
 }
 
