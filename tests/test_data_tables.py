@@ -307,3 +307,26 @@ def test_fold_splits_cover_every_row_once_and_stratify():
     assert len(val) == 10 and len(train) == 30
     with pytest.raises(PoolkitError, match="too few"):
         fold_splits(data, 25)
+
+
+# -- odd data --------------------------------------------------------------------------------------
+
+
+def test_a_duplicated_column_name_is_an_error(tmp_path):
+    error(write(tmp_path, "dup.csv", "text,label,text\na,x,b\nc,y,d\n"), "'text' appears more than once")
+
+
+def test_texts_that_are_not_strings_or_only_zero_width_are_errors(tmp_path):
+    pd.DataFrame({"text": [{"a": i} for i in range(4)], "label": ["x", "y", "x", "y"]}).to_parquet(
+        path := tmp_path / "dicts.parquet")  # a struct column reads back as dicts
+    error(path, "non-text values (dict) in 4 rows (1, 2, 3, 4;")
+    path = write(tmp_path, "mixed.jsonl", '{"text": 5, "label": "x"}\n{"text": "hi", "label": "y"}\n')
+    error(path, "non-text values (int) in 1 row (1;")
+    error(csv(tmp_path, {"text": ["\u200b\u200d", "hello", "world"], "label": ["x", "y", "x"]}),
+          "whitespace-only in 1 row (1;", "zero-width")
+
+
+def test_years_are_regression_not_classes(tmp_path):
+    years = [1990 + i % 30 for i in range(300)]  # 30 distinct integers: quantities, not class codes
+    data = load_table(csv(tmp_path, {"text": [f"t{i}" for i in range(300)], "label": years}))
+    assert data.task == "regression"

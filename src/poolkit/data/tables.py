@@ -29,7 +29,9 @@ _PARSE_FIXES = {
     ".json": "use a JSON list of records or one JSON object per line",
     ".parquet": "check that it is a complete Parquet file",
 }
-MAX_CLASSES = 50  # an integer target with more distinct values than this is inferred as regression
+MAX_CLASSES = 50  # an integer target with more distinct values, or values beyond this, is inferred as regression
+#: characters that show nothing: a text made of them (and whitespace) is empty
+_ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
 
 
 @dataclass
@@ -74,7 +76,7 @@ def load_table(
         raise PoolkitError("no target column given: name at least one with --target-col")
     df = read_frame(path)
     _check_columns(df, path, text_col, target_cols)
-    texts = _texts(df[text_col], text_col)
+    texts = text_list(df[text_col], text_col)
     if task is None:
         task = "regression" if len(target_cols) > 1 else _infer_task(df[target_cols[0]])
     if task == "regression":
@@ -116,6 +118,12 @@ def read_frame(path: Path) -> pd.DataFrame:
         raise PoolkitError(f"could not parse {path.name} as {fmt[1:].upper()} ({detail}): {_PARSE_FIXES[fmt]}") from e
     if len(df) == 0:
         raise PoolkitError(f"{path.name} has no data rows: add rows below the header")
+    header = pd.read_csv(path, sep="\t" if fmt == ".tsv" else ",", header=None, nrows=1, dtype=str,
+                         keep_default_na=False).iloc[0] if fmt in (".csv", ".tsv") else df.columns  # pandas renames
+    names = pd.Index([str(c) for c in header])
+    if names.duplicated().any():
+        raise PoolkitError(f"column {names[names.duplicated()][0]!r} appears more than once in {path.name}: "
+                           "rename the copies so every column name is unique")
     df.columns = [str(c) for c in df.columns]
     return df
 
@@ -158,19 +166,27 @@ def _rows(mask: np.ndarray) -> str:
     return f"{len(rows)} row{'s' * (len(rows) > 1)} ({shown}; row 1 = first data row)"
 
 
-def _texts(col: pd.Series, name: str) -> list[str]:
-    """Texts as str; missing or whitespace-only texts are an error."""
+def text_list(col: pd.Series, name: str, allow_empty: bool = False) -> list[str]:
+    """Texts as str: values that are not strings (numbers, dicts, lists) are an error, and so are missing, blank or
+    zero-width-only texts unless ``allow_empty`` (missing ones then read as "")."""
     if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
         raise PoolkitError(f"text column {name!r} holds numbers, not text: pass the text column with --text-col")
-    texts = ["" if pd.isna(t) else str(t) for t in col]
-    empty = np.array([not t.strip() for t in texts])
-    if empty.any():
-        raise PoolkitError(f"text column {name!r} is empty or whitespace-only in {_rows(empty)}: fill or drop them")
+    other = np.array([not isinstance(t, str) and not (np.ndim(t) == 0 and pd.isna(t)) for t in col])
+    if other.any():
+        kind = type(col[other].iloc[0]).__name__
+        raise PoolkitError(f"text column {name!r} holds non-text values ({kind}) in {_rows(other)}: "
+                           "store the texts as strings, or pass the text column with --text-col")
+    texts = ["" if not isinstance(t, str) else t for t in col]
+    empty = np.array([not t.translate(_ZERO_WIDTH).strip() for t in texts])
+    if empty.any() and not allow_empty:
+        raise PoolkitError(f"text column {name!r} is empty or whitespace-only in {_rows(empty)}: fill or drop them "
+                           "(zero-width characters count as whitespace)")
     return texts
 
 
 def _infer_task(col: pd.Series) -> str:
-    """Classification for non-numeric labels or few integers (<= MAX_CLASSES and < half the rows), else regression."""
+    """Classification for non-numeric labels or few integer codes (<= MAX_CLASSES distinct, < half the rows, all in
+    [-1, MAX_CLASSES]), else regression: years or depths are quantities, not classes."""
     if pd.api.types.is_bool_dtype(col) or not pd.api.types.is_numeric_dtype(col):
         _reject_numeric_looking(col)
         return "classification"
@@ -178,6 +194,7 @@ def _infer_task(col: pd.Series) -> str:
     distinct = np.unique(values)
     integral = bool(np.all(np.isfinite(values)) and np.all(values == np.round(values)))
     few = len(distinct) <= MAX_CLASSES and len(distinct) < len(col) / 2
+    few = few and distinct.min() >= -1 and distinct.max() <= MAX_CLASSES
     return "classification" if integral and few else "regression"
 
 

@@ -240,7 +240,7 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
 def read_texts(data: str | Path | Sequence[str], text_col: str = "text") -> tuple[pd.DataFrame, list[str]]:
     """The input table and its texts (missing values as ""): a file with a ``text_col`` column, ``builtin:NAME``
     (its texts and targets) or a list of texts (a one-column table)."""
-    from ..data.tables import read_frame
+    from ..data.tables import read_frame, text_list
 
     if not isinstance(data, (str, Path)):
         texts = [str(t) for t in data]
@@ -260,7 +260,7 @@ def read_texts(data: str | Path | Sequence[str], text_col: str = "text") -> tupl
     if text_col not in frame.columns:
         raise PoolkitError(f"column {text_col!r} not found in {data}.{suggest(text_col, frame.columns)} "
                            f"Columns: {', '.join(map(str, frame.columns))}; pass the text column with --text-col")
-    return frame, frame[text_col].fillna("").astype(str).tolist()
+    return frame, text_list(frame[text_col], text_col, allow_empty=True)
 
 
 def predict(model: str | Path, data: str | Path | Sequence[str], *, text_col: str = "text", batch_size: int = 64,
