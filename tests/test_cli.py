@@ -73,11 +73,12 @@ def test_compare_end_to_end_and_refuses_to_overwrite(capsys, tmp_path, table, be
 
 def test_compare_regression_ranks_by_rmse(capsys, tmp_path, table, bert):
     out = tmp_path / "reg"
-    code, _, _ = run(capsys, "compare", "--data", table, "--target-col", "score", "--model", bert, "--poolers",
+    code, stdout, _ = run(capsys, "compare", "--data", table, "--target-col", "score", "--model", bert, "--poolers",
                      "mean,max", "--folds", 2, "--epochs", 2, "--out", out, "--cache-dir", tmp_path / "c")
     assert code == 0
     board = pd.read_csv(out / "leaderboard.csv")
     assert (board["metric"] == "rmse").all() and board["mean"].is_monotonic_increasing
+    assert "task: regression, inferred from 'score' (1 numeric target(s)); pass --task to choose" in stdout
 
 
 def test_parse_options():
@@ -294,6 +295,12 @@ def test_train_then_predict_end_to_end(capsys, tmp_path, table, bert):
     assert code == 2 and "no trained model" in err
     code, stdout, _ = run(capsys, "predict", "--model", out / "fold_1", "--data", test, "--out", tmp_path / "p3.csv")
     assert code == 0 and "1 model(s)" in stdout  # one fold folder: that model alone
+    code, _, err = run(capsys, "predict", "--model", out, "--data", test, "--out", tmp_path / "p.tsv.gz")
+    assert code == 0 and pd.read_csv(tmp_path / "p.tsv.gz", sep="\t")["id"].tolist() == [7, 8, 9]
+    for bad, message in [("p.xlsx", "poolkit cannot write .xlsx"), ("p.csv", "more than the model's 64 positions")]:
+        extra = ["--max-length", 65] if bad == "p.csv" else []
+        code, _, err = run(capsys, "predict", "--model", out, "--data", test, "--out", tmp_path / bad, *extra)
+        assert code == 2 and message in err and err.count("\n") == 1 and not (tmp_path / bad).exists()
 
     code, _, err = run(capsys, "embed", "--model", out, "--data", test, "--out", tmp_path / "e.npy")
     assert code == 2 and "fold_0" in err  # a run of two folds: embed names one to pick

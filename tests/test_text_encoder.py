@@ -118,6 +118,11 @@ def test_embed_command_writes_every_format_and_never_overwrites(capsys, tmp_path
     assert list(wide.columns[:2]) == ["id", "text"] and wide.shape == (6, 2 + 32)
     assert np.allclose(wide[[f"emb_{j}" for j in range(32)]].to_numpy(), expected, atol=1e-5)
 
+    assert run(capsys, "embed", "--data", table, "--model", bert, "--pooling", "max", "--out",
+               tmp_path / "v.csv.gz", "--quiet")[0] == 0
+    assert (tmp_path / "v.csv.gz").read_bytes()[:2] == b"\x1f\x8b"  # gzip, not a plain CSV named .gz
+    assert pd.read_csv(tmp_path / "v.csv.gz").equals(wide)
+
     before = (tmp_path / "v.npy").read_bytes()
     code, _, err = run(capsys, "embed", "--data", table, "--model", bert, "--out", tmp_path / "v.npy")
     assert code == 2 and "--force" in err and err.count("\n") == 1
@@ -127,7 +132,10 @@ def test_embed_command_writes_every_format_and_never_overwrites(capsys, tmp_path
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--out", "v.txt"], "unsupported format"),
+    (["--out", "v.txt"], "poolkit cannot write .txt"),
+    (["--out", "v.xlsx"], "poolkit cannot write .xlsx"),
+    (["--out", "v.parquet.gz"], "poolkit cannot write .parquet.gz"),
+    (["--out", "v.npy", "--max-length", "4096"], "more than the model's"),
     (["--out", "v.npy", "--text-col", "txt"], "column 'txt' not found"),
     (["--out", "v.npy", "--pooling", "attention"], "--allow-untrained"),
     (["--out", "v.npy", "--pooling", "atention"], "unknown pooler"),

@@ -5,22 +5,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import PoolkitError
-from .common import (add_pooler_arguments, add_precision_argument, add_text_input_arguments,
-                     add_trust_remote_code_argument, positive, write_table)
+from .common import (TABLE_SUFFIXES, add_pooler_arguments, add_precision_argument, add_text_input_arguments,
+                     add_trust_remote_code_argument, positive, table_format, write_table)
 
 HELP = "texts -> vectors (.npy, or the table plus embeddings) with any pooler"
 DESCRIPTION = ("Embed a table's texts with an encoder + pooler: the packaged MiniLM (or --model) with a parameter-free "
                "pooler, or a model trained by `poolkit train` (--model RUN/fold_K, or RUN when it has one fold) with "
                "its trained pooler.")
-SUFFIXES = (".npy", ".parquet", ".jsonl", ".csv", ".tsv")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_text_input_arguments(parser)
-    parser.add_argument("--out", required=True, help=f"output file: {', '.join(SUFFIXES)} (.npy: the (N, dim) "
-                        "float32 array; .parquet / .jsonl: the table plus an embedding column; .csv / .tsv: plus "
-                        "emb_0..emb_{dim-1} columns)")
+    parser.add_argument("--out", required=True, help=f"output file: .npy, {', '.join(TABLE_SUFFIXES)} (.npy: the "
+                        "(N, dim) float32 array; .parquet / .jsonl: the table plus an embedding column; .csv / .tsv: "
+                        "plus emb_0..emb_{dim-1} columns; .csv / .tsv / .jsonl may end in .gz)")
     parser.add_argument("--model", help="encoder folder / hub name (default: packaged all-MiniLM-L6-v2), or a "
                         "`poolkit train` model: a fold_K folder, or its --out folder when it holds one fold")
     add_pooler_arguments(parser, default=None)
@@ -45,9 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from .common import pooler_specs
 
     out = Path(args.out)
-    if out.suffix.lower() not in SUFFIXES:
-        raise PoolkitError(f"--out {out}: unsupported format {out.suffix or '(no suffix)'!r}; use one of "
-                           f"{', '.join(SUFFIXES)}")
+    kind, _ = table_format(out, others=(".npy",))
     refuse_overwrite(out, args.force)
     spec = pooler_specs([args.pooler or "mean"], args.pooler_opt)[0] if args.pooler or args.pooler_opt else None
     frame, vectors, used = embed(args.data, model=args.model, pooler=spec, text_col=args.text_col,
@@ -56,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
                                  allow_nonfinite=args.allow_nonfinite,
                                  trust_remote_code=args.trust_remote_code,
                                  progress=not args.quiet)
-    if out.suffix.lower() == ".npy":
+    if kind == ".npy":
         atomic_write(out, lambda tmp: np.save(open(tmp, "wb"), vectors))
-    elif out.suffix.lower() in (".csv", ".tsv"):
+    elif kind in (".csv", ".tsv"):
         import pandas as pd
         columns = pd.DataFrame(vectors, columns=[f"emb_{j}" for j in range(vectors.shape[1])], index=frame.index)
         write_table(out, pd.concat([frame, columns], axis=1))

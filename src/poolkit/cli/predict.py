@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_text_input_arguments, add_trust_remote_code_argument, positive, write_table
+from .common import add_text_input_arguments, add_trust_remote_code_argument, positive, table_format, write_table
 
 HELP = "predict with a model written by `poolkit train`"
 
@@ -14,7 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="a `poolkit train` --out folder (its fold models averaged) "
                         "or one of its fold_K folders")
     add_text_input_arguments(parser)
-    parser.add_argument("--out", required=True, help="predictions file (.csv, .tsv, .jsonl or .parquet)")
+    parser.add_argument("--out", required=True, help="predictions file (.csv, .tsv, .jsonl or .parquet; .csv / .tsv / "
+                        ".jsonl may end in .gz)")
     parser.add_argument("--batch-size", type=positive(int), default=64)
     parser.add_argument("--max-length", type=positive(int), help="token limit (default: the one it was trained with)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing --out")
@@ -27,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from ..io import refuse_overwrite
     from ..training.api import predict
 
+    table_format(args.out)  # a format poolkit can write, before any work
     out = refuse_overwrite(args.out, args.force)
     result = predict(args.model, args.data, text_col=args.text_col, batch_size=args.batch_size,
                      trust_remote_code=args.trust_remote_code,

@@ -105,6 +105,29 @@ def load_encoder(name_or_path: str | None, trust_remote_code: bool | None = None
         raise PoolkitError(_not_found(path, err)) from None
 
 
+#: Model types whose position ids start after the padding index: they have that many fewer usable positions.
+OFFSET_POSITIONS = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "mpnet")
+
+
+def model_positions(config) -> int | None:
+    """The number of token positions an encoder config can embed (None when it does not say)."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if not isinstance(positions, int) or positions <= 0:
+        return None
+    if getattr(config, "model_type", None) in OFFSET_POSITIONS:
+        positions -= (getattr(config, "pad_token_id", None) or 0) + 1
+    return positions
+
+
+def check_max_length(max_length: int | None, config) -> int | None:
+    """``max_length`` unchanged, or a one-line error when it is more than the encoder's positions."""
+    positions = model_positions(config)
+    if max_length is not None and positions is not None and max_length > positions:
+        raise PoolkitError(f"--max-length {max_length} is more than the model's {positions} positions: use "
+                           f"--max-length {positions} or less")
+    return max_length
+
+
 @contextmanager
 def hf_bars_off() -> Iterator[None]:
     """Silence transformers' own progress bars (writing shards, loading weights): poolkit's show the run."""

@@ -23,8 +23,8 @@ from tqdm.auto import tqdm
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
 from ..pooling import build_pooler, pooler_spec
-from .encoders import (AUTOCAST, check_model_folder, hf_bars_off, load_encoder, load_tokenizer, resolve_model,
-                       resolve_precision)
+from .encoders import (AUTOCAST, check_max_length, check_model_folder, hf_bars_off, load_encoder, load_tokenizer,
+                       resolve_model, resolve_precision)
 from .pooled_model import PooledConfig, PooledModel
 
 
@@ -74,7 +74,8 @@ class TextEncoder:
         self.encoder.to(self.device).eval()
         self.pooler.to(self.device).eval()
         self.normalize = normalize
-        self.max_length = max_length or _model_max_length(path, self.tokenizer, self.encoder)
+        self.max_length = check_max_length(max_length, self.encoder.config) or _model_max_length(
+            path, self.tokenizer, self.encoder)
 
     @property
     def dim(self) -> int:

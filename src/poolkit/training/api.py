@@ -29,7 +29,6 @@ from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row
 
 DEFAULT_DATA = "builtin:embedded"
 #: model types whose position ids start after the padding index (max_position_embeddings - pad - 1 usable)
-OFFSET_POSITIONS = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "mpnet")
 #: ``compare`` without data: the embedded WordNet subset, sized to fit in 10 minutes on 2 CPU cores.
 QUICK_DEFAULTS = {"folds": 3, "epochs": 8}
 DEFAULT_POOLERS = ("cls", "mean", "max", "mean_max", "gem", "lse", "attention", "attention_head", "gated_attention",
@@ -55,12 +54,17 @@ def resolve_poolers(poolers: str | Sequence[str | dict[str, Any]]) -> list[dict[
 
 
 def load(data: str | Path | TableData, text_col: str = "text", target_col: str | Sequence[str] = "label",
-         task: str | None = None, limit: int | None = None, seed: int = 0) -> TableData:
-    """A TableData from a path, ``builtin:NAME`` or a TableData; ``limit`` keeps a stratified sample."""
+         task: str | None = None, limit: int | None = None, seed: int = 0, say_task: bool = False) -> TableData:
+    """A TableData from a path, ``builtin:NAME`` or a TableData; ``limit`` keeps a stratified sample.
+    ``say_task``: print one line naming the task when it was inferred from a file's target column."""
     if isinstance(data, TableData):
         return data if limit is None else stratified_sample(data, limit, seed)
     targets = (target_col,) if isinstance(target_col, str) else tuple(target_col)
-    return load_data(str(data), limit=limit, seed=seed, text_col=text_col, target_cols=targets, task=task)
+    table = load_data(str(data), limit=limit, seed=seed, text_col=text_col, target_cols=targets, task=task)
+    if say_task and task is None and not str(data).startswith("builtin:"):
+        kind = f"{len(table.label_names)} classes" if table.label_names else f"{len(targets)} numeric target(s)"
+        print(f"task: {table.task}, inferred from {', '.join(map(repr, targets))} ({kind}); pass --task to choose")
+    return table
 
 
 def compare(data: str | Path | TableData | None = None, *, text_col: str = "text",
@@ -96,7 +100,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     quick = data is None
     folds = folds or (QUICK_DEFAULTS["folds"] if quick else 5)
     epochs = epochs or (QUICK_DEFAULTS["epochs"] if quick else 20)
-    table = load(DEFAULT_DATA if quick else data, text_col, target_col, task, limit, seed)
+    table = load(DEFAULT_DATA if quick else data, text_col, target_col, task, limit, seed, say_task=progress)
     config = ProbeConfig(folds=folds, epochs=epochs, batch_size=batch_size, pooler_lr=pooler_lr, patience=patience,
                          seed=seed)
     fold_splits(table, config.folds, config.val_fraction, config.seed)  # too few rows per class: before encoding
@@ -179,21 +183,14 @@ def _fit_max_length(model: str | None, max_length: int | None, default: int, tru
     """``max_length`` checked against the model's positions; unset: ``default``, or the positions when fewer."""
     from transformers import AutoConfig
 
-    from ..models.encoders import resolve_model
+    from ..models.encoders import check_max_length, model_positions, resolve_model
 
     try:
         config = AutoConfig.from_pretrained(resolve_model(model), trust_remote_code=trust_remote_code)
     except (OSError, ValueError):  # the model's own loader names the problem later
         return max_length or default
-    positions = getattr(config, "max_position_embeddings", None)
-    if positions and config.model_type in OFFSET_POSITIONS:  # positions start after the padding index
-        positions -= (config.pad_token_id or 0) + 1
-    if not positions:
-        return max_length or default
-    if max_length is not None and max_length > positions:
-        raise PoolkitError(f"--max-length {max_length} is more than the model's {positions} positions: use "
-                           f"--max-length {positions} or less")
-    return max_length or min(default, positions)
+    positions = model_positions(config)
+    return check_max_length(max_length, config) or min(default, positions or default)
 
 
 def _out_folder(out: str | Path) -> Path:
@@ -232,7 +229,7 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
     settings["max_length"] = _fit_max_length(model, settings.get("max_length"), finetune.TrainConfig.max_length,
                                              trust_remote_code)
     config = train_config(pooler, model, **settings)  # fails before the data is read
-    table = load(data, text_col, target_col, task, limit, config.seed)
+    table = load(data, text_col, target_col, task, limit, config.seed, say_task=progress)
     with remote_code(trust_remote_code):
         return finetune.fit(config, table, out, resume=resume, force=force, progress=progress)
 

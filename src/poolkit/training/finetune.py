@@ -52,14 +52,15 @@ from accelerate.logging import get_logger
 from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, parse_flag_from_env, set_seed
 from torch.utils.data import DataLoader, Sampler
 from tqdm.auto import tqdm
-from transformers import AutoTokenizer, get_scheduler
+from transformers import get_scheduler
 
 from ..data import LengthGroupedBatchSampler, TableData, TextCollator, TextDataset, fold_splits
 from ..data.batching import PADDINGS, sorted_token_batches
 from ..errors import PoolkitError
 from ..models import PooledModel
 from ..pooling import pooler_spec
-from ..models.encoders import AUTOCAST, PRECISIONS, hf_bars_off, load_tokenizer, resolve_model, resolve_precision
+from ..models.encoders import (AUTOCAST, PRECISIONS, check_max_length, hf_bars_off, load_tokenizer, resolve_model,
+                               resolve_precision)
 from ..io import atomic_write_content, existing_dir, replace_dir, temp_dir
 from ..locks import locked_dir
 from .metrics import compute_metrics, primary_metric, sigmoid, softmax
@@ -601,8 +602,8 @@ def predict(model_dir: str | Path, texts: list[str], batch_size: int = 64, max_l
         with hf_bars_off():
             model = PooledModel.from_pretrained(fold).to(device).eval()
         meta = json.loads((fold / META).read_text())
-        sampler, batches = sorted_token_batches(AutoTokenizer.from_pretrained(fold), list(texts),
-                                                max_length or meta["config"]["max_length"], batch_size, device)
+        length = check_max_length(max_length, model.config.encoder) or meta["config"]["max_length"]
+        sampler, batches = sorted_token_batches(load_tokenizer(str(fold)), list(texts), length, batch_size, device)
         chunks = []
         with torch.inference_mode(), torch.autocast(device.type, dtype=AUTOCAST.get(precision),
                                                     enabled=precision != "no"):
