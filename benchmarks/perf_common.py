@@ -9,9 +9,12 @@ variants alike; absolute milliseconds are printed for orientation only.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -127,9 +130,14 @@ def ratio(times: dict[str, list[float]], num: str, den: str) -> float:
     return statistics.median(a / b for a, b in zip(times[num], times[den]))
 
 
+def per_repeat(times: dict[str, list[float]], num: str, den: str) -> list[float]:
+    """Every repeat's ratio time[num] / time[den], in the order measured (what ``ratio`` takes the median of)."""
+    return [a / b for a, b in zip(times[num], times[den])]
+
+
 def spread(times: dict[str, list[float]], num: str, den: str) -> tuple[float, float]:
     """Lowest and highest per-repeat ratio time[num] / time[den]."""
-    ratios = [a / b for a, b in zip(times[num], times[den])]
+    ratios = per_repeat(times, num, den)
     return min(ratios), max(ratios)
 
 
@@ -160,6 +168,39 @@ def _fmt(value: Any) -> str:
 
 def verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
+                              check=True).stdout.rstrip("\n")
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def run_info(device: torch.device, args: argparse.Namespace | None = None) -> dict[str, Any]:
+    """Where and on what a result was measured, for its JSON: the commit (and the working tree's uncommitted
+    paths, since the suite times the tree as it is), machine, torch / Python versions, the script's parsed
+    options and the load average when it started (other processes' load is the main source of noise)."""
+    return {"commit": _git("rev-parse", "HEAD").strip(),
+            "uncommitted": [line[3:] for line in _git("status", "--porcelain", "--untracked-files=no").splitlines()],
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "device": describe(device),
+            "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
+                        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None},
+            "torch": torch.__version__, "python": platform.python_version(),
+            "options": {} if args is None else {k: v if isinstance(v, (int, float, bool, type(None))) else str(v)
+                                                for k, v in vars(args).items()}}
 
 
 def save_json(path: Path | None, payload: dict[str, Any]) -> None:

@@ -4,8 +4,10 @@ The earlier revision's ``src/poolkit`` is exported with ``git archive`` into a t
 versions are imported in one process (the old one under the name ``poolkit_before``); each pooler pair
 gets the same weights and the same inputs, and their calls are interleaved as in the rest of the suite.
 The figure is old time / new time (> 1: the working tree is faster). Sizes and modes as ``perf_tokens``.
+``--new REV`` times a committed revision instead of the working tree (exported the same way, imported as
+``poolkit_after``): the figures then do not move with uncommitted edits made while the run goes on.
 
-    .venv/bin/python benchmarks/perf_revisions.py --against 6da0b4a [--poolers mean,max,attention]
+    .venv/bin/python benchmarks/perf_revisions.py --against 6da0b4a [--new HEAD] [--poolers mean,max,attention]
 """
 
 from __future__ import annotations
@@ -21,28 +23,32 @@ sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
 
-from perf_common import DTYPES, describe, interleaved, parse_and_setup, ratio, save_json, table, timed_call  # noqa: E402
+from perf_common import (DTYPES, describe, interleaved, median_ms, parse_and_setup, per_repeat, ratio,  # noqa: E402
+                         run_info, save_json, table, timed_call)
 from perf_tokens import BATCH, make_inputs  # noqa: E402
 from poolkit import get_pooler, list_poolers  # noqa: E402
 
 
-def import_revision(revision: str, folder: Path):
-    """The package ``poolkit`` as it was at ``revision``, imported as ``poolkit_before``."""
+def import_revision(revision: str, folder: Path, name: str = "poolkit_before"):
+    """The package ``poolkit`` as it was at ``revision``, imported as ``name``."""
     archive = subprocess.run(["git", "archive", revision, "src/poolkit"], cwd=HERE.parent, capture_output=True,
                              check=True).stdout
+    folder.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
     source = folder / "src" / "poolkit"
-    source.rename(folder / "poolkit_before")
-    for path in (folder / "poolkit_before").rglob("*.py"):  # its absolute self-imports, if any, point at itself
-        path.write_text(path.read_text().replace("from poolkit.", "from poolkit_before.").replace(
-            "import poolkit.", "import poolkit_before."))
+    source.rename(folder / name)
+    for path in (folder / name).rglob("*.py"):  # its absolute self-imports (lazy ones by name too) point at itself
+        path.write_text(path.read_text().replace("from poolkit.", f"from {name}.").replace(
+            "import poolkit.", f"import {name}.").replace('"poolkit.', f'"{name}.'))
     sys.path.insert(0, str(folder))
-    return importlib.import_module("poolkit_before")
+    return importlib.import_module(name)
 
 
 def main(argv: list[str] | None = None) -> dict:
     def arguments(parser):
         parser.add_argument("--against", required=True, help="the earlier git revision (commit, tag, branch)")
+        parser.add_argument("--new", default=None,
+                            help="time this git revision instead of the working tree (default: the working tree)")
         parser.add_argument("--poolers", default=None, help="comma-separated token poolers (default: all)")
 
     args, device = parse_and_setup(__doc__, argv, arguments)
@@ -50,31 +56,49 @@ def main(argv: list[str] | None = None) -> dict:
     names = args.poolers.split(",") if args.poolers else list_poolers("token")
     sizes = [(128, 384), (128, 768), (512, 384), (512, 768)] if args.full else [(128, 384), (512, 768)]
     rows = []
+    info = run_info(device, args)  # before the old revision is imported: its commit, the tree's state
     with tempfile.TemporaryDirectory() as folder:
-        before = import_revision(args.against, Path(folder))
-        print(f"# {args.against} vs the working tree ({describe(device)}), B={BATCH}, {repeats} interleaved repeats; "
-              "old time / new time")
+        before = import_revision(args.against, Path(folder) / "before")
+        against, new_commit = (subprocess.run(["git", "rev-parse", rev], cwd=HERE.parent, capture_output=True, text=True,
+                                              check=True).stdout.strip() if rev else None
+                               for rev in (args.against, args.new))
+        new_get_pooler = get_pooler if args.new is None else import_revision(args.new, Path(folder) / "after",
+                                                                             "poolkit_after").get_pooler
+        print(f"# {args.against} vs {args.new or 'the working tree'} ({describe(device)}), B={BATCH}, {repeats} "
+              "interleaved repeats; old time / new time")
         for length, dim in sizes:
             for dtype_name in ("fp32", "bf16"):
                 for mode in ("fwd", "fwd+bwd"):
                     train = mode == "fwd+bwd"
                     x, mask = make_inputs(length, dim, DTYPES[dtype_name], device)
                     x.requires_grad_(train)
-                    cells = {}
+                    cells, repeats_of, ms, diff = {}, {}, {}, {}
                     for name in names:
-                        new = get_pooler(name, hidden_size=dim).to(device=device, dtype=DTYPES[dtype_name])
+                        new = new_get_pooler(name, hidden_size=dim).to(device=device, dtype=DTYPES[dtype_name])
                         old = before.get_pooler(name, hidden_size=dim).to(device=device, dtype=DTYPES[dtype_name])
                         old.load_state_dict(new.state_dict())
+                        with torch.no_grad():  # the two compute the same thing (to rounding): worth knowing
+                            diff[name] = (old(x, mask).float() - new(x, mask).float()).abs().max().item()
                         variants = {key: timed_call(lambda p=p: p(x, mask), train, [x, *p.parameters()])
                                     for key, p in (("old", old.train(train)), ("new", new.train(train)))}
                         times = interleaved(variants, device, repeats=repeats, min_sample_s=0.05)
                         cells[name] = ratio(times, "old", "new")
-                    rows.append({"T": length, "D": dim, "dtype": dtype_name, "mode": mode, "speedup": cells})
+                        repeats_of[name] = per_repeat(times, "old", "new")
+                        ms[name] = {key: median_ms(times, key) for key in times}
+                    rows.append({"T": length, "D": dim, "dtype": dtype_name, "mode": mode, "speedup": cells,
+                                 "per_repeat": repeats_of, "ms": ms, "max_abs_diff": diff})
                     print(f"  measured T={length} D={dim} {dtype_name} {mode}", flush=True)
     headers = ["pooler"] + [f"T{r['T']} D{r['D']} {r['dtype']} {r['mode']}" for r in rows]
     body = [[name] + [f"{r['speedup'][name]:.2f}x" for r in rows] for name in names]
-    print(table(headers, body, title=f"Speed-up of the working tree over {args.against} (old time / new time)"))
-    result = {"device": describe(device), "against": args.against, "repeats": repeats, "rows": rows}
+    print(table(headers, body, title=f"Speed-up of {args.new or 'the working tree'} over {args.against} "
+                                     "(old time / new time)"))
+    result = {"kind": "revisions", "device": describe(device), "against": args.against, "against_commit": against,
+              "new": args.new, "new_commit": new_commit,
+              "repeats": repeats, **info,
+              "settings": {"batch": BATCH, "sizes": sizes, "dtypes": ["fp32", "bf16"], "modes": ["fwd", "fwd+bwd"],
+                           "repeats": repeats, "min_sample_s": 0.05, "threads": args.threads, "poolers": names,
+                           "figure": "old time / new time (> 1: the working tree is faster)"},
+              "rows": rows}
     save_json(args.json, result)
     return result
 

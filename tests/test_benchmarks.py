@@ -59,3 +59,33 @@ def test_revisions_compares_an_exported_revision_with_the_working_tree(tmp_path)
     result = perf_revisions.main(["--against", "HEAD", "--poolers", "mean,cls", "--repeats", "1", "--threads", "0"])
     assert len(result["rows"]) == 8  # 2 sizes x 2 dtypes x 2 modes
     assert all(r["speedup"]["mean"] > 0 and r["speedup"]["cls"] > 0 for r in result["rows"])
+
+
+def test_per_repeat_ratios_and_run_info():
+    times = {"a": [2.0, 4.0, 9.0], "b": [1.0, 2.0, 3.0]}
+    assert perf_common.per_repeat(times, "a", "b") == [2.0, 2.0, 3.0]
+    info = perf_common.run_info(torch.device("cpu"))
+    assert len(info["commit"]) == 40 and info["torch"] == torch.__version__ and info["machine"]["cores"]
+    assert all(not path.startswith(" ") and Path(path).name for path in info["uncommitted"])
+
+
+@pytest.mark.slow
+def test_paths_times_plain_against_fast_forms_and_renders(tmp_path):
+    import perf_paths
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import render_perf_tables
+
+    out = tmp_path / "paths.json"
+    result = perf_paths.main(["--poolers", "mean,max", "--repeats", "2", "--threads", "0", "--json", str(out)])
+    assert len(result["rows"]) == 8 and result["kind"] == "paths"
+    for row in result["rows"]:
+        assert len(row["per_repeat"]["max"]) == 2 and row["max_abs_diff"]["mean"] < 1e-2
+    text = render_perf_tables.render(out, 0.05)
+    assert "| max " in text and "T512 D768 bf16 fwd+bwd" in text
+    doc = tmp_path / "doc.md"
+    doc.write_text("a\n<!-- rendered: paths.json -->\nold\n<!-- end rendered: paths.json -->\nb\n")
+    render_perf_tables.write_into(doc, {"paths.json": text})
+    assert "old" not in doc.read_text() and text in doc.read_text() and doc.read_text().endswith("b\n")
+    assert render_perf_tables.group_name(result) == "agreement: paths"
+    both = render_perf_tables.agreement([out, out], 0.05)  # one run twice: every listed cell agrees with itself
+    assert "`paths.json` (2 repeats), `paths.json` (2 repeats)" in both

@@ -1,0 +1,165 @@
+"""Render the performance suite's saved ratio results (``benchmarks/results/*.json``) as markdown.
+
+Reads what ``benchmarks/perf_revisions.py --json`` (old time / new time) and ``benchmarks/perf_paths.py
+--json`` (plain time / fast time) write: one table per file, a pooler per row, a column per
+(T, D, dtype, mode), each cell the median over repeats of the per-repeat ratio; under it the run's
+provenance and the cells whose median is more than ``--threshold`` away from 1 (either way), each with
+how many of its repeats fall on the same side of 1. No figure is typed by hand: the docs' blocks are
+this script's output.
+
+    .venv/bin/python scripts/render_perf_tables.py benchmarks/results/revisions-55de4ff.json   # print
+    .venv/bin/python scripts/render_perf_tables.py benchmarks/results/*.json --write docs/performance.md
+
+Given several runs of one comparison (the same kind, the same earlier revision), it also lists the cells
+beyond the threshold in the same direction in every run (block name ``agreement: revisions 55de4ff`` /
+``agreement: paths``): on a shared machine, a change that one run shows and another does not is noise.
+
+``--write FILE`` replaces, for each block, the text between ``<!-- rendered: NAME -->`` and
+``<!-- end rendered: NAME -->`` in FILE (NAME: the JSON file's name, or the agreement block's; the markers
+must already be there and are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from perf_common import table  # noqa: E402
+
+#: What each result kind's ratio means: (above 1, below 1).
+MEANING = {"revisions": ("faster now", "slower now"),
+           "paths": ("the plain forms are slower (the fast forms help)", "the plain forms are faster")}
+
+
+def config_label(row: dict) -> str:
+    return f"T{row['T']} D{row['D']} {row['dtype']} {row['mode']}"
+
+
+def agreeing(row: dict, name: str) -> str:
+    """How many repeats fall on the same side of 1 as the median: '6/7'."""
+    ratios, median = row["per_repeat"][name], row["speedup"][name]
+    return f"{sum((r > 1) == (median > 1) for r in ratios)}/{len(ratios)}"
+
+
+def provenance(result: dict, path: Path) -> str:
+    settings, machine = result["settings"], result["machine"]
+    load = machine.get("load_average")
+    what = (f"`benchmarks/perf_revisions.py --against {result['against']}` ({result['against_commit'][:7]}): "
+            "old time / new time, > 1 is faster now" if result["kind"] == "revisions" else
+            "`benchmarks/perf_paths.py`: the working tree's plain forms (`fast.disabled()`) / its fast forms, "
+            "> 1 is the fast forms faster")
+    if result.get("new"):
+        tree = f"new side: `{result['new']}` ({result['new_commit'][:7]}), exported from git like the old one"
+    else:
+        tree = f"working tree at {result['commit'][:7]}"
+        if result.get("uncommitted"):
+            tree += f" (+ uncommitted: {', '.join(result['uncommitted'])})"
+    return (f"{what}. {tree}; {result['date'][:10]}, {machine['cpu']}, {machine['cores']} cores, "
+            f"torch {result['torch']}, {settings['threads']} torch thread(s), B = {settings['batch']}, "
+            f"{settings['repeats']} interleaved repeats per cell (median of per-repeat ratios)"
+            + (f", load average {load[0]:.1f} at the start" if load else "")
+            + f". Data: `{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`.")
+
+
+def changes(result: dict, threshold: float) -> list[str]:
+    """One line per pooler with a cell (as rendered, two decimals) above 1 + threshold or below 1 - threshold."""
+    up_word, down_word = MEANING[result["kind"]]
+    lines = []
+    for name in result["settings"]["poolers"]:
+        up, down = [], []
+        for row in result["rows"]:
+            value = round(row["speedup"][name], 2)  # the figure as the table shows it
+            cell = f"{config_label(row)} {value:.2f}x ({agreeing(row, name)})"
+            if value > 1 + threshold:
+                up.append(cell)
+            elif value < 1 - threshold:
+                down.append(cell)
+        parts = ([f"{up_word}: " + ", ".join(up)] if up else []) + ([f"{down_word}: " + ", ".join(down)] if down else [])
+        if parts:
+            lines.append(f"* `{name}`: " + "; ".join(parts))
+    return lines
+
+
+def render(path: Path, threshold: float) -> str:
+    result = json.loads(path.read_text())
+    rows, names = result["rows"], result["settings"]["poolers"]
+    headers = ["pooler"] + [config_label(r) for r in rows]
+    body = [[name] + [f"{r['speedup'][name]:.2f}x" for r in rows] for name in names]
+    out = [provenance(result, path), "", table(headers, body), "",
+           f"Cells more than {threshold:.0%} from 1.00x (median; in brackets, repeats on the same side of 1):", ""]
+    out += changes(result, threshold) or ["* none"]
+    if all("max_abs_diff" in r for r in rows):
+        largest, row, name = max(((r["max_abs_diff"][n], r, n) for r in rows for n in names), key=lambda c: c[0])
+        sides = "old and new" if result["kind"] == "revisions" else "plain and fast forms"
+        out += ["", f"Largest output difference between the {sides}, over every cell: {largest:.2g} "
+                    f"(`{name}`, {config_label(row)}; outputs of the same weights on the same inputs)."]
+    return "\n".join(out)
+
+
+def group_name(result: dict) -> str:
+    """The marker name of the runs-agree block of a comparison: 'agreement: revisions 55de4ff' / 'agreement: paths'."""
+    return "agreement: " + result["kind"] + (f" {result['against_commit'][:7]}" if result["kind"] == "revisions" else "")
+
+
+def agreement(paths: list[Path], threshold: float) -> str:
+    """Cells beyond ``threshold`` (as rendered) in the same direction in every run of one comparison."""
+    results = [json.loads(path.read_text()) for path in paths]
+    up_word, down_word = MEANING[results[0]["kind"]]
+    lines = []
+    for name in results[0]["settings"]["poolers"]:
+        up, down = [], []
+        for row in results[0]["rows"]:
+            label = config_label(row)
+            values = [round(next(r for r in res["rows"] if config_label(r) == label)["speedup"][name], 2)
+                      for res in results]
+            cell = f"{label} " + " / ".join(f"{v:.2f}x" for v in values)
+            if all(v > 1 + threshold for v in values):
+                up.append(cell)
+            elif all(v < 1 - threshold for v in values):
+                down.append(cell)
+        parts = ([f"{up_word}: " + ", ".join(up)] if up else []) + ([f"{down_word}: " + ", ".join(down)] if down else [])
+        if parts:
+            lines.append(f"* `{name}`: " + "; ".join(parts))
+    files = ", ".join(f"`{path.name}` ({res['settings']['repeats']} repeats)" for path, res in zip(paths, results))
+    return "\n".join([f"Cells more than {threshold:.0%} from 1.00x in the same direction in every run ({files}; "
+                      "medians in that order):", "", *(lines or ["* none"])])
+
+
+def write_into(target: Path, blocks: dict[str, str]) -> None:
+    text = target.read_text()
+    for name, block in blocks.items():
+        pattern = re.compile(rf"(<!-- rendered: {re.escape(name)} -->\n).*?(<!-- end rendered: {re.escape(name)} -->)",
+                             re.DOTALL)
+        if not pattern.search(text):
+            raise SystemExit(f"{target}: no '<!-- rendered: {name} -->' ... '<!-- end rendered: {name} -->' block")
+        text = pattern.sub(lambda m: m.group(1) + block + "\n" + m.group(2), text)
+    target.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", type=Path, nargs="+", help="JSON files written by perf_revisions / perf_paths")
+    parser.add_argument("--threshold", type=float, default=0.05, help="list cells further than this from 1 (0.05)")
+    parser.add_argument("--write", type=Path, default=None, help="replace the files' marked blocks in this file")
+    args = parser.parse_args(argv)
+    blocks = {path.name: render(path.resolve(), args.threshold) for path in args.results}
+    groups: dict[str, list[Path]] = {}
+    for path in args.results:
+        groups.setdefault(group_name(json.loads(path.read_text())), []).append(path)
+    blocks.update({name: agreement(paths, args.threshold) for name, paths in groups.items() if len(paths) > 1})
+    if args.write:
+        write_into(args.write, blocks)
+        print(f"updated {len(blocks)} block(s) in {args.write}")
+    else:
+        print("\n\n".join(blocks.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
