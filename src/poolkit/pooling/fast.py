@@ -99,13 +99,10 @@ def _blocks(tokens: Tensor, index: Tensor):
 
 # -- weighted sums -------------------------------------------------------------------------------
 class WeightedSum(torch.autograd.Function):
-    """``torch.bmm(weights, x)`` for weights (B, H, T) and x (B, T, D), with a cheaper gradient for x.
-
-    bmm's own backward computes x's gradient, weights^T @ grad, as a matrix product with an inner
-    dimension of H; with one weight row per example (H = 1: mean, sum, attention) that is an outer
-    product, and on CPU a float32 K = 1 matrix product costs more than the broadcast multiply used here
-    (in bf16 the matrix product stays: PyTorch's bf16 broadcast multiply is the slower one there).
-    """
+    """``torch.bmm(weights, x)`` for weights (B, H, T) and x (B, T, D) whose weight gradient is zero where the
+    weight is (see backward), and whose x gradient for one weight row (H = 1) in float32 / float64 is a
+    broadcast multiply: bmm's own backward computes weights^T @ grad as a matrix product with an inner
+    dimension of 1, which on CPU costs more (in bf16 / fp16 it does not)."""
 
     @staticmethod
     def forward(weights: Tensor, x: Tensor) -> Tensor:
@@ -118,7 +115,7 @@ class WeightedSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         weights, x = ctx.saved_tensors
-        grad = grad.to(x.dtype).contiguous()  # often an expanded view (from a sum): slow to broadcast
+        grad = grad.contiguous()  # often an expanded view (from a sum): slow to broadcast
         grad_weights = None
         if ctx.needs_input_grad[0]:
             # Zero where the weight is: learned weights come from a masked softmax, whose backward multiplies

@@ -67,7 +67,10 @@ def masked_weighted_sum(x: Tensor, weights: Tensor) -> Tensor:
     """
     squeeze = weights.dim() == 2
     w = (weights.unsqueeze(1) if squeeze else weights).to(x.dtype)
-    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad) and fast.active(x):
+    # fast.WeightedSum: for learned weights (its weight gradient ignores padded values), and for one weight row
+    # in float32 / float64 (its x gradient is cheaper there); else bmm's own backward is the faster.
+    custom = w.requires_grad or (w.shape[1] == 1 and compute_dtype(x.dtype) == x.dtype and x.requires_grad)
+    if custom and torch.is_grad_enabled() and fast.active(x):
         out = fast.WeightedSum.apply(w, x)
     else:
         out = torch.bmm(w, x)
