@@ -41,6 +41,9 @@ class Pooler(nn.Module):
     #: True when ``pool`` itself gives exact zeros for a row with no real token (a weighted sum whose
     #: weights are all zero there): ``forward`` then skips its own empty-row guard.
     zero_when_empty: bool = False
+    #: False when no value at a padded position can reach the output (a selection of real tokens: cls, last,
+    #: max, min): ``forward`` then skips its check for non-finite padding.
+    reads_padding: bool = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -80,10 +83,10 @@ class Pooler(nn.Module):
             x, mask = _all_padding(x, max(batch, 1), max(length, 1)), mask.new_zeros(max(batch, 1), max(length, 1))
         x = self.to_parameter_dtype(x)
         checked = fast.active(reference)
-        if not checked:  # transforms and other devices: padded values are zeroed before anything reads them
+        if not checked and self.reads_padding:  # transforms, other devices: padding zeroed before it is read
             x = _zero_padding(x, mask)
         pooled, weights = self._pool_and_guard(x, mask, return_weights)
-        if checked and not math.isfinite(pooled.sum().item()):  # one sum: far cheaper than isfinite().all()
+        if checked and self.reads_padding and not math.isfinite(pooled.sum().item()):  # a sum: cheaper than .all()
             # Eager CPU keeps the cheap product forms, under which a NaN / inf at a padded position would
             # reach the output (0 * inf): rows are pooled again from inputs whose padding is zeroed, so
             # padding never changes an output whatever it holds. Non-finite values at real tokens stay.

@@ -33,6 +33,7 @@ class ConcatPooler(Pooler):
             raise PoolkitError(f"concat takes token poolers; {layer_parts} pool over layers: give them a "
                                "token_pooler instead")
         self.linear = all(part.linear for part in self.parts)
+        self.reads_padding = any(part.reads_padding for part in self.parts)
         self.output_dim = sum(part.output_dim for part in self.parts)
 
     def pool(self, x: Tensor, mask: Tensor):

@@ -34,9 +34,10 @@ def disabled() -> Iterator[None]:
 
 def transformed() -> bool:
     """Whether a PyTorch transform is tracing or wrapping the current call: a ``torch.func`` transform
-    (grad, vmap, jacrev, ...), ``torch.compile``, ``torch.export`` or ONNX export."""
+    (grad, vmap, jacrev, ...), ``torch.compile``, ``torch.export`` (and the ONNX exporter built on it) or
+    ``torch.jit.trace`` (and the older ONNX exporter). Cheap checks only: this runs on every pooler call."""
     return (torch._C._functorch.peek_interpreter_stack() is not None or torch.compiler.is_compiling()
-            or torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export())
+            or torch.compiler.is_exporting() or torch.jit.is_tracing())
 
 
 def active(x: Tensor) -> bool:

@@ -49,6 +49,7 @@ class LayerPooler(Pooler):
         if pooler_class(spec["name"]).kind != "token":
             raise PoolkitError(f"{self.name}: token_pooler must be a token pooler, got layer pooler {spec['name']!r}")
         self.token = build_pooler(spec, token_hidden_size or hidden_size)
+        self.reads_padding = self.token.reads_padding
         self.output_dim = self.token.output_dim
 
     def check_layer_start(self, layer_start: int) -> int:

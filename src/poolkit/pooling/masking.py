@@ -180,7 +180,7 @@ def edge_rows(x: Tensor, mask: Tensor, last: bool) -> Tensor:
     if fast.active(x) and bool(mask[:, edge].all()):
         return x[:, edge].clone()
     index = last_real_index(mask) if last else first_real_index(mask)
-    return gather_rows(x, index) * mask.gather(1, index[:, None])  # the token's own flag: 0 for an empty row
+    return torch.where(mask.gather(1, index[:, None]), gather_rows(x, index), 0)  # the token's own flag: empty rows 0
 
 
 def gather_rows(x: Tensor, index: Tensor) -> Tensor:

@@ -23,6 +23,7 @@ class ClsPooler(Pooler):
 
     linear = True
     zero_when_empty = True
+    reads_padding = False
 
     def pool(self, x: Tensor, mask: Tensor):
         return self.pool_without_weights(x, mask), masking.one_hot_weights(masking.first_real_index(mask), mask)
@@ -37,6 +38,7 @@ class LastPooler(Pooler):
 
     linear = True
     zero_when_empty = True
+    reads_padding = False
 
     def pool(self, x: Tensor, mask: Tensor):
         return self.pool_without_weights(x, mask), masking.one_hot_weights(masking.last_real_index(mask), mask)
@@ -91,6 +93,7 @@ class _ExtremePooler(Pooler):
 
     largest = True
     zero_when_empty = True
+    reads_padding = False
 
     def pool(self, x: Tensor, mask: Tensor):
         values, indices = masking.masked_extreme(x, mask, largest=self.largest, with_index=True)
