@@ -30,6 +30,7 @@ COLUMNS = {
     "test_torch_func_grad_matches_autograd": "func.grad",
     "test_per_sample_gradients_with_vmap": "vmap(grad)",
     "test_jacrev_matches_autograd_jacobian": "jacrev",
+    "test_forward_mode_ad_matches_func_jvp": "forward AD (dual numbers)",
     "test_compile_fullgraph_matches_eager": "compile fullgraph (aot_eager)",
     "test_inductor_compile_matches_eager": "compile (inductor)",
     "test_torch_export_answers_like_eager_on_other_inputs": "torch.export",

@@ -72,6 +72,9 @@ def test_layer_pooler_given_the_wrong_number_of_layers():
     ("weighted_layer", {"num_layers": 4, "token_pooler": "lstm_layers"}, "must be a token pooler"),
     ("lstm_layers", {"num_layers": 4, "dropout": 1.5}, "dropout must be in"),
     ("mean", {"on_empty": "nan"}, "on_empty must be one of"),
+    ("gem", {"p": "3"}, "pooler 'gem': options do not fit"),
+    ("latent", {"mlp_ratio": "x"}, "pooler 'latent': options do not fit"),
+    ("lstm_layers", {"num_layers": 4, "dropout": None}, "pooler 'lstm_layers': options do not fit"),
     ("mean_layers", {"last_n": 0}, "last_n must be a positive int"),
 ])
 def test_options_that_do_not_fit(name, options, match):

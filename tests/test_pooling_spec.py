@@ -82,3 +82,12 @@ def test_pooler_spec_resolves_aliases_and_checks_options():
         pooler_spec("attention", atn_size=64)
     with pytest.raises(PoolkitError, match="a name or a dict with 'name'"):
         pooler_spec(["mean"])
+
+
+def test_a_pooler_given_as_an_argument_is_recorded_as_its_spec():
+    part = get_pooler("attention", HIDDEN, attn_size=8)
+    pooler = get_pooler("concat", HIDDEN, poolers=[part, "mean"])
+    layered = get_pooler("weighted_layer", HIDDEN, num_layers=NUM_LAYERS, token_pooler=part)
+    assert pooler.get_config()["poolers"] == [part.get_config(), "mean"]
+    assert layered.get_config()["token_pooler"] == part.get_config()
+    json.dumps([pooler.get_config(), layered.get_config()])  # plain data, savable

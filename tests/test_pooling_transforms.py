@@ -223,3 +223,22 @@ def test_onnx_export_runs_in_onnxruntime(name):
     names = [i.name for i in session.get_inputs()]
     out = session.run(None, {names[0]: x.numpy(), names[1]: mask.numpy()})[0]
     torch.testing.assert_close(torch.from_numpy(out), pooler(x, mask).detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ALL_POOLERS)
+def test_forward_mode_ad_matches_func_jvp(name, path):
+    """Dual numbers (torch.autograd.forward_ad) give torch.func.jvp's tangent: the fast forms, which have no
+    jvp rule, must step aside."""
+    from torch.autograd import forward_ad
+
+    pooler, states, mask = setup(name)
+    tangents = tuple(torch.randn_like(s) for s in as_tuple(states))
+
+    def run(*xs):
+        return pooler(from_tuple(pooler, xs), mask)
+
+    _, expected = torch.func.jvp(run, as_tuple(states), tangents)
+    with forward_ad.dual_level():
+        duals = tuple(forward_ad.make_dual(s, t) for s, t in zip(as_tuple(states), tangents))
+        tangent = forward_ad.unpack_dual(run(*duals)).tangent
+    torch.testing.assert_close(tangent, expected, rtol=1e-4, atol=1e-5)

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import PoolkitError, suggest
-from . import fast
+from . import fast, masking
 
 Weights = Union[Tensor, dict[str, Tensor]]
 HiddenStates = Union[Tensor, Sequence[Tensor]]
@@ -83,10 +83,11 @@ class Pooler(nn.Module):
             x, mask = _all_padding(x, max(batch, 1), max(length, 1)), mask.new_zeros(max(batch, 1), max(length, 1))
         x = self.to_parameter_dtype(x)
         checked = fast.active(reference)
-        if not checked and self.reads_padding:  # transforms, other devices: padding zeroed before it is read
-            x = _zero_padding(x, mask)
+        if not checked and self.reads_padding and self.kind == "token":
+            x = _zero_padding(x, mask)  # transforms, other devices: zeroed before it is read (layers: LayerPooler)
         pooled, weights = self._pool_and_guard(x, mask, return_weights)
-        if checked and self.reads_padding and not math.isfinite(pooled.sum().item()):  # a sum: cheaper than .all()
+        # One float32 sum (cheaper than isfinite().all(); float32 so that large half values do not overflow it).
+        if checked and self.reads_padding and not math.isfinite(pooled.sum(dtype=torch.float32).item()):
             # Eager CPU keeps the cheap product forms, under which a NaN / inf at a padded position would
             # reach the output (0 * inf): rows are pooled again from inputs whose padding is zeroed, so
             # padding never changes an output whatever it holds. Non-finite values at real tokens stay.
@@ -179,9 +180,7 @@ class Pooler(nn.Module):
 
 def _zero_padding(x: Tensor | list[Tensor], mask: Tensor) -> Tensor | list[Tensor]:
     """x (or each layer) with every padded position set to 0: (B, T, D) -> (B, T, D)."""
-    if isinstance(x, list):
-        return [_zero_padding(h, mask) for h in x]
-    return torch.where(mask[:, :, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return [masking.zero_padding(h, mask) for h in x] if isinstance(x, list) else masking.zero_padding(x, mask)
 
 
 def _all_padding(x: Tensor | list[Tensor], batch: int, length: int) -> Tensor | list[Tensor]:
@@ -196,6 +195,17 @@ def _map_weights(weights: Weights, change: Callable[[Tensor, bool], Tensor]) -> 
     if isinstance(weights, dict):
         return {key: change(value, key == "token") for key, value in weights.items()}
     return change(weights, True)
+
+
+def _plain(value: Any) -> Any:
+    """A constructor argument as spec data: a pooler given as an argument becomes its own spec; the rest is copied."""
+    if isinstance(value, Pooler):
+        return value.get_config()
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return copy.deepcopy(value)
 
 
 def _record_arguments(cls: type[Pooler]) -> None:
@@ -215,7 +225,7 @@ def _record_arguments(cls: type[Pooler]) -> None:
             except TypeError as err:  # e.g. an unknown option, given to the class directly
                 raise PoolkitError(f"{type(self).name or type(self).__name__}: {err}") from None
             bound.apply_defaults()
-            self.__dict__["_spec"] = copy.deepcopy(dict(list(bound.arguments.items())[1:]))
+            self.__dict__["_spec"] = {key: _plain(value) for key, value in list(bound.arguments.items())[1:]}
         init(self, *args, **options)
 
     cls.__init__ = recording_init
@@ -318,7 +328,13 @@ def get_pooler(name: str, hidden_size: int, **options: Any) -> Pooler:
     """Build a registered pooler: ``get_pooler("attention", hidden_size=384, attn_size=256)``;
     ``get_pooler(**pooler.get_config())`` rebuilds one."""
     canonical = check_options(name, options)
-    return _REGISTRY[canonical](hidden_size, **options)
+    try:
+        return _REGISTRY[canonical](hidden_size, **options)
+    except (TypeError, ValueError) as err:  # a value of the wrong kind, e.g. p="3" (PoolkitError passes through)
+        if isinstance(err, PoolkitError):
+            raise
+        raise PoolkitError(f"pooler {canonical!r}: options do not fit ({err}); see "
+                           f"poolkit.pooling.describe_options({canonical!r})") from None
 
 
 def pooler_spec(spec: str | dict[str, Any] | Pooler, **options: Any) -> dict[str, Any]:

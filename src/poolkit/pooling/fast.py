@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import Tensor
+from torch.autograd import forward_ad
 
 _enabled = True
 
@@ -34,10 +35,11 @@ def disabled() -> Iterator[None]:
 
 def transformed() -> bool:
     """Whether a PyTorch transform is tracing or wrapping the current call: a ``torch.func`` transform
-    (grad, vmap, jacrev, ...), ``torch.compile``, ``torch.export`` (and the ONNX exporter built on it) or
-    ``torch.jit.trace`` (and the older ONNX exporter). Cheap checks only: this runs on every pooler call."""
-    return (torch._C._functorch.peek_interpreter_stack() is not None or torch.compiler.is_compiling()
-            or torch.compiler.is_exporting() or torch.jit.is_tracing())
+    (grad, vmap, jacrev, ...), forward-mode AD (``torch.autograd.forward_ad``), ``torch.compile``,
+    ``torch.export`` (and the ONNX exporter built on it) or ``torch.jit.trace`` (and the older ONNX exporter).
+    Cheap checks only: this runs on every pooler call."""
+    return (torch._C._functorch.peek_interpreter_stack() is not None or forward_ad._current_level >= 0
+            or torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing())
 
 
 def active(x: Tensor) -> bool:

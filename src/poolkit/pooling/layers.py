@@ -72,12 +72,21 @@ class LayerPooler(Pooler):
         """The parameters' dtype (as token poolers convert their input to), else the layers' own."""
         return self.parameter_dtype() or layers[0].dtype
 
+    def token_pool(self, h: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """The token pooler on one (B, T, D') tensor, converted to its dtype. Where the fast forms do not apply
+        (transforms, other devices), a token pooler that reads padding gets it zeroed here, one selected or mixed
+        tensor at a time (see Pooler.forward), never all the layers at once."""
+        h = self.token.to_parameter_dtype(h)
+        if self.token.reads_padding and not fast.active(h):
+            h = masking.zero_padding(h, mask)
+        return self.token.pool(h, mask)
+
     def pool_each(self, layers: list[Tensor], mask: Tensor) -> tuple[Tensor, Tensor]:
         """The token pooler applied to every layer: -> vectors (B, L, D') and token weights (B, L, T).
 
         A parameter-free token pooler selects from each layer as it is; a learned one gets it converted.
         """
-        results = [self.token.pool(self.token.to_parameter_dtype(h), mask) for h in layers]
+        results = [self.token_pool(h, mask) for h in layers]
         vectors = torch.stack([pooled for pooled, _ in results], dim=1).to(self.compute_dtype(layers))
         token_weights = torch.stack([weights for _, weights in results], dim=1)
         return vectors, token_weights
@@ -109,7 +118,7 @@ class LayerPooler(Pooler):
         mixed = layers[0].to(dtype) * weights[0]
         for layer, weight in zip(layers[1:], weights[1:]):
             mixed.addcmul_(layer, weight)
-        return self.token.pool(mixed, mask)
+        return self.token_pool(mixed, mask)
 
 
 @register_pooler("weighted_layer", "weighted_layers", "weighted_layer_pooling")
@@ -191,7 +200,7 @@ class ConcatLayersPooler(_LastLayersPooler):
             vectors, token_weights = self.pool_each(selected, mask)
             pooled, token_weights = vectors.flatten(1), token_weights[:, 0]
         else:
-            pooled, token_weights = self.token.pool(self.token.to_parameter_dtype(torch.cat(selected, dim=-1)), mask)
+            pooled, token_weights = self.token_pool(torch.cat(selected, dim=-1), mask)
         uniform = torch.full((mask.shape[0], len(selected)), 1 / len(selected), device=mask.device)
         return pooled, {"layer": uniform, "token": token_weights}
 

@@ -3,8 +3,9 @@
 Rules (the bugs of the snippets in the wild): masked logits are filled with ``finfo(dtype).min`` or
 handled with boolean masks, never a literal like ``-1e9`` (it overflows fp16); softmax and sums run in
 float32 for half-precision inputs; a row with no real token gives zeros and zero weights, never NaN;
-CLS / last mean the first / last *real* token under left or right padding. Values at padded positions
-never reach an output (they only need to be finite, as every encoder's are).
+CLS / last mean the first / last *real* token under left or right padding. The product forms here (a
+weighted sum with zero weights at padding) let a NaN / inf at a padded position through (0 * inf):
+``Pooler.forward`` is what guarantees that padding never changes an output, whatever it holds.
 
 Every function here is written in plain, composable operations (autograd of any order, ``torch.func``,
 ``torch.compile``, export); where :func:`fast.active` allows, a faster form from :mod:`fast` that gives
@@ -49,6 +50,11 @@ def project_tokens(x: Tensor, mask: Tensor, weight: Tensor, bias: Tensor | None,
         real = head(fast.GatheredLinear.apply(tokens, index, weight, bias))
         return real.new_zeros(batch * length, real.shape[-1]).index_copy(0, index, real).view(batch, length, -1)
     return head(F.linear(tokens, weight, bias)).view(batch, length, -1)
+
+
+def zero_padding(x: Tensor, mask: Tensor) -> Tensor:
+    """x with every padded position set to 0 (a select, so NaN / inf there are gone too): (B, T, D) -> (B, T, D)."""
+    return torch.where(mask[:, :, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def real_counts(mask: Tensor) -> Tensor:
