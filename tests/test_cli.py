@@ -326,3 +326,11 @@ def test_train_refuses_an_existing_out_and_resumes(capsys, tmp_path, table, bert
     code, _, err = run(capsys, *base)
     assert code == 2 and "--force" in err and "--resume" in err
     assert run(capsys, *base, "--resume")[0] == 0  # nothing left to do: the finished fold is kept
+
+
+@pytest.mark.parametrize("command", ["train", "embed"])
+@pytest.mark.parametrize("pooler", ["mean,max", "default"])
+def test_pooler_takes_one_name(capsys, tmp_path, table, bert, command, pooler):
+    out = tmp_path / ("v.npy" if command == "embed" else "run")
+    code, _, err = run(capsys, command, "--data", table, "--model", bert, "--pooler", pooler, "--out", out)
+    assert code == 2 and "--pooler takes one pooler name" in err and err.count("\n") == 1 and not out.exists()

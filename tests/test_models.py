@@ -176,3 +176,17 @@ def test_sentence_transformers_layer_pooler_without_hidden_states_says_how(bert_
     model = SentenceTransformer(modules=[word, PoolkitPooling.for_transformer(word, "weighted_layer")], device="cpu")
     with pytest.raises(PoolkitError, match="output_hidden_states"):
         model.encode(SENTENCES)
+
+
+def test_a_model_saved_by_poolkit_0_1_loads_with_its_own_pooler(tmp_path, bert_dir):
+    """0.1 saved the pooler as ``pooling`` + ``pooling_options``: it must not fall back to mean pooling."""
+    model = PooledModel.from_encoder(bert_dir, pooler={"name": "attention", "attn_size": 16}, task="regression").eval()
+    model.save_pretrained(tmp_path / "old")
+    config = json.loads((tmp_path / "old" / "config.json").read_text())
+    config["pooling"], config["pooling_options"] = config.pop("pooler")["name"], {"attn_size": 16}
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config))
+    loaded = PooledModel.from_pretrained(tmp_path / "old").eval()
+    assert loaded.pooler.get_config() == model.pooler.get_config()
+    batch = {"input_ids": torch.tensor([[2, 5, 7, 3]]), "attention_mask": torch.ones(1, 4, dtype=torch.long)}
+    with torch.no_grad():
+        assert torch.equal(loaded(**batch).logits, model(**batch).logits)

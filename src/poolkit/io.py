@@ -3,6 +3,7 @@ out-dirs that refuse to overwrite."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -131,3 +132,12 @@ def existing_dir(dest: Path) -> Path | None:
         if path.is_dir():
             return path
     return None
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

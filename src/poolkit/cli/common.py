@@ -57,6 +57,15 @@ def parse_options(pairs: list[str] | None) -> list[tuple[str | None, str, Any]]:
     return parsed
 
 
+def single_pooler_spec(name: str, pairs: list[str] | None) -> dict[str, Any]:
+    """The one pooler of --pooler (train, embed) with its --pooler-opt options."""
+    names = split_names([name])
+    if len(names) != 1 or names[0] in ("default", "all"):
+        raise PoolkitError(f"--pooler takes one pooler name, got {name!r}: compare several with "
+                           "`poolkit compare --poolers`")
+    return pooler_specs(names, pairs)[0]
+
+
 def pooler_specs(poolers: list[str], pairs: list[str] | None) -> list[dict[str, Any]]:
     """Specs from --poolers / --pooler names (commas and/or spaces, 'default', 'all') and --pooler-opt options."""
     from ..pooling import pooler_options, pooler_spec
@@ -70,7 +79,7 @@ def pooler_specs(poolers: list[str], pairs: list[str] | None) -> list[dict[str, 
             chosen = [i for i, s in enumerate(specs) if s["name"] == name]
             if not chosen:
                 raise PoolkitError(f"--pooler-opt {target}:{key}: {name} is not one of the poolers given "
-                                   f"({', '.join(s['name'] for s in specs)}); add it to --poolers")
+                                   f"({', '.join(s['name'] for s in specs)}); name it in --pooler / --poolers")
         else:  # every pooler that has the option; when none has it, all (so the error names the known options)
             chosen = [i for i, s in enumerate(specs) if key in pooler_options(s["name"])] or range(len(specs))
         for i in chosen:

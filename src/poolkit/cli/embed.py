@@ -40,12 +40,12 @@ def run(args: argparse.Namespace) -> int:
 
     from ..io import atomic_write, refuse_overwrite
     from ..training.api import embed
-    from .common import pooler_specs
+    from .common import single_pooler_spec
 
     out = Path(args.out)
     kind, _ = table_format(out, others=(".npy",))
     refuse_overwrite(out, args.force)
-    spec = pooler_specs([args.pooler or "mean"], args.pooler_opt)[0] if args.pooler or args.pooler_opt else None
+    spec = single_pooler_spec(args.pooler or "mean", args.pooler_opt) if args.pooler or args.pooler_opt else None
     frame, vectors, used = embed(args.data, model=args.model, pooler=spec, text_col=args.text_col,
                                  normalize=args.normalize, batch_size=args.batch_size, max_length=args.max_length,
                                  precision=getattr(args, "precision", "auto"), allow_untrained=args.allow_untrained,
@@ -53,7 +53,11 @@ def run(args: argparse.Namespace) -> int:
                                  trust_remote_code=args.trust_remote_code,
                                  progress=not args.quiet)
     if kind == ".npy":
-        atomic_write(out, lambda tmp: np.save(open(tmp, "wb"), vectors))
+        def save(tmp):
+            with open(tmp, "wb") as handle:
+                np.save(handle, vectors)
+
+        atomic_write(out, save)
     elif kind in (".csv", ".tsv"):
         import pandas as pd
         columns = pd.DataFrame(vectors, columns=[f"emb_{j}" for j in range(vectors.shape[1])], index=frame.index)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from .common import (Renamed, add_data_arguments, add_pooler_arguments, add_precision_argument,
-                     add_trust_remote_code_argument, data_kwargs, given, pooler_specs, positive)
+                     add_trust_remote_code_argument, data_kwargs, given, positive,
+                     single_pooler_spec)
 
 HELP = "fine-tune encoder + pooler + head on a table of texts"
 DESCRIPTION = "Fine-tune encoder + pooler + head. Writes fold_*/ models, oof.csv, metrics.json and train.log to --out."
@@ -52,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..training.api import train
 
-    (spec,) = pooler_specs([args.pooler], args.pooler_opt)
+    spec = single_pooler_spec(args.pooler, args.pooler_opt)
     metrics = train(args.data, args.out, pooler=spec, model=args.model, resume=args.resume, force=args.force,
                     trust_remote_code=args.trust_remote_code,
                     **data_kwargs(args), **given(args, *SETTINGS))

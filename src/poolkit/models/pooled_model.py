@@ -36,6 +36,8 @@ class PooledConfig(PretrainedConfig):
             encoder = AutoConfig.for_model(encoder.pop("model_type"), **encoder)
         if task not in TASKS:
             raise PoolkitError(f"task must be one of {TASKS}, got {task!r}")
+        if "pooling" in kwargs:  # a model saved by poolkit 0.1: its pooler as a name plus options
+            pooler = {"name": kwargs.pop("pooling"), **(kwargs.pop("pooling_options", None) or {})}
         super().__init__(**kwargs)
         # Set after the base init, which would otherwise reset the encoder's attention implementation.
         self.encoder = encoder

@@ -33,7 +33,7 @@ from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
 from ..data.batching import sorted_token_batches
-from ..io import OLD_SUFFIX, TMP_SUFFIX, replace_dir, temp_dir
+from ..io import OLD_SUFFIX, TMP_SUFFIX, file_digest, replace_dir, temp_dir
 from ..models.encoders import check_model_folder, load_encoder, load_tokenizer, resolve_model
 
 CACHE_VERSION = 2
@@ -44,12 +44,6 @@ LOCK = ".lock"
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("POOLKIT_CACHE", Path.home() / ".cache" / "poolkit")) / "features"
-
-
-def file_digest(path: Path) -> str:
-    """SHA-256 of a file's bytes."""
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def model_fingerprint(model_path: str) -> dict:

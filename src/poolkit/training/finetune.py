@@ -39,7 +39,7 @@ import os
 import re
 import shutil
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,8 @@ import pandas as pd
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.logging import get_logger
-from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, parse_flag_from_env, set_seed
+from accelerate.utils import (DataLoaderConfiguration, DistributedDataParallelKwargs, broadcast_object_list,
+                               parse_flag_from_env, set_seed)
 from torch.utils.data import DataLoader, Sampler
 from tqdm.auto import tqdm
 from transformers import get_scheduler
@@ -58,9 +59,9 @@ from ..data import LengthGroupedBatchSampler, TableData, TextCollator, TextDatas
 from ..data.batching import PADDINGS, sorted_token_batches
 from ..errors import PoolkitError
 from ..models import PooledModel
-from ..pooling import pooler_spec
 from ..models.encoders import (AUTOCAST, PRECISIONS, check_max_length, hf_bars_off, load_tokenizer, resolve_model,
                                resolve_precision)
+from ..pooling import pooler_spec
 from ..io import atomic_write_content, existing_dir, replace_dir, temp_dir
 from ..locks import locked_dir
 from .metrics import compute_metrics, primary_metric, sigmoid, softmax
@@ -227,8 +228,9 @@ def _written(out: Path) -> list[Path]:
     """What an earlier run wrote in ``out``: the entries its manifest lists, or (a run without one) the fold
     folders holding poolkit_train.json, fold_K.partial folders and the result files. Nothing else is touched."""
     manifest = out / MANIFEST
-    if manifest.is_file():
-        names = json.loads(manifest.read_text())["outputs"]
+    if manifest.is_file():  # only names a run writes: a damaged or planted manifest cannot reach outside ``out``
+        names = [n for n in json.loads(manifest.read_text()).get("outputs", [])
+                 if isinstance(n, str) and (n in RESULTS or re.fullmatch(r"fold_\d+(\.partial)?", n))]
     else:
         names = [p.name for p in out.glob("fold_*") if (_FOLD_DIR.fullmatch(p.name) and (p / META).is_file())
                  or re.fullmatch(r"fold_\d+\.partial", p.name)] + list(RESULTS)
@@ -248,18 +250,25 @@ def _claim_out_dir(out: Path, resume: bool, force: bool, state: PartialState, ou
         raise PoolkitError(f"output folder {out} is not empty: pass --force to overwrite it, "
                            "or --resume to continue the run in it")
     state.wait_for_everyone()  # every process has looked before the main one clears
-    if not state.is_main_process:
-        state.wait_for_everyone()
-        yield
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    with locked_dir(out):
-        if force:
-            for path in _written(out):
-                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-        if not (out / MANIFEST).is_file():
-            atomic_write_content(out / MANIFEST, json.dumps({"outputs": outputs}) + "\n")
-        state.wait_for_everyone()
+    with ExitStack() as held:
+        error = None
+        if state.is_main_process:
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+                held.enter_context(locked_dir(out))
+                if force:
+                    for path in _written(out):
+                        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+                if not (out / MANIFEST).is_file():
+                    atomic_write_content(out / MANIFEST, json.dumps({"outputs": outputs}) + "\n")
+            except PoolkitError as err:
+                error = str(err)
+            except OSError as err:
+                error = f"could not prepare output folder {out}: {err}"
+        if state.num_processes > 1:  # every rank learns the main one's outcome: none is left at a barrier
+            error = broadcast_object_list([error])[0]
+        if error is not None:
+            raise PoolkitError(error)
         yield
 
 

@@ -3,7 +3,6 @@ table that fits the terminal, CSV + JSON + a plot, written atomically."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import textwrap
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..io import atomic_write, atomic_write_json
+from ..io import atomic_write, atomic_write_json, file_digest
 
 COLUMNS = ["rank", "pooler", "mode", "metric", "mean", "std", "params", "seconds"]
 OUTPUTS = ("leaderboard.csv", "leaderboard.json", "leaderboard.png")
@@ -135,11 +134,7 @@ class Leaderboard:
         self.to_csv(out / "leaderboard.csv")
         self.plot(out / "leaderboard.png")
         parts = ("leaderboard.csv", "leaderboard.png")
-        self.to_json(out / "leaderboard.json", {name: _sha256(out / name) for name in parts})
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+        self.to_json(out / "leaderboard.json", {name: file_digest(out / name) for name in parts})
 
 
 def _compact(n: int) -> str:
