@@ -42,6 +42,14 @@ def test_leaderboard_ranks_each_mode_by_the_metric_direction(board):
     assert len(folds) == 8 and folds.loc[(folds["pooler"] == "mean") & (folds["fold"] == 1), "rmse"].item() == 0.7
 
 
+def test_a_diverged_pooler_ranks_last_in_either_direction():
+    for higher in (False, True):
+        rows = [row("mean", "frozen", [0.5, 0.7]), row("gem", "frozen", [float("nan"), 0.1]),
+                row("max", "frozen", [0.2, 0.4])]
+        frame = Leaderboard(rows, {**SETTINGS, "higher_is_better": higher}).frame
+        assert list(frame["pooler"]) == (["mean", "max", "gem"] if higher else ["max", "mean", "gem"])
+
+
 def test_leaderboard_text_fits_80_columns_without_cutting_names(board):
     text = str(board)
     lines = text.splitlines()
@@ -107,6 +115,7 @@ def test_spec_label_shows_only_options_that_differ_from_defaults():
 def test_resolve_poolers():
     assert api.resolve_poolers("mean, Attention") == [{"name": "mean"}, {"name": "attention"}]
     assert len(api.resolve_poolers("default")) == len(api.DEFAULT_POOLERS)
+    assert api.resolve_poolers(["default", "avg", "max"]) == api.resolve_poolers("default")  # each pooler once
     assert api.resolve_poolers(["max", {"name": "attention", "attn_size": 8}])[1] == {"name": "attention",
                                                                                      "attn_size": 8}
     with pytest.raises(PoolkitError, match="no poolers given"):

@@ -14,8 +14,8 @@ from ..errors import PoolkitError
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-#: Commands that load Hugging Face models: they need the [hf] extra as well as [cli].
-NEEDS_HF = ("train", "predict", "embed", "compare")
+#: Commands that need the [hf] extra as well as [cli] (they load models, or poolkit.training, which does).
+NEEDS_HF = ("train", "predict", "embed", "compare", "cache", "zoo")
 
 
 def run_zoo(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--patience", type=positive(int), help="default 3")
     add("--max-length", type=positive(int), help="default 256")
     add("--seed", type=int, help="default 0")
-    add("--cache-dir", help="feature cache folder (default: $POOLKIT_CACHE or ~/.cache/poolkit)")
+    add("--cache-dir", help="feature cache folder (default: $POOLKIT_CACHE/features or ~/.cache/poolkit/features)")
     parser.add_argument("--no-cache", action="store_true", help="encode afresh: read and write no feature cache")
     add_trust_remote_code_argument(parser)
     add("--finetune-top", type=int, metavar="K", help="then fine-tune the encoder end-to-end with the K best poolers")

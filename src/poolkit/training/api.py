@@ -28,7 +28,6 @@ from ..pooling import list_poolers, pooler_spec
 from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row
 
 DEFAULT_DATA = "builtin:embedded"
-#: model types whose position ids start after the padding index (max_position_embeddings - pad - 1 usable)
 #: ``compare`` without data: the embedded WordNet subset, sized to fit in 10 minutes on 2 CPU cores.
 QUICK_DEFAULTS = {"folds": 3, "epochs": 8}
 DEFAULT_POOLERS = ("cls", "mean", "max", "mean_max", "gem", "lse", "attention", "attention_head", "gated_attention",
@@ -50,7 +49,11 @@ def resolve_poolers(poolers: str | Sequence[str | dict[str, Any]]) -> list[dict[
             expanded.append(item)
     if not expanded:
         raise PoolkitError("no poolers given: name some (e.g. mean,attention), or 'default' or 'all'")
-    return [pooler_spec(item) for item in expanded]
+    specs: list[dict[str, Any]] = []
+    for spec in map(pooler_spec, expanded):  # each once (e.g. "default,mean"), in the order first given
+        if spec not in specs:
+            specs.append(spec)
+    return specs
 
 
 def load(data: str | Path | TableData, text_col: str = "text", target_col: str | Sequence[str] = "label",

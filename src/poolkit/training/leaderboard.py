@@ -41,9 +41,8 @@ class Leaderboard:
 
     def __init__(self, rows: list[dict[str, Any]], settings: dict[str, Any]) -> None:
         self.settings = settings
-        order = sorted(range(len(rows)), key=lambda i: (rows[i]["mode"] != "frozen",
-                                                        -rows[i]["mean"] if settings["higher_is_better"]
-                                                        else rows[i]["mean"]))
+        best = settings["higher_is_better"]
+        order = sorted(range(len(rows)), key=lambda i: (rows[i]["mode"] != "frozen", rank_key(rows[i]["mean"], best)))
         ranks: dict[str, int] = {}
         self.rows = []
         for i in order:
@@ -135,6 +134,13 @@ class Leaderboard:
         self.plot(out / "leaderboard.png")
         parts = ("leaderboard.csv", "leaderboard.png")
         self.to_json(out / "leaderboard.json", {name: file_digest(out / name) for name in parts})
+
+
+def rank_key(mean: float, higher_is_better: bool) -> float:
+    """Sort key of a metric mean: best first; a NaN mean (a diverged pooler) last."""
+    if mean != mean:
+        return float("inf")
+    return -mean if higher_is_better else mean
 
 
 def _compact(n: int) -> str:

@@ -24,6 +24,7 @@ from ..errors import PoolkitError
 from ..models.pooled_model import task_loss
 from ..pooling import Pooler, build_pooler, pooler_options
 from .features import FeatureCache
+from .leaderboard import rank_key
 from .metrics import compute_metrics, primary_metric
 
 
@@ -192,4 +193,4 @@ def compare_poolers(specs: list[str | dict[str, Any]], cache: FeatureCache, data
         if on_result is not None:
             on_result(result)
     metric = primary_metric(data.task, data.n_outputs)
-    return sorted(results, key=lambda r: r.summary()["mean"], reverse=metric.higher_is_better)
+    return sorted(results, key=lambda r: rank_key(r.summary()["mean"], metric.higher_is_better))
