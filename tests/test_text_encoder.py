@@ -172,3 +172,19 @@ def test_embed_command_reads_a_builtin_dataset_with_its_targets(capsys, tmp_path
     frame = pd.read_parquet(out)
     assert list(frame.columns) == ["text", "depth", "embedding"] and len(frame) == 2000
     assert frame["depth"].between(1, 30).all() and len(frame["embedding"][0]) == 32
+
+
+def test_a_built_pooler_is_used_as_it_is(bert):
+    """A trained pooler object embeds with its own weights (not a fresh random copy of its spec)."""
+    pooler = poolkit.get_pooler("attention", hidden_size=32, attn_size=8)
+    with torch.no_grad():
+        pooler.score[2].weight.mul_(5)
+    encoder = TextEncoder(bert, pooler, device="cpu")
+    assert encoder.pooler is pooler
+    tok = encoder.tokenizer(TEXTS[:2], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = encoder.encoder(**tok).last_hidden_state
+        expected = pooler(states, tok["attention_mask"])
+    torch.testing.assert_close(encoder.encode(TEXTS[:2]), expected, rtol=1e-4, atol=1e-5)
+    with pytest.raises(PoolkitError, match="used as it is"):
+        TextEncoder(bert, poolkit.get_pooler("mean", hidden_size=16), device="cpu")

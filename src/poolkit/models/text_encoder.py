@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
-from ..pooling import build_pooler, pooler_spec
+from ..pooling import Pooler, build_pooler, pooler_spec
 from .encoders import (AUTOCAST, check_max_length, check_model_folder, hf_bars_off, load_encoder, load_tokenizer,
                        resolve_model, resolve_precision)
 from .pooled_model import PooledConfig, PooledModel
@@ -34,15 +34,15 @@ class TextEncoder:
     ``model``: a local folder or hub name of an encoder (default: the packaged all-MiniLM-L6-v2), or a
     saved :class:`PooledModel` (a ``fold_K`` folder of ``poolkit train``), whose trained pooler is then
     used and ``pooler`` must be left out. ``pooler`` is a name or a spec dict (``{"name": ..., **options}``;
-    options may also come as keywords). On a bare encoder, poolers with weight matrices (the attention
-    family, latent, adapool, lstm_layers, ...) would embed with random weights and are refused unless
-    ``allow_untrained=True``; poolers whose few parameters start at a meaningful value (gem's p, lse's
+    options may also come as keywords), or a built (e.g. trained) pooler, used as it is. Built from a name or
+    spec on a bare encoder, poolers with weight matrices (the attention family, latent, adapool, lstm_layers,
+    ...) would embed with random weights and are refused unless ``allow_untrained=True``; poolers whose few parameters start at a meaningful value (gem's p, lse's
     temperature, weighted_layer's uniform layer weights) are accepted. ``precision`` (auto, no, bf16,
     fp16): ``auto`` runs bf16 (or fp16) autocast on CUDA and float32 on CPU. A model folder with code of its own
     (``auto_map``) is refused unless ``trust_remote_code=True``.
     """
 
-    def __init__(self, model: str | None = None, pooler: str | dict[str, Any] | None = None, *,
+    def __init__(self, model: str | None = None, pooler: str | dict[str, Any] | Pooler | None = None, *,
                  normalize: bool = False, max_length: int | None = None, device: str | torch.device | None = None,
                  precision: str = "auto", allow_untrained: bool = False, trust_remote_code: bool | None = None,
                  **pooler_options: Any) -> None:
@@ -63,9 +63,16 @@ class TextEncoder:
             with hf_bars_off():
                 self.encoder = load_encoder(path, trust)
             config = self.encoder.config
-            self.pooler = build_pooler(pooler_spec(pooler or "mean", **pooler_options), config.hidden_size,
-                                       config.num_hidden_layers)
-            if any(p.dim() >= 2 for p in self.pooler.parameters()) and not allow_untrained:
+            if isinstance(pooler, Pooler):
+                if pooler_options or pooler.hidden_size != config.hidden_size:
+                    raise PoolkitError(f"a built {pooler.name} pooler is used as it is: it takes no options, and its "
+                                       f"hidden_size {pooler.hidden_size} must be the encoder's {config.hidden_size}")
+                self.pooler = pooler
+            else:
+                self.pooler = build_pooler(pooler_spec(pooler or "mean", **pooler_options), config.hidden_size,
+                                           config.num_hidden_layers)
+            untrained = not isinstance(pooler, Pooler) and any(p.dim() >= 2 for p in self.pooler.parameters())
+            if untrained and not allow_untrained:
                 raise PoolkitError(
                     f"pooler {self.pooler.name!r} has learned weight matrices and {path} is a bare encoder, so they "
                     "would be random: pass a model trained with `poolkit train` (its fold_K folder), pick a pooler "
@@ -106,7 +113,7 @@ class TextEncoder:
         return sampler.restore(torch.cat(outputs)).cpu()
 
 
-def encode(texts: Sequence[str], model: str | None = None, pooler: str | dict[str, Any] | None = None, *,
+def encode(texts: Sequence[str], model: str | None = None, pooler: str | dict[str, Any] | Pooler | None = None, *,
            normalize: bool = False, batch_size: int = 32, **options: Any) -> torch.Tensor:
     """One call: ``poolkit.encode(["a text", ...], pooler="mean", normalize=True)`` -> (N, dim) float32.
 
