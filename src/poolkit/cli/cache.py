@@ -12,7 +12,8 @@ def add_parser(sub) -> None:
     parser = sub.add_parser("cache", help=HELP, description=HELP)
     actions = parser.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
     for name, func, text in (("list", run_list, "each cache: size, model, texts, layers"),
-                             ("clear", run_clear, "remove every cache not in use")):
+                             ("clear", run_clear, "remove every cache not being built (a running compare "
+                                                 "reads one without a lock: clear between runs)")):
         action = actions.add_parser(name, help=text)
         action.add_argument("--cache-dir", help="compare's --cache-dir (default: $POOLKIT_CACHE/features or "
                             "~/.cache/poolkit/features)")

@@ -90,7 +90,8 @@ def pooler_specs(poolers: list[str], pairs: list[str] | None) -> list[dict[str, 
 def add_pooler_arguments(parser: argparse.ArgumentParser, default: str | None) -> None:
     """--pooler NAME (alias --pooling) and --pooler-opt (alias --pooling-opt) of train and embed."""
     parser.add_argument("--pooler", "--pooling", dest="pooler", default=default,
-                        help=f"pooler name (see `poolkit zoo`; default: {default or 'mean, or a trained model’s own'})")
+                        help=f"pooler name (see `poolkit zoo`; default: "
+                             f"{default or 'mean, or a trained model’s own'})")
     parser.add_argument("--pooler-opt", "--pooling-opt", dest="pooler_opt", action="append",
                         metavar="[POOLER:]KEY=VALUE", help=POOLER_OPT_HELP)
 

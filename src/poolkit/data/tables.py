@@ -156,7 +156,8 @@ def _check_columns(df: pd.DataFrame, path: Path, text_col: str, target_cols: tup
             f"column {col!r} not found in {path.name} (columns: {', '.join(available)}): pass the right {flag}.{hint}"
         )
     if text_col in target_cols:
-        raise PoolkitError(f"column {text_col!r} is both the text and a target: pick different --text-col / --target-col")
+        raise PoolkitError(f"column {text_col!r} is both the text and a target: pick different --text-col / "
+                           "--target-col")
 
 
 def _rows(mask: np.ndarray) -> str:
@@ -352,7 +353,8 @@ def train_val_split(data: TableData, val_fraction: float = 0.2, seed: int = 0) -
     return data.subset(np.flatnonzero(~is_val)), data.subset(np.flatnonzero(is_val))
 
 
-def fold_splits(data: TableData, folds: int, val_fraction: float = 0.2, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+def fold_splits(data: TableData, folds: int, val_fraction: float = 0.2,
+                seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train rows, validation rows) per fold, stratified like :func:`train_val_split`.
 
     ``folds >= 2``: K-fold, every row validated exactly once (out-of-fold predictions cover the table).
@@ -373,9 +375,12 @@ def fold_splits(data: TableData, folds: int, val_fraction: float = 0.2, seed: in
     if data.task == "classification":  # every fold validates every class
         counts = np.bincount(data.targets, minlength=len(data.label_names))
         rare = int(np.argmin(counts))
+        if counts[rare] == 0:
+            raise PoolkitError(f"class {data.label_names[rare]!r} has no row in the data used (a --limit too small?): "
+                               "use more rows")
         if counts[rare] < folds:
-            raise PoolkitError(f"class {data.label_names[rare]!r} has {counts[rare]} row(s), fewer than --folds {folds}: "
-                               f"use --folds {max(int(counts[rare]), 1)} or fewer, or add rows of that class")
+            raise PoolkitError(f"class {data.label_names[rare]!r} has {counts[rare]} row(s), fewer than --folds "
+                               f"{folds}: use --folds {counts[rare]} or fewer, or add rows of that class")
     fold_of = np.empty(len(data), dtype=np.int64)
     offset = 0
     for group in _shuffled_groups(data, seed):  # deal each stratum round-robin over the folds

@@ -36,8 +36,9 @@ class TextEncoder:
     used and ``pooler`` must be left out. ``pooler`` is a name or a spec dict (``{"name": ..., **options}``;
     options may also come as keywords), or a built (e.g. trained) pooler, used as it is. Built from a name or
     spec on a bare encoder, poolers with weight matrices (the attention family, latent, adapool, lstm_layers,
-    ...) would embed with random weights and are refused unless ``allow_untrained=True``; poolers whose few parameters start at a meaningful value (gem's p, lse's
-    temperature, weighted_layer's uniform layer weights) are accepted. ``precision`` (auto, no, bf16,
+    ...) would embed with random weights and are refused unless ``allow_untrained=True``; poolers whose few
+    parameters start at a meaningful value (gem's p, lse's temperature, weighted_layer's uniform layer weights)
+    are accepted. ``precision`` (auto, no, bf16,
     fp16): ``auto`` runs bf16 (or fp16) autocast on CUDA and float32 on CPU. A model folder with code of its own
     (``auto_map``) is refused unless ``trust_remote_code=True``.
     """

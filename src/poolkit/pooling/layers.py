@@ -215,9 +215,9 @@ class _RecurrentLayersPooler(LayerPooler):
 
     rnn_type: type[nn.RNNBase] = nn.LSTM
 
-    def __init__(self, hidden_size: int, *, num_layers: int | None = None, rnn_hidden: int = 256, bidirectional: bool = True,
-                 dropout: float = 0.1, layer_start: int = 1, token_pooler: str | dict[str, Any] = "cls",
-                 on_empty: str = "zeros") -> None:
+    def __init__(self, hidden_size: int, *, num_layers: int | None = None, rnn_hidden: int = 256,
+                 bidirectional: bool = True, dropout: float = 0.1, layer_start: int = 1,
+                 token_pooler: str | dict[str, Any] = "cls", on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, num_layers=num_layers, token_pooler=token_pooler, on_empty=on_empty)
         if not isinstance(rnn_hidden, int) or isinstance(rnn_hidden, bool) or rnn_hidden < 1:
             raise PoolkitError(f"{self.name}: rnn_hidden must be a positive int, got {rnn_hidden!r}")

@@ -212,7 +212,8 @@ def train_config(pooler: str | dict[str, Any] = "mean", model: str | None = None
     known = {f.name for f in fields(finetune.TrainConfig)}
     for key in settings:
         if key not in known:
-            raise PoolkitError(f"unknown training setting {key!r}.{suggest(key, known)} Known: {', '.join(sorted(known))}")
+            raise PoolkitError(f"unknown training setting {key!r}.{suggest(key, known)} "
+                               f"Known: {', '.join(sorted(known))}")
     config = finetune.TrainConfig(model=model, pooler=pooler, **settings)
     config.check()
     return config

@@ -508,10 +508,11 @@ class _Fold:
         self.loss_sum.zero_()
         self.loss_count = 0
         if not (math.isfinite(train_loss) and np.isfinite(outputs).all()):  # the same on every process (gathered)
-            kept = f"last good checkpoint kept in {self.work / 'best'}" if progress.best is not None else "no checkpoint"
-            raise PoolkitError(f"fold {self.k} epoch {epoch:g}: training with the {self.config.pooler['name']} pooler "
-                               f"gave non-finite outputs (train loss {train_loss:.4g}); the learning rate is likely too "
-                               f"high: lower --encoder-lr / --pooler-lr ({kept})")
+            kept = (f"last good checkpoint kept in {self.work / 'best'}" if progress.best is not None
+                    else "no checkpoint")
+            raise PoolkitError(f"fold {self.k} epoch {epoch:g}: training with the {self.config.pooler['name']} "
+                               f"pooler gave non-finite outputs (train loss {train_loss:.4g}); the learning rate is "
+                               f"likely too high: lower --encoder-lr / --pooler-lr ({kept})")
         metrics = compute_metrics(self.run.data.task, outputs, self.val_targets, self.run.n_classes)
         score = metrics[metric.name]
         improved = progress.best is None or math.isnan(progress.best) or metric.better(score, progress.best)

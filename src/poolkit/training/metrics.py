@@ -45,7 +45,8 @@ def sigmoid(logits: np.ndarray) -> np.ndarray:
 
 
 def regression_metrics(pred: np.ndarray, target: np.ndarray) -> dict[str, float]:
-    pred, target = np.asarray(pred, np.float64).reshape(len(pred), -1), np.asarray(target, np.float64).reshape(len(target), -1)
+    pred = np.asarray(pred, np.float64).reshape(len(pred), -1)
+    target = np.asarray(target, np.float64).reshape(len(target), -1)
     rmse_per_target = np.sqrt(((pred - target) ** 2).mean(axis=0))
     out = {"rmse": float(np.sqrt(((pred - target) ** 2).mean())), "mae": float(np.abs(pred - target).mean()),
            "mcrmse": float(rmse_per_target.mean())}
@@ -83,7 +84,8 @@ def multilabel_metrics(logits: np.ndarray, target: np.ndarray) -> dict[str, floa
             "log_loss": float(-(target * np.log(clipped) + (1 - target) * np.log(1 - clipped)).mean())}
 
 
-def compute_metrics(task: str, outputs: np.ndarray, target: np.ndarray, n_classes: int | None = None) -> dict[str, float]:
+def compute_metrics(task: str, outputs: np.ndarray, target: np.ndarray,
+                    n_classes: int | None = None) -> dict[str, float]:
     """All metrics of the task, from raw head outputs (regression values or logits)."""
     if task == "regression":
         return regression_metrics(outputs, target)

@@ -149,7 +149,8 @@ def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train
                 break
     model.load_state_dict(best_state)
     params = sum(p.numel() for p in model.parameters())
-    return best_outputs, compute_metrics(data.task, best_outputs, data.targets[val_rows], data.n_outputs), epochs_run, params
+    metrics = compute_metrics(data.task, best_outputs, data.targets[val_rows], data.n_outputs)
+    return best_outputs, metrics, epochs_run, params
 
 
 def probe_pooler(spec: str | dict[str, Any], cache: FeatureCache, data: TableData, config: ProbeConfig,
