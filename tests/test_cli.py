@@ -188,6 +188,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, table
     ("out_under_a_file", "cannot be created: .* is a file"),
     ("folds_per_class", "class 'rare' has 2 row.s., fewer than --folds 3: use --folds 2 or fewer"),
     ("nan_lr", "--pooler-lr: must be a finite number > 0, got nan"),
+    ("option_value", "layer_start must index the 3 hidden states"),
 ])
 def test_checked_before_encoding_or_creating_out(capsys, tmp_path, table, bert, command, case, match):
     import re
@@ -203,11 +204,13 @@ def test_checked_before_encoding_or_creating_out(capsys, tmp_path, table, bert, 
         frame.loc[:1, "label"] = "rare"
         frame.to_csv(data := tmp_path / "rare.csv", index=False)
         extra = ["--folds", 3]
+    elif case == "option_value":  # the tiny encoder has 2 layers: 3 hidden states
+        extra = ["--pooler-opt", "layer_start=7"]
     else:
         extra = ["--pooler-lr", "nan"]
     argv = [command, "--data", data, "--model", bert, "--out", out, "--epochs", 1, *extra]
-    if command == "compare":
-        argv += ["--poolers", "mean", "--cache-dir", tmp_path / "cache"]
+    pooler = "weighted_layer" if case == "option_value" else "mean"
+    argv += ["--poolers", pooler, "--cache-dir", tmp_path / "cache"] if command == "compare" else ["--pooler", pooler]
     with pytest.raises(SystemExit) if case == "nan_lr" else contextlib.nullcontext() as exited:
         code, _, err = run(capsys, *argv)
     if exited is not None:  # argparse refuses the value

@@ -180,13 +180,17 @@ def edge_rows(x: Tensor, mask: Tensor, last: bool) -> Tensor:
 
     When every row's first (last) position is real (right (left) padding, no empty row: the usual batch),
     that is a copy of the slice x[:, 0] (x[:, -1]), after one look at B mask values: as cheap as the
-    snippets' ``[:, 0]``. (Only where :func:`fast.active`: on a GPU the look would be a host sync.)
+    snippets' ``[:, 0]``. Otherwise the rows are gathered, and rows with no real token set to 0 (a select:
+    the value gathered there is padding, whatever it holds), a step skipped when no row is empty. (The looks
+    at mask values only where :func:`fast.active`: on a GPU each would be a host sync.)
     """
     edge = -1 if last else 0
-    if fast.active(x) and bool(mask[:, edge].all()):
+    active = fast.active(x)
+    if active and bool(mask[:, edge].all()):
         return x[:, edge].clone()
     index = last_real_index(mask) if last else first_real_index(mask)
-    return torch.where(mask.gather(1, index[:, None]), gather_rows(x, index), 0)  # the token's own flag: empty rows 0
+    rows, real = gather_rows(x, index), mask.gather(1, index[:, None])  # the token's own flag: False for empty rows
+    return rows if active and bool(real.all()) else torch.where(real, rows, 0)
 
 
 def gather_rows(x: Tensor, index: Tensor) -> Tensor:

@@ -24,7 +24,7 @@ from ..data import TableData, decode_labels, fold_splits, load_data, stratified_
 from ..errors import PoolkitError, suggest
 from ..io import prepare_out_dir
 from ..locks import locked_dir
-from ..pooling import list_poolers, pooler_spec
+from ..pooling import build_pooler, list_poolers, pooler_spec
 from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row
 
 DEFAULT_DATA = "builtin:embedded"
@@ -99,7 +99,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     _check_rates(pooler_lr=pooler_lr, encoder_lr=encoder_lr)
     if out is not None:
         _check_writable(out)
-    max_length = _fit_max_length(model, max_length, 256, trust_remote_code)
+    max_length = _fit_to_encoder(model, max_length, 256, trust_remote_code, specs)
     quick = data is None
     folds = folds or (QUICK_DEFAULTS["folds"] if quick else 5)
     epochs = epochs or (QUICK_DEFAULTS["epochs"] if quick else 20)
@@ -182,8 +182,11 @@ def _check_writable(out: str | Path) -> None:
         raise PoolkitError(f"--out {out} cannot be written: no write permission in {base}; choose another --out")
 
 
-def _fit_max_length(model: str | None, max_length: int | None, default: int, trust_remote_code: bool) -> int:
-    """``max_length`` checked against the model's positions; unset: ``default``, or the positions when fewer."""
+def _fit_to_encoder(model: str | None, max_length: int | None, default: int, trust_remote_code: bool,
+                    specs: Sequence[str | dict[str, Any]]) -> int:
+    """What the encoder's config settles before any work: every pooler spec's option values (each built once for
+    the encoder's sizes) and ``max_length`` against its positions; returns ``max_length`` (unset: ``default``, or
+    the positions when fewer)."""
     from transformers import AutoConfig
 
     from ..models.encoders import check_max_length, model_positions, resolve_model
@@ -192,6 +195,8 @@ def _fit_max_length(model: str | None, max_length: int | None, default: int, tru
         config = AutoConfig.from_pretrained(resolve_model(model), trust_remote_code=trust_remote_code)
     except (OSError, ValueError):  # the model's own loader names the problem later
         return max_length or default
+    for spec in specs:  # e.g. attn_size=-1 or a layer_start past the encoder's layers
+        build_pooler(spec, config.hidden_size, getattr(config, "num_hidden_layers", None))
     positions = model_positions(config)
     return check_max_length(max_length, config) or min(default, positions or default)
 
@@ -230,8 +235,8 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
     from . import finetune
 
     _check_writable(out)
-    settings["max_length"] = _fit_max_length(model, settings.get("max_length"), finetune.TrainConfig.max_length,
-                                             trust_remote_code)
+    settings["max_length"] = _fit_to_encoder(model, settings.get("max_length"), finetune.TrainConfig.max_length,
+                                             trust_remote_code, [pooler])
     config = train_config(pooler, model, **settings)  # fails before the data is read
     table = load(data, text_col, target_col, task, limit, config.seed, say_task=progress)
     with remote_code(trust_remote_code):
