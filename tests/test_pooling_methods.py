@@ -368,3 +368,13 @@ def test_unrolled_recurrence_equals_torch_rnn(rnn, bidirectional):
     directions = 2 if bidirectional else 1
     unrolled = torch.stack([final_state(module, x, reverse=d == 1) for d in range(directions)])
     torch.testing.assert_close(unrolled, final)
+
+
+@pytest.mark.parametrize("name", ["mean_layers", "concat_layers"])
+def test_last_n_defaults_to_what_a_shallow_encoder_has(name):
+    """Default last_n is 4, or every hidden state of a 2-layer encoder (3); an explicit value past them fails."""
+    assert get_pooler(name, HIDDEN, num_layers=NUM_LAYERS).last_n == 4
+    shallow = get_pooler(name, HIDDEN, num_layers=2)
+    assert shallow.last_n == 3 and shallow.output_dim == (3 * HIDDEN if name == "concat_layers" else HIDDEN)
+    layers = [torch.randn(2, 4, HIDDEN) for _ in range(3)]
+    assert shallow(layers, mask_from_lengths([4, 2], 4)).shape == (2, shallow.output_dim)

@@ -300,7 +300,7 @@ OPTION_DOCS = {
     "layer_start": "first hidden state used (0 = embeddings, negative from the end)",
     "weighting": "weighted_layer: normalise the layer weights by their 'sum' or a 'softmax'",
     "token_pooler": "the token pooler applied to the layers (a name or spec dict)",
-    "last_n": "how many of the last hidden states are used",
+    "last_n": "how many of the last hidden states are used (default: 4, or all on a shallower encoder)",
     "rnn_hidden": "hidden size of the recurrence over layers (per direction)",
     "bidirectional": "run the recurrence in both directions (final states concatenated)",
     "dropout": "dropout on the recurrence's output (training only)",

@@ -153,13 +153,16 @@ class WeightedLayerPooler(LayerPooler):
 
 
 class _LastLayersPooler(LayerPooler):
-    """The last ``last_n`` hidden states, combined, then a token pooler."""
+    """The last ``last_n`` hidden states (default 4, or all of them on a shallower encoder), combined, then a token
+    pooler."""
 
     #: True when the layers are concatenated feature-wise: the token pooler then sees last_n * D features.
     concatenates = False
 
-    def __init__(self, hidden_size: int, *, num_layers: int | None = None, last_n: int = 4,
+    def __init__(self, hidden_size: int, *, num_layers: int | None = None, last_n: int | None = None,
                  token_pooler: str | dict[str, Any] = "cls", on_empty: str = "zeros") -> None:
+        if last_n is None:
+            last_n = min(4, num_layers + 1) if isinstance(num_layers, int) and num_layers > 0 else 4
         if not isinstance(last_n, int) or isinstance(last_n, bool) or last_n < 1:
             raise PoolkitError(f"{self.name}: last_n must be a positive int, got {last_n!r}")
         super().__init__(hidden_size, num_layers=num_layers, token_pooler=token_pooler,
