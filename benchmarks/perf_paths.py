@@ -24,9 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from perf_common import (DTYPES, describe, interleaved, median_ms, parse_and_setup, per_repeat, ratio,  # noqa: E402
-                         run_info, save_json, table, timed_call)
-from perf_tokens import BATCH, make_inputs  # noqa: E402
+from perf_common import describe, parse_and_setup, run_info, save_json, timed_call  # noqa: E402
+from perf_tokens import BATCH, grid_table, pair_grid  # noqa: E402
 from poolkit import get_pooler, list_poolers  # noqa: E402
 from poolkit.pooling import fast  # noqa: E402
 
@@ -52,33 +51,19 @@ def main(argv: list[str] | None = None) -> dict:
           "repeats; plain time / fast time")
     if device.type != "cpu":
         print("note: the fast forms are CPU-only, so on this device both variants run the plain forms")
-    rows = []
-    for length, dim in sizes:
-        for dtype_name in ("fp32", "bf16"):
-            for mode in ("fwd", "fwd+bwd"):
-                train = mode == "fwd+bwd"
-                x, mask = make_inputs(length, dim, DTYPES[dtype_name], device)
-                x.requires_grad_(train)
-                cells, repeats_of, ms, diff = {}, {}, {}, {}
-                for name in names:
-                    torch.manual_seed(0)
-                    pooler = get_pooler(name, hidden_size=dim).to(device=device, dtype=DTYPES[dtype_name]).train(train)
-                    with torch.no_grad():  # the two forms agree (to rounding): the suite's tests hold them to it
-                        with fast.disabled():
-                            plain_out = pooler(x, mask).float()
-                        diff[name] = (plain_out - pooler(x, mask).float()).abs().max().item()
-                    call = timed_call(lambda p=pooler: p(x, mask), train, [x, *pooler.parameters()])
-                    variants = {"plain": under(fast.disabled, call), "fast": under(contextlib.nullcontext, call)}
-                    times = interleaved(variants, device, repeats=repeats, min_sample_s=0.05)
-                    cells[name] = ratio(times, "plain", "fast")
-                    repeats_of[name] = per_repeat(times, "plain", "fast")
-                    ms[name] = {key: median_ms(times, key) for key in times}
-                rows.append({"T": length, "D": dim, "dtype": dtype_name, "mode": mode, "speedup": cells,
-                             "per_repeat": repeats_of, "ms": ms, "max_abs_diff": diff})
-                print(f"  measured T={length} D={dim} {dtype_name} {mode}", flush=True)
-    headers = ["pooler"] + [f"T{r['T']} D{r['D']} {r['dtype']} {r['mode']}" for r in rows]
-    body = [[name] + [f"{r['speedup'][name]:.2f}x" for r in rows] for name in names]
-    print(table(headers, body, title="Cost of the plain forms over the fast forms (plain time / fast time)"))
+
+    def pair(name, x, mask, train, dtype):
+        torch.manual_seed(0)
+        pooler = get_pooler(name, hidden_size=x.shape[-1]).to(device=device, dtype=dtype).train(train)
+        with torch.no_grad():  # the two forms agree (to rounding): the suite's tests hold them to it
+            with fast.disabled():
+                plain_out = pooler(x, mask).float()
+            diff = (plain_out - pooler(x, mask).float()).abs().max().item()
+        call = timed_call(lambda: pooler(x, mask), train, [x, *pooler.parameters()])
+        return {"plain": under(fast.disabled, call), "fast": under(contextlib.nullcontext, call)}, diff
+
+    rows = pair_grid(names, sizes, device, repeats, ("plain", "fast"), pair)
+    print(grid_table(rows, names, "Cost of the plain forms over the fast forms (plain time / fast time)"))
     result = {"kind": "paths", **info,
               "settings": {"batch": BATCH, "sizes": sizes, "dtypes": ["fp32", "bf16"], "modes": ["fwd", "fwd+bwd"],
                            "repeats": repeats, "min_sample_s": 0.05, "threads": args.threads, "poolers": names,

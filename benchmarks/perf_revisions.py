@@ -23,9 +23,8 @@ sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
 
-from perf_common import (DTYPES, describe, interleaved, median_ms, parse_and_setup, per_repeat, ratio,  # noqa: E402
-                         run_info, save_json, table, timed_call)
-from perf_tokens import BATCH, make_inputs  # noqa: E402
+from perf_common import describe, parse_and_setup, run_info, save_json, timed_call  # noqa: E402
+from perf_tokens import BATCH, grid_table, pair_grid  # noqa: E402
 from poolkit import get_pooler, list_poolers  # noqa: E402
 
 
@@ -55,7 +54,6 @@ def main(argv: list[str] | None = None) -> dict:
     repeats = args.repeats or 7
     names = args.poolers.split(",") if args.poolers else list_poolers("token")
     sizes = [(128, 384), (128, 768), (512, 384), (512, 768)] if args.full else [(128, 384), (512, 768)]
-    rows = []
     info = run_info(device, args)  # before the old revision is imported: its commit, the tree's state
     with tempfile.TemporaryDirectory() as folder:
         before = import_revision(args.against, Path(folder) / "before")
@@ -66,32 +64,19 @@ def main(argv: list[str] | None = None) -> dict:
                                                                              "poolkit_after").get_pooler
         print(f"# {args.against} vs {args.new or 'the working tree'} ({describe(device)}), B={BATCH}, {repeats} "
               "interleaved repeats; old time / new time")
-        for length, dim in sizes:
-            for dtype_name in ("fp32", "bf16"):
-                for mode in ("fwd", "fwd+bwd"):
-                    train = mode == "fwd+bwd"
-                    x, mask = make_inputs(length, dim, DTYPES[dtype_name], device)
-                    x.requires_grad_(train)
-                    cells, repeats_of, ms, diff = {}, {}, {}, {}
-                    for name in names:
-                        new = new_get_pooler(name, hidden_size=dim).to(device=device, dtype=DTYPES[dtype_name])
-                        old = before.get_pooler(name, hidden_size=dim).to(device=device, dtype=DTYPES[dtype_name])
-                        old.load_state_dict(new.state_dict())
-                        with torch.no_grad():  # the two compute the same thing (to rounding): worth knowing
-                            diff[name] = (old(x, mask).float() - new(x, mask).float()).abs().max().item()
-                        variants = {key: timed_call(lambda p=p: p(x, mask), train, [x, *p.parameters()])
-                                    for key, p in (("old", old.train(train)), ("new", new.train(train)))}
-                        times = interleaved(variants, device, repeats=repeats, min_sample_s=0.05)
-                        cells[name] = ratio(times, "old", "new")
-                        repeats_of[name] = per_repeat(times, "old", "new")
-                        ms[name] = {key: median_ms(times, key) for key in times}
-                    rows.append({"T": length, "D": dim, "dtype": dtype_name, "mode": mode, "speedup": cells,
-                                 "per_repeat": repeats_of, "ms": ms, "max_abs_diff": diff})
-                    print(f"  measured T={length} D={dim} {dtype_name} {mode}", flush=True)
-    headers = ["pooler"] + [f"T{r['T']} D{r['D']} {r['dtype']} {r['mode']}" for r in rows]
-    body = [[name] + [f"{r['speedup'][name]:.2f}x" for r in rows] for name in names]
-    print(table(headers, body, title=f"Speed-up of {args.new or 'the working tree'} over {args.against} "
-                                     "(old time / new time)"))
+
+        def pair(name, x, mask, train, dtype):
+            new = new_get_pooler(name, hidden_size=x.shape[-1]).to(device=device, dtype=dtype)
+            old = before.get_pooler(name, hidden_size=x.shape[-1]).to(device=device, dtype=dtype)
+            old.load_state_dict(new.state_dict())
+            with torch.no_grad():  # the two compute the same thing (to rounding): worth knowing
+                diff = (old(x, mask).float() - new(x, mask).float()).abs().max().item()
+            return {key: timed_call(lambda p=p: p(x, mask), train, [x, *p.parameters()])
+                    for key, p in (("old", old.train(train)), ("new", new.train(train)))}, diff
+
+        rows = pair_grid(names, sizes, device, repeats, ("old", "new"), pair)
+    print(grid_table(rows, names, f"Speed-up of {args.new or 'the working tree'} over {args.against} "
+                                  "(old time / new time)"))
     result = {"kind": "revisions", "device": describe(device), "against": args.against, "against_commit": against,
               "new": args.new, "new_commit": new_commit,
               "repeats": repeats, **info,

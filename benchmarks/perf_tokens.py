@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from perf_common import (DTYPES, describe, interleaved, median_ms, parse_and_setup, ratio,  # noqa: E402
+from perf_common import (DTYPES, describe, interleaved, median_ms, parse_and_setup, per_repeat, ratio,  # noqa: E402
                          save_json, spread, table, timed_call)
 from poolkit import get_pooler  # noqa: E402
 
@@ -55,6 +55,38 @@ def make_inputs(length: int, dim: int, dtype: torch.dtype, device: torch.device)
     lengths = torch.randint(length // 2, length + 1, (BATCH,), generator=gen)
     mask = (torch.arange(length)[None, :] < lengths[:, None]).to(device)
     return x, mask
+
+
+def pair_grid(names: list[str], sizes: list[tuple[int, int]], device: torch.device, repeats: int, keys: tuple[str, str],
+              pair) -> list[dict]:
+    """Two variants of every token pooler, timed side by side (interleaved) over sizes x {fp32, bf16} x {fwd,
+    fwd+bwd}. ``pair(name, x, mask, train, dtype)`` -> ({keys[0]: call, keys[1]: call}, the largest difference of
+    their outputs). One row per cell: each pooler's median per-repeat ratio keys[0] / keys[1] (``speedup``), the
+    per-repeat ratios, the median ms of each variant and the output difference."""
+    rows = []
+    for length, dim in sizes:
+        for dtype_name in ("fp32", "bf16"):
+            for mode in ("fwd", "fwd+bwd"):
+                train = mode == "fwd+bwd"
+                x, mask = make_inputs(length, dim, DTYPES[dtype_name], device)
+                x.requires_grad_(train)
+                row = {"T": length, "D": dim, "dtype": dtype_name, "mode": mode, "speedup": {}, "per_repeat": {},
+                       "ms": {}, "max_abs_diff": {}}
+                for name in names:
+                    variants, row["max_abs_diff"][name] = pair(name, x, mask, train, DTYPES[dtype_name])
+                    times = interleaved(variants, device, repeats=repeats, min_sample_s=0.05)
+                    row["speedup"][name] = ratio(times, *keys)
+                    row["per_repeat"][name] = per_repeat(times, *keys)
+                    row["ms"][name] = {key: median_ms(times, key) for key in times}
+                rows.append(row)
+                print(f"  measured T={length} D={dim} {dtype_name} {mode}", flush=True)
+    return rows
+
+
+def grid_table(rows: list[dict], names: list[str], title: str) -> str:
+    """The ratios of :func:`pair_grid`'s rows: a pooler per line, a column per cell."""
+    headers = ["pooler"] + [f"T{r['T']} D{r['D']} {r['dtype']} {r['mode']}" for r in rows]
+    return table(headers, [[name] + [f"{r['speedup'][name]:.2f}x" for r in rows] for name in names], title=title)
 
 
 def run_config(length: int, dim: int, dtype_name: str, mode: str, device: torch.device, repeats: int):

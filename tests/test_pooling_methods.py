@@ -7,7 +7,7 @@ import torch
 
 from helpers import HIDDEN, NUM_LAYERS, make_pooler, mask_from_lengths, random_layers
 from poolkit import get_pooler, list_poolers
-from poolkit.pooling import fast, masking
+from poolkit.pooling import fast
 
 
 def close(a, b, tol=1e-5):

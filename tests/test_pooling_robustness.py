@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import (ALL_POOLERS, HIDDEN, LAYER_POOLERS, NUM_LAYERS, TOKEN_POOLERS, make_pooler, mask_from_lengths,
+from helpers import (ALL_POOLERS, HIDDEN, LAYER_POOLERS, TOKEN_POOLERS, make_pooler, mask_from_lengths,
                      random_layers, states_for)
 from poolkit import PoolkitError, get_pooler
 
