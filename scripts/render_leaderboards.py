@@ -23,16 +23,23 @@ Numbers are whatever came out; nothing is tuned per pooler (every pooler runs wi
 
 def render(folder: Path) -> str:
     frame = pd.read_csv(folder / "leaderboard.csv")
-    settings = json.loads((folder / "leaderboard.json").read_text())["settings"]
+    saved = json.loads((folder / "leaderboard.json").read_text())
+    settings = saved["settings"]
+    # Runs that record how each fold chose its epoch used an inner split of its training rows; older ones chose
+    # the epoch on the fold they report (a small optimistic bias): say which, from the file itself.
+    inner = all("fold_detail" in row for row in saved.get("rows", [])) and saved.get("rows")
+    protocol = ("the epoch chosen on an inner split of each fold's training rows" if inner else
+                "**the epoch chosen on the same fold it is scored on** (the protocol before poolkit 0.2: "
+                "slightly optimistic; `scripts/make_leaderboards.sh` reruns it without that)")
     lines = [f"### {folder.name}: {settings['data']}", "",
              f"{settings['rows']} rows, {settings['task']}, encoder {model_label(settings['model'])}, "
              f"{settings['folds']}-fold CV, ranked by {settings['metric']} "
              f"({'higher' if settings['higher_is_better'] else 'lower'} is better); frozen rows: pooler + head "
-             f"trained on cached features (up to {settings['probe']['epochs']} epochs, early stopping); "
+             f"trained on cached features (up to {settings['probe']['epochs']} epochs, early stopping, {protocol}); "
              f"encoding took {settings['encode_seconds']:.0f} s (0 when the feature cache was reused), the whole run "
              f"{settings['total_seconds'] / 60:.0f} min on a shared 2-core CPU.",
              "", f"![leaderboard](leaderboards/{folder.name}/leaderboard.png)", "",
-             "| # | pooler | mode | " + settings["metric"] + " (mean ± std) | params | seconds |",
+             "| # | pooler | mode | " + settings["metric"] + " (mean ± sample std) | params | seconds |",
              "|---:|---|---|---:|---:|---:|"]
     for row in frame.itertuples():
         lines.append(f"| {row.rank} | `{row.pooler}` | {row.mode} | {row.mean:.4f} ± {row.std:.4f} | "

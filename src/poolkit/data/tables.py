@@ -341,16 +341,29 @@ def stratified_sample(data: TableData, n: int, seed: int = 0) -> TableData:
     return data.subset(keep)
 
 
-def train_val_split(data: TableData, val_fraction: float = 0.2, seed: int = 0) -> tuple[TableData, TableData]:
-    """Stratified split into (train, val); every stratum keeps at least one training row."""
+def split_rows(data: TableData, val_fraction: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified (train row indices, validation row indices): round(val_fraction * rows) held out, shared among
+    the strata by largest remainders (so small strata are not all rounded down to none); every stratum keeps at
+    least one training row."""
     if not 0.0 < val_fraction < 1.0:
         raise PoolkitError(f"validation fraction must be between 0 and 1, got {val_fraction}")
-    val = [g[: min(round(len(g) * val_fraction), len(g) - 1)] for g in _shuffled_groups(data, seed)]
+    groups = _shuffled_groups(data, seed)
+    wanted = np.array([len(g) for g in groups]) * val_fraction
+    take = np.floor(wanted).astype(np.int64)
+    short = max(0, round(len(data) * val_fraction) - int(take.sum()))
+    take[np.argsort(take - wanted, kind="stable")[:short]] += 1
+    val = [g[: min(k, len(g) - 1)] for g, k in zip(groups, take)]
     is_val = np.zeros(len(data), dtype=bool)
     is_val[np.concatenate(val)] = True
     if not is_val.any():
         raise PoolkitError(f"{len(data)} rows are too few to hold out {val_fraction:.0%} for validation: add rows")
-    return data.subset(np.flatnonzero(~is_val)), data.subset(np.flatnonzero(is_val))
+    return np.flatnonzero(~is_val), np.flatnonzero(is_val)
+
+
+def train_val_split(data: TableData, val_fraction: float = 0.2, seed: int = 0) -> tuple[TableData, TableData]:
+    """Stratified split into (train, val) tables (see :func:`split_rows`)."""
+    train, val = split_rows(data, val_fraction, seed)
+    return data.subset(train), data.subset(val)
 
 
 def fold_splits(data: TableData, folds: int, val_fraction: float = 0.2,

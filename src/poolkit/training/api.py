@@ -135,8 +135,8 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
                 f"({result.seconds:.1f}s)")
 
         results = compare_poolers(specs, features, table, config, on_result=report)
-        rows = [leaderboard_row(r.label, r.spec, "frozen", r.metric, r.fold_metrics, r.params, r.seconds)
-                for r in results]
+        rows = [leaderboard_row(r.label, r.spec, "frozen", r.metric, r.fold_metrics, r.params, r.seconds,
+                                r.fold_detail) for r in results]
 
         def publish() -> Leaderboard:
             board = Leaderboard(rows, {**settings, "total_seconds": round(time.perf_counter() - start, 2)})

@@ -18,9 +18,10 @@ OUTPUTS = ("leaderboard.csv", "leaderboard.json", "leaderboard.png")
 
 
 def leaderboard_row(label: str, spec: dict[str, Any], mode: str, metric: str, fold_metrics: list[dict[str, float]],
-                    params: int, seconds: float) -> dict[str, Any]:
-    """One pooler's row: the primary metric's mean and sample std over folds, every other metric's mean, the
-    pooler's spec (``config``) and the per-fold metrics (``fold_metrics``)."""
+                    params: int, seconds: float, fold_detail: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One pooler's row: the primary metric's mean and sample std (ddof = 1) over folds, every other metric's
+    mean, the pooler's spec (``config``), the per-fold test metrics (``fold_metrics``) and, when given, how each
+    fold chose its model (``fold_detail``: best_epoch, epochs_run, inner validation and test metric)."""
     values = np.array([m[metric] for m in fold_metrics])
     row = {"pooler": label, "mode": mode, "metric": metric, "mean": float(values.mean()),
            "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0, "params": int(params),
@@ -28,7 +29,7 @@ def leaderboard_row(label: str, spec: dict[str, Any], mode: str, metric: str, fo
     for name in fold_metrics[0]:
         if name != metric:
             row[f"{name}_mean"] = float(np.mean([m[name] for m in fold_metrics]))
-    return {**row, "config": spec, "fold_metrics": fold_metrics}
+    return {**row, "config": spec, "fold_metrics": fold_metrics, **({"fold_detail": fold_detail} if fold_detail else {})}
 
 
 class Leaderboard:
@@ -57,12 +58,14 @@ class Leaderboard:
 
     @property
     def frame(self) -> pd.DataFrame:
-        frame = pd.DataFrame([{k: v for k, v in row.items() if k != "fold_metrics"} for row in self.rows])
+        frame = pd.DataFrame([{k: v for k, v in row.items() if k not in ("fold_metrics", "fold_detail")}
+                              for row in self.rows])
         return frame[COLUMNS + [c for c in frame.columns if c not in COLUMNS]]
 
     @property
     def folds(self) -> pd.DataFrame:
-        return pd.DataFrame([{"pooler": row["pooler"], "mode": row["mode"], "fold": k, **metrics}
+        return pd.DataFrame([{"pooler": row["pooler"], "mode": row["mode"], "fold": k, **metrics,
+                              **(row["fold_detail"][k] if "fold_detail" in row else {})}
                              for row in self.rows for k, metrics in enumerate(row["fold_metrics"])])
 
     def to_text(self, width: int = 80) -> str:
@@ -85,6 +88,8 @@ class Leaderboard:
                 line = [values[0].rjust(widths[0]), name.ljust(widths[1]),
                         *(v.rjust(w) for v, w in zip(values[2:], widths[2:]))]
                 lines.append("  ".join(line).rstrip())
+        lines += [""] + textwrap.wrap("mean ± std over the folds' test rows (sample std, ddof = 1); each fold's "
+                                      "epoch chosen on an inner split of its training rows", width)
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -117,7 +122,7 @@ class Leaderboard:
         low, high = (frame["mean"] - frame["std"]).min(), (frame["mean"] + frame["std"]).max()
         margin = (high - low) * 0.15 + 1e-9
         ax.set_xlim(max(0.0, low - margin) if low >= 0 else low - margin, high + margin)
-        ax.set_xlabel(f"{self.settings['metric']} (mean ± std over folds)")
+        ax.set_xlabel(f"{self.settings['metric']} (mean ± sample std over folds)")
         ax.set_title(self.title, fontsize=9, wrap=True)
         ax.grid(axis="x", alpha=0.3)
         fig.tight_layout()

@@ -2,7 +2,9 @@
 
 The encoder runs once (:mod:`poolkit.training.features`); every pooler then trains on the same
 cached layers with the same folds, seeds, optimiser and early stopping, so the leaderboard ranks
-the poolers and nothing else.
+the poolers and nothing else. Early stopping and the choice of epoch use an inner validation split of
+each fold's *training* rows (``val_fraction``, stratified); the fold's test rows are scored once, by the
+chosen model, so no model selection sees the rows it is scored on.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 from torch import nn
 
 from ..data.batching import LengthGroupedBatchSampler
-from ..data.tables import TableData, fold_splits
+from ..data.tables import TableData, fold_splits, split_rows
 from ..errors import PoolkitError
 from ..models.pooled_model import task_loss
 from ..pooling import Pooler, build_pooler, pooler_options
@@ -39,6 +41,8 @@ class ProbeConfig:
     weight_decay: float = 0.01
     patience: int = 3
     head_dropout: float = 0.1
+    #: share of each fold's training rows held out (stratified) to choose the epoch; with folds = 1, also the
+    #: share of all rows held out as the test split
     val_fraction: float = 0.2
     seed: int = 0
     #: torch threads while probing: the ops are small, and one thread was 3-9x faster than two on a
@@ -66,7 +70,8 @@ class ProbeResult:
     oof: np.ndarray
     params: int
     seconds: float
-    epochs_run: list[int] = field(default_factory=list)
+    #: per fold: best_epoch, epochs_run, the inner validation metric (chose the epoch) and the test metric
+    fold_detail: list[dict[str, float]] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -118,39 +123,50 @@ def _predict(model: ProbeModel, cache: FeatureCache, rows: np.ndarray, batch_siz
 
 
 def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train_rows: np.ndarray,
-               val_rows: np.ndarray, config: ProbeConfig, seed: int) -> tuple[np.ndarray, dict[str, float], int, int]:
-    """Train one pooler + head on one fold with early stopping -> (val outputs, val metrics, epochs, params)."""
+               test_rows: np.ndarray, config: ProbeConfig, seed: int
+               ) -> tuple[np.ndarray, dict[str, float], dict[str, float], int]:
+    """Train one pooler + head on one fold -> (test outputs, test metrics, detail, params).
+
+    The epoch is chosen (early stopping) on an inner validation split of ``train_rows``; ``test_rows`` are
+    predicted once, by the chosen model. ``detail``: best_epoch, epochs_run, the inner validation metric and
+    the test metric (the primary metric's name, prefixed ``val_`` / ``test_``).
+    """
     torch.manual_seed(seed)
+    fit, val = split_rows(data.subset(train_rows), config.val_fraction, seed)
+    fit_rows, val_rows = train_rows[fit], train_rows[val]
     pooler = build_pooler(spec, cache.hidden_size, cache.num_layers)
     model = ProbeModel(pooler, data.n_outputs, config.head_dropout)
     all_layers = pooler.kind == "layer"
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.pooler_lr, weight_decay=config.weight_decay)
-    targets = _Targets(data, train_rows)
+    targets = _Targets(data, fit_rows)
     metric = primary_metric(data.task, data.n_outputs)
-    sampler = LengthGroupedBatchSampler(cache.lengths[train_rows], config.batch_size, shuffle=True, seed=seed)
-    best, best_state, best_outputs, stale, epochs_run = None, None, None, 0, 0
-    for _ in range(config.epochs):
+    sampler = LengthGroupedBatchSampler(cache.lengths[fit_rows], config.batch_size, shuffle=True, seed=seed)
+    best, best_state, best_epoch, stale, epochs_run = None, None, 0, 0, 0
+    for epoch in range(1, config.epochs + 1):
         model.train()
         for batch in sampler:
-            rows = train_rows[batch]
+            rows = fit_rows[batch]
             states, mask = cache.batch(rows, all_layers)
             loss = task_loss(data.task, model(states, mask), targets.values[rows])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-        epochs_run += 1
+        epochs_run = epoch
         outputs = targets.outputs(_predict(model, cache, val_rows, config.batch_size * 2, all_layers))
         score = compute_metrics(data.task, outputs, data.targets[val_rows], data.n_outputs)[metric.name]
         if best is None or metric.better(score, best):
-            best, best_state, best_outputs, stale = score, copy.deepcopy(model.state_dict()), outputs, 0
+            best, best_state, best_epoch, stale = score, copy.deepcopy(model.state_dict()), epoch, 0
         else:
             stale += 1
             if stale >= config.patience:
                 break
     model.load_state_dict(best_state)
     params = sum(p.numel() for p in model.parameters())
-    metrics = compute_metrics(data.task, best_outputs, data.targets[val_rows], data.n_outputs)
-    return best_outputs, metrics, epochs_run, params
+    test_outputs = targets.outputs(_predict(model, cache, test_rows, config.batch_size * 2, all_layers))
+    metrics = compute_metrics(data.task, test_outputs, data.targets[test_rows], data.n_outputs)
+    detail = {"best_epoch": best_epoch, "epochs_run": epochs_run, f"val_{metric.name}": float(best),
+              f"test_{metric.name}": float(metrics[metric.name])}
+    return test_outputs, metrics, detail, params
 
 
 def probe_pooler(spec: str | dict[str, Any], cache: FeatureCache, data: TableData, config: ProbeConfig,
@@ -162,14 +178,15 @@ def probe_pooler(spec: str | dict[str, Any], cache: FeatureCache, data: TableDat
     spec = build_pooler(spec, cache.hidden_size, cache.num_layers).get_config()  # the full spec, sized to the cache
     metric = primary_metric(data.task, data.n_outputs)
     oof = np.full((len(data), data.n_outputs), np.nan, dtype=np.float32)
-    fold_metrics, epochs, params = [], [], 0
+    fold_metrics, details, params = [], [], 0
     start = time.perf_counter()
-    for fold, (train_rows, val_rows) in enumerate(splits):
-        outputs, metrics, ran, params = train_fold(spec, cache, data, train_rows, val_rows, config, config.seed + fold)
-        oof[val_rows] = outputs
+    for fold, (train_rows, test_rows) in enumerate(splits):
+        outputs, metrics, detail, params = train_fold(spec, cache, data, train_rows, test_rows, config,
+                                                      config.seed + fold)
+        oof[test_rows] = outputs
         fold_metrics.append(metrics)
-        epochs.append(ran)
-    return ProbeResult(spec, metric.name, fold_metrics, oof, params, time.perf_counter() - start, epochs)
+        details.append(detail)
+    return ProbeResult(spec, metric.name, fold_metrics, oof, params, time.perf_counter() - start, details)
 
 
 @contextmanager
