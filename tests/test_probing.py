@@ -40,6 +40,6 @@ def test_each_fold_records_how_it_chose_its_model():
     result = probe_pooler("attention", cache, data, config)
     assert len(result.fold_detail) == 3
     for detail, metrics in zip(result.fold_detail, result.fold_metrics):
-        assert 1 <= detail["best_epoch"] <= detail["epochs_run"] <= 4
+        assert detail["epochs_run"] <= 4 and detail["best_epoch"] in range(1, detail["epochs_run"] + 1)
         assert detail["test_accuracy"] == metrics["accuracy"] and 0 <= detail["val_accuracy"] <= 1
     assert np.isfinite(result.oof).all()  # every row predicted once, by its fold's chosen model
