@@ -14,17 +14,11 @@ from torch.nn import functional as F
 
 from ..errors import PoolkitError
 from . import masking
-from .base import Pooler, register_pooler
-
-
-def _check_positive(value, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise PoolkitError(f"{what} must be a positive int, got {value!r}")
-    return value
+from .base import Pooler, check_positive_int, register_pooler
 
 
 def _check_heads(hidden_size: int, num_heads: int, who: str) -> int:
-    _check_positive(num_heads, f"{who}: num_heads")
+    check_positive_int(num_heads, f"{who}: num_heads")
     if hidden_size % num_heads:
         raise PoolkitError(f"{who}: hidden_size {hidden_size} is not divisible by num_heads {num_heads}; "
                            "pick num_heads that divides it")
@@ -76,7 +70,7 @@ class AttentionPooler(Pooler):
     def __init__(self, hidden_size: int, *, attn_size: int = 512, init: str = "xavier",
                  on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, on_empty=on_empty)
-        attn_size = _check_positive(attn_size, f"{self.name}: attn_size")
+        attn_size = check_positive_int(attn_size, f"{self.name}: attn_size")
         self.score = nn.Sequential(nn.Linear(hidden_size, attn_size), nn.Tanh(),
                                    nn.Linear(attn_size, 1, bias=False))
         if _check_choice(init, ("xavier", "default"), f"{self.name}: init") == "xavier":
@@ -114,8 +108,8 @@ class MultiHeadAttentionPooler(Pooler):
     def __init__(self, hidden_size: int, *, num_heads: int = 4, attn_size: int = 128,
                  combine: str = "concat", on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, on_empty=on_empty)
-        self.num_heads = _check_positive(num_heads, f"{self.name}: num_heads")
-        attn_size = _check_positive(attn_size, f"{self.name}: attn_size")
+        self.num_heads = check_positive_int(num_heads, f"{self.name}: num_heads")
+        attn_size = check_positive_int(attn_size, f"{self.name}: attn_size")
         self.combine = _check_choice(combine, ("concat", "project"), f"{self.name}: combine")
         self.hidden = nn.Linear(hidden_size, num_heads * attn_size)
         # One score vector per head over that head's own hidden units: heads share nothing.
@@ -146,7 +140,7 @@ class GatedAttentionPooler(Pooler):
 
     def __init__(self, hidden_size: int, *, attn_size: int = 128, on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, on_empty=on_empty)
-        attn_size = _check_positive(attn_size, f"{self.name}: attn_size")
+        attn_size = check_positive_int(attn_size, f"{self.name}: attn_size")
         self.value = nn.Linear(hidden_size, attn_size)
         self.gate = nn.Linear(hidden_size, attn_size)
         self.score = nn.Linear(attn_size, 1, bias=False)
@@ -215,7 +209,7 @@ class LatentAttentionPooler(Pooler):
     def __init__(self, hidden_size: int, *, num_queries: int = 1, num_heads: int = 1, mlp: bool = True,
                  mlp_ratio: float = 2.0, combine: str = "concat", on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, on_empty=on_empty)
-        self.num_queries = _check_positive(num_queries, f"{self.name}: num_queries")
+        self.num_queries = check_positive_int(num_queries, f"{self.name}: num_queries")
         self.num_heads = _check_heads(hidden_size, num_heads, self.name)
         self.combine = _check_choice(combine, ("concat", "mean"), f"{self.name}: combine")
         self.queries = nn.Parameter(torch.randn(num_queries, hidden_size) * hidden_size ** -0.5)

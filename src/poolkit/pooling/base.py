@@ -51,8 +51,7 @@ class Pooler(nn.Module):
 
     def __init__(self, hidden_size: int, *, on_empty: str = "zeros") -> None:
         super().__init__()
-        if not isinstance(hidden_size, int) or isinstance(hidden_size, bool) or hidden_size < 1:
-            raise PoolkitError(f"hidden_size must be a positive int, got {hidden_size!r}")
+        check_positive_int(hidden_size, "hidden_size")
         if on_empty not in EMPTY_POLICIES:
             raise PoolkitError(f"on_empty must be one of {EMPTY_POLICIES}, got {on_empty!r}")
         self.hidden_size = hidden_size
@@ -178,16 +177,26 @@ class Pooler(nn.Module):
         return x.to(dtype)
 
 
+def check_positive_int(value: Any, what: str) -> int:
+    """``value`` when it is a positive int (not a bool), else a one-line PoolkitError naming ``what``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise PoolkitError(f"{what} must be a positive int, got {value!r}")
+    return value
+
+
+def _per_layer(x: Tensor | list[Tensor], change: Callable[[Tensor], Tensor]) -> Tensor | list[Tensor]:
+    """``change`` applied to x, or to each layer of a layer pooler's list."""
+    return [change(h) for h in x] if isinstance(x, list) else change(x)
+
+
 def _zero_padding(x: Tensor | list[Tensor], mask: Tensor) -> Tensor | list[Tensor]:
     """x (or each layer) with every padded position set to 0: (B, T, D) -> (B, T, D)."""
-    return [masking.zero_padding(h, mask) for h in x] if isinstance(x, list) else masking.zero_padding(x, mask)
+    return _per_layer(x, lambda h: masking.zero_padding(h, mask))
 
 
 def _all_padding(x: Tensor | list[Tensor], batch: int, length: int) -> Tensor | list[Tensor]:
     """Zeros (batch, length, D) in x's dtype and device (for each layer of a list)."""
-    if isinstance(x, list):
-        return [_all_padding(h, batch, length) for h in x]
-    return x.new_zeros(batch, length, x.shape[2])
+    return _per_layer(x, lambda h: h.new_zeros(batch, length, h.shape[2]))
 
 
 def _map_weights(weights: Weights, change: Callable[[Tensor, bool], Tensor]) -> Weights:

@@ -20,7 +20,7 @@ from torch.nn import functional as F
 from ..errors import PoolkitError
 
 from . import fast, masking
-from .base import Pooler, build_pooler, pooler_class, pooler_spec, register_pooler
+from .base import Pooler, build_pooler, check_positive_int, pooler_class, pooler_spec, register_pooler
 
 #: Inference mixes and pools a non-linear token pooler's rows in this many chunks (see LayerPooler.mix).
 MIX_CHUNKS = 8
@@ -163,8 +163,7 @@ class _LastLayersPooler(LayerPooler):
                  token_pooler: str | dict[str, Any] = "cls", on_empty: str = "zeros") -> None:
         if last_n is None:
             last_n = min(4, num_layers + 1) if isinstance(num_layers, int) and num_layers > 0 else 4
-        if not isinstance(last_n, int) or isinstance(last_n, bool) or last_n < 1:
-            raise PoolkitError(f"{self.name}: last_n must be a positive int, got {last_n!r}")
+        check_positive_int(last_n, f"{self.name}: last_n")
         super().__init__(hidden_size, num_layers=num_layers, token_pooler=token_pooler,
                          token_hidden_size=last_n * hidden_size if self.concatenates else None, on_empty=on_empty)
         if last_n > self.num_layers + 1:
@@ -222,8 +221,7 @@ class _RecurrentLayersPooler(LayerPooler):
                  bidirectional: bool = True, dropout: float = 0.1, layer_start: int = 1,
                  token_pooler: str | dict[str, Any] = "cls", on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, num_layers=num_layers, token_pooler=token_pooler, on_empty=on_empty)
-        if not isinstance(rnn_hidden, int) or isinstance(rnn_hidden, bool) or rnn_hidden < 1:
-            raise PoolkitError(f"{self.name}: rnn_hidden must be a positive int, got {rnn_hidden!r}")
+        check_positive_int(rnn_hidden, f"{self.name}: rnn_hidden")
         if not 0 <= dropout < 1:
             raise PoolkitError(f"{self.name}: dropout must be in [0, 1), got {dropout!r}")
         self.layer_start = self.check_layer_start(layer_start)
