@@ -109,7 +109,8 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     fold_splits(table, config.folds, config.val_fraction, config.seed)  # too few rows per class: before encoding
     with ExitStack() as held:
         if out is not None:  # one run per folder: locked for the whole run, its outputs checked under the lock
-            held.enter_context(locked_dir(_out_folder(out)))
+            Path(out).mkdir(parents=True, exist_ok=True)  # _check_writable refused a file there already
+            held.enter_context(locked_dir(out))
             out = prepare_out_dir(out, force, OUTPUTS)
         metric = primary_metric(table.task, table.n_outputs)
 
@@ -199,15 +200,6 @@ def _fit_to_encoder(model: str | None, max_length: int | None, default: int, tru
         build_pooler(spec, config.hidden_size, getattr(config, "num_hidden_layers", None))
     positions = model_positions(config)
     return check_max_length(max_length, config) or min(default, positions or default)
-
-
-def _out_folder(out: str | Path) -> Path:
-    """``out`` created as a folder (refused when it is a file)."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise PoolkitError(f"--out {out} exists and is not a directory: choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
 
 
 def train_config(pooler: str | dict[str, Any] = "mean", model: str | None = None, **settings: Any):
