@@ -1,6 +1,6 @@
 """The performance suite (``make bench``): every figure a ratio of variants measured side by side in one run.
 
-1. perf_tokens    token poolers vs their floor (x.sum(dim=1); the attention family's scoring matmul)
+1. perf_tokens    token poolers vs floors doing the same work (see its docstring)
 2. perf_snippets  poolkit vs the published snippets and sentence-transformers' Pooling
 3. perf_memory    peak memory of layer pooling over 13 hidden states (one fresh process per variant)
 4. perf_model     every token pooler's share of a packaged-MiniLM forward pass
@@ -9,10 +9,13 @@
    (its own script; run here with small settings, see docs/benchmarks-compare.md)
 
 Default: the quick grid (about 8 minutes on a shared 2-core CPU). ``--full``: the whole grid and more
-repeats. ``--device cuda`` runs the same scripts on a GPU. ``--out DIR`` also writes results.json and
-the printed tables (results.md) there. ``--only tokens,memory`` runs a subset.
+repeats. ``--device cuda`` runs the same scripts on a GPU. ``--only tokens,memory`` runs a subset. Every
+run writes a JSON of every cell (commit, machine, torch version, threads, per-repeat ratios) to
+``--json`` (default ``benchmarks/results/bench-<device>-<quick|full>[-<subset>].json``), which
+``scripts/render_perf_tables.py`` renders into docs/performance.md; ``--out DIR`` also writes that JSON
+(results.json) and the printed tables (results.md) there.
 
-    .venv/bin/python benchmarks/run_all.py [--full] [--device cuda] [--out DIR] [--only NAMES]
+    .venv/bin/python benchmarks/run_all.py [--full] [--device cuda] [--out DIR] [--only NAMES] [--json FILE]
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import subprocess
 import sys
 import time
@@ -29,15 +31,23 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import perf_common  # noqa: E402,F401  (sets the offline environment before torch / transformers load)
+import perf_common  # noqa: E402  (sets the offline environment before torch / transformers load)
 import perf_embed  # noqa: E402
 import perf_memory  # noqa: E402
 import perf_model  # noqa: E402
 import perf_snippets  # noqa: E402
 import perf_tokens  # noqa: E402
+import torch  # noqa: E402
 
 SUITES = {"tokens": perf_tokens, "snippets": perf_snippets, "memory": perf_memory, "model": perf_model,
           "embed": perf_embed}
+ALL = ",".join([*SUITES, "dynamic_padding"])
+
+
+def default_json(device: str, full: bool, only: str) -> Path:
+    """benchmarks/results/bench-<device>-<quick|full>[-<subset>].json: one file per kind of run."""
+    subset = "" if only == ALL else "-" + only.replace(",", "-")
+    return HERE / "results" / f"bench-{device}-{'full' if full else 'quick'}{subset}.json"
 
 
 class Tee(io.TextIOBase):
@@ -74,12 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--out", type=Path, default=None, help="write results.json and results.md here")
-    parser.add_argument("--only", default=",".join([*SUITES, "dynamic_padding"]),
-                        help="comma-separated subset of: " + ", ".join([*SUITES, "dynamic_padding"]))
+    parser.add_argument("--only", default=ALL, help="comma-separated subset of: " + ALL.replace(",", ", "))
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write every cell here (default: benchmarks/results/bench-<device>-<quick|full>"
+                             "[-<subset>].json)")
     args = parser.parse_args(argv)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     common = ["--threads", str(args.threads)] + (["--full"] if args.full else [])
-    if args.device:
-        common += ["--device", args.device]
+    common += ["--device", device]
     tee = Tee(sys.stdout)
     results, started = {}, time.time()
     with contextlib.redirect_stdout(tee):
@@ -87,16 +99,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n## {name}\n", flush=True)
             begin = time.time()
             if name == "dynamic_padding":
-                results[name] = dynamic_padding(args.full, args.device or "cpu")
+                results[name] = dynamic_padding(args.full, device)
             else:
                 results[name] = SUITES[name].main(common)
             print(f"\n({name}: {time.time() - begin:.0f} s)")
         print(f"\nsuite finished in {time.time() - started:.0f} s")
+    bundle = {"kind": "bench", **perf_common.run_info(torch.device(device), args), "suites": results}
+    targets = [args.json or default_json(device, args.full, args.only)]
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(json.dumps(results, indent=2, default=str))
         (args.out / "results.md").write_text(tee.copy.getvalue())
-        print(f"wrote {args.out / 'results.json'} and {args.out / 'results.md'}")
+        targets.append(args.out / "results.json")
+    for path in targets:
+        perf_common.save_json(path, bundle)
+        print(f"wrote {path}")
     return 0
 
 
