@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--seed", type=int, help="default 0")
     add("--cache-dir", help="feature cache folder (default: $POOLKIT_CACHE/features or ~/.cache/poolkit/features)")
     parser.add_argument("--no-cache", action="store_true", help="encode afresh: read and write no feature cache")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="leave out the tuned linear baseline row (logistic / ridge regression on mean-pooled "
+                             "features, regularisation chosen on each fold's inner split)")
     add_trust_remote_code_argument(parser)
     add("--finetune-top", type=int, metavar="K", help="then fine-tune the encoder end-to-end with the K best poolers")
     add("--finetune-epochs", type=positive(int), help="default 3")
@@ -46,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out or time.strftime("runs/compare-%Y%m%d-%H%M%S"))
     board = compare(args.data, poolers=pooler_specs(args.poolers, args.pooler_opt), model=args.model, out=out,
-                    force=args.force, cache=not args.no_cache,
+                    force=args.force, cache=not args.no_cache, baseline=not args.no_baseline,
                     trust_remote_code=args.trust_remote_code, **data_kwargs(args),
                     **given(args, "folds", "epochs", "batch_size", "pooler_lr", "patience", "max_length", "seed",
                             "cache_dir", "finetune_top", "finetune_epochs", "encoder_lr"))

@@ -76,7 +76,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
             folds: int | None = None, epochs: int | None = None, batch_size: int = 64, pooler_lr: float = 1e-3,
             patience: int = 3, max_length: int | None = None, seed: int = 0, cache_dir: str | Path | None = None,
             finetune_top: int = 0, finetune_epochs: int = 3, encoder_lr: float = 5e-5, out: str | Path | None = None,
-            force: bool = False, cache: bool = True, trust_remote_code: bool = False,
+            force: bool = False, cache: bool = True, trust_remote_code: bool = False, baseline: bool = True,
             progress: bool = True) -> Leaderboard:
     """Encode ``data`` once with the frozen encoder, train every pooler + head on the cached layers with the same
     K folds, then (``finetune_top`` K > 0) fine-tune the encoder with the K best poolers.
@@ -87,10 +87,13 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     run), leaderboard.csv / .json / .png are written there (the frozen board before fine-tuning starts) and the
     fine-tuned models under ``out/finetuned/``; without, fine-tuned models are discarded. ``cache=False``: encode
     afresh, reading and writing no feature cache. ``trust_remote_code``: allow a model folder's own code
-    (``auto_map``); off, such folders are refused.
+    (``auto_map``); off, such folders are refused. ``baseline``: add the tuned linear baseline's row
+    (:mod:`poolkit.training.baseline`: logistic / ridge regression on mean-pooled features, ranked with the frozen
+    rows).
     """
     from ..models.encoders import model_label, remote_code
     from . import finetune
+    from .baseline import baseline_label, linear_baseline
     from .features import encode_features
     from .metrics import primary_metric
     from .probing import ProbeConfig, compare_poolers
@@ -130,14 +133,19 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
                     "higher_is_better": metric.higher_is_better, "folds": folds, "probe": asdict(config),
                     "encode_seconds": round(encode_seconds, 2), "poolers": specs, "finetune_top": finetune_top}
 
-        def report(result):
+        def report(result, label=None):
             summary = result.summary()
-            say(f"  {result.label:<22} {metric.name} {summary['mean']:.4f} ± {summary['std']:.4f}  "
+            say(f"  {label or result.label:<22} {metric.name} {summary['mean']:.4f} ± {summary['std']:.4f}  "
                 f"({result.seconds:.1f}s)")
 
         results = compare_poolers(specs, features, table, config, on_result=report)
         rows = [leaderboard_row(r.label, r.spec, "frozen", r.metric, r.fold_metrics, r.params, r.seconds,
                                 r.fold_detail) for r in results]
+        if baseline:
+            linear = linear_baseline(features, table, config)
+            report(linear, baseline_label(table.task))
+            rows.append(leaderboard_row(baseline_label(table.task), linear.spec, "frozen", linear.metric,
+                                        linear.fold_metrics, linear.params, linear.seconds, linear.fold_detail))
 
         def publish() -> Leaderboard:
             board = Leaderboard(rows, {**settings, "total_seconds": round(time.perf_counter() - start, 2)})

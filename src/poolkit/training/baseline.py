@@ -1,0 +1,113 @@
+"""The strongest cheap baseline a learned pooler must beat: a tuned linear model on mean-pooled features.
+
+Mean-pooled last-layer features of the frozen encoder, standardised on the training rows, then scikit-learn's
+logistic regression (classification; one-vs-rest for multilabel) or ridge regression (regression, several
+targets at once). The regularisation strength is chosen per fold on the same inner validation split of the
+fold's training rows that the probed poolers use to choose their epoch; the model is then refitted on all of
+the fold's training rows and scores its test rows once. So the baseline sees exactly the rows a pooler sees.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.multiclass import OneVsRestClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from ..data.batching import LengthGroupedBatchSampler
+from ..data.tables import TableData, fold_splits, split_rows
+from ..pooling import build_pooler
+from .features import FeatureCache
+from .metrics import compute_metrics, primary_metric
+from .probing import ProbeConfig, ProbeResult
+
+#: the regularisation grid: logistic regression's inverse strength C, ridge's strength alpha (both log-spaced)
+LOGISTIC_C = (0.001, 0.01, 0.1, 1.0, 10.0)
+RIDGE_ALPHA = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
+
+
+def baseline_label(task: str) -> str:
+    return "mean+ridge" if task == "regression" else "mean+logistic"
+
+
+def mean_features(cache: FeatureCache, batch_size: int = 256) -> np.ndarray:
+    """Every row's masked mean of the last layer, float64 (N, D), computed with poolkit's own ``mean`` pooler."""
+    pooler = build_pooler("mean", cache.hidden_size, cache.num_layers)
+    sampler = LengthGroupedBatchSampler(cache.lengths, batch_size, shuffle=False)
+    rows = np.arange(len(cache))
+    parts = []
+    with torch.inference_mode():
+        for batch in sampler:
+            states, mask = cache.batch(rows[batch], all_layers=False)
+            parts.append(pooler(states[-1], mask))
+    return sampler.restore(torch.cat(parts)).double().numpy()
+
+
+def _model(task: str, strength: float, seed: int):
+    if task == "regression":
+        return make_pipeline(StandardScaler(), Ridge(alpha=strength))
+    logistic = LogisticRegression(C=strength, max_iter=1000, random_state=seed)
+    return make_pipeline(StandardScaler(), OneVsRestClassifier(logistic) if task == "multilabel" else logistic)
+
+
+def _outputs(model, task: str, features: np.ndarray, n_outputs: int) -> np.ndarray:
+    """What a head would output: values (regression) or logits (N, n_outputs); a binary logistic model's single
+    decision value becomes the logits (0, d), whose softmax is its probabilities."""
+    if task == "regression":
+        return model.predict(features).reshape(len(features), -1)
+    logits = model.decision_function(features)
+    if task == "classification" and logits.ndim == 1:
+        logits = np.stack([np.zeros_like(logits), logits], axis=1)
+    if task == "classification" and logits.shape[1] < n_outputs:  # classes missing from the training rows
+        full = np.full((len(logits), n_outputs), -1e9)
+        full[:, model.classes_] = logits
+        logits = full
+    return logits
+
+
+def _fit(task: str, strength: float, seed: int, features: np.ndarray, targets: np.ndarray):
+    with warnings.catch_warnings():  # the weakest regularisation may stop at max_iter: it is then simply scored
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return _model(task, strength, seed).fit(features, targets)
+
+
+def linear_baseline(cache: FeatureCache, data: TableData, config: ProbeConfig,
+                    splits: list[tuple[np.ndarray, np.ndarray]] | None = None) -> ProbeResult:
+    """K-fold cross-validation of the tuned linear baseline, on the folds (and inner splits) the poolers use.
+
+    Per fold ``fold_detail`` holds the chosen strength (``C`` or ``alpha``), the inner validation metric at that
+    strength and the test metric."""
+    start = time.perf_counter()
+    splits = splits or fold_splits(data, config.folds, config.val_fraction, config.seed)
+    features = mean_features(cache)
+    metric = primary_metric(data.task, data.n_outputs)
+    grid, key = (RIDGE_ALPHA, "alpha") if data.task == "regression" else (LOGISTIC_C, "C")
+    targets = data.targets
+    oof = np.full((len(data), data.n_outputs), np.nan, dtype=np.float32)
+    fold_metrics, details = [], []
+    for fold, (train_rows, test_rows) in enumerate(splits):
+        seed = config.seed + fold
+        fit, val = split_rows(data.subset(train_rows), config.val_fraction, seed)
+        fit_rows, val_rows = train_rows[fit], train_rows[val]
+        scores = []
+        for strength in grid:
+            model = _fit(data.task, strength, seed, features[fit_rows], targets[fit_rows])
+            outputs = _outputs(model, data.task, features[val_rows], data.n_outputs)
+            scores.append(compute_metrics(data.task, outputs, targets[val_rows], data.n_outputs)[metric.name])
+        best = max(range(len(grid)), key=lambda i: scores[i] if metric.higher_is_better else -scores[i])
+        model = _fit(data.task, grid[best], seed, features[train_rows], targets[train_rows])
+        outputs = _outputs(model, data.task, features[test_rows], data.n_outputs)
+        oof[test_rows] = outputs
+        metrics = compute_metrics(data.task, outputs, targets[test_rows], data.n_outputs)
+        fold_metrics.append(metrics)
+        details.append({key: grid[best], f"val_{metric.name}": float(scores[best]),
+                        f"test_{metric.name}": float(metrics[metric.name])})
+    params = features.shape[1] * data.n_outputs + data.n_outputs
+    spec = build_pooler("mean", cache.hidden_size, cache.num_layers).get_config()
+    return ProbeResult(spec, metric.name, fold_metrics, oof, params, time.perf_counter() - start, details)
