@@ -144,7 +144,7 @@ def test_compare_returns_a_leaderboard_and_finetunes_the_top_spec(tmp_path):
     pd.DataFrame(rows).to_csv(tmp_path / "t.csv", index=False)
     board = api.compare(tmp_path / "t.csv", poolers=["mean", {"name": "attention", "attn_size": 8}], model=bert,
                         folds=2, epochs=1, finetune_top=1, finetune_epochs=1, cache_dir=tmp_path / "cache",
-                        out=tmp_path / "out", progress=False)
+                        out=tmp_path / "out", progress=False, baseline=False)
     assert isinstance(board, Leaderboard) and [r["mode"] for r in board.rows] == ["frozen", "frozen", "finetuned"]
     top = board.rows[0]
     tuned = board.rows[2]
