@@ -6,7 +6,7 @@
 import importlib
 
 from .errors import PoolkitError
-from .pooling import Pooler, get_pooler, list_poolers, pooler_options, register_pooler
+from .pooling import AuxiliaryClassifiers, Pooler, get_pooler, list_poolers, pooler_options, register_pooler
 
 #: Names that need an extra, and the module each comes from.
 _LAZY = {
@@ -29,5 +29,5 @@ def __getattr__(name: str):
 
 __version__ = "0.2.0"
 
-__all__ = ["Pooler", "PoolkitError", "get_pooler", "list_poolers", "pooler_options", "register_pooler", *_LAZY,
-           "__version__"]
+__all__ = ["AuxiliaryClassifiers", "Pooler", "PoolkitError", "get_pooler", "list_poolers", "pooler_options",
+           "register_pooler", *_LAZY, "__version__"]

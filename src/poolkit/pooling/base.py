@@ -19,10 +19,16 @@ Weights = Union[Tensor, dict[str, Tensor]]
 HiddenStates = Union[Tensor, Sequence[Tensor]]
 
 EMPTY_POLICIES = ("zeros", "raise")
+#: Layouts of an image map: channels first (B, C, H, W) or channels last (B, H, W, C).
+MAP_FORMATS = ("NCHW", "NHWC")
 
 
 class Pooler(nn.Module):
     """Base class: turns hidden states (B, T, D) -- or all layers -- into one vector per row (B, output_dim).
+
+    Token poolers also take an image map (B, C, H, W), or (B, H, W, C) with ``input_format="NHWC"``, with an
+    optional validity mask (B, H, W): it is pooled as the H*W positions (B, H*W, C), weights come back as
+    (B, H, W).
 
     Subclasses implement :meth:`pool` on a checked input: ``x`` (B, T, D) (token poolers) or a list of
     them (layer poolers) and a boolean ``mask`` (B, T) with True at real tokens. They return the pooled
@@ -44,6 +50,9 @@ class Pooler(nn.Module):
     #: False when no value at a padded position can reach the output (a selection of real tokens: cls, last,
     #: max, min): ``forward`` then skips its check for non-finite padding.
     reads_padding: bool = True
+    #: True when ``pool`` needs the map's size: it is called with ``grid=(H, W)`` for maps, ``grid=None`` for
+    #: tokens (B, T, D), read as a 1 x T map (flex).
+    positional: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -69,7 +78,11 @@ class Pooler(nn.Module):
         hidden_states: HiddenStates,
         attention_mask: Tensor | None = None,
         return_weights: bool = False,
+        input_format: str = "NCHW",
     ) -> Tensor | tuple[Tensor, Weights]:
+        grid = None
+        if input_format != "NCHW" or (isinstance(hidden_states, Tensor) and hidden_states.dim() == 4):
+            hidden_states, attention_mask, grid = self._read_map(hidden_states, attention_mask, input_format)
         x, mask = self._check_input(hidden_states, attention_mask)
         reference = x[0] if isinstance(x, list) else x
         if self.on_empty == "raise" and not bool(mask.any(dim=1).all()):
@@ -80,29 +93,33 @@ class Pooler(nn.Module):
         degenerate = (batch == 0 or length == 0) and not fast.transformed()
         if degenerate:  # no row or no token: pooled as one all-padding row / position, cut away again after
             x, mask = _all_padding(x, max(batch, 1), max(length, 1)), mask.new_zeros(max(batch, 1), max(length, 1))
+        where = {"grid": None if degenerate else grid} if self.positional else {}
         x = self.to_parameter_dtype(x)
         checked = fast.active(reference)
         if not checked and self.reads_padding and self.kind == "token":
             x = _zero_padding(x, mask)  # transforms, other devices: zeroed before it is read (layers: LayerPooler)
-        pooled, weights = self._pool_and_guard(x, mask, return_weights)
+        pooled, weights = self._pool_and_guard(x, mask, return_weights, where)
         # One float32 sum (cheaper than isfinite().all(); float32 so that large half values do not overflow it).
         if checked and self.reads_padding and not math.isfinite(pooled.sum(dtype=torch.float32).item()):
             # Eager CPU keeps the cheap product forms, under which a NaN / inf at a padded position would
             # reach the output (0 * inf): rows are pooled again from inputs whose padding is zeroed, so
             # padding never changes an output whatever it holds. Non-finite values at real tokens stay.
-            pooled, weights = self._pool_and_guard(_zero_padding(x, mask), mask, return_weights)
+            pooled, weights = self._pool_and_guard(_zero_padding(x, mask), mask, return_weights, where)
         pooled = pooled.to(reference.dtype)
         if degenerate:
             pooled = pooled[:batch]
             if return_weights:
                 weights = _map_weights(weights, lambda w, token: w[:batch, :length] if token else w[:batch])
+        if grid is not None and return_weights:
+            weights = weights.reshape(batch, *grid)
         return (pooled, weights) if return_weights else pooled
 
-    def _pool_and_guard(self, x: Any, mask: Tensor, return_weights: bool) -> tuple[Tensor, Weights | None]:
+    def _pool_and_guard(self, x: Any, mask: Tensor, return_weights: bool,
+                        where: dict[str, Any]) -> tuple[Tensor, Weights | None]:
         if return_weights:
-            pooled, weights = self.pool(x, mask)
+            pooled, weights = self.pool(x, mask, **where)
         else:
-            pooled, weights = self.pool_without_weights(x, mask), None
+            pooled, weights = self.pool_without_weights(x, mask, **where), None
         if not self.zero_when_empty:
             # Rows with no real token give zeros. A product, not masked_fill / where (several times dearer on
             # a (B, D) tensor): pooled values are finite there unless the padding is not (then see forward).
@@ -112,14 +129,44 @@ class Pooler(nn.Module):
     def pool(self, x: Any, mask: Tensor) -> tuple[Tensor, Weights]:
         raise NotImplementedError
 
-    def pool_without_weights(self, x: Any, mask: Tensor) -> Tensor:
+    def pool_without_weights(self, x: Any, mask: Tensor, **where: Any) -> Tensor:
         """The pooled tensor alone (the same values as ``pool``); override where the weights cost extra."""
-        return self.pool(x, mask)[0]
+        return self.pool(x, mask, **where)[0]
 
     def extra_repr(self) -> str:
         return ", ".join(f"{key}={value!r}" for key, value in self._spec.items()) + f", output_dim={self.output_dim}"
 
     # -- input checks -------------------------------------------------------------------------
+    def _read_map(self, hidden_states: Any, attention_mask: Any, input_format: str):
+        """An image map as positions: (B, C, H, W) or NHWC (B, H, W, C) -> (B, H*W, C), its mask (B, H, W) ->
+        (B, H*W), and (H, W)."""
+        if input_format not in MAP_FORMATS:
+            raise PoolkitError(f"{self.name}: input_format must be one of {MAP_FORMATS}, got {input_format!r}")
+        shape = _shape_of(hidden_states)
+        if not isinstance(hidden_states, Tensor) or hidden_states.dim() != 4:
+            raise PoolkitError(f"{self.name}: input_format={input_format!r} is for an image map, one 4-D tensor, "
+                               f"got {shape}; token states (B, T, D) need no input_format")
+        if self.kind == "layer":
+            raise PoolkitError(f"{self.name} pools over the layers of token states (B, T, D) and cannot take an image "
+                               f"map {shape}; pool the map with a token pooler such as 'gap'")
+        if input_format == "NCHW":
+            batch, channels, height, width = shape
+            positions = hidden_states.flatten(2).transpose(1, 2)
+        else:
+            batch, height, width, channels = shape
+            positions = hidden_states.flatten(1, 2)
+        if channels != self.hidden_size:
+            raise PoolkitError(f"{self.name}: the {input_format} map {shape} has {channels} channels but the pooler "
+                               f"was built with hidden_size={self.hidden_size}"
+                               + ("; a channels-last map needs input_format='NHWC'" if shape[-1] == self.hidden_size
+                                  and input_format == "NCHW" else ""))
+        if attention_mask is not None:
+            if not isinstance(attention_mask, Tensor) or tuple(attention_mask.shape) != (batch, height, width):
+                raise PoolkitError(f"{self.name}: the mask of a map must be a (B, H, W) = {(batch, height, width)} "
+                                   f"tensor (1 = valid position), got {_shape_of(attention_mask)}")
+            attention_mask = attention_mask.flatten(1)
+        return positions, attention_mask, (height, width)
+
     def _check_input(self, hidden_states: HiddenStates, attention_mask: Tensor | None):
         if isinstance(hidden_states, Tensor):
             if self.kind == "layer":
@@ -138,7 +185,8 @@ class Pooler(nn.Module):
                                f"sequence of them, got {type(hidden_states).__name__}")
         first = layers[0]
         if first.dim() != 3:
-            raise PoolkitError(f"{self.name}: hidden_states must have 3 dims (B, T, D), got shape "
+            maps = "" if self.kind == "layer" else " or be one image map (B, C, H, W)"
+            raise PoolkitError(f"{self.name}: hidden_states must have 3 dims (B, T, D){maps}, got shape "
                                f"{tuple(first.shape)}")
         if not first.is_floating_point():
             raise PoolkitError(f"{self.name}: hidden_states must be floating point, got {first.dtype}")
@@ -182,6 +230,11 @@ def check_positive_int(value: Any, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise PoolkitError(f"{what} must be a positive int, got {value!r}")
     return value
+
+
+def _shape_of(value: Any) -> tuple[int, ...] | str:
+    """A tensor's shape, or the type name of anything else (for error messages)."""
+    return tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
 
 
 def _per_layer(x: Tensor | list[Tensor], change: Callable[[Tensor], Tensor]) -> Tensor | list[Tensor]:
@@ -252,15 +305,27 @@ def register_pooler(name: str, *aliases: str) -> Callable[[type[Pooler]], type[P
     """Class decorator: make a Pooler buildable by ``name`` (and its aliases) with get_pooler."""
 
     def decorate(cls: type[Pooler]) -> type[Pooler]:
-        if name in _REGISTRY or name in _ALIASES:
-            raise ValueError(f"pooler name {name!r} is already registered")
+        _check_free(name)
         cls.name = name
         _REGISTRY[name] = cls
-        for alias in aliases:
-            _ALIASES[alias] = name
+        register_aliases(name, *aliases)
         return cls
 
     return decorate
+
+
+def register_aliases(name: str, *aliases: str) -> None:
+    """More names for the registered pooler ``name`` (e.g. ``gap`` for ``mean``, its name on image maps)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"pooler {name!r} is not registered")
+    for alias in aliases:
+        _check_free(alias)
+        _ALIASES[alias] = name
+
+
+def _check_free(name: str) -> None:
+    if name in _REGISTRY or name in _ALIASES:
+        raise ValueError(f"pooler name {name!r} is already registered")
 
 
 def resolve_name(name: str) -> str:
@@ -313,6 +378,11 @@ OPTION_DOCS = {
     "rnn_hidden": "hidden size of the recurrence over layers (per direction)",
     "bidirectional": "run the recurrence in both directions (final states concatenated)",
     "dropout": "dropout on the recurrence's output (training only)",
+    "height": "flex: the height of the learned logit map (maps of another size get it resized bilinearly)",
+    "width": "flex: the width of the learned logit map (tokens (B, T, D) are read as a 1 x T map)",
+    "per_channel": "flex: one logit map per channel (True) or one shared by all channels",
+    "l2": "flex: the coefficient of the L2 penalty on the logits that regularization() returns",
+    "weight_dropout": "flex: dropout on the softmax weights (training only)",
 }
 
 

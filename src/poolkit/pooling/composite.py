@@ -34,16 +34,18 @@ class ConcatPooler(Pooler):
                                "token_pooler instead")
         self.linear = all(part.linear for part in self.parts)
         self.reads_padding = any(part.reads_padding for part in self.parts)
+        self.positional = any(part.positional for part in self.parts)  # flex: the map's size is passed on
         self.output_dim = sum(part.output_dim for part in self.parts)
 
-    def pool(self, x: Tensor, mask: Tensor):
-        results = [part.pool(x, mask) for part in self.parts]
+    def pool(self, x: Tensor, mask: Tensor, **where):
+        results = [part.pool(x, mask, **(where if part.positional else {})) for part in self.parts]
         pooled = torch.cat([p.to(_parts_dtype(x)) for p, _ in results], dim=-1)
         weights = torch.stack([w.float() for _, w in results]).mean(dim=0)
         return pooled, weights
 
-    def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
-        return torch.cat([part.pool_without_weights(x, mask).to(_parts_dtype(x)) for part in self.parts], dim=-1)
+    def pool_without_weights(self, x: Tensor, mask: Tensor, **where) -> Tensor:
+        return torch.cat([part.pool_without_weights(x, mask, **(where if part.positional else {})).to(_parts_dtype(x))
+                          for part in self.parts], dim=-1)
 
 
 def _parts_dtype(x: Tensor) -> torch.dtype:

@@ -1,0 +1,157 @@
+"""Poolers for image feature maps (B, C, H, W): avgmax, flex, and Simple Auxiliary Classifiers.
+
+Every token pooler takes a map through Pooler's adapter (the H*W positions are its tokens), so the classic
+spatial poolers are registry names of token poolers, not classes of their own: ``gap`` = mean, ``gmp`` = max,
+``catavgmax`` = mean_max (timm's concatenation of average and max), ``attention2d`` = gated_attention,
+``adapool2d`` = adapool; gem and lse serve tokens and maps alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from ..errors import PoolkitError
+from . import masking
+from .base import Pooler, check_positive_int, get_pooler, register_aliases, register_pooler
+from .statistics import MeanMaxPooler
+
+register_aliases("mean", "gap", "global_avg")
+register_aliases("max", "gmp", "global_max")
+register_aliases("mean_max", "catavgmax")
+register_aliases("gated_attention", "attention2d")
+register_aliases("adapool", "adapool2d")
+
+
+@register_pooler("avgmax")
+class AvgMaxPooler(MeanMaxPooler):
+    """The average of mean and max over the valid positions, 0.5 * (avg + max): (B, C, H, W) -> (B, C).
+
+    timm's ``adaptive_avgmax_pool2d`` (its ``catavgmax`` is the concatenation: poolkit's ``mean_max``).
+    Weights are mean_max's: half the uniform weights, half the share of channels each position wins.
+    """
+
+    def __init__(self, hidden_size: int, *, on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, on_empty=on_empty)
+        self.output_dim = hidden_size
+
+    def pool(self, x: Tensor, mask: Tensor):
+        both, weights = super().pool(x, mask)
+        return _average_halves(both), weights
+
+    def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
+        return _average_halves(super().pool_without_weights(x, mask))
+
+
+def _average_halves(both: Tensor) -> Tensor:
+    """(B, 2C) [mean, max] -> (B, C) 0.5 * (mean + max)."""
+    mean, maximum = both.chunk(2, dim=-1)
+    return 0.5 * (mean + maximum)
+
+
+@register_pooler("flex", "flexpool", "flex_pooling")
+class FlexPooler(Pooler):
+    """FlexPooling: a learned weighted average over positions, softmax(logits) over the valid ones.
+
+    (B, C, H, W) -> (B, C). Ali, Alsuwaidi & Khan, "FlexPooling with Simple Auxiliary Classifiers in Deep
+    Networks" (VISAPP 2023). One logit per position of a ``height`` x ``width`` map (``per_channel``: one map
+    per channel), initialised to zero: the softmax is then 1/n at each of the n valid positions, the very
+    weights of ``gap``, summed by the same product, so flex starts as gap exactly. A map of another size
+    gets the logit map resized to it by bilinear interpolation (``align_corners=False``, no antialiasing);
+    token states (B, T, D) are read as a 1 x T map. Positional: the weights depend on where a position
+    sits in the (padded) map, so padding the map further changes a trained flex's output (values at
+    masked positions never do). ``l2`` sets the penalty :meth:`regularization` returns (the trainer adds
+    it to the loss); ``weight_dropout`` drops softmax weights in training.
+    """
+
+    positional = True
+
+    def __init__(self, hidden_size: int, *, height: int = 7, width: int = 7, per_channel: bool = False,
+                 l2: float = 0.0, weight_dropout: float = 0.0, on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, on_empty=on_empty)
+        check_positive_int(height, "flex: height")
+        check_positive_int(width, "flex: width")
+        if not l2 >= 0:
+            raise PoolkitError(f"flex: l2 must be >= 0, got {l2!r}")
+        if not 0 <= weight_dropout < 1:
+            raise PoolkitError(f"flex: weight_dropout must be in [0, 1), got {weight_dropout!r}")
+        self.logits = nn.Parameter(torch.zeros(hidden_size if per_channel else 1, height, width))
+        self.l2 = l2
+        self.weight_dropout = weight_dropout
+
+    def regularization(self) -> Tensor:
+        """The L2 penalty ``l2 * sum(logits ** 2)`` to add to the training loss (0 when ``l2`` is 0)."""
+        return self.l2 * self.logits.pow(2).sum()
+
+    def position_logits(self, grid: tuple[int, int]) -> Tensor:
+        """The logits at a (H, W) map's positions, resized bilinearly: -> (K, H*W), K = 1 or C, compute dtype."""
+        logits = masking.widen(self.logits)[None]
+        return F.interpolate(logits, size=grid, mode="bilinear", align_corners=False)[0].flatten(1)
+
+    def pool(self, x: Tensor, mask: Tensor, grid: tuple[int, int] | None = None):
+        batch, length, _ = x.shape
+        logits = self.position_logits((1, length) if grid is None else grid)
+        weights = masking.masked_softmax(logits.expand(batch, -1, -1), mask[:, None, :])  # (B, K, P)
+        if self.weight_dropout:
+            weights = F.dropout(weights, self.weight_dropout, self.training)
+        if weights.shape[1] == 1:  # one weight row: the product gap uses, so that zero logits give gap exactly
+            return masking.masked_weighted_sum(x, weights[:, 0]), weights[:, 0]
+        pooled = torch.einsum("bcp,bpc->bc", weights.to(masking.compute_dtype(x.dtype)), masking.widen(x))
+        return pooled, weights.mean(dim=1)
+
+
+class AuxiliaryClassifiers(nn.Module):
+    """Simple Auxiliary Classifiers (SAC, Ali et al. 2023): extra supervision on a CNN's earlier stages.
+
+    Each earlier stage's map (B, C_i, H_i, W_i) is flex-pooled to (B, C_i) and classified by its own
+    Linear(C_i, num_classes); calling the module with the maps, the targets and ``progress`` (the fraction
+    of training done, in [0, 1]) returns sum_i weight_i * s(progress) * cross_entropy(logits_i, targets),
+    to add to the main head's loss. ``schedule``: "constant" (s = 1) or "linear" (s = 1 - progress, 0 at
+    the end of training). ``weights``: one for all stages or one per stage (default 0.3, GoogLeNet's).
+    Training only: inference uses the main head, and this module is not called. ``flex_options`` go to
+    every flex pooler (e.g. ``l2``); :meth:`regularization` sums their penalties.
+    """
+
+    SCHEDULES = ("constant", "linear")
+
+    def __init__(self, channels: Sequence[int], sizes: Sequence[tuple[int, int]], num_classes: int, *,
+                 weights: float | Sequence[float] = 0.3, schedule: str = "constant",
+                 flex_options: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        if len(channels) != len(sizes) or not channels:
+            raise PoolkitError(f"AuxiliaryClassifiers: give one (H, W) size per stage: {len(channels)} channel counts "
+                               f"but {len(sizes)} sizes")
+        weights = [float(weights)] * len(channels) if isinstance(weights, (int, float)) else list(weights)
+        if len(weights) != len(channels) or any(not w >= 0 for w in weights):
+            raise PoolkitError(f"AuxiliaryClassifiers: weights must be one number >= 0 or one per stage "
+                               f"({len(channels)}), got {weights!r}")
+        if schedule not in self.SCHEDULES:
+            raise PoolkitError(f"AuxiliaryClassifiers: schedule must be one of {self.SCHEDULES}, got {schedule!r}")
+        check_positive_int(num_classes, "AuxiliaryClassifiers: num_classes")
+        self.poolers = nn.ModuleList(get_pooler("flex", c, height=h, width=w, **(flex_options or {}))
+                                     for c, (h, w) in zip(channels, sizes))
+        self.heads = nn.ModuleList(nn.Linear(c, num_classes) for c in channels)
+        self.weights = weights
+        self.schedule = schedule
+
+    def logits(self, maps: Sequence[Tensor]) -> list[Tensor]:
+        """Each stage's class logits: maps (B, C_i, H_i, W_i) -> [(B, num_classes)]."""
+        if len(maps) != len(self.heads):
+            raise PoolkitError(f"AuxiliaryClassifiers was built for {len(self.heads)} stages but got {len(maps)} maps")
+        return [head(pooler(m)) for pooler, head, m in zip(self.poolers, self.heads, maps)]
+
+    def forward(self, maps: Sequence[Tensor], targets: Tensor, progress: float = 0.0) -> Tensor:
+        if not 0 <= progress <= 1:
+            raise PoolkitError(f"AuxiliaryClassifiers: progress is the fraction of training done, in [0, 1]; "
+                               f"got {progress!r}")
+        scale = 1 - progress if self.schedule == "linear" else 1.0
+        losses = [F.cross_entropy(logits, targets) for logits in self.logits(maps)]
+        return sum(w * scale * loss for w, loss in zip(self.weights, losses))
+
+    def regularization(self) -> Tensor:
+        """The flex poolers' L2 penalties, summed."""
+        return sum(pooler.regularization() for pooler in self.poolers)
