@@ -161,8 +161,10 @@ class GeMPooler(Pooler):
         super().__init__(hidden_size, on_empty=on_empty)
         if not p >= 1:
             raise PoolkitError(f"gem: p must be >= 1, got {p!r}")
-        # p = 1 + softplus(raw) keeps p >= 1 while learning.
-        self.raw_p = _positive_parameter(p - 1 if p > 1 else 1e-3, "gem p - 1")
+        # p = 1 + softplus(raw) keeps p >= 1 while learning; a fixed p = 1 is raw = -inf, exactly the mean (a learned
+        # p = 1 starts at 1.001, where softplus has a gradient).
+        self.raw_p = (_positive_parameter(p - 1 if p > 1 else 1e-3, "gem p - 1") if p > 1 or learn_p
+                      else nn.Parameter(torch.tensor(-math.inf)))
         self.raw_p.requires_grad_(learn_p)
         self.signed = signed
         self.eps = eps
