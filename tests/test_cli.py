@@ -52,11 +52,11 @@ def test_compare_end_to_end_and_refuses_to_overwrite(capsys, tmp_path, table, be
     assert code == 0, stdout
     board = pd.read_csv(out / "leaderboard.csv")
     assert list(board.columns[:8]) == ["rank", "pooler", "mode", "metric", "mean", "std", "params", "seconds"]
-    assert sorted(board["pooler"]) == ["attention(attn_size=8)", "mean", "weighted_layer"]
+    assert sorted(board["pooler"]) == ["attention(attn_size=8)", "mean", "mean+logistic", "weighted_layer"]
     assert (board["metric"] == "accuracy").all() and board["mean"].between(0, 1).all()
     assert board["mean"].is_monotonic_decreasing
     saved = json.loads((out / "leaderboard.json").read_text())
-    assert saved["settings"]["folds"] == 2 and len(saved["rows"]) == 3
+    assert saved["settings"]["folds"] == 2 and len(saved["rows"]) == 4
     specs = {row["pooler"]: row["config"] for row in saved["rows"]}  # each row's full spec, options included
     assert specs["attention(attn_size=8)"]["attn_size"] == 8 and specs["weighted_layer"]["num_layers"] == 2
     assert [json.loads(c) for c in board["config"]] == [row["config"] for row in saved["rows"]]
