@@ -4,8 +4,10 @@ Reads what ``benchmarks/perf_revisions.py --json`` (old time / new time) and ``b
 --json`` (plain time / fast time) write: one table per file, a pooler per row, a column per
 (T, D, dtype, mode), each cell the median over repeats of the per-repeat ratio; under it the run's
 provenance and the cells whose median is more than ``--threshold`` away from 1 (either way), each with
-how many of its repeats fall on the same side of 1. No figure is typed by hand: the docs' blocks are
-this script's output.
+how many of its repeats fall on the same side of 1. Token poolers against their floors
+(``benchmarks/run_all.py``'s JSON, or ``perf_tokens.py --json``) give two blocks: NAME (provenance and
+the family tables, ``perf_tokens.render``) and ``NAME targets`` (the target rows, ``perf_tokens.targets``).
+No figure is typed by hand: the docs' blocks are this script's output.
 
     .venv/bin/python scripts/render_perf_tables.py benchmarks/results/revisions-55de4ff.json   # print
     .venv/bin/python scripts/render_perf_tables.py benchmarks/results/*.json --write docs/performance.md
@@ -30,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import perf_tokens  # noqa: E402
 from perf_common import table  # noqa: E402
 
 #: What each result kind's ratio means: (above 1, below 1).
@@ -50,10 +53,14 @@ def agreeing(row: dict, name: str) -> str:
 def provenance(result: dict, path: Path) -> str:
     settings, machine = result["settings"], result["machine"]
     load = machine.get("load_average")
-    what = (f"`benchmarks/perf_revisions.py --against {result['against']}` ({result['against_commit'][:7]}): "
-            "old time / new time, > 1 is faster now" if result["kind"] == "revisions" else
-            "`benchmarks/perf_paths.py`: the working tree's plain forms (`fast.disabled()`) / its fast forms, "
-            "> 1 is the fast forms faster")
+    if result["kind"] == "revisions":
+        what = (f"`benchmarks/perf_revisions.py --against {result['against']}` ({result['against_commit'][:7]}): "
+                "old time / new time, > 1 is faster now")
+    elif result["kind"] == "paths":
+        what = ("`benchmarks/perf_paths.py`: the working tree's plain forms (`fast.disabled()`) / its fast forms, "
+                "> 1 is the fast forms faster")
+    else:
+        what = "`benchmarks/perf_tokens.py`: pooler time / floor time, < 1 is faster than the floor"
     if result.get("new"):
         tree = f"new side: `{result['new']}` ({result['new_commit'][:7]}), exported from git like the old one"
     else:
@@ -62,7 +69,7 @@ def provenance(result: dict, path: Path) -> str:
             tree += f" (+ uncommitted: {', '.join(result['uncommitted'])})"
     return (f"{what}. {tree}; {result['date'][:10]}, {machine['cpu']}, {machine['cores']} cores, "
             f"torch {result['torch']}, {settings['threads']} torch thread(s), B = {settings['batch']}, "
-            f"{settings['repeats']} interleaved repeats per cell (median of per-repeat ratios)"
+            f"{settings['repeats']} interleaved repeats per cell"
             + (f", load average {load[0]:.1f} at the start" if load else "")
             + f". Data: `{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`.")
 
@@ -131,6 +138,13 @@ def agreement(paths: list[Path], threshold: float) -> str:
                       "medians in that order):", "", *(lines or ["* none"])])
 
 
+def floors_of(data: dict) -> dict | None:
+    """The token-floor result in a file: ``perf_tokens.py --json``'s own, or the tokens suite of run_all's."""
+    if data.get("kind") == "bench":
+        return data["suites"].get("tokens")
+    return data if data.get("kind") == "floors" else None
+
+
 def write_into(target: Path, blocks: dict[str, str]) -> None:
     text = target.read_text()
     for name, block in blocks.items():
@@ -148,10 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=float, default=0.05, help="list cells further than this from 1 (0.05)")
     parser.add_argument("--write", type=Path, default=None, help="replace the files' marked blocks in this file")
     args = parser.parse_args(argv)
-    blocks = {path.name: render(path.resolve(), args.threshold) for path in args.results}
-    groups: dict[str, list[Path]] = {}
+    blocks, groups = {}, {}
     for path in args.results:
-        groups.setdefault(group_name(json.loads(path.read_text())), []).append(path)
+        data = json.loads(path.read_text())
+        floors = floors_of(data)
+        if floors is not None:
+            blocks[path.name] = provenance(floors, path.resolve()) + "\n" + perf_tokens.render(floors)
+            blocks[f"{path.name} targets"] = perf_tokens.targets(floors)
+        else:
+            blocks[path.name] = render(path.resolve(), args.threshold)
+            groups.setdefault(group_name(data), []).append(path)
     blocks.update({name: agreement(paths, args.threshold) for name, paths in groups.items() if len(paths) > 1})
     if args.write:
         write_into(args.write, blocks)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -89,3 +90,74 @@ def test_paths_times_plain_against_fast_forms_and_renders(tmp_path):
     assert render_perf_tables.group_name(result) == "agreement: paths"
     both = render_perf_tables.agreement([out, out], 0.05)  # one run twice: every listed cell agrees with itself
     assert "`paths.json` (2 repeats), `paths.json` (2 repeats)" in both
+
+
+def test_floor_is_the_fastest_candidate_in_each_repeat():
+    import perf_tokens
+    # Per repeat the floor is min(a, b) = 1.0, 0.5, 0.8, so the ratios are 1.0, 2.0, 2.5: median 2.0. The
+    # minimum of the candidates' medians (1.0), the ratio of medians (1.25), the first candidate alone (1.0)
+    # or the slowest candidate (0.5) all give another figure.
+    times = {"p": [1.0, 1.0, 2.0], "a": [2.0, 0.5, 2.0], "b": [1.0, 2.0, 0.8]}
+    cell = perf_tokens.floor_ratio(times, "p", ["a", "b"])
+    assert cell["ratio"] == 2.0 and cell["per_repeat"] == [1.0, 2.0, 2.5]
+    assert cell["fastest_floor"] == {"a": 1, "b": 2} and cell["floor_ms"] == 800.0 and not cell["below_floor"]
+
+
+@pytest.mark.parametrize("pooler_time, flagged", [(0.94, True), (0.96, False), (1.5, False)])
+def test_a_pooler_faster_than_its_floor_is_flagged(pooler_time, flagged):
+    import perf_tokens
+    # A flag at < 1 would flag 0.96 (noise); one on floor / pooler would flag 1.5 instead of 0.94.
+    cell = perf_tokens.floor_ratio({"p": [pooler_time] * 3, "f": [1.0] * 3}, "p", ["f"])
+    assert cell["below_floor"] is flagged
+
+
+def test_attention_floors_do_the_poolers_work():
+    import perf_tokens
+    from poolkit import get_pooler
+    from poolkit.pooling import fast
+
+    x = torch.randn(3, 6, 8)
+    mask = torch.tensor([[1] * 6, [1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0]]).bool()
+    pooler = get_pooler("gated_attention", hidden_size=8, attn_size=4)
+    _, call, _ = perf_tokens.attention_floor(pooler, x, mask, train=False)
+    both = torch.cat([pooler.value.weight, pooler.gate.weight])
+    # Eager CPU scores the real tokens only, and so does the floor (the old floor took all 18 positions).
+    torch.testing.assert_close(call(), x[mask] @ both.T)
+    with fast.disabled():  # the plain forms score every position: so does the floor
+        assert perf_tokens.attention_floor(pooler, x, mask, train=False)[1]().shape == (18, 8)
+
+    latent = get_pooler("latent", hidden_size=8, num_queries=2, num_heads=2)
+    what, call, leaves = perf_tokens.attention_floor(latent, x.requires_grad_(), mask, train=True)
+    # One read of x by the H * Q query rows, and each of the 5 Linear weights once: no D x D token projection.
+    assert call().shape == (3, 4, 6) and len(leaves) == 1 + 5 and "5 query-side products" in what
+    call().sum().backward()
+    assert all(leaf.grad is not None for leaf in leaves)
+
+
+def test_token_floors_run_and_render(tmp_path):
+    import perf_tokens
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import render_perf_tables
+
+    rows = perf_tokens.run_config(8, 8, "fp32", "fwd+bwd", torch.device("cpu"), repeats=1, min_sample_s=0)
+    assert [r["pooler"] for r in rows] == perf_tokens.STAT_POOLERS + perf_tokens.ATTENTION_POOLERS
+    for row in rows:  # the ratio is against the floor recorded with it (with one repeat: their times' ratio)
+        assert row["ratio"] == row["per_repeat"][0] == pytest.approx(row["ms"] / row["floor_ms"])
+    assert set(rows[0]["fastest_floor"]) <= set(perf_tokens.READ_ONCE)
+
+    rows[0].update(ratio=0.9, below_floor=True)  # mean under its floor: flagged
+    rows[3].update(ratio=1.4)  # attention over its 1.2x target: that family misses, latent / adapool not judged here
+    for row in rows[6:]:
+        row["ratio"] = 1.1
+    result = {"kind": "floors", **perf_common.run_info(torch.device("cpu")), "rows": rows,
+              "settings": {"threads": 1, "batch": perf_tokens.BATCH, "repeats": 1}}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"kind": "bench", "suites": {"tokens": result}}))
+    doc = tmp_path / "doc.md"
+    doc.write_text("".join(f"<!-- rendered: {n} -->\nold\n<!-- end rendered: {n} -->\n"
+                           for n in ("bench.json", "bench.json targets")))
+    assert render_perf_tables.main([str(path), "--write", str(doc)]) == 0
+    text = doc.read_text()
+    assert "old" not in text and "| mean   | 0.90 ! " in text and "Not a floor (ratio under 0.95): `mean` T8 D8" in text
+    verdicts = [line.rsplit("|", 2)[1].strip() for line in text.splitlines() if "<= 1." in line and "cells" in line]
+    assert verdicts == ["**missed**" if any(r["ratio"] > 1.3 for r in rows[:3]) else "met", "**missed**", "met"]
