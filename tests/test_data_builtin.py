@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from poolkit.data import builtin, list_datasets, load_builtin, load_data
-from poolkit.data.builtin import hypernym_depths, read_wordnet
+from poolkit.data.builtin import MIN_FORTUNES_PER_CATEGORY, hypernym_depths, read_wordnet
+from poolkit.data.tables import fold_splits
 from poolkit.errors import PoolkitError
 
 HAS_WORDNET = (builtin.WORDNET_DIR / "data.noun").is_file()
@@ -114,3 +115,7 @@ def test_fortunes_categories():
     assert "computers" in data.label_names and not any(n.endswith((".dat", ".u8")) for n in data.label_names)
     assert not any("\x08" in t or "\n%\n" in t or t == "%" for t in data.texts)
     assert "I have more humility in my little finger than you have in your whole BODY!" in " ".join(data.texts)
+    # every category can be stratified over compare's folds, even in a --limit 4000 sample (the smallest kept
+    # category then still has 3+ rows); 'pratchett' (2 entries) made every K >= 3 fail
+    assert np.bincount(data.targets).min() >= MIN_FORTUNES_PER_CATEGORY and "pratchett" not in data.label_names
+    assert len(fold_splits(load_builtin("fortunes", limit=4000), 5)) == 5
