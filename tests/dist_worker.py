@@ -45,7 +45,7 @@ def toy_data(n: int = 40, seed: int = 0) -> TableData:
 
 def toy_config(model: str, **overrides) -> TrainConfig:
     """Settings that learn the toy task in a few seconds on a CPU."""
-    config = TrainConfig(model=model, epochs=4, batch_size=4, encoder_lr=2e-3, pooler_lr=1e-2, warmup_ratio=0.1,
+    config = TrainConfig(model=model, epochs=4, batch_size=4, encoder_lr=2e-3, pooler_lr=3e-2, warmup_ratio=0.1,
                          max_length=16, head_dropout=0.0, patience=0, seed=3)
     return replace(config, **overrides)
 

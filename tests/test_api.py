@@ -5,11 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from poolkit import PoolkitError
+from poolkit.data.tables import fold_splits, split_rows
 from poolkit.locks import locked_dir
+from poolkit.models import PooledModel
 from poolkit.pooling import build_pooler
 from poolkit.training import api
 from poolkit.training.leaderboard import COLUMNS, Leaderboard, leaderboard_row
@@ -150,6 +153,23 @@ def test_compare_returns_a_leaderboard_and_finetunes_the_top_spec(tmp_path):
     tuned = board.rows[2]
     assert (tuned["pooler"], tuned["config"]) == (top["pooler"], top["config"])  # the same spec, fine-tuned
     assert {r["pooler"] for r in board.rows} == {"mean", "attention(attn_size=8)"}
-    run = json.loads((tmp_path / "out" / "finetuned" / top["pooler"] / "metrics.json").read_text())
-    assert run["config"]["pooler"] == top["config"] and tuned["params"] == run["trainable_params"] > 0
-    assert json.loads((tmp_path / "out" / "leaderboard.json").read_text())["rows"][2]["mode"] == "finetuned"
+    folder = tmp_path / "out" / "finetuned" / top["pooler"]
+    run = json.loads((folder / "metrics.json").read_text())
+    assert run["config"]["pooler"] == top["config"]
+    # params counts what each mode trains: the whole fine-tuned model; the frozen row's pooler + head
+    model = PooledModel.from_pretrained(folder / "fold_0")
+    real = sum(p.numel() for p in model.parameters())
+    assert tuned["params"] == run["trainable_params"] == run["total_params"] == real
+    assert top["params"] == sum(p.numel() for n, p in model.named_parameters() if not n.startswith("encoder."))
+    saved = json.loads((tmp_path / "out" / "leaderboard.json").read_text())["rows"][2]
+    assert saved["mode"] == "finetuned" and saved["fold_detail"] == tuned["fold_detail"]
+    table = api.load(tmp_path / "t.csv")
+    for k, ((train, test), detail) in enumerate(zip(fold_splits(table, 2, 0.2, 0), tuned["fold_detail"])):
+        assert set(detail) == set(top["fold_detail"][k]) == {"best_epoch", "epochs_run", "val_accuracy",
+                                                              "test_accuracy"}
+        assert (detail["best_epoch"], detail["epochs_run"]) == (1, 1)
+        assert detail["test_accuracy"] == tuned["fold_metrics"][k]["accuracy"]
+        assert detail["val_accuracy"] == run["folds"][k]["history"][0]["accuracy"]
+        rows = np.load(folder / f"fold_{k}" / "test_outputs.npz")  # the probes' outer and inner splits
+        inner = split_rows(table.subset(train), 0.2, k)
+        assert rows["test_rows"].tolist() == test.tolist() and rows["val_rows"].tolist() == train[inner[1]].tolist()

@@ -70,7 +70,7 @@ def test_run_writes_the_output_layout(reference):
                                                      "oof.csv", "train.log"]
     for k in (0, 1):
         fold = out / f"fold_{k}"
-        assert {"config.json", "model.safetensors", "tokenizer.json", META, "val_outputs.npz"} <= {
+        assert {"config.json", "model.safetensors", "tokenizer.json", META, "test_outputs.npz"} <= {
             p.name for p in fold.iterdir()}
         meta = json.loads((fold / META).read_text())
         assert (meta["task"], meta["label_names"], meta["target_cols"], meta["text_col"]) == (
@@ -80,9 +80,12 @@ def test_run_writes_the_output_layout(reference):
         assert (model.config.task, model.config.num_labels) == ("classification", 2)
     assert json.loads((out / "metrics.json").read_text()) == summary
     assert summary["primary_metric"] == "accuracy" and summary["n_folds"] == 2 and len(summary["folds"]) == 2
-    assert set(summary["mean"]) == set(summary["std"]) == {"accuracy", "macro_f1", "log_loss"}
+    assert set(summary["mean"]) == set(summary["std_ddof1"]) == {"accuracy", "macro_f1", "log_loss"}
+    accuracies = [fold["metrics"]["accuracy"] for fold in summary["folds"]]
+    assert summary["std_ddof1"]["accuracy"] == pytest.approx(np.std(accuracies, ddof=1))  # sample, not population
     log = (out / "train.log").read_text()
-    assert "fold 1 epoch 4 step 20" in log and "17,868 of 17,868 parameters trainable" in log
+    assert "fold 1 epoch 4 step 16" in log and "17,868 of 17,868 parameters trainable" in log
+    assert "fold 1: 16 fit / 4 validation (checkpoint choice) / 20 test rows" in log
 
 
 def test_training_beats_the_untrained_model(reference):
@@ -106,6 +109,44 @@ def test_k_fold_predicts_every_row_once(reference):
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-6)
     assert oof["pred_label"].tolist() == [("neg", "pos")[i] for i in probs.argmax(axis=1)]
     assert (oof["pred_label"] == oof["label"]).mean() == pytest.approx(summary["oof"]["accuracy"])
+
+
+def test_the_checkpoint_is_chosen_on_rows_its_fold_is_not_scored_on(reference):
+    """Each fold's fit, validation and test rows are disjoint; the best epoch's validation log-loss is the saved
+    model's on the validation rows, and oof.csv holds that model's outputs on the test rows, scored once."""
+    out, summary = reference
+    data, oof = toy_data(), pd.read_csv(out / "oof.csv").set_index("row")
+    for fold in summary["folds"]:
+        k = fold["fold"]
+        split = np.load(out / f"fold_{k}" / "test_outputs.npz")
+        fit_rows, val_rows, test_rows = split["fit_rows"], split["val_rows"], split["test_rows"]
+        assert (len(fit_rows), len(val_rows), len(test_rows)) == (fold["fit_rows"], fold["val_rows"], fold["test_rows"])
+        assert sorted([*fit_rows, *val_rows, *test_rows]) == list(range(len(data)))  # disjoint, all rows
+        assert sorted(oof.index[oof["fold"] == k]) == sorted(test_rows)
+        model, tokenizer = PooledModel.from_pretrained(out / f"fold_{k}").eval(), AutoTokenizer.from_pretrained(
+            out / f"fold_{k}")
+        with torch.no_grad():  # mean pooling: padding changes no output, so one padded batch is exact
+            probs = model(**tokenizer(data.texts, padding=True, return_tensors="pt")).logits.softmax(-1).numpy()
+        best = next(h for h in fold["history"] if h["epoch"] == fold["best_epoch"])
+        val_loss = -np.log(probs[val_rows, data.targets[val_rows]]).mean()
+        assert val_loss == pytest.approx(best["log_loss"], abs=1e-5)
+        assert fold["val_accuracy"] == best["accuracy"] == (probs[val_rows].argmax(1) == data.targets[val_rows]).mean()
+        scored = oof.loc[test_rows]
+        np.testing.assert_allclose(scored[["prob_neg", "prob_pos"]], probs[test_rows], atol=1e-5)
+        assert fold["test_accuracy"] == fold["metrics"]["accuracy"] == (scored["pred_label"] == scored["label"]).mean()
+        assert fold["metrics"]["log_loss"] == pytest.approx(-np.log(probs[test_rows, data.targets[test_rows]]).mean(),
+                                                            abs=1e-5)
+
+
+def test_resume_refuses_a_run_that_chose_checkpoints_on_its_scored_rows(reference, model_dir, tmp_path):
+    out = tmp_path / "old"
+    shutil.copytree(reference[0], out)
+    meta = json.loads((out / "fold_0" / META).read_text())
+    del meta["cv_protocol"]  # as poolkit wrote it before the inner validation split
+    (out / "fold_0" / META).write_text(json.dumps(meta))
+    with pytest.raises(PoolkitError, match=r"^cannot resume .*fold_0: an earlier poolkit trained it, choosing "
+                                           r"checkpoints on the rows it scored; --force to start over[^\n]*$"):
+        fit(toy_config(model_dir, folds=2), toy_data(), out, resume=True, progress=False)
 
 
 def test_same_seed_gives_identical_results(reference, model_dir, tmp_path):
@@ -144,7 +185,7 @@ def test_resume_ends_like_the_uninterrupted_run(reference, model_dir, tmp_path, 
     pd.testing.assert_frame_equal(pd.read_csv(out / "oof.csv"), pd.read_csv(reference[0] / "oof.csv"))
     assert (out / "fold_0" / "model.safetensors").stat().st_mtime_ns == finished
     log = (out / "train.log").read_text()
-    assert "fold 0: already trained, skipped" in log and "fold 1: resumed after epoch 2 (step 10)" in log
+    assert "fold 0: already trained, skipped" in log and "fold 1: resumed after epoch 2 (step 8)" in log
     assert not (out / "fold_1.partial").exists()
     with pytest.raises(PoolkitError, match=r"settings differ \(--encoder-lr 0.002 -> 0.1\)"):
         fit(replace(config, encoder_lr=0.1), data, out, resume=True, progress=False)
@@ -167,7 +208,10 @@ def test_non_empty_out_dir_needs_force(reference, model_dir, tmp_path):
     assert (out / "notes.txt").read_text() == "mine" and (out / "fold_data" / "a.csv").read_text() == "x"
     assert (out / "fold_assignments.csv").read_text() == "row,fold\n0,1\n"
     assert [h["step"] for h in summary["folds"][0]["history"]] == [2, 4]
-    assert len(pd.read_csv(out / "oof.csv")) == summary["folds"][0]["val_rows"] == 8  # folds=1: validation rows
+    # folds=1: 8 of 40 rows held out for testing, 6 of the other 32 choose the checkpoint
+    assert len(pd.read_csv(out / "oof.csv")) == summary["folds"][0]["test_rows"] == 8
+    assert (summary["folds"][0]["fit_rows"], summary["folds"][0]["val_rows"]) == (26, 6)
+    assert summary["std_ddof1"]["accuracy"] is None  # one fold has no spread, not a spread of 0
 
 
 def test_force_removes_only_the_earlier_runs_outputs_and_a_run_locks_its_folder(reference, model_dir, tmp_path):

@@ -24,8 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_trust_remote_code_argument(model)
     train = parser.add_argument_group("training (unset: poolkit.training.finetune.TrainConfig's defaults)")
     add = lambda *flags, **kw: train.add_argument(*flags, default=argparse.SUPPRESS, **kw)  # noqa: E731
-    add("--folds", type=positive(int), help="K-fold CV, one model per fold (default 1: one train/validation split)")
-    add("--val-fraction", type=float, help="validation share when --folds 1 (default 0.2)")
+    add("--folds", type=positive(int), help="K-fold CV, one model per fold (default 1: one train/test split)")
+    add("--val-fraction", type=float, help="share of each fold's training rows that chooses the checkpoint and "
+        "stops early; with --folds 1 also the share of all rows held out for testing (default 0.2)")
     add("--epochs", type=positive(int), help="default 3")
     add("--batch-size", type=positive(int), help="default 32")
     add("--encoder-lr", type=positive(float), help="encoder learning rate, top layer (default 5e-5)")
@@ -57,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     metrics = train(args.data, args.out, pooler=spec, model=args.model, resume=args.resume, force=args.force,
                     trust_remote_code=args.trust_remote_code,
                     **data_kwargs(args), **given(args, *SETTINGS))
-    metric = metrics["primary_metric"]
-    print(f"{spec['name']}: {metric} {metrics['mean'][metric]:.4f} ± {metrics['std'][metric]:.4f} over "
-          f"{metrics['n_folds']} fold(s); model and predictions in {args.out}")
+    metric, std = metrics["primary_metric"], metrics["std_ddof1"][metrics["primary_metric"]]
+    spread = f" ± {std:.4f} (sample std)" if std is not None else ""
+    print(f"{spec['name']}: test {metric} {metrics['mean'][metric]:.4f}{spread} over {metrics['n_folds']} fold(s); "
+          f"model and predictions in {args.out}")
     return 0

@@ -161,13 +161,15 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
                     say(f"fine-tuning the encoder with {result.label} ({folds} folds, {finetune_epochs} epochs)")
                     trained = finetune.TrainConfig(model=model, pooler=result.spec, folds=folds, epochs=finetune_epochs,
                                                    encoder_lr=encoder_lr, pooler_lr=pooler_lr, max_length=max_length,
-                                                   seed=seed)
+                                                   val_fraction=config.val_fraction, seed=seed)  # the probes' splits
                     started = time.perf_counter()
                     with remote_code(trust_remote_code):
                         metrics = finetune.fit(trained, table, root / result.label, force=force, progress=progress)
-                    rows.append(leaderboard_row(result.label, result.spec, "finetuned", metrics["primary_metric"],
+                    name = metrics["primary_metric"]
+                    rows.append(leaderboard_row(result.label, result.spec, "finetuned", name,
                                                 [f["metrics"] for f in metrics["folds"]], metrics["trainable_params"],
-                                                time.perf_counter() - started))
+                                                time.perf_counter() - started,
+                                                [finetune.fold_detail(f, name) for f in metrics["folds"]]))
             board = publish()
         return board
 

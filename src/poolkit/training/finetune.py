@@ -8,23 +8,34 @@ when dropout is off and the training rows fill whole batches (accelerate complet
 repeated rows). DDP looks for unused parameters because encoders compute parts the loss never reaches (BERT's
 own CLS pooler). Several nodes need a shared output folder: every process writes its RNG state there.
 
+Cross-validation without leakage: each fold's test rows (``fold_splits``; with ``folds=1``, ``val_fraction`` of
+all rows) are scored once, after training, by the fold's best checkpoint. The checkpoint and early stopping are
+chosen on an inner validation split of the fold's *training* rows (``split_rows``: ``val_fraction`` of them,
+stratified, seed ``seed + fold``, the same inner split as ``compare``'s probing); the rest are the rows it is fit
+on. So no choice made during training sees the rows a fold is scored on.
+
 Output folder::
 
     fold_K/             the fold's best model (PooledModel + tokenizer save_pretrained), poolkit_train.json
-                        (task, labels, target columns, config, metrics, history) and val_outputs.npz
-                        (validation rows, raw head outputs); it appears, renamed into place, only when finished
+                        (task, labels, target columns, config, test metrics, how the checkpoint was chosen,
+                        history of inner validation metrics) and test_outputs.npz (test_rows and the best
+                        model's raw head outputs on them; fit_rows, val_rows); it appears, renamed into place,
+                        only when finished
     fold_K.partial/     a fold in training: best/ (best checkpoint so far) and .state/ (resume state of the
                         last finished epoch: weights, optimizer, scheduler, RNG states, progress.json)
-    oof.csv             out-of-fold predictions (with folds=1: the validation rows only)
-    metrics.json        per-fold metrics, mean and std over folds, metrics of the pooled out-of-fold outputs
+    oof.csv             out-of-fold predictions: each fold's test rows (with folds=1: the held-out rows only)
+    metrics.json        per fold: test metrics, best_epoch, epochs_run, val_<metric> (inner validation, best
+                        epoch), test_<metric>, rows per split; test metrics' mean and sample std over folds
+                        (``std_ddof1``, null for one fold); metrics of the pooled out-of-fold outputs
     train.log           epochs, evaluations and metrics (appended as training goes)
     .poolkit_outputs.json  the names above that this run writes: ``--force`` removes these, never other files
 
 The main process locks the folder for the whole run (:mod:`poolkit.locks`): a second run into it is refused.
 
 Files are written atomically (:mod:`poolkit.io`), only by the main process. ``--resume``
-restores the state of the last finished epoch (evaluations after it are redone) and needs the same settings
-and data; it ends with the result of the uninterrupted run.
+restores the state of the last finished epoch (evaluations after it are redone) and needs the same settings,
+data and protocol (folders of poolkit runs that chose checkpoints on the scored rows are refused); it ends with
+the result of the uninterrupted run.
 """
 
 from __future__ import annotations
@@ -56,6 +67,7 @@ from tqdm.auto import tqdm
 from transformers import get_scheduler
 
 from ..data import LengthGroupedBatchSampler, TableData, TextCollator, TextDataset, fold_splits
+from ..data.tables import split_rows
 from ..data.batching import PADDINGS, sorted_token_batches
 from ..errors import PoolkitError
 from ..models import PooledModel
@@ -69,12 +81,14 @@ from .optim import TRAIN_ONLY, freeze, param_groups
 
 SCHEDULERS = ("linear", "cosine")
 META = "poolkit_train.json"
-VAL_OUTPUTS = "val_outputs.npz"
+TEST_OUTPUTS = "test_outputs.npz"
 RESULTS = ("oof.csv", "metrics.json", "train.log")
 #: the names a run writes in its output folder: ``--force`` removes these and nothing else
 MANIFEST = ".poolkit_outputs.json"
-FOLD_KEYS = ("fold", "metrics", "best_epoch", "best_step", "epochs_run", "stopped_early", "train_rows", "val_rows",
-             "seconds", "history")
+FOLD_KEYS = ("fold", "metrics", "best_epoch", "best_step", "epochs_run", "stopped_early", "fit_rows", "val_rows",
+             "test_rows", "seconds", "history")
+#: 2: checkpoints chosen on an inner split of each fold's training rows (1, unrecorded: on the scored rows)
+CV_PROTOCOL = 2
 _FOLD_DIR = re.compile(r"fold_(\d+)")
 
 logger = get_logger(__name__)
@@ -88,6 +102,8 @@ class TrainConfig:
     #: the pooler spec ``{"name": ..., **options}`` (a name is turned into one): see ``poolkit.pooling.pooler_spec``
     pooler: dict[str, Any] = field(default_factory=lambda: {"name": "mean"})
     folds: int = 1
+    #: share of each fold's training rows held out (stratified) to choose the checkpoint and stop early; with
+    #: folds = 1, also the share of all rows held out as the test split
     val_fraction: float = 0.2
     epochs: int = 3
     batch_size: int = 32
@@ -204,16 +220,19 @@ def _infer(model: torch.nn.Module, loader: DataLoader, sampler: LengthGroupedBat
 
 
 def _fingerprint(config: TrainConfig, data: TableData) -> dict[str, Any]:
-    """The settings and a hash of the data: a resumed run must match both."""
+    """The protocol, the settings and a hash of the data: a resumed run must match all three."""
     digest = hashlib.sha1(json.dumps([data.task, data.label_names, list(data.target_cols)]).encode())
     for text in data.texts:
         digest.update(text.encode() + b"\0")
     digest.update(np.ascontiguousarray(data.targets).tobytes())
-    return {"config": config.to_dict(), "data_sha1": digest.hexdigest()}
+    return {"cv_protocol": CV_PROTOCOL, "config": config.to_dict(), "data_sha1": digest.hexdigest()}
 
 
 def _check_same(saved: dict[str, Any], current: dict[str, Any], where: Path) -> None:
-    """Refuse to resume a run made with other settings or other data."""
+    """Refuse to resume a run made under another protocol, with other settings or other data."""
+    if saved.get("cv_protocol") != current["cv_protocol"]:
+        raise PoolkitError(f"cannot resume {where}: an earlier poolkit trained it, choosing checkpoints on the rows "
+                           "it scored; --force to start over without that leakage")
     if saved["data_sha1"] != current["data_sha1"]:
         raise PoolkitError(f"cannot resume {where}: it was trained on different data; "
                            "use the same table, or --force to start over")
@@ -301,6 +320,23 @@ def _state() -> PartialState:
     return state
 
 
+def cv_splits(data: TableData, folds: int, val_fraction: float, seed: int
+              ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(fit, validation, test) rows per fold: ``fold_splits``' test rows, and its training rows split (stratified,
+    seed ``seed + fold``) into the rows fit on and the rows that choose the checkpoint."""
+    splits = []
+    for k, (train, test) in enumerate(fold_splits(data, folds, val_fraction, seed)):
+        fit_rows, val_rows = split_rows(data.subset(train), val_fraction, seed + k)
+        splits.append((train[fit_rows], train[val_rows], test))
+    return splits
+
+
+def fold_detail(fold: dict[str, Any], metric: str) -> dict[str, Any]:
+    """How a fold chose its model, under probing's names (leaderboard ``fold_detail``): best_epoch, epochs_run, the
+    inner validation metric at the best epoch and the test metric."""
+    return {key: fold[key] for key in ("best_epoch", "epochs_run", f"val_{metric}", f"test_{metric}")}
+
+
 def fit(config: TrainConfig, data: TableData, out_dir: str | Path, resume: bool = False, force: bool = False,
         progress: bool = True) -> dict[str, Any]:
     """Fine-tune one model per fold and write the output folder (see the module doc); returns metrics.json's dict.
@@ -331,23 +367,24 @@ class _Run:
         self.metric = primary_metric(data.task, data.n_outputs)
         self.n_classes = len(data.label_names) if data.task == "classification" else None
         self.fingerprint = _fingerprint(config, data)
-        self.splits = fold_splits(data, config.folds, config.val_fraction, config.seed)
+        self.splits = cv_splits(data, config.folds, config.val_fraction, config.seed)
 
     def fit(self, resume: bool) -> dict[str, Any]:
         start = time.perf_counter()
         logger.info(f"{'resuming' if resume else 'training'}: {len(self.data)} rows, {self.data.task}, "
                     f"{len(self.splits)} fold(s), model {self.model_path}, config {self.fingerprint['config']}")
-        results = [self.fold(k, train, val, resume) for k, (train, val) in enumerate(self.splits)]
+        results = [self.fold(k, rows, resume) for k, rows in enumerate(self.splits)]
         summary = self.summary(results, time.perf_counter() - start)
         if self.state.is_main_process:
             atomic_write_content(self.out / "oof.csv", self.oof_frame(results).to_csv(index=False))
             atomic_write_content(self.out / "metrics.json", json.dumps(summary, indent=2) + "\n")
-        logger.info(f"done: {self.metric.name} {summary['mean'][self.metric.name]:.4f} "
-                    f"(std {summary['std'][self.metric.name]:.4f}) in {summary['seconds']:.1f}s")
+        name, std = self.metric.name, summary["std_ddof1"][self.metric.name]
+        logger.info(f"done: test {name} {summary['mean'][name]:.4f}{f' (sample std {std:.4f})' if len(results) > 1 else ''}"
+                    f" in {summary['seconds']:.1f}s")
         self.state.wait_for_everyone()
         return summary
 
-    def fold(self, k: int, train: np.ndarray, val: np.ndarray, resume: bool) -> dict[str, Any]:
+    def fold(self, k: int, rows: tuple[np.ndarray, np.ndarray, np.ndarray], resume: bool) -> dict[str, Any]:
         """Train fold ``k`` (or read it back when already finished): its meta plus rows and outputs."""
         final, work = self.out / f"fold_{k}", self.out / f"fold_{k}.partial"
         if self.state.is_main_process and not final.exists() and (work / "best" / META).is_file():
@@ -358,33 +395,34 @@ class _Run:
             _check_same(meta, self.fingerprint, final)
             logger.info(f"fold {k}: already trained, skipped")
         else:
-            meta = _Fold(self, k, train, val, work).train(resume)
+            meta = _Fold(self, k, *rows, work).train(resume)
             if self.state.is_main_process:
                 os.rename(work / "best", final)
                 shutil.rmtree(work)
             self.state.wait_for_everyone()
-        saved = np.load(final / VAL_OUTPUTS)
-        return {**meta, "rows": saved["rows"], "outputs": saved["outputs"]}
+        saved = np.load(final / TEST_OUTPUTS)
+        return {**meta, "rows": saved["test_rows"], "outputs": saved["outputs"]}
 
     def summary(self, results: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
-        """metrics.json: per-fold results, mean and (population) std over folds, metrics of all out-of-fold
-        outputs together."""
+        """metrics.json: per-fold results, the test metrics' mean and sample std (ddof 1; None for one fold) over
+        folds, metrics of all out-of-fold outputs together."""
         rows = np.concatenate([r["rows"] for r in results])
         outputs = np.concatenate([r["outputs"] for r in results])
-        per_fold = [r["metrics"] for r in results]
+        values = {m: [r["metrics"][m] for r in results] for m in results[0]["metrics"]}
+        name = self.metric.name
         return {
-            "task": self.data.task, "primary_metric": self.metric.name,
+            "task": self.data.task, "primary_metric": name,
             "higher_is_better": self.metric.higher_is_better, "n_folds": len(results),
-            "mean": {m: float(np.mean([f[m] for f in per_fold])) for m in per_fold[0]},
-            "std": {m: float(np.std([f[m] for f in per_fold])) for m in per_fold[0]},
+            "mean": {m: float(np.mean(v)) for m, v in values.items()},
+            "std_ddof1": {m: float(np.std(v, ddof=1)) if len(v) > 1 else None for m, v in values.items()},
             "oof": compute_metrics(self.data.task, outputs, self.data.targets[rows], self.n_classes),
-            "folds": [{key: r[key] for key in FOLD_KEYS} for r in results],
+            "folds": [{**{key: r[key] for key in FOLD_KEYS}, **fold_detail(r, name)} for r in results],
             "trainable_params": results[0]["trainable_params"], "total_params": results[0]["total_params"],
             "n_rows": len(self.data), "config": self.fingerprint["config"], "seconds": seconds,
         }
 
     def oof_frame(self, results: list[dict[str, Any]]) -> pd.DataFrame:
-        """One line per validated row: row, fold, target(s), prediction column(s) -- see fit's docs."""
+        """One line per test row of each fold: row, fold, target(s), prediction column(s) -- see fit's docs."""
         rows = np.concatenate([r["rows"] for r in results])
         scores = head_scores(self.data.task, np.concatenate([r["outputs"] for r in results]))
         frame = {"row": rows, "fold": np.concatenate([np.full(len(r["rows"]), r["fold"]) for r in results])}
@@ -403,13 +441,13 @@ class _Run:
 
 
 class _Fold:
-    """Training of one fold: accelerate-prepared model, optimizer, schedule and loaders; evaluation, checkpoints."""
+    """Training of one fold: accelerate-prepared model, optimizer, schedule and loaders; evaluation on the inner
+    validation rows, checkpoints; the test rows are predicted once, by the best checkpoint."""
 
-    def __init__(self, run: _Run, k: int, train: np.ndarray, val: np.ndarray, work: Path):
+    def __init__(self, run: _Run, k: int, fit: np.ndarray, val: np.ndarray, test: np.ndarray, work: Path):
         config, data = run.config, run.data
         self.run, self.k, self.work, self.config = run, k, work, config
-        self.train_rows, self.val_rows = train, val
-        self.val_targets = data.targets[val]
+        self.fit_rows, self.val_rows, self.test_rows = fit, val, test
         self.accelerator = Accelerator(
             mixed_precision=resolve_precision(config.precision, run.state.device),
             gradient_accumulation_steps=config.grad_accum,
@@ -421,20 +459,21 @@ class _Fold:
                                          head_dropout=config.head_dropout)
         if data.task == "regression":  # start at the mean target: the head need not travel there first
             with torch.no_grad():
-                model.head.bias.copy_(torch.from_numpy(data.targets[train].mean(axis=0)))
+                model.head.bias.copy_(torch.from_numpy(data.targets[fit].mean(axis=0)))
         self.trainable, self.total = freeze(model, config.train_only)
         optimizer = torch.optim.AdamW(param_groups(model, config.encoder_lr, config.pooler_lr, config.layer_decay,
                                                    config.weight_decay))
-        train_set = data.subset(train)
-        self.sampler, train_loader = _loader(train_set.texts, train_set.targets, run.tokenizer, config.batch_size,
+        fit_set = data.subset(fit)
+        self.sampler, train_loader = _loader(fit_set.texts, fit_set.targets, run.tokenizer, config.batch_size,
                                              config.max_length, config.padding, seed=config.seed + k)
-        self.val_sampler, val_loader = _loader([data.texts[i] for i in val], None, run.tokenizer,
-                                               config.batch_size, config.max_length, config.padding)
+        (self.val_sampler, val_loader), (self.test_sampler, test_loader) = (
+            _loader([data.texts[i] for i in rows], None, run.tokenizer, config.batch_size, config.max_length,
+                    config.padding) for rows in (val, test))
         self.total_steps = math.ceil(len(train_loader) / config.grad_accum) * config.epochs
         scheduler = get_scheduler(config.scheduler, optimizer, num_warmup_steps=round(config.warmup_ratio *
                                   self.total_steps), num_training_steps=self.total_steps)
-        (self.model, self.optimizer, self.train_loader, self.val_loader,
-         self.scheduler) = self.accelerator.prepare(model, optimizer, train_loader, val_loader, scheduler)
+        (self.model, self.optimizer, self.train_loader, self.val_loader, self.test_loader,
+         self.scheduler) = self.accelerator.prepare(model, optimizer, train_loader, val_loader, test_loader, scheduler)
         self.progress = Progress()
         self.loss_sum, self.loss_count = torch.zeros((), device=self.accelerator.device), 0
 
@@ -443,7 +482,7 @@ class _Fold:
         return self.accelerator.is_main_process
 
     def train(self, resume: bool) -> dict[str, Any]:
-        """Train (from the saved state when resuming), then predict the validation rows with the best weights."""
+        """Train (from the saved state when resuming), then predict the test rows with the best weights."""
         config, progress = self.config, self.progress
         saved = existing_dir(self.work / ".state") if resume else None
         if saved:
@@ -456,7 +495,8 @@ class _Fold:
             shutil.rmtree(self.work, ignore_errors=True)
             self.work.mkdir(parents=True)
         self.accelerator.wait_for_everyone()
-        logger.info(f"fold {self.k}: {len(self.train_rows)} train / {len(self.val_rows)} validation rows; "
+        logger.info(f"fold {self.k}: {len(self.fit_rows)} fit / {len(self.val_rows)} validation (checkpoint choice) / "
+                    f"{len(self.test_rows)} test rows; "
                     f"{self.trainable:,} of {self.total:,} parameters trainable (train_only={config.train_only}); "
                     f"{self.total_steps} optimizer steps, {self.accelerator.num_processes} process(es), "
                     f"mixed precision {self.accelerator.mixed_precision}")
@@ -469,7 +509,7 @@ class _Fold:
         return self.finish()
 
     def epoch(self) -> None:
-        """One pass over the training rows; evaluations at the end or every ``eval_every`` optimizer steps."""
+        """One pass over the fit rows; evaluations at the end or every ``eval_every`` optimizer steps."""
         config, progress, accelerator = self.config, self.progress, self.accelerator
         self.sampler.epoch = progress.epoch  # the batch order is a function of (seed, epoch): resumes redraw it
         self.model.train()
@@ -500,7 +540,7 @@ class _Fold:
             self.evaluate(progress.epoch)
 
     def evaluate(self, epoch: float) -> None:
-        """Validation metrics; keep the best checkpoint; count evaluations without improvement for early stopping."""
+        """Inner validation metrics; keep the best checkpoint; count evaluations without improvement (early stop)."""
         progress, metric = self.progress, self.run.metric
         outputs = _infer(self.model, self.val_loader, self.val_sampler, self.accelerator.gather_for_metrics,
                          f"fold {self.k} validation", self.run.show)
@@ -513,7 +553,7 @@ class _Fold:
             raise PoolkitError(f"fold {self.k} epoch {epoch:g}: training with the {self.config.pooler['name']} "
                                f"pooler gave non-finite outputs (train loss {train_loss:.4g}); the learning rate is "
                                f"likely too high: lower --encoder-lr / --pooler-lr ({kept})")
-        metrics = compute_metrics(self.run.data.task, outputs, self.val_targets, self.run.n_classes)
+        metrics = compute_metrics(self.run.data.task, outputs, self.run.data.targets[self.val_rows], self.run.n_classes)
         score = metrics[metric.name]
         improved = progress.best is None or math.isnan(progress.best) or metric.better(score, progress.best)
         progress.history.append({"epoch": round(epoch, 4), "step": progress.step, "train_loss": train_loss, **metrics})
@@ -551,27 +591,29 @@ class _Fold:
         self.accelerator.wait_for_everyone()
 
     def finish(self) -> dict[str, Any]:
-        """Reload the best weights, predict the validation rows, write val_outputs.npz and poolkit_train.json."""
+        """Reload the best weights, predict the test rows once, write test_outputs.npz and poolkit_train.json."""
         best = self.work / "best"
         self.accelerator.unwrap_model(self.model).load_state_dict(PooledModel.from_pretrained(best).state_dict())
-        outputs = _infer(self.model, self.val_loader, self.val_sampler, self.accelerator.gather_for_metrics,
-                         f"fold {self.k} out-of-fold", self.run.show)
-        data, progress = self.run.data, self.progress
+        outputs = _infer(self.model, self.test_loader, self.test_sampler, self.accelerator.gather_for_metrics,
+                         f"fold {self.k} test", self.run.show)
+        data, progress, name = self.run.data, self.progress, self.run.metric.name
+        metrics = compute_metrics(data.task, outputs, data.targets[self.test_rows], self.run.n_classes)
         meta = {"task": data.task, "label_names": data.label_names, "target_cols": list(data.target_cols),
                 "text_col": data.text_col, "fold": self.k, "n_folds": self.config.folds, **self.run.fingerprint,
-                "metrics": compute_metrics(data.task, outputs, self.val_targets, self.run.n_classes),
-                "best_epoch": progress.best_epoch, "best_step": progress.best_step, "epochs_run": progress.epoch,
-                "stopped_early": progress.stopped, "train_rows": len(self.train_rows), "val_rows": len(self.val_rows),
-                "trainable_params": self.trainable, "total_params": self.total, "seconds": progress.seconds,
-                "history": progress.history}
+                "metrics": metrics, "best_epoch": progress.best_epoch, "best_step": progress.best_step,
+                "epochs_run": progress.epoch, "stopped_early": progress.stopped, f"val_{name}": progress.best,
+                f"test_{name}": metrics[name], "fit_rows": len(self.fit_rows), "val_rows": len(self.val_rows),
+                "test_rows": len(self.test_rows), "trainable_params": self.trainable, "total_params": self.total,
+                "seconds": progress.seconds, "history": progress.history}
         if self.main:
             buffer = io.BytesIO()
-            np.savez(buffer, rows=self.val_rows, outputs=outputs)
-            atomic_write_content(best / VAL_OUTPUTS, buffer.getvalue())
+            np.savez(buffer, test_rows=self.test_rows, outputs=outputs, fit_rows=self.fit_rows, val_rows=self.val_rows)
+            atomic_write_content(best / TEST_OUTPUTS, buffer.getvalue())
             atomic_write_content(best / META, json.dumps(meta, indent=2) + "\n")
         self.accelerator.wait_for_everyone()
         self.accelerator.free_memory()  # drop accelerate's references to this fold's model and optimizer
-        logger.info(f"fold {self.k}: best {self.run.metric.name} {progress.best:.4f} at epoch {progress.best_epoch:g}")
+        logger.info(f"fold {self.k}: best validation {name} {progress.best:.4f} at epoch {progress.best_epoch:g}; "
+                    f"test {name} {metrics[name]:.4f}")
         return meta
 
 
