@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from poolkit.data.tables import TableData, fold_splits
+from poolkit.provenance import run_provenance
 from poolkit.training import api
 from poolkit.training.baseline import mean_features, linear_baseline
 from poolkit.training.features import FeatureCache
@@ -107,4 +108,6 @@ def test_compare_ranks_the_baseline_with_the_frozen_rows_and_can_leave_it_out(tm
     saved = json.loads((tmp_path / "out" / "leaderboard.json").read_text())["rows"]
     linear = next(r for r in saved if r["pooler"] == "mean+logistic")
     assert linear["config"]["name"] == "mean" and len(linear["fold_detail"]) == 2 and "C" in linear["fold_detail"][0]
+    provenance = json.loads((tmp_path / "out" / "leaderboard.json").read_text())["settings"]["provenance"]
+    assert provenance["commit"] == run_provenance()["commit"] and provenance["torch"] == run_provenance()["torch"]
     assert [r["pooler"] for r in api.compare(tmp_path / "t.csv", baseline=False, **common).rows] == ["mean"]

@@ -16,7 +16,6 @@ import dataclasses
 import json
 import multiprocessing
 import os
-import platform
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -31,6 +30,7 @@ from ..errors import PoolkitError
 from ..io import atomic_write, prepare_out_dir
 from ..pooling import get_pooler, list_poolers
 from ..pooling.base import pooler_class, resolve_name
+from ..provenance import run_provenance
 from .snr_data import PAPER_KS, PUBLISHED_BASELINES, baseline_mse, check_ks, make_knn_centroid
 from .snr_model import SNRModel, fit
 
@@ -270,8 +270,7 @@ def _write_outputs(out: Path, config: SNRConfig, frame: pd.DataFrame, runs: list
         "benchmark": "snr (Brothers, ICML 2025, KNN-centroid noise robustness)",
         "settings": dataclasses.asdict(config),
         "runtime_seconds": round(seconds, 1),
-        "torch": torch.__version__,
-        "platform": platform.platform(),
+        "provenance": run_provenance(),
         "published_baselines": {name: {str(k): v for k, v in by_k.items()}
                                 for name, by_k in PUBLISHED_BASELINES.items()},
         "runs": runs,

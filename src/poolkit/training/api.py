@@ -92,6 +92,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     rows).
     """
     from ..models.encoders import model_label, remote_code
+    from ..provenance import run_provenance
     from . import finetune
     from .baseline import baseline_label, linear_baseline
     from .features import encode_features
@@ -131,7 +132,8 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
         settings = {"data": table.source, "rows": len(table), "task": table.task, "model": features.meta["model"],
                     "model_label": model_label(features.meta["model"]), "metric": metric.name,
                     "higher_is_better": metric.higher_is_better, "folds": folds, "probe": asdict(config),
-                    "encode_seconds": round(encode_seconds, 2), "poolers": specs, "finetune_top": finetune_top}
+                    "encode_seconds": round(encode_seconds, 2), "poolers": specs, "finetune_top": finetune_top,
+                    "provenance": run_provenance()}
 
         def report(result, label=None):
             summary = result.summary()

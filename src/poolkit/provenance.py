@@ -1,0 +1,49 @@
+"""Where and with what a result was made, recorded in every result file (leaderboards, training metrics, benches),
+so that a published number names its commit, machine and library versions."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import __version__
+
+
+def _commit() -> str | None:
+    """The git commit of the poolkit source in use (with ``+dirty`` when tracked files differ), or None when it
+    does not run from a git checkout (an installed wheel)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run_provenance() -> dict[str, Any]:
+    """poolkit version and commit, torch / Python versions, the machine (CPU model, cores, CUDA device) and the
+    UTC time."""
+    return {"poolkit": __version__, "commit": _commit(), "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform(), "cpu": _cpu(),
+            "cores": os.cpu_count(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
