@@ -234,8 +234,9 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
           trust_remote_code: bool = False, progress: bool = True, **settings: Any) -> dict[str, Any]:
     """Fine-tune encoder + pooler + head, one model per fold, into ``out`` (fold_K/, oof.csv, metrics.json,
     train.log); returns metrics.json's dict. Each fold's checkpoint is chosen on an inner split of its training
-    rows and its test rows are scored once (see :mod:`poolkit.training.finetune`). ``settings``: any TrainConfig field (folds, epochs, batch_size,
-    encoder_lr, pooler_lr, precision, train_only, ...). ``trust_remote_code``: allow a model folder's own code."""
+    rows and its test rows are scored once (see :mod:`poolkit.training.finetune`). ``settings``: any TrainConfig
+    field (folds, epochs, batch_size, encoder_lr, pooler_lr, precision, train_only, ...). ``trust_remote_code``:
+    allow a model folder's own code."""
     from ..models.encoders import remote_code
     from . import finetune
 
