@@ -379,8 +379,8 @@ class _Run:
             atomic_write_content(self.out / "oof.csv", self.oof_frame(results).to_csv(index=False))
             atomic_write_content(self.out / "metrics.json", json.dumps(summary, indent=2) + "\n")
         name, std = self.metric.name, summary["std_ddof1"][self.metric.name]
-        logger.info(f"done: test {name} {summary['mean'][name]:.4f}{f' (sample std {std:.4f})' if len(results) > 1 else ''}"
-                    f" in {summary['seconds']:.1f}s")
+        spread = f" (sample std {std:.4f})" if std is not None else ""
+        logger.info(f"done: test {name} {summary['mean'][name]:.4f}{spread} in {summary['seconds']:.1f}s")
         self.state.wait_for_everyone()
         return summary
 
