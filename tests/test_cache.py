@@ -37,6 +37,31 @@ def test_new_weights_in_the_same_folder_are_a_cache_miss(bert, tmp_path):
     assert not np.array_equal(np.asarray(after.tokens), np.asarray(before.tokens))
 
 
+def test_cached_layers_are_the_encoders_own_hidden_states(bert, tmp_path):
+    """Every layer (embeddings first) of every text equals what the encoder gives for that text alone, unpadded
+    and truncated at max_length, to float16 rounding; rows come back in the order asked, masks mark exactly the
+    text's tokens. Encoded in batches of 2 with padding inside each (catches layers out of order, rows in sorted
+    order, offsets off by one, padding attended by the encoder, a truncation that differs from the tokenizer's)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    texts = ["the cat sat on the mat and the dog ran fast", "good", "a big red dog", "very bad", "one two three four"]
+    cache = encode_features(texts, bert, max_length=8, batch_size=2, cache_dir=tmp_path, progress=False)
+    tokenizer, encoder = AutoTokenizer.from_pretrained(bert), AutoModel.from_pretrained(bert).eval()
+    rows = [3, 0, 4, 1]
+    layers, mask = cache.batch(rows)
+    last, last_mask = cache.batch(rows, all_layers=False)
+    assert len(layers) == 3 and torch.equal(last[0], layers[-1]) and torch.equal(last_mask, mask)
+    for j, row in enumerate(rows):
+        ids = tokenizer(texts[row], truncation=True, max_length=8, return_tensors="pt")
+        with torch.no_grad():
+            own = encoder(**ids, output_hidden_states=True).hidden_states
+        n = ids["input_ids"].shape[1]
+        assert mask[j].tolist() == [True] * n + [False] * (mask.shape[1] - n)
+        for cached, expected in zip(layers, own):
+            torch.testing.assert_close(cached[j, :n], expected[0], rtol=2e-3, atol=2e-3)
+
+
 def test_texts_are_length_prefixed_in_the_key(bert):
     """Lists that join to the same bytes with NUL separators (and have the same count) get different keys."""
     assert cache_key(bert, ["a\0", "b"], 16) != cache_key(bert, ["a", "\0b"], 16)
