@@ -90,7 +90,8 @@ def attention_floor(pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
     tokens = x.detach().reshape(-1, x.shape[-1])
     tokens = (tokens[mask.reshape(-1)] if real else tokens).contiguous().requires_grad_(train)
     rows = "real tokens (gathered before timing)" if real else "all B*T positions"
-    return f"x @ W.T over the {rows}, W {weight.shape[0]} x D", lambda: F.linear(tokens, weight), [tokens, weight]
+    size = "D" if weight.shape[0] == x.shape[-1] else weight.shape[0]
+    return f"x @ W.T over the {rows}, W {size} x D", lambda: F.linear(tokens, weight), [tokens, weight]
 
 
 def floor_ratio(times: dict[str, list[float]], name: str, candidates: list[str]) -> dict:
@@ -217,15 +218,20 @@ def render(result: dict) -> str:
         out.append(table(["pooler"] + labels, body,
                          title=f"**Ratio to the floor: {title}, target <= {target}x** (* = over target, "
                                f"! = under {NOT_A_FLOOR}: not a floor)"))
-    floors: dict[str, dict[str, None]] = {}  # floor -> the poolers timed against it, in order
+    floors: dict[str, dict[str, set]] = {}  # floor -> the poolers timed against it, in order -> at which D
     wins: dict[str, int] = {}
     for r in rows:
-        floors.setdefault(r["floor"], {})[r["pooler"]] = None
+        floors.setdefault(r["floor"], {}).setdefault(r["pooler"], set()).add(r["D"])
         if r["pooler"] == STAT_POOLERS[0]:
             for read, count in r["fastest_floor"].items():
                 wins[read] = wins.get(read, 0) + count
     flagged = [f"`{r['pooler']}` {_label(r)} {r['ratio']:.2f}" for r in rows if r["below_floor"]]
-    out += ["", "Floors:", "", *(f"* {', '.join(f'`{n}`' for n in names)}: {what}" for what, names in floors.items()),
+    dims = {r["D"] for r in rows}
+
+    def timed(names: dict[str, set]) -> str:  # the poolers, with the sizes D where only some use this floor
+        return ", ".join(f"`{n}`" + ("" if at == dims else f" (D = {', '.join(map(str, sorted(at)))})")
+                         for n, at in names.items())
+    out += ["", "Floors:", "", *(f"* {timed(names)}: {what}" for what, names in floors.items()),
             "", "Fastest way to read x once, repeats won over every cell: "
             + ", ".join(f"`{read}` {count}" for read, count in sorted(wins.items(), key=lambda w: -w[1])),
             "", f"Not a floor (ratio under {NOT_A_FLOOR}): " + (", ".join(flagged) if flagged else "none")]
