@@ -17,14 +17,19 @@ alternates between rounds) so that load from other processes on a shared machine
 Ratios, not absolute seconds, are the result; each cost is reported in wall seconds and in this process's
 CPU seconds (steadier when other processes share the cores). One torch thread by default (``--threads``).
 
-    .venv/bin/python benchmarks/compare_cost.py                       # N=800, 12 poolers, 2 epochs (~7 min)
+    .venv/bin/python benchmarks/compare_cost.py --json benchmarks/results/compare_cost.json   # N=800, 12 poolers
     .venv/bin/python benchmarks/compare_cost.py --reencode-poolers 3  # (d) on 3 poolers, the rest extrapolated
+
+``--json`` writes every measured cell (per round, wall and CPU seconds), the medians and ratios printed, and
+where it ran (commit, machine, load average, torch version, threads): docs/benchmarks-compare.md is rendered
+from that file by scripts/render_benchmarks_compare.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import io
 import os
 import shutil
@@ -32,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import NamedTuple
 
@@ -44,14 +50,17 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
+from perf_common import run_info, save_json  # noqa: E402
 from poolkit import cli  # noqa: E402
 from poolkit.data import fold_splits, load_builtin  # noqa: E402
+from poolkit.data.tables import split_rows  # noqa: E402
 from poolkit.data.batching import LengthGroupedBatchSampler  # noqa: E402
 from poolkit.models.encoders import load_encoder, load_tokenizer, resolve_model  # noqa: E402
 from poolkit.models.pooled_model import task_loss  # noqa: E402
 from poolkit.training.features import encode_features  # noqa: E402
 from poolkit.training.metrics import compute_metrics, primary_metric  # noqa: E402
-from poolkit.training.probing import ProbeConfig, ProbeModel, _Targets, pooler_for_cache, probe_pooler  # noqa: E402
+from poolkit.pooling import build_pooler  # noqa: E402
+from poolkit.training.probing import ProbeConfig, ProbeModel, _Targets, probe_pooler  # noqa: E402
 
 POOLERS = ["cls", "mean", "max", "mean_max", "gem", "lse", "attention", "attention_head", "gated_attention",
            "adapool", "weighted_layer", "lstm_layers"]
@@ -82,45 +91,51 @@ class Reencoder:
         return [h.clone() for h in chosen], batch["attention_mask"].bool()
 
 
-def reencode_fold(spec: str, reencoder: Reencoder, cache, data, train_rows: np.ndarray, val_rows: np.ndarray,
+def reencode_fold(spec: str, reencoder: Reencoder, cache, data, train_rows: np.ndarray, test_rows: np.ndarray,
                   config: ProbeConfig, seed: int) -> float:
-    """``probing.train_fold`` with the encoder in the loop; returns the validation score of the best epoch."""
+    """``probing.train_fold`` with the encoder in the loop (the same inner split, epoch choice on it and one
+    scoring of the test rows); returns the test score."""
     encoded, lengths = reencoder.tokenize()
     torch.manual_seed(seed)
-    pooler = pooler_for_cache(spec, cache)  # the cache only sizes the pooler (layers, hidden size)
+    fit, val = split_rows(data.subset(train_rows), config.val_fraction, seed)
+    fit_rows, val_rows = train_rows[fit], train_rows[val]
+    pooler = build_pooler(spec, cache.hidden_size, cache.num_layers)  # the cache only sizes the pooler
     model = ProbeModel(pooler, data.n_outputs, config.head_dropout)
     all_layers = pooler.kind == "layer"
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    targets = _Targets(data, train_rows)
-    metric = primary_metric(data.task, data.n_outputs if data.task == "regression" else 1)
-    sampler = LengthGroupedBatchSampler(lengths[train_rows], config.batch_size, shuffle=True, seed=seed)
-    best, stale = None, 0
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.pooler_lr, weight_decay=config.weight_decay)
+    targets = _Targets(data, fit_rows)
+    metric = primary_metric(data.task, data.n_outputs)
+
+    def predict(rows: np.ndarray) -> np.ndarray:
+        model.eval()
+        outputs = []
+        sampler = LengthGroupedBatchSampler(lengths[rows], config.batch_size * 2, shuffle=False)
+        with torch.inference_mode():
+            for batch in sampler:
+                states, mask = reencoder.states(encoded, rows[batch], all_layers)
+                outputs.append(model(states, mask).float())
+        return targets.outputs(sampler.restore(torch.cat(outputs)).numpy())
+
+    sampler = LengthGroupedBatchSampler(lengths[fit_rows], config.batch_size, shuffle=True, seed=seed)
+    best, best_state, stale = None, None, 0
     for _ in range(config.epochs):
         model.train()
         for batch in sampler:
-            rows = train_rows[batch]
+            rows = fit_rows[batch]
             states, mask = reencoder.states(encoded, rows, all_layers)
             loss = task_loss(data.task, model(states, mask), targets.values[rows])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-        model.eval()
-        outputs = []
-        val_sampler = LengthGroupedBatchSampler(lengths[val_rows], config.batch_size * 2, shuffle=False)
-        with torch.inference_mode():
-            for batch in val_sampler:
-                states, mask = reencoder.states(encoded, val_rows[batch], all_layers)
-                outputs.append(model(states, mask).float())
-        outputs = targets.outputs(val_sampler.restore(torch.cat(outputs)).numpy())
-        score = compute_metrics(data.task, outputs, data.targets[val_rows], data.n_outputs)[metric.name]
+        score = compute_metrics(data.task, predict(val_rows), data.targets[val_rows], data.n_outputs)[metric.name]
         if best is None or metric.better(score, best):
-            best, stale = score, 0
-            _ = {k: v.clone() for k, v in model.state_dict().items()}  # the probe keeps a copy of the best state
+            best, best_state, stale = score, copy.deepcopy(model.state_dict()), 0
         else:
             stale += 1
             if stale >= config.patience:
                 break
-    return float(best)
+    model.load_state_dict(best_state)
+    return float(compute_metrics(data.task, predict(test_rows), data.targets[test_rows], data.n_outputs)[metric.name])
 
 
 # -- the measurements ---------------------------------------------------------------------------------
@@ -136,6 +151,10 @@ class Cost(NamedTuple):
 
     def __sub__(self, other):
         return Cost(self.wall - other.wall, self.cpu - other.cpu)
+
+    def __truediv__(self, other):  # type: ignore[override]
+        """The ratio of two costs, wall to wall and CPU to CPU."""
+        return Cost(self.wall / other.wall, self.cpu / other.cpu)
 
 
 ZERO = Cost(0.0, 0.0)
@@ -172,8 +191,8 @@ def time_cli(csv: Path, poolers, config, max_length, scratch: Path) -> Cost:
     """(c) `poolkit compare` end to end, in-process, fresh cache and output folders; output captured."""
     argv = ["compare", "--data", str(csv), "--text-col", "text", "--target-col", "label", "--task", "classification",
             "--poolers", ",".join(poolers), "--folds", str(config.folds), "--epochs", str(config.epochs),
-            "--patience", str(config.patience), "--batch-size", str(config.batch_size), "--lr", str(config.lr),
-            "--max-length", str(max_length), "--seed", str(config.seed),
+            "--patience", str(config.patience), "--batch-size", str(config.batch_size), "--pooler-lr", str(config.pooler_lr),
+            "--max-length", str(max_length), "--seed", str(config.seed), "--no-baseline",
             "--cache-dir", tempfile.mkdtemp(prefix="cli-cache-", dir=scratch),
             "--out", str(Path(tempfile.mkdtemp(prefix="cli-out-", dir=scratch)) / "run")]
     sink = io.StringIO()
@@ -211,9 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads, the same for every variant (default 1: on a shared 2-core machine, "
                              "2 OpenMP threads competing with other processes stall at every barrier)")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write every cell and the summary here (the docs use benchmarks/results/compare_cost.json)")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
+    info = run_info(torch.device("cpu"), args)
     transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars, once per model load
     poolers = [p for p in args.poolers.split(",") if p]
     k = len(poolers) if args.reencode_poolers <= 0 else max(1, min(args.reencode_poolers, len(poolers)))
@@ -236,19 +258,23 @@ def main(argv: list[str] | None = None) -> int:
         reencode: dict[str, Cost] = {}
         chunks = [measured[r::args.rounds] for r in range(args.rounds)]
         cache = None
+        rounds = []
         for r in range(args.rounds):
             steps = ["components", "cli", "reencode"]
             if r % 2:
                 steps.reverse()
+            rounds.append({"order": steps, "reencode": {}})
             for step in steps:
                 if step == "components":
                     t_encode, heads, cache = time_components(data, poolers, config, args.max_length, scratch)
                     encodes.append(t_encode)
                     heads_rounds.append(heads)
+                    rounds[-1].update(encode=t_encode._asdict(), heads={p: c._asdict() for p, c in heads.items()})
                     print(f"  round {r + 1}: (a) encode   {fmt(t_encode)}   (b) heads {fmt(total(heads.values()))}",
                           flush=True)
                 elif step == "cli":
                     clis.append(time_cli(csv, poolers, config, args.max_length, scratch))
+                    rounds[-1]["cli"] = clis[-1]._asdict()
                     print(f"  round {r + 1}: (c) poolkit compare end to end {fmt(clis[-1])}", flush=True)
                 else:
                     if cache is None:  # the re-encode loop needs a cache only to size the poolers
@@ -256,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                                                 cache_dir=scratch / "sizing", progress=False)
                     for spec in chunks[r]:
                         reencode[spec] = time_reencode(spec, reencoder, cache, data, config)
+                        rounds[-1]["reencode"][spec] = reencode[spec]._asdict()
                         print(f"  round {r + 1}: (d) re-encode {spec:<16} {fmt(reencode[spec])}", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -270,7 +297,20 @@ def main(argv: list[str] | None = None) -> int:
                          statistics.mean(reencode[p].cpu - per_head[p].cpu for p in measured))
     per_reencode = {p: reencode.get(p, per_head[p] + mean_overhead) for p in poolers}
     reencode_total = total(per_reencode.values())
-    paired = [c.cpu / (a.cpu + total(h.values()).cpu) for a, h, c in zip(encodes, heads_rounds, clis)]
+    end_to_end = t_cli / compare_total
+    summary = {
+        "poolers": {p: {"heads": per_head[p]._asdict(), "reencode": per_reencode[p]._asdict(),
+                        "measured": p in reencode, "reencode_over_heads": (per_reencode[p] / per_head[p])._asdict()}
+                    for p in poolers},
+        "encode": t_encode._asdict(), "heads": t_heads._asdict(), "components": compare_total._asdict(),
+        "cli": t_cli._asdict(), "reencode": reencode_total._asdict(), "extrapolated": extrapolated,
+        "cli_over_components": end_to_end._asdict(), "target_cli_over_components": 2.0,
+        "target_met": max(end_to_end) <= 2.0,
+        "reencode_over_components": (reencode_total / compare_total)._asdict(),
+        "reencode_over_cli": (reencode_total / t_cli)._asdict(),
+        "cli_over_components_per_round": [(c / (a + total(h.values())))._asdict()
+                                          for a, h, c in zip(encodes, heads_rounds, clis)],
+    }
 
     print()
     print(f"{'pooler':<18}{'heads on cache (b)':>20}{'re-encode (d)':>16}{'(d)/(b)':>10}   (CPU seconds, medians)")
@@ -284,7 +324,6 @@ def main(argv: list[str] | None = None) -> int:
     print()
     label = f"(d) re-encode total, {len(poolers)} poolers" + (
         f" (EXTRAPOLATED from {k} measured)" if extrapolated else "")
-    ok = "OK" if max(t_cli.wall / compare_total.wall, t_cli.cpu / compare_total.cpu) <= 2.0 else "MISSED"
     rows = [
         ("", "wall s", "CPU s"),
         ("(a) T_encode (all layers, fresh cache)", f"{t_encode.wall:.1f}", f"{t_encode.cpu:.1f}"),
@@ -292,8 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         ("(a) + (b)", f"{compare_total.wall:.1f}", f"{compare_total.cpu:.1f}"),
         ("(c) poolkit compare end to end", f"{t_cli.wall:.1f}", f"{t_cli.cpu:.1f}"),
         (label, f"{reencode_total.wall:.1f}", f"{reencode_total.cpu:.1f}"),
-        ("(c) / ((a) + (b))  target <= 2.0x", f"{t_cli.wall / compare_total.wall:.2f}x",
-         f"{t_cli.cpu / compare_total.cpu:.2f}x {ok}"),
+        ("(c) / ((a) + (b))  target <= 2.0x", f"{end_to_end.wall:.2f}x",
+         f"{end_to_end.cpu:.2f}x {'OK' if summary['target_met'] else 'MISSED'}"),
         ("speed-up (d) / ((a) + (b))", f"{reencode_total.wall / compare_total.wall:.1f}x",
          f"{reencode_total.cpu / compare_total.cpu:.1f}x"),
         ("speed-up (d) / (c)", f"{reencode_total.wall / t_cli.wall:.1f}x", f"{reencode_total.cpu / t_cli.cpu:.1f}x"),
@@ -303,7 +342,13 @@ def main(argv: list[str] | None = None) -> int:
           f"medians of {args.rounds} rounds")
     for name, wall, cpu in rows:
         print(f"{name:<{width}}{wall:>10}{cpu:>14}")
-    print(f"(c) / ((a) + (b)) per round, CPU: {', '.join(f'{x:.2f}x' for x in paired)}")
+    print("(c) / ((a) + (b)) per round, CPU: "
+          + ", ".join(f"{r['cpu']:.2f}x" for r in summary["cli_over_components_per_round"]))
+    save_json(args.json, {"benchmark": "compare_cost", **info,
+                          "load_average_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+                          "settings": {"texts": len(data), "train_rows": len(train_rows), "val_rows": len(val_rows),
+                                       "poolers": poolers, "reencode_measured": measured, "probe": asdict(config)},
+                          "rounds": rounds, "summary": summary})
     return 0
 
 

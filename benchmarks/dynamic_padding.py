@@ -11,8 +11,12 @@ Each repeat times a fixed number of optimizer steps per variant, the variants in
 so that load from other processes on a shared machine hits both alike; the median repeat is reported, in
 examples per wall second and per CPU second of this process. One torch thread by default (``--threads``).
 
-    .venv/bin/python benchmarks/dynamic_padding.py
+    .venv/bin/python benchmarks/dynamic_padding.py --json benchmarks/results/dynamic_padding.json
     .venv/bin/python benchmarks/dynamic_padding.py --steps 10 --repeats 3 --datasets embedded
+
+``--json`` writes every repeat of every variant (examples, wall and CPU seconds, tokens), the medians and
+ratios printed, and where it ran (commit, machine, load average, torch version, threads):
+docs/benchmarks-compare.md is rendered from that file by scripts/render_benchmarks_compare.py.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -30,6 +35,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
+from perf_common import run_info, save_json  # noqa: E402
 from poolkit.data import load_builtin, make_loader  # noqa: E402
 from poolkit.data.builtin import WORDNET_DIR  # noqa: E402
 from poolkit.models import PooledModel  # noqa: E402
@@ -84,20 +90,29 @@ def bench_dataset(name: str, data, tokenizer, model_path: str, args) -> dict:
         runner.steps(args.warmup, record=False)
     rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
     cpu_rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    repeats = []
     for rep in range(args.repeats):
         order = VARIANTS if rep % 2 == 0 else VARIANTS[::-1]
         for v in order:
             wall, cpu, examples = runners[v].steps(args.steps)
             rates[v].append(examples / wall)
             cpu_rates[v].append(examples / cpu)
+            repeats.append({"repeat": rep + 1, "variant": v, "examples": examples, "wall": wall, "cpu": cpu})
             print(f"  {name} repeat {rep + 1}: {NAMES[v]:<28} {examples / wall:7.1f} examples/s wall, "
                   f"{examples / cpu:7.1f} per CPU s ({args.steps} steps, {wall:.1f}s)", flush=True)
-    result = {"name": name, "rows": len(data)}
+    result = {"name": name, "rows": len(data), "repeats": repeats}
     for v in VARIANTS:
         r = runners[v]
         result[v] = {"median": statistics.median(rates[v]), "rates": rates[v],
                      "cpu_median": statistics.median(cpu_rates[v]), "cpu_rates": cpu_rates[v],
-                     "padded": statistics.mean(r.padded_tokens), "real": statistics.mean(r.real_tokens)}
+                     "padded": statistics.mean(r.padded_tokens), "real": statistics.mean(r.real_tokens),
+                     "padded_per_batch": r.padded_tokens, "real_per_batch": r.real_tokens}
+    dyn, fix = result["longest"], result["max_length"]
+    result["summary"] = {"speedup": dyn["median"] / fix["median"], "cpu_speedup": dyn["cpu_median"] / fix["cpu_median"],
+                         "wall_per_repeat": [a / b for a, b in zip(dyn["rates"], fix["rates"])],
+                         "cpu_per_repeat": [a / b for a, b in zip(dyn["cpu_rates"], fix["cpu_rates"])],
+                         "tokens": fix["padded"] / dyn["padded"], "target": 1.5}
+    result["summary"]["target_met"] = min(result["summary"]["speedup"], result["summary"]["cpu_speedup"]) >= 1.5
     return result
 
 
@@ -115,9 +130,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch threads, the same for every variant (default 1: on a shared 2-core machine, "
                              "2 OpenMP threads competing with other processes stall at every barrier)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write every repeat and the summary here (the docs use "
+                             "benchmarks/results/dynamic_padding.json)")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
+    info = run_info(torch.device("cpu"), args)
     transformers.utils.logging.disable_progress_bar()
     model_path = resolve_model(None)
     tokenizer = load_tokenizer(model_path)
@@ -143,16 +162,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['real']:>16.0f}{1 - r['real'] / r['padded']:>10.0%}")
     print()
     for res in results:
-        dyn, fix = res["longest"], res["max_length"]
-        speedup, cpu_speedup = dyn["median"] / fix["median"], dyn["cpu_median"] / fix["cpu_median"]
-        tokens = fix["padded"] / dyn["padded"]
-        per_repeat = [a / b for a, b in zip(dyn["rates"], fix["rates"])]
-        ok = "OK" if min(speedup, cpu_speedup) >= 1.5 else "MISSED"
-        print(f"{res['name']}: dynamic / fixed throughput {speedup:.2f}x wall, {cpu_speedup:.2f}x per CPU s "
-              f"(target >= 1.5x: {ok}; wall per repeat {', '.join(f'{x:.2f}' for x in per_repeat)}); "
-              f"fixed pads {tokens:.1f}x more tokens per batch")
-    for s in skipped:
-        print(f"skipped: {s}")
+        s = res["summary"]
+        print(f"{res['name']}: dynamic / fixed throughput {s['speedup']:.2f}x wall, {s['cpu_speedup']:.2f}x per CPU s "
+              f"(target >= 1.5x: {'OK' if s['target_met'] else 'MISSED'}; wall per repeat "
+              f"{', '.join(f'{x:.2f}' for x in s['wall_per_repeat'])}); "
+              f"fixed pads {s['tokens']:.1f}x more tokens per batch")
+    for name in skipped:
+        print(f"skipped: {name}")
+    save_json(args.json, {"benchmark": "dynamic_padding", **info,
+                          "load_average_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+                          "datasets": results, "skipped": skipped})
     return 0
 
 
