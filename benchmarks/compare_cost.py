@@ -8,9 +8,9 @@ the same poolers, one holdout fold, a fixed number of epochs (patience > epochs,
   (b) T_heads    sum over poolers of ``probe_pooler`` (pooler + head trained on the cache, validated each epoch);
   (c) compare    ``poolkit.cli.main(["compare", ...])`` end to end on a CSV of the same texts, fresh cache and
                  output folders: loading, encoding, training, leaderboard files (CSV, JSON, PNG) included;
-  (d) re-encode  per pooler, the same training loop (same batches, seeds, AdamW, epochs and per-epoch
-                 validation) but every batch goes through the frozen encoder first (inference mode,
-                 output_hidden_states=True), train and validation batches alike.
+  (d) re-encode  per pooler, the same training loop (same inner split, batches, seeds, AdamW, epochs, per-epoch
+                 validation and one scoring of the test rows) but every batch goes through the frozen encoder
+                 first (inference mode, output_hidden_states=True), training, validation and test batches alike.
 
 The measurements are interleaved in rounds (components, CLI, a share of the re-encode poolers; the order
 alternates between rounds) so that load from other processes on a shared machine hits every variant alike.
@@ -206,9 +206,9 @@ def time_cli(csv: Path, poolers, config, max_length, scratch: Path) -> Cost:
 
 
 def time_reencode(spec, reencoder, cache, data, config) -> Cost:
-    train_rows, val_rows = fold_splits(data, config.folds, config.val_fraction, config.seed)[0]
+    train_rows, test_rows = fold_splits(data, config.folds, config.val_fraction, config.seed)[0]
     start = now()
-    reencode_fold(spec, reencoder, cache, data, train_rows, val_rows, config, config.seed)
+    reencode_fold(spec, reencoder, cache, data, train_rows, test_rows, config, config.seed)
     return now() - start
 
 
@@ -242,8 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     measured = [poolers[i * len(poolers) // k] for i in range(k)]  # spread over the list: token and layer poolers
     config = ProbeConfig(folds=1, epochs=args.epochs, batch_size=args.batch_size, patience=args.epochs + 1)
     data = load_builtin("embedded", limit=args.n)
-    train_rows, val_rows = fold_splits(data, 1, config.val_fraction, config.seed)[0]
-    print(f"compare_cost: {len(data)} texts ({len(train_rows)} train / {len(val_rows)} validation), "
+    train_rows, test_rows = fold_splits(data, 1, config.val_fraction, config.seed)[0]
+    fit, val = split_rows(data.subset(train_rows), config.val_fraction, config.seed)
+    print(f"compare_cost: {len(data)} texts ({len(fit)} fit + {len(val)} inner validation / {len(test_rows)} test), "
           f"{len(poolers)} poolers, {args.epochs} epochs, batch {args.batch_size}, torch threads {args.threads}, "
           f"re-encode measured for {k} pooler(s), {args.rounds} interleaved rounds", flush=True)
 
@@ -346,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{r['cpu']:.2f}x" for r in summary["cli_over_components_per_round"]))
     save_json(args.json, {"benchmark": "compare_cost", **info,
                           "load_average_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
-                          "settings": {"texts": len(data), "train_rows": len(train_rows), "val_rows": len(val_rows),
+                          "settings": {"texts": len(data), "fit_rows": len(fit), "val_rows": len(val),
+                                       "test_rows": len(test_rows),
                                        "poolers": poolers, "reencode_measured": measured, "probe": asdict(config)},
                           "rounds": rounds, "summary": summary})
     return 0
