@@ -1,5 +1,6 @@
 """Rendered blocks in a Markdown page: the text between ``<!-- begin:NAME -->`` and ``<!-- end:NAME -->`` is a
-script's output, everything outside the markers is hand-written. Shared by the docs renderers.
+script's output, everything outside the markers is hand-written. Shared by the docs renderers (with ``span``,
+their one range format).
 
 A renderer gives ``main`` its page and a function returning {NAME: block text}; its command line is then
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,7 +32,8 @@ def replace_blocks(text: str, blocks: dict[str, str]) -> str:
                            f"{sorted(blocks)}: put one '<!-- begin:NAME -->' ... '<!-- end:NAME -->' around each")
     for name, body in blocks.items():
         pattern = re.compile(rf"(<!-- begin:{name} -->\n).*?(<!-- end:{name} -->)", re.S)
-        text, count = pattern.subn(lambda m: m.group(1) + body.strip("\n") + "\n" + m.group(2), text)
+        content = body.strip("\n") + "\n" if body.strip("\n") else ""
+        text, count = pattern.subn(lambda m: m.group(1) + content + m.group(2), text)
         if count != 1:
             raise PoolkitError(f"block {name!r}: its begin marker must end its line; put the block on the next line")
     return text
@@ -61,11 +62,17 @@ def main(doc: Path, render: Callable[[], dict[str, str]], description: str, argv
     elif args.check:
         if new != old:
             stale = [name for name, body in blocks.items() if current(old, name) != body.strip("\n")]
-            print(f"{doc} differs from its result files in block(s) {stale}: run {sys.argv[0]} --write")
+            print(f"{doc} differs from its result files in block(s) {stale}: rerun its renderer with --write")
             return 1
     else:
         print("\n\n".join(f"<!-- {name} -->\n{body}" for name, body in blocks.items()))
     return 0
+
+
+def span(values, fmt: str = "{:.2f}", unit: str = "") -> str:
+    """The range of ``values`` as text, e.g. '1.53 to 2.05x' (one value when both ends print alike)."""
+    low, high = fmt.format(min(values)), fmt.format(max(values))
+    return low + unit if low == high else f"{low} to {high}{unit}"
 
 
 def current(text: str, name: str) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import markers  # noqa: E402
+from markers import span  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "snr.md"
@@ -59,11 +60,6 @@ def snr(k: int, n: int) -> str:
 
 def mse(value: float, digits: int = 4) -> str:
     return f"{value:.{digits}f}" if abs(value) >= 10 ** -digits else f"{value:.1e}"
-
-
-def span(values, fmt: str = "{:.2f}", unit: str = "") -> str:
-    low, high = min(values), max(values)
-    return fmt.format(low) + unit if fmt.format(low) == fmt.format(high) else f"{fmt.format(low)} to {fmt.format(high)}{unit}"
 
 
 def ks_text(ks: list[int], every: list[int]) -> str:
@@ -111,10 +107,12 @@ def render_runtime(results: dict) -> str:
     cpu = [r["cpu_seconds"] for r in runs]
     return (f"The committed quick run (`docs/snr/results.json`: `runtime_seconds`, each run's `cpu_seconds`) is "
             f"{len(s['poolers'])} poolers × {len(s['ks'])} K × {s['seeds']} seeds = {len(runs)} runs of "
-            f"{s['epochs']} epochs. Its runs used {sum(cpu):.0f} CPU-seconds in all (median {statistics.median(cpu):.1f} "
+            f"{s['epochs']} epochs. Its runs used {sum(cpu):.0f} CPU-seconds in all "
+            f"(median {statistics.median(cpu):.1f} "
             f"per run, {statistics.median(cpu) / s['epochs']:.2f} per epoch including validation), and the whole "
             f"command took {results['runtime_seconds'] / 60:.0f} minutes of wall time with {s['workers']} workers of "
-            f"{s['threads']} torch thread each on a machine that other jobs shared (`platform` and `torch` in the file).")
+            f"{s['threads']} torch thread each on a machine that other jobs shared (`platform` and `torch` in the "
+            "file).")
 
 
 def render_full(full) -> str:
@@ -157,7 +155,8 @@ def render_claims(results: dict, cells: dict) -> str:
     above_base = [k for k in ks if m["mean"][k] > m["baseline_mean"][k]]
     cls_gap = [m["adapool"][k] / m["cls"][k] - 1 for k in ks]
     cls_wins = [k for k in ks if m["cls"][k] < m["adapool"][k]]
-    beat_both = {p: [k for k in ks if m[p][k] < min(m["baseline_mean"][k], m["baseline_x0"][k])] for p in ("adapool", "cls")}
+    beat_both = {p: [k for k in ks if m[p][k] < min(m["baseline_mean"][k], m["baseline_x0"][k])]
+                 for p in ("adapool", "cls")}
     worse_x0 = [k for k in ks if m["adapool"][k] > m["baseline_x0"][k]]
     worse_mean = [k for k in ks if m["adapool"][k] > m["baseline_mean"][k]]
     runs = results["runs"]
@@ -166,7 +165,8 @@ def render_claims(results: dict, cells: dict) -> str:
     steadier = [p for p in POOLERS if rel_std[p] < rel_std["adapool"]]
     return "\n".join([
         f"- **adapool vs mean:** mean / adapool is {per_k} (`results.csv`); over K = {low[0]}-{low[-1]} it is "
-        f"{span(ratios('mean', 'adapool', low), unit='x')}. Mean pooling has the lower MSE at {ks_text(mean_wins, ks)}, "
+        f"{span(ratios('mean', 'adapool', low), unit='x')}. Mean pooling has the lower MSE at "
+        f"{ks_text(mean_wins, ks)}, "
         f"and it stays above the mean-of-all analytic baseline at {ks_text(above_base, ks)}.",
         f"- **adapool vs max:** max / adapool is {span(ratios('max', 'adapool', low), '{:.0f}', 'x')} over "
         f"K = {low[0]}-{low[-1]}. The best epoch of max pooling was the last one in {sum(last['max'])} of its "
@@ -174,7 +174,8 @@ def render_claims(results: dict, cells: dict) -> str:
         f"- **adapool vs cls:** adapool's MSE relative to cls's is {span([100 * g for g in cls_gap], '{:+.1f}', '%')}; "
         f"cls has the lower MSE at {ks_text(cls_wins, ks)}.",
         f"- **Against the analytic baselines:** adapool beats both at {ks_text(beat_both['adapool'], ks)}, cls at "
-        f"{ks_text(beat_both['cls'], ks)}. adapool is worse than predicting vector 0 at {ks_text(worse_x0, ks)} and worse "
+        f"{ks_text(beat_both['cls'], ks)}. adapool is worse than predicting vector 0 at {ks_text(worse_x0, ks)} and "
+        "worse "
         f"than predicting the mean of all vectors at {ks_text(worse_mean, ks)}.",
         "- **Variance across seeds:** the sample std as a share of the MSE, averaged over K: "
         + ", ".join(f"{p} {100 * rel_std[p]:.1f}%" for p in POOLERS) + f" (adapool's std: "
