@@ -7,7 +7,7 @@ TORCH_PIN := torch==2.13.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install dev system-data demo zoo test test-fast bench clean
+.PHONY: install dev system-data demo zoo test test-fast test-deep bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,12 @@ test: dev system-data
 
 test-fast: dev
 	$(PY) -m pytest -q -n 2 -m "not slow"
+
+# The property tests with fresh random examples (200 each): rerun a failure with the seed it prints,
+# make test-deep SEED=<seed>.
+test-deep: dev
+	@seed=$${SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; echo "hypothesis seed $$seed (make test-deep SEED=$$seed)"; \
+	POOLKIT_HYPOTHESIS=deep $(PY) -m pytest -q -n 2 --hypothesis-seed=$$seed $$(grep -l "@given" tests/*.py)
 
 bench: dev
 	$(PY) benchmarks/run_all.py

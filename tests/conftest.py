@@ -28,6 +28,18 @@ def path(request):
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-settings.register_profile("poolkit", deadline=None, max_examples=12, derandomize=True,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-settings.load_profile("poolkit")
+# Property tests: "ci" (the default) draws the same examples on every run, so a red run is reproducible;
+# POOLKIT_HYPOTHESIS=deep (``make test-deep``) draws fresh ones from the --hypothesis-seed it prints.
+HYPOTHESIS_PROFILES = {"ci": {"max_examples": 30, "derandomize": True},
+                       "deep": {"max_examples": 200, "derandomize": False}}
+PROFILE = os.environ.get("POOLKIT_HYPOTHESIS", "ci")
+if PROFILE not in HYPOTHESIS_PROFILES:
+    raise pytest.UsageError(f"POOLKIT_HYPOTHESIS={PROFILE!r} is not a profile: use one of {', '.join(HYPOTHESIS_PROFILES)}")
+for _name, _options in HYPOTHESIS_PROFILES.items():
+    settings.register_profile(_name, deadline=None, print_blob=True, **_options,
+                              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+settings.load_profile(PROFILE)
+
+
+def pytest_report_header(config):
+    return f"hypothesis profile {PROFILE}: {HYPOTHESIS_PROFILES[PROFILE]}"

@@ -123,5 +123,4 @@ def test_gem_is_stable_at_large_powers(p):
         real = x[row, :n].double()
         mean = (real.sign() * real.abs().pow(true_p)).mean(0)
         expected.append(mean.sign() * mean.abs().pow(1 / true_p))
-    assert torch.isfinite(ours).all()
     torch.testing.assert_close(ours.double(), torch.stack(expected), rtol=1e-4, atol=1e-5)
