@@ -115,6 +115,24 @@ def render_runtime(results: dict) -> str:
             "file).")
 
 
+def render_settings(full, quick) -> str:
+    """The two presets side by side (``poolkit.bench.FULL`` / ``QUICK``)."""
+    def column(c) -> list[str]:
+        test = int(c.num_samples * c.test_ratio)  # as the runner splits
+        val = (c.num_samples - test) // c.folds
+        threads = "torch's default threads" if c.threads is None else f"{c.threads} torch thread each"
+        return [f"{c.num_samples:,} (train {c.num_samples - test - val:,} / val {val:,} / test {test:,})",
+                f"{c.layers} layer(s), {c.heads} head(s), width {c.dim}, FF {c.ff}",
+                f"Adam lr {c.lr:g}, batch {c.batch_size}", str(c.epochs),
+                f"{c.seeds} (folds 1-{c.seeds} of {c.folds})", " ".join(c.poolers),
+                f"{c.workers} worker process(es), `--device {c.device}`, {threads}"]
+    names = ["samples (the test set is the last ones)", "encoder", "optimiser", "epochs", "runs per cell", "poolers", "execution"]
+    rows = ["Rendered from `poolkit.bench.FULL` and `QUICK`:", "", "| setting | `--full` (the paper) | `--quick` |",
+            "|---|---|---|"]
+    rows += [f"| {n} | {a} | {b} |" for n, a, b in zip(names, column(full), column(quick))]
+    return "\n".join(rows)
+
+
 def render_full(full) -> str:
     runs = len(full.poolers) * len(full.ks) * full.seeds
     train = full.num_samples * (1 - full.test_ratio) * (1 - 1 / full.folds)
@@ -127,7 +145,7 @@ def render_full(full) -> str:
 def render_results(results: dict, cells: dict) -> str:
     s = results["settings"]
     columns = [*s["poolers"], *BASELINES]
-    test = round(s["num_samples"] * s["test_ratio"])
+    test = int(s["num_samples"] * s["test_ratio"])
     lines = [f"Test MSE of the committed run (`docs/snr/results.csv`; settings and every run in `results.json`): "
              f"each pooler cell is the mean ± sample std over {s['seeds']} seeds; the baselines are analytic, on the "
              f"same {test} test samples.", "",
@@ -189,10 +207,11 @@ def render(args: argparse.Namespace) -> dict[str, str] | None:
     if args.baselines:
         measure_baselines()
         return None
-    from poolkit.bench.snr import FULL
+    from poolkit.bench.snr import FULL, QUICK
 
     base, results, cells = load()
     return {**render_baselines(base), "runtime": render_runtime(results), "full": render_full(FULL),
+            "settings": render_settings(FULL, QUICK),
             "results": render_results(results, cells), "claims": render_claims(results, cells)}
 
 
