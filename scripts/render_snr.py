@@ -126,7 +126,7 @@ def render_settings(full, quick) -> str:
                 f"Adam lr {c.lr:g}, batch {c.batch_size}", str(c.epochs),
                 f"{c.seeds} (folds 1-{c.seeds} of {c.folds})", " ".join(c.poolers),
                 f"{c.workers} worker process(es), `--device {c.device}`, {threads}"]
-    names = ["samples (the test set is the last ones)", "encoder", "optimiser", "epochs", "runs per cell", "poolers", "execution"]
+    names = ["samples", "encoder", "optimiser", "epochs", "runs per cell", "poolers", "execution"]
     rows = ["Rendered from `poolkit.bench.FULL` and `QUICK`:", "", "| setting | `--full` (the paper) | `--quick` |",
             "|---|---|---|"]
     rows += [f"| {n} | {a} | {b} |" for n, a, b in zip(names, column(full), column(quick))]
