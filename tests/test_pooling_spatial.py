@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.nn import functional as F
 
-from helpers import HIDDEN, TOKEN_POOLERS, make_pooler
+from helpers import HIDDEN, TOKEN_POOLERS, make_pooler, mask_from_lengths, to_left_padding
 from poolkit import AuxiliaryClassifiers, PoolkitError, get_pooler, list_poolers
 from poolkit.pooling.base import resolve_name
 
@@ -177,21 +177,52 @@ def test_flex_per_channel_at_init_is_gap():
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
-def test_flex_is_the_softmax_weighted_sum_of_its_bilinearly_resized_logits(per_channel):
-    """A 2 x 3 logit map used on a 3 x 4 map: softmax of its bilinear resize (align_corners=False) over the
-    valid positions, per channel when asked."""
+def test_flex_is_the_softmax_of_its_logits_resized_to_each_valid_extent(per_channel, path):
+    """A 2 x 3 logit map: on the full 3 x 4 image, the softmax of F.interpolate's bilinear resize
+    (align_corners=False); on the 2 x 3 image padded to 3 x 4, of the logits themselves; per channel when asked."""
     pooler = get_pooler("flex", HIDDEN, height=2, width=3, per_channel=per_channel)
     with torch.no_grad():
         pooler.logits.normal_()
     x, mask = random_map(), map_mask()
-    resized = F.interpolate(pooler.logits.detach()[None], size=(H, W), mode="bilinear", align_corners=False)[0]
-    scores = resized.expand(HIDDEN, H, W).masked_fill(~mask[:, None], float("-inf")).flatten(2)  # (B, C, H*W)
-    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))  # the empty row: zeros
-    expected = (weights * x.flatten(2)).sum(-1)
+    logits = pooler.logits.detach().expand(HIDDEN, 2, 3)
+    full = F.interpolate(logits[None], size=(H, W), mode="bilinear", align_corners=False)[0]
+    weights = [torch.softmax(full.flatten(1), dim=1).view(HIDDEN, H, W), torch.zeros(HIDDEN, H, W)]
+    weights[1][:, :2, :3] = torch.softmax(logits.flatten(1), dim=1).view(HIDDEN, 2, 3)
+    expected = torch.stack([(w * x[row]).sum(dim=(1, 2)) for row, w in enumerate(weights)] + [torch.zeros(HIDDEN)])
     with torch.no_grad():
         pooled, got_weights = pooler(x, mask, return_weights=True)
     torch.testing.assert_close(pooled, expected)
-    torch.testing.assert_close(got_weights, weights.mean(dim=1).view(B, H, W))
+    torch.testing.assert_close(got_weights[:2], torch.stack(weights).mean(dim=1))
+
+
+@pytest.mark.parametrize("name", SPATIAL)
+@pytest.mark.parametrize("top, left", [(0, 0), (2, 1), (1, 3)])
+def test_padding_an_image_anywhere_does_not_change_its_output(name, top, left, path):
+    """A 3 x 4 image inside a 6 x 8 canvas of large values, at any offset: the image's own output (a trained flex
+    resizes its logits to the image's valid extent, not to the canvas)."""
+    pooler, x = map_pooler(name), random_map()
+    canvas = torch.randn(B, HIDDEN, 6, 8) * 100
+    canvas[:, :, top:top + H, left:left + W] = x
+    mask = torch.zeros(B, 6, 8, dtype=torch.bool)
+    mask[:, top:top + H, left:left + W] = True
+    with torch.no_grad():
+        alone, alone_weights = pooler(x, return_weights=True)
+        padded, padded_weights = pooler(canvas, mask, return_weights=True)
+    torch.testing.assert_close(padded, alone, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(padded_weights[:, top:top + H, left:left + W], alone_weights)
+
+
+def test_trained_flex_on_tokens_keeps_the_padding_contract():
+    """Tokens: a sentence's own real tokens span the logit map, so extra padding and left padding change nothing."""
+    pooler = map_pooler("flex")
+    tokens, lengths = torch.randn(3, 5, HIDDEN), [5, 2, 3]
+    right, padded_right = mask_from_lengths(lengths, 5), mask_from_lengths(lengths, 9)
+    padded = torch.cat([tokens, torch.randn(3, 4, HIDDEN) * 100], dim=1)
+    (left_tokens,), left = to_left_padding([padded], lengths)
+    with torch.no_grad():
+        expected = pooler(tokens, right)
+        torch.testing.assert_close(pooler(padded, padded_right), expected)
+        torch.testing.assert_close(pooler(left_tokens, left), expected)
 
 
 def test_flex_reads_tokens_as_a_one_row_map():

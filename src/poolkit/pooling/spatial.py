@@ -60,12 +60,12 @@ class FlexPooler(Pooler):
     (B, C, H, W) -> (B, C). Ali, Alsuwaidi & Khan, "FlexPooling with Simple Auxiliary Classifiers in Deep
     Networks" (VISAPP 2023). One logit per position of a ``height`` x ``width`` map (``per_channel``: one map
     per channel), initialised to zero: the softmax is then 1/n at each of the n valid positions, the very
-    weights of ``gap``, summed by the same product, so flex starts as gap exactly. A map of another size
-    gets the logit map resized to it by bilinear interpolation (``align_corners=False``, no antialiasing);
-    token states (B, T, D) are read as a 1 x T map. Positional: the weights depend on where a position
-    sits in the (padded) map, so padding the map further changes a trained flex's output (values at
-    masked positions never do). ``l2`` sets the penalty :meth:`regularization` returns (the trainer adds
-    it to the loss); ``weight_dropout`` drops softmax weights in training.
+    weights of ``gap``, summed by the same product, so flex starts as gap exactly. Each image gets the logit
+    map resized bilinearly (``align_corners=False``, as ``F.interpolate``; no antialiasing) to its own valid
+    extent, the rows and columns that hold a valid position: a padded image is pooled as it is unpadded,
+    wherever the padding sits. Token states (B, T, D) are read as a 1 x T map (each row's real tokens
+    spanning the logit map's width). ``l2`` sets the penalty :meth:`regularization` returns (the trainer
+    adds it to the loss); ``weight_dropout`` drops softmax weights in training.
     """
 
     positional = True
@@ -87,21 +87,40 @@ class FlexPooler(Pooler):
         """The L2 penalty ``l2 * sum(logits ** 2)`` to add to the training loss (0 when ``l2`` is 0)."""
         return self.l2 * self.logits.pow(2).sum()
 
-    def position_logits(self, grid: tuple[int, int]) -> Tensor:
-        """The logits at a (H, W) map's positions, resized bilinearly: -> (K, H*W), K = 1 or C, compute dtype."""
-        logits = masking.widen(self.logits)[None]
-        return F.interpolate(logits, size=grid, mode="bilinear", align_corners=False)[0].flatten(1)
+    def position_logits(self, valid: Tensor) -> Tensor:
+        """Each position's logit, the logit map resized bilinearly to its row's valid extent: valid (B, H, W) ->
+        (B, K, H*W), K = 1 or C, in the compute dtype (padded positions get some logit, to be masked)."""
+        logits = masking.widen(self.logits)
+        y0, y1, fy = _source_points(valid.any(dim=2), logits.shape[1], logits.dtype)  # (B, H) each
+        x0, x1, fx = _source_points(valid.any(dim=1), logits.shape[2], logits.dtype)  # (B, W) each
+
+        def across(rows: Tensor) -> Tensor:  # the logits of the rows ``rows`` (B, H) interpolated across: (K, B, H, W)
+            left, right = logits[:, rows[:, :, None], x0[:, None, :]], logits[:, rows[:, :, None], x1[:, None, :]]
+            return left + (right - left) * fx[:, None, :]
+
+        top, bottom = across(y0), across(y1)
+        return (top + (bottom - top) * fy[:, :, None]).transpose(0, 1).flatten(2)
 
     def pool(self, x: Tensor, mask: Tensor, grid: tuple[int, int] | None = None):
         batch, length, _ = x.shape
-        logits = self.position_logits((1, length) if grid is None else grid)
-        weights = masking.masked_softmax(logits.expand(batch, -1, -1), mask[:, None, :])  # (B, K, P)
+        logits = self.position_logits(mask.view(batch, *((1, length) if grid is None else grid)))
+        weights = masking.masked_softmax(logits, mask[:, None, :])  # (B, K, P)
         if self.weight_dropout:
             weights = F.dropout(weights, self.weight_dropout, self.training)
         if weights.shape[1] == 1:  # one weight row: the product gap uses, so that zero logits give gap exactly
             return masking.masked_weighted_sum(x, weights[:, 0]), weights[:, 0]
         pooled = torch.einsum("bcp,bpc->bc", weights.to(masking.compute_dtype(x.dtype)), masking.widen(x))
         return pooled, weights.mean(dim=1)
+
+
+def _source_points(valid: Tensor, size: int, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+    """Bilinear source points (``align_corners=False``) on one axis of ``size`` logits for each index's rank among
+    its row's n valid ones (a resize from ``size`` to n): valid (B, N) -> lower index, upper index, upper weight."""
+    count = valid.sum(dim=1, keepdim=True).clamp(min=1)
+    rank = valid.cumsum(dim=1) - 1
+    source = ((rank + 0.5) * (size / count.to(dtype)) - 0.5).clamp(min=0)
+    lower = source.long().clamp(max=size - 1)
+    return lower, (lower + 1).clamp(max=size - 1), source - lower
 
 
 class AuxiliaryClassifiers(nn.Module):
