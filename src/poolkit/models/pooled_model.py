@@ -145,6 +145,13 @@ class PooledModel(PreTrainedModel):
             return self.pooler(states, attention_mask, return_weights=True)
         return self.pooler(states, attention_mask), None
 
+    def state_dict_with_affine_head(self, scale: Tensor, shift: Tensor) -> dict[str, Tensor]:
+        """This model's state dict with ``scale * logits + shift`` (per output, (num_labels,)) folded into the head's
+        Linear: W' = diag(scale) W, b' = scale * b + shift. The model itself is unchanged."""
+        weight, bias = self.head.weight.detach(), self.head.bias.detach()
+        scale, shift = scale.to(weight), shift.to(weight)
+        return {**self.state_dict(), "head.weight": weight * scale[:, None], "head.bias": bias * scale + shift}
+
     def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
         return task_loss(self.config.task, logits, labels)
 

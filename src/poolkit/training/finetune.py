@@ -14,13 +14,17 @@ chosen on an inner validation split of the fold's *training* rows (``split_rows`
 stratified, seed ``seed + fold``, the same inner split as ``compare``'s probing); the rest are the rows it is fit
 on. So no choice made during training sees the rows a fold is scored on.
 
+Regression heads train on targets standardised per column with the fit rows' mean and std (as ``compare``'s
+probes); every saved model has that map folded into its head's Linear, so it answers in the targets' units and loads
+like any PooledModel. The resume state keeps the standardised weights and the statistics.
+
 Output folder::
 
     fold_K/             the fold's best model (PooledModel + tokenizer save_pretrained), poolkit_train.json
                         (task, labels, target columns, config, test metrics, how the checkpoint was chosen,
-                        history of inner validation metrics) and test_outputs.npz (test_rows and the best
-                        model's raw head outputs on them; fit_rows, val_rows); it appears, renamed into place,
-                        only when finished
+                        history of inner validation metrics; regression: target_mean, target_std of the fit
+                        rows) and test_outputs.npz (test_rows and the best model's raw head outputs on them;
+                        fit_rows, val_rows); it appears, renamed into place, only when finished
     fold_K.partial/     a fold in training: best/ (best checkpoint so far) and .state/ (resume state of the
                         last finished epoch: weights, optimizer, scheduler, RNG states, progress.json)
     oof.csv             out-of-fold predictions: each fold's test rows (with folds=1: the held-out rows only)
@@ -78,6 +82,7 @@ from ..io import atomic_write_content, existing_dir, replace_dir, temp_dir
 from ..locks import locked_dir
 from .metrics import compute_metrics, primary_metric, sigmoid, softmax
 from .optim import TRAIN_ONLY, freeze, param_groups
+from .probing import _Targets
 
 SCHEDULERS = ("linear", "cosine")
 META = "poolkit_train.json"
@@ -457,15 +462,14 @@ class _Fold:
         model = PooledModel.from_encoder(run.model_path, pooler=config.pooler, task=data.task,
                                          num_labels=data.n_outputs, label_names=data.label_names,
                                          head_dropout=config.head_dropout)
-        if data.task == "regression":  # start at the mean target: the head need not travel there first
-            with torch.no_grad():
-                model.head.bias.copy_(torch.from_numpy(data.targets[fit].mean(axis=0)))
+        # regression: standardised on the fit rows (a zero-initialised head starts at their mean)
+        self.targets = _Targets(data, fit)
         self.trainable, self.total = freeze(model, config.train_only)
         optimizer = torch.optim.AdamW(param_groups(model, config.encoder_lr, config.pooler_lr, config.layer_decay,
                                                    config.weight_decay))
-        fit_set = data.subset(fit)
-        self.sampler, train_loader = _loader(fit_set.texts, fit_set.targets, run.tokenizer, config.batch_size,
-                                             config.max_length, config.padding, seed=config.seed + k)
+        self.sampler, train_loader = _loader([data.texts[i] for i in fit], self.targets.values[fit].numpy(),
+                                             run.tokenizer, config.batch_size, config.max_length, config.padding,
+                                             seed=config.seed + k)
         (self.val_sampler, val_loader), (self.test_sampler, test_loader) = (
             _loader([data.texts[i] for i in rows], None, run.tokenizer, config.batch_size, config.max_length,
                     config.padding) for rows in (val, test))
@@ -481,6 +485,22 @@ class _Fold:
     def main(self) -> bool:
         return self.accelerator.is_main_process
 
+    @property
+    def target_stats(self) -> dict[str, list[float]]:
+        """Regression: each target column's mean and std on the fit rows (recorded; a resume must match); else {}."""
+        if self.run.data.task != "regression":
+            return {}
+        return {"target_mean": self.targets.mean.tolist(), "target_std": self.targets.std.tolist()}
+
+    def model_state(self) -> dict[str, torch.Tensor]:
+        """The unwrapped model's weights answering in the targets' units (the head folds in ``std * out + mean``);
+        the live training weights are left as they are."""
+        model = self.accelerator.unwrap_model(self.model)
+        if self.run.data.task != "regression":
+            return model.state_dict()
+        return model.state_dict_with_affine_head(torch.from_numpy(self.targets.std),
+                                                 torch.from_numpy(self.targets.mean))
+
     def train(self, resume: bool) -> dict[str, Any]:
         """Train (from the saved state when resuming), then predict the test rows with the best weights."""
         config, progress = self.config, self.progress
@@ -488,6 +508,9 @@ class _Fold:
         if saved:
             loaded = json.loads((saved / "progress.json").read_text())
             _check_same(loaded.pop("fingerprint"), self.run.fingerprint, self.work)
+            if {key: loaded.pop(key) for key in ("target_mean", "target_std") if key in loaded} != self.target_stats:
+                raise PoolkitError(f"cannot resume {self.work}: an earlier poolkit trained it on unstandardised "
+                                   "regression targets; --force to start over")
             self.accelerator.load_state(str(saved))
             self.progress = progress = Progress(**loaded)
             logger.info(f"fold {self.k}: resumed after epoch {progress.epoch} (step {progress.step})")
@@ -542,8 +565,9 @@ class _Fold:
     def evaluate(self, epoch: float) -> None:
         """Inner validation metrics; keep the best checkpoint; count evaluations without improvement (early stop)."""
         progress, metric = self.progress, self.run.metric
-        outputs = _infer(self.model, self.val_loader, self.val_sampler, self.accelerator.gather_for_metrics,
-                         f"fold {self.k} validation", self.run.show)
+        outputs = self.targets.outputs(_infer(self.model, self.val_loader, self.val_sampler,
+                                              self.accelerator.gather_for_metrics, f"fold {self.k} validation",
+                                              self.run.show))
         train_loss = self.accelerator.reduce(self.loss_sum / max(self.loss_count, 1), "mean").item()
         self.loss_sum.zero_()
         self.loss_count = 0
@@ -569,29 +593,32 @@ class _Fold:
                     f"{' (best)' if improved else ''}{' -> early stop' if progress.stopped else ''}")
 
     def save_best(self) -> None:
-        """The model and tokenizer to ``best/``, built in a temporary folder and renamed into place."""
+        """The model (in the targets' units) and tokenizer to ``best/``, built in a temporary folder and renamed into
+        place."""
         if self.main:
             tmp = temp_dir(self.work / "best")
-            self.accelerator.unwrap_model(self.model).save_pretrained(tmp)
+            self.accelerator.unwrap_model(self.model).save_pretrained(tmp, state_dict=self.model_state())
             self.run.tokenizer.save_pretrained(tmp)
             replace_dir(tmp, self.work / "best")
         self.accelerator.wait_for_everyone()
 
     def save_state(self) -> None:
-        """accelerate's state (weights, optimizer, scheduler, RNGs; every process) + progress.json to ``.state/``."""
+        """accelerate's state (standardised weights, optimizer, scheduler, RNGs; every process) + progress.json (with
+        the target statistics) to ``.state/``."""
         dest = self.work / ".state"
         tmp = temp_dir(dest, create=self.main)
         self.accelerator.wait_for_everyone()
         self.accelerator.save_state(str(tmp))
         self.accelerator.wait_for_everyone()
         if self.main:
-            state = {**asdict(self.progress), "fingerprint": self.run.fingerprint}
+            state = {**asdict(self.progress), "fingerprint": self.run.fingerprint, **self.target_stats}
             atomic_write_content(tmp / "progress.json", json.dumps(state))
             replace_dir(tmp, dest)
         self.accelerator.wait_for_everyone()
 
     def finish(self) -> dict[str, Any]:
-        """Reload the best weights, predict the test rows once, write test_outputs.npz and poolkit_train.json."""
+        """Reload the best weights (in the targets' units: the live model now answers in them too), predict the test
+        rows once, write test_outputs.npz and poolkit_train.json."""
         best = self.work / "best"
         self.accelerator.unwrap_model(self.model).load_state_dict(PooledModel.from_pretrained(best).state_dict())
         outputs = _infer(self.model, self.test_loader, self.test_sampler, self.accelerator.gather_for_metrics,
@@ -604,7 +631,7 @@ class _Fold:
                 "epochs_run": progress.epoch, "stopped_early": progress.stopped, f"val_{name}": progress.best,
                 f"test_{name}": metrics[name], "fit_rows": len(self.fit_rows), "val_rows": len(self.val_rows),
                 "test_rows": len(self.test_rows), "trainable_params": self.trainable, "total_params": self.total,
-                "seconds": progress.seconds, "history": progress.history}
+                **self.target_stats, "seconds": progress.seconds, "history": progress.history}
         if self.main:
             buffer = io.BytesIO()
             np.savez(buffer, test_rows=self.test_rows, outputs=outputs, fit_rows=self.fit_rows, val_rows=self.val_rows)
