@@ -21,6 +21,7 @@ from transformers import AutoTokenizer
 
 from dist_worker import toy_config, toy_data, toy_model_dir
 from poolkit import PoolkitError
+from poolkit.data import TableData
 from poolkit.models import PooledModel
 from poolkit.io import atomic_write_content, existing_dir, replace_dir, temp_dir
 from poolkit.locks import locked_dir
@@ -29,6 +30,8 @@ from poolkit.training.finetune import META, TrainConfig, fit, predict
 from poolkit.training.optim import freeze, param_groups
 
 WORKER = Path(__file__).with_name("dist_worker.py")
+#: 1 fold (26 fit / 6 validation / 8 test rows of 40), 3 epochs: the regression runs
+REGRESSION = toy_config(None, epochs=3)
 ATTENTION = re.compile(r"encoder\.encoder\.layer\.\d+\.attention\.(self\.(query|key|value)|output\.dense)\.")
 
 
@@ -189,6 +192,73 @@ def test_resume_ends_like_the_uninterrupted_run(reference, model_dir, tmp_path, 
     assert not (out / "fold_1.partial").exists()
     with pytest.raises(PoolkitError, match=r"settings differ \(--encoder-lr 0.002 -> 0.1\)"):
         fit(replace(config, encoder_lr=0.1), data, out, resume=True, progress=False)
+
+
+def toy_regression() -> tuple[TableData, int, int]:
+    """toy_data's texts with two targets: 1000 +- 50 (good / bad) and -3 +- 0.1, the second 1000 in one inner
+    validation row and one test row (the strata read the first target only, so the splits do not move): (data,
+    validation outlier row, test outlier row) for a 1-fold run."""
+    data = toy_data()
+    z = np.where(data.targets == 1, 1.0, -1.0)
+    data = TableData(data.texts, np.stack([1000 + 50 * z, -3 + 0.1 * z], axis=1).astype(np.float32), "regression",
+                     None, ("big", "small"), "text", "toy")
+    (_, val_rows, test_rows), = finetune.cv_splits(data, 1, REGRESSION.val_fraction, REGRESSION.seed)
+    data.targets[[val_rows[0], test_rows[0]], 1] = 1000.0
+    return data, val_rows[0], test_rows[0]
+
+
+@pytest.fixture(scope="module")
+def regression_reference(model_dir, tmp_path_factory) -> tuple[Path, dict]:
+    """One uninterrupted 1-fold, 3-epoch run on toy_regression: its folder and metrics."""
+    out = tmp_path_factory.mktemp("runs") / "regression"
+    return out, fit(replace(REGRESSION, model=model_dir), toy_regression()[0], out, progress=False)
+
+
+def test_target_statistics_come_from_the_fit_rows_and_saved_models_answer_in_target_units(regression_reference):
+    """poolkit_train.json's target_mean / target_std are the fit rows' per-column mean and population std: an
+    outlier in a validation or test row moves neither (catches statistics over all rows or the fold's training rows,
+    ddof 1, columns swapped). The saved model's own outputs reproduce the best epoch's validation rmse and oof.csv's
+    test predictions (catches a saved head left in standardised units, validation metrics in standardised units)."""
+    out, summary = regression_reference
+    data, val_outlier, test_outlier = toy_regression()
+    meta = json.loads((out / "fold_0" / META).read_text())
+    split = np.load(out / "fold_0" / "test_outputs.npz")
+    fit_rows, val_rows, test_rows = split["fit_rows"], split["val_rows"], split["test_rows"]
+    assert val_outlier in val_rows and test_outlier in test_rows
+    np.testing.assert_allclose(meta["target_mean"], data.targets[fit_rows].mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(meta["target_std"], data.targets[fit_rows].std(axis=0), rtol=1e-6)
+    assert meta["target_std"][1] == pytest.approx(0.1, rel=0.05)  # the outliers (1000) would make it hundreds
+    model, tokenizer = PooledModel.from_pretrained(out / "fold_0").eval(), AutoTokenizer.from_pretrained(out / "fold_0")
+    with torch.no_grad():  # mean pooling: padding changes no output, so one padded batch is exact
+        outputs = model(**tokenizer(data.texts, padding=True, return_tensors="pt")).logits.numpy()
+    fold = summary["folds"][0]
+    best = next(h for h in fold["history"] if h["epoch"] == fold["best_epoch"])
+    assert np.sqrt(((outputs[val_rows] - data.targets[val_rows]) ** 2).mean()) == pytest.approx(best["rmse"], rel=1e-5)
+    oof = pd.read_csv(out / "oof.csv").set_index("row").loc[test_rows]
+    np.testing.assert_allclose(oof[["pred_big", "pred_small"]], outputs[test_rows], rtol=1e-5, atol=1e-4)
+
+
+def test_resumed_regression_run_ends_like_the_uninterrupted_one(regression_reference, model_dir, tmp_path,
+                                                                monkeypatch):
+    """Interrupted after epoch 1 and resumed: the same metrics and predictions bit for bit (catches a resume that
+    standardises the restored weights again, or saves them folded into target units). A state saved before targets
+    were standardised (no statistics in progress.json) is refused."""
+    out, config, data = tmp_path / "run", replace(REGRESSION, model=model_dir), toy_regression()[0]
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        interrupt_after_saves(patch, 1)
+        fit(config, data, out, progress=False)
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    progress = json.loads((old / "fold_0.partial" / ".state" / "progress.json").read_text())
+    del progress["target_mean"], progress["target_std"]
+    (old / "fold_0.partial" / ".state" / "progress.json").write_text(json.dumps(progress))
+    with pytest.raises(PoolkitError, match=r"^cannot resume .*fold_0.partial: an earlier poolkit trained it on "
+                                           r"unstandardised regression targets; --force to start over$"):
+        fit(config, data, old, resume=True, progress=False)
+    resumed = fit(config, data, out, resume=True, progress=False)
+    assert "fold 0: resumed after epoch 1" in (out / "train.log").read_text()
+    assert comparable(resumed) == comparable(regression_reference[1])
+    pd.testing.assert_frame_equal(pd.read_csv(out / "oof.csv"), pd.read_csv(regression_reference[0] / "oof.csv"))
 
 
 def test_non_empty_out_dir_needs_force(reference, model_dir, tmp_path):
