@@ -18,7 +18,8 @@ beyond the threshold in the same direction in every run (block name ``agreement:
 
 ``--write FILE`` replaces, for each block, the text between ``<!-- rendered: NAME -->`` and
 ``<!-- end rendered: NAME -->`` in FILE (NAME: the JSON file's name, or the agreement block's; the markers
-must already be there and are kept).
+must already be there and are kept). ``--check FILE`` exits 1, naming the blocks of FILE that differ from
+this script's render (a hand edit, or a result re-run and not re-rendered).
 """
 
 from __future__ import annotations
@@ -145,7 +146,8 @@ def floors_of(data: dict) -> dict | None:
     return data if data.get("kind") == "floors" else None
 
 
-def write_into(target: Path, blocks: dict[str, str]) -> None:
+def rendered_into(target: Path, blocks: dict[str, str]) -> str:
+    """``target``'s text with each block's marked span replaced by the block."""
     text = target.read_text()
     for name, block in blocks.items():
         pattern = re.compile(rf"(<!-- rendered: {re.escape(name)} -->\n).*?(<!-- end rendered: {re.escape(name)} -->)",
@@ -153,7 +155,11 @@ def write_into(target: Path, blocks: dict[str, str]) -> None:
         if not pattern.search(text):
             raise SystemExit(f"{target}: no '<!-- rendered: {name} -->' ... '<!-- end rendered: {name} -->' block")
         text = pattern.sub(lambda m: m.group(1) + block + "\n" + m.group(2), text)
-    target.write_text(text)
+    return text
+
+
+def write_into(target: Path, blocks: dict[str, str]) -> None:
+    target.write_text(rendered_into(target, blocks))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", type=Path, nargs="+", help="JSON files written by perf_revisions / perf_paths")
     parser.add_argument("--threshold", type=float, default=0.05, help="list cells further than this from 1 (0.05)")
     parser.add_argument("--write", type=Path, default=None, help="replace the files' marked blocks in this file")
+    parser.add_argument("--check", type=Path, default=None,
+                        help="exit 1, naming the stale blocks, when this file's marked blocks differ from the render")
     args = parser.parse_args(argv)
     blocks, groups = {}, {}
     for path in args.results:
@@ -173,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
             blocks[path.name] = render(path.resolve(), args.threshold)
             groups.setdefault(group_name(data), []).append(path)
     blocks.update({name: agreement(paths, args.threshold) for name, paths in groups.items() if len(paths) > 1})
+    if args.check:
+        current = args.check.read_text()
+        stale = [name for name, block in blocks.items() if rendered_into(args.check, {name: block}) != current]
+        print(f"{args.check}: stale block(s) {stale}: run --write" if stale else f"{args.check}: up to date")
+        return 1 if stale else 0
     if args.write:
         write_into(args.write, blocks)
         print(f"updated {len(blocks)} block(s) in {args.write}")

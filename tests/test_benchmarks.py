@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -161,3 +162,19 @@ def test_token_floors_run_and_render(tmp_path):
     assert "old" not in text and "| mean   | 0.90 ! " in text and "Not a floor (ratio under 0.95): `mean` T8 D8" in text
     verdicts = [line.rsplit("|", 2)[1].strip() for line in text.splitlines() if "<= 1." in line and "cells" in line]
     assert verdicts == ["**missed**" if any(r["ratio"] > 1.3 for r in rows[:3]) else "met", "**missed**", "met"]
+
+
+def test_performance_page_is_rendered_from_its_committed_results(tmp_path, capsys):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import render_perf_tables
+
+    root = Path(__file__).resolve().parents[1]
+    names = re.findall(r"<!-- rendered: (\S+\.json) -->", (root / "docs" / "performance.md").read_text())
+    results = [str(root / "benchmarks" / "results" / name) for name in names]
+    assert render_perf_tables.main([*results, "--check", str(root / "docs" / "performance.md")]) == 0
+    # A figure typed over the render is caught, and the block named.
+    page = tmp_path / "performance.md"
+    page.write_text((root / "docs" / "performance.md").read_text().replace("Not a floor (ratio under 0.95): none",
+                                                                          "Not a floor (ratio under 0.95): many"))
+    assert render_perf_tables.main([*results, "--check", str(page)]) == 1
+    assert "stale block(s) ['bench-cpu-quick-tokens.json']" in capsys.readouterr().out
