@@ -174,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.results:
         data = json.loads(path.read_text())
         floors = floors_of(data)
+        if floors is None and data.get("kind") not in MEANING:  # another renderer's file (a shared folder)
+            print(f"skipped {path.name}: not a ratio result of the performance suite")
+            continue
         if floors is not None:
             blocks[path.name] = provenance(floors, path.resolve()) + "\n" + perf_tokens.render(floors)
             blocks[f"{path.name} targets"] = perf_tokens.targets(floors)
