@@ -58,9 +58,13 @@ def test_model_is_padding_invariant_left_or_right(bert_dir, pooling):
         longer = model(**batch(bert_dir, pad_to=20)).logits
         left = model(**batch(bert_dir, side="left", pad_to=20)).logits
     assert torch.allclose(right, longer, atol=1e-5)
-    # Absolute position ids shift under left padding, so BERT's outputs differ slightly there; the
-    # pooler itself is exactly side-invariant (tests/test_pooling_contract.py). Here: same tokens pooled.
-    assert torch.isfinite(left).all()
+    # Absolute position ids shift under left padding: with the positions each token has unpadded, the encoder sees
+    # the same sequence, and the pooled model must give the right-padded outputs (a pooler reading padding fails).
+    inputs = batch(bert_dir, side="left", pad_to=20)
+    with torch.no_grad():
+        placed = model(**inputs, position_ids=(inputs["attention_mask"].cumsum(1) - 1).clamp(min=0)).logits
+    assert not torch.allclose(left, right, atol=1e-5)  # without them the encoder's outputs do shift
+    assert torch.allclose(placed, right, atol=1e-5)
 
 
 def test_only_layer_poolers_ask_for_hidden_states(bert_dir, monkeypatch):

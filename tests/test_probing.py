@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from poolkit.data.tables import TableData
+from poolkit.data.tables import TableData, fold_splits
 from poolkit.training.features import FeatureCache
 from poolkit.training.probing import ProbeConfig, probe_pooler
 
@@ -42,4 +42,7 @@ def test_each_fold_records_how_it_chose_its_model():
     for detail, metrics in zip(result.fold_detail, result.fold_metrics):
         assert detail["epochs_run"] <= 4 and detail["best_epoch"] in range(1, detail["epochs_run"] + 1)
         assert detail["test_accuracy"] == metrics["accuracy"] and 0 <= detail["val_accuracy"] <= 1
-    assert np.isfinite(result.oof).all()  # every row predicted once, by its fold's chosen model
+    # out-of-fold outputs: each fold's test rows, predicted by that fold's chosen model (its reported accuracy)
+    for (_, test_rows), metrics in zip(fold_splits(data, 3, config.val_fraction, config.seed), result.fold_metrics):
+        assert (result.oof[test_rows].argmax(1) == data.targets[test_rows]).mean() == metrics["accuracy"]
+    assert not np.isnan(result.oof).any()  # every row is some fold's test row
