@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from torch.nn import functional as F  # noqa: E402
 
-from perf_common import (describe, interleaved, median_ms, parse_and_setup, ratio, save_json,  # noqa: E402
-                         table, verdict)
+from perf_common import (describe, interleaved, median_ms, parse_and_setup, per_repeat, ratio,  # noqa: E402
+                         save_json, table, verdict)
 from perf_model import real_texts  # noqa: E402
 from poolkit import TextEncoder  # noqa: E402
 from poolkit.models.encoders import resolve_model  # noqa: E402
@@ -62,13 +62,13 @@ def main(argv: list[str] | None = None) -> dict:
              f"{len(texts) / (median_ms(times, 'poolkit') / 1e3):.0f}", f"{speedup:.2f}x"]]
     print(table(["encoder", "texts / s", "throughput vs sentence-transformers"], rows,
                 title=f"Embedding throughput (lowest cosine between the two outputs: {agreement:.6f})"))
-    per_repeat = [a / b for a, b in zip(times["sentence-transformers encode"], times["poolkit"])]
+    repeats_ratio = per_repeat(times, "sentence-transformers encode", "poolkit")
     print("texts/s from each variant's median time; the ratio is the median of the per-repeat ratios: "
-          + ", ".join(f"{r:.2f}" for r in per_repeat))
+          + ", ".join(f"{r:.2f}" for r in repeats_ratio))
     print(f"target (>= {TARGET:g}x): {verdict(speedup >= TARGET)}; aim ({AIM:g}x): {verdict(speedup >= AIM)}")
     result = {"device": describe(device), "repeats": repeats, "texts": len(texts), "source": source,
               "speedup": speedup, "agreement": agreement, "st_ms": median_ms(times, "sentence-transformers encode"),
-              "poolkit_ms": median_ms(times, "poolkit"), "per_repeat": per_repeat}
+              "poolkit_ms": median_ms(times, "poolkit"), "per_repeat": repeats_ratio}
     save_json(args.json, result)
     return result
 

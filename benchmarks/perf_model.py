@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from perf_common import (describe, interleaved, median_ms, parse_and_setup, ratio, save_json,  # noqa: E402
+from perf_common import (describe, interleaved, median_ms, parse_and_setup, per_repeat, ratio, save_json,  # noqa: E402
                          table, timed_call, verdict)
 from poolkit import get_pooler, list_poolers  # noqa: E402
 
@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> dict:
     for name, pooler in poolers.items():
         variants[name] = timed_call(lambda p=pooler: p(hidden, mask), args.train, [hidden, *pooler.parameters()])
     times = interleaved(variants, device, repeats=repeats, min_sample_s=0.05)
-    rows = [{"pooler": n, "share": ratio(times, n, "encoder"), "pooler_ms": median_ms(times, n),
+    rows = [{"pooler": n, "share": ratio(times, n, "encoder"), "per_repeat": per_repeat(times, n, "encoder"),
+             "pooler_ms": median_ms(times, n),
              "encoder_ms": median_ms(times, "encoder"), "mode": mode} for n in names]
     body = [[r["pooler"], f"{100 * r['share']:.2f}%" + ("" if r["share"] <= TARGET else " *"),
              f"{r['pooler_ms']:.2f}"] for r in rows]

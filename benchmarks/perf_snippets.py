@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 import snippets  # noqa: E402
-from perf_common import describe, interleaved, median_ms, parse_and_setup, ratio, save_json, table, timed_call  # noqa: E402
+from perf_common import (describe, interleaved, median_ms, parse_and_setup, per_repeat, ratio, save_json,  # noqa: E402
+                         table, timed_call)
 from poolkit import get_pooler  # noqa: E402
 
 BATCH, NUM_LAYERS = 32, 12
@@ -102,8 +103,8 @@ def run_config(length: int, dim: int, mode: str, device: torch.device, repeats: 
         times = interleaved({"snippet": wrap(snippet_fn, layers), "poolkit": wrap(poolkit_fn, layers)}, device,
                             repeats=repeats)
         rows.append({"comparison": label, "T": length, "D": dim, "mode": mode, "target": target,
-                     "speedup": ratio(times, "snippet", "poolkit"), "snippet_ms": median_ms(times, "snippet"),
-                     "poolkit_ms": median_ms(times, "poolkit")})
+                     "speedup": ratio(times, "snippet", "poolkit"), "per_repeat": per_repeat(times, "snippet", "poolkit"),
+                     "snippet_ms": median_ms(times, "snippet"), "poolkit_ms": median_ms(times, "poolkit")})
         print(f"  {label:64s} T={length} D={dim} {mode:7s} {rows[-1]['speedup']:8.2f}x", flush=True)
     return rows
 

@@ -3,7 +3,8 @@
 1. perf_tokens    token poolers vs floors doing the same work (see its docstring)
 2. perf_snippets  poolkit vs the published snippets and sentence-transformers' Pooling
 3. perf_memory    peak memory of layer pooling over 13 hidden states (one fresh process per variant)
-4. perf_model     every token pooler's share of a packaged-MiniLM forward pass
+4. perf_model     every token pooler's share of a packaged-MiniLM forward pass (model), and of a forward +
+   backward (model_train: ``perf_model.py --train``)
 5. perf_embed     embedding throughput vs sentence-transformers ``encode``
 6. dynamic_padding.py  training throughput, length-sorted dynamic padding vs fixed max-length padding
    (its own script; run here with small settings, see docs/benchmarks-compare.md)
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import subprocess
 import sys
 import time
@@ -39,8 +41,9 @@ import perf_snippets  # noqa: E402
 import perf_tokens  # noqa: E402
 import torch  # noqa: E402
 
-SUITES = {"tokens": perf_tokens, "snippets": perf_snippets, "memory": perf_memory, "model": perf_model,
-          "embed": perf_embed}
+SUITES = {"tokens": perf_tokens.main, "snippets": perf_snippets.main, "memory": perf_memory.main,
+          "model": perf_model.main, "model_train": lambda argv: perf_model.main([*argv, "--train"]),
+          "embed": perf_embed.main}
 ALL = ",".join([*SUITES, "dynamic_padding"])
 
 
@@ -97,11 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.redirect_stdout(tee):
         for name in args.only.split(","):
             print(f"\n## {name}\n", flush=True)
-            begin = time.time()
+            begin, load = time.time(), os.getloadavg()
             if name == "dynamic_padding":
                 results[name] = dynamic_padding(args.full, device)
             else:
-                results[name] = SUITES[name].main(common)
+                results[name] = SUITES[name](common)
+            results[name]["load_average"] = {"start": load, "end": os.getloadavg()}  # other processes' load
             print(f"\n({name}: {time.time() - begin:.0f} s)")
         print(f"\nsuite finished in {time.time() - started:.0f} s")
     bundle = {"kind": "bench", **perf_common.run_info(torch.device(device), args), "suites": results}
