@@ -89,8 +89,7 @@ def build(variant: str, device):
     if name == "token":  # a token pooler on the last hidden state: its own working memory, for reference
         pooler = get_pooler(token, hidden_size=DIM).to(device)
         return pooler, lambda states, mask: pooler(states[-1], mask)
-    options = {"num_layers": NUM_LAYERS} if name == "weighted_layer" else {}
-    pooler = get_pooler(name, hidden_size=DIM, token_pooler=token, **options).to(device)
+    pooler = get_pooler(name, hidden_size=DIM, num_layers=NUM_LAYERS, token_pooler=token).to(device)
     return pooler, lambda states, mask: pooler(states, mask)
 
 

@@ -69,8 +69,8 @@ def pairs(dim: int, device: torch.device):
     out.append(("weighted_layer + cls: Weighted Layer Pooling snippet, [:, 0]", 100.0,
                 lambda s, m: snippets.weighted_layer_cls(weighted_s, s), lambda s, m: weighted(s, m), True))
     lstm_s = snippets.LSTMPooling(NUM_LAYERS, dim, 256).to(device)
-    lstm = get_pooler("lstm_layers", hidden_size=dim, rnn_hidden=256, bidirectional=False, layer_start=1,
-                      token_pooler="cls").to(device)
+    lstm = get_pooler("lstm_layers", hidden_size=dim, num_layers=NUM_LAYERS, rnn_hidden=256, bidirectional=False,
+                      layer_start=1, token_pooler="cls").to(device)
     out.append(("lstm_layers (1 direction, 256): LSTM Pooling snippet", 1.0,
                 lambda s, m: snippets.lstm_over_layers(lstm_s, s), lambda s, m: lstm(s, m), True))
     modules = [attn_s, head_s, weighted_s, lstm_s, weighted, lstm]
