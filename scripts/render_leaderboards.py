@@ -154,8 +154,9 @@ def render() -> str:
              f"under `docs/leaderboards/` ({datasets}). Every pooler runs with its defaults on the same folds, seeds, "
              "optimiser and early stopping; nothing is tuned per pooler. The `mean+logistic` / `mean+ridge` row is "
              "the strongest cheap baseline: scikit-learn's logistic / ridge regression on mean-pooled features, its "
-             "regularisation chosen on each fold's inner split. Rerunning the script gives the same numbers up to "
-             "thread scheduling (timings vary with the machine's load).", ""]
+             "regularisation chosen on each fold's inner split. Each run records the commit it ran at: rerunning "
+             "the script there gives the same numbers up to thread scheduling (timings vary with the machine's "
+             "load); later commits can move them where the code changed.", ""]
     for folder in folders:
         lines += render_board(folder) + [""]
     old = render_old_vs_new([f.name for f in folders])
