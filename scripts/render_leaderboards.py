@@ -20,6 +20,8 @@ import numpy as np
 
 from poolkit.io import atomic_write_content
 from poolkit.models.encoders import model_label
+from poolkit.training.finetune import fold_detail
+from poolkit.training.leaderboard import leaderboard_row, rank_key
 
 ROOT = Path(__file__).resolve().parent.parent
 BOARDS = ROOT / "docs" / "leaderboards"
@@ -57,9 +59,28 @@ def provenance(settings: dict) -> str:
             f"{p['date'][:10]}")
 
 
+def finished_finetuning(folder: Path, s: dict, rows: list[dict]) -> list[dict]:
+    """Fine-tuned rows of runs that finished (finetuned/*/metrics.json) when the compare run that started them was
+    stopped before it could write them into leaderboard.json; ranked after the rows it did write."""
+    listed = {r["pooler"] for r in rows if r["mode"] == "finetuned"}
+    found = []
+    for path in sorted((folder / "finetuned").glob("*/metrics.json")):
+        run = json.loads(path.read_text())
+        if path.parent.name in listed or "std_ddof1" not in run:  # listed already, or the old protocol
+            continue
+        metric = run["primary_metric"]
+        found.append(leaderboard_row(path.parent.name, run["config"]["pooler"], "finetuned", metric,
+                                     [f["metrics"] for f in run["folds"]], run["total_params"], run["seconds"],
+                                     [fold_detail(f, metric) for f in run["folds"]]))
+    found.sort(key=lambda r: rank_key(r["mean"], s["higher_is_better"]))
+    return [{"rank": len(listed) + k + 1, **r} for k, r in enumerate(found)]
+
+
 def render_board(folder: Path) -> list[str]:
     saved = load(folder)
-    s, rows = saved["settings"], saved["rows"]
+    s = saved["settings"]
+    late = finished_finetuning(folder, s, saved["rows"])
+    rows = saved["rows"] + late
     direction = "higher" if s["higher_is_better"] else "lower"
     tuned = [r for r in rows if r["mode"] == "finetuned"]
     lines = [f"### {folder.name}: {s['data']}", "",
@@ -78,10 +99,15 @@ def render_board(folder: Path) -> list[str]:
         lines.append(f"| {r['rank']} | `{r['pooler']}` | {r['mode']} | {r['mean']:.4f} ± {r['std']:.4f} | "
                      f"{r['params']:,} | {r['seconds']:.0f} | {how_chosen(r)} |")
     if tuned:
-        lines += ["", f"Fine-tuned rows: encoder + pooler + head trained end to end on the same folds "
-                      f"({tuned[0]['fold_detail'] and len(tuned[0]['fold_detail'])} folds, "
-                      f"{s['finetune_epochs']} epochs, encoder learning rate {s['encoder_lr']:g}), the checkpoint chosen on the same inner split; their "
-                      f"`seconds` is the CPU wall time of all folds on the shared 2-core machine."]
+        lines += ["", f"Fine-tuned rows: encoder + pooler + head trained end to end on the same {s['folds']} folds "
+                      f"({s['finetune_epochs']} epochs, encoder learning rate {s['encoder_lr']:g}), each fold's "
+                      "checkpoint chosen on the same inner split; `seconds` is the wall time of all its folds on the "
+                      "shared 2-core machine; `params` counts the whole model (the frozen rows count pooler + head)."]
+    if s.get("finetune_top", 0) > len(tuned):
+        names = ", ".join(f"`{r['pooler']}`" for r in late)
+        lines += ["", f"`--finetune-top {s['finetune_top']}` was asked for; the run was stopped for time after "
+                      f"{len(tuned)} fine-tuned pooler(s)"
+                      + (f" (from `finetuned/*/metrics.json`: {names})" if late else "") + "."]
     lines += reading(s, rows, folder)
     return lines
 
