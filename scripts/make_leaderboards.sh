@@ -23,4 +23,4 @@ run() {
 for name in "${@:-wordnet-supersense wordnet-depth fortunes}"; do
   for one in $name; do run "$one"; done
 done
-$PYTHON scripts/render_leaderboards.py --write docs/leaderboards.md
+$PYTHON scripts/render_leaderboards.py --write

@@ -26,6 +26,7 @@ from poolkit.training.leaderboard import leaderboard_row, rank_key
 ROOT = Path(__file__).resolve().parent.parent
 BOARDS = ROOT / "docs" / "leaderboards"
 OLD = BOARDS / "before-0.2"
+PAGE = ROOT / "docs" / "leaderboards.md"
 
 
 def load(folder: Path) -> dict:
@@ -195,8 +196,9 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", type=Path, help="write the page here instead of printing it")
-    parser.add_argument("--check", type=Path, help="exit 1 when this page differs from what the runs give")
+    parser.add_argument("--write", type=Path, nargs="?", const=PAGE, help=f"write the page (default {PAGE.name})")
+    parser.add_argument("--check", type=Path, nargs="?", const=PAGE,
+                        help="exit 1 when the page differs from what the runs give")
     args = parser.parse_args(argv)
     page = render()
     if args.check:
