@@ -33,6 +33,20 @@ from poolkit.models.encoders import resolve_model  # noqa: E402
 BATCH, TARGET, AIM = 32, 1.0, 1.2
 
 
+def render(result: dict) -> str:
+    """Texts per second of both sides, the speed-up with every repeat's, and the target and aim."""
+    speedup, texts = result["speedup"], result["texts"]
+    rows = [["sentence-transformers encode", f"{texts / (result['st_ms'] / 1e3):.0f}", "1.00x"],
+            ["poolkit (length-sorted, inference mode, last layer only)",
+             f"{texts / (result['poolkit_ms'] / 1e3):.0f}", f"{speedup:.2f}x"]]
+    return "\n\n".join([
+        table(["encoder", "texts / s", "throughput vs sentence-transformers"], rows,
+              title=f"Embedding throughput (lowest cosine between the two outputs: {result['agreement']:.6f})"),
+        "texts/s from each variant's median time; the ratio is the median of the per-repeat ratios: "
+        + ", ".join(f"{r:.2f}" for r in result["per_repeat"]),
+        f"target (>= {TARGET:g}x): {verdict(speedup >= TARGET)}; aim ({AIM:g}x): {verdict(speedup >= AIM)}"])
+
+
 def main(argv: list[str] | None = None) -> dict:
     args, device = parse_and_setup(__doc__, argv, lambda parser: parser.add_argument(
         "--texts", type=int, default=None, help="number of texts (default 320, 2000 with --full)"))
@@ -55,20 +69,11 @@ def main(argv: list[str] | None = None) -> dict:
     # The agreement check above was both variants' warm-up.
     times = interleaved({"sentence-transformers encode": st_encode, "poolkit": lambda: ours.encode(texts)},
                         device, repeats=repeats, min_sample_s=0.0, warmup=0)
-    speedup = ratio(times, "sentence-transformers encode", "poolkit")
-    st_rate = len(texts) / (median_ms(times, "sentence-transformers encode") / 1e3)
-    rows = [["sentence-transformers encode", f"{st_rate:.0f}", "1.00x"],
-            ["poolkit (length-sorted, inference mode, last layer only)",
-             f"{len(texts) / (median_ms(times, 'poolkit') / 1e3):.0f}", f"{speedup:.2f}x"]]
-    print(table(["encoder", "texts / s", "throughput vs sentence-transformers"], rows,
-                title=f"Embedding throughput (lowest cosine between the two outputs: {agreement:.6f})"))
-    repeats_ratio = per_repeat(times, "sentence-transformers encode", "poolkit")
-    print("texts/s from each variant's median time; the ratio is the median of the per-repeat ratios: "
-          + ", ".join(f"{r:.2f}" for r in repeats_ratio))
-    print(f"target (>= {TARGET:g}x): {verdict(speedup >= TARGET)}; aim ({AIM:g}x): {verdict(speedup >= AIM)}")
     result = {"device": describe(device), "repeats": repeats, "texts": len(texts), "source": source,
-              "speedup": speedup, "agreement": agreement, "st_ms": median_ms(times, "sentence-transformers encode"),
-              "poolkit_ms": median_ms(times, "poolkit"), "per_repeat": repeats_ratio}
+              "speedup": ratio(times, "sentence-transformers encode", "poolkit"), "agreement": agreement,
+              "st_ms": median_ms(times, "sentence-transformers encode"), "poolkit_ms": median_ms(times, "poolkit"),
+              "per_repeat": per_repeat(times, "sentence-transformers encode", "poolkit")}
+    print(render(result))
     save_json(args.json, result)
     return result
 

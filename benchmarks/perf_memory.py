@@ -137,6 +137,25 @@ def child(variant: str, mode: str, device_name: str) -> dict:
 
 
 # -- parent -----------------------------------------------------------------------------------------
+def render(result: dict) -> str:
+    """The table of every variant's peak over the hidden states, then the target line (weighted_layer + cls)."""
+    from perf_common import table, verdict
+
+    rows, body = result["rows"], []
+    for label in dict.fromkeys(r["variant"] for r in rows):
+        cells = [label]
+        for mode in ("infer", "train"):
+            row = next(r for r in rows if r["variant"] == label and r["mode"] == mode)
+            mark = "" if not row["poolkit"] else ("" if row["share"] <= TARGET else " *")
+            cells.append(f"+{row['added_mb']:.0f} MiB ({100 * row['share']:.1f}%){mark}")
+        body.append(cells)
+    key = [r for r in rows if r["variant"] == "poolkit weighted_layer + cls"]
+    return (table(["variant", "inference", "training forward"], body,
+                  title=f"Peak memory over the hidden states ({rows[0]['states_mb']:.0f} MiB), measured by "
+                        f"{rows[0]['method']} (* = poolkit over the 10% target)")
+            + f"\n\ntarget (weighted_layer + cls adds <= 10%): {verdict(all(r['share'] <= TARGET for r in key))}")
+
+
 def measure(variant: str, mode: str, device: str) -> dict:
     result = subprocess.run([sys.executable, __file__, "--child", variant, "--mode", mode, "--device", device],
                             capture_output=True, text=True, check=False)
@@ -146,7 +165,7 @@ def measure(variant: str, mode: str, device: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from perf_common import add_common_args, save_json, table, verdict
+    from perf_common import add_common_args, save_json
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(parser)
@@ -167,21 +186,8 @@ def main(argv: list[str] | None = None) -> dict:
                          "states_mb": m["states_bytes"] / 2**20, "share": share, "method": m["method"],
                          "poolkit": label.startswith("poolkit")})  # the reference row has no target
             print(f"  {label:60s} {mode:5s} +{rows[-1]['added_mb']:8.1f} MiB ({100 * share:6.1f}%)", flush=True)
-    body = []
-    for label in VARIANTS:
-        cells = [label]
-        for mode in ("infer", "train"):
-            row = next(r for r in rows if r["variant"] == label and r["mode"] == mode)
-            mark = "" if not row["poolkit"] else ("" if row["share"] <= TARGET else " *")
-            cells.append(f"+{row['added_mb']:.0f} MiB ({100 * row['share']:.1f}%){mark}")
-        body.append(cells)
-    states_mb = rows[0]["states_mb"]
-    print(table(["variant", "inference", "training forward"], body,
-                title=f"Peak memory over the hidden states ({states_mb:.0f} MiB), measured by {rows[0]['method']} "
-                      f"(* = poolkit over the 10% target)"))
-    key = [r for r in rows if r["variant"] == "poolkit weighted_layer + cls"]
-    print(f"target (weighted_layer + cls adds <= 10%): {verdict(all(r['share'] <= TARGET for r in key))}")
     result = {"device": args.device, "rows": rows}
+    print(render(result))
     save_json(args.json, result)
     return result
 

@@ -56,6 +56,22 @@ def model_batch(device: torch.device):
     return encoder, {k: v.to(device) for k, v in batch.items()}, source
 
 
+def render(*results: dict) -> str:
+    """One table of every token pooler's share, a pair of columns per result (forward, forward + backward),
+    then the target line of each."""
+    names = [r["pooler"] for r in results[0]["rows"]]
+    shares = [{r["pooler"]: r for r in result["rows"]} for result in results]
+    headers = ["token pooler"] + [h for result in results for h in (f"share of the {result['mode']}", "pooler ms")]
+    body = [[name] + [cell for rows in shares for cell in
+                      (f"{100 * rows[name]['share']:.2f}%" + ("" if rows[name]["share"] <= TARGET else " *"),
+                       f"{rows[name]['pooler_ms']:.2f}")] for name in names]
+    encoders = "; ".join(f"{result['mode']}: {result['rows'][0]['encoder_ms']:.0f} ms" for result in results)
+    verdicts = [f"target (every token pooler <= 2% of the {result['mode']}): "
+                f"{verdict(all(r['share'] <= TARGET for r in result['rows']))}" for result in results]
+    return "\n\n".join([table(headers, body, title=f"Pooler time / encoder time (encoder {encoders}; "
+                                                    "* = over the 2% target)"), *verdicts])
+
+
 def main(argv: list[str] | None = None) -> dict:
     args, device = parse_and_setup(__doc__, argv, lambda parser: parser.add_argument(
         "--train", action="store_true", help="forward + backward on both sides (default: inference)"))
@@ -81,13 +97,8 @@ def main(argv: list[str] | None = None) -> dict:
     rows = [{"pooler": n, "share": ratio(times, n, "encoder"), "per_repeat": per_repeat(times, n, "encoder"),
              "pooler_ms": median_ms(times, n),
              "encoder_ms": median_ms(times, "encoder"), "mode": mode} for n in names]
-    body = [[r["pooler"], f"{100 * r['share']:.2f}%" + ("" if r["share"] <= TARGET else " *"),
-             f"{r['pooler_ms']:.2f}"] for r in rows]
-    print(table(["token pooler", f"share of the {mode}", "pooler ms"], body,
-                title=f"Pooler time / encoder time ({mode}: {rows[0]['encoder_ms']:.0f} ms; "
-                      "* = over the 2% target)"))
-    print(f"target (every token pooler <= 2%): {verdict(all(r['share'] <= TARGET for r in rows))}")
     result = {"device": describe(device), "repeats": repeats, "source": source, "mode": mode, "rows": rows}
+    print(render(result))
     save_json(args.json, result)
     return result
 

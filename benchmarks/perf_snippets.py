@@ -103,7 +103,8 @@ def run_config(length: int, dim: int, mode: str, device: torch.device, repeats: 
         times = interleaved({"snippet": wrap(snippet_fn, layers), "poolkit": wrap(poolkit_fn, layers)}, device,
                             repeats=repeats)
         rows.append({"comparison": label, "T": length, "D": dim, "mode": mode, "target": target,
-                     "speedup": ratio(times, "snippet", "poolkit"), "per_repeat": per_repeat(times, "snippet", "poolkit"),
+                     "speedup": ratio(times, "snippet", "poolkit"),
+                     "per_repeat": per_repeat(times, "snippet", "poolkit"),
                      "snippet_ms": median_ms(times, "snippet"), "poolkit_ms": median_ms(times, "poolkit")})
         print(f"  {label:64s} T={length} D={dim} {mode:7s} {rows[-1]['speedup']:8.2f}x", flush=True)
     return rows

@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     common = ["--threads", str(args.threads)] + (["--full"] if args.full else [])
     common += ["--device", device]
     tee = Tee(sys.stdout)
+    info = perf_common.run_info(torch.device(device), args)  # the tree and load as the run starts
     results, started = {}, time.time()
     with contextlib.redirect_stdout(tee):
         for name in args.only.split(","):
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             results[name]["load_average"] = {"start": load, "end": os.getloadavg()}  # other processes' load
             print(f"\n({name}: {time.time() - begin:.0f} s)")
         print(f"\nsuite finished in {time.time() - started:.0f} s")
-    bundle = {"kind": "bench", **perf_common.run_info(torch.device(device), args), "suites": results}
+    bundle = {"kind": "bench", **info, "suites": results}
     targets = [args.json or default_json(device, args.full, args.only)]
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

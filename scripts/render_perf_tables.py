@@ -33,8 +33,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import perf_embed  # noqa: E402
+import perf_memory  # noqa: E402
+import perf_model  # noqa: E402
+import perf_snippets  # noqa: E402
 import perf_tokens  # noqa: E402
 from perf_common import table  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import render_benchmarks_compare  # noqa: E402
 
 #: What each result kind's ratio means: (above 1, below 1).
 MEANING = {"revisions": ("faster now", "slower now"),
@@ -51,6 +58,14 @@ def agreeing(row: dict, name: str) -> str:
     return f"{sum((r > 1) == (median > 1) for r in ratios)}/{len(ratios)}"
 
 
+def tree(result: dict) -> str:
+    """What code was timed: the exported revision, or the working tree at a commit with its uncommitted paths."""
+    if result.get("new"):
+        return f"new side: `{result['new']}` ({result['new_commit'][:7]}), exported from git like the old one"
+    dirty = result.get("uncommitted")
+    return f"working tree at {result['commit'][:7]}" + (f" (+ uncommitted: {', '.join(dirty)})" if dirty else "")
+
+
 def provenance(result: dict, path: Path) -> str:
     settings, machine = result["settings"], result["machine"]
     load = machine.get("load_average")
@@ -62,13 +77,7 @@ def provenance(result: dict, path: Path) -> str:
                 "> 1 is the fast forms faster")
     else:
         what = "`benchmarks/perf_tokens.py`: pooler time / floor time, < 1 is faster than the floor"
-    if result.get("new"):
-        tree = f"new side: `{result['new']}` ({result['new_commit'][:7]}), exported from git like the old one"
-    else:
-        tree = f"working tree at {result['commit'][:7]}"
-        if result.get("uncommitted"):
-            tree += f" (+ uncommitted: {', '.join(result['uncommitted'])})"
-    return (f"{what}. {tree}; {result['date'][:10]}, {machine['cpu']}, {machine['cores']} cores, "
+    return (f"{what}. {tree(result)}; {result['date'][:10]}, {machine['cpu']}, {machine['cores']} cores, "
             f"torch {result['torch']}, {settings['threads']} torch thread(s), B = {settings['batch']}, "
             f"{settings['repeats']} interleaved repeats per cell"
             + (f", load average {load[0]:.1f} at the start" if load else "")
@@ -146,6 +155,124 @@ def floors_of(data: dict) -> dict | None:
     return data if data.get("kind") == "floors" else None
 
 
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f}%"
+
+
+def _range(values: list[float]) -> str:
+    return f"{min(values):.2f} to {max(values):.2f}x"
+
+
+def suites_run(data: dict, path: Path) -> str:
+    """The provenance of run_all's suites 2-5: the tree, machine, threads, repeats and each suite's load."""
+    machine, suites = data["machine"], data["suites"]
+    repeats = ", ".join(f"{name} {suite['repeats']}" for name, suite in suites.items() if "repeats" in suite)
+    loads = ", ".join(f"{name} {suite['load_average']['start'][0]:.1f} -> {suite['load_average']['end'][0]:.1f}"
+                      for name, suite in suites.items() if name != "tokens")
+    return (f"`benchmarks/run_all.py --only {data['options']['only']} --threads {data['options']['threads']}`: "
+            f"{tree(data)}; {data['date'][:10]}, {machine['cpu']}, {machine['cores']} cores, torch {data['torch']}, "
+            f"{data['options']['threads']} torch thread(s); interleaved repeats per cell: {repeats} (memory: one "
+            f"call per variant, each in a fresh process); 1-minute load average at each suite's start -> end: "
+            f"{loads}. Data: `{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}` (every repeat's "
+            "ratio is kept in it).")
+
+
+def snippets_block(suite: dict) -> str:
+    rows = suite["rows"]
+    weighted = [r for r in rows if r["comparison"].startswith("weighted_layer")]
+    return "\n\n".join([perf_snippets.render(rows).lstrip("\n"), "Weighted layers + CLS per repeat: " + "; ".join(
+        f"{r['mode']} " + ", ".join(f"{x:.1f}x" for x in r["per_repeat"]) for r in weighted)])
+
+
+def suites_targets(suites: dict) -> str:
+    """Targets rows 2-5: each stated target, the figures that judge it, met or missed."""
+    lines = ["| # | target | result | |", "|---|---|---|---|"]
+
+    def row(item: str, target: str, result: str, met: bool) -> None:
+        lines.append(f"| {item} | {target} | {result} | {'met' if met else '**missed**'} |")
+
+    if "snippets" in suites:
+        rows = suites["snippets"]["rows"]
+        low = min(rows, key=lambda r: r["speedup"] / r["target"])
+        weighted = {r["mode"]: r for r in rows if r["comparison"].startswith("weighted_layer")}
+        within = sum(r["speedup"] >= r["target"] for r in rows)
+        row("2", "never slower than the snippets / ST `Pooling` (>= 1x); weighted layers + CLS >= 100x at "
+                 "T = 256, forward",
+            f"{within} of {len(rows)} comparisons at target; lowest against its target: {low['comparison']} "
+            f"{low['mode']} {low['speedup']:.2f}x; weighted layers + CLS "
+            + ", ".join(f"{m} {r['speedup']:.1f}x (per repeat {_range(r['per_repeat'])})" for m, r in weighted.items()),
+            within == len(rows))
+    if "memory" in suites:
+        cells = [r for r in suites["memory"]["rows"] if r["poolkit"]]
+        over = [r for r in cells if r["share"] > perf_memory.TARGET]
+        top = max(cells, key=lambda r: r["share"])
+        stack = max((r for r in suites["memory"]["rows"] if r["variant"].startswith("snippet")),
+                    key=lambda r: r["share"])
+        row("3", f"layer pooling over 13 hidden states adds <= {perf_memory.TARGET:.0%} peak memory "
+                 "(inference and training forward)",
+            f"{len(cells) - len(over)} of {len(cells)} poolkit cells within; highest: {top['variant']} "
+            f"({top['mode']}) {_pct(top['share'])}"
+            + "".join(f"; over: {r['variant']} ({r['mode']}) {_pct(r['share'])}" for r in over if r is not top)
+            + f"; the stacking snippets up to +{_pct(stack['share'])}", not over)
+    modes = [suites[name] for name in ("model", "model_train") if name in suites]
+    if modes:
+        parts, met = [], True
+        for result in modes:
+            ranked = sorted(result["rows"], key=lambda r: -r["share"])
+            met &= ranked[0]["share"] <= perf_model.TARGET
+            parts.append(f"{result['mode']}: highest " + ", ".join(f"`{r['pooler']}` {100 * r['share']:.2f}%"
+                                                                    for r in ranked[:3]))
+        row("4", f"every token pooler <= {perf_model.TARGET:.0%} of a MiniLM forward "
+                 f"({perf_model.BATCH} x {perf_model.LENGTH})", "; ".join(parts), met)
+    if "embed" in suites:
+        embed = suites["embed"]
+        aim = "aim met" if embed["speedup"] >= perf_embed.AIM else "aim missed"
+        row("5", f"embedding throughput >= {perf_embed.TARGET:g}x sentence-transformers `encode`, aim "
+                 f"{perf_embed.AIM:g}x",
+            f"{embed['speedup']:.2f}x (per repeat {_range(embed['per_repeat'])}), {embed['texts']} texts, "
+            f"through `poolkit.TextEncoder`; {aim}", embed["speedup"] >= perf_embed.TARGET)
+    return "\n".join(lines)
+
+
+def padding_target(result: dict) -> str:
+    """Target row 6 from ``dynamic_padding.json`` (its summaries, as docs/benchmarks-compare.md reads them)."""
+    sums = {d["name"]: d["summary"] for d in result["datasets"]}
+    target = next(iter(sums.values()))["target"]
+    figures = "; ".join(f"{name}: {s['cpu_speedup']:.2f}x per CPU s ({s['speedup']:.2f}x wall), fixed padding pads "
+                        f"{s['tokens']:.1f}x more tokens" for name, s in sums.items())
+    met = all(s["target_met"] for s in sums.values())
+    return "\n".join(["| # | target | result | |", "|---|---|---|---|",
+                      f"| 6 | training throughput, dynamic vs fixed max-length padding >= {target}x | {figures} | "
+                      f"{'met' if met else '**missed**'} |", "",
+                      render_benchmarks_compare.provenance(result, "benchmarks/results/dynamic_padding.json")])
+
+
+def file_blocks(path: Path, data: dict) -> dict[str, str]:
+    """The blocks a result file gives (none for another renderer's file)."""
+    floors, blocks = floors_of(data), {}
+    if floors is not None:
+        blocks[path.name] = provenance(floors, path.resolve()) + "\n" + perf_tokens.render(floors)
+        blocks[f"{path.name} targets"] = perf_tokens.targets(floors)
+    suites = {k: v for k, v in data.get("suites", {}).items() if k in SUITE_BLOCKS or k == "model_train"}
+    if suites:
+        blocks[f"{path.name} run"] = suites_run(data, path.resolve())
+        blocks[f"{path.name} targets 2-5"] = suites_targets(suites)
+        for name, block in SUITE_BLOCKS.items():
+            if name in suites or name == "model" and "model_train" in suites:
+                blocks[f"{path.name} {name}"] = block(suites)
+    if data.get("benchmark") == "dynamic_padding":
+        blocks[f"{path.name} targets"] = padding_target(data)
+    return blocks
+
+
+#: Sections 2-5's tables, each from run_all's suites (section 4: forward and, when run, forward + backward).
+SUITE_BLOCKS = {"snippets": lambda suites: snippets_block(suites["snippets"]),
+                "memory": lambda suites: perf_memory.render(suites["memory"]).lstrip("\n"),
+                "model": lambda suites: perf_model.render(*(suites[n] for n in ("model", "model_train")
+                                                            if n in suites)).lstrip("\n"),
+                "embed": lambda suites: perf_embed.render(suites["embed"]).lstrip("\n")}
+
+
 def rendered_into(target: Path, blocks: dict[str, str]) -> str:
     """``target``'s text with each block's marked span replaced by the block."""
     text = target.read_text()
@@ -173,20 +300,20 @@ def main(argv: list[str] | None = None) -> int:
     blocks, groups = {}, {}
     for path in args.results:
         data = json.loads(path.read_text())
-        floors = floors_of(data)
-        if floors is None and data.get("kind") not in MEANING:  # another renderer's file (a shared folder)
-            print(f"skipped {path.name}: not a ratio result of the performance suite")
-            continue
-        if floors is not None:
-            blocks[path.name] = provenance(floors, path.resolve()) + "\n" + perf_tokens.render(floors)
-            blocks[f"{path.name} targets"] = perf_tokens.targets(floors)
-        else:
+        if data.get("kind") in MEANING:
             blocks[path.name] = render(path.resolve(), args.threshold)
             groups.setdefault(group_name(data), []).append(path)
+        elif given := file_blocks(path, data):
+            blocks.update(given)
+        else:  # another renderer's file (a shared folder)
+            print(f"skipped {path.name}: not a result of the performance suite")
     blocks.update({name: agreement(paths, args.threshold) for name, paths in groups.items() if len(paths) > 1})
     if args.check:
         current = args.check.read_text()
         stale = [name for name, block in blocks.items() if rendered_into(args.check, {name: block}) != current]
+        # A block the page holds for a given file that the file no longer gives (a suite not re-run) is stale too.
+        stale += [name for name in re.findall(r"<!-- rendered: (.+?) -->", current) if name not in blocks
+                  and any(name.startswith(path.name + " ") or name == path.name for path in args.results)]
         print(f"{args.check}: stale block(s) {stale}: run --write" if stale else f"{args.check}: up to date")
         return 1 if stale else 0
     if args.write:
