@@ -34,6 +34,7 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from ..bench.snr import add_snr_arguments, run_snr_command
+    from ..bench.vision import add_vision_arguments, run_vision_command
     from . import cache, compare, data, embed, predict, train
 
     parser = Parser(prog="poolkit", description="Pooling that is correct under padding and dtypes: "
@@ -55,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     snr = bench_sub.add_parser("snr", help="noise robustness (SNR) of poolers, Brothers (ICML 2025)")
     add_snr_arguments(snr)
     snr.set_defaults(func=run_snr_command)
+    vision = bench_sub.add_parser("vision", help="spatial poolers after a small CNN on Fashion-MNIST (FlexPooling, "
+                                  "Ali et al. 2023)")
+    add_vision_arguments(vision)
+    vision.set_defaults(func=run_vision_command)
 
     sub.add_parser("zoo", help="every pooler on the packaged MiniLM's hidden states: dims, params, time"
                    ).set_defaults(func=run_zoo)

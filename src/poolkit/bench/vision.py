@@ -1,0 +1,406 @@
+"""``poolkit bench vision``: spatial poolers as the last step of a small CNN trained on real images.
+
+For each training-set size and seed, the CNN of :mod:`.vision_model` is trained from scratch with each pooler on
+its last map (``gap`` the baseline; ``NAME+sac`` adds Simple Auxiliary Classifiers on the earlier stages), with
+the same seeds, schedule and augmentation for all. The epoch is chosen on a validation split of the training
+images; the test set is scored once. The frozen-backbone variant takes each seed's GAP-trained CNN, freezes it,
+and trains only a fresh pooler + head per pooler on its last maps (post hoc; no augmentation, the maps are
+computed once). Reported: test accuracy mean and sample std over seeds, and the paired per-seed difference
+to GAP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..errors import PoolkitError
+from ..io import atomic_write, prepare_out_dir
+from ..pooling import AuxiliaryClassifiers, get_pooler
+from ..pooling.base import pooler_class, resolve_name
+from ..provenance import run_provenance
+from .snr import _device
+from .vision_data import DATASETS, Images, augment, load_images, split_pool
+from .vision_model import Backbone, PooledHead, VisionModel, encode, fit, map_sizes
+
+BASELINE = "gap"
+SAC = "+sac"
+DEFAULT_POOLERS = ("gap", "gmp", "gem", "avgmax", "flex", "flex+sac", "attention2d", "adapool2d")
+RESULT_FILES = ("results.csv", "results.json", "accuracy.png")
+COLUMNS = ["variant", "pooler", "size", "seed", "accuracy", "best_epoch"]
+VARIANTS = ("scratch", "frozen")
+#: FlexPooling's reported gains over GAP (Ali, Alsuwaidi & Khan, VISAPP 2023): the paper's numbers, not ours.
+PAPER = {"tiny_imagenet": {"gap": 46.5, "flex": 48.64}, "cifar100_gain": {"flex": 0.75, "flex_l2_dropout": 1.1}}
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """Every setting of a run. The defaults are the CPU-sized default; :data:`FULL` and :data:`QUICK` the others."""
+
+    dataset: str = "fashion-mnist"
+    root: str | None = None
+    sizes: tuple[int, ...] = (1000, 6000)
+    val_size: int = 1000
+    poolers: tuple[str, ...] = DEFAULT_POOLERS
+    frozen: bool = True
+    seeds: int = 3
+    epochs: int = 8
+    batch_size: int = 64
+    lr: float = 5e-3
+    weight_decay: float = 0.05
+    widths: tuple[int, ...] = (32, 64, 128)
+    pad: int = 2
+    sac_weight: float = 0.3
+    sac_schedule: str = "linear"
+    data_seed: int = 0
+    seed: int = 1
+    workers: int = 2
+    threads: int | None = 1
+    device: str = "cpu"
+    preset: str = "default"
+
+    def validated(self) -> VisionConfig:
+        """This config with the baseline ``gap`` first among the poolers; bad values raise."""
+        for name in ("seeds", "epochs", "batch_size", "val_size", "workers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise PoolkitError(f"{name} must be an int >= 1, got {value!r}")
+        if self.dataset not in DATASETS:
+            raise PoolkitError(f"dataset must be one of {', '.join(DATASETS)}, got {self.dataset!r}")
+        if not self.sizes or any(not isinstance(s, int) or s < 1 for s in self.sizes):
+            raise PoolkitError(f"sizes must be positive ints (training images per run), got {list(self.sizes)!r}")
+        if not self.widths or any(not isinstance(w, int) or w < 1 for w in self.widths):
+            raise PoolkitError(f"widths must be positive ints (channels per stage), got {list(self.widths)!r}")
+        if not self.lr > 0 or not self.weight_decay >= 0 or not self.sac_weight >= 0 or self.pad < 0:
+            raise PoolkitError("lr must be > 0, and weight_decay, sac_weight and pad >= 0; got "
+                               f"{self.lr!r}, {self.weight_decay!r}, {self.sac_weight!r}, {self.pad!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise PoolkitError(f"threads must be a positive int or None, got {self.threads!r}")
+        try:
+            device = _device(self.device)
+        except (RuntimeError, TypeError):
+            raise PoolkitError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise PoolkitError(f"device {self.device!r} asked for, but torch sees no CUDA GPU; use 'cpu'")
+        if device.type != "cpu" and self.workers > 1:
+            raise PoolkitError(f"workers > 1 runs on CPU only; use workers=1 with device {self.device!r}")
+        if len(self.widths) < 2 and any(name.endswith(SAC) for name in self.poolers):
+            raise PoolkitError("+sac needs an earlier stage to classify: give at least two --widths")
+        names = [BASELINE] + [n for n in self.poolers if n != BASELINE]
+        for name in names:
+            if pooler_class(resolve_name(name.removesuffix(SAC))).kind != "token":  # unknown names raise
+                raise PoolkitError(f"pooler {name!r} pools over layers; this benchmark needs a pooler of positions")
+        if len(set(names)) != len(names):
+            raise PoolkitError(f"poolers must be distinct, got {names!r}")
+        return dataclasses.replace(self, poolers=tuple(names), sizes=tuple(self.sizes), widths=tuple(self.widths))
+
+
+DEFAULT = VisionConfig()
+#: The whole 60,000-image training set (54,000 train + 6,000 validation), sized for a GPU.
+FULL = VisionConfig(sizes=(6000, 54000), val_size=6000, seeds=5, epochs=30, workers=1, threads=None, device="auto",
+                    preset="full")
+#: sklearn's 8x8 digits: a minute on one core.
+QUICK = VisionConfig(dataset="digits", sizes=(1000,), val_size=200, epochs=6, pad=1, workers=1, preset="quick")
+PRESETS = {"default": DEFAULT, "full": FULL, "quick": QUICK}
+
+
+def run_vision(config: VisionConfig = DEFAULT, out_dir: str | os.PathLike | None = None, *, force: bool = False,
+               progress: bool = True) -> pd.DataFrame:
+    """Run the benchmark; return one row per run (:data:`COLUMNS`). With ``out_dir``, also write results.csv,
+    results.json (settings, provenance, summary, per-epoch curves) and accuracy.png there; existing results are
+    kept unless ``force``. ``workers > 1`` spawns processes: a calling script needs the ``__main__`` guard."""
+    config = config.validated()
+    out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
+    started, cpu = time.perf_counter(), _cpu_seconds()
+    previous_threads = torch.get_num_threads()
+    try:
+        runs = _run_all(_Runner(config), progress)
+    finally:
+        torch.set_num_threads(previous_threads)
+    frame = pd.DataFrame([{key: run[key] for key in COLUMNS} for run in runs], columns=COLUMNS)
+    order = {"variant": VARIANTS.index, "pooler": config.poolers.index}
+    frame = frame.sort_values(["variant", "pooler", "size", "seed"], key=lambda c: c.map(order.get(c.name, int)),
+                              ignore_index=True)
+    if out is not None:
+        _write_outputs(out, config, frame, runs, time.perf_counter() - started, _cpu_seconds() - cpu)
+    return frame
+
+
+class _Runner:
+    """The images, loaded once, and single runs on them: one (size, seed, pooler) task trains that pooler from
+    scratch; the baseline's task then also trains every post-hoc pooler on its frozen backbone."""
+
+    def __init__(self, config: VisionConfig) -> None:
+        if config.threads is not None:
+            torch.set_num_threads(config.threads)
+        self.config = config
+        self.device = _device(config.device)
+        self.images: Images = load_images(config.dataset, config.root)
+        pool = self.images.train_x
+        self.mean, self.std = float(pool.mean()), float(pool.std())
+        self.sizes = map_sizes(pool.shape[2], pool.shape[3], len(config.widths))
+        split_pool(len(pool), max(config.sizes), config.val_size, config.data_seed, 0)  # sizes fit the pool
+
+    def tasks(self) -> list[tuple[int, int, str]]:
+        """The baseline's tasks first: they are the longest (they also run the frozen variant)."""
+        config = self.config
+        return [(size, config.seed + run, name) for name in config.poolers for size in config.sizes
+                for run in range(config.seeds)]
+
+    def __call__(self, task: tuple[int, int, str]) -> list[dict]:
+        size, seed, name = task
+        config, images, device = self.config, self.images, self.device
+        val, train = split_pool(len(images.train_y), size, config.val_size, config.data_seed, seed)
+        splits = [(x.to(device), y.to(device)) for x, y in
+                  ((images.train_x[train], images.train_y[train]), (images.train_x[val], images.train_y[val]),
+                   (images.test_x, images.test_y))]
+        model = self.build(name, seed).to(device)
+        shift = partial(augment, pad=config.pad, flip=images.flip)
+        runs = [self._fit("scratch", name, size, seed, model, splits, shift)]
+        if name == BASELINE and config.frozen:
+            model.backbone.requires_grad_(False)
+            maps = [(encode(model.backbone, x), y) for x, y in splits]
+            for other in config.poolers:
+                if not other.endswith(SAC):
+                    torch.manual_seed(seed + 1)
+                    head = PooledHead(self.pooler(other), images.num_classes).to(device)
+                    runs.append(self._fit("frozen", other, size, seed, head, maps, None))
+        return runs
+
+    def _fit(self, variant, name, size, seed, model, splits, shift) -> dict:
+        config = self.config
+        tic, cpu = time.perf_counter(), time.process_time()
+        result = fit(model, *splits, epochs=config.epochs, batch_size=config.batch_size, lr=config.lr,
+                     weight_decay=config.weight_decay, seed=seed, augment=shift)
+        return {"variant": variant, "pooler": name, "size": size, "seed": seed, "accuracy": result.test_accuracy,
+                "best_epoch": result.best_epoch, "train_loss": result.train_loss, "val_accuracy": result.val_accuracy,
+                "seconds": round(time.perf_counter() - tic, 3), "cpu_seconds": round(time.process_time() - cpu, 3)}
+
+    def pooler(self, name: str) -> torch.nn.Module:
+        """A poolkit pooler for the last map (flex sized to it; other options their defaults)."""
+        height, width = self.sizes[-1]
+        options = {"height": height, "width": width} if resolve_name(name) == "flex" else {}
+        return get_pooler(name, hidden_size=self.config.widths[-1], **options)
+
+    def build(self, name: str, seed: int) -> VisionModel:
+        """Seeded: the backbone first (the same whatever the pooler), then the pooler and head, then SAC."""
+        config = self.config
+        torch.manual_seed(seed)
+        backbone = Backbone(config.widths, self.mean, self.std)
+        torch.manual_seed(seed + 1)
+        head = PooledHead(self.pooler(name.removesuffix(SAC)), self.images.num_classes)
+        aux = None
+        if name.endswith(SAC):
+            torch.manual_seed(seed + 2)
+            aux = AuxiliaryClassifiers(config.widths[:-1], self.sizes[:-1], self.images.num_classes,
+                                       weights=config.sac_weight, schedule=config.sac_schedule)
+        return VisionModel(backbone, head, aux)
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its finished child processes (the workers), user + system."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+_WORKER: _Runner | None = None
+
+
+def _init_worker(config: VisionConfig) -> None:
+    global _WORKER
+    _WORKER = _Runner(config)
+
+
+def _worker_run(task: tuple[int, int, str]) -> list[dict]:
+    return _WORKER(task)
+
+
+def _run_all(runner: _Runner, progress: bool) -> list[dict]:
+    """Every task, here or in ``workers`` spawned processes; each run is seeded on its own, so the results do not
+    depend on ``workers``. Runs come back in task order."""
+    from tqdm.auto import tqdm
+
+    config, tasks = runner.config, runner.tasks()
+    results: list[list[dict]] = [[] for _ in tasks]
+    with tqdm(total=len(tasks), disable=None if progress else True, desc="vision", unit="task") as bar:
+        if config.workers == 1:
+            for i, task in enumerate(tasks):
+                results[i] = runner(task)
+                bar.update()
+        else:
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(config.workers, mp_context=context, initializer=_init_worker,
+                                     initargs=(config,)) as pool:
+                futures = {pool.submit(_worker_run, task): i for i, task in enumerate(tasks)}
+                try:
+                    for future in as_completed(futures):
+                        results[futures[future]] = future.result()
+                        bar.update()
+                except BrokenProcessPool:
+                    raise PoolkitError("a worker process died; called from a script, put the call under "
+                                       "`if __name__ == '__main__':` (workers are spawned), or use workers=1") from None
+    return [run for task_runs in results for run in task_runs]
+
+
+# -- summary ------------------------------------------------------------------------------------------
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (variant, pooler, size): accuracy mean and sample std over seeds, and the paired per-seed difference to
+    gap (mean, sample std, and whether it sits inside seed noise: its 95% t-interval contains 0)."""
+    from scipy import stats
+
+    rows = []
+    for (variant, name, size), group in frame.groupby(["variant", "pooler", "size"], sort=False):
+        acc = group.set_index("seed")["accuracy"]
+        base = frame[(frame["variant"] == variant) & (frame["pooler"] == BASELINE) & (frame["size"] == size)]
+        diff = (acc - base.set_index("seed")["accuracy"]).dropna().to_numpy()
+        n = len(diff)
+        diff_std = float(diff.std(ddof=1)) if n > 1 else float("nan")
+        half = float(stats.t.ppf(0.975, n - 1) * diff_std / np.sqrt(n)) if n > 1 else float("nan")
+        rows.append({"variant": variant, "pooler": name, "size": int(size), "seeds": len(acc),
+                     "mean": float(acc.mean()), "std": float(acc.std(ddof=1)) if len(acc) > 1 else float("nan"),
+                     "diff_mean": float(diff.mean()), "diff_std": diff_std, "diff_ci95": half,
+                     "inside_noise": bool(name != BASELINE and not abs(diff.mean()) > half)})
+    return pd.DataFrame(rows)
+
+
+# -- outputs ------------------------------------------------------------------------------------------
+def _write_outputs(out: Path, config: VisionConfig, frame: pd.DataFrame, runs: list[dict], seconds: float,
+                   cpu_seconds: float) -> None:
+    summary = summarize(frame)
+    meta = {
+        "benchmark": "vision (spatial poolers after a small CNN; FlexPooling, Ali et al. VISAPP 2023)",
+        "settings": dataclasses.asdict(config),
+        "runtime_seconds": round(seconds, 1),
+        "cpu_seconds": round(cpu_seconds, 1),
+        "provenance": run_provenance(),
+        "published": PAPER,
+        "summary": summary.to_dict(orient="records"),
+        "runs": runs,
+    }
+    atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
+    atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
+    atomic_write(out / "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
+
+
+def _title(config: VisionConfig) -> str:
+    return (f"{config.dataset} ({config.preset}): CNN {'-'.join(map(str, config.widths))}, {config.epochs} epochs, "
+            f"{config.seeds} seeds, validation {config.val_size}")
+
+
+def plot_results(summary: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
+    """Test accuracy per pooler, mean with +-std error bars over seeds, one marker per training-set size; one panel
+    per variant (from scratch, frozen backbone)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    variants = [v for v in VARIANTS if (summary["variant"] == v).any()]
+    fig, axes = plt.subplots(1, len(variants), figsize=(5.2 * len(variants), 4.0), dpi=150, squeeze=False)
+    sizes = sorted(summary["size"].unique())
+    for ax, variant in zip(axes[0], variants):
+        part = summary[summary["variant"] == variant]
+        names = list(dict.fromkeys(part["pooler"]))
+        for j, size in enumerate(sizes):
+            cell = part[part["size"] == size].set_index("pooler").reindex(names)
+            offset = (j - (len(sizes) - 1) / 2) * 0.25
+            ax.errorbar(np.arange(len(names)) + offset, 100 * cell["mean"], yerr=100 * cell["std"].fillna(0),
+                        fmt="o", ms=4, capsize=3, label=f"{size} training images")
+        ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title("trained from scratch" if variant == "scratch" else "frozen GAP backbone, pooler + head retrained",
+                     fontsize=9)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+
+
+# -- CLI ----------------------------------------------------------------------------------------------
+def add_vision_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``poolkit bench vision``; unset ones come from the preset."""
+    scale = parser.add_mutually_exclusive_group()
+    scale.add_argument("--quick", dest="preset", action="store_const", const="quick", default="default",
+                       help="sklearn's 8x8 digits, 1000 training images, 6 epochs, 1 worker")
+    scale.add_argument("--full", dest="preset", action="store_const", const="full",
+                       help="Fashion-MNIST's whole training set (54,000 + 6,000 validation), 30 epochs, 5 seeds; GPU")
+    parser.add_argument("--poolers", nargs="+", metavar="NAME",
+                        help="poolers separated by commas and/or spaces, NAME+sac for auxiliary classifiers; gap is "
+                             f"always run (default: {','.join(DEFAULT_POOLERS)})")
+    parser.add_argument("--sizes", type=int, nargs="+", metavar="N", help="training-set sizes (default: 1000 6000)")
+    parser.add_argument("--widths", type=int, nargs="+", metavar="C", help="channels per conv stage (default: 32 64 128)")
+    for flag, kind, what in (("--dataset", str, f"one of {', '.join(DATASETS)}"),
+                             ("--root", str, "folder of the Fashion-MNIST IDX files"),
+                             ("--val-size", int, "validation images (epoch selection), held out of the training pool"),
+                             ("--seeds", int, "runs per (pooler, size)"), ("--epochs", int, "epochs per run"),
+                             ("--batch-size", int, "minibatch size"), ("--lr", float, "AdamW peak learning rate"),
+                             ("--weight-decay", float, "AdamW weight decay"),
+                             ("--pad", int, "random-crop padding in pixels (0: no shifts)"),
+                             ("--sac-weight", float, "weight of each auxiliary classifier's loss"),
+                             ("--data-seed", int, "seed of the validation split"),
+                             ("--seed", int, "seed of run 0 (run i uses seed + i)"),
+                             ("--workers", int, "CPU processes running tasks in parallel"),
+                             ("--threads", int, "torch threads per worker"),
+                             ("--device", str, "cpu, cuda, cuda:N or auto (default: cpu; --full: auto)")):
+        parser.add_argument(flag, type=kind, help=what)
+    parser.add_argument("--no-frozen", dest="frozen", action="store_false", default=None,
+                        help="skip the frozen-backbone variant")
+    parser.add_argument("--out", metavar="DIR", help="write results.csv, results.json and accuracy.png here")
+    parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+_ARG_FIELDS = ("poolers", "sizes", "widths", "dataset", "root", "val_size", "seeds", "epochs", "batch_size", "lr",
+               "weight_decay", "pad", "sac_weight", "data_seed", "seed", "workers", "threads", "device", "frozen")
+
+
+def config_from_args(args: argparse.Namespace) -> VisionConfig:
+    """The preset chosen by --quick / --full (or the default) with the explicitly given options applied."""
+    from ..cli.common import split_names
+
+    changes = {field: getattr(args, field) for field in _ARG_FIELDS if getattr(args, field, None) is not None}
+    if "poolers" in changes:
+        changes["poolers"] = tuple(split_names(changes["poolers"]))
+    for field in ("sizes", "widths"):
+        if field in changes:
+            changes[field] = tuple(changes[field])
+    return dataclasses.replace(PRESETS[getattr(args, "preset", "default")], **changes)
+
+
+def run_vision_command(args: argparse.Namespace) -> int:
+    """``poolkit bench vision``: run, print the summary, write --out. Bad input raises PoolkitError."""
+    from rich.console import Console
+    from rich.table import Table
+
+    config = config_from_args(args)
+    started = time.perf_counter()
+    frame = run_vision(config, args.out, force=args.force, progress=not args.no_progress)
+    table = Table(title=f"vision benchmark ({config.dataset}, {config.preset}): test accuracy, mean ± std over "
+                        f"{config.seeds} seeds; paired difference to gap")
+    for column in ("variant", "pooler", "size", "accuracy %", "vs gap (points)"):
+        table.add_column(column, justify="right")
+    for row in summarize(frame).itertuples(index=False):
+        diff = "" if row.pooler == BASELINE else (f"{100 * row.diff_mean:+.2f} ± {100 * row.diff_std:.2f}"
+                                                  + (" (noise)" if row.inside_noise else ""))
+        table.add_row(row.variant, row.pooler, str(row.size), f"{100 * row.mean:.2f} ± {100 * row.std:.2f}", diff)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    console.print(table)
+    console.print(f"took {time.perf_counter() - started:.0f} s" + (f"; wrote {args.out}" if args.out else ""))
+    return 0
