@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -58,9 +59,14 @@ def test_revisions_compares_an_exported_revision_with_the_working_tree(tmp_path)
     for name in [m for m in sys.modules if m.startswith("poolkit_before")]:
         del sys.modules[name]
 
-    result = perf_revisions.main(["--against", "HEAD", "--poolers", "mean,cls", "--repeats", "1", "--threads", "0"])
+    result = perf_revisions.main(["--against", "HEAD", "--poolers", "mean,cls", "--repeats", "3", "--threads", "0"])
     assert len(result["rows"]) == 8  # 2 sizes x 2 dtypes x 2 modes
-    assert all(r["speedup"]["mean"] > 0 and r["speedup"]["cls"] > 0 for r in result["rows"])
+    # Each cell is the median of the three per-repeat ratios it records: a ratio of the medians, a mean of the
+    # ratios, or a cell not computed from the recorded repeats gives another figure.
+    for row in result["rows"]:
+        for name in ("mean", "cls"):
+            assert len(row["per_repeat"][name]) == 3
+            assert row["speedup"][name] == statistics.median(row["per_repeat"][name])
 
 
 def test_per_repeat_ratios_and_run_info():
@@ -164,17 +170,88 @@ def test_token_floors_run_and_render(tmp_path):
     assert verdicts == ["**missed**" if any(r["ratio"] > 1.3 for r in rows[:3]) else "met", "**missed**", "met"]
 
 
+def _suites(snippet_speedups, memory_shares, model_shares, embed_speedup) -> dict:
+    """run_all's suites 2-5 in miniature: only the fields the renderer reads."""
+    snippets = [{"comparison": f"c{i}", "T": 8, "D": 8, "mode": mode, "target": target, "speedup": value,
+                 "per_repeat": [value]} for i, (mode, target, value) in enumerate(snippet_speedups)]
+    snippets[-1]["comparison"] = "weighted_layer + cls: snippet"
+    memory = [{"variant": variant, "mode": mode, "added_mb": 1.0, "states_mb": 10.0, "share": share,
+               "method": "VmHWM", "poolkit": variant.startswith("poolkit")}
+              for variant, shares in memory_shares.items() for mode, share in zip(("infer", "train"), shares)]
+    model = {name: {"repeats": 1, "mode": mode,
+                    "rows": [{"pooler": p, "share": v, "pooler_ms": 1.0, "encoder_ms": 50.0}
+                             for p, v in zip(("mean", "attention"), shares)]}
+             for name, mode, shares in zip(("model", "model_train"), ("forward", "forward + backward"), model_shares)}
+    load = {"start": [1.0, 1.0, 1.0], "end": [2.0, 2.0, 2.0]}
+    suites = {"snippets": {"repeats": 1, "rows": snippets}, "memory": {"rows": memory}, **model,
+              "embed": {"repeats": 1, "texts": 10, "speedup": embed_speedup, "per_repeat": [embed_speedup],
+                        "agreement": 1.0, "st_ms": 100.0, "poolkit_ms": 100.0 / embed_speedup}}
+    for suite in suites.values():
+        suite["load_average"] = load
+    return suites
+
+
+def _verdicts(block: str) -> list[str]:
+    return [line.rsplit("|", 2)[1].strip() for line in block.splitlines() if re.match(r"\| \d", line)]
+
+
+def test_suites_2_to_5_targets_judge_every_cell():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import render_perf_tables
+
+    memory = {"snippet: stack": (1.7, 1.7), "poolkit weighted_layer + cls": (0.005, 0.006),
+              "poolkit weighted_layer + attention": (0.04, 0.15), "reference: attention": (0.2, 0.2)}
+    met = _suites([("fwd", 1.0, 1.1), ("fwd", 100.0, 150.0)], {k: (0.05, 0.05) if k.startswith("poolkit") else v
+                                                             for k, v in memory.items()},
+                  [(0.01, 0.019), (0.01, 0.019)], 1.25)
+    assert _verdicts(render_perf_tables.suites_targets(met)) == ["met"] * 4
+    # Each target fails on one cell alone: a snippet comparison under 1x in fwd+bwd; a poolkit layer pooler in
+    # training over 10% (the snippet and reference rows, over it too, are not poolkit's and do not count); one
+    # pooler over 2% of the forward + backward only; 1.1x embedding throughput is the target met, the aim missed.
+    missed = _suites([("fwd+bwd", 1.0, 0.9), ("fwd", 100.0, 150.0)], memory, [(0.01, 0.019), (0.01, 0.021)], 1.1)
+    block = render_perf_tables.suites_targets(missed)
+    assert _verdicts(block) == ["**missed**", "**missed**", "**missed**", "met"]
+    assert "lowest against its target: c0 fwd+bwd 0.90x" in block and "1.10x (per repeat 1.10 to 1.10x)" in block
+    assert "3 of 4 poolkit cells within; highest: poolkit weighted_layer + attention (train) 15.0%" in block
+    assert "aim missed" in block and "forward + backward: highest `attention` 2.10%" in block
+    # The 100x target binds the weighted-layer forward: 99x misses it although it is >= 1x.
+    assert _verdicts(render_perf_tables.suites_targets(_suites([("fwd", 100.0, 99.0)], memory,
+                                                               [(0.01, 0.01)] * 2, 1.3)))[0] == "**missed**"
+
+
+def test_padding_target_row_is_read_from_the_dynamic_padding_file():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import render_perf_tables
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    data = json.loads((results / "dynamic_padding.json").read_text())
+    first = data["datasets"][0]["summary"]
+    row = render_perf_tables.padding_target(data).splitlines()[2]
+    assert f"{first['cpu_speedup']:.2f}x per CPU s ({first['speedup']:.2f}x wall)" in row
+    assert row.endswith("| met |") == all(d["summary"]["target_met"] for d in data["datasets"])
+    data["datasets"][-1]["summary"]["target_met"] = False  # one dataset under target: the row is missed
+    assert render_perf_tables.padding_target(data).splitlines()[2].endswith("| **missed** |")
+
+
 def test_performance_page_is_rendered_from_its_committed_results(tmp_path, capsys):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import render_perf_tables
 
     root = Path(__file__).resolve().parents[1]
-    names = re.findall(r"<!-- rendered: (\S+\.json) -->", (root / "docs" / "performance.md").read_text())
+    text = (root / "docs" / "performance.md").read_text()
+    names = dict.fromkeys(re.findall(r"<!-- rendered: (\S+\.json)", text))
+    assert {"bench-cpu-quick-snippets-memory-model-model_train-embed.json", "dynamic_padding.json"} <= set(names)
     results = [str(root / "benchmarks" / "results" / name) for name in names]
     assert render_perf_tables.main([*results, "--check", str(root / "docs" / "performance.md")]) == 0
     # A figure typed over the render is caught, and the block named.
     page = tmp_path / "performance.md"
-    page.write_text((root / "docs" / "performance.md").read_text().replace("Not a floor (ratio under 0.95): none",
-                                                                          "Not a floor (ratio under 0.95): many"))
+    page.write_text(text.replace("Not a floor (ratio under 0.95): none", "Not a floor (ratio under 0.95): many"))
     assert render_perf_tables.main([*results, "--check", str(page)]) == 1
     assert "stale block(s) ['bench-cpu-quick-tokens.json']" in capsys.readouterr().out
+    # So is a block whose suite the file no longer holds (a result re-run without it).
+    suites = tmp_path / "bench-cpu-quick-snippets-memory-model-model_train-embed.json"
+    data = json.loads((root / "benchmarks" / "results" / suites.name).read_text())
+    del data["suites"]["embed"]
+    suites.write_text(json.dumps(data))
+    assert render_perf_tables.main([str(suites), "--check", str(root / "docs" / "performance.md")]) == 1
+    assert "'bench-cpu-quick-snippets-memory-model-model_train-embed.json embed'" in capsys.readouterr().out
