@@ -7,7 +7,10 @@ provenance and the cells whose median is more than ``--threshold`` away from 1 (
 how many of its repeats fall on the same side of 1. Token poolers against their floors
 (``benchmarks/run_all.py``'s JSON, or ``perf_tokens.py --json``) give two blocks: NAME (provenance and
 the family tables, ``perf_tokens.render``) and ``NAME targets`` (the target rows, ``perf_tokens.targets``).
-No figure is typed by hand: the docs' blocks are this script's output.
+run_all's suites 2-5 give ``NAME run`` (provenance, each suite's load), ``NAME targets 2-5`` and one block per
+section (``NAME snippets`` / ``memory`` / ``model`` (with ``model_train``) / ``embed``, each its script's
+``render``); ``dynamic_padding.json`` gives ``NAME targets`` (target row 6). No figure is typed by hand: the
+docs' blocks are this script's output.
 
     .venv/bin/python scripts/render_perf_tables.py benchmarks/results/revisions-55de4ff.json   # print
     .venv/bin/python scripts/render_perf_tables.py benchmarks/results/*.json --write docs/performance.md
@@ -19,7 +22,8 @@ beyond the threshold in the same direction in every run (block name ``agreement:
 ``--write FILE`` replaces, for each block, the text between ``<!-- rendered: NAME -->`` and
 ``<!-- end rendered: NAME -->`` in FILE (NAME: the JSON file's name, or the agreement block's; the markers
 must already be there and are kept). ``--check FILE`` exits 1, naming the blocks of FILE that differ from
-this script's render (a hand edit, or a result re-run and not re-rendered).
+this script's render (a hand edit, or a result re-run and not re-rendered), or that a given file no longer
+gives (a suite left out of a re-run).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from perf_common import table  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import render_benchmarks_compare  # noqa: E402
+from markers import span  # noqa: E402
 
 #: What each result kind's ratio means: (above 1, below 1).
 MEANING = {"revisions": ("faster now", "slower now"),
@@ -159,10 +164,6 @@ def _pct(share: float) -> str:
     return f"{100 * share:.1f}%"
 
 
-def _range(values: list[float]) -> str:
-    return f"{min(values):.2f} to {max(values):.2f}x"
-
-
 def suites_run(data: dict, path: Path) -> str:
     """The provenance of run_all's suites 2-5: the tree, machine, threads, repeats and each suite's load."""
     machine, suites = data["machine"], data["suites"]
@@ -200,7 +201,8 @@ def suites_targets(suites: dict) -> str:
                  "T = 256, forward",
             f"{within} of {len(rows)} comparisons at target; lowest against its target: {low['comparison']} "
             f"{low['mode']} {low['speedup']:.2f}x; weighted layers + CLS "
-            + ", ".join(f"{m} {r['speedup']:.1f}x (per repeat {_range(r['per_repeat'])})" for m, r in weighted.items()),
+            + ", ".join(f"{m} {r['speedup']:.1f}x (per repeat {span(r['per_repeat'], unit='x')})"
+                        for m, r in weighted.items()),
             within == len(rows))
     if "memory" in suites:
         cells = [r for r in suites["memory"]["rows"] if r["poolkit"]]
@@ -229,7 +231,7 @@ def suites_targets(suites: dict) -> str:
         aim = "aim met" if embed["speedup"] >= perf_embed.AIM else "aim missed"
         row("5", f"embedding throughput >= {perf_embed.TARGET:g}x sentence-transformers `encode`, aim "
                  f"{perf_embed.AIM:g}x",
-            f"{embed['speedup']:.2f}x (per repeat {_range(embed['per_repeat'])}), {embed['texts']} texts, "
+            f"{embed['speedup']:.2f}x (per repeat {span(embed['per_repeat'], unit='x')}), {embed['texts']} texts, "
             f"through `poolkit.TextEncoder`; {aim}", embed["speedup"] >= perf_embed.TARGET)
     return "\n".join(lines)
 
@@ -291,7 +293,8 @@ def write_into(target: Path, blocks: dict[str, str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results", type=Path, nargs="+", help="JSON files written by perf_revisions / perf_paths")
+    parser.add_argument("results", type=Path, nargs="+",
+                        help="JSON files of run_all / perf_tokens / perf_revisions / perf_paths / dynamic_padding")
     parser.add_argument("--threshold", type=float, default=0.05, help="list cells further than this from 1 (0.05)")
     parser.add_argument("--write", type=Path, default=None, help="replace the files' marked blocks in this file")
     parser.add_argument("--check", type=Path, default=None,
