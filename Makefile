@@ -27,13 +27,15 @@ install: $(VENV)/.installed
 
 dev: $(VENV)/.dev-installed
 
-# Real text data for the built-in datasets (Debian packages); best effort: tests that need them say so.
+# Real data for the built-in datasets and `poolkit bench vision` (Debian packages); best effort: what needs them
+# says so.
 system-data:
-	@if [ ! -d /usr/share/wordnet ] || [ ! -d /usr/share/games/fortunes ]; then \
+	@if [ ! -d /usr/share/wordnet ] || [ ! -d /usr/share/games/fortunes ] || [ ! -d /usr/share/datasets/fashion-mnist ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base fortunes >/dev/null) \
-	      || echo "note: could not install wordnet-base/fortunes; builtin:wordnet-* and builtin:fortunes need them"; \
-	  else echo "note: run 'sudo apt-get install wordnet-base fortunes' for builtin:wordnet-* and builtin:fortunes"; fi; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base fortunes \
+	      dataset-fashion-mnist >/dev/null) \
+	      || echo "note: could not install wordnet-base/fortunes/dataset-fashion-mnist; builtin:wordnet-*, builtin:fortunes and bench vision need them"; \
+	  else echo "note: run 'sudo apt-get install wordnet-base fortunes dataset-fashion-mnist' for builtin:wordnet-*, builtin:fortunes and bench vision"; fi; \
 	fi
 
 # The main job on the packaged encoder and the embedded WordNet subset: a leaderboard of poolers.
