@@ -133,6 +133,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
                     "model_label": model_label(features.meta["model"]), "metric": metric.name,
                     "higher_is_better": metric.higher_is_better, "folds": folds, "probe": asdict(config),
                     "encode_seconds": round(encode_seconds, 2), "poolers": specs, "finetune_top": finetune_top,
+                    **({"finetune_epochs": finetune_epochs, "encoder_lr": encoder_lr} if finetune_top > 0 else {}),
                     "provenance": run_provenance()}
 
         def report(result, label=None):
