@@ -100,8 +100,10 @@ def render_board(folder: Path) -> list[str]:
         lines.append(f"| {r['rank']} | `{r['pooler']}` | {r['mode']} | {r['mean']:.4f} ± {r['std']:.4f} | "
                      f"{r['params']:,} | {r['seconds']:.0f} | {how_chosen(r)} |")
     if tuned:
+        trained = json.loads(next((folder / "finetuned").glob("*/metrics.json")).read_text())["config"]
         lines += ["", f"Fine-tuned rows: encoder + pooler + head trained end to end on the same {s['folds']} folds "
-                      f"({s['finetune_epochs']} epochs, encoder learning rate {s['encoder_lr']:g}), each fold's "
+                      f"({trained['epochs']} epochs, encoder learning rate {trained['encoder_lr']:g}, pooler + head "
+                      f"{trained['pooler_lr']:g}; from `finetuned/*/metrics.json`), each fold's "
                       "checkpoint chosen on the same inner split; `seconds` is the wall time of all its folds on the "
                       "shared 2-core machine; `params` counts the whole model (the frozen rows count pooler + head)."]
     if s.get("finetune_top", 0) > len(tuned):
