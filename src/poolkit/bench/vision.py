@@ -124,7 +124,7 @@ def run_vision(config: VisionConfig = DEFAULT, out_dir: str | os.PathLike | None
     kept unless ``force``. ``workers > 1`` spawns processes: a calling script needs the ``__main__`` guard."""
     config = config.validated()
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    started, cpu = time.perf_counter(), _cpu_seconds()
+    started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
     previous_threads = torch.get_num_threads()
     try:
         runs = _run_all(_Runner(config), progress)
@@ -135,7 +135,8 @@ def run_vision(config: VisionConfig = DEFAULT, out_dir: str | os.PathLike | None
     frame = frame.sort_values(["variant", "pooler", "size", "seed"], key=lambda c: c.map(order.get(c.name, int)),
                               ignore_index=True)
     if out is not None:
-        _write_outputs(out, config, frame, runs, time.perf_counter() - started, _cpu_seconds() - cpu)
+        _write_outputs(out, config, frame, runs, time.perf_counter() - started, _cpu_seconds() - cpu,
+                       [list(load), list(os.getloadavg())])
     return frame
 
 
@@ -278,13 +279,14 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
 
 # -- outputs ------------------------------------------------------------------------------------------
 def _write_outputs(out: Path, config: VisionConfig, frame: pd.DataFrame, runs: list[dict], seconds: float,
-                   cpu_seconds: float) -> None:
+                   cpu_seconds: float, load: list[list[float]]) -> None:
     summary = summarize(frame)
     meta = {
         "benchmark": "vision (spatial poolers after a small CNN; FlexPooling, Ali et al. VISAPP 2023)",
         "settings": dataclasses.asdict(config),
         "runtime_seconds": round(seconds, 1),
         "cpu_seconds": round(cpu_seconds, 1),
+        "load_average_start_end": load,
         "provenance": run_provenance(),
         "published": PAPER,
         "summary": summary.to_dict(orient="records"),
