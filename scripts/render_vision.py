@@ -1,0 +1,130 @@
+"""docs/vision.md's numbers, rendered from the committed run in docs/vision/ (``poolkit bench vision --out
+docs/vision``) and the presets in ``poolkit.bench.vision``.
+
+    .venv/bin/python scripts/render_vision.py --check     # exit 1 when the page differs from the files
+    .venv/bin/python scripts/render_vision.py --write     # update the page's marked blocks
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import markers  # noqa: E402
+
+from poolkit.bench.vision import BASELINE, PAPER, PRESETS, summarize  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "vision.md"
+FOLDER = ROOT / "docs" / "vision"
+TITLES = {"scratch": "Trained from scratch", "frozen": "Frozen GAP backbone: pooler + head retrained (post hoc)"}
+
+
+def points(value: float) -> str:
+    return f"{100 * value:.2f}"
+
+
+def render_presets() -> str:
+    """The three presets side by side."""
+    def column(c) -> list[str]:
+        threads = "default threads" if c.threads is None else f"{c.threads} torch thread each"
+        return [c.dataset, ", ".join(f"{s:,}" for s in c.sizes), f"{c.val_size:,}", "-".join(map(str, c.widths)),
+                f"AdamW lr {c.lr:g} (one-cycle), weight decay {c.weight_decay:g}, batch {c.batch_size}", str(c.epochs),
+                str(c.seeds), f"shift <= {c.pad} px" + (" + horizontal flip (Fashion-MNIST)" if c.dataset != "digits"
+                                                        else ""),
+                f"{c.workers} worker(s), `--device {c.device}`, {threads}"]
+    names = ["data", "training images per run", "validation images", "CNN widths", "optimiser", "epochs", "seeds",
+             "augmentation", "execution"]
+    rows = ["Rendered from `poolkit.bench.vision.PRESETS`:", "", "| setting | default | `--full` | `--quick` |",
+            "|---|---|---|---|"]
+    cols = [column(PRESETS[p]) for p in ("default", "full", "quick")]
+    rows += [f"| {n} | " + " | ".join(c[i] for c in cols) + " |" for i, n in enumerate(names)]
+    return "\n".join(rows)
+
+
+def render_cost(results: dict) -> str:
+    s, runs, prov = results["settings"], results["runs"], results["provenance"]
+    fits = sum(r["cpu_seconds"] for r in runs)
+    return (f"The committed run (`docs/vision/results.json`): {len(s['poolers'])} poolers × {len(s['sizes'])} sizes × "
+            f"{s['seeds']} seeds from scratch, plus the post-hoc poolers on each frozen backbone ({len(runs)} runs of "
+            f"{s['epochs']} epochs). It took {results['runtime_seconds'] / 60:.1f} minutes of wall time and "
+            f"{results['cpu_seconds'] / 60:.1f} CPU-minutes ({fits / 60:.1f} of them in the runs' training and "
+            f"scoring) with {s['workers']} worker process(es) of {s['threads']} torch thread each, on {prov['cores']} "
+            f"cores that other jobs shared; CPU-minutes / 2 = {results['cpu_seconds'] / 2 / 60:.1f} minutes is the wall "
+            "time to expect on 2 idle cores. "
+            f"Commit {prov['commit'][:10] if prov.get('commit') else 'unknown'}, torch {prov['torch']}, {prov['cpu']}.")
+
+
+def render_table(summary: pd.DataFrame, variant: str) -> str:
+    part = summary[summary["variant"] == variant]
+    sizes = list(dict.fromkeys(part["size"]))
+    head = "| pooler | " + " | ".join(f"{n:,} images: accuracy % | vs gap (points)" for n in sizes) + " |"
+    lines = [f"**{TITLES[variant]}.** Test accuracy, mean ± sample std over seeds; vs gap: the mean ± sample std of "
+             "the per-seed differences, *(noise)* when their 95% t-interval contains 0.", "", head,
+             "|---|" + "---:|---:|" * len(sizes)]
+    for name in dict.fromkeys(part["pooler"]):
+        cells = []
+        for size in sizes:
+            row = part[(part["pooler"] == name) & (part["size"] == size)].iloc[0]
+            diff = "—" if name == BASELINE else (f"{100 * row['diff_mean']:+.2f} ± {points(row['diff_std'])}"
+                                                 + (" *(noise)*" if row["inside_noise"] else ""))
+            cells += [f"{points(row['mean'])} ± {points(row['std'])}", diff]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_paper(summary: pd.DataFrame, dataset: str) -> str:
+    tiny = PAPER["tiny_imagenet"]
+    lines = ["| setting | GAP | flex | flex − GAP (points) |", "|---|---:|---:|---:|",
+             f"| Tiny ImageNet, the paper's (Ali et al. 2023) | {tiny['gap']} | {tiny['flex']} | "
+             f"{tiny['flex'] - tiny['gap']:+.2f} |",
+             f"| CIFAR-100, the paper's | | | {PAPER['cifar100_gain']['flex']:+.2f}; "
+             f"{PAPER['cifar100_gain']['flex_l2_dropout']:+.2f} with L2 and dropout on the weights |"]
+    for variant in ("scratch", "frozen"):
+        part = summary[summary["variant"] == variant]
+        for size in dict.fromkeys(part["size"]):
+            cell = part[part["size"] == size].set_index("pooler")
+            for name in ("flex", "flex+sac"):
+                if name in cell.index:
+                    lines.append(f"| {dataset}, {size:,} images, {variant}, ours: {name} | "
+                                 f"{points(cell.loc[BASELINE, 'mean'])} | {points(cell.loc[name, 'mean'])} | "
+                                 f"{100 * cell.loc[name, 'diff_mean']:+.2f} ± {points(cell.loc[name, 'diff_std'])} |")
+    return "\n".join(lines)
+
+
+def render_readings(summary: pd.DataFrame) -> str:
+    """Which poolers differ from gap beyond seed noise, per variant and size, and the largest gap in points."""
+    lines = []
+    for variant in ("scratch", "frozen"):
+        part = summary[(summary["variant"] == variant) & (summary["pooler"] != BASELINE)]
+        for size in dict.fromkeys(part["size"]):
+            cell = part[part["size"] == size]
+            better = cell[~cell["inside_noise"] & (cell["diff_mean"] > 0)]["pooler"].tolist()
+            worse = cell[~cell["inside_noise"] & (cell["diff_mean"] < 0)]["pooler"].tolist()
+            top = cell.loc[cell["diff_mean"].idxmax()]
+            lines.append(f"- **{variant}, {size:,} images:** above gap beyond seed noise: "
+                         f"{', '.join(better) or 'none'}; below it: {', '.join(worse) or 'none'}; every other "
+                         f"difference sits inside seed noise. Largest mean difference: {top['pooler']} "
+                         f"{100 * top['diff_mean']:+.2f} points.")
+    return "\n".join(lines)
+
+
+def render(folder: Path = FOLDER) -> dict[str, str]:
+    results = json.loads((folder / "results.json").read_text())
+    summary = summarize(pd.read_csv(folder / "results.csv"))
+    return {"presets": render_presets(), "cost": render_cost(results), "scratch": render_table(summary, "scratch"),
+            "frozen": render_table(summary, "frozen"), "paper": render_paper(summary, results["settings"]["dataset"]),
+            "readings": render_readings(summary)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return markers.main(DOC, lambda _: render(), __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
