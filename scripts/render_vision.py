@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,9 +48,28 @@ def render_presets() -> str:
     return "\n".join(rows)
 
 
+def default_estimate(results: dict) -> float:
+    """CPU-seconds the default preset would take, from this run's: each (variant, pooler)'s mean CPU-seconds per run
+    fitted as a line in the training-set size, summed over the default's sizes and seeds, scaled to its epochs and by
+    this run's overhead (all CPU-seconds / the runs' own)."""
+    default, runs = PRESETS["default"], pd.DataFrame(results["runs"])
+    total = 0.0
+    for _, group in runs.groupby(["variant", "pooler"]):
+        cost = group.groupby("size")["cpu_seconds"].mean()
+        if len(cost) > 1:
+            slope, intercept = np.polyfit(cost.index.to_numpy(float), cost.to_numpy(), 1)
+        else:
+            slope, intercept = cost.iloc[0] / cost.index[0], 0.0
+        total += sum(intercept + slope * size for size in default.sizes) * default.seeds
+    epochs = default.epochs / results["settings"]["epochs"]
+    return total * epochs * results["cpu_seconds"] / runs["cpu_seconds"].sum()
+
+
 def render_cost(results: dict) -> str:
     s, runs, prov = results["settings"], results["runs"], results["provenance"]
     fits = sum(r["cpu_seconds"] for r in runs)
+    default = PRESETS["default"]
+    estimate = default_estimate(results)
     return (f"The committed run (`docs/vision/results.json`): {len(s['poolers'])} poolers × {len(s['sizes'])} sizes × "
             f"{s['seeds']} seeds from scratch, plus the post-hoc poolers on each frozen backbone ({len(runs)} runs of "
             f"{s['epochs']} epochs). It took {results['runtime_seconds'] / 60:.1f} minutes of wall time and "
@@ -57,7 +77,13 @@ def render_cost(results: dict) -> str:
             f"scoring) with {s['workers']} worker process(es) of {s['threads']} torch thread each, on {prov['cores']} "
             f"cores that other jobs shared; CPU-minutes / 2 = {results['cpu_seconds'] / 2 / 60:.1f} minutes is the wall "
             "time to expect on 2 idle cores. "
-            f"Commit {prov['commit'][:10] if prov.get('commit') else 'unknown'}, torch {prov['torch']}, {prov['cpu']}.")
+            f"Load average (1 min) {results['load_average_start_end'][0][0]:.1f} at the start, "
+            f"{results['load_average_start_end'][1][0]:.1f} at the end. Commit "
+            f"{prov['commit'][:10] if prov.get('commit') else 'unknown'}, torch {prov['torch']}, {prov['cpu']}.\n\n"
+            f"The default preset ({', '.join(f'{n:,}' for n in default.sizes)} images, {default.seeds} seeds) would take "
+            f"about {estimate / 60:.0f} CPU-minutes, {estimate / 2 / 60:.0f} minutes on 2 idle cores: extrapolated "
+            "linearly in the training-set size (and in the epochs) from this run's CPU-seconds per run (`default_estimate` in the "
+            "renderer), not measured.")
 
 
 def render_table(summary: pd.DataFrame, variant: str) -> str:
