@@ -70,20 +70,23 @@ def render_cost(results: dict) -> str:
     fits = sum(r["cpu_seconds"] for r in runs)
     default = PRESETS["default"]
     estimate = default_estimate(results)
-    return (f"The committed run (`docs/vision/results.json`): {len(s['poolers'])} poolers × {len(s['sizes'])} sizes × "
+    changed = [f"{key} {value}" for key, value in s.items()
+               if key != "preset" and json.loads(json.dumps(getattr(default, key))) != value]
+    return (f"The committed run (`docs/vision/results.json`; settings that differ from the default preset: "
+            f"{'; '.join(changed) or 'none'}): {len(s['poolers'])} poolers × {len(s['sizes'])} sizes × "
             f"{s['seeds']} seeds from scratch, plus the post-hoc poolers on each frozen backbone ({len(runs)} runs of "
             f"{s['epochs']} epochs). It took {results['runtime_seconds'] / 60:.1f} minutes of wall time and "
             f"{results['cpu_seconds'] / 60:.1f} CPU-minutes ({fits / 60:.1f} of them in the runs' training and "
             f"scoring) with {s['workers']} worker process(es) of {s['threads']} torch thread each, on {prov['cores']} "
-            f"cores that other jobs shared; CPU-minutes / 2 = {results['cpu_seconds'] / 2 / 60:.1f} minutes is the wall "
-            "time to expect on 2 idle cores. "
+            f"cores that other jobs shared; CPU-minutes / 2 = {results['cpu_seconds'] / 2 / 60:.1f} minutes is the "
+            "wall time to expect on 2 idle cores. "
             f"Load average (1 min) {results['load_average_start_end'][0][0]:.1f} at the start, "
             f"{results['load_average_start_end'][1][0]:.1f} at the end. Commit "
             f"{prov['commit'][:10] if prov.get('commit') else 'unknown'}, torch {prov['torch']}, {prov['cpu']}.\n\n"
-            f"The default preset ({', '.join(f'{n:,}' for n in default.sizes)} images, {default.seeds} seeds) would take "
-            f"about {estimate / 60:.0f} CPU-minutes, {estimate / 2 / 60:.0f} minutes on 2 idle cores: extrapolated "
-            "linearly in the training-set size (and in the epochs) from this run's CPU-seconds per run (`default_estimate` in the "
-            "renderer), not measured.")
+            f"The default preset ({', '.join(f'{n:,}' for n in default.sizes)} images, {default.seeds} seeds) would "
+            f"take about {estimate / 60:.0f} CPU-minutes, {estimate / 2 / 60:.0f} minutes on 2 idle cores: extrapolated "
+            "linearly in the training-set size (and in the epochs) from this run's CPU-seconds per run "
+            "(`default_estimate` in the renderer), not measured.")
 
 
 def render_table(summary: pd.DataFrame, variant: str) -> str:

@@ -345,7 +345,8 @@ def add_vision_arguments(parser: argparse.ArgumentParser) -> None:
                         help="poolers separated by commas and/or spaces, NAME+sac for auxiliary classifiers; gap is "
                              f"always run (default: {','.join(DEFAULT_POOLERS)})")
     parser.add_argument("--sizes", type=int, nargs="+", metavar="N", help="training-set sizes (default: 1000 6000)")
-    parser.add_argument("--widths", type=int, nargs="+", metavar="C", help="channels per conv stage (default: 32 64 128)")
+    parser.add_argument("--widths", type=int, nargs="+", metavar="C",
+                        help="channels per conv stage (default: 32 64 128)")
     for flag, kind, what in (("--dataset", str, f"one of {', '.join(DATASETS)}"),
                              ("--root", str, "folder of the Fashion-MNIST IDX files"),
                              ("--val-size", int, "validation images (epoch selection), held out of the training pool"),
