@@ -145,6 +145,12 @@ def reading(s: dict, rows: list[dict], folder: Path) -> list[str]:
         same = next(r for r in learned if r["pooler"] == tuned["pooler"])
         lines.append(f"- Fine-tuning `{tuned['pooler']}` end to end: {tuned['mean']:.4f} against {same['mean']:.4f} "
                      f"frozen, in {tuned['seconds'] / 60:.0f} min against {same['seconds']:.0f} s.")
+    last = [r["pooler"] for r in rows if r["mode"] == "finetuned"
+            and all(d["best_epoch"] == d["epochs_run"] for d in r.get("fold_detail") or [{"best_epoch": 0}])]
+    if last:
+        lines.append(f"- Fine-tuned with their checkpoint at the last epoch in every fold ({', '.join(f'`{p}`' for p in last)}):"
+                     " still improving when training stopped, so these rows say little about what fine-tuning "
+                     "can reach with a larger budget.")
     return lines
 
 

@@ -4,6 +4,7 @@ regularisation chosen on each fold's inner split (never on the rows it is scored
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -110,4 +111,10 @@ def test_compare_ranks_the_baseline_with_the_frozen_rows_and_can_leave_it_out(tm
     assert linear["config"]["name"] == "mean" and len(linear["fold_detail"]) == 2 and "C" in linear["fold_detail"][0]
     provenance = json.loads((tmp_path / "out" / "leaderboard.json").read_text())["settings"]["provenance"]
     assert provenance["commit"] == run_provenance()["commit"] and provenance["torch"] == run_provenance()["torch"]
-    assert [r["pooler"] for r in api.compare(tmp_path / "t.csv", baseline=False, **common).rows] == ["mean"]
+    # the same model from another folder reuses the cache, and the board names the folder asked for, not the one
+    # that wrote the cache
+    shutil.copytree(bert, tmp_path / "moved")
+    moved = api.compare(tmp_path / "t.csv", baseline=False, **{**common, "model": str(tmp_path / "moved")})
+    assert len([p for p in (tmp_path / "cache").iterdir() if p.suffix != ".lock"]) == 1  # encoded once
+    assert (moved.settings["model"], moved.settings["model_label"]) == (str(tmp_path / "moved"), "moved")
+

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from transformers import AutoModel, AutoTokenizer, Trainer, TrainingArguments
 
 from poolkit import PoolkitError
 from poolkit.models import PooledModel
+from poolkit.models.encoders import DEFAULT_MODEL, model_label, resolve_model
 from tiny_models import tiny_bert_dir
 
 SENTENCES = ["the cat sat on the mat", "a dog ran", "the big red dog was very fast", "one"]
@@ -194,3 +196,10 @@ def test_a_model_saved_by_poolkit_0_1_loads_with_its_own_pooler(tmp_path, bert_d
     batch = {"input_ids": torch.tensor([[2, 5, 7, 3]]), "attention_mask": torch.ones(1, 4, dtype=torch.long)}
     with torch.no_grad():
         assert torch.equal(loaded(**batch).logits, model(**batch).logits)
+
+
+def test_model_label_knows_the_packaged_model_in_another_install():
+    """A result file made in another install (a clean clone's venv) records that install's path of the packaged
+    model; the label must still name it (was: 'model', the folder's name)."""
+    elsewhere = Path("/elsewhere/.venv/lib/site-packages") / Path(resolve_model(None)).parent.name / "model"
+    assert model_label(str(elsewhere)) == DEFAULT_MODEL and model_label("/data/my-model") == "my-model"

@@ -40,9 +40,10 @@ def resolve_model(name_or_path: str | None) -> str:
 
 
 def model_label(name_or_path: str | None) -> str:
-    """A short display name: the default's name, or the folder / hub name."""
-    path = resolve_model(name_or_path)
-    if path == resolve_model(None):
+    """A short display name: the default's name (also for the packaged model's folder in another install, as a
+    result file made elsewhere records it), or the folder / hub name."""
+    path, default = resolve_model(name_or_path), resolve_model(None)
+    if path == default or Path(path).parts[-2:] == Path(default).parts[-2:]:
         return DEFAULT_MODEL
     return Path(path).name or path
 

@@ -91,7 +91,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     (:mod:`poolkit.training.baseline`: logistic / ridge regression on mean-pooled features, ranked with the frozen
     rows).
     """
-    from ..models.encoders import model_label, remote_code
+    from ..models.encoders import model_label, remote_code, resolve_model
     from ..provenance import run_provenance
     from . import finetune
     from .baseline import baseline_label, linear_baseline
@@ -129,8 +129,9 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
         features = encode_features(table.texts, model, max_length=max_length, cache_dir=cache_dir, progress=progress,
                                    cache=cache, trust_remote_code=trust_remote_code)
         encode_seconds = time.perf_counter() - start
-        settings = {"data": table.source, "rows": len(table), "task": table.task, "model": features.meta["model"],
-                    "model_label": model_label(features.meta["model"]), "metric": metric.name,
+        # the model asked for now (a reused feature cache records the path of whichever install first wrote it)
+        settings = {"data": table.source, "rows": len(table), "task": table.task, "model": resolve_model(model),
+                    "model_label": model_label(model), "metric": metric.name,
                     "higher_is_better": metric.higher_is_better, "folds": folds, "probe": asdict(config),
                     "encode_seconds": round(encode_seconds, 2), "poolers": specs, "finetune_top": finetune_top,
                     **({"finetune_epochs": finetune_epochs, "encoder_lr": encoder_lr} if finetune_top > 0 else {}),
