@@ -56,7 +56,7 @@ def test_logistic_baseline_learns_a_linear_rule_and_outputs_logits_for_every_cla
     assert result.summary()["mean"] >= 0.9, result.summary()
     assert (result.oof.argmax(1) == data.targets).mean() == pytest.approx(result.summary()["mean"], abs=0.02)
     assert result.params == DIM * classes + classes
-    assert [set(d) for d in result.fold_detail] == [{"C", "val_accuracy", "test_accuracy"}] * 3
+    assert [set(d) for d in result.fold_detail] == [{"C", "val_accuracy", "test_accuracy", "fit_rows"}] * 3
 
 
 def test_ridge_baseline_answers_on_the_targets_scale_for_several_targets():
@@ -96,6 +96,32 @@ def test_regularisation_is_chosen_without_looking_at_the_test_rows():
     keep = ("C", "val_accuracy")
     assert [{k: d[k] for k in keep} for d in noisy.fold_detail] == [{k: d[k] for k in keep} for d in clean.fold_detail]
     assert noisy.fold_detail[0]["test_accuracy"] < clean.fold_detail[0]["test_accuracy"] - 0.15
+
+
+def test_the_test_rows_are_scored_by_the_validated_model_fit_on_the_poolers_rows():
+    """Ridge on two folds: each fold's test outputs equal a ridge fit by hand on that fold's fit rows only (the
+    rows a probed pooler is fit on) at the chosen alpha. Catches a refit on all of the fold's training rows
+    (a quarter more rows than the poolers get) or a model other than the one validated."""
+    from sklearn.linear_model import Ridge
+    from sklearn.preprocessing import StandardScaler
+
+    from poolkit.data.tables import split_rows
+
+    cache, means = linear_cache(120)
+    rng = np.random.default_rng(7)
+    targets = means @ rng.standard_normal(DIM) + rng.normal(0, 0.5, 120)
+    data = table(targets[:, None].astype(np.float32), "regression")
+    config = ProbeConfig(folds=2)
+    result = linear_baseline(cache, data, config)
+    features = mean_features(cache)
+    for fold, ((train_rows, test_rows), detail) in enumerate(zip(fold_splits(data, 2, seed=0), result.fold_detail)):
+        fit, _ = split_rows(data.subset(train_rows), config.val_fraction, config.seed + fold)
+        rows = train_rows[fit]
+        scaler = StandardScaler().fit(features[rows])
+        ridge = Ridge(alpha=detail["alpha"]).fit(scaler.transform(features[rows]), targets[rows])
+        expected = ridge.predict(scaler.transform(features[test_rows]))
+        np.testing.assert_allclose(result.oof[test_rows, 0], expected, rtol=1e-5, atol=1e-5)
+        assert detail["fit_rows"] == len(rows) < len(train_rows)
 
 
 def test_compare_ranks_the_baseline_with_the_frozen_rows_and_can_leave_it_out(tmp_path):

@@ -1,14 +1,15 @@
 """The strongest cheap baseline a learned pooler must beat: a tuned linear model on mean-pooled features.
 
-Mean-pooled last-layer features of the frozen encoder, standardised on the training rows, then scikit-learn's
-logistic regression (classification; one-vs-rest for multilabel) or ridge regression (regression, several
-targets at once). The regularisation strength is chosen per fold on the same inner validation split of the
-fold's training rows that the probed poolers use to choose their epoch; the model is then refitted on all of
-the fold's training rows and scores its test rows once. So the baseline sees exactly the rows a pooler sees.
+Mean-pooled last-layer features of the frozen encoder, standardised on the rows it is fit on, then
+scikit-learn's logistic regression (classification; one-vs-rest for multilabel) or ridge regression
+(regression, several targets at once). Per fold it is fit on the rows the probed poolers are fit on, its
+regularisation strength is chosen on the same inner validation split that chooses their epoch, and the model
+so chosen scores the fold's test rows once. So the baseline sees exactly the rows a pooler sees.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 
@@ -56,9 +57,9 @@ STRENGTH = {"regression": "ridge__alpha", "classification": "logisticregression_
 
 
 def _model(task: str, seed: int):
-    """Standardise, then ridge / logistic regression. The logistic model starts each fit from the last one's
-    coefficients (``warm_start``): the grid runs from strong to weak regularisation, and each fit starts near
-    its solution (about a third fewer iterations on the embedded WordNet set)."""
+    """Standardise, then ridge / logistic regression. The (single-label) logistic model starts each fit from the
+    last one's coefficients (``warm_start``; one-vs-rest clones its estimator, so multilabel fits start cold):
+    the grid runs from strong to weak regularisation, and each fit starts near its solution."""
     if task == "regression":
         return make_pipeline(StandardScaler(), Ridge())
     logistic = LogisticRegression(max_iter=1000, random_state=seed, warm_start=True)
@@ -91,7 +92,7 @@ def linear_baseline(cache: FeatureCache, data: TableData, config: ProbeConfig,
     """K-fold cross-validation of the tuned linear baseline, on the folds (and inner splits) the poolers use.
 
     Per fold ``fold_detail`` holds the chosen strength (``C`` or ``alpha``), the inner validation metric at that
-    strength and the test metric."""
+    strength, the test metric and the number of rows fit on."""
     start = time.perf_counter()
     splits = splits or fold_splits(data, config.folds, config.val_fraction, config.seed)
     features = mean_features(cache)
@@ -104,19 +105,18 @@ def linear_baseline(cache: FeatureCache, data: TableData, config: ProbeConfig,
         seed = config.seed + fold
         fit, val = split_rows(data.subset(train_rows), config.val_fraction, seed)
         fit_rows, val_rows = train_rows[fit], train_rows[val]
-        scores, model = [], _model(data.task, seed)
+        scores, fitted, model = [], [], _model(data.task, seed)
         for strength in grid:
-            _fit(model, data.task, strength, features[fit_rows], targets[fit_rows])
-            outputs = _outputs(model, data.task, features[val_rows], data.n_outputs)
+            fitted.append(copy.deepcopy(_fit(model, data.task, strength, features[fit_rows], targets[fit_rows])))
+            outputs = _outputs(fitted[-1], data.task, features[val_rows], data.n_outputs)
             scores.append(compute_metrics(data.task, outputs, targets[val_rows], data.n_outputs)[metric.name])
         best = max(range(len(grid)), key=lambda i: scores[i] if metric.higher_is_better else -scores[i])
-        model = _fit(_model(data.task, seed), data.task, grid[best], features[train_rows], targets[train_rows])
-        outputs = _outputs(model, data.task, features[test_rows], data.n_outputs)
+        outputs = _outputs(fitted[best], data.task, features[test_rows], data.n_outputs)  # the model validated
         oof[test_rows] = outputs
         metrics = compute_metrics(data.task, outputs, targets[test_rows], data.n_outputs)
         fold_metrics.append(metrics)
         details.append({key: grid[best], f"val_{metric.name}": float(scores[best]),
-                        f"test_{metric.name}": float(metrics[metric.name])})
+                        f"test_{metric.name}": float(metrics[metric.name]), "fit_rows": len(fit_rows)})
     params = features.shape[1] * data.n_outputs + data.n_outputs
     spec = build_pooler("mean", cache.hidden_size, cache.num_layers).get_config()
     return ProbeResult(spec, metric.name, fold_metrics, oof, params, time.perf_counter() - start, details)
