@@ -20,8 +20,9 @@ import numpy as np
 
 from poolkit.io import atomic_write_content
 from poolkit.models.encoders import model_label
-from poolkit.training.finetune import fold_detail
-from poolkit.training.leaderboard import leaderboard_row, rank_key
+from poolkit.training.baseline import baseline_label
+from poolkit.training.finetune import finetuned_row
+from poolkit.training.leaderboard import rank_key
 
 ROOT = Path(__file__).resolve().parent.parent
 BOARDS = ROOT / "docs" / "leaderboards"
@@ -69,10 +70,7 @@ def finished_finetuning(folder: Path, s: dict, rows: list[dict]) -> list[dict]:
         run = json.loads(path.read_text())
         if path.parent.name in listed or "std_ddof1" not in run:  # listed already, or the old protocol
             continue
-        metric = run["primary_metric"]
-        found.append(leaderboard_row(path.parent.name, run["config"]["pooler"], "finetuned", metric,
-                                     [f["metrics"] for f in run["folds"]], run["total_params"], run["seconds"],
-                                     [fold_detail(f, metric) for f in run["folds"]]))
+        found.append(finetuned_row(path.parent.name, run["config"]["pooler"], run, run["seconds"]))
     found.sort(key=lambda r: rank_key(r["mean"], s["higher_is_better"]))
     return [{"rank": len(listed) + k + 1, **r} for k, r in enumerate(found)]
 
@@ -100,12 +98,15 @@ def render_board(folder: Path) -> list[str]:
         lines.append(f"| {r['rank']} | `{r['pooler']}` | {r['mode']} | {r['mean']:.4f} ± {r['std']:.4f} | "
                      f"{r['params']:,} | {r['seconds']:.0f} | {how_chosen(r)} |")
     if tuned:
-        trained = json.loads(next((folder / "finetuned").glob("*/metrics.json")).read_text())["config"]
+        settings = {r["pooler"]: json.loads((folder / "finetuned" / r["pooler"] / "metrics.json").read_text())["config"]
+                    for r in tuned}
+        described = sorted({f"{c['epochs']} epochs, encoder learning rate {c['encoder_lr']:g}, pooler + head "
+                            f"{c['pooler_lr']:g}" for c in settings.values()})
         lines += ["", f"Fine-tuned rows: encoder + pooler + head trained end to end on the same {s['folds']} folds "
-                      f"({trained['epochs']} epochs, encoder learning rate {trained['encoder_lr']:g}, pooler + head "
-                      f"{trained['pooler_lr']:g}; from `finetuned/*/metrics.json`), each fold's "
+                      f"({'; '.join(described)}; from each run's `finetuned/<pooler>/metrics.json`), each fold's "
                       "checkpoint chosen on the same inner split; `seconds` is the wall time of all its folds on the "
-                      "shared 2-core machine; `params` counts the whole model (the frozen rows count pooler + head)."]
+                      "shared 2-core machine; `params` counts the parameters trained (all of the model here; the frozen "
+                      "rows count pooler + head)."]
     if s.get("finetune_top", 0) > len(tuned):
         names = ", ".join(f"`{r['pooler']}`" for r in late)
         lines += ["", f"`--finetune-top {s['finetune_top']}` was asked for; the run was stopped for time after "
@@ -119,11 +120,16 @@ def reading(s: dict, rows: list[dict], folder: Path) -> list[str]:
     """Sentences computed from the rows: the best frozen pooler against the tuned linear baseline and mean."""
     sign = 1 if s["higher_is_better"] else -1
     frozen = [r for r in rows if r["mode"] == "frozen"]
-    baseline = next((r for r in frozen if "+" in r["pooler"]), None)
+    baseline = next((r for r in frozen if r["pooler"] == baseline_label(s["task"])), None)
     learned = [r for r in frozen if r is not baseline]
     best = learned[0]
     lines = ["", "Reading (computed from the rows above):", ""]
     if baseline is not None:
+        if "fit_rows" not in baseline["fold_detail"][0]:
+            lines.append(f"- This run's `{baseline['pooler']}` row comes from a poolkit that refitted the baseline on "
+                         "all of each fold's training rows after choosing its strength, a quarter more rows than "
+                         "the poolers were fit on: it favours the baseline (fixed since; the rerun records "
+                         "`fit_rows` per fold).")
         margin = sign * (best["mean"] - baseline["mean"])
         beat = [r["pooler"] for r in learned if sign * (r["mean"] - baseline["mean"]) > 0]
         lines.append(f"- The tuned linear baseline `{baseline['pooler']}` scores {baseline['mean']:.4f}; the best "
@@ -133,7 +139,7 @@ def reading(s: dict, rows: list[dict], folder: Path) -> list[str]:
                      + (f": {', '.join(f'`{b}`' for b in beat)}." if beat else "."))
     mean = next((r for r in learned if r["pooler"] == "mean"), None)
     if mean is not None and best is not mean:
-        lines.append(f"- `{best['pooler']}` against `mean` with the same SGD-trained head: "
+        lines.append(f"- `{best['pooler']}` against `mean` with the same AdamW-trained head: "
                      f"{best['mean']:.4f} vs {mean['mean']:.4f}.")
     capped = [r["pooler"] for r in frozen if r.get("fold_detail") and "best_epoch" in r["fold_detail"][0]
               and all(d["best_epoch"] == d["epochs_run"] == s["probe"]["epochs"] for d in r["fold_detail"])]
@@ -173,7 +179,8 @@ def render_old_vs_new(names: list[str]) -> list[str]:
         lines += ["", f"Median change {np.median(diffs):+.4f}, range {diffs.min():+.4f} to {diffs.max():+.4f} over "
                       f"{len(pairs)} poolers ({'lower' if new['settings']['higher_is_better'] else 'higher'} is worse). The "
                       "runs differ in more than where the epoch is chosen: the new one fits on the rows its inner "
-                      "split leaves (80% of each fold's training rows), and the code changed between the two "
+                      f"split leaves ({1 - new['settings']['probe']['val_fraction']:.0%} of each fold's training "
+                      "rows), and the code changed between the two "
                       "commits. So the change mixes the old protocol's optimism with a smaller training set; it "
                       "is not a measure of the selection bias alone.", ""]
     return lines

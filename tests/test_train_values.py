@@ -59,8 +59,9 @@ def train_predict(model_dir, folder, frame: pd.DataFrame, targets: list[str], ta
 def test_one_step_regression_predicts_each_targets_mean_on_its_scale(model_dir, tmp_path):
     """One optimizer step (all training rows in one batch): every prediction sits at its own column's training mean,
     on that column's scale: 1000 +- 50 and -3 +- 0.1. Catches a head that starts at 0, standardised outputs that are
-    not mapped back, one mean for every column, columns swapped. The training rows (an unknown 4/5 of the rows,
-    alternating +-1 in standard units) have a mean within 1/4 std of the whole column's."""
+    not mapped back, one mean for every column, columns swapped. The rows fit on (with folds = 1, 80% of
+    the 80% not held out for testing, split stratified by target, so about as many +1 as -1 in standard units) have
+    a mean within 1/4 std of the whole column's."""
     texts, good, _ = toy_texts()
     z = np.where(good, 1.0, -1.0)
     frame = pd.DataFrame({"text": texts, "big": 1000 + 50 * z, "small": -3 + 0.1 * z})

@@ -169,11 +169,8 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
                     started = time.perf_counter()
                     with remote_code(trust_remote_code):
                         metrics = finetune.fit(trained, table, root / result.label, force=force, progress=progress)
-                    name = metrics["primary_metric"]
-                    rows.append(leaderboard_row(result.label, result.spec, "finetuned", name,
-                                                [f["metrics"] for f in metrics["folds"]], metrics["trainable_params"],
-                                                time.perf_counter() - started,
-                                                [finetune.fold_detail(f, name) for f in metrics["folds"]]))
+                    rows.append(finetune.finetuned_row(result.label, result.spec, metrics,
+                                                       time.perf_counter() - started))
             board = publish()
         return board
 

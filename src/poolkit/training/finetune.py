@@ -80,6 +80,7 @@ from ..models.encoders import (AUTOCAST, PRECISIONS, check_max_length, hf_bars_o
 from ..pooling import pooler_spec
 from ..io import atomic_write_content, existing_dir, replace_dir, temp_dir
 from ..locks import locked_dir
+from .leaderboard import leaderboard_row
 from .metrics import compute_metrics, primary_metric, sigmoid, softmax
 from .optim import TRAIN_ONLY, freeze, param_groups
 from .probing import _Targets
@@ -340,6 +341,14 @@ def fold_detail(fold: dict[str, Any], metric: str) -> dict[str, Any]:
     """How a fold chose its model, under probing's names (leaderboard ``fold_detail``): best_epoch, epochs_run, the
     inner validation metric at the best epoch and the test metric."""
     return {key: fold[key] for key in ("best_epoch", "epochs_run", f"val_{metric}", f"test_{metric}")}
+
+
+def finetuned_row(label: str, spec: dict[str, Any], metrics: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """The leaderboard row of a fine-tuning run (``metrics``: its metrics.json): test metrics per fold, the
+    parameters it trained, how each fold chose its checkpoint."""
+    name = metrics["primary_metric"]
+    return leaderboard_row(label, spec, "finetuned", name, [f["metrics"] for f in metrics["folds"]],
+                           metrics["trainable_params"], seconds, [fold_detail(f, name) for f in metrics["folds"]])
 
 
 def fit(config: TrainConfig, data: TableData, out_dir: str | Path, resume: bool = False, force: bool = False,
