@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 import poolkit
-from poolkit.provenance import run_provenance
+from poolkit.provenance import git_commit, run_provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,3 +19,25 @@ def test_provenance_names_this_checkout_commit_and_versions():
     info = run_provenance()
     assert info["commit"].removesuffix("+dirty") == head
     assert (info["poolkit"], info["torch"]) == (poolkit.__version__, torch.__version__) and info["cores"] >= 1
+
+
+def test_only_source_changes_mark_a_commit_dirty(tmp_path):
+    """A rerun rewriting result files (docs/, benchmarks/results/) keeps the commit clean; an edit of code does not.
+    Catches a check that ignores every change, or one that flags result files too."""
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    assert git_commit(tmp_path) is None  # not a poolkit checkout (a wheel in a venv inside some repository)
+    for name in ("pyproject.toml", "docs/board.json", "benchmarks/results/r.json", "src/poolkit/code.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("1")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    head = git_commit(tmp_path)
+    assert len(head) == 40
+    (tmp_path / "docs/board.json").write_text("2")
+    (tmp_path / "benchmarks/results/r.json").write_text("2")
+    assert git_commit(tmp_path) == head
+    (tmp_path / "src/poolkit/code.py").write_text("2")
+    assert git_commit(tmp_path) == head + "+dirty"

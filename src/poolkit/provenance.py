@@ -15,14 +15,21 @@ import torch
 from . import __version__
 
 
-def _commit() -> str | None:
-    """The git commit of the poolkit source in use (with ``+dirty`` when tracked files differ), or None when it
-    does not run from a git checkout (an installed wheel)."""
-    root = Path(__file__).resolve().parents[2]
+#: folders of committed result files: rewriting them (a leaderboard rerun) does not change the code that runs
+RESULT_FOLDERS = ("docs", "benchmarks/results")
+
+
+def git_commit(root: Path = Path(__file__).resolve().parents[2]) -> str | None:
+    """The git commit of the poolkit source in use (with ``+dirty`` when tracked files outside the result folders
+    differ), or None when it does not run from a checkout of poolkit (an installed wheel, even one in a venv that
+    sits inside some other repository)."""
+    if not (root / "pyproject.toml").is_file() or not (root / "src" / "poolkit").is_dir():
+        return None
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *(f":!{folder}" for folder in RESULT_FOLDERS)],
                                capture_output=True, text=True, timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
@@ -42,7 +49,7 @@ def _cpu() -> str:
 def run_provenance() -> dict[str, Any]:
     """poolkit version and commit, torch / Python versions, the machine (CPU model, cores, CUDA device) and the
     UTC time."""
-    return {"poolkit": __version__, "commit": _commit(), "torch": torch.__version__,
+    return {"poolkit": __version__, "commit": git_commit(), "torch": torch.__version__,
             "python": platform.python_version(), "platform": platform.platform(), "cpu": _cpu(),
             "cores": os.cpu_count(),
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
