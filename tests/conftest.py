@@ -43,3 +43,27 @@ settings.load_profile(PROFILE)
 
 def pytest_report_header(config):
     return f"hypothesis profile {PROFILE}: {HYPOTHESIS_PROFILES[PROFILE]}"
+
+
+@pytest.fixture(scope="module")
+def accelerate_on_one_cpu_thread():
+    """Run on the CPU (results must repeat bit for bit) in a fresh accelerate state, with one thread: the tiny
+    model's ops are too small to share, and on a busy CPU two threads only wait for each other."""
+    from accelerate.state import AcceleratorState
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ACCELERATE_USE_CPU", "1")
+        yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    """A tiny BERT saved once per test module (tests/dist_worker.py's toy model)."""
+    from dist_worker import toy_model_dir
+
+    return toy_model_dir(tmp_path_factory.mktemp("tiny_bert"))

@@ -15,11 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from accelerate.state import AcceleratorState
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-from dist_worker import toy_config, toy_data, toy_model_dir
+from dist_worker import toy_config, toy_data
 from poolkit import PoolkitError
 from poolkit.data import TableData
 from poolkit.models import PooledModel
@@ -35,23 +34,7 @@ REGRESSION = toy_config(None, epochs=3)
 ATTENTION = re.compile(r"encoder\.encoder\.layer\.\d+\.attention\.(self\.(query|key|value)|output\.dense)\.")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _cpu_one_thread():
-    """Run on the CPU (results must repeat bit for bit) in a fresh accelerate state, with one thread: the tiny
-    model's ops are too small to share, and on a busy CPU two threads only wait for each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    AcceleratorState._reset_state(reset_partial_state=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ACCELERATE_USE_CPU", "1")
-        yield
-    AcceleratorState._reset_state(reset_partial_state=True)
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    return toy_model_dir(tmp_path_factory.mktemp("tiny_bert"))
+pytestmark = pytest.mark.usefixtures("accelerate_on_one_cpu_thread")
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-import torch
-from accelerate.state import AcceleratorState
 
 import poolkit
-from dist_worker import FILLER, toy_model_dir
+from dist_worker import FILLER
 
 #: one optimizer step at tiny learning rates: the model as initialised, its head's bias set as train sets it
 ONE_STEP = {"epochs": 1, "batch_size": 64, "encoder_lr": 1e-6, "pooler_lr": 1e-6}
@@ -18,22 +16,7 @@ SETTINGS = {"batch_size": 8, "encoder_lr": 2e-3, "pooler_lr": 1e-2, "max_length"
             "patience": 0, "seed": 3, "folds": 1, "progress": False}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _cpu_one_thread():
-    """On the CPU, one thread, in a fresh accelerate state (as test_finetune)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    AcceleratorState._reset_state(reset_partial_state=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ACCELERATE_USE_CPU", "1")
-        yield
-    AcceleratorState._reset_state(reset_partial_state=True)
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    return toy_model_dir(tmp_path_factory.mktemp("tiny_bert"))
+pytestmark = pytest.mark.usefixtures("accelerate_on_one_cpu_thread")
 
 
 def toy_texts(n: int = 32, seed: int = 0) -> tuple[list[str], np.ndarray, np.ndarray]:
