@@ -26,6 +26,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
+from poolkit.provenance import cpu_model  # noqa: E402
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -178,16 +180,6 @@ def _git(*args: str) -> str:
         return ""
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def run_info(device: torch.device, args: argparse.Namespace | None = None) -> dict[str, Any]:
     """Where and on what a result was measured, for its JSON: the commit (and the working tree's uncommitted
     paths, since the suite times the tree as it is), machine, torch / Python versions, the script's parsed
@@ -196,7 +188,7 @@ def run_info(device: torch.device, args: argparse.Namespace | None = None) -> di
             "uncommitted": [line[3:] for line in _git("status", "--porcelain", "--untracked-files=no").splitlines()],
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": describe(device),
-            "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
+            "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
                         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None},
             "torch": torch.__version__, "python": platform.python_version(),
             "options": {} if args is None else {k: v if isinstance(v, (int, float, bool, type(None))) else str(v)

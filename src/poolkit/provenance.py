@@ -36,7 +36,8 @@ def git_commit(root: Path = Path(__file__).resolve().parents[2]) -> str | None:
     return head + ("+dirty" if dirty else "")
 
 
-def _cpu() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or what platform knows."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -50,7 +51,7 @@ def run_provenance() -> dict[str, Any]:
     """poolkit version and commit, torch / Python versions, the machine (CPU model, cores, CUDA device) and the
     UTC time."""
     return {"poolkit": __version__, "commit": git_commit(), "torch": torch.__version__,
-            "python": platform.python_version(), "platform": platform.platform(), "cpu": _cpu(),
+            "python": platform.python_version(), "platform": platform.platform(), "cpu": cpu_model(),
             "cores": os.cpu_count(),
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
