@@ -24,12 +24,7 @@ TINY = vision.VisionConfig(dataset="digits", sizes=(60,), val_size=40, poolers=(
                            epochs=1, batch_size=32, pad=1, workers=1, preset="test")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def idx_bytes(array: np.ndarray, code: int) -> bytes:

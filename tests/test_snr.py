@@ -24,13 +24,7 @@ from poolkit.bench.snr_model import SNRModel, evaluate, fit
 from poolkit.errors import PoolkitError
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: far faster than two spinning on a shared 2-core machine; restored after."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # -- generator ------------------------------------------------------------------------------------
