@@ -118,7 +118,7 @@ def render_paper(summary: pd.DataFrame, dataset: str) -> str:
         part = summary[summary["variant"] == variant]
         for size in dict.fromkeys(part["size"]):
             cell = part[part["size"] == size].set_index("pooler")
-            for name in ("flex", "flex+sac"):
+            for name in ("flex", "flex_reg", "flex+sac"):
                 if name in cell.index:
                     lines.append(f"| {dataset}, {size:,} images, {variant}, ours: {name} | "
                                  f"{points(cell.loc[BASELINE, 'mean'])} | {points(cell.loc[name, 'mean'])} | "

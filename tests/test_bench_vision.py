@@ -117,6 +117,24 @@ def test_sac_adds_its_weighted_losses_only_when_chosen():
     assert all(not torch.equal(b, h.weight) for b, h in zip(before, sac.aux.heads))  # its classifiers trained
 
 
+def test_flex_reg_is_flex_with_its_penalty_in_the_loss_and_dropout_in_training():
+    # catches flex_reg built as plain flex (no l2 / dropout), and its L2 penalty left out of the training loss
+    runner = vision._Runner(dataclasses.replace(TINY, widths=(4, 6, 8), poolers=("flex_reg",)).validated())
+    model = runner.build("flex_reg", seed=0)
+    pooler = model.head.pooler
+    assert (pooler.name, pooler.l2, pooler.weight_dropout) == ("flex", 2.5e-4, 0.25)
+    with torch.no_grad():
+        pooler.logits.normal_()
+    x, y = runner.images.train_x[:16], runner.images.train_y[:16]
+    model.eval()
+    with torch.no_grad():
+        plain = F.cross_entropy(model(x), y)
+        assert torch.allclose(model.loss(x, y, 0.0), plain + 2.5e-4 * pooler.logits.pow(2).sum())
+    maps = model.backbone(x)[-1].detach()
+    pooler.train()
+    assert not torch.equal(pooler(maps), pooler.eval()(maps))  # weights dropped in training only
+
+
 def test_the_frozen_variant_leaves_the_backbone_as_gap_trained_it(monkeypatch):
     # catches a post-hoc run that fine-tunes the backbone or updates its BatchNorm statistics, and one whose
     # pooler is not trained on the backbone's maps
