@@ -58,7 +58,10 @@ test-deep: dev
 	@seed=$${SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; echo "hypothesis seed $$seed (make test-deep SEED=$$seed)"; \
 	POOLKIT_HYPOTHESIS=deep $(PY) -m pytest -q -n 2 --hypothesis-seed=$$seed $$(grep -l "@given" tests/*.py)
 
+# timm only for perf_spatial's comparison (optional, never a poolkit dependency): --no-deps, as its torchvision
+# would pull another torch.
 bench: dev
+	$(PIP) install --quiet --no-deps timm==1.0.31 || echo "note: timm not installed; perf_spatial runs without it"
 	$(PY) benchmarks/run_all.py
 
 clean:

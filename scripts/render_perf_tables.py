@@ -7,6 +7,8 @@ provenance and the cells whose median is more than ``--threshold`` away from 1 (
 how many of its repeats fall on the same side of 1. Token poolers against their floors
 (``benchmarks/run_all.py``'s JSON, or ``perf_tokens.py --json``) give two blocks: NAME (provenance and
 the family tables, ``perf_tokens.render``) and ``NAME targets`` (the target rows, ``perf_tokens.targets``).
+Spatial poolers vs their floors and timm (run_all's ``spatial`` suite, or ``perf_spatial.py --json``) give
+``NAME spatial`` (provenance and ``perf_spatial.render``).
 run_all's suites 2-5 give ``NAME run`` (provenance, each suite's load), ``NAME targets 2-5`` and one block per
 section (``NAME snippets`` / ``memory`` / ``model`` (with ``model_train``) / ``embed``, each its script's
 ``render``); ``dynamic_padding.json`` gives ``NAME targets`` (target row 6). No figure is typed by hand: the
@@ -41,6 +43,7 @@ import perf_embed  # noqa: E402
 import perf_memory  # noqa: E402
 import perf_model  # noqa: E402
 import perf_snippets  # noqa: E402
+import perf_spatial  # noqa: E402
 import perf_tokens  # noqa: E402
 from perf_common import table  # noqa: E402
 
@@ -264,7 +267,21 @@ def file_blocks(path: Path, data: dict) -> dict[str, str]:
                 blocks[f"{path.name} {name}"] = block(suites)
     if data.get("benchmark") == "dynamic_padding":
         blocks[f"{path.name} targets"] = padding_target(data)
+    spatial = data.get("suites", {}).get("spatial") or (data if data.get("kind") == "spatial" else None)
+    if spatial is not None:
+        blocks[f"{path.name} spatial"] = spatial_provenance(spatial, path.resolve()) + "\n" + perf_spatial.render(spatial)
     return blocks
+
+
+def spatial_provenance(result: dict, path: Path) -> str:
+    """What ``perf_spatial`` measured where: the tree, machine, threads, repeats, load and the result file."""
+    machine, settings = result["machine"], result["settings"]
+    load = machine.get("load_average")
+    return (f"`benchmarks/perf_spatial.py`: pooler time / floor time (or / timm's time), < 1 is faster. {tree(result)}; "
+            f"{result['date'][:10]}, {machine['cpu']}, {machine['cores']} cores, torch {result['torch']}, "
+            f"{settings['threads']} torch thread(s), {settings['repeats']} interleaved repeats per cell"
+            + (f", load average {load[0]:.1f} at the start" if load else "")
+            + f". Data: `{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`.")
 
 
 #: Sections 2-5's tables, each from run_all's suites (section 4: forward and, when run, forward + backward).
