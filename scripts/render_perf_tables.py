@@ -269,7 +269,8 @@ def file_blocks(path: Path, data: dict) -> dict[str, str]:
         blocks[f"{path.name} targets"] = padding_target(data)
     spatial = data.get("suites", {}).get("spatial") or (data if data.get("kind") == "spatial" else None)
     if spatial is not None:
-        blocks[f"{path.name} spatial"] = spatial_provenance(spatial, path.resolve()) + "\n" + perf_spatial.render(spatial)
+        blocks[f"{path.name} spatial"] = "\n".join([spatial_provenance(spatial, path.resolve()),
+                                                    perf_spatial.render(spatial)])
     return blocks
 
 
@@ -277,7 +278,8 @@ def spatial_provenance(result: dict, path: Path) -> str:
     """What ``perf_spatial`` measured where: the tree, machine, threads, repeats, load and the result file."""
     machine, settings = result["machine"], result["settings"]
     load = machine.get("load_average")
-    return (f"`benchmarks/perf_spatial.py`: pooler time / floor time (or / timm's time), < 1 is faster. {tree(result)}; "
+    return (f"`benchmarks/perf_spatial.py`: pooler time / floor time (or / timm's time), < 1 is faster. "
+            f"{tree(result)}; "
             f"{result['date'][:10]}, {machine['cpu']}, {machine['cores']} cores, torch {result['torch']}, "
             f"{settings['threads']} torch thread(s), {settings['repeats']} interleaved repeats per cell"
             + (f", load average {load[0]:.1f} at the start" if load else "")

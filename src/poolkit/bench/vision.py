@@ -350,8 +350,8 @@ def add_vision_arguments(parser: argparse.ArgumentParser) -> None:
     scale.add_argument("--full", dest="preset", action="store_const", const="full",
                        help="Fashion-MNIST's whole training set (54,000 + 6,000 validation), 30 epochs, 5 seeds; GPU")
     parser.add_argument("--poolers", nargs="+", metavar="NAME",
-                        help="poolers separated by commas and/or spaces, NAME+sac for auxiliary classifiers, flex_reg for "
-                             "flex with its L2 penalty and weight dropout; gap is always run (default: "
+                        help="poolers separated by commas and/or spaces, NAME+sac for auxiliary classifiers, "
+                             "flex_reg for flex with its L2 penalty and weight dropout; gap is always run (default: "
                              f"{','.join(DEFAULT_POOLERS)})")
     parser.add_argument("--sizes", type=int, nargs="+", metavar="N", help="training-set sizes (default: 1000 6000)")
     parser.add_argument("--widths", type=int, nargs="+", metavar="C",
