@@ -69,9 +69,9 @@ def render_cost(results: dict) -> str:
     s, runs, prov = results["settings"], results["runs"], results["provenance"]
     fits = sum(r["cpu_seconds"] for r in runs)
     default = PRESETS["default"]
-    estimate = default_estimate(results)
     changed = [f"{key} {value}" for key, value in s.items()
                if key != "preset" and json.loads(json.dumps(getattr(default, key))) != value]
+    estimate = default_estimate(results) if changed else 0.0
     return (f"The committed run (`docs/vision/results.json`; settings that differ from the default preset: "
             f"{'; '.join(changed) or 'none'}): {len(s['poolers'])} poolers × {len(s['sizes'])} sizes × "
             f"{s['seeds']} seeds from scratch, plus the post-hoc poolers on each frozen backbone ({len(runs)} runs of "
@@ -82,11 +82,12 @@ def render_cost(results: dict) -> str:
             "wall time to expect on 2 idle cores. "
             f"Load average (1 min) {results['load_average_start_end'][0][0]:.1f} at the start, "
             f"{results['load_average_start_end'][1][0]:.1f} at the end. Commit "
-            f"{prov['commit'][:10] if prov.get('commit') else 'unknown'}, torch {prov['torch']}, {prov['cpu']}.\n\n"
-            f"The default preset ({', '.join(f'{n:,}' for n in default.sizes)} images, {default.seeds} seeds) would "
-            f"take about {estimate / 60:.0f} CPU-minutes, {estimate / 2 / 60:.0f} minutes on 2 idle cores: extrapolated "
-            "linearly in the training-set size (and in the epochs) from this run's CPU-seconds per run "
-            "(`default_estimate` in the renderer), not measured.")
+            f"{prov['commit'][:10] if prov.get('commit') else 'unknown'}, torch {prov['torch']}, {prov['cpu']}."
+            + ("" if not changed else
+               f"\n\nThe default preset ({', '.join(f'{n:,}' for n in default.sizes)} images, {default.seeds} seeds) "
+               f"would take about {estimate / 60:.0f} CPU-minutes, {estimate / 2 / 60:.0f} minutes on 2 idle cores: "
+               "extrapolated linearly in the training-set size (and in the epochs) from this run's CPU-seconds per run "
+               "(`default_estimate` in the renderer), not measured."))
 
 
 def render_table(summary: pd.DataFrame, variant: str) -> str:
@@ -126,8 +127,9 @@ def render_paper(summary: pd.DataFrame, dataset: str) -> str:
     return "\n".join(lines)
 
 
-def render_readings(summary: pd.DataFrame) -> str:
-    """Which poolers differ from gap beyond seed noise, per variant and size, and the largest gap in points."""
+def render_readings(summary: pd.DataFrame, frame: pd.DataFrame) -> str:
+    """Which poolers differ from gap beyond seed noise, per variant and size, and the largest gap in points; then
+    flex_reg against plain flex, paired per seed (does the paper's regularised setting add to flex here?)."""
     lines = []
     for variant in ("scratch", "frozen"):
         part = summary[(summary["variant"] == variant) & (summary["pooler"] != BASELINE)]
@@ -140,15 +142,21 @@ def render_readings(summary: pd.DataFrame) -> str:
                          f"{', '.join(better) or 'none'}; below it: {', '.join(worse) or 'none'}; every other "
                          f"difference sits inside seed noise. Largest mean difference: {top['pooler']} "
                          f"{100 * top['diff_mean']:+.2f} points.")
+    both = summarize(frame[frame["pooler"].isin(["flex", "flex_reg"])], baseline="flex")
+    for row in both[both["pooler"] == "flex_reg"].itertuples(index=False):
+        lines.append(f"- **flex_reg − flex, {row.variant}, {row.size:,} images:** {100 * row.diff_mean:+.2f} ± "
+                     f"{points(row.diff_std)} points" + (", inside seed noise." if row.inside_noise else
+                                                         ", beyond seed noise."))
     return "\n".join(lines)
 
 
 def render(folder: Path = FOLDER) -> dict[str, str]:
     results = json.loads((folder / "results.json").read_text())
-    summary = summarize(pd.read_csv(folder / "results.csv"))
+    frame = pd.read_csv(folder / "results.csv")
+    summary = summarize(frame)
     return {"presets": render_presets(), "cost": render_cost(results), "scratch": render_table(summary, "scratch"),
             "frozen": render_table(summary, "frozen"), "paper": render_paper(summary, results["settings"]["dataset"]),
-            "readings": render_readings(summary)}
+            "readings": render_readings(summary, frame)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -171,6 +171,9 @@ def test_summary_pairs_each_seed_with_gap_and_flags_noise():
     assert not summary.loc["flex", "inside_noise"]
     assert summary.loc["gmp", "diff_std"] == pytest.approx(np.std([.05, -.03, .01], ddof=1))
     assert summary.loc["gmp", "inside_noise"] and not summary.loc["gap", "inside_noise"]
+    vs_flex = vision.summarize(frame, baseline="flex").set_index("pooler")  # another pooler as the baseline
+    assert vs_flex.loc["gmp", "diff_mean"] == pytest.approx(np.mean([.85 - .83, .87 - .93, .71 - .73]))
+    assert vs_flex.loc["flex", "diff_mean"] == 0 and not vs_flex.loc["flex", "inside_noise"]
 
 
 def test_a_tiny_run_writes_its_files_and_refuses_to_overwrite(tmp_path):

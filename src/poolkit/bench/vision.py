@@ -265,15 +265,15 @@ def _run_all(runner: _Runner, progress: bool) -> list[dict]:
 
 
 # -- summary ------------------------------------------------------------------------------------------
-def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+def summarize(frame: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
     """Per (variant, pooler, size): accuracy mean and sample std over seeds, and the paired per-seed difference to
-    gap (mean, sample std, and whether it sits inside seed noise: its 95% t-interval contains 0)."""
+    ``baseline`` (mean, sample std, and whether it sits inside seed noise: its 95% t-interval contains 0)."""
     from scipy import stats
 
     rows = []
     for (variant, name, size), group in frame.groupby(["variant", "pooler", "size"], sort=False):
         acc = group.set_index("seed")["accuracy"]
-        base = frame[(frame["variant"] == variant) & (frame["pooler"] == BASELINE) & (frame["size"] == size)]
+        base = frame[(frame["variant"] == variant) & (frame["pooler"] == baseline) & (frame["size"] == size)]
         diff = (acc - base.set_index("seed")["accuracy"]).dropna().to_numpy()
         n = len(diff)
         diff_std = float(diff.std(ddof=1)) if n > 1 else float("nan")
@@ -281,7 +281,7 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         rows.append({"variant": variant, "pooler": name, "size": int(size), "seeds": len(acc),
                      "mean": float(acc.mean()), "std": float(acc.std(ddof=1)) if len(acc) > 1 else float("nan"),
                      "diff_mean": float(diff.mean()), "diff_std": diff_std, "diff_ci95": half,
-                     "inside_noise": bool(name != BASELINE and not abs(diff.mean()) > half)})
+                     "inside_noise": bool(name != baseline and not abs(diff.mean()) > half)})
     return pd.DataFrame(rows)
 
 
