@@ -2,16 +2,20 @@
 
 Every spatial pooler is called through its public ``forward`` on an NCHW map (B, C, H, W) (the map adapter,
 input checks and empty-row guard included) and timed against its **floor**: the plain torch code that computes
-the same output from the same parameters, with no mask, no checks, no weights (``FLOORS``; a test holds each
-floor equal to its pooler's output, so a floor cannot do less work):
+the same output from the same parameters, with no mask, no checks, no weights. Where there are several plain
+forms (``FLOORS``), each is timed in the same repeats and the floor of a repeat is the fastest of them, as the
+token floors are (a test holds every form equal to its pooler's output, so a floor cannot do less work):
 
-* gap ``x.mean((2, 3))``; gmp ``x.amax((2, 3))``; avgmax / catavgmax their half-sum / concatenation;
+* gap: ``x.mean((2, 3))``, the sum over the positions divided by their number, or a matmul with a uniform
+  column; gmp: ``x.amax((2, 3))``, or the same of x read as float32; avgmax / catavgmax: every pair of those;
 * gem (poolkit's default ``signed=True``) ``m = mean(sign(x) |x|^p)``, ``sign(m) |m|^(1/p)``; lse
   ``t (logsumexp(x / t) - log n)``; both in float32, where the poolers compute;
-* flex ``x.flatten(2) @ softmax(logits)`` (the logit map is the map's size: no resizing);
-* attention2d (gated attention) one matmul by the value and gate weights together, tanh * sigmoid, the
-  score, a softmax in float32 and the weighted sum;
-* adapool2d (the mean as query) its projections folded into the query, as poolkit folds them (projecting
+* flex ``x.flatten(2) @ softmax(logits)`` or the same as a bmm (the logit map is the map's size: no resizing);
+* attention2d (gated attention) one matmul by the value and gate weights together (of the (B, P, C) view, or
+  of the positions copied into one (B*P, C) matrix), tanh * sigmoid, the score, a softmax in float32 and the
+  weighted sum;
+* adapool2d (the mean as query, by each mean form) its projections folded into the query, as poolkit folds them
+  (projecting
   every position by W_K and W_V would cost far more than poolkit does, and would be no floor): W_Q on the
   mean, W_K^T on the query, one (B, 1, C) x (B, C, P) read of the map in float32, a softmax, the weighted
   sum, W_V and W_O on the (B, C) result.
@@ -69,15 +73,34 @@ MIN_SAMPLE_S = 0.05  # each timed sample lasts about this long (several calls of
 
 
 # -- floors: plain torch, the same outputs -------------------------------------------------------------
-def _mean(h: Tensor, valid: Tensor | None) -> Tensor:
-    """(B, C, P) -> (B, C): the mean over the valid positions."""
+# Each floor is the fastest, in each repeat, of a few plain forms of the same computation: which form of a mean or
+# a max is fastest depends on the dtype and the shape (torch's bf16 mean / amax over a short contiguous axis are
+# several times slower than its bf16 sum or a matmul), so no single form can stand as the floor.
+def _weights(h: Tensor, valid: Tensor | None) -> Tensor:
+    """(B, P, 1) uniform weights over the valid positions, in h's dtype (one column for all rows without a mask)."""
     if valid is None:
-        return h.mean(2)
-    return (h * valid[:, None]).sum(2) / valid.sum(1, keepdim=True)
+        return h.new_full((h.shape[2], 1), 1 / h.shape[2])
+    return (valid / valid.sum(1, keepdim=True)).to(h.dtype)[:, :, None]
 
 
-def _max(h: Tensor, valid: Tensor | None) -> Tensor:
-    return (h if valid is None else h.masked_fill(~valid[:, None], float("-inf"))).amax(2)
+#: (B, C, P) and valid (B, P) or None -> (B, C): the mean over the valid positions, three ways
+MEANS: dict[str, Callable[[Tensor, Tensor | None], Tensor]] = {
+    "mean": lambda h, valid: h.mean(2) if valid is None else (h * valid[:, None]).sum(2) / valid.sum(1, keepdim=True),
+    "sum / n": lambda h, valid: (h if valid is None else h * valid[:, None]).sum(2) / (
+        h.shape[2] if valid is None else valid.sum(1, keepdim=True)),
+    "matmul": lambda h, valid: (h @ _weights(h, valid)).squeeze(-1),
+}
+
+
+def _filled(h: Tensor, valid: Tensor | None) -> Tensor:
+    return h if valid is None else h.masked_fill(~valid[:, None], float("-inf"))
+
+
+#: the max over the valid positions, two ways (the second reads half precision as float32)
+MAXES: dict[str, Callable[[Tensor, Tensor | None], Tensor]] = {
+    "amax": lambda h, valid: _filled(h, valid).amax(2),
+    "amax in float32": lambda h, valid: _filled(h.float(), valid).amax(2).to(h.dtype),
+}
 
 
 def _softmax(scores: Tensor, valid: Tensor | None) -> Tensor:
@@ -88,7 +111,7 @@ def _softmax(scores: Tensor, valid: Tensor | None) -> Tensor:
 
 def _gem(pooler, h: Tensor, valid: Tensor | None) -> Tensor:
     f, p = h.float(), pooler.p
-    m = _mean(f.sign() * f.abs().pow(p), valid)
+    m = MEANS["sum / n"](f.sign() * f.abs().pow(p), valid)
     return (m.sign() * m.abs().pow(1 / p)).to(h.dtype)
 
 
@@ -101,45 +124,67 @@ def _lse(pooler, h: Tensor, valid: Tensor | None) -> Tensor:
     return (t * (torch.logsumexp(scaled, 2) - count.log())).to(h.dtype)
 
 
-def _flex(pooler, h: Tensor, valid: Tensor | None) -> Tensor:
-    return h @ pooler.logits.flatten().float().softmax(0).to(h.dtype)
+def _flex(product: str):
+    def flex(pooler, h: Tensor, valid: Tensor | None) -> Tensor:
+        weights = pooler.logits.flatten().float().softmax(0).to(h.dtype)
+        if product == "matmul":
+            return h @ weights
+        return torch.bmm(weights.expand(h.shape[0], 1, -1), h.transpose(1, 2)).squeeze(1)
+    return flex
 
 
-def _gated_attention(pooler, h: Tensor, valid: Tensor | None) -> Tensor:
-    positions = h.transpose(1, 2)  # (B, P, C)
-    both = F.linear(positions, torch.cat([pooler.value.weight, pooler.gate.weight]),
-                    torch.cat([pooler.value.bias, pooler.gate.bias]))
-    value, gate = both.chunk(2, dim=-1)
-    scores = F.linear(value.tanh() * gate.sigmoid(), pooler.score.weight).squeeze(-1)
-    return (h @ _softmax(scores, valid).to(h.dtype)[:, :, None]).squeeze(-1)
+def _gated_attention(gather: bool):
+    """Gated attention in one projection by the value and gate weights together; ``gather``: the positions copied
+    into one (B*P, C) matrix first (one 2-D product), else projected as the (B, P, C) view."""
+    def gated_attention(pooler, h: Tensor, valid: Tensor | None) -> Tensor:
+        positions = h.transpose(1, 2)  # (B, P, C)
+        if gather:
+            positions = positions.reshape(-1, h.shape[1])
+        both = F.linear(positions, torch.cat([pooler.value.weight, pooler.gate.weight]),
+                        torch.cat([pooler.value.bias, pooler.gate.bias]))
+        value, gate = both.chunk(2, dim=-1)
+        scores = F.linear(value.tanh() * gate.sigmoid(), pooler.score.weight).view(h.shape[0], -1)
+        return (h @ _softmax(scores, valid).to(h.dtype)[:, :, None]).squeeze(-1)
+    return gated_attention
 
 
-def _adapool(pooler, h: Tensor, valid: Tensor | None) -> Tensor:
-    query = F.linear(_mean(h, valid), pooler.query.weight)  # (B, C) in h's dtype, as poolkit's query
-    f = h.float()
-    key = (query.float() @ pooler.key.weight.float()) * h.shape[1] ** -0.5  # W_K^T q: the key folded into q
-    weights = _softmax(torch.bmm(key[:, None, :], f).squeeze(1), valid)  # (B, P)
-    mixed = torch.bmm(f, weights[:, :, None]).squeeze(-1)  # (B, C), float32
-    return F.linear(F.linear(mixed, pooler.value.weight.float()).to(pooler.out.weight.dtype), pooler.out.weight)
+def _adapool(mean: str):
+    def adapool(pooler, h: Tensor, valid: Tensor | None) -> Tensor:
+        query = F.linear(MEANS[mean](h, valid), pooler.query.weight)  # (B, C) in h's dtype, as poolkit's query
+        f = h.float()
+        key = (query.float() @ pooler.key.weight.float()) * h.shape[1] ** -0.5  # W_K^T q: the key folded into q
+        weights = _softmax(torch.bmm(key[:, None, :], f).squeeze(1), valid)  # (B, P)
+        mixed = torch.bmm(f, weights[:, :, None]).squeeze(-1)  # (B, C), float32
+        return F.linear(F.linear(mixed, pooler.value.weight.float()).to(pooler.out.weight.dtype), pooler.out.weight)
+    return adapool
 
 
-#: pooler name -> floor(pooler, h (B, C, P), valid (B, P) bool or None) -> the pooler's output (B, output_dim)
-FLOORS: dict[str, Callable[..., Tensor]] = {
-    "gap": lambda p, h, valid: _mean(h, valid),
-    "gmp": lambda p, h, valid: _max(h, valid),
-    "gem": _gem,
-    "lse": _lse,
-    "avgmax": lambda p, h, valid: 0.5 * (_mean(h, valid) + _max(h, valid)),
-    "catavgmax": lambda p, h, valid: torch.cat([_mean(h, valid), _max(h, valid)], dim=1),
-    "flex": _flex,
-    "attention2d": _gated_attention,
-    "adapool2d": _adapool,
+def _pair(mean: str, maximum: str, concat: bool):
+    def both(pooler, h: Tensor, valid: Tensor | None) -> Tensor:
+        avg, top = MEANS[mean](h, valid), MAXES[maximum](h, valid)
+        return torch.cat([avg, top], dim=1) if concat else 0.5 * (avg + top)
+    return both
+
+
+#: pooler name -> {form: floor(pooler, h (B, C, P), valid (B, P) bool or None) -> the pooler's output}
+FLOORS: dict[str, dict[str, Callable[..., Tensor]]] = {
+    "gap": {name: lambda p, h, valid, f=f: f(h, valid) for name, f in MEANS.items()},
+    "gmp": {name: lambda p, h, valid, f=f: f(h, valid) for name, f in MAXES.items()},
+    "gem": {"signed power mean": _gem},
+    "lse": {"logsumexp": _lse},
+    "avgmax": {f"{m} + {k}": _pair(m, k, concat=False) for m in MEANS for k in MAXES},
+    "catavgmax": {f"{m} + {k}": _pair(m, k, concat=True) for m in MEANS for k in MAXES},
+    "flex": {"matmul": _flex("matmul"), "bmm": _flex("bmm")},
+    "attention2d": {"(B*P, C) product": _gated_attention(True), "(B, P, C) product": _gated_attention(False)},
+    "adapool2d": {f"query by {m}": _adapool(m) for m in MEANS},
 }
 
 
-def floor_output(name: str, pooler, x: Tensor, mask: Tensor | None = None) -> Tensor:
-    """The floor of ``name`` on the NCHW map x (and its (B, H, W) mask): the pooler's output in plain torch."""
-    return FLOORS[name](pooler, x.flatten(2), None if mask is None else mask.flatten(1))
+def floor_output(name: str, pooler, x: Tensor, mask: Tensor | None = None, form: str | None = None) -> Tensor:
+    """The floor of ``name`` on the NCHW map x (and its (B, H, W) mask), in ``form`` (default: the first): the
+    pooler's output in plain torch."""
+    forms = FLOORS[name]
+    return forms[form or next(iter(forms))](pooler, x.flatten(2), None if mask is None else mask.flatten(1))
 
 
 def build_pooler(name: str, shape: tuple[int, int, int, int], dtype: torch.dtype, seed: int = 0):
@@ -222,10 +267,13 @@ def run_cell(label: str, shape, dtype_name: str, mode: str, device: torch.device
             m = mask if masked else None
             tag = " masked" if masked else ""
             variants[name + tag] = timed_call(lambda p=pooler, m=m: p(x, m), train, leaves)
-            variants[f"floor {name}{tag}"] = timed_call(lambda p=pooler, n=name, m=m: floor_output(n, p, x, m),
-                                                        train, leaves)
+            for form in FLOORS[name]:
+                variants[f"floor {name}{tag}: {form}"] = timed_call(
+                    lambda p=pooler, n=name, m=m, f=form: floor_output(n, p, x, m, f), train, leaves)
             with torch.no_grad():
-                outputs[name + tag] = (pooler(x, m).float(), floor_output(name, pooler, x, m).float())
+                pooled = pooler(x, m).float()
+                outputs[name + tag] = max(float((pooled - floor_output(name, pooler, x, m, form).float()).abs().max())
+                                          for form in FLOORS[name])
             plan.append((name, masked))
     extra = timm_variants(shape, dtype, train, x, *timm[:2]) if timm else {}
     for key, (call, leaves, _) in extra.items():
@@ -236,12 +284,12 @@ def run_cell(label: str, shape, dtype_name: str, mode: str, device: torch.device
     rows = []
     for name, masked in plan:
         tag = " masked" if masked else ""
-        pooled, floor = outputs[name + tag]
+        forms = FLOORS[name]
         row = {**common, "pooler": name, "masked": masked, "target": TARGET,
-               "max_abs_diff_vs_floor": float((pooled - floor).abs().max()),
-               **floor_ratio(times, name + tag, [f"floor {name}{tag}"])}
+               "max_abs_diff_vs_floor": outputs[name + tag],
+               **floor_ratio(times, name + tag, [f"floor {name}{tag}: {form}" for form in forms])}
         if masked:
-            row["vs_unmasked_floor"] = floor_ratio(times, name + tag, [f"floor {name}"])
+            row["vs_unmasked_floor"] = floor_ratio(times, name + tag, [f"floor {name}: {form}" for form in forms])
         rows.append(row)
     for key, (_, _, name) in extra.items():
         if name in variants:  # poolkit's time over timm's, the same repeats
@@ -316,10 +364,19 @@ def render(result: dict) -> str:
             if r["ratio"] > TARGET]
     flagged = [f"`{r['pooler']}` {r['shape']} {r['dtype']} {r['mode']} {r['ratio']:.2f}" for r in plain
                if r["below_floor"]]
+    wins: dict[str, dict[str, int]] = {}  # pooler -> form -> repeats it was the fastest, over every unmasked cell
+    for r in plain:
+        for form, count in r["fastest_floor"].items():
+            won = wins.setdefault(r["pooler"], {})
+            won[form.split(": ", 1)[1]] = won.get(form.split(": ", 1)[1], 0) + count
+    forms_won = "; ".join(f"`{name}` " + ", ".join(f"{form} {count}" for form, count in
+                                                   sorted(won.items(), key=lambda w: -w[1]))
+                          for name, won in wins.items() if len(FLOORS[name]) > 1)
     largest = max(plain + masked, key=lambda r: r["max_abs_diff_vs_floor"])
     out += ["", f"Within {TARGET}x of the floor in every cell: " + (", ".join(f"`{n}`" for n in within) or "none")
             + ".", "", "Over the target: " + ("; ".join(over) or "none") + ".", "",
             f"Not a floor (ratio under {NOT_A_FLOOR}): " + ("; ".join(flagged) or "none") + ".", "",
+            f"Fastest floor form, repeats won over the unmasked cells: {forms_won}.", "",
             f"Largest output difference pooler vs floor: {largest['max_abs_diff_vs_floor']:.2g} (`{largest['pooler']}`"
             f"{' masked' if largest['masked'] else ''}, {largest['shape']} {largest['dtype']} {largest['mode']})."]
     return "\n".join(out)

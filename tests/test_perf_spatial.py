@@ -19,14 +19,16 @@ SHAPE = (6, 16, 5, 7)
 
 @pytest.mark.parametrize("name", perf_spatial.POOLERS)
 def test_every_floor_computes_its_poolers_output(name):
-    # catches a floor that does less work than its pooler (a gem without the power, gated attention without its
-    # gate, adapool without its value / output projections, flex with uniform weights) and so times as a false floor
+    # catches a floor form that does less work than its pooler (a gem without the power, gated attention without its
+    # gate, adapool without its value / output projections, flex with uniform weights, a mean over padded positions)
+    # and so would time as a false floor
     x, mask = perf_spatial.make_inputs(SHAPE, torch.float32, torch.device("cpu"))
     pooler = perf_spatial.build_pooler(name, SHAPE, torch.float32)
     for m in (None, mask) if name in perf_spatial.MASKED else (None,):
-        floor = perf_spatial.floor_output(name, pooler, x, m)
-        assert floor.shape == (SHAPE[0], pooler.output_dim)
-        assert torch.allclose(floor, pooler(x, m), atol=1e-5, rtol=1e-5)
+        for form in perf_spatial.FLOORS[name]:
+            floor = perf_spatial.floor_output(name, pooler, x, m, form)
+            assert floor.shape == (SHAPE[0], pooler.output_dim)
+            assert torch.allclose(floor, pooler(x, m), atol=1e-5, rtol=1e-5), form
 
 
 def test_the_masked_maps_mask_half_the_rows_and_matter():
