@@ -358,25 +358,29 @@ def render(result: dict) -> str:
                          "**poolkit / timm, the same repeats** (< 1: poolkit faster; SimPool2d is not the same "
                          "function as adapool2d, see above)"))
     out.append(f"\ntimm: {result['timm']}.")
-    within = [n for n in dict.fromkeys(r["pooler"] for r in plain)
-              if all(r["ratio"] <= TARGET for r in plain if r["pooler"] == n)]
+    names = list(dict.fromkeys(r["pooler"] for r in plain))
+    within = [n for n in names if all(r["ratio"] <= TARGET for r in plain if r["pooler"] == n)]
+    beaten = [n for n in within if any(r["below_floor"] for r in plain if r["pooler"] == n)]
     over = [f"`{r['pooler']}` {r['shape']} {r['dtype']} {r['mode']} {r['ratio']:.2f}" for r in plain
             if r["ratio"] > TARGET]
     flagged = [f"`{r['pooler']}` {r['shape']} {r['dtype']} {r['mode']} {r['ratio']:.2f}" for r in plain
                if r["below_floor"]]
     wins: dict[str, dict[str, int]] = {}  # pooler -> form -> repeats it was the fastest, over every unmasked cell
     for r in plain:
-        for form, count in r["fastest_floor"].items():
+        for form, count in r["fastest_floor"].items():  # "floor NAME: FORM" (a run of one form per floor: "floor NAME")
             won = wins.setdefault(r["pooler"], {})
-            won[form.split(": ", 1)[1]] = won.get(form.split(": ", 1)[1], 0) + count
+            won[form.partition(": ")[2]] = won.get(form.partition(": ")[2], 0) + count
     forms_won = "; ".join(f"`{name}` " + ", ".join(f"{form} {count}" for form, count in
                                                    sorted(won.items(), key=lambda w: -w[1]))
-                          for name, won in wins.items() if len(FLOORS[name]) > 1)
+                          for name, won in wins.items() if len(won) > 1 or "" not in won)
     largest = max(plain + masked, key=lambda r: r["max_abs_diff_vs_floor"])
-    out += ["", f"Within {TARGET}x of the floor in every cell: " + (", ".join(f"`{n}`" for n in within) or "none")
+    out += ["", f"Within {TARGET}x of the floor in every cell: "
+            + (", ".join(f"`{n}`" for n in within if n not in beaten) or "none") + "; within, but faster than the "
+            "floor in some cell (where the floor bounds nothing): " + (", ".join(f"`{n}`" for n in beaten) or "none")
             + ".", "", "Over the target: " + ("; ".join(over) or "none") + ".", "",
             f"Not a floor (ratio under {NOT_A_FLOOR}): " + ("; ".join(flagged) or "none") + ".", "",
-            f"Fastest floor form, repeats won over the unmasked cells: {forms_won}.", "",
+            (f"Fastest floor form, repeats won over the unmasked cells: {forms_won}." if forms_won else
+             "One form per floor in this run (the first of each in the script's `FLOORS` at its commit)."), "",
             f"Largest output difference pooler vs floor: {largest['max_abs_diff_vs_floor']:.2g} (`{largest['pooler']}`"
             f"{' masked' if largest['masked'] else ''}, {largest['shape']} {largest['dtype']} {largest['mode']})."]
     return "\n".join(out)
