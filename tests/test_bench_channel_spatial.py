@@ -130,3 +130,12 @@ def test_cli_runs_and_bad_input_exits_2(tmp_path, capsys):
     assert cli_main(args[:-2] + ["--blocks", "cbma", "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
     assert "Did you mean 'cbam'" in err and "Traceback" not in err
+
+
+def test_every_preset_validates_and_full_runs_every_block():
+    # catches a preset that only fails when someone runs it (e.g. --full on a GPU), and 'all' not expanding
+    for preset in cs.PRESETS.values():
+        config = preset.validated()
+        assert config.blocks[0] == "none" and len(config.epochs) == len(config.sizes)
+    assert cs.FULL.validated().blocks[1:] == tuple(cs.list_blocks()) and len(cs.FULL.validated().blocks) == 19
+    assert cs.DEFAULT.validated().blocks == cs.DEFAULT_BLOCKS

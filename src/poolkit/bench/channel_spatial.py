@@ -119,7 +119,10 @@ class ChannelSpatialConfig:
 
 
 def _block_list(names, what: str) -> tuple[str, ...]:
-    """``none`` first, then the canonical name of every other block; unknown or repeated names raise."""
+    """``none`` first, then the canonical name of every other block (``all``: every registered block); unknown or
+    repeated names raise."""
+    if "all" in names:
+        names = list_blocks()
     names = [BASELINE] + [resolve_block(n) for n in names if n != BASELINE]
     if len(set(names)) != len(names):
         raise PoolkitError(f"{what} must be distinct, got {names!r}")
@@ -139,19 +142,12 @@ QUICK = ChannelSpatialConfig(dataset="digits", sizes=(300,), epochs=(10,), val_s
 PRESETS = {"default": DEFAULT, "full": FULL, "quick": QUICK}
 
 
-def _expand(config: ChannelSpatialConfig) -> ChannelSpatialConfig:
-    """``all`` among the blocks stands for every registered block."""
-    if "all" in config.blocks:
-        return dataclasses.replace(config, blocks=(BASELINE, *list_blocks()))
-    return config
-
-
 def run_channel_spatial(config: ChannelSpatialConfig = DEFAULT, out_dir: str | os.PathLike | None = None, *,
                         force: bool = False, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run the benchmark; return (one row per run (:data:`COLUMNS`), one row per block with its parameters and
     forward time). With ``out_dir``, also write results.csv, results.json and accuracy.png there (existing results
     are kept unless ``force``). ``workers > 1`` spawns processes: a calling script needs the ``__main__`` guard."""
-    config = _expand(config).validated()
+    config = config.validated()
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
     started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
     previous_threads = torch.get_num_threads()

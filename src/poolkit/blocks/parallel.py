@@ -24,11 +24,6 @@ class Branches(Block):
         self.ca = ChannelAttention(channels, reduction)
         self.sa = SpatialAttention(channels, kernel_size)
 
-    def gates(self, x: Tensor, branches: int) -> Tensor:
-        """softmax over ``branches`` of per-channel logits from ``self.gate``: (branches, B, C, 1, 1)."""
-        logits = self.gate(x).view(len(x), branches, self.channels).softmax(1)
-        return logits.permute(1, 0, 2)[..., None, None]
-
 
 @register_block("parallel_avg", "parallel")
 class ParallelAverage(Branches):
@@ -82,7 +77,7 @@ class ParallelGated(Branches):
         self.gate = Gate(channels, 2 * channels, reduction)
 
     def attend(self, x: Tensor) -> Tensor:
-        w_ca, w_sa = self.gates(x, 2)
+        w_ca, w_sa = self.gate.branch_weights(x, 2)
         return w_ca * self.ca(x) + w_sa * self.sa(x)
 
 
@@ -95,5 +90,5 @@ class ParallelGatedThree(Branches):
         self.gate = Gate(channels, 3 * channels, reduction)
 
     def attend(self, x: Tensor) -> Tensor:
-        w_x, w_ca, w_sa = self.gates(x, 3)
+        w_x, w_ca, w_sa = self.gate.branch_weights(x, 3)
         return w_x * x + w_ca * self.ca(x) + w_sa * self.sa(x)

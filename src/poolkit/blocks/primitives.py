@@ -80,3 +80,9 @@ class Gate(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.mlp(x.mean((2, 3)))
+
+    def branch_weights(self, x: Tensor, branches: int) -> Tensor:
+        """Per-channel softmax weights over ``branches`` (the gate has ``branches * C`` outputs, branch-major):
+        (branches, B, C, 1, 1)."""
+        weights = self(x).view(len(x), branches, -1).softmax(1)
+        return weights.permute(1, 0, 2)[..., None, None]
