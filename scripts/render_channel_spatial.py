@@ -96,7 +96,7 @@ def render_cost(results: dict) -> str:
 
 def render_table(summary: pd.DataFrame, speed: pd.DataFrame, task: str) -> str:
     part = summary[summary["task"] == task]
-    sizes = list(dict.fromkeys(part["size"]))
+    sizes = sorted(part["size"].unique())
     head = ("| block | family | " + " | ".join(f"{n:,} images: accuracy % | vs none (points)" for n in sizes)
             + " | block parameters | forward time (× none) |")
     lines = [head, "|---|---|" + "---:|---:|" * len(sizes) + "---:|---:|"]
@@ -136,7 +136,7 @@ def render_verdicts(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
     pick for that size and how it fares; then the residual claim."""
     lines = []
     part = summary[summary["task"] == "all"]
-    for size in dict.fromkeys(part["size"]):
+    for size in sorted(part["size"].unique()):
         cell = part[(part["size"] == size) & (part["block"] != BASELINE)].set_index("block")
         best = cell["mean"].idxmax()
         above = cell[~cell["inside_noise"] & (cell["diff_mean"] > 0)].index.tolist()
@@ -156,19 +156,22 @@ def render_verdicts(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
             verdict = f"the paper's pick for {regime} data, `{pick}`, was not run"
         else:
             rank = int((cell["mean"] > cell.loc[pick, "mean"]).sum()) + 1
-            behind = pick in beaten
-            holds = (pick == best and pick in above and len(beaten) == len(vs_best))
+            if pick == best and pick in above and len(beaten) == len(vs_best):
+                reading = "**the guidance holds here** (best, and detectably above none and every other block)"
+            elif pick in below:
+                reading = "**detectably below no attention**, against the guidance"
+            elif pick in beaten:
+                reading = f"**detectably below the best block, `{best}`**, against the guidance"
+            else:
+                reading = ("**not supported**: it does not stand out from none and the other blocks beyond seed "
+                           "noise")
             verdict = (f"the paper's pick for {regime} data, `{pick}`, ranks {rank} of {len(cell)} blocks, "
-                       f"{diff_text(cell.loc[pick])} points vs none; "
-                       + ("**the guidance holds here** (best, and detectably above none and every other block)"
-                          if holds else "**detectably below the best block**, against the guidance" if behind
-                          else "**not supported**: it does not stand out from none and the other blocks beyond "
-                               "seed noise"))
+                       f"{diff_text(cell.loc[pick])} points vs none; {reading}")
         lines.append(f"- **{size:,} images:** {winner}. Detectably below none: "
                      f"{', '.join(f'`{n}`' for n in below) or 'none'}. Detectably below the best block "
                      f"(paired): {', '.join(f'`{n}`' for n in beaten) or 'none'}. For the guidance: {verdict}.")
     residual = []
-    for size in dict.fromkeys(part["size"]):
+    for size in sorted(part["size"].unique()):
         runs = frame[(frame["task"] == "all") & (frame["size"] == size) & frame["block"].isin(["residual", "ca_sa"])]
         if set(runs["block"]) == {"residual", "ca_sa"}:
             row = summarize(runs, columns=("task", "block"), baseline="ca_sa").set_index("block").loc["residual"]

@@ -139,3 +139,22 @@ def test_every_preset_validates_and_full_runs_every_block():
         assert config.blocks[0] == "none" and len(config.epochs) == len(config.sizes)
     assert cs.FULL.validated().blocks[1:] == tuple(cs.list_blocks()) and len(cs.FULL.validated().blocks) == 19
     assert cs.DEFAULT.validated().blocks == cs.DEFAULT_BLOCKS
+
+
+def test_the_verdict_follows_the_paired_differences():
+    # catches 'holds' printed for a pick that is best by mean only, and a pick detectably below none called noise
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import render_channel_spatial as render
+
+    def verdict(pick_accuracy):
+        accuracy = {"none": (.70, .80, .90), "residual": (.71, .81, .91), "ca_msa": pick_accuracy}
+        frame = pd.DataFrame([("all", b, 500, 4, s, a, 0) for b, values in accuracy.items()
+                              for s, a in zip((1, 2, 3), values)], columns=cs.COLUMNS)
+        return render.render_verdicts(frame, cs.summarize_runs(frame))
+
+    assert "**the guidance holds here**" in verdict((.72, .82, .92))  # steadily above none and residual
+    assert "**detectably below no attention**, against the guidance" in verdict((.69, .79, .89))
+    assert "**not supported**" in verdict((.73, .79, .92))  # the best mean, but not steadily above anything

@@ -158,6 +158,9 @@ def run_channel_spatial(config: ChannelSpatialConfig = DEFAULT, out_dir: str | o
     finally:
         torch.set_num_threads(previous_threads)
     frame = pd.DataFrame([{key: run[key] for key in COLUMNS} for run in runs], columns=COLUMNS)
+    order = {"task": TASKS.index, "block": list(dict.fromkeys(config.blocks + config.fine_blocks)).index}
+    frame = frame.sort_values(["task", "block", "size", "seed"], key=lambda c: c.map(order.get(c.name, int)),
+                              ignore_index=True)
     if out is not None:
         _write_outputs(out, config, frame, speed, runs, time.perf_counter() - started, _cpu_seconds() - cpu,
                        [list(load), list(os.getloadavg())])
