@@ -19,7 +19,7 @@ import markers  # noqa: E402
 
 from poolkit.bench.channel_spatial import BASELINE, PAPER, PRESETS, summarize_runs  # noqa: E402
 from poolkit.bench.vision import summarize  # noqa: E402
-from poolkit.blocks import block_class, get_block, list_blocks  # noqa: E402
+from poolkit.blocks import block_class, block_options, get_block, list_blocks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "channel-spatial.md"
@@ -42,9 +42,10 @@ def family(name: str) -> str:
 
 
 def render_catalogue() -> str:
-    """Every registered block: family, formula (its docstring's first sentence) and parameters at 64 channels."""
-    lines = [f"Rendered from the registry (`poolkit.list_blocks()`); parameters of one block at C = {CATALOGUE_CHANNELS} "
-             "with the default options (reduction r = 16, kernel 7).", "",
+    """Every registered block: family, formula (its docstring) and parameters at 64 channels, default options."""
+    lines = ["Rendered from the registry (`poolkit.list_blocks()`); parameters of one block at "
+             f"C = {CATALOGUE_CHANNELS} with the default options (reduction r = {block_options('ca')['reduction']}, "
+             f"kernel {block_options('sa')['kernel_size']}).", "",
              "| block | family | formula | parameters |", "|---|---|---|---:|"]
     for name in list_blocks():
         doc = " ".join(block_class(name).__doc__.split())
@@ -65,8 +66,8 @@ def render_presets() -> str:
                 f"{c.workers} worker(s), `--device {c.device}`, {threads}"]
     names = ["data", "training images per run", "epochs (per size)", "validation images", "blocks",
              "fine-grained task", "CNN widths", "blocks after stages", "reduction r", "optimiser", "seeds", "execution"]
-    rows = ["Rendered from `poolkit.bench.channel_spatial.PRESETS`:", "", "| setting | default | `--full` | `--quick` |",
-            "|---|---|---|---|"]
+    rows = ["Rendered from `poolkit.bench.channel_spatial.PRESETS`:", "",
+            "| setting | default | `--full` | `--quick` |", "|---|---|---|---|"]
     cols = [column(PRESETS[p]) for p in ("default", "full", "quick")]
     rows += [f"| {n} | " + " | ".join(c[i] for c in cols) + " |" for i, n in enumerate(names)]
     return "\n".join(rows)
@@ -177,7 +178,8 @@ def render_verdicts(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
             row = summarize(runs, columns=("task", "block"), baseline="ca_sa").set_index("block").loc["residual"]
             residual.append(f"{size:,} images {diff_text(row)}")
     if residual:
-        lines.append("- **Residual connections** (`residual` − `ca_sa`, paired, points): " + "; ".join(residual) + ".")
+        lines.append("- **Residual connections** (`residual` − `ca_sa`, paired, points): " + "; ".join(residual)
+                     + ".")
     return "\n".join(lines)
 
 

@@ -2,8 +2,9 @@
 Spatial Attention", arXiv 2601.07310) tested on Fashion-MNIST.
 
 Each attention block of :mod:`poolkit.blocks` is inserted after the same conv stages (``stages``; by default the last
-two, where the maps are 14x14 and 7x7, which keeps a CPU run short) of the small CNN of :mod:`.vision_model`, pooled by GAP; for each training-set size and seed the CNN is trained
-from scratch with the same seeds, schedule and augmentation for every block (``none``: no attention, the baseline).
+two, where the maps are 14x14 and 7x7, which keeps a CPU run short) of the small CNN of :mod:`.vision_model`, pooled
+by GAP; for each training-set size and seed the CNN is trained from scratch with the same seeds, schedule and
+augmentation for every block (``none``: no attention, the baseline).
 The epoch is chosen on a validation split of the training pool, the test set is scored once. A fine-grained case
 repeats the study on four look-alike classes (T-shirt, pullover, coat, shirt) for the paper's ordering claim.
 Reported: test accuracy mean and std over seeds, the paired per-seed difference to ``none`` with its noise flag
@@ -387,7 +388,8 @@ def add_channel_spatial_arguments(parser: argparse.ArgumentParser) -> None:
                              ("--fine-epochs", int, "epochs of the fine-grained task"),
                              ("--reduction", int, "the blocks' channel reduction r"),
                              ("--seeds", int, "runs per (block, size)"), ("--batch-size", int, "minibatch size"),
-                             ("--lr", float, "AdamW peak learning rate"), ("--weight-decay", float, "AdamW weight decay"),
+                             ("--lr", float, "AdamW peak learning rate"),
+                             ("--weight-decay", float, "AdamW weight decay"),
                              ("--pad", int, "random-crop padding in pixels (0: no shifts)"),
                              ("--data-seed", int, "seed of the validation split"),
                              ("--seed", int, "seed of run 0 (run i uses seed + i)"),

@@ -18,7 +18,8 @@ class Chain(Block):
     def __init__(self, channels: int, reduction: int = 16, kernel_size: int = 7) -> None:
         super().__init__(channels)
         self.reduction, self.kernel_size = reduction, kernel_size
-        build = {"c": lambda: ChannelAttention(channels, reduction), "s": lambda: SpatialAttention(channels, kernel_size)}
+        build = {"c": lambda: ChannelAttention(channels, reduction),
+                 "s": lambda: SpatialAttention(channels, kernel_size)}
         self.steps = nn.ModuleList(build[step]() for step in self.order)
 
     def attend(self, x: Tensor) -> Tensor:
