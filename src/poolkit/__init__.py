@@ -5,6 +5,7 @@
 
 import importlib
 
+from .blocks import get_block, list_blocks
 from .errors import PoolkitError
 from .pooling import AuxiliaryClassifiers, Pooler, get_pooler, list_poolers, pooler_options, register_pooler
 
@@ -29,5 +30,5 @@ def __getattr__(name: str):
 
 __version__ = "0.2.0"
 
-__all__ = ["AuxiliaryClassifiers", "Pooler", "PoolkitError", "get_pooler", "list_poolers", "pooler_options",
-           "register_pooler", *_LAZY, "__version__"]
+__all__ = ["AuxiliaryClassifiers", "Pooler", "PoolkitError", "get_block", "get_pooler", "list_blocks", "list_poolers",
+           "pooler_options", "register_pooler", *_LAZY, "__version__"]

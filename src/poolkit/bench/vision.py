@@ -228,9 +228,9 @@ def _cpu_seconds() -> float:
 _WORKER: _Runner | None = None
 
 
-def _init_worker(config: VisionConfig) -> None:
+def _init_worker(config: VisionConfig, runner_class: type = _Runner) -> None:
     global _WORKER
-    _WORKER = _Runner(config)
+    _WORKER = runner_class(config)
 
 
 def _worker_run(task: tuple[int, int, str]) -> list[dict]:
@@ -238,8 +238,9 @@ def _worker_run(task: tuple[int, int, str]) -> list[dict]:
 
 
 def _run_all(runner: _Runner, progress: bool) -> list[dict]:
-    """Every task, here or in ``workers`` spawned processes; each run is seeded on its own, so the results do not
-    depend on ``workers``. Runs come back in task order."""
+    """Every task, here or in ``workers`` spawned processes (each building a runner of ``runner``'s class from its
+    config); each run is seeded on its own, so the results do not depend on ``workers``. Runs come back in task
+    order."""
     from tqdm.auto import tqdm
 
     config, tasks = runner.config, runner.tasks()
@@ -252,7 +253,7 @@ def _run_all(runner: _Runner, progress: bool) -> list[dict]:
         else:
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(config.workers, mp_context=context, initializer=_init_worker,
-                                     initargs=(config,)) as pool:
+                                     initargs=(config, type(runner))) as pool:
                 futures = {pool.submit(_worker_run, task): i for i, task in enumerate(tasks)}
                 try:
                     for future in as_completed(futures):
@@ -265,20 +266,23 @@ def _run_all(runner: _Runner, progress: bool) -> list[dict]:
 
 
 # -- summary ------------------------------------------------------------------------------------------
-def summarize(frame: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+def summarize(frame: pd.DataFrame, *, columns: tuple[str, str] = ("variant", "pooler"),
+              baseline: str = BASELINE) -> pd.DataFrame:
     """Per (variant, pooler, size): accuracy mean and sample std over seeds, and the paired per-seed difference to
-    ``baseline`` (mean, sample std, and whether it sits inside seed noise: its 95% t-interval contains 0)."""
+    ``baseline`` (mean, sample std, and whether it sits inside seed noise: its 95% t-interval contains 0). Other
+    benchmarks give their own two grouping ``columns``."""
     from scipy import stats
 
+    kind_column, item_column = columns
     rows = []
-    for (variant, name, size), group in frame.groupby(["variant", "pooler", "size"], sort=False):
+    for (variant, name, size), group in frame.groupby([*columns, "size"], sort=False):
         acc = group.set_index("seed")["accuracy"]
-        base = frame[(frame["variant"] == variant) & (frame["pooler"] == baseline) & (frame["size"] == size)]
+        base = frame[(frame[kind_column] == variant) & (frame[item_column] == baseline) & (frame["size"] == size)]
         diff = (acc - base.set_index("seed")["accuracy"]).dropna().to_numpy()
         n = len(diff)
         diff_std = float(diff.std(ddof=1)) if n > 1 else float("nan")
         half = float(stats.t.ppf(0.975, n - 1) * diff_std / np.sqrt(n)) if n > 1 else float("nan")
-        rows.append({"variant": variant, "pooler": name, "size": int(size), "seeds": len(acc),
+        rows.append({kind_column: variant, item_column: name, "size": int(size), "seeds": len(acc),
                      "mean": float(acc.mean()), "std": float(acc.std(ddof=1)) if len(acc) > 1 else float("nan"),
                      "diff_mean": float(diff.mean()), "diff_std": diff_std, "diff_ci95": half,
                      "inside_noise": bool(name != baseline and not abs(diff.mean()) > half)})

@@ -33,6 +33,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ..bench.channel_spatial import add_channel_spatial_arguments, run_channel_spatial_command
     from ..bench.snr import add_snr_arguments, run_snr_command
     from ..bench.vision import add_vision_arguments, run_vision_command
     from . import cache, compare, data, embed, predict, train
@@ -60,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
                                   "Ali et al. 2023)")
     add_vision_arguments(vision)
     vision.set_defaults(func=run_vision_command)
+    channel_spatial = bench_sub.add_parser("channel-spatial", help="channel-spatial attention blocks in a small CNN on "
+                                           "Fashion-MNIST (Liu & Jiang 2026)")
+    add_channel_spatial_arguments(channel_spatial)
+    channel_spatial.set_defaults(func=run_channel_spatial_command)
 
     sub.add_parser("zoo", help="every pooler on the packaged MiniLM's hidden states: dims, params, time"
                    ).set_defaults(func=run_zoo)
