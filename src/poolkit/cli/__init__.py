@@ -34,6 +34,7 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from ..bench.snr import add_snr_arguments, run_snr_command
+    from ..bench.spurious import add_spurious_arguments, run_spurious_command
     from ..bench.vision import add_vision_arguments, run_vision_command
     from . import cache, compare, data, embed, predict, train
 
@@ -60,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
                                   "Ali et al. 2023)")
     add_vision_arguments(vision)
     vision.set_defaults(func=run_vision_command)
+    spurious = bench_sub.add_parser("spurious", help="attention reweighting vs DFR on a spurious cue (Fashion-MNIST "
+                                    "garments + stripes)")
+    add_spurious_arguments(spurious)
+    spurious.set_defaults(func=run_spurious_command)
 
     sub.add_parser("zoo", help="every pooler on the packaged MiniLM's hidden states: dims, params, time"
                    ).set_defaults(func=run_zoo)
