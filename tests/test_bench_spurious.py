@@ -245,3 +245,26 @@ def test_cli_runs_and_names_bad_input(tmp_path, fake_images, capsys):
     assert cli_main(args) == 2 and "--force" in capsys.readouterr().err
     assert cli_main(args[:-2] + ["--agreements", "1.5", "--out", str(tmp_path / "b")]) == 2
     assert "agreements" in capsys.readouterr().err
+
+
+def test_summary_pairs_each_seed_with_dfr():
+    # catches an unpaired difference (DFR's spread would enter), population std, and a noise flag on a steady gain
+    rows = [(m, s, w) for m, ws in (("dfr", (.8, .9, .7)), ("flex", (.83, .93, .73)), ("erm", (.5, .95, .6)))
+            for s, w in zip((1, 2, 3), ws)]
+    frame = pd.DataFrame([{"agreement": 0.95, "seed": s, "method": m, "worst_group": w, "average": w + .05,
+                           "cue_mass": 0.1, "garment_mass": 0.3} for m, s, w in rows])
+    summary = spurious.summarize(frame).set_index("method")
+    assert summary.loc["dfr", "worst_group_std"] == pytest.approx(0.1)
+    assert summary.loc["flex", "vs_dfr_mean"] == pytest.approx(0.03) and summary.loc["flex", "vs_dfr_std"] < 1e-12
+    assert not summary.loc["flex", "inside_noise"] and summary.loc["erm", "inside_noise"]
+
+
+def test_fit_without_val_or_test_keeps_the_last_epoch():
+    # catches a best-epoch selection that runs without a validation split, and a test score made up without test rows
+    from poolkit.bench.vision_model import fit
+
+    head = spurious.build_head("flex", 4, (2, 2), seed=0)
+    maps, y = torch.rand(16, 4, 2, 2), torch.arange(16) % 2
+    result = fit(head, (maps, y), None, None, epochs=3, batch_size=8, lr=1e-2, weight_decay=0.0, seed=0)
+    assert result.best_epoch == 2 and result.val_accuracy == [] and np.isnan(result.test_accuracy)
+    assert len(result.train_loss) == 3

@@ -395,7 +395,10 @@ def run_spurious(config: SpuriousConfig = DEFAULT, out_dir: str | os.PathLike | 
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (agreement, method): worst-group and average accuracy, cue and garment mass, mean and sample std over
-    seeds, and the worst-group difference to DFR paired by seed (mean and sample std)."""
+    seeds, and the worst-group difference to DFR paired by seed (mean, sample std, the half-width of its 95%
+    t-interval, and whether that interval contains 0: inside seed noise)."""
+    from scipy import stats
+
     rows = []
     for (agreement, method), group in frame.groupby(["agreement", "method"], sort=False):
         dfr = frame[(frame["agreement"] == agreement) & (frame["method"] == "dfr")].set_index("seed")["worst_group"]
@@ -404,8 +407,11 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         for column in ("worst_group", "average", "cue_mass", "garment_mass"):
             row[f"{column}_mean"] = float(group[column].mean())
             row[f"{column}_std"] = float(group[column].std(ddof=1)) if len(group) > 1 else float("nan")
+        n = len(diff)
         row["vs_dfr_mean"] = float(diff.mean())
-        row["vs_dfr_std"] = float(diff.std(ddof=1)) if len(diff) > 1 else float("nan")
+        row["vs_dfr_std"] = float(diff.std(ddof=1)) if n > 1 else float("nan")
+        row["vs_dfr_ci95"] = float(stats.t.ppf(0.975, n - 1) * row["vs_dfr_std"] / np.sqrt(n)) if n > 1 else float("nan")
+        row["inside_noise"] = bool(method != "dfr" and not abs(row["vs_dfr_mean"]) > row["vs_dfr_ci95"])
         rows.append(row)
     return pd.DataFrame(rows)
 
