@@ -154,7 +154,8 @@ def test_dfr_and_the_heads_are_fitted_on_the_reweighting_rows_only(monkeypatch):
     clean, poisoned = torch.rand(10, 5, 3, 3), torch.full((10, 5, 3, 3), float("nan"))
     seen = []
     fit_logistic = LogisticRegression.fit
-    monkeypatch.setattr(LogisticRegression, "fit", lambda self, x, t: (seen.append(len(x)), fit_logistic(self, x, t))[1])
+    monkeypatch.setattr(LogisticRegression, "fit",
+                        lambda self, x, t: (seen.append(len(x)), fit_logistic(self, x, t))[1])
     a = spurious.retrain_on_frozen(TINY, (maps, y, groups), clean, seed=3)
     b = spurious.retrain_on_frozen(TINY, (maps, y, groups), poisoned, seed=3)
     dfr_a, dfr_b = a["dfr"][1], b["dfr"][1]

@@ -152,7 +152,7 @@ def halves(groups: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
 # -- DFR ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DFRHead:
-    """DFR's last layer: standardise with the reweighting set's mean and scale, then the averaged L1 logistic weights."""
+    """DFR's last layer: standardise by the reweighting set's mean and scale, then the averaged L1 logistic weights."""
 
     mean: np.ndarray
     scale: np.ndarray
@@ -410,7 +410,8 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         n = len(diff)
         row["vs_dfr_mean"] = float(diff.mean())
         row["vs_dfr_std"] = float(diff.std(ddof=1)) if n > 1 else float("nan")
-        row["vs_dfr_ci95"] = float(stats.t.ppf(0.975, n - 1) * row["vs_dfr_std"] / np.sqrt(n)) if n > 1 else float("nan")
+        half = stats.t.ppf(0.975, n - 1) * row["vs_dfr_std"] / np.sqrt(n) if n > 1 else float("nan")
+        row["vs_dfr_ci95"] = float(half)
         row["inside_noise"] = bool(method != "dfr" and not abs(row["vs_dfr_mean"]) > row["vs_dfr_ci95"])
         rows.append(row)
     return pd.DataFrame(rows)
@@ -485,8 +486,8 @@ def plot_attention(config: SpuriousConfig, meta: dict, path: str | os.PathLike) 
     for i, row in enumerate(rows):
         panels = [("image", test.x[row, 0].numpy())] + [(m, np.asarray(run["examples"][m][i])) for m in RETRAINED]
         for ax, (title, picture) in zip(axes[i], panels):
-            ax.imshow(picture, cmap="gray" if title == "image" else "magma", extent=(0, config.canvas, config.canvas, 0),
-                      interpolation="nearest")
+            ax.imshow(picture, cmap="gray" if title == "image" else "magma", interpolation="nearest",
+                      extent=(0, config.canvas, config.canvas, 0))
             for box, colour in ((test.cue_box[row], "red"), (test.garment_box[row], "lime")):
                 top, left, bottom, right = box.tolist()
                 ax.add_patch(patches.Rectangle((left, top), right - left, bottom - top, fill=False, ec=colour, lw=1))
@@ -513,7 +514,8 @@ def add_spurious_arguments(parser: argparse.ArgumentParser) -> None:
                        help="8,000 training images, a 32-64-128 CNN, 20 epochs, 5 seeds")
     parser.add_argument("--agreements", type=float, nargs="+", metavar="P",
                         help="training P(cue agrees with the label), one run set each (default: 0.95 0.99)")
-    parser.add_argument("--widths", type=int, nargs="+", metavar="C", help="channels per conv stage (default: 16 32 64)")
+    parser.add_argument("--widths", type=int, nargs="+", metavar="C",
+                        help="channels per conv stage (default: 16 32 64)")
     for flag, kind, what in (("--train-per-label", int, "training images of each core label"),
                              ("--val-per-label", int, "validation images of each label (ERM's epoch)"),
                              ("--reweight-per-group", int, "reweighting images of each of the four groups"),
@@ -525,7 +527,8 @@ def add_spurious_arguments(parser: argparse.ArgumentParser) -> None:
                              ("--seed", int, "seed of run 0 (run i uses seed + i)"),
                              ("--threads", int, "torch threads"), ("--root", str, "folder of the Fashion-MNIST files")):
         parser.add_argument(flag, type=kind, help=what)
-    parser.add_argument("--out", metavar="DIR", help="write results.csv, results.json, accuracy.png, attention.png here")
+    parser.add_argument("--out", metavar="DIR",
+                        help="write results.csv, results.json, accuracy.png and attention.png here")
     parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -555,7 +558,8 @@ def run_spurious_command(args: argparse.Namespace) -> int:
     for column in ("agreement", "method", "worst group", "average", "worst vs dfr", "cue mass", "garment mass"):
         table.add_column(column, justify="right")
     for row in pd.DataFrame(meta["summary"]).itertuples(index=False):
-        table.add_row(f"{row.agreement:g}", row.method, f"{100 * row.worst_group_mean:.1f} ± {100 * row.worst_group_std:.1f}",
+        table.add_row(f"{row.agreement:g}", row.method,
+                      f"{100 * row.worst_group_mean:.1f} ± {100 * row.worst_group_std:.1f}",
                       f"{100 * row.average_mean:.1f} ± {100 * row.average_std:.1f}",
                       "" if row.method == "dfr" else f"{100 * row.vs_dfr_mean:+.1f} ± {100 * row.vs_dfr_std:.1f}",
                       f"{row.cue_mass_mean:.3f}", f"{row.garment_mass_mean:.3f}")

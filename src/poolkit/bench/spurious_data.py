@@ -1,4 +1,4 @@
-"""Images for ``poolkit bench spurious``: a Fashion-MNIST garment and a spurious texture patch, apart on a larger canvas.
+"""Images for ``poolkit bench spurious``: a Fashion-MNIST garment and a spurious texture patch, apart on one canvas.
 
 An offline analogue of Waterbirds (Sagawa et al., ICLR 2020) for last-layer retraining (DFR, Kirichenko et al., ICLR
 2023). The **core label** is the garment's group: 0 = upper-body garments (T-shirt/top, Pullover, Coat, Shirt), 1 =
@@ -102,7 +102,7 @@ def place(count: int, canvas: int, patch: int, rng: np.random.Generator) -> tupl
 
 
 def texture(cue: int, patch: int) -> np.ndarray:
-    """The cue's patch (patch, patch) float32: stripes of period :data:`STRIPE`, horizontal for cue 0, vertical for 1."""
+    """The cue's patch (patch, patch) float32: stripes of period :data:`STRIPE`, horizontal (cue 0) or vertical (1)."""
     stripes = ((np.arange(patch) % STRIPE) < STRIPE // 2).astype(np.float32)
     rows = np.broadcast_to(stripes[:, None], (patch, patch))
     return np.ascontiguousarray(rows if cue == 0 else rows.T)
