@@ -104,18 +104,19 @@ def accuracy(model: nn.Module, x: Tensor, y: Tensor, batch_size: int = 128) -> f
     return right / len(y)
 
 
-def fit(model: nn.Module, train: tuple[Tensor, Tensor], val: tuple[Tensor, Tensor], test: tuple[Tensor, Tensor], *,
-        epochs: int, batch_size: int, lr: float, weight_decay: float, seed: int,
+def fit(model: nn.Module, train: tuple[Tensor, Tensor], val: tuple[Tensor, Tensor] | None,
+        test: tuple[Tensor, Tensor] | None, *, epochs: int, batch_size: int, lr: float, weight_decay: float, seed: int,
         augment: Callable[[Tensor, torch.Generator], Tensor] | None = None) -> FitResult:
     """AdamW with a one-cycle schedule over ``epochs`` on shuffled minibatches (order and augmentation drawn from
-    ``seed``); keeps the epoch with the best validation accuracy (the first of ties) and scores the test set once,
-    with it. ``model.loss(x, y, progress)`` gives the training loss."""
+    ``seed``); keeps the epoch with the best validation accuracy (the first of ties; the last epoch when ``val`` is
+    None) and scores the test set once, with it (accuracy NaN when ``test`` is None). ``model.loss(x, y, progress)``
+    gives the training loss."""
     gen = torch.Generator().manual_seed(seed)
     (x, y), steps = train, -(-len(train[1]) // batch_size)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=epochs * steps, pct_start=0.2)
-    best = (-1.0, -1, copy.deepcopy(model.state_dict()))
+    best = (-1.0, -1, None if val is None else copy.deepcopy(model.state_dict()))
     losses, val_accuracy = [], []
     for epoch in range(epochs):
         model.train()
@@ -131,11 +132,15 @@ def fit(model: nn.Module, train: tuple[Tensor, Tensor], val: tuple[Tensor, Tenso
             schedule.step()
             total += loss.item() * len(idx)
         losses.append(total / len(y))
+        if val is None:
+            best = (float("nan"), epoch, None)
+            continue
         val_accuracy.append(accuracy(model, *val))
         if val_accuracy[-1] > best[0]:
             best = (val_accuracy[-1], epoch, copy.deepcopy(model.state_dict()))
-    model.load_state_dict(best[2])
-    return FitResult(accuracy(model, *test), best[1], losses, val_accuracy)
+    if best[2] is not None:
+        model.load_state_dict(best[2])
+    return FitResult(float("nan") if test is None else accuracy(model, *test), best[1], losses, val_accuracy)
 
 
 def encode(backbone: Backbone, x: Tensor, batch_size: int = 128) -> Tensor:

@@ -35,6 +35,7 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from ..bench.channel_spatial import add_channel_spatial_arguments, run_channel_spatial_command
     from ..bench.snr import add_snr_arguments, run_snr_command
+    from ..bench.spurious import add_spurious_arguments, run_spurious_command
     from ..bench.vision import add_vision_arguments, run_vision_command
     from . import cache, compare, data, embed, predict, train
 
@@ -65,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                                            "Fashion-MNIST (Liu & Jiang 2026)")
     add_channel_spatial_arguments(channel_spatial)
     channel_spatial.set_defaults(func=run_channel_spatial_command)
+    spurious = bench_sub.add_parser("spurious", help="attention reweighting vs DFR on a spurious cue (Fashion-MNIST "
+                                    "garments + stripes)")
+    add_spurious_arguments(spurious)
+    spurious.set_defaults(func=run_spurious_command)
 
     sub.add_parser("zoo", help="every pooler on the packaged MiniLM's hidden states: dims, params, time"
                    ).set_defaults(func=run_zoo)

@@ -1,0 +1,574 @@
+"""``poolkit bench spurious``: Deep Attention Reweighting against Deep Feature Reweighting on a spurious cue.
+
+The protocol of DFR (Kirichenko, Izmailov & Wilson, "Last Layer Re-Training is Sufficient for Robustness to Spurious
+Correlations", ICLR 2023) on the data of :mod:`.spurious_data`. Per training agreement and seed: an ordinary CNN with
+GAP (ERM) is trained on the spurious training set, its epoch chosen on a validation split of the *training*
+distribution; it is frozen; then on its last maps, using only the held-out group-balanced reweighting set:
+
+- ``erm``: the network as trained;
+- ``dfr``: L1 logistic regression (liblinear) on the standardised GAP features, its C chosen on one half of the
+  reweighting set by worst-group accuracy on the other, then refit on balanced subsamples of the whole set and the
+  weights averaged over the retrains;
+- ``attention2d``, ``adapool2d``: a fresh attention pooler + linear head trained jointly on the reweighting set
+  (Chew & Wang, "Deep Attention Reweighting", 2026), its learning rate and weight decay chosen the same way;
+- ``flex``: the same with flex, a learned but input-independent weighting of positions (a static control).
+
+Scored on a test set where the cue agrees with the label half the time: worst-group and average accuracy, and the
+share of each method's pooling weight on the cue's patch and on the garment, on the minority-group test images.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from ..errors import PoolkitError
+from ..io import atomic_write, prepare_out_dir
+from ..pooling import get_pooler
+from ..provenance import run_provenance
+from .spurious_data import CUE_NAMES, LABEL_NAMES, SpuriousData, SpuriousSet, make_spurious_data, planned_counts
+from .vision import _cpu_seconds
+from .vision_data import load_images
+from .vision_model import Backbone, PooledHead, VisionModel, encode, fit
+
+METHODS = ("erm", "dfr", "attention2d", "adapool2d", "flex")
+#: The methods that train a pooler + head on the frozen maps.
+RETRAINED = ("attention2d", "adapool2d", "flex")
+RESULT_FILES = ("results.csv", "results.json", "accuracy.png", "attention.png")
+COLUMNS = ["agreement", "seed", "method", "worst_group", "average", "group_0", "group_1", "group_2", "group_3",
+           "cue_mass", "garment_mass", "chosen"]
+#: Worst-group test accuracy of DFR as published (Kirichenko et al. 2023, Table 1): the paper's numbers, not ours.
+PAPER = {"dfr_worst_group": {"waterbirds": 92.9, "celeba": 88.3}}
+#: ERM's worst group must sit at least this many points under its average, or the cue was not learned.
+SANITY_POINTS = 10.0
+#: Minority-group test images drawn in attention.png.
+EXAMPLES = 4
+
+
+@dataclass(frozen=True)
+class SpuriousConfig:
+    """Every setting of a run; the defaults are the CPU-sized default, :data:`QUICK` and :data:`FULL` the others."""
+
+    agreements: tuple[float, ...] = (0.95, 0.99)
+    train_per_label: int = 800
+    val_per_label: int = 250
+    reweight_per_group: int = 100
+    test_per_group: int = 500
+    canvas: int = 56
+    patch: int = 14
+    widths: tuple[int, ...] = (16, 32, 64)
+    epochs: int = 8
+    batch_size: int = 64
+    lr: float = 5e-3
+    weight_decay: float = 0.05
+    #: DFR's grid of inverse L1 strengths (its code's C_OPTIONS), its retrains, and the share of the smallest group
+    #: each retrain draws per group (our reweighting set is balanced, so a full draw would repeat one fit).
+    dfr_cs: tuple[float, ...] = (1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01)
+    dfr_retrains: int = 20
+    dfr_subsample: float = 0.8
+    head_epochs: int = 20
+    head_batch_size: int = 32
+    head_lrs: tuple[float, ...] = (1e-3, 1e-2)
+    head_weight_decays: tuple[float, ...] = (0.01, 0.3)
+    seeds: int = 3
+    data_seed: int = 0
+    seed: int = 1
+    threads: int | None = 2
+    root: str | None = None
+    preset: str = "default"
+
+    def validated(self) -> SpuriousConfig:
+        """This config with tuples for lists; bad values raise :class:`PoolkitError` naming the setting."""
+        for name in ("train_per_label", "val_per_label", "reweight_per_group", "test_per_group", "epochs", "batch_size",
+                     "dfr_retrains", "head_epochs", "head_batch_size", "seeds"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise PoolkitError(f"{name} must be an int >= 1, got {value!r}")
+        if self.reweight_per_group < 2:
+            raise PoolkitError("reweight_per_group must be >= 2: the reweighting set is split in halves to tune on")
+        if not self.agreements or any(not 0.5 < a <= 1 for a in self.agreements):
+            raise PoolkitError(f"agreements are P(cue agrees with the label) in training, in (0.5, 1]; got "
+                               f"{list(self.agreements)!r}")
+        for name in ("dfr_cs", "head_lrs", "head_weight_decays"):
+            values = getattr(self, name)
+            if not values or any(not v > 0 for v in values):
+                raise PoolkitError(f"{name} must be positive numbers, got {list(values)!r}")
+        if not 0 < self.dfr_subsample <= 1 or not self.lr > 0 or not self.weight_decay >= 0:
+            raise PoolkitError(f"dfr_subsample must be in (0, 1], lr > 0 and weight_decay >= 0; got "
+                               f"{self.dfr_subsample!r}, {self.lr!r}, {self.weight_decay!r}")
+        if not self.widths or any(not isinstance(w, int) or w < 1 for w in self.widths):
+            raise PoolkitError(f"widths must be positive ints (channels per stage), got {list(self.widths)!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise PoolkitError(f"threads must be a positive int or None, got {self.threads!r}")
+        return dataclasses.replace(self, agreements=tuple(self.agreements), widths=tuple(self.widths),
+                                   dfr_cs=tuple(self.dfr_cs), head_lrs=tuple(self.head_lrs),
+                                   head_weight_decays=tuple(self.head_weight_decays))
+
+
+DEFAULT = SpuriousConfig()
+#: Four times the images, a wider CNN, longer training, five seeds: sized for a GPU or a long CPU run.
+FULL = SpuriousConfig(train_per_label=4000, val_per_label=1000, reweight_per_group=250, test_per_group=1000,
+                      widths=(32, 64, 128), epochs=20, seeds=5, threads=None, preset="full")
+#: A minute on one core: too small for the sanity check to mean much.
+QUICK = SpuriousConfig(agreements=(0.95,), train_per_label=300, val_per_label=60, reweight_per_group=25,
+                       test_per_group=50, epochs=3, dfr_retrains=5, head_epochs=10, seeds=2, preset="quick")
+PRESETS = {"default": DEFAULT, "full": FULL, "quick": QUICK}
+
+
+# -- scores -------------------------------------------------------------------------------------------
+def group_accuracies(pred: np.ndarray, y: np.ndarray, groups: np.ndarray) -> list[float]:
+    """Accuracy within each group 0..3 (NaN for a group with no rows)."""
+    right = np.asarray(pred) == np.asarray(y)
+    return [float(right[groups == g].mean()) if (groups == g).any() else float("nan") for g in range(4)]
+
+
+def worst_group(pred: np.ndarray, y: np.ndarray, groups: np.ndarray) -> float:
+    """The lowest accuracy over the groups present."""
+    return float(np.nanmin(group_accuracies(pred, y, groups)))
+
+
+def halves(groups: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The reweighting rows split in two, each group's rows halved (a seeded shuffle): (tune on, score on)."""
+    rng = np.random.default_rng(seed)
+    first, second = [], []
+    for g in np.unique(groups):
+        rows = rng.permutation(np.flatnonzero(groups == g))
+        first.append(rows[:len(rows) // 2])
+        second.append(rows[len(rows) // 2:])
+    return np.sort(np.concatenate(first)), np.sort(np.concatenate(second))
+
+
+# -- DFR ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DFRHead:
+    """DFR's last layer: standardise by the reweighting set's mean and scale, then the averaged L1 logistic weights."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
+    c: float
+    tuning: dict[float, float]
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        return (((features - self.mean) / self.scale) @ self.coef + self.intercept > 0).astype(np.int64)
+
+
+def fit_dfr(features: np.ndarray, y: np.ndarray, groups: np.ndarray, *, cs: tuple[float, ...], retrains: int,
+            subsample: float, seed: int) -> DFRHead:
+    """Deep Feature Reweighting (Kirichenko et al. 2023) on the reweighting rows only: features (N, C) GAP features.
+
+    C: fit on one half (standardised by that half), the worst-group accuracy on the other half picks it (the first
+    of ties). Then ``retrains`` fits with that C, each on ``subsample`` x the smallest group's count drawn from
+    every group, standardised by the whole set; their coefficients and intercepts are averaged (DFR's code does
+    the same with its 20 retrains)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    def logistic(c: float, x: np.ndarray, target: np.ndarray, state: int) -> LogisticRegression:
+        return LogisticRegression(C=c, l1_ratio=1.0, solver="liblinear", random_state=state).fit(x, target)
+
+    tune, score = halves(groups, seed)
+    scaler = StandardScaler().fit(features[tune])
+    tuning = {c: worst_group(logistic(c, scaler.transform(features[tune]), y[tune], seed)
+                             .predict(scaler.transform(features[score])), y[score], groups[score]) for c in cs}
+    best = max(cs, key=lambda c: tuning[c])  # max keeps the first of ties
+    scaler = StandardScaler().fit(features)
+    x = scaler.transform(features)
+    rng = np.random.default_rng(seed)
+    members = [np.flatnonzero(groups == g) for g in np.unique(groups)]
+    draw = max(1, int(subsample * min(len(m) for m in members)))
+    coefs, intercepts = [], []
+    for retrain in range(retrains):
+        rows = np.concatenate([rng.choice(m, draw, replace=False) for m in members])
+        model = logistic(best, x[rows], y[rows], seed + retrain)
+        coefs.append(model.coef_[0])
+        intercepts.append(model.intercept_[0])
+    return DFRHead(scaler.mean_, scaler.scale_, np.mean(coefs, axis=0), float(np.mean(intercepts)), best, tuning)
+
+
+# -- attention reweighting ----------------------------------------------------------------------------
+def build_head(name: str, channels: int, grid: tuple[int, int], seed: int) -> PooledHead:
+    """A fresh pooler (flex sized to the map) + Linear(channels, 2), seeded."""
+    torch.manual_seed(seed)
+    options = {"height": grid[0], "width": grid[1]} if name == "flex" else {}
+    return PooledHead(get_pooler(name, hidden_size=channels, **options), 2)
+
+
+def predict(model: torch.nn.Module, x: Tensor, batch_size: int = 256) -> np.ndarray:
+    """Argmax class of every row, in eval mode."""
+    model.eval()
+    with torch.no_grad():
+        return torch.cat([model(b).argmax(1) for b in x.split(batch_size)]).numpy()
+
+
+def fit_reweighted_head(name: str, maps: Tensor, y: Tensor, groups: np.ndarray, config: SpuriousConfig,
+                        seed: int) -> tuple[PooledHead, dict]:
+    """Deep Attention Reweighting's recipe with DFR's selection: a pooler + head trained jointly on the frozen maps
+    of the reweighting rows only. Each (lr, weight decay) of the grid is trained on one half and scored by worst-group
+    accuracy on the other; the best (first of ties) is retrained on the whole set, from the same initialisation."""
+    tune, score = (torch.from_numpy(rows) for rows in halves(groups, seed))
+    grid = tuple(maps.shape[2:])
+
+    def train(rows: Tensor, lr: float, decay: float) -> PooledHead:
+        head = build_head(name, maps.shape[1], grid, seed)
+        fit(head, (maps[rows], y[rows]), None, None, epochs=config.head_epochs, batch_size=config.head_batch_size,
+            lr=lr, weight_decay=decay, seed=seed)
+        return head
+
+    tuning = {}
+    for lr in config.head_lrs:
+        for decay in config.head_weight_decays:
+            tuned = train(tune, lr, decay)
+            tuning[(lr, decay)] = worst_group(predict(tuned, maps[score]), y[score].numpy(), groups[score.numpy()])
+    lr, decay = max(tuning, key=tuning.get)
+    return train(torch.arange(len(y)), lr, decay), {"lr": lr, "weight_decay": decay,
+                                                    "tuning": [[*k, v] for k, v in tuning.items()]}
+
+
+def pooling_weights(method: str, head: PooledHead | None, maps: Tensor) -> Tensor:
+    """Each image's weights over the map's positions (B, h, w): the pooler's own, uniform for GAP (erm, dfr)."""
+    if head is None:
+        batch, _, height, width = maps.shape
+        return torch.full((batch, height, width), 1.0 / (height * width))
+    head.eval()
+    with torch.no_grad():
+        _, weights = head.pooler(maps, return_weights=True)
+    return weights
+
+
+def mass_shares(weights: Tensor, boxes: tuple[Tensor, Tensor], canvas: int) -> tuple[float, float]:
+    """Mean share of the weight on positions whose cell centre lies in the cue's box and in the garment's box:
+    weights (B, h, w), boxes (B, 4) each, (top, left, bottom, right) in canvas pixels."""
+    batch, height, width = weights.shape
+    rows = (torch.arange(height) + 0.5) * canvas / height
+    cols = (torch.arange(width) + 0.5) * canvas / width
+
+    def share(box: Tensor) -> float:
+        inside_rows = (rows[None] >= box[:, 0:1]) & (rows[None] < box[:, 2:3])  # (B, h)
+        inside_cols = (cols[None] >= box[:, 1:2]) & (cols[None] < box[:, 3:4])  # (B, w)
+        inside = inside_rows[:, :, None] & inside_cols[:, None, :]
+        return float((weights * inside).flatten(1).sum(1).mean())
+
+    cue, garment = boxes
+    return share(cue), share(garment)
+
+
+# -- one run ------------------------------------------------------------------------------------------
+def retrain_on_frozen(config: SpuriousConfig, reweight: tuple[Tensor, Tensor, np.ndarray], test_maps: Tensor,
+                      seed: int) -> dict[str, tuple[np.ndarray, PooledHead | DFRHead, dict]]:
+    """DFR and the retrained poolers from the reweighting rows' maps (maps, y, groups) alone; then their predictions
+    on ``test_maps``. Returns {method: (test predictions, fitted head, its choices)}."""
+    maps, y, groups = reweight
+    dfr = fit_dfr(maps.mean(dim=(2, 3)).numpy(), y.numpy(), groups, cs=config.dfr_cs, retrains=config.dfr_retrains,
+                  subsample=config.dfr_subsample, seed=seed)
+    out = {"dfr": (dfr.predict(test_maps.mean(dim=(2, 3)).numpy()), dfr,
+                   {"C": dfr.c, "tuning": [[c, v] for c, v in dfr.tuning.items()]})}
+    for name in RETRAINED:
+        head, chosen = fit_reweighted_head(name, maps, y, groups, config, seed)
+        out[name] = (predict(head, test_maps), head, chosen)
+    return out
+
+
+def run_one(config: SpuriousConfig, data: SpuriousData, seed: int) -> tuple[list[dict], dict]:
+    """ERM, then every method on its frozen backbone: one row per method, and the run's details (curves, choices,
+    the attention maps of the first minority-group test images)."""
+    train, val, reweight, test = data.train, data.val, data.reweight, data.test
+    torch.manual_seed(seed)
+    backbone = Backbone(config.widths, float(train.x.mean()), float(train.x.std()))
+    head = build_head("gap", config.widths[-1], (1, 1), seed + 1)
+    erm = VisionModel(backbone, head)
+    tic = time.perf_counter()
+    result = fit(erm, (train.x, train.y), (val.x, val.y), None, epochs=config.epochs, batch_size=config.batch_size,
+                 lr=config.lr, weight_decay=config.weight_decay, seed=seed)
+    erm_seconds = time.perf_counter() - tic
+    backbone.requires_grad_(False)
+    reweight_maps, test_maps = encode(backbone, reweight.x), encode(backbone, test.x)
+    tic = time.perf_counter()
+    fitted = {"erm": (predict(head, test_maps), None, {"best_epoch": result.best_epoch})}
+    fitted |= retrain_on_frozen(config, (reweight_maps, reweight.y, reweight.group.numpy()), test_maps, seed)
+    details = {"agreement": data.agreement, "seed": seed, "erm_seconds": round(erm_seconds, 2),
+               "reweight_seconds": round(time.perf_counter() - tic, 2), "erm_train_loss": result.train_loss,
+               "erm_val_accuracy": result.val_accuracy, "chosen": {}, "examples": {}}
+    minority = np.flatnonzero(test.group.numpy() % 3 != 0)  # groups 1 and 2: the cue disagrees with the label
+    boxes = (test.cue_box[minority], test.garment_box[minority])
+    shown = _examples(test, minority)
+    rows = []
+    for method in METHODS:
+        pred, fitted_head, chosen = fitted[method]
+        accuracies = group_accuracies(pred, test.y.numpy(), test.group.numpy())
+        weights = pooling_weights(method, fitted_head if method in RETRAINED else None, test_maps[minority])
+        cue_mass, garment_mass = mass_shares(weights, boxes, config.canvas)
+        rows.append({"agreement": data.agreement, "seed": seed, "method": method,
+                     "worst_group": float(np.nanmin(accuracies)), "average": float((pred == test.y.numpy()).mean()),
+                     **{f"group_{g}": a for g, a in enumerate(accuracies)}, "cue_mass": cue_mass,
+                     "garment_mass": garment_mass, "chosen": _chosen_text(method, chosen)})
+        details["chosen"][method] = chosen
+        if method in RETRAINED:
+            details["examples"][method] = weights[shown].tolist()
+    details["example_rows"] = minority[shown].tolist()
+    return rows, details
+
+
+def _examples(test: SpuriousSet, minority: np.ndarray) -> list[int]:
+    """Positions in ``minority`` of the first :data:`EXAMPLES` minority images, half from each minority group."""
+    groups = test.group.numpy()[minority]
+    per = -(-EXAMPLES // 2)
+    return sorted([*np.flatnonzero(groups == 1)[:per], *np.flatnonzero(groups == 2)[:EXAMPLES - per]])
+
+
+def _chosen_text(method: str, chosen: dict) -> str:
+    if method == "erm":
+        return f"epoch {chosen['best_epoch'] + 1}"
+    if method == "dfr":
+        return f"C {chosen['C']:g}"
+    return f"lr {chosen['lr']:g}, wd {chosen['weight_decay']:g}"
+
+
+# -- the benchmark ------------------------------------------------------------------------------------
+def run_spurious(config: SpuriousConfig = DEFAULT, out_dir: str | os.PathLike | None = None, *, force: bool = False,
+                 progress: bool = True) -> tuple[pd.DataFrame, dict]:
+    """Run every (agreement, seed); return one row per method (:data:`COLUMNS`) and the results' metadata (settings,
+    group counts, summary, sanity check, per-run details). With ``out_dir``, also write :data:`RESULT_FILES` there;
+    existing results are kept unless ``force``."""
+    from tqdm.auto import tqdm
+
+    config = config.validated()
+    out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
+    started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
+    previous_threads = torch.get_num_threads()
+    images = load_images("fashion-mnist", config.root)
+    rows, details, counts = [], [], {}
+    try:
+        if config.threads is not None:
+            torch.set_num_threads(config.threads)
+        tasks = [(a, config.seed + i) for a in config.agreements for i in range(config.seeds)]
+        with tqdm(total=len(tasks), disable=None if progress else True, desc="spurious", unit="run") as bar:
+            for agreement in config.agreements:
+                data = make_spurious_data(images, agreement=agreement, train_per_label=config.train_per_label,
+                                          val_per_label=config.val_per_label,
+                                          reweight_per_group=config.reweight_per_group,
+                                          test_per_group=config.test_per_group, canvas=config.canvas,
+                                          patch=config.patch, seed=config.data_seed)
+                counts[str(agreement)] = {name: getattr(data, name).counts()
+                                          for name in ("train", "val", "reweight", "test")}
+                for seed in (s for a, s in tasks if a == agreement):
+                    run_rows, run_details = run_one(config, data, seed)
+                    rows += run_rows
+                    details.append(run_details)
+                    bar.update()
+    finally:
+        torch.set_num_threads(previous_threads)
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    summary = summarize(frame)
+    meta = {
+        "benchmark": "spurious (Deep Attention Reweighting vs DFR, Kirichenko et al. ICLR 2023, on Fashion-MNIST "
+                     "garments with a stripe cue)",
+        "settings": dataclasses.asdict(config),
+        "labels": {"core": LABEL_NAMES, "cue": CUE_NAMES, "group": "2 * label + cue; 1 and 2 are the minority"},
+        "group_counts": counts,
+        "planned_train_counts": {str(a): planned_counts(config.train_per_label, a) for a in config.agreements},
+        "runtime_seconds": round(time.perf_counter() - started, 1),
+        "cpu_seconds": round(_cpu_seconds() - cpu, 1),
+        "load_average_start_end": [list(load), list(os.getloadavg())],
+        "provenance": run_provenance(),
+        "published": PAPER,
+        "sanity": sanity(frame),
+        "summary": summary.to_dict(orient="records"),
+        "runs": details,
+    }
+    if out is not None:
+        _write_outputs(out, config, frame, meta)
+    return frame, meta
+
+
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (agreement, method): worst-group and average accuracy, cue and garment mass, mean and sample std over
+    seeds, and the worst-group difference to DFR paired by seed (mean, sample std, the half-width of its 95%
+    t-interval, and whether that interval contains 0: inside seed noise)."""
+    from scipy import stats
+
+    rows = []
+    for (agreement, method), group in frame.groupby(["agreement", "method"], sort=False):
+        dfr = frame[(frame["agreement"] == agreement) & (frame["method"] == "dfr")].set_index("seed")["worst_group"]
+        diff = (group.set_index("seed")["worst_group"] - dfr).dropna()
+        row = {"agreement": float(agreement), "method": method, "seeds": len(group)}
+        for column in ("worst_group", "average", "cue_mass", "garment_mass"):
+            row[f"{column}_mean"] = float(group[column].mean())
+            row[f"{column}_std"] = float(group[column].std(ddof=1)) if len(group) > 1 else float("nan")
+        n = len(diff)
+        row["vs_dfr_mean"] = float(diff.mean())
+        row["vs_dfr_std"] = float(diff.std(ddof=1)) if n > 1 else float("nan")
+        half = stats.t.ppf(0.975, n - 1) * row["vs_dfr_std"] / np.sqrt(n) if n > 1 else float("nan")
+        row["vs_dfr_ci95"] = float(half)
+        row["inside_noise"] = bool(method != "dfr" and not abs(row["vs_dfr_mean"]) > row["vs_dfr_ci95"])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def sanity(frame: pd.DataFrame) -> dict:
+    """Per agreement: ERM's average minus worst-group accuracy in points, per seed and on average, and whether the
+    average gap reaches :data:`SANITY_POINTS` (if not, the cue was hardly learned and the comparison says little)."""
+    out = {}
+    for agreement, group in frame[frame["method"] == "erm"].groupby("agreement", sort=False):
+        gaps = (100 * (group["average"] - group["worst_group"])).round(4).tolist()
+        out[str(agreement)] = {"erm_gap_points": gaps, "mean_gap_points": float(np.mean(gaps)),
+                               "required_points": SANITY_POINTS, "ok": bool(np.mean(gaps) >= SANITY_POINTS)}
+    return out
+
+
+# -- outputs ------------------------------------------------------------------------------------------
+def _write_outputs(out: Path, config: SpuriousConfig, frame: pd.DataFrame, meta: dict) -> None:
+    atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
+    atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
+    title = (f"{config.preset}: CNN {'-'.join(map(str, config.widths))}, {2 * config.train_per_label:,} training "
+             f"images, {config.epochs} epochs, {config.seeds} seeds")
+    atomic_write(out / "accuracy.png", lambda tmp: plot_accuracy(pd.DataFrame(meta["summary"]), tmp, title))
+    atomic_write(out / "attention.png", lambda tmp: plot_attention(config, meta, tmp))
+
+
+def plot_accuracy(summary: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
+    """Worst-group (filled) and average (open) test accuracy per method, mean +- std over seeds; one panel per
+    training agreement."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    agreements = list(dict.fromkeys(summary["agreement"]))
+    fig, axes = plt.subplots(1, len(agreements), figsize=(4.6 * len(agreements), 3.8), dpi=150, squeeze=False)
+    for ax, agreement in zip(axes[0], agreements):
+        part = summary[summary["agreement"] == agreement].set_index("method").reindex(METHODS)
+        at = np.arange(len(METHODS))
+        ax.errorbar(at - 0.1, 100 * part["worst_group_mean"], yerr=100 * part["worst_group_std"].fillna(0), fmt="o",
+                    ms=5, capsize=3, label="worst group")
+        ax.errorbar(at + 0.1, 100 * part["average_mean"], yerr=100 * part["average_std"].fillna(0), fmt="o", ms=5,
+                    mfc="none", capsize=3, label="average")
+        ax.set_xticks(at, METHODS, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title(f"training agreement {agreement:g}", fontsize=9)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+
+
+def plot_attention(config: SpuriousConfig, meta: dict, path: str | os.PathLike) -> None:
+    """The first run of the hardest agreement: minority-group test images (cue box red, garment box green) and each
+    retrained pooler's weights over the last map, upsampled to the canvas."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.patches as patches
+    import matplotlib.pyplot as plt
+
+    run = [r for r in meta["runs"] if r["agreement"] == max(config.agreements)][0]
+    data = make_spurious_data(load_images("fashion-mnist", config.root), agreement=run["agreement"],
+                              train_per_label=config.train_per_label, val_per_label=config.val_per_label,
+                              reweight_per_group=config.reweight_per_group, test_per_group=config.test_per_group,
+                              canvas=config.canvas, patch=config.patch, seed=config.data_seed)
+    test, rows = data.test, run["example_rows"]
+    fig, axes = plt.subplots(len(rows), 1 + len(RETRAINED), figsize=(2.0 * (1 + len(RETRAINED)), 2.0 * len(rows)),
+                             dpi=120, squeeze=False)
+    for i, row in enumerate(rows):
+        panels = [("image", test.x[row, 0].numpy())] + [(m, np.asarray(run["examples"][m][i])) for m in RETRAINED]
+        for ax, (title, picture) in zip(axes[i], panels):
+            ax.imshow(picture, cmap="gray" if title == "image" else "magma", interpolation="nearest",
+                      extent=(0, config.canvas, config.canvas, 0))
+            for box, colour in ((test.cue_box[row], "red"), (test.garment_box[row], "lime")):
+                top, left, bottom, right = box.tolist()
+                ax.add_patch(patches.Rectangle((left, top), right - left, bottom - top, fill=False, ec=colour, lw=1))
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i == 0:
+                ax.set_title(title, fontsize=8)
+        label, cue = int(test.y[row]), int(test.cue[row])
+        axes[i][0].set_ylabel(f"{LABEL_NAMES[label]}\n{CUE_NAMES[cue]}", fontsize=6)
+    fig.suptitle(f"minority-group test images, agreement {run['agreement']:g}, seed {run['seed']}: pooling weights "
+                 "(red: cue, green: garment)", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+
+
+# -- CLI ----------------------------------------------------------------------------------------------
+def add_spurious_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``poolkit bench spurious``; unset ones come from the preset."""
+    scale = parser.add_mutually_exclusive_group()
+    scale.add_argument("--quick", dest="preset", action="store_const", const="quick", default="default",
+                       help="600 training images, 3 epochs, agreement 0.95, 2 seeds: about a minute")
+    scale.add_argument("--full", dest="preset", action="store_const", const="full",
+                       help="8,000 training images, a 32-64-128 CNN, 20 epochs, 5 seeds")
+    parser.add_argument("--agreements", type=float, nargs="+", metavar="P",
+                        help="training P(cue agrees with the label), one run set each (default: 0.95 0.99)")
+    parser.add_argument("--widths", type=int, nargs="+", metavar="C",
+                        help="channels per conv stage (default: 16 32 64)")
+    for flag, kind, what in (("--train-per-label", int, "training images of each core label"),
+                             ("--val-per-label", int, "validation images of each label (ERM's epoch)"),
+                             ("--reweight-per-group", int, "reweighting images of each of the four groups"),
+                             ("--test-per-group", int, "test images of each group"),
+                             ("--seeds", int, "runs per agreement"), ("--epochs", int, "ERM epochs"),
+                             ("--head-epochs", int, "epochs of each retrained pooler + head"),
+                             ("--dfr-retrains", int, "DFR fits averaged"),
+                             ("--data-seed", int, "seed of the generated images"),
+                             ("--seed", int, "seed of run 0 (run i uses seed + i)"),
+                             ("--threads", int, "torch threads"), ("--root", str, "folder of the Fashion-MNIST files")):
+        parser.add_argument(flag, type=kind, help=what)
+    parser.add_argument("--out", metavar="DIR",
+                        help="write results.csv, results.json, accuracy.png and attention.png here")
+    parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+_ARG_FIELDS = ("agreements", "widths", "train_per_label", "val_per_label", "reweight_per_group", "test_per_group",
+               "seeds", "epochs", "head_epochs", "dfr_retrains", "data_seed", "seed", "threads", "root")
+
+
+def config_from_args(args: argparse.Namespace) -> SpuriousConfig:
+    """The preset chosen by --quick / --full (or the default) with the explicitly given options applied."""
+    changes = {field: getattr(args, field) for field in _ARG_FIELDS if getattr(args, field, None) is not None}
+    for field in ("agreements", "widths"):
+        if field in changes:
+            changes[field] = tuple(changes[field])
+    return dataclasses.replace(PRESETS[getattr(args, "preset", "default")], **changes)
+
+
+def run_spurious_command(args: argparse.Namespace) -> int:
+    """``poolkit bench spurious``: run, print the summary and the sanity check, write --out."""
+    from rich.console import Console
+    from rich.table import Table
+
+    config = config_from_args(args)
+    frame, meta = run_spurious(config, args.out, force=args.force, progress=not args.no_progress)
+    table = Table(title=f"spurious benchmark ({config.preset}): test accuracy %, mean ± std over {config.seeds} "
+                        "seeds; weight share on the cue / garment (minority test images)")
+    for column in ("agreement", "method", "worst group", "average", "worst vs dfr", "cue mass", "garment mass"):
+        table.add_column(column, justify="right")
+    for row in pd.DataFrame(meta["summary"]).itertuples(index=False):
+        table.add_row(f"{row.agreement:g}", row.method,
+                      f"{100 * row.worst_group_mean:.1f} ± {100 * row.worst_group_std:.1f}",
+                      f"{100 * row.average_mean:.1f} ± {100 * row.average_std:.1f}",
+                      "" if row.method == "dfr" else f"{100 * row.vs_dfr_mean:+.1f} ± {100 * row.vs_dfr_std:.1f}",
+                      f"{row.cue_mass_mean:.3f}", f"{row.garment_mass_mean:.3f}")
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    console.print(table)
+    for agreement, check in meta["sanity"].items():
+        if not check["ok"]:
+            print(f"WARNING: at agreement {agreement}, ERM's worst group is only {check['mean_gap_points']:.1f} points "
+                  f"under its average (needed: {SANITY_POINTS:g}): the cue was hardly learned, so this comparison "
+                  "says little; results.json records it", file=sys.stderr)
+    console.print(f"took {meta['runtime_seconds']:.0f} s" + (f"; wrote {args.out}" if args.out else ""))
+    return 0
