@@ -247,7 +247,8 @@ class Explainer:
             if not with_weights:
                 results.extend({"scores": s} for s in scores)
                 continue
-            token, layer = (weights.get("token"), weights.get("layer")) if isinstance(weights, dict) else (weights, None)
+            layered = isinstance(weights, dict)
+            token, layer = (weights.get("token"), weights.get("layer")) if layered else (weights, None)
             heads = _head_rows(member.pooler, softmaxes, token)
             for i, text in enumerate(chunk):
                 words = _words(text, encoded, i, offsets[i], member.tokenizer)
@@ -343,7 +344,8 @@ def _head_rows(pooler: Pooler, softmaxes: list[torch.Tensor], token: torch.Tenso
     mean is the weights the pooler returned (a check that they are the rows it averaged)."""
     if pooler.name not in HEADED:
         return None
-    found = [w for w in softmaxes if w.dim() in (3, 4) and w.shape[0] == token.shape[0] and w.shape[-1] == token.shape[-1]]
+    found = [w for w in softmaxes
+             if w.dim() in (3, 4) and w.shape[0] == token.shape[0] and w.shape[-1] == token.shape[-1]]
     if len(found) != 1:
         return None
     rows = found[0].float().flatten(1, -2)  # (B, H, T) or (B, H, Q, T) -> (B, H*Q, T), heads outermost
