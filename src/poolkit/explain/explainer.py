@@ -149,8 +149,10 @@ class _Member:
         from ..training.finetune import head_scores
 
         if self.model is not None:
-            output = self.model(**batch, return_weights=True)
-            return head_scores(self.task, output.logits.float().numpy()), output.weights
+            device = next(self.model.parameters()).device
+            output = self.model(**{k: v.to(device) for k, v in batch.items()}, return_weights=True)
+            return head_scores(self.task, output.logits.float().cpu().numpy()), output.weights
+        batch = {k: v.to(next(self.encoder.parameters()).device) for k, v in batch.items()}
         layered = self.pooler.kind == "layer"
         output = self.encoder(**batch, output_hidden_states=layered, return_dict=True)
         states = output.hidden_states if layered else output.last_hidden_state
@@ -250,11 +252,11 @@ class Explainer:
             layered = isinstance(weights, dict)
             token, layer = (weights.get("token"), weights.get("layer")) if layered else (weights, None)
             heads = _head_rows(member.pooler, softmaxes, token)
+            token, layer, heads = (None if t is None else t.float().cpu().numpy() for t in (token, layer, heads))
             for i, text in enumerate(chunk):
-                words = _words(text, encoded, i, offsets[i], member.tokenizer)
-                results.append({"scores": None if scores is None else scores[i], "words": words,
-                                "token": token[i].float().numpy(), "layer": None if layer is None else
-                                layer[i].float().numpy(), "heads": None if heads is None else heads[i].numpy()})
+                results.append({"scores": None if scores is None else scores[i], "token": token[i],
+                                "words": _words(text, encoded, i, offsets[i], member.tokenizer),
+                                "layer": None if layer is None else layer[i], "heads": None if heads is None else heads[i]})
         return results
 
 
@@ -276,6 +278,8 @@ def _load(model, pooler, tokenizer, max_length, allow_incomplete, trust_remote_c
     if isinstance(model, PooledModel):
         if pooler is not None:
             raise PoolkitError("a PooledModel brings its own pooler: leave pooler out")
+        if tokenizer is None and not model.name_or_path:
+            raise PoolkitError("this PooledModel has no folder to read its tokenizer from: pass tokenizer=")
         names = [model.config.id2label[i] for i in range(model.config.num_labels)]
         member = _Member(tokenizer or load_tokenizer(model.name_or_path), model.pooler,
                          check_max_length(max_length, model.config.encoder) or 256, model=model.eval(),
@@ -284,7 +288,8 @@ def _load(model, pooler, tokenizer, max_length, allow_incomplete, trust_remote_c
     if pooler is not None:  # a bare encoder and a pooler
         if isinstance(model, (str, Path)) or model is None:
             with hf_bars_off():
-                encoder = load_encoder(str(model) if model is not None else None, trust_remote_code=trust_remote_code)
+                encoder = load_encoder(str(model) if model is not None else None,
+                                       trust_remote_code=trust_remote_code).to(_device())
             tokenizer = tokenizer or load_tokenizer(str(model) if model is not None else None, trust_remote_code)
             label = model_label(str(model) if model is not None else None)
         else:
@@ -292,7 +297,8 @@ def _load(model, pooler, tokenizer, max_length, allow_incomplete, trust_remote_c
         if tokenizer is None:
             raise PoolkitError("explaining a loaded encoder needs its tokenizer: pass tokenizer=")
         config = encoder.config
-        built = build_pooler(pooler, config.hidden_size, getattr(config, "num_hidden_layers", None)).eval()
+        built = build_pooler(pooler, config.hidden_size, getattr(config, "num_hidden_layers", None))
+        built = built.to(next(encoder.parameters()).device).eval()
         member = _Member(tokenizer, built, check_max_length(max_length, config) or 256, encoder=encoder.eval())
         return [member], f"encoder {label} + pooler (no head: no prediction)"
     if not isinstance(model, (str, Path)):
@@ -302,7 +308,7 @@ def _load(model, pooler, tokenizer, max_length, allow_incomplete, trust_remote_c
     members = []
     for fold in folds:
         with hf_bars_off():
-            loaded = PooledModel.from_pretrained(fold, trust_remote_code=trust_remote_code).eval()
+            loaded = PooledModel.from_pretrained(fold, trust_remote_code=trust_remote_code).to(_device()).eval()
         meta = json.loads((fold / finetune.META).read_text())
         members.append(_Member(load_tokenizer(str(fold), trust_remote_code), loaded.pooler,
                                check_max_length(max_length, loaded.config.encoder) or meta["config"]["max_length"],
@@ -311,6 +317,10 @@ def _load(model, pooler, tokenizer, max_length, allow_incomplete, trust_remote_c
     source = (f"{len(folds)} fold models of {model} averaged (predictions and weights)" if len(folds) > 1
               else f"the model in {folds[0]}")
     return members, source
+
+
+def _device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _checked_texts(texts: Sequence[str]) -> list[str]:

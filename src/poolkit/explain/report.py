@@ -83,6 +83,14 @@ class Report:
                  f"Model: {explanation.source}.")
         self.parts.append(f'<p class="about" id="about">{html.escape(about)}</p>'
                           + (ASSETS / "explain.html").read_text())
+        top = explanation.top_words(k=6, min_count=2)
+        if any(top.values()):
+            rows = [{"predicted class": label,
+                     "words (lift, occurrences)": ", ".join(f"{word} ({lift:.1f}, {n})" for word, lift, n in found)}
+                    for label, found in top.items() if found]
+            self.heading("Words with the highest lift per predicted class").paragraph(
+                "lift: a word's weight times its text's number of words (1 = a uniform share), averaged over the "
+                "texts it occurs in (at least twice)").table(pd.DataFrame(rows))
         return self
 
     def html(self) -> str:
