@@ -256,7 +256,8 @@ class Explainer:
             for i, text in enumerate(chunk):
                 results.append({"scores": None if scores is None else scores[i], "token": token[i],
                                 "words": _words(text, encoded, i, offsets[i], member.tokenizer),
-                                "layer": None if layer is None else layer[i], "heads": None if heads is None else heads[i]})
+                                "layer": None if layer is None else layer[i],
+                                "heads": None if heads is None else heads[i]})
         return results
 
 
