@@ -65,7 +65,9 @@ def screenshot(html: Path, png: Path, height: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, help="the `poolkit train` folder (scripts/make_explain.sh's)")
+    parser.add_argument("--folder", type=Path, default=FOLDER, help="where the result files go (default: docs/explain)")
     args = parser.parse_args(argv)
+    folder = args.folder
     sys.path.insert(0, str(ROOT / "src"))
     from poolkit.data import load_data
     from poolkit.explain import Explainer, deletion_curve
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     curve_seconds = time.perf_counter() - start - explain_seconds
     counts = {label: sum(item.prediction == label for item in explanation.items) for label in table.label_names}
     accuracy = float(np.mean([item.prediction == item.target for item in explanation.items]))
-    FOLDER.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     result = {
         "script": "scripts/make_explain.sh (poolkit train, then scripts/explain_wordnet.py)",
         "provenance": run_provenance(),
@@ -104,19 +106,20 @@ def main(argv: list[str] | None = None) -> int:
         "top_words": explanation.top_words(k=6, min_count=3),
         "seconds": {"explain": round(explain_seconds, 1), "faithfulness": round(curve_seconds, 1)},
     }
-    atomic_write_json(FOLDER / "results.json", result)
+    atomic_write_json(folder / "results.json", result)
     figure = faithfulness_figure(curve, f"{explanation.pooler['name']} on WordNet supersenses, {len(texts)} held-out "
                                         f"glosses ({DRAWS} random draws each)")
-    atomic_write(FOLDER / "faithfulness.png", lambda tmp: figure.savefig(tmp, dpi=120, format="png"))
+    atomic_write(folder / "faithfulness.png", lambda tmp: figure.savefig(tmp, dpi=120, format="png"))
 
-    shown = explainer.explain(texts[:SHOWN_TEXTS], targets[:SHOWN_TEXTS])
-    explain_html = Report(f"poolkit explain: {shown.pooler['name']} pooler, WordNet supersense glosses (held out)",
-                          shown.source).explanations(shown).write(run / "report-explain.html")
+    picked = np.random.default_rng(0).permutation(len(texts))[:SHOWN_TEXTS]  # the held-out rows come class by class
+    shown = explainer.explain([texts[i] for i in picked], [targets[i] for i in picked])
+    explain_html = Report(f"poolkit explain: {shown.pooler['name']} pooler, WordNet supersense glosses (held out)"
+                          ).explanations(shown).write(run / "report-explain.html")
     board = json.loads(LEADERBOARD.read_text())
     compare_html = write_compare_report(Leaderboard(board["rows"], board["settings"]), run / "report-compare.html")
-    screenshot(explain_html, FOLDER / "explain-report.png", height=900)
-    screenshot(compare_html, FOLDER / "compare-report.png", height=900)
-    print(f"wrote {FOLDER}/results.json, faithfulness.png, explain-report.png, compare-report.png")
+    screenshot(explain_html, folder / "explain-report.png", height=900)
+    screenshot(compare_html, folder / "compare-report.png", height=900)
+    print(f"wrote {folder}/results.json, faithfulness.png, explain-report.png, compare-report.png")
     return 0
 
 

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                           max_length=args.max_length, allow_incomplete=args.allow_incomplete,
                           trust_remote_code=args.trust_remote_code)
     title = f"poolkit explain: {explanation.pooler['name']} pooler, {len(texts)} texts"
-    Report(title, explanation.source).explanations(explanation).write(out)
+    Report(title).explanations(explanation).write(out)
     print(f"{len(texts)} texts explained ({explanation.source}) -> {out}")
     if png is not None:
         write_pictures(explanation, png)
