@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     board = json.loads(LEADERBOARD.read_text())
     compare_html = write_compare_report(Leaderboard(board["rows"], board["settings"]), run / "report-compare.html")
     screenshot(explain_html, folder / "explain-report.png", height=900)
-    screenshot(compare_html, folder / "compare-report.png", height=900)
+    screenshot(compare_html, folder / "compare-report.png", height=1000)
     print(f"wrote {folder}/results.json, faithfulness.png, explain-report.png, compare-report.png")
     return 0
 

@@ -19,7 +19,7 @@ from poolkit.training.leaderboard import Leaderboard, leaderboard_row
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 HAVE_BROWSER = Path(CHROMIUM).exists() and importlib.util.find_spec("playwright") is not None
-FIX = ("the browser tests need Debian chromium and PyPI playwright: run `make system-data dev` (apt-get install "
+FIX = ("the browser tests need Debian chromium and PyPI playwright: run `make browser dev` (apt-get install "
        "chromium; pip install 'poolkit[dev]'), or set POOLKIT_ALLOW_NO_BROWSER=1 to skip them")
 
 pytestmark = pytest.mark.skipif(

@@ -127,10 +127,10 @@ def write_compare_report(board: Any, path: str | os.PathLike, bars: Any = None) 
     metrics, the settings. (Explained texts need a trained model, which compare's probes are not kept as: explain
     the best pooler after ``poolkit train`` with ``poolkit explain``.) ``bars``: the leaderboard's picture when
     already drawn (a PNG path), else it is drawn."""
-    report = Report(f"poolkit compare: {board.settings['data']}", board.title)
+    report = Report("poolkit compare", board.title)
+    report.heading("Leaderboard").table(board.frame.assign(config=[json.dumps(row["config"]) for row in board.rows]))
     caption = f"{board.settings['metric']}: mean ± sample std over the folds' test rows"
     report.figure(bars if bars is not None else board.plot(), caption)
-    report.heading("Leaderboard").table(board.frame.assign(config=[json.dumps(row["config"]) for row in board.rows]))
     report.heading("Per fold").table(board.folds)
     best = next((row for row in board.rows if row["params"] > 0 and row["mode"] == "frozen"), None)
     if best is not None:
