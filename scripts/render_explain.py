@@ -42,9 +42,9 @@ def render_curve(results: dict) -> str:
              "| k | texts | top-k weighted words | k random words | ratio | texts where top-k moved it more |",
              "|---:|---:|---:|---:|---:|---:|"]
     for row in curve["rows"]:
-        ratio = row["top_mean"] / row["random_mean"] if row["random_mean"] > 0 else float("nan")
+        ratio = f"{row['top_mean'] / row['random_mean']:.1f}x" if row["random_mean"] > 0 else "—"
         lines.append(f"| {row['k']} | {row['texts']} | {row['top_mean']:.3f} ± {row['top_sem']:.3f} | "
-                     f"{row['random_mean']:.3f} ± {row['random_sem']:.3f} | {ratio:.1f}x | {100 * row['top_wins']:.0f}% |")
+                     f"{row['random_mean']:.3f} ± {row['random_sem']:.3f} | {ratio} | {100 * row['top_wins']:.0f}% |")
     return "\n".join(lines)
 
 
@@ -67,13 +67,14 @@ def render_reading(results: dict) -> str:
     counts = results["predicted_per_class"]
     shown = sorted((label for label in top if top[label]), key=lambda label: -counts[label])[:3]
     examples = "; ".join(f"{label}: {', '.join(w for w, _, _ in top[label][:3])}" for label in shown)
+    lifts = [lift for label in shown for _, lift, _ in top[label][:3]]
     return (f"- Deleting the single most weighted word lowers the predicted class's probability by "
             f"{first['top_mean']:.3f} on average, against {first['random_mean']:.3f} for a random word; at k = "
             f"{last['k']} the drops are {last['top_mean']:.3f} and {last['random_mean']:.3f}. The top-k deletion moves "
             f"the prediction more than the random one for {100 * first['top_wins']:.0f}% of the texts at k = 1 and "
             f"{100 * last['top_wins']:.0f}% at k = {last['k']}.\n"
-            f"- The words the pooler leans on are the gloss's head words: for the most often predicted classes "
-            f"({examples}). A lift of 1 is a uniform share of the weight; these words get several times that.")
+            f"- The words it leans on most, for the three most often predicted classes: {examples}; they get "
+            f"{min(lifts):.1f} to {max(lifts):.1f} times a uniform share of the weight.")
 
 
 def render(folder: Path = FOLDER) -> dict[str, str]:
