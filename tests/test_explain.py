@@ -194,3 +194,17 @@ def test_cli_explain_writes_one_html_file_and_pictures_and_refuses_to_overwrite(
     assert main([*args, "--force"]) == 0
     assert main(["explain", "--model", run_dir, "--text", "a", "--out", str(tmp_path / "r.txt")]) == 2
     assert "must end in .html" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_packaged_minilm_gets_its_word_pieces_merged_back_into_the_texts_words():
+    # a real WordPiece tokenizer: a word of several pieces gets their summed weight, words keep their original case
+    from poolkit.models.encoders import load_tokenizer
+
+    text = "The unbelievably tiny kittens purred."
+    item = explain(None, [text], pooler="mean")[0]
+    assert item.words == ["[CLS]", "The", "unbelievably", "tiny", "kittens", "purred", ".", "[SEP]"]
+    pieces = [len(load_tokenizer(None).tokenize(word)) for word in item.words[1:-1]]
+    assert max(pieces) > 1  # some word is split, or this test checks nothing
+    total = sum(pieces) + 2
+    np.testing.assert_allclose(item.weights[1:-1], np.array(pieces) / total, rtol=1e-5)
