@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, help="the `poolkit train` folder (scripts/make_explain.sh's)")
     parser.add_argument("--folder", type=Path, default=FOLDER, help="where the result files go (default: docs/explain)")
+    parser.add_argument("--ks", type=int, nargs="+", default=list(KS), help="how many words to delete (default 1-5)")
+    parser.add_argument("--draws", type=int, default=DRAWS, help="random deletions per text and k (default 5)")
+    parser.add_argument("--texts", type=int, help="a random sample of this many held-out rows (default: all)")
     args = parser.parse_args(argv)
     folder = args.folder
     sys.path.insert(0, str(ROOT / "src"))
@@ -82,13 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     meta = json.loads((fold / META).read_text())
     held_out = np.load(fold / TEST_OUTPUTS)["test_rows"]
     table = load_data(DATA)
+    if args.texts:
+        held_out = np.sort(np.random.default_rng(1).choice(held_out, size=args.texts, replace=False))
     texts = [table.texts[i] for i in held_out]
     targets = [table.label_names[table.targets[i]] for i in held_out]
     start = time.perf_counter()
     explainer = Explainer(run)
     explanation = explainer.explain(texts, targets)
     explain_seconds = time.perf_counter() - start
-    curve = deletion_curve(explainer, texts, ks=KS, draws=DRAWS, seed=0, explanation=explanation)
+    curve = deletion_curve(explainer, texts, ks=args.ks, draws=args.draws, seed=0, explanation=explanation)
     curve_seconds = time.perf_counter() - start - explain_seconds
     counts = {label: sum(item.prediction == label for item in explanation.items) for label in table.label_names}
     accuracy = float(np.mean([item.prediction == item.target for item in explanation.items]))
@@ -97,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         "script": "scripts/make_explain.sh (poolkit train, then scripts/explain_wordnet.py)",
         "provenance": run_provenance(),
         "settings": {"data": DATA, "rows": len(table), "held_out_rows": len(texts), "train": meta["config"],
-                     "ks": list(KS), "draws": DRAWS, "seed": 0},
+                     "ks": args.ks, "draws": args.draws, "seed": 0,
+                     "texts_sampled": args.texts},
         "model": {"pooler": explanation.pooler, "test_accuracy": meta["metrics"]["accuracy"],
                   "held_out_accuracy_here": accuracy, "best_epoch": meta["best_epoch"]},
         "meaning": explanation.meaning, "merge": explanation.merge,
@@ -108,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     atomic_write_json(folder / "results.json", result)
     figure = faithfulness_figure(curve, f"{explanation.pooler['name']} on WordNet supersenses, {len(texts)} held-out "
-                                        f"glosses ({DRAWS} random draws each)")
+                                        f"glosses ({args.draws} random draws each)")
     atomic_write(folder / "faithfulness.png", lambda tmp: figure.savefig(tmp, dpi=120, format="png"))
 
     picked = np.random.default_rng(0).permutation(len(texts))[:SHOWN_TEXTS]  # the held-out rows come class by class

@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 POOLKIT=${POOLKIT:-.venv/bin/poolkit}
 PYTHON=${PYTHON:-.venv/bin/python}
 RUN=${RUN:-runs/explain-wordnet}
+# TRAIN_ARGS / EXPLAIN_ARGS: other settings (e.g. a quicker run: TRAIN_ARGS="--epochs 1 --train-only head"
+# EXPLAIN_ARGS="--texts 300 --ks 1 2 3 --draws 3"); the result file records what was run.
 $POOLKIT train --data builtin:embedded --pooler adapool --folds 1 --epochs 2 --encoder-lr 1e-4 --seed 0 \
-  --out "$RUN" --force
-$PYTHON scripts/explain_wordnet.py --run "$RUN"
+  --out "$RUN" --force ${TRAIN_ARGS:-}
+$PYTHON scripts/explain_wordnet.py --run "$RUN" ${EXPLAIN_ARGS:-}
 $PYTHON scripts/render_explain.py --write

@@ -26,11 +26,13 @@ def render_setup(results: dict) -> str:
     s, model, prov = results["settings"], results["model"], results["provenance"]
     train = s["train"]
     return (f"Model: `poolkit train --data {s['data']} --pooler {model['pooler']['name']} --folds {train['folds']} "
-            f"--epochs {train['epochs']} --encoder-lr {train['encoder_lr']:g} --seed {train['seed']}` on the packaged "
+            f"--epochs {train['epochs']} --encoder-lr {train['encoder_lr']:g} --seed {train['seed']}"
+            f"{'' if train['train_only'] == 'all' else ' --train-only ' + train['train_only']}` on the packaged "
             f"all-MiniLM-L6-v2 ({s['rows']:,} WordNet glosses, 45 supersenses; checkpoint chosen on an inner split of "
-            f"the training rows, best epoch {model['best_epoch']:g}). Everything below is measured on its "
-            f"{s['held_out_rows']:,} held-out rows, which no training choice saw: test accuracy "
-            f"{model['test_accuracy']:.3f}. Faithfulness: k = {', '.join(map(str, s['ks']))} words deleted, "
+            f"the training rows, best epoch {model['best_epoch']:g}; test accuracy {model['test_accuracy']:.3f} on its "
+            f"held-out rows). Everything below is measured on "
+            f"{'a random sample of ' if s.get('texts_sampled') else ''}{s['held_out_rows']:,} held-out rows, which no "
+            f"training choice saw. Faithfulness: k = {', '.join(map(str, s['ks']))} words deleted, "
             f"{s['draws']} random draws per text and k, seed {s['seed']}. Took {results['seconds']['explain']:.0f} s to "
             f"explain and {results['seconds']['faithfulness']:.0f} s for the curve; commit "
             f"{(prov.get('commit') or 'unknown')[:10]}, torch {prov['torch']}, {prov['cpu']} ({prov['cores']} cores).")
