@@ -32,16 +32,17 @@ SHOWN_TEXTS = 200  # the explain report's texts (its screenshot shows the first 
 def faithfulness_figure(curve: dict, title: str):
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(5.5, 3.6))
+    fig = Figure(figsize=(6, 3.8))
     ax = fig.subplots()
     ks = [row["k"] for row in curve["rows"]]
     for kind, label, color in (("top", "top-k weighted words", "#d6301f"), ("random", "k random words", "#777777")):
         means = [row[f"{kind}_mean"] for row in curve["rows"]]
         errors = [row[f"{kind}_sem"] for row in curve["rows"]]
         ax.errorbar(ks, means, yerr=errors, marker="o", capsize=3, label=label, color=color)
+    ax.set_xticks(ks)
     ax.set_xlabel("words deleted (k)")
     ax.set_ylabel("drop of the predicted class's probability")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=8, wrap=True)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -69,16 +70,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ks", type=int, nargs="+", default=list(KS), help="how many words to delete (default 1-5)")
     parser.add_argument("--draws", type=int, default=DRAWS, help="random deletions per text and k (default 5)")
     parser.add_argument("--texts", type=int, help="a random sample of this many held-out rows (default: all)")
+    parser.add_argument("--pictures-only", action="store_true", help="only redraw faithfulness.png and the "
+                        "screenshots from the result file and RUN/report-explain.html (no model run)")
     args = parser.parse_args(argv)
     folder = args.folder
     sys.path.insert(0, str(ROOT / "src"))
+    if args.pictures_only:
+        draw_pictures(Path(args.run), folder)
+        return 0
     from poolkit.data import load_data
     from poolkit.explain import Explainer, deletion_curve
-    from poolkit.explain.report import Report, write_compare_report
-    from poolkit.io import atomic_write, atomic_write_json
+    from poolkit.explain.report import Report
+    from poolkit.io import atomic_write_json
     from poolkit.provenance import run_provenance
     from poolkit.training.finetune import META, TEST_OUTPUTS
-    from poolkit.training.leaderboard import Leaderboard
 
     run = Path(args.run)
     fold = run / "fold_0"
@@ -113,21 +118,31 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": {"explain": round(explain_seconds, 1), "faithfulness": round(curve_seconds, 1)},
     }
     atomic_write_json(folder / "results.json", result)
-    figure = faithfulness_figure(curve, f"{explanation.pooler['name']} on WordNet supersenses, {len(texts)} held-out "
-                                        f"glosses ({args.draws} random draws each)")
-    atomic_write(folder / "faithfulness.png", lambda tmp: figure.savefig(tmp, dpi=120, format="png"))
-
     picked = np.random.default_rng(0).permutation(len(texts))[:SHOWN_TEXTS]  # the held-out rows come class by class
     shown = explainer.explain([texts[i] for i in picked], [targets[i] for i in picked])
-    explain_html = Report(f"poolkit explain: {shown.pooler['name']} pooler, WordNet supersense glosses (held out)"
-                          ).explanations(shown).write(run / "report-explain.html")
-    board = json.loads(LEADERBOARD.read_text())
-    compare_html = write_compare_report(Leaderboard(board["rows"], board["settings"]), run / "report-compare.html")
-    screenshot(explain_html, folder / "explain-report.png", height=900)
-    screenshot(compare_html, folder / "compare-report.png", height=1000)
-    print(f"wrote {folder}/results.json, faithfulness.png, explain-report.png, compare-report.png")
+    Report(f"poolkit explain: {shown.pooler['name']} pooler, WordNet supersense glosses (held out)"
+           ).explanations(shown).write(run / "report-explain.html")
+    draw_pictures(run, folder)
     return 0
 
+
+def draw_pictures(run: Path, folder: Path) -> None:
+    """faithfulness.png from results.json, the compare report of the committed leaderboard, and the screenshots of
+    both reports (the explain report as the measuring step wrote it into ``run``)."""
+    from poolkit.explain.report import write_compare_report
+    from poolkit.io import atomic_write
+    from poolkit.training.leaderboard import Leaderboard
+
+    result = json.loads((folder / "results.json").read_text())
+    settings = result["settings"]
+    figure = faithfulness_figure(result["faithfulness"], f"{result['model']['pooler']['name']} on WordNet supersenses, "
+                                 f"{settings['held_out_rows']} held-out glosses, {settings['draws']} random draws each")
+    atomic_write(folder / "faithfulness.png", lambda tmp: figure.savefig(tmp, dpi=120, format="png"))
+    board = json.loads(LEADERBOARD.read_text())
+    compare_html = write_compare_report(Leaderboard(board["rows"], board["settings"]), run / "report-compare.html")
+    screenshot(run / "report-explain.html", folder / "explain-report.png", height=900)
+    screenshot(compare_html, folder / "compare-report.png", height=1000)
+    print(f"wrote {folder}/results.json, faithfulness.png, explain-report.png, compare-report.png")
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -128,10 +128,13 @@ def write_compare_report(board: Any, path: str | os.PathLike, bars: Any = None) 
     the best pooler after ``poolkit train`` with ``poolkit explain``.) ``bars``: the leaderboard's picture when
     already drawn (a PNG path), else it is drawn."""
     report = Report("poolkit compare", board.title)
-    report.heading("Leaderboard").table(board.frame.assign(config=[json.dumps(row["config"]) for row in board.rows]))
+    report.heading("Leaderboard").table(board.frame.drop(columns="config"))
     caption = f"{board.settings['metric']}: mean ± sample std over the folds' test rows"
     report.figure(bars if bars is not None else board.plot(), caption)
     report.heading("Per fold").table(board.folds)
+    specs = pd.DataFrame({"pooler": [row["pooler"] for row in board.rows], "mode": [row["mode"] for row in board.rows],
+                          "spec": [json.dumps(row["config"]) for row in board.rows]})
+    report.heading("Pooler specs").table(specs)
     best = next((row for row in board.rows if row["params"] > 0 and row["mode"] == "frozen"), None)
     if best is not None:
         report.paragraph(f"Best learned pooler: {best['pooler']}. Its explained texts: compare keeps no trained "
