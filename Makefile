@@ -7,7 +7,7 @@ TORCH_PIN := torch==2.13.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install dev system-data demo zoo test test-fast test-deep bench clean
+.PHONY: install dev system-data browser demo zoo test test-fast test-deep bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,16 @@ system-data:
 	  else echo "note: run 'sudo apt-get install wordnet-base fortunes dataset-fashion-mnist' for builtin:wordnet-*, builtin:fortunes and bench vision"; fi; \
 	fi
 
+# Headless Chromium for the report tests (tests/test_reports_browser.py, driven by Playwright); best effort: those
+# tests fail naming the fix while it is missing (POOLKIT_ALLOW_NO_BROWSER=1 skips them, loudly).
+browser:
+	@if ! command -v chromium >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+	      || echo "note: could not install chromium; the browser tests need it (POOLKIT_ALLOW_NO_BROWSER=1 skips them)"; \
+	  else echo "note: run 'sudo apt-get install chromium chromium-driver' for the browser tests"; fi; \
+	fi
+
 # The main job on the packaged encoder and the embedded WordNet subset: a leaderboard of poolers.
 demo: install
 	$(VENV)/bin/poolkit compare --out runs/demo --force
@@ -46,7 +56,7 @@ demo: install
 zoo: install
 	$(VENV)/bin/poolkit zoo
 
-test: dev system-data
+test: dev system-data browser
 	$(PY) -m pytest -q -n 2
 
 test-fast: dev

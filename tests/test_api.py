@@ -87,7 +87,7 @@ def test_leaderboard_json_is_written_last_and_names_the_files_it_belongs_with(bo
     board.save(tmp_path)
     files = json.loads((tmp_path / "leaderboard.json").read_text())["files"]
     assert files == {name: hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
-                     for name in ("leaderboard.csv", "leaderboard.png")}
+                     for name in ("leaderboard.csv", "leaderboard.png", "report.html")}
 
     def crash(self, path=None):
         raise OSError("disk full")

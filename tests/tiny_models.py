@@ -10,12 +10,13 @@ WORDS = ("the a cat dog sat on mat ran fast slow big small red blue green one tw
          "very not is was and or".split())
 
 
-def tiny_bert_dir(folder: Path, num_layers: int = 2, hidden: int = 32, seed: int = 0) -> str:
-    """Save a tiny BERT (hidden 32, 2 layers) and its tokenizer to ``folder``; returns the path."""
+def tiny_bert_dir(folder: Path, num_layers: int = 2, hidden: int = 32, seed: int = 0, pieces: tuple[str, ...] = ()) -> str:
+    """Save a tiny BERT (hidden 32, 2 layers) and its tokenizer to ``folder``; returns the path. ``pieces``: extra
+    vocabulary entries (e.g. "##s", so that "cats" is split into two pieces)."""
     import torch
 
     folder.mkdir(parents=True, exist_ok=True)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *pieces]
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
     # transformers 5 ignores BertTokenizerFast(vocab_file=...); loading the folder reads vocab.txt.
     tokenizer = BertTokenizerFast.from_pretrained(folder)

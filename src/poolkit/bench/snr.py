@@ -27,6 +27,7 @@ import pandas as pd
 import torch
 
 from ..errors import PoolkitError
+from ..explain.report import write_bench_report
 from ..io import atomic_write, prepare_out_dir
 from ..pooling import get_pooler, list_poolers
 from ..pooling.base import pooler_class, resolve_name
@@ -36,7 +37,7 @@ from .snr_model import SNRModel, fit
 
 DEFAULT_POOLERS = ("adapool", "mean", "max", "cls")
 BASELINES = ("baseline_mean", "baseline_x0")
-RESULT_FILES = ("results.csv", "results.json", "mse_vs_snr.png")
+RESULT_FILES = ("results.csv", "results.json", "mse_vs_snr.png", "report.html")
 COLUMNS = ["pooler", "K", "snr", "mse_mean", "mse_std", "seeds"]
 
 
@@ -278,6 +279,8 @@ def _write_outputs(out: Path, config: SNRConfig, frame: pd.DataFrame, runs: list
     atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
     atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
     atomic_write(out / "mse_vs_snr.png", lambda tmp: plot_results(frame, tmp, title=_title(config)))
+    write_bench_report(out / "report.html", _title(config), {"results": frame}, {"MSE vs SNR": out / "mse_vs_snr.png"},
+                       {k: v for k, v in meta.items() if k != "runs"})
 
 
 def _title(config: SNRConfig) -> str:

@@ -28,6 +28,7 @@ import pandas as pd
 import torch
 
 from ..errors import PoolkitError
+from ..explain.report import write_bench_report
 from ..io import atomic_write, prepare_out_dir
 from ..pooling import AuxiliaryClassifiers, get_pooler
 from ..pooling.base import pooler_class, resolve_name
@@ -44,7 +45,7 @@ DEFAULT_POOLERS = ("gap", "gmp", "gem", "avgmax", "flex", "flex_reg", "flex+sac"
 #: is chosen by us (the penalty whose gradient is 5e-4 * logits, the usual CIFAR SGD weight decay), fixed before any
 #: run and not tuned.
 NAMED_POOLERS = {"flex_reg": ("flex", {"l2": 2.5e-4, "weight_dropout": 0.25})}
-RESULT_FILES = ("results.csv", "results.json", "accuracy.png")
+RESULT_FILES = ("results.csv", "results.json", "accuracy.png", "report.html")
 COLUMNS = ["variant", "pooler", "size", "seed", "accuracy", "best_epoch"]
 VARIANTS = ("scratch", "frozen")
 #: FlexPooling's reported gains over GAP (Ali, Alsuwaidi & Khan, VISAPP 2023): the paper's numbers, not ours.
@@ -307,6 +308,9 @@ def _write_outputs(out: Path, config: VisionConfig, frame: pd.DataFrame, runs: l
     atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
     atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
     atomic_write(out / "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
+    write_bench_report(out / "report.html", _title(config), {"summary": summary, "runs": frame},
+                       {"accuracy": out / "accuracy.png"},
+                       {k: v for k, v in meta.items() if k not in ("runs", "summary")})
 
 
 def _title(config: VisionConfig) -> str:

@@ -15,7 +15,7 @@ from ..errors import PoolkitError
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 #: Commands that need the [hf] extra as well as [cli] (they load models, or poolkit.training, which does).
-NEEDS_HF = ("train", "predict", "embed", "compare", "cache", "zoo")
+NEEDS_HF = ("train", "predict", "embed", "compare", "cache", "zoo", "explain")
 
 
 def run_zoo(args: argparse.Namespace) -> int:
@@ -37,13 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
     from ..bench.snr import add_snr_arguments, run_snr_command
     from ..bench.spurious import add_spurious_arguments, run_spurious_command
     from ..bench.vision import add_vision_arguments, run_vision_command
-    from . import cache, compare, data, embed, predict, train
+    from . import cache, compare, data, embed, explain, predict, train
 
     parser = Parser(prog="poolkit", description="Pooling that is correct under padding and dtypes: "
                     "fine-tune, predict and compare poolers on your own data.")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module in (("train", train), ("predict", predict), ("embed", embed), ("compare", compare)):
+    for name, module in (("train", train), ("predict", predict), ("embed", embed), ("compare", compare),
+                         ("explain", explain)):
         command = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP))
         module.add_arguments(command)
         command.set_defaults(func=module.run)

@@ -55,5 +55,5 @@ def run(args: argparse.Namespace) -> int:
                             "cache_dir", "finetune_top", "finetune_epochs", "encoder_lr"))
     print()
     print(board)
-    print(f"\nencoded once in {board.settings['encode_seconds']:.1f}s; leaderboard.csv / .json / .png in {out}")
+    print(f"\nencoded once in {board.settings['encode_seconds']:.1f}s; leaderboard.csv / .json / .png and report.html in {out}")
     return 0

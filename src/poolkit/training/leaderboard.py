@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..explain.report import write_compare_report
 from ..io import atomic_write, atomic_write_json, file_digest
 
 COLUMNS = ["rank", "pooler", "mode", "metric", "mean", "std", "params", "seconds"]
-OUTPUTS = ("leaderboard.csv", "leaderboard.json", "leaderboard.png")
+OUTPUTS = ("leaderboard.csv", "leaderboard.json", "leaderboard.png", "report.html")
 
 
 def leaderboard_row(label: str, spec: dict[str, Any], mode: str, metric: str, fold_metrics: list[dict[str, float]],
@@ -137,7 +138,8 @@ class Leaderboard:
         (out / "leaderboard.json").unlink(missing_ok=True)
         self.to_csv(out / "leaderboard.csv")
         self.plot(out / "leaderboard.png")
-        parts = ("leaderboard.csv", "leaderboard.png")
+        write_compare_report(self, out / "report.html", bars=out / "leaderboard.png")
+        parts = ("leaderboard.csv", "leaderboard.png", "report.html")
         self.to_json(out / "leaderboard.json", {name: file_digest(out / name) for name in parts})
 
 

@@ -1,0 +1,440 @@
+"""What a pooler looks at: its token weights merged back to words, its layer weights, one row per head / query.
+
+``explain(model, texts)`` runs a ``poolkit train`` run folder (every fold model, averaged), one ``fold_K`` folder,
+a :class:`~poolkit.models.PooledModel`, or an encoder with a pooler, and returns per text the prediction and the
+weights the pooler returned (``return_weights=True``, the contract of :mod:`poolkit.pooling.base`). Sub-word pieces
+are merged into the words the tokenizer split the text into (its ``word_ids``) by *summing* their weights, so a
+word's weight is the share of the pooled vector it carries; special tokens ([CLS], [SEP], ...) stay entries of their
+own, so that a CLS pooler's one-hot weight stays visible.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import torch
+
+from ..errors import PoolkitError
+from ..pooling import Pooler, build_pooler, masking, pooler_spec
+
+MERGE_NOTE = ("sub-word pieces merged into words by summing their weights (the tokenizer's word_ids); special "
+              "tokens kept as entries of their own")
+
+#: What a pooler's weights mean, by pooler name; the attention family's are the learned softmax over tokens.
+WEIGHT_MEANINGS = {
+    "mean": "uniform: every real token counts the same (mean pooling has no weights of its own)",
+    "sum": "uniform: every real token counts the same (sum pooling has no weights of its own)",
+    "mean_sqrt_len": "uniform: every real token counts the same (the sum is scaled by 1/sqrt(length))",
+    "max": "the share of the feature dimensions whose maximum this token holds",
+    "min": "the share of the feature dimensions whose minimum this token holds",
+    "mean_max": "half uniform (the mean part), half the share of feature maxima each token holds (the max part)",
+    "cls": "one-hot: the pooled vector is the first token's ([CLS]) hidden state",
+    "last": "one-hot: the pooled vector is the last real token's hidden state",
+    "gem": "each token's share of the generalised-mean power sum, averaged over the features",
+    "lse": "each token's softmax share per feature at the learned temperature, averaged over the features",
+    "concat": "the mean of the concatenated poolers' weights",
+}
+LEARNED = "the pooler's attention weights over the tokens (a softmax: they sum to 1)"
+#: Poolers whose heads / queries each have their own softmax over the tokens (their weights are the mean of them).
+HEADED = ("multihead_attention", "latent", "adapool")
+
+
+@dataclass
+class TextExplanation:
+    """One text: its words (and special tokens) with weights, the prediction, optional per-head rows and layers.
+
+    ``spans``: each word's (start, end) in ``text``, None for special tokens. ``weights`` (W,): the pooler's token
+    weights summed per word. ``rows`` (R, W) with ``row_labels``: one row per head / query (multi-head and latent
+    poolers). ``layer_weights`` (L,) with ``layer_labels``: layer poolers. ``scores``: class probabilities or
+    regression values. ``error``: with a target, 1 - p(target class) or |value - target|.
+    """
+
+    text: str
+    words: list[str]
+    spans: list[tuple[int, int] | None]
+    weights: np.ndarray
+    prediction: str | float | None = None
+    probability: float | None = None
+    scores: dict[str, float] = field(default_factory=dict)
+    rows: np.ndarray | None = None
+    row_labels: list[str] = field(default_factory=list)
+    layer_weights: np.ndarray | None = None
+    layer_labels: list[str] = field(default_factory=list)
+    truncated: bool = False
+    target: str | float | None = None
+    error: float | None = None
+
+    def content_words(self) -> list[int]:
+        """Indices of the real words (special tokens left out)."""
+        return [i for i, span in enumerate(self.spans) if span is not None]
+
+    def top_words(self, k: int = 5) -> list[tuple[str, float]]:
+        order = sorted(self.content_words(), key=lambda i: -self.weights[i])
+        return [(self.words[i], float(self.weights[i])) for i in order[:k]]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("weights", "rows", "layer_weights"):
+            if out[key] is not None:
+                out[key] = np.asarray(out[key]).round(6).tolist()
+        out["spans"] = [list(s) if s is not None else None for s in self.spans]
+        return out
+
+
+@dataclass
+class Explanation:
+    """Every text's :class:`TextExplanation`, with what the weights mean and where the model came from."""
+
+    items: list[TextExplanation]
+    pooler: dict[str, Any]
+    meaning: str
+    source: str
+    n_models: int
+    task: str | None
+    label_names: list[str] | None
+    merge: str = MERGE_NOTE
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> TextExplanation:
+        return self.items[index]
+
+    def top_words(self, k: int = 8, min_count: int = 3) -> dict[str, list[tuple[str, float, int]]]:
+        """Per predicted class: the ``k`` words (lower-cased) with the highest mean *lift* -- a word's weight times
+        the text's number of words, so 1 is a uniform share whatever the text's length -- over the texts where
+        they occur at least ``min_count`` times; [(word, mean lift, count)]."""
+        lifts: dict[str, dict[str, list[float]]] = {}
+        for item in self.items:
+            words = item.content_words()
+            if item.prediction is None or not words:
+                continue
+            total = sum(item.weights[i] for i in words)
+            per_class = lifts.setdefault(str(item.prediction), {})
+            for i in words:
+                if item.words[i].isalpha() and total > 0:
+                    per_class.setdefault(item.words[i].lower(), []).append(item.weights[i] / total * len(words))
+        return {label: sorted(((w, float(np.mean(v)), len(v)) for w, v in found.items() if len(v) >= min_count),
+                              key=lambda t: -t[1])[:k]
+                for label, found in sorted(lifts.items())}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pooler": self.pooler, "meaning": self.meaning, "source": self.source, "n_models": self.n_models,
+                "task": self.task, "label_names": self.label_names, "merge": self.merge,
+                "items": [item.to_dict() for item in self.items]}
+
+
+@dataclass
+class _Member:
+    """One model to run: a PooledModel (with its head) or an encoder + pooler (no head, no prediction)."""
+
+    tokenizer: Any
+    pooler: Pooler
+    max_length: int
+    model: Any = None
+    encoder: Any = None
+    task: str | None = None
+    label_names: list[str] | None = None
+    target_cols: list[str] | None = None
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[np.ndarray | None, Any]:
+        """-> head outputs as probabilities / values (B, C) or None, and the pooler's weights."""
+        from ..training.finetune import head_scores
+
+        if self.model is not None:
+            device = next(self.model.parameters()).device
+            output = self.model(**{k: v.to(device) for k, v in batch.items()}, return_weights=True)
+            return head_scores(self.task, output.logits.float().cpu().numpy()), output.weights
+        batch = {k: v.to(next(self.encoder.parameters()).device) for k, v in batch.items()}
+        layered = self.pooler.kind == "layer"
+        output = self.encoder(**batch, output_hidden_states=layered, return_dict=True)
+        states = output.hidden_states if layered else output.last_hidden_state
+        return None, self.pooler(states, batch["attention_mask"], return_weights=True)[1]
+
+
+class Explainer:
+    """Loads ``model`` once; :meth:`explain` gives weights and predictions, :meth:`scores` predictions only.
+
+    ``model``: a ``poolkit train`` run folder (its fold models averaged), a ``fold_K`` folder, a
+    :class:`~poolkit.models.PooledModel` (``tokenizer`` needed unless its ``name_or_path`` holds one), or an encoder
+    (folder / hub name or a loaded ``PreTrainedModel``) together with ``pooler`` (a name, spec or built pooler;
+    without a head there is no prediction).
+    """
+
+    def __init__(self, model: Any, pooler: str | dict[str, Any] | Pooler | None = None, *, tokenizer: Any = None,
+                 max_length: int | None = None, batch_size: int = 32, allow_incomplete: bool = False,
+                 trust_remote_code: bool = False) -> None:
+        self.batch_size = batch_size
+        self.members, self.source = _load(model, pooler, tokenizer, max_length, allow_incomplete, trust_remote_code)
+        first = self.members[0]
+        self.task, self.label_names = first.task, first.label_names
+        self.pooler_spec = first.pooler.get_config()
+        name = self.pooler_spec["name"]
+        self.meaning = WEIGHT_MEANINGS.get(name, LEARNED)
+        if first.pooler.kind == "layer":
+            token = self.pooler_spec.get("token_pooler")
+            token_name = pooler_spec(token)["name"] if token else None
+            self.meaning = (f"token weights of the layer pooler's token pooler ({token_name}: "
+                            f"{WEIGHT_MEANINGS.get(token_name, LEARNED)}), combined over the layers it mixes"
+                            if token_name else "token weights of the layer pooler")
+
+    def explain(self, texts: Sequence[str], targets: Sequence[Any] | None = None) -> Explanation:
+        texts = _checked_texts(texts)
+        if targets is not None and len(targets) != len(texts):
+            raise PoolkitError(f"{len(targets)} targets for {len(texts)} texts: give one target per text")
+        parts = [self._run(member, texts, with_weights=True) for member in self.members]
+        items = _average(parts, texts)
+        pooler = self.members[0].pooler
+        for k, item in enumerate(items):
+            if parts[0][k]["scores"] is not None:
+                self._predict_into(item, np.mean([part[k]["scores"] for part in parts], axis=0))
+            if item.rows is not None:
+                item.row_labels = _row_labels(pooler)
+            if item.layer_weights is not None:  # the layers mixed are the last L hidden states (0 = embeddings)
+                states = pooler.num_layers + 1
+                item.layer_labels = [f"layer {states - len(item.layer_weights) + i}"
+                                     for i in range(len(item.layer_weights))]
+            if targets is not None:
+                _score_error(item, targets[k], self.task, self.label_names)
+        return Explanation(items, self.pooler_spec, self.meaning, self.source, len(self.members), self.task,
+                           self.label_names)
+
+    def scores(self, texts: Sequence[str]) -> np.ndarray:
+        """Class probabilities / values (N, C), averaged over the fold models; raises without a head."""
+        if self.task is None:
+            raise PoolkitError("an encoder + pooler has no head, so no prediction: explain a trained model "
+                               "(a poolkit train folder) to get predictions")
+        texts = _checked_texts(texts)
+        parts = [self._run(member, texts, with_weights=False) for member in self.members]
+        return np.mean([[row["scores"] for row in part] for part in parts], axis=0)
+
+    def predicted_score(self, scores: np.ndarray) -> int:
+        """Which output column the prediction reads: the most probable class, or the first target."""
+        return int(np.argmax(scores)) if self.task == "classification" else 0
+
+    def _predict_into(self, item: TextExplanation, scores: np.ndarray | None) -> None:
+        if scores is None:
+            return
+        if self.task == "regression":
+            cols = self.members[0].target_cols or [f"target_{j}" for j in range(len(scores))]
+            item.scores = {c: float(v) for c, v in zip(cols, scores)}
+            item.prediction = float(scores[0])
+            return
+        item.scores = {name: float(p) for name, p in zip(self.label_names, scores)}
+        if self.task == "multilabel":
+            chosen = [n for n, p in item.scores.items() if p > 0.5]
+            item.prediction, item.probability = "|".join(chosen), float(max(scores))
+        else:
+            best = int(np.argmax(scores))
+            item.prediction, item.probability = self.label_names[best], float(scores[best])
+
+    @torch.inference_mode()
+    def _run(self, member: _Member, texts: list[str], with_weights: bool) -> list[dict[str, Any]]:
+        results = []
+        for start in range(0, len(texts), self.batch_size):
+            chunk = texts[start:start + self.batch_size]
+            encoded = member.tokenizer(chunk, padding=True, truncation=True, max_length=member.max_length,
+                                       return_offsets_mapping=with_weights, return_tensors="pt")
+            offsets = encoded.pop("offset_mapping", None)
+            batch = {k: v for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            with _recorded_softmax() as softmaxes:
+                scores, weights = member.forward(batch)
+            if not with_weights:
+                results.extend({"scores": s} for s in scores)
+                continue
+            layered = isinstance(weights, dict)
+            token, layer = (weights.get("token"), weights.get("layer")) if layered else (weights, None)
+            heads = _head_rows(member.pooler, softmaxes, token)
+            token, layer, heads = (None if t is None else t.float().cpu().numpy() for t in (token, layer, heads))
+            for i, text in enumerate(chunk):
+                results.append({"scores": None if scores is None else scores[i], "token": token[i],
+                                "words": _words(text, encoded, i, offsets[i], member.tokenizer),
+                                "layer": None if layer is None else layer[i],
+                                "heads": None if heads is None else heads[i]})
+        return results
+
+
+def explain(model: Any, texts: Sequence[str], *, pooler: str | dict[str, Any] | Pooler | None = None,
+            targets: Sequence[Any] | None = None, tokenizer: Any = None, max_length: int | None = None,
+            batch_size: int = 32, allow_incomplete: bool = False, trust_remote_code: bool = False) -> Explanation:
+    """Per text: the prediction and the pooler's weights over its words (see :class:`Explainer` for ``model``).
+    ``targets`` (optional, one per text) add each text's error."""
+    return Explainer(model, pooler, tokenizer=tokenizer, max_length=max_length, batch_size=batch_size,
+                     allow_incomplete=allow_incomplete, trust_remote_code=trust_remote_code).explain(texts, targets)
+
+
+# -- loading -----------------------------------------------------------------------------------------
+def _load(model, pooler, tokenizer, max_length, allow_incomplete, trust_remote_code) -> tuple[list[_Member], str]:
+    from ..models import PooledModel
+    from ..models.encoders import check_max_length, hf_bars_off, load_encoder, load_tokenizer, model_label
+    from ..training import finetune
+
+    if isinstance(model, PooledModel):
+        if pooler is not None:
+            raise PoolkitError("a PooledModel brings its own pooler: leave pooler out")
+        if tokenizer is None and not model.name_or_path:
+            raise PoolkitError("this PooledModel has no folder to read its tokenizer from: pass tokenizer=")
+        names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+        member = _Member(tokenizer or load_tokenizer(model.name_or_path), model.pooler,
+                         check_max_length(max_length, model.config.encoder) or 256, model=model.eval(),
+                         task=model.config.task, label_names=None if model.config.task == "regression" else names)
+        return [member], "a PooledModel"
+    if pooler is not None:  # a bare encoder and a pooler
+        if isinstance(model, (str, Path)) or model is None:
+            with hf_bars_off():
+                encoder = load_encoder(str(model) if model is not None else None,
+                                       trust_remote_code=trust_remote_code).to(_device())
+            tokenizer = tokenizer or load_tokenizer(str(model) if model is not None else None, trust_remote_code)
+            label = model_label(str(model) if model is not None else None)
+        else:
+            encoder, label = model, type(model).__name__
+        if tokenizer is None:
+            raise PoolkitError("explaining a loaded encoder needs its tokenizer: pass tokenizer=")
+        config = encoder.config
+        built = build_pooler(pooler, config.hidden_size, getattr(config, "num_hidden_layers", None))
+        built = built.to(next(encoder.parameters()).device).eval()
+        member = _Member(tokenizer, built, check_max_length(max_length, config) or 256, encoder=encoder.eval())
+        return [member], f"encoder {label} + pooler (no head: no prediction)"
+    if not isinstance(model, (str, Path)):
+        raise PoolkitError(f"cannot explain a {type(model).__name__}: pass a poolkit train folder, a fold_K folder, "
+                           "a PooledModel, or an encoder together with pooler=")
+    folds = finetune.model_folds(model, allow_incomplete)
+    members = []
+    for fold in folds:
+        with hf_bars_off():
+            loaded = PooledModel.from_pretrained(fold, trust_remote_code=trust_remote_code).to(_device()).eval()
+        meta = json.loads((fold / finetune.META).read_text())
+        members.append(_Member(load_tokenizer(str(fold), trust_remote_code), loaded.pooler,
+                               check_max_length(max_length, loaded.config.encoder) or meta["config"]["max_length"],
+                               model=loaded, task=meta["task"], label_names=meta["label_names"],
+                               target_cols=meta["target_cols"]))
+    source = (f"{len(folds)} fold models of {model} averaged (predictions and weights)" if len(folds) > 1
+              else f"the model in {folds[0]}")
+    return members, source
+
+
+def _device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _checked_texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        texts = [texts]
+    texts = [str(t) for t in texts]
+    if not texts:
+        raise PoolkitError("nothing to explain: no texts given")
+    return texts
+
+
+# -- weights -----------------------------------------------------------------------------------------
+@contextmanager
+def _recorded_softmax():
+    """Records every ``masking.masked_softmax`` result while the block runs: the per-head / per-query weights that
+    multi-head and latent poolers average before returning them (the pooling core stays as it is)."""
+    calls: list[torch.Tensor] = []
+    original = masking.masked_softmax
+
+    def record(*args, **kwargs):
+        result = original(*args, **kwargs)
+        calls.append(result)
+        return result
+
+    with mock.patch.object(masking, "masked_softmax", record):
+        yield calls
+
+
+def _head_rows(pooler: Pooler, softmaxes: list[torch.Tensor], token: torch.Tensor) -> torch.Tensor | None:
+    """(B, R, T) per-head (and per-query) weights of a multi-head / latent pooler, or None; kept only when their
+    mean is the weights the pooler returned (a check that they are the rows it averaged)."""
+    if pooler.name not in HEADED:
+        return None
+    found = [w for w in softmaxes
+             if w.dim() in (3, 4) and w.shape[0] == token.shape[0] and w.shape[-1] == token.shape[-1]]
+    if len(found) != 1:
+        return None
+    rows = found[0].float().flatten(1, -2)  # (B, H, T) or (B, H, Q, T) -> (B, H*Q, T), heads outermost
+    if rows.shape[1] < 2 or not torch.allclose(rows.mean(dim=1), token.float(), atol=1e-5):
+        return None
+    return rows
+
+
+def _row_labels(pooler: Pooler) -> list[str]:
+    heads, queries = getattr(pooler, "num_heads", 1), getattr(pooler, "num_queries", 1)
+    if queries > 1:
+        return [f"head {h + 1} query {q + 1}" for h in range(heads) for q in range(queries)]
+    return [f"head {h + 1}" for h in range(heads)]
+
+
+def _words(text: str, encoded, row: int, offsets: torch.Tensor, tokenizer) -> list[tuple[str, tuple[int, int] | None,
+                                                                                              list[int]]]:
+    """[(word, span or None, token positions)]: the text's words in order (pieces with one word_id merged),
+    special tokens as their own entries."""
+    if not getattr(encoded, "is_fast", True) or not hasattr(encoded, "word_ids"):
+        raise PoolkitError("explaining words needs a fast tokenizer (word_ids, offsets): load it with use_fast=True")
+    word_ids = encoded.word_ids(row)
+    mask = encoded["attention_mask"][row].tolist()
+    ids = encoded["input_ids"][row].tolist()
+    words: list[tuple[str, tuple[int, int] | None, list[int]]] = []
+    seen: dict[int, int] = {}
+    for t, (wid, real) in enumerate(zip(word_ids, mask)):
+        if not real:
+            continue
+        if wid is None:
+            words.append((tokenizer.convert_ids_to_tokens(ids[t]), None, [t]))
+        elif wid in seen:
+            word, (start, _), positions = words[seen[wid]]
+            end = int(offsets[t][1])
+            words[seen[wid]] = (text[start:end], (start, end), positions + [t])
+        else:
+            start, end = (int(v) for v in offsets[t])
+            seen[wid] = len(words)
+            words.append((text[start:end], (start, end), [t]))
+    return words
+
+
+def _merge(values: np.ndarray, words) -> np.ndarray:
+    """Token values (..., T) -> word values (..., W): the sum over each word's pieces."""
+    return np.stack([values[..., positions].sum(axis=-1) for _, _, positions in words], axis=-1)
+
+
+def _average(parts: list[list[dict[str, Any]]], texts: list[str]) -> list[TextExplanation]:
+    """Each text's words and weights, averaged over the fold models (which share the tokenizer)."""
+    items = []
+    for k, text in enumerate(texts):
+        runs = [part[k] for part in parts]
+        words = runs[0]["words"]
+        if any([w[:2] for w in run["words"]] != [w[:2] for w in words] for run in runs):
+            raise PoolkitError("the fold models split the text into different words: explain one fold_K folder")
+        spans = [span for _, span, _ in words]
+        ends = [span[1] for span in spans if span is not None]
+        item = TextExplanation(text, [w for w, _, _ in words], spans,
+                               np.mean([_merge(run["token"], words) for run in runs], axis=0),
+                               truncated=bool(text[max(ends, default=0):].strip()))
+        if runs[0]["heads"] is not None:
+            item.rows = np.mean([_merge(run["heads"], words) for run in runs], axis=0)
+        if runs[0]["layer"] is not None:
+            item.layer_weights = np.mean([run["layer"] for run in runs], axis=0)
+        items.append(item)
+    return items
+
+
+def _score_error(item: TextExplanation, target: Any, task: str | None, label_names: list[str] | None) -> None:
+    """The target and the error: 1 - p(target class) (classification), |prediction - target| (regression)."""
+    if task == "classification":
+        item.target = str(target)
+        if item.target not in item.scores:
+            raise PoolkitError(f"target {target!r} is not one of the model's labels ({', '.join(label_names[:8])}, "
+                               "...): check --target-col")
+        item.error = 1.0 - item.scores[item.target]
+    elif task == "regression":
+        item.target = float(target)
+        item.error = abs(float(item.prediction) - item.target)
+    else:
+        item.target = None if task is None else str(target)
