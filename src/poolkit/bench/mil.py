@@ -26,12 +26,13 @@ import pandas as pd
 import torch
 
 from ..errors import PoolkitError
-from ..io import atomic_write, prepare_out_dir
+from ..io import prepare_out_dir
 from ..pooling import pooler_spec
 from ..pooling.base import pooler_class
 from ..provenance import run_provenance
 from .mil_data import DATASETS, Bags, load_bags, standardize, stratified_folds
 from .mil_model import MILModel, auc, fit, predict, score
+from .reporting import add_output_arguments, print_report, write_results
 from .vision import _cpu_seconds
 
 #: The token poolers of the issue, and the scorer ablation on gated_attention (the same width and init as its
@@ -289,9 +290,7 @@ def _write_outputs(out: Path, config: MILConfig, frame: pd.DataFrame, runs: list
         if ABLATION_BASE in config.poolers else [],
         "runs": runs,
     }
-    atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
-    atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
-    atomic_write(out / "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
+    write_results(out, frame, meta, "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
 
 
 def _title(config: MILConfig) -> str:
@@ -354,9 +353,7 @@ def add_mil_arguments(parser: argparse.ArgumentParser) -> None:
                              ("--workers", int, "CPU processes running folds in parallel"),
                              ("--threads", int, "torch threads per worker")):
         parser.add_argument(flag, type=kind, help=what)
-    parser.add_argument("--out", metavar="DIR", help="write results.csv, results.json and accuracy.png here")
-    parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_output_arguments(parser, "accuracy.png")
 
 
 _ARG_FIELDS = ("datasets", "poolers", "lrs", "folds", "repeats", "epochs", "eval_every", "batch_size", "weight_decay",
@@ -378,7 +375,6 @@ def config_from_args(args: argparse.Namespace) -> MILConfig:
 
 def run_mil_command(args: argparse.Namespace) -> int:
     """``poolkit bench mil``: run, print the summary, write --out. Bad input raises PoolkitError."""
-    from rich.console import Console
     from rich.table import Table
 
     config = config_from_args(args)
@@ -393,9 +389,5 @@ def run_mil_command(args: argparse.Namespace) -> int:
         paper = PAPER.get(row.pooler, {}).get(row.dataset)
         table.add_row(row.dataset, row.pooler, f"{row.accuracy:.3f} ± {sem:.3f}", f"{row.auc:.3f}",
                       f"{paper[0]:.3f} ± {paper[1]:.3f}" if paper else "")
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)
-    console.print(table)
-    console.print(f"took {time.perf_counter() - started:.0f} s" + (f"; wrote {args.out}" if args.out else ""))
+    print_report(table, started, args.out)
     return 0
