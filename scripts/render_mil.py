@@ -79,7 +79,8 @@ def render_ablation(frame: pd.DataFrame, results: dict) -> str:
     lines = [f"Accuracy of each scorer minus abmil's (`{ABLATION_BASE}`, tanh and sigmoid) on the same test folds, in "
              "points: mean, its 95% interval (corrected resampled t, Nadeau & Bengio 2003), folds won / lost; *noise* "
              "when the interval holds 0.", "",
-             "| scorer | " + " | ".join(dict.fromkeys(part["dataset"])) + " |", "|---|" + "---:|" * part["dataset"].nunique()]
+             "| scorer | " + " | ".join(dict.fromkeys(part["dataset"])) + " |",
+             "|---|" + "---:|" * part["dataset"].nunique()]
     for label in dict.fromkeys(part["pooler"]):
         cells = [f"{100 * r.diff_mean:+.1f} ± {100 * r.ci95:.1f} ({r.wins}/{r.losses})"
                  + (" *noise*" if r.inside_noise else "") for r in part[part["pooler"] == label].itertuples()]
@@ -92,7 +93,8 @@ def render_ablation(frame: pd.DataFrame, results: dict) -> str:
                    if glu["inside_noise"] else
                    ("beyond the noise: the one-sided form wins here" if glu["diff_mean"] > 0 else
                     "beyond the noise: the one-sided form loses here"))
-        lines += ["", f"**Does the one-sided glu win?** Over all datasets, glu − abmil = {100 * glu['diff_mean']:+.1f} "
+        lines += ["", "**Does the one-sided glu win?** Over all datasets, glu − abmil = "
+                      f"{100 * glu['diff_mean']:+.1f} "
                       f"± {100 * glu['ci95']:.1f} points ({glu['wins']} folds won, {glu['losses']} lost, the rest "
                       f"tied): {verdict}."]
     return "\n".join(lines)

