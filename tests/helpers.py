@@ -15,10 +15,16 @@ LAYER_POOLERS = list_poolers("layer")
 # Poolers whose output must not change when the real tokens of a row are permuted.
 SET_POOLERS = ["mean", "sum", "mean_sqrt_len", "max", "min", "mean_max", "gem", "lse", "attention",
                "attention_head", "multihead_attention", "gated_attention", "latent", "adapool", "concat"]
+# Option variants that the contract suite checks like registered poolers: test id -> (name, options).
+POOLER_VARIANTS = {f"attention[scorer={scorer}]": ("attention", {"scorer": scorer})
+                   for scorer in ("linear", "bilinear", "glu")}
 
 
 def make_pooler(name: str, **options):
-    """A pooler in eval mode, sized for tests (small attention sizes, num_layers where needed)."""
+    """A pooler in eval mode, sized for tests (small attention sizes, num_layers where needed); ``name`` may be a
+    key of POOLER_VARIANTS."""
+    name, preset = POOLER_VARIANTS.get(name, (name, {}))
+    options = {**preset, **options}
     accepted = pooler_options(name)
     if "num_layers" in accepted:
         options.setdefault("num_layers", NUM_LAYERS)

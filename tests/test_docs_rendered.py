@@ -14,6 +14,7 @@ import render_benchmarks_compare  # noqa: E402
 import render_channel_spatial  # noqa: E402
 import render_explain  # noqa: E402
 import render_leaderboards  # noqa: E402
+import render_mil  # noqa: E402
 import render_snr  # noqa: E402
 import render_vision  # noqa: E402
 
@@ -21,7 +22,8 @@ from poolkit.errors import PoolkitError  # noqa: E402
 
 
 @pytest.mark.parametrize("renderer", [render_snr, render_benchmarks_compare, render_vision, render_leaderboards,
-                                      render_channel_spatial, render_explain], ids=lambda m: m.__name__)
+                                      render_channel_spatial, render_explain, render_mil],
+                         ids=lambda m: m.__name__)
 def test_page_matches_its_result_files(renderer, capsys):
     # fails when a number in docs/snr.md, benchmarks-compare.md, vision.md or leaderboards.md was typed or left stale
     assert renderer.main(["--check"]) == 0, capsys.readouterr().out

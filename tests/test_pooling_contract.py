@@ -9,9 +9,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import (ALL_POOLERS, HIDDEN, SET_POOLERS, make_pooler, mask_from_lengths, random_layers,
-                     states_for, to_left_padding)
+from helpers import (ALL_POOLERS, HIDDEN, POOLER_VARIANTS, SET_POOLERS, make_pooler, mask_from_lengths,
+                     random_layers, states_for, to_left_padding)
 from poolkit import PoolkitError
+
+# The attention poolers' scorer options go through the same contract.
+ALL_POOLERS = [*ALL_POOLERS, *POOLER_VARIANTS]
+SET_POOLERS = [*SET_POOLERS, *POOLER_VARIANTS]
 
 pytestmark = pytest.mark.usefixtures("path")  # every contract test on the fast and on the plain forms
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import multiprocessing
 import os
 import time
@@ -28,10 +27,11 @@ import torch
 
 from ..errors import PoolkitError
 from ..explain.report import write_bench_report
-from ..io import atomic_write, prepare_out_dir
+from ..io import prepare_out_dir
 from ..pooling import get_pooler, list_poolers
 from ..pooling.base import pooler_class, resolve_name
 from ..provenance import run_provenance
+from .reporting import add_output_arguments, print_report, write_results
 from .snr_data import PAPER_KS, PUBLISHED_BASELINES, baseline_mse, check_ks, make_knn_centroid
 from .snr_model import SNRModel, fit
 
@@ -276,9 +276,7 @@ def _write_outputs(out: Path, config: SNRConfig, frame: pd.DataFrame, runs: list
                                 for name, by_k in PUBLISHED_BASELINES.items()},
         "runs": runs,
     }
-    atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
-    atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
-    atomic_write(out / "mse_vs_snr.png", lambda tmp: plot_results(frame, tmp, title=_title(config)))
+    write_results(out, frame, meta, "mse_vs_snr.png", lambda tmp: plot_results(frame, tmp, title=_title(config)))
     write_bench_report(out / "report.html", _title(config), {"results": frame}, {"MSE vs SNR": out / "mse_vs_snr.png"},
                        {k: v for k, v in meta.items() if k != "runs"})
 
@@ -366,10 +364,7 @@ def add_snr_arguments(parser: argparse.ArgumentParser) -> None:
                              ("--threads", int, "torch threads per worker")):
         parser.add_argument(flag, type=kind, help=what)
     parser.add_argument("--device", help="cpu, cuda, cuda:N or auto (default: cpu; --full: auto)")
-    parser.add_argument("--out", metavar="DIR",
-                        help="write results.csv, results.json and mse_vs_snr.png here")
-    parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_output_arguments(parser, "mse_vs_snr.png")
 
 
 _ARG_FIELDS = {"poolers": "poolers", "seeds": "seeds", "ks": "ks", "samples": "num_samples",
@@ -394,7 +389,6 @@ def config_from_args(args: argparse.Namespace) -> SNRConfig:
 
 def run_snr_command(args: argparse.Namespace) -> int:
     """``poolkit bench snr``: run, print the table, write --out. Bad input raises PoolkitError."""
-    from rich.console import Console
     from rich.table import Table
 
     config = config_from_args(args)
@@ -406,9 +400,5 @@ def run_snr_command(args: argparse.Namespace) -> int:
         table.add_column(str(column), justify="right")
     for row in shown.itertuples(index=False):
         table.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
-    console = Console()
-    if not console.is_terminal:  # piped: do not squeeze the table into 80 columns
-        console = Console(width=200)
-    console.print(table)
-    console.print(f"took {time.perf_counter() - started:.0f} s" + (f"; wrote {args.out}" if args.out else ""))
+    print_report(table, started, args.out)
     return 0

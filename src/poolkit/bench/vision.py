@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import multiprocessing
 import os
 import time
@@ -29,10 +28,11 @@ import torch
 
 from ..errors import PoolkitError
 from ..explain.report import write_bench_report
-from ..io import atomic_write, prepare_out_dir
+from ..io import prepare_out_dir
 from ..pooling import AuxiliaryClassifiers, get_pooler
 from ..pooling.base import pooler_class, resolve_name
 from ..provenance import run_provenance
+from .reporting import add_output_arguments, print_report, write_results
 from .snr import _device
 from .vision_data import DATASETS, Images, augment, load_images, split_pool
 from .vision_model import Backbone, PooledHead, VisionModel, encode, fit, map_sizes
@@ -305,9 +305,7 @@ def _write_outputs(out: Path, config: VisionConfig, frame: pd.DataFrame, runs: l
         "summary": summary.to_dict(orient="records"),
         "runs": runs,
     }
-    atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
-    atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
-    atomic_write(out / "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
+    write_results(out, frame, meta, "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
     write_bench_report(out / "report.html", _title(config), {"summary": summary, "runs": frame},
                        {"accuracy": out / "accuracy.png"},
                        {k: v for k, v in meta.items() if k not in ("runs", "summary")})
@@ -380,9 +378,7 @@ def add_vision_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, type=kind, help=what)
     parser.add_argument("--no-frozen", dest="frozen", action="store_false", default=None,
                         help="skip the frozen-backbone variant")
-    parser.add_argument("--out", metavar="DIR", help="write results.csv, results.json and accuracy.png here")
-    parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_output_arguments(parser, "accuracy.png")
 
 
 _ARG_FIELDS = ("poolers", "sizes", "widths", "dataset", "root", "val_size", "seeds", "epochs", "batch_size", "lr",
@@ -404,7 +400,6 @@ def config_from_args(args: argparse.Namespace) -> VisionConfig:
 
 def run_vision_command(args: argparse.Namespace) -> int:
     """``poolkit bench vision``: run, print the summary, write --out. Bad input raises PoolkitError."""
-    from rich.console import Console
     from rich.table import Table
 
     config = config_from_args(args)
@@ -418,9 +413,5 @@ def run_vision_command(args: argparse.Namespace) -> int:
         diff = "" if row.pooler == BASELINE else (f"{100 * row.diff_mean:+.2f} ± {100 * row.diff_std:.2f}"
                                                   + (" (noise)" if row.inside_noise else ""))
         table.add_row(row.variant, row.pooler, str(row.size), f"{100 * row.mean:.2f} ± {100 * row.std:.2f}", diff)
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)
-    console.print(table)
-    console.print(f"took {time.perf_counter() - started:.0f} s" + (f"; wrote {args.out}" if args.out else ""))
+    print_report(table, started, args.out)
     return 0

@@ -71,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
                                     "garments + stripes)")
     add_spurious_arguments(spurious)
     spurious.set_defaults(func=run_spurious_command)
+    from ..bench.mil import add_mil_arguments, run_mil_command
+
+    mil = bench_sub.add_parser("mil", help="poolers as MIL pooling on MUSK1/MUSK2/ELEPHANT bags (Ilse et al. 2018)")
+    add_mil_arguments(mil)
+    mil.set_defaults(func=run_mil_command)
 
     sub.add_parser("zoo", help="every pooler on the packaged MiniLM's hidden states: dims, params, time"
                    ).set_defaults(func=run_zoo)

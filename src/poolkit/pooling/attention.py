@@ -1,7 +1,8 @@
 """Attention poolers: score every real token, softmax over the real ones, take the weighted sum.
 
 attention, attention_head, multihead_attention, gated_attention (ABMIL), latent (learned queries,
-PMA / MAP head) and adapool (the query is taken from the input).
+PMA / MAP head) and adapool (the query is taken from the input). attention, attention_head and
+gated_attention take one of the token scorers of :data:`SCORERS` (``scorer=``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,49 @@ def tanh_scores(x: Tensor, mask: Tensor, hidden: nn.Linear, score_weight: Tensor
     return masking.project_tokens(x, mask, hidden.weight, hidden.bias, lambda z: F.linear(z.tanh_(), score_weight))
 
 
+#: The token scorers of the additive-attention poolers, one logit s(h) per real token h (V, U: (a, D) with
+#: biases, w: (a,); a = attn_size):
+#:   tanh      w . tanh(V h)                      additive attention (Bahdanau), attention's default
+#:   linear    w . h                              one linear map, no hidden layer (attn_size unused)
+#:   bilinear  sum_k (V h)_k (U h)_k = (V h) . (U h)   rank r = a: no non-linearity, a quadratic form
+#:             h^T (V^T U) h plus the biases' linear terms, whose matrix V^T U has rank <= min(a, D)
+#:   glu       w . (V h * sigmoid(U h))           the non-linearity on one factor (gated linear unit)
+#:   abmil     w . (tanh(V h) * sigmoid(U h))     on both factors: gated_attention's default (Ilse et al. 2018)
+#: glu is bilinear with a sigmoid on one factor (a gated MLP is a rank-1 bilinear form per hidden unit:
+#: Breslow 2026, arXiv 2606.22172); each unit k of glu / abmil is weighted by w_k, while bilinear sums them.
+SCORERS = ("tanh", "linear", "bilinear", "glu", "abmil")
+
+
+def gated_scores(x: Tensor, mask: Tensor, value: nn.Linear, gate: nn.Linear, score: nn.Linear | None,
+                 scorer: str) -> Tensor:
+    """The logits of a two-factor scorer of :data:`SCORERS` (bilinear, glu, abmil): (B, T, D) -> (B, T).
+
+    Both factors in one matmul over the real tokens (:func:`masking.project_tokens`; padded positions
+    score 0 and must be masked). ``score`` is w (None for bilinear).
+    """
+    # abmil with tanh from sigmoid (see sigmoid_for_tanh): the 2 of tanh(v) = 2 sigmoid(2v) - 1 folds into the
+    # value weights, and w . ((2 s_v - 1) * s_u) = 2w . (s_v * s_u) - w . s_u needs one (B*T, a) product.
+    fold = 2 if scorer == "abmil" and sigmoid_for_tanh(x.dtype) else 1
+    weight = torch.cat([fold * value.weight, gate.weight])
+    bias = torch.cat([fold * value.bias, gate.bias])
+
+    def head(both: Tensor) -> Tensor:  # (N, 2a) projections of the real tokens -> (N, 1)
+        if scorer == "bilinear":
+            # A quadratic form: half-precision products would overflow where the projections are only large.
+            left, right = both.to(masking.compute_dtype(both.dtype)).chunk(2, dim=-1)
+            return (left * right).sum(dim=-1, keepdim=True)
+        if scorer == "glu":
+            left, right = both.chunk(2, dim=-1)
+            return score(left * torch.sigmoid(right))
+        if fold == 2:
+            s_value, s_gate = both.sigmoid_().chunk(2, dim=-1)
+            return F.linear(s_value * s_gate, 2 * score.weight) - F.linear(s_gate, score.weight)
+        left, right = both.chunk(2, dim=-1)
+        return score(torch.tanh(left) * torch.sigmoid(right))
+
+    return masking.project_tokens(x, mask, weight, bias, head).squeeze(-1)
+
+
 @register_pooler("attention", "learned_attention")
 class AttentionPooler(Pooler):
     """Learned Attention Pooling: Linear(D, a) -> Tanh -> Linear(a, 1) -> masked softmax -> weighted sum.
@@ -65,22 +109,39 @@ class AttentionPooler(Pooler):
     (B, T, D) -> (B, D). The "Learned Attention Pooling" recipe of Kaggle NLP solutions, a = 512 and
     Xavier init by default; in the lineage of Bahdanau et al. (2015) additive attention. The last
     Linear has no bias: a softmax ignores a constant shift, so the recipes' bias never learns.
+    ``scorer`` swaps the scoring function for another of :data:`SCORERS` (the softmax and sum stay).
     """
 
-    def __init__(self, hidden_size: int, *, attn_size: int = 512, init: str = "xavier",
+    def __init__(self, hidden_size: int, *, attn_size: int = 512, scorer: str = "tanh", init: str = "xavier",
                  on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, on_empty=on_empty)
         attn_size = check_positive_int(attn_size, f"{self.name}: attn_size")
-        self.score = nn.Sequential(nn.Linear(hidden_size, attn_size), nn.Tanh(),
-                                   nn.Linear(attn_size, 1, bias=False))
+        self.scorer = _check_choice(scorer, SCORERS, f"{self.name}: scorer")
+        if scorer == "tanh":
+            self.score = nn.Sequential(nn.Linear(hidden_size, attn_size), nn.Tanh(),
+                                       nn.Linear(attn_size, 1, bias=False))
+        elif scorer == "linear":
+            self.score = nn.Linear(hidden_size, 1, bias=False)  # a bias would only shift the softmax
+        else:
+            self.value = nn.Linear(hidden_size, attn_size)
+            self.gate = nn.Linear(hidden_size, attn_size)
+            self.score = None if scorer == "bilinear" else nn.Linear(attn_size, 1, bias=False)
         if _check_choice(init, ("xavier", "default"), f"{self.name}: init") == "xavier":
-            for layer in (self.score[0], self.score[2]):
-                nn.init.xavier_uniform_(layer.weight)
-            nn.init.zeros_(self.score[0].bias)
+            for layer in self.modules():
+                if isinstance(layer, nn.Linear):
+                    nn.init.xavier_uniform_(layer.weight)
+                    if layer.bias is not None:
+                        nn.init.zeros_(layer.bias)
 
     def pool(self, x: Tensor, mask: Tensor):
-        scores = tanh_scores(x, mask, self.score[0], self.score[2].weight)  # = self.score(x) + a constant
-        weights = masking.masked_softmax(scores.squeeze(-1), mask)
+        if self.scorer == "tanh":
+            # = self.score(x) + a constant
+            scores = tanh_scores(x, mask, self.score[0], self.score[2].weight).squeeze(-1)
+        elif self.scorer == "linear":
+            scores = F.linear(x, self.score.weight).squeeze(-1)
+        else:
+            scores = gated_scores(x, mask, self.value, self.gate, self.score, self.scorer)
+        weights = masking.masked_softmax(scores, mask)
         return masking.masked_weighted_sum(x, weights), weights
 
 
@@ -92,9 +153,10 @@ class AttentionHeadPooler(AttentionPooler):
     default init; it recommends concatenating it with mean pooling (``concat``).
     """
 
-    def __init__(self, hidden_size: int, *, attn_size: int | None = None, init: str = "default",
-                 on_empty: str = "zeros") -> None:
-        super().__init__(hidden_size, attn_size=attn_size or hidden_size, init=init, on_empty=on_empty)
+    def __init__(self, hidden_size: int, *, attn_size: int | None = None, scorer: str = "tanh",
+                 init: str = "default", on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, attn_size=attn_size or hidden_size, scorer=scorer, init=init,
+                         on_empty=on_empty)
 
 
 @register_pooler("multihead_attention", "multihead")
@@ -131,38 +193,16 @@ class MultiHeadAttentionPooler(Pooler):
 
 
 @register_pooler("gated_attention", "gated", "abmil")
-class GatedAttentionPooler(Pooler):
+class GatedAttentionPooler(AttentionPooler):
     """Gated attention: score = w^T (tanh(V h) * sigmoid(U h)), masked softmax, weighted sum.
 
     (B, T, D) -> (B, D). Ilse, Tomczak & Welling, "Attention-based Deep Multiple Instance Learning"
-    (ICML 2018).
+    (ICML 2018): attention with ``scorer="abmil"``, a = 128 and PyTorch's default init.
     """
 
-    def __init__(self, hidden_size: int, *, attn_size: int = 128, on_empty: str = "zeros") -> None:
-        super().__init__(hidden_size, on_empty=on_empty)
-        attn_size = check_positive_int(attn_size, f"{self.name}: attn_size")
-        self.value = nn.Linear(hidden_size, attn_size)
-        self.gate = nn.Linear(hidden_size, attn_size)
-        self.score = nn.Linear(attn_size, 1, bias=False)
-
-    def pool(self, x: Tensor, mask: Tensor):
-        # Both branches in one matmul. With tanh from sigmoid (see sigmoid_for_tanh), the 2 of
-        # tanh(v) = 2 sigmoid(2v) - 1 folds into the value weights, and the score
-        # w . ((2 s_v - 1) * s_u) = 2w . (s_v * s_u) - w . s_u needs one (B*T, a) product, not three.
-        fold = 2 if sigmoid_for_tanh(x.dtype) else 1
-        weight = torch.cat([fold * self.value.weight, self.gate.weight])
-        bias = torch.cat([fold * self.value.bias, self.gate.bias])
-
-        def score(both: Tensor) -> Tensor:  # (N, 2a) projections -> (N, 1), real tokens only as in tanh_scores
-            if fold == 2:
-                s_value, s_gate = both.sigmoid_().chunk(2, dim=-1)
-                return F.linear(s_value * s_gate, 2 * self.score.weight) - F.linear(s_gate, self.score.weight)
-            value, gate = both.chunk(2, dim=-1)
-            return self.score(torch.tanh(value) * torch.sigmoid(gate))
-
-        scores = masking.project_tokens(x, mask, weight, bias, score).squeeze(-1)
-        weights = masking.masked_softmax(scores, mask)
-        return masking.masked_weighted_sum(x, weights), weights
+    def __init__(self, hidden_size: int, *, attn_size: int = 128, scorer: str = "abmil", init: str = "default",
+                 on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, attn_size=attn_size, scorer=scorer, init=init, on_empty=on_empty)
 
 
 def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, mask: Tensor, num_heads: int,

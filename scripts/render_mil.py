@@ -1,0 +1,134 @@
+"""docs/mil.md's numbers, rendered from the committed run in docs/mil/ (``poolkit bench mil --out docs/mil``) and the
+presets in ``poolkit.bench.mil``.
+
+    .venv/bin/python scripts/render_mil.py --check     # exit 1 when the page differs from the files
+    .venv/bin/python scripts/render_mil.py --write     # update the page's marked blocks
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import markers  # noqa: E402
+
+from poolkit.bench.mil import ABLATION_BASE, PAPER, PRESETS, paired_differences, summarize  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "mil.md"
+FOLDER = ROOT / "docs" / "mil"
+SCORER = f"{ABLATION_BASE}:scorer="
+
+
+def render_presets() -> str:
+    def column(c) -> list[str]:
+        return [", ".join(c.datasets), f"{c.folds}-fold × {c.repeats}", f"{len(c.poolers)}",
+                "fc " + "-".join(map(str, c.widths)) + " + ReLU", ", ".join(f"{lr:g}" for lr in c.lrs),
+                f"{c.epochs} (checkpoints every {c.eval_every})", f"{c.inner_splits} × {c.inner_fraction:.0%}",
+                f"Adam, weight decay {c.weight_decay:g}, {c.batch_size} bags per step",
+                f"{c.workers} worker(s) × {c.threads} torch thread"]
+    names = ["datasets", "cross-validation", "poolers", "instance MLP", "learning-rate grid", "most epochs",
+             "inner hold-outs of the training fold", "optimiser", "execution"]
+    rows = ["Rendered from `poolkit.bench.mil.PRESETS`:", "", "| setting | default | `--full` | `--quick` |",
+            "|---|---|---|---|"]
+    cols = [column(PRESETS[p]) for p in ("default", "full", "quick")]
+    rows += [f"| {n} | " + " | ".join(c[i] for c in cols) + " |" for i, n in enumerate(names)]
+    return "\n".join(rows)
+
+
+def render_data(results: dict) -> str:
+    lines = ["| dataset | bags | positive | instances | largest bag | features |", "|---|---:|---:|---:|---:|---:|"]
+    for name, d in results["data"].items():
+        lines.append(f"| {name} | {d['bags']} | {d['positive']} | {d['instances']:,} | {d['largest_bag']:,} | "
+                     f"{d['features']} |")
+    return "\n".join(lines)
+
+
+def render_accuracy(summary: pd.DataFrame, results: dict) -> str:
+    repeats = results["settings"]["repeats"]
+    spread = "sem_repeats" if repeats > 1 else "sem_folds"
+    what = ("± the standard error over the repetitions' cross-validated accuracies, as the paper" if repeats > 1 else
+            f"± the standard error over the {results['settings']['folds']} test folds (one repetition: the paper's "
+            "± over repetitions cannot be formed; this one is larger, as single folds vary more than whole "
+            "cross-validations)")
+    datasets = list(dict.fromkeys(summary["dataset"]))
+    lines = [f"Test accuracy, mean {what}; AUC in brackets. Rows marked *paper* are Ilse et al.'s Table 1 (mean ± "
+             "standard error over five repetitions of 10-fold cross-validation), not ours.", "",
+             "| pooler | " + " | ".join(datasets) + " |", "|---|" + "---:|" * len(datasets)]
+    for label in dict.fromkeys(summary["pooler"]):
+        cells = []
+        for dataset in datasets:
+            row = summary[(summary["pooler"] == label) & (summary["dataset"] == dataset)].iloc[0]
+            cells.append(f"{row['accuracy']:.3f} ± {row[spread]:.3f} ({row['auc']:.3f})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        if label in PAPER:
+            paper = [PAPER[label].get(d) for d in datasets]
+            lines.append(f"| *{label}, paper* | " + " | ".join(f"*{p[0]:.3f} ± {p[1]:.3f}*" if p else "—"
+                                                                    for p in paper) + " |")
+    return "\n".join(lines)
+
+
+def render_ablation(frame: pd.DataFrame, results: dict) -> str:
+    diffs = paired_differences(frame, folds=results["settings"]["folds"])
+    part = diffs[diffs["pooler"].str.startswith(SCORER) | (diffs["pooler"] == "attention")]
+    lines = [f"Accuracy of each scorer minus abmil's (`{ABLATION_BASE}`, tanh and sigmoid) on the same test folds, in "
+             "points: mean, its 95% interval (corrected resampled t, Nadeau & Bengio 2003), folds won / lost; *noise* "
+             "when the interval holds 0.", "",
+             "| scorer | " + " | ".join(dict.fromkeys(part["dataset"])) + " |",
+             "|---|" + "---:|" * part["dataset"].nunique()]
+    for label in dict.fromkeys(part["pooler"]):
+        cells = [f"{100 * r.diff_mean:+.1f} ± {100 * r.ci95:.1f} ({r.wins}/{r.losses})"
+                 + (" *noise*" if r.inside_noise else "") for r in part[part["pooler"] == label].itertuples()]
+        name = label.removeprefix(SCORER) if label.startswith(SCORER) else "attention (tanh; a = 512, Xavier init)"
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    overall = part[(part["dataset"] == "all") & part["pooler"].str.startswith(SCORER)].set_index("pooler")
+    glu = overall.loc[f"{SCORER}glu"] if f"{SCORER}glu" in overall.index else None
+    if glu is not None:
+        verdict = ("inside the noise: this run gives no evidence that the one-sided form wins (or loses)"
+                   if glu["inside_noise"] else
+                   ("beyond the noise: the one-sided form wins here" if glu["diff_mean"] > 0 else
+                    "beyond the noise: the one-sided form loses here"))
+        lines += ["", "**Does the one-sided glu win?** Over all datasets, glu − abmil = "
+                      f"{100 * glu['diff_mean']:+.1f} "
+                      f"± {100 * glu['ci95']:.1f} points ({glu['wins']} folds won, {glu['losses']} lost, the rest "
+                      f"tied): {verdict}."]
+    return "\n".join(lines)
+
+
+def render_cost(results: dict) -> str:
+    s, prov, runs = results["settings"], results["provenance"], results["runs"]
+    default = PRESETS["default"]
+    changed = [f"{key} {value}" for key, value in s.items()
+               if key != "preset" and json.loads(json.dumps(getattr(default, key))) != value]
+    fits = sum(r["cpu_seconds"] for r in runs)
+    return (f"The committed run (`docs/mil/results.json`; settings that differ from the default preset: "
+            f"{'; '.join(changed) or 'none'}): {len(s['datasets'])} datasets × {len(s['poolers'])} poolers × "
+            f"{s['folds']} folds × {s['repeats']} repetition(s) = {len(runs)} outer folds, each with "
+            f"{len(s['lrs']) * s['inner_splits']} inner fits and one final fit. It took "
+            f"{results['runtime_seconds'] / 60:.1f} minutes of wall time and {results['cpu_seconds'] / 60:.1f} "
+            f"CPU-minutes ({fits / 60:.1f} of them inside the folds) with {s['workers']} worker process(es) of "
+            f"{s['threads']} torch thread each, on {prov['cores']} cores that other jobs shared (load average, 1 min: "
+            f"{results['load_average_start_end'][0][0]:.1f} at the start, {results['load_average_start_end'][1][0]:.1f}"
+            f" at the end). Commit {prov['commit'][:10] if prov.get('commit') else 'unknown'}, torch {prov['torch']}, "
+            f"{prov['cpu']}, {prov['date']}.")
+
+
+def render(folder: Path = FOLDER) -> dict[str, str]:
+    results = json.loads((folder / "results.json").read_text())
+    frame = pd.read_csv(folder / "results.csv")
+    summary = summarize(frame)
+    return {"presets": render_presets(), "data": render_data(results), "accuracy": render_accuracy(summary, results),
+            "ablation": render_ablation(frame, results), "cost": render_cost(results)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return markers.main(DOC, lambda _: render(), __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

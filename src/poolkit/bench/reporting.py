@@ -1,0 +1,40 @@
+"""What every ``poolkit bench`` command shares: the result files (results.csv, results.json, a plot) written
+atomically, the --out / --force / --no-progress arguments, and the printed table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from ..io import atomic_write
+
+
+def write_results(out: Path, frame: pd.DataFrame, meta: dict, plot_name: str, plot: Callable[[str], None]) -> None:
+    """``frame`` as results.csv, ``meta`` as results.json and ``plot(path)`` as ``plot_name`` in ``out``, each
+    atomically."""
+    atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
+    atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
+    atomic_write(out / plot_name, plot)
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, plot_name: str) -> None:
+    """--out DIR, --force and --no-progress."""
+    parser.add_argument("--out", metavar="DIR", help=f"write results.csv, results.json and {plot_name} here")
+    parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def print_report(table, started: float, out: str | None) -> None:
+    """A rich table, then the wall time since ``started`` (perf_counter) and where the results went."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # piped: do not squeeze the table into 80 columns
+        console = Console(width=200)
+    console.print(table)
+    console.print(f"took {time.perf_counter() - started:.0f} s" + (f"; wrote {out}" if out else ""))
