@@ -8,6 +8,7 @@ import importlib
 from .errors import PoolkitError
 from .pooling import AuxiliaryClassifiers, Pooler, get_pooler, list_poolers, pooler_options, register_pooler
 from .pooling.quadrature import trapezoid_weights
+from .pooling.sets import ZonotopeSetAttention, tdof
 
 #: Names that need an extra, and the module each comes from.
 _LAZY = {
@@ -31,4 +32,4 @@ def __getattr__(name: str):
 __version__ = "0.2.0"
 
 __all__ = ["AuxiliaryClassifiers", "Pooler", "PoolkitError", "get_pooler", "list_poolers", "pooler_options",
-           "register_pooler", "trapezoid_weights", *_LAZY, "__version__"]
+           "register_pooler", "trapezoid_weights", "tdof", "ZonotopeSetAttention", *_LAZY, "__version__"]

@@ -388,6 +388,9 @@ OPTION_DOCS = {
     "height": "flex: the height of the learned logit map (maps of another size get it resized bilinearly)",
     "width": "flex: the width of the learned logit map (tokens (B, T, D) are read as a 1 x T map)",
     "per_channel": "flex: one logit map per channel (True) or one shared by all channels",
+    "num_generators": "zonotope_attention: K generator matrices of W_V(c) = C + sum_k g_k(c) G_k (0: plain attention)",
+    "gate": "zonotope_attention: what gates g_k(c) read: 'element' (x_j), 'context' (the set's mean) or 'both'",
+    "rank": "zonotope_attention: rank r of each generator G_k = L_k R_k^T (None: full D x D matrices)",
     "l2": "flex: the coefficient of the L2 penalty on the logits that regularization() returns",
     "weight_dropout": "flex: dropout on the softmax weights (training only)",
 }
