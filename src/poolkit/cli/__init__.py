@@ -60,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
                                   "Ali et al. 2023)")
     add_vision_arguments(vision)
     vision.set_defaults(func=run_vision_command)
+    from ..bench.sets import add_sets_arguments, run_sets_command
+
+    sets = bench_sub.add_parser("sets", help="zonotope vs stacked attention on synthetic set tasks; quadrature pooling")
+    add_sets_arguments(sets)
+    sets.set_defaults(func=run_sets_command)
 
     sub.add_parser("zoo", help="every pooler on the packaged MiniLM's hidden states: dims, params, time"
                    ).set_defaults(func=run_zoo)
