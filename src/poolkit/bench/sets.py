@@ -92,7 +92,7 @@ class SetsConfig:
 
 
 DEFAULT = SetsConfig()
-QUICK = SetsConfig(train=64, val=32, test=32, max_size=12, width=8, epochs=2, seeds=1, batch_size=32,
+QUICK = SetsConfig(train=48, val=16, test=16, min_size=4, max_size=8, width=8, epochs=2, seeds=1, batch_size=16,
                    quadrature_sizes=(8, 16, 32), preset="quick")
 
 
