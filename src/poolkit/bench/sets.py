@@ -289,16 +289,8 @@ def plot_errors(frame: pd.DataFrame, path: str | os.PathLike) -> None:
             for _, row in rows.iterrows():
                 ax.annotate(f"x{row['depth']}", (row["params"], row["mse_mean"]), textcoords="offset points",
                             xytext=(4, 4), fontsize=7)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("parameters")
-        ax.set_ylabel("test MSE (standardised targets)")
-        ax.set_title(f"{task} (xN: N attention layers)", fontsize=9)
-        ax.grid(True, which="both", alpha=0.2)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    plt.close(fig)
+        _log_log(ax, "parameters", "test MSE (standardised targets)", f"{task} (xN: N attention layers)")
+    _save(fig, path)
 
 
 def plot_quadrature(rows: list[dict], path: str | os.PathLike) -> None:
@@ -316,16 +308,25 @@ def plot_quadrature(rows: list[dict], path: str | os.PathLike) -> None:
                         label=f"{grid}, {'trapezoid weights' if weighted else 'unweighted'}")
         sizes = np.array(sorted(set(frame["n"])), dtype=float)
         ax.plot(sizes, sizes[0] ** 2 * 1e-2 / sizes ** 2, ":", color="grey", label="n^-2")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("samples n")
-        ax.set_ylabel("max |pooled - integral value|")
-        ax.set_title(f"{pooler} pooling of a sampled smooth function", fontsize=9)
-        ax.grid(True, which="both", alpha=0.2)
-        ax.legend(fontsize=6)
+        _log_log(ax, "samples n", "max |pooled - integral value|", f"{pooler} pooling of a sampled smooth function",
+                 x_base=2)
+    _save(fig, path)
+
+
+def _log_log(ax, xlabel: str, ylabel: str, title: str, x_base: int = 10) -> None:
+    ax.set_xscale("log", base=x_base)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.2)
+    ax.legend(fontsize=6)
+
+
+def _save(fig, path: str | os.PathLike) -> None:
     fig.tight_layout()
     fig.savefig(path, format="png")
-    plt.close(fig)
+    _pyplot().close(fig)
 
 
 # -- CLI --------------------------------------------------------------------------------------------
