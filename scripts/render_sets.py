@@ -80,9 +80,9 @@ def render_claims(results: dict, rows: list[dict]) -> str:
         best = min(attention, key=lambda r: r["mse_mean"])
         out.append(f"- **{task}:** one zonotope layer {number(zonotope['mse_mean'])} ({zonotope['params']:,} "
                    f"parameters); one attention layer {number(single['mse_mean'])} ({single['params']:,}), "
-                   f"{single['mse_mean'] / zonotope['mse_mean']:.1f}x the zonotope's; the best stack of attention "
-                   f"layers, `{best['model']}`, {number(best['mse_mean'])} ({best['params']:,}), "
-                   f"{best['mse_mean'] / zonotope['mse_mean']:.1f}x.")
+                   f"{single['mse_mean'] / zonotope['mse_mean']:.1f}x the zonotope's MSE; the best of the attention "
+                   f"models, `{best['model']}`, {number(best['mse_mean'])} ({best['params']:,}), "
+                   f"{best['mse_mean'] / zonotope['mse_mean']:.1f}x the zonotope's MSE.")
     runs = results["runs"]
     last = sum(r["best_epoch"] == results["settings"]["epochs"] - 1 for r in runs)
     out.append(f"- **Training budget:** the best validation epoch was the last one in {last} of the {len(runs)} runs "
