@@ -14,7 +14,8 @@ TOKEN_POOLERS = list_poolers("token")
 LAYER_POOLERS = list_poolers("layer")
 # Poolers whose output must not change when the real tokens of a row are permuted.
 SET_POOLERS = ["mean", "sum", "mean_sqrt_len", "max", "min", "mean_max", "gem", "lse", "attention",
-               "attention_head", "multihead_attention", "gated_attention", "latent", "adapool", "concat"]
+               "attention_head", "multihead_attention", "gated_attention", "latent", "adapool", "concat",
+               "zonotope_attention"]
 # Option variants that the contract suite checks like registered poolers: test id -> (name, options).
 POOLER_VARIANTS = {f"attention[scorer={scorer}]": ("attention", {"scorer": scorer})
                    for scorer in ("linear", "bilinear", "glu")}
@@ -35,6 +36,9 @@ def make_pooler(name: str, **options):
     if "layer_start" in accepted and pooler_class(name).kind == "layer" and name != "weighted_layer":
         options.setdefault("layer_start", 1)
     pooler = get_pooler(name, hidden_size=HIDDEN, **options)
+    if name == "zonotope_attention":  # it starts as attention (gates 0): checked with the gates a step would give
+        torch.nn.init.normal_(pooler.values.gate.weight, std=0.5)
+        torch.nn.init.normal_(pooler.values.gate.bias, std=0.5)
     return pooler.eval()
 
 

@@ -8,6 +8,8 @@ import importlib
 from .blocks import get_block, list_blocks
 from .errors import PoolkitError
 from .pooling import AuxiliaryClassifiers, Pooler, get_pooler, list_poolers, pooler_options, register_pooler
+from .pooling.quadrature import trapezoid_weights
+from .pooling.sets import ZonotopeSetAttention, tdof
 
 #: Names that need an extra, and the module each comes from.
 _LAZY = {
@@ -30,5 +32,6 @@ def __getattr__(name: str):
 
 __version__ = "0.2.0"
 
-__all__ = ["AuxiliaryClassifiers", "Pooler", "PoolkitError", "get_block", "get_pooler", "list_blocks", "list_poolers",
-           "pooler_options", "register_pooler", *_LAZY, "__version__"]
+__all__ = ["AuxiliaryClassifiers", "Pooler", "PoolkitError", "ZonotopeSetAttention", "get_block", "get_pooler",
+           "list_blocks", "list_poolers", "pooler_options", "register_pooler", "tdof", "trapezoid_weights", *_LAZY,
+           "__version__"]

@@ -76,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     mil = bench_sub.add_parser("mil", help="poolers as MIL pooling on MUSK1/MUSK2/ELEPHANT bags (Ilse et al. 2018)")
     add_mil_arguments(mil)
     mil.set_defaults(func=run_mil_command)
+    from ..bench.sets import add_sets_arguments, run_sets_command
+
+    sets = bench_sub.add_parser("sets", help="zonotope vs stacked attention on synthetic set tasks; quadrature pooling")
+    add_sets_arguments(sets)
+    sets.set_defaults(func=run_sets_command)
 
     sub.add_parser("zoo", help="every pooler on the packaged MiniLM's hidden states: dims, params, time"
                    ).set_defaults(func=run_zoo)

@@ -112,6 +112,8 @@ class AttentionPooler(Pooler):
     ``scorer`` swaps the scoring function for another of :data:`SCORERS` (the softmax and sum stay).
     """
 
+    quadrature = True  # softmax_j(s_j + log w_j): continuum attention
+
     def __init__(self, hidden_size: int, *, attn_size: int = 512, scorer: str = "tanh", init: str = "xavier",
                  on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, on_empty=on_empty)
@@ -133,7 +135,7 @@ class AttentionPooler(Pooler):
                     if layer.bias is not None:
                         nn.init.zeros_(layer.bias)
 
-    def pool(self, x: Tensor, mask: Tensor):
+    def pool(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None):
         if self.scorer == "tanh":
             # = self.score(x) + a constant
             scores = tanh_scores(x, mask, self.score[0], self.score[2].weight).squeeze(-1)
@@ -141,7 +143,7 @@ class AttentionPooler(Pooler):
             scores = F.linear(x, self.score.weight).squeeze(-1)
         else:
             scores = gated_scores(x, mask, self.value, self.gate, self.score, self.scorer)
-        weights = masking.masked_softmax(scores, mask)
+        weights = masking.masked_softmax(scores, mask, quadrature_weights=quadrature_weights)
         return masking.masked_weighted_sum(x, weights), weights
 
 
@@ -167,6 +169,8 @@ class MultiHeadAttentionPooler(Pooler):
     Linear(H * D, D)). Lin et al., "A Structured Self-attentive Sentence Embedding" (ICLR 2017).
     """
 
+    quadrature = True  # softmax_j(s_j + log w_j): continuum attention
+
     def __init__(self, hidden_size: int, *, num_heads: int = 4, attn_size: int = 128,
                  combine: str = "concat", on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, on_empty=on_empty)
@@ -180,12 +184,12 @@ class MultiHeadAttentionPooler(Pooler):
         self.project = nn.Linear(num_heads * hidden_size, hidden_size) if combine == "project" else None
         self.output_dim = hidden_size if self.project is not None else num_heads * hidden_size
 
-    def pool(self, x: Tensor, mask: Tensor):
+    def pool(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None):
         # Head h scores its own slice of the hidden units: one matmul with a block-diagonal (H, H * a)
         # weight reads the activations in place (an einsum over heads would first copy them per head).
         per_head = torch.block_diag(*self.head_scores.to(x.dtype).unbind(0))
         scores = tanh_scores(x, mask, self.hidden, per_head).transpose(1, 2)  # (B, H, T)
-        weights = masking.masked_softmax(scores, mask[:, None, :])  # (B, H, T)
+        weights = masking.masked_softmax(scores, mask[:, None, :], quadrature_weights=_per_query(quadrature_weights, 1))
         pooled = masking.masked_weighted_sum(x, weights).flatten(1)  # (B, H * D)
         if self.project is not None:
             pooled = self.project(pooled.to(self.project.weight.dtype))
@@ -205,8 +209,14 @@ class GatedAttentionPooler(AttentionPooler):
         super().__init__(hidden_size, attn_size=attn_size, scorer=scorer, init=init, on_empty=on_empty)
 
 
+def _per_query(quadrature_weights: Tensor | None, dims: int) -> Tensor | None:
+    """(B, T) quadrature weights with ``dims`` axes inserted after B, shaped like the mask of a (B, ..., T) softmax."""
+    return None if quadrature_weights is None else quadrature_weights.view(
+        quadrature_weights.shape[0], *[1] * dims, quadrature_weights.shape[1])
+
+
 def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, mask: Tensor, num_heads: int,
-                    scale: float) -> tuple[Tensor, Tensor]:
+                    scale: float, quadrature_weights: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Multi-head attention of Q (projected) queries over the T tokens of x, keys and values by ``key`` / ``value``.
 
     query (B, Q, D), x (B, T, D), mask (B, T) -> output (B, Q, D) in the compute dtype and weights (B, H, Q, T);
@@ -228,7 +238,8 @@ def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, 
     key_weight = key.weight.to(x.dtype).view(num_heads, head_dim, dim)
     folded = torch.einsum("bqhk,hkd->bhqd", queries, key_weight) * scale  # (B, H, Q, D)
     scores = torch.bmm(folded.reshape(batch, -1, dim).to(x.dtype), x.transpose(1, 2))  # (B, H*Q, T)
-    weights = masking.masked_softmax(scores.view(batch, num_heads, n_query, length), mask[:, None, None, :])
+    weights = masking.masked_softmax(scores.view(batch, num_heads, n_query, length), mask[:, None, None, :],
+                                     quadrature_weights=_per_query(quadrature_weights, 2))
     mixed = masking.masked_weighted_sum(x, weights.view(batch, -1, length))  # (B, H*Q, D), compute dtype
     value_weight = value.weight.to(x.dtype).view(num_heads, head_dim, dim)
     out = torch.einsum("bhqd,hkd->bqhk", mixed.view(batch, num_heads, n_query, dim), value_weight)
@@ -245,6 +256,8 @@ class LatentAttentionPooler(Pooler):
     Transformer's Pooling by Multihead Attention (Lee et al., ICML 2019) and the attention-pooling
     "MAP" head of SigLIP / timm.
     """
+
+    quadrature = True  # softmax_j(s_j + log w_j): continuum attention
 
     def __init__(self, hidden_size: int, *, num_queries: int = 1, num_heads: int = 1, mlp: bool = True,
                  mlp_ratio: float = 2.0, combine: str = "concat", on_empty: str = "zeros") -> None:
@@ -263,10 +276,11 @@ class LatentAttentionPooler(Pooler):
                                      nn.Linear(inner, hidden_size))
         self.output_dim = hidden_size * (num_queries if combine == "concat" else 1)
 
-    def pool(self, x: Tensor, mask: Tensor):
+    def pool(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None):
         query = self.queries.to(x.dtype).expand(x.shape[0], -1, -1)
         scale = (self.hidden_size // self.num_heads) ** -0.5
-        attended, weights = cross_attention(query, x, self.key, self.value, mask, self.num_heads, scale)
+        attended, weights = cross_attention(query, x, self.key, self.value, mask, self.num_heads, scale,
+                                            quadrature_weights)
         pooled = self.out(attended.to(self.out.weight.dtype))
         if self.mlp is not None:
             pooled = pooled + self.mlp(pooled)
@@ -286,6 +300,8 @@ class AdaptiveAttentionPooler(Pooler):
     Transformer Outputs" (ICML 2025).
     """
 
+    quadrature = True  # softmax_j(s_j + log w_j): continuum attention
+
     def __init__(self, hidden_size: int, *, query_index: int | Sequence[int] | None = None,
                  num_heads: int = 1, residual: bool | None = None, on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, on_empty=on_empty)
@@ -303,19 +319,21 @@ class AdaptiveAttentionPooler(Pooler):
         self.value = nn.Linear(hidden_size, hidden_size, bias=False)
         self.out = nn.Linear(hidden_size, hidden_size, bias=False)
 
-    def query_tokens(self, x: Tensor, mask: Tensor) -> Tensor:
+    def query_tokens(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None) -> Tensor:
         """The query taken from the input, before W_Q: (B, T, D) -> (B, D)."""
+        if self.query_index is None and quadrature_weights is not None:
+            return masking.masked_weighted_sum(x, masking.quadrature_mean_weights(mask, quadrature_weights)).to(x.dtype)
         if self.query_index is None:
             return masking.masked_mean(x, mask).to(x.dtype)
         indices = [self.query_index] if isinstance(self.query_index, int) else self.query_index
         picked = [masking.gather_rows(x, masking.real_token_index(mask, i)) for i in indices]
         return torch.stack(picked).mean(dim=0)
 
-    def pool(self, x: Tensor, mask: Tensor):
-        source = self.query_tokens(x, mask)
+    def pool(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None):
+        source = self.query_tokens(x, mask, quadrature_weights)
         scale = (self.hidden_size // self.num_heads) ** -0.5
         attended, weights = cross_attention(self.query(source)[:, None, :], x, self.key, self.value, mask,
-                                            self.num_heads, scale)
+                                            self.num_heads, scale, quadrature_weights)
         pooled = self.out(attended[:, 0].to(self.out.weight.dtype))
         if self.residual:
             pooled = pooled + source

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import PoolkitError, suggest
-from . import fast, masking
+from . import fast, masking, quadrature
 
 Weights = Union[Tensor, dict[str, Tensor]]
 HiddenStates = Union[Tensor, Sequence[Tensor]]
@@ -53,6 +53,8 @@ class Pooler(nn.Module):
     #: True when ``pool`` needs the map's size: it is called with ``grid=(H, W)`` for maps, ``grid=None`` for
     #: tokens (B, T, D), read as a 1 x T map (flex).
     positional: bool = False
+    #: True when ``pool`` takes ``quadrature_weights`` (B, T) > 0 at real tokens (see quadrature.py).
+    quadrature: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -79,12 +81,15 @@ class Pooler(nn.Module):
         attention_mask: Tensor | None = None,
         return_weights: bool = False,
         input_format: str = "NCHW",
+        quadrature_weights: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Weights]:
         grid = None
         if input_format != "NCHW" or (isinstance(hidden_states, Tensor) and hidden_states.dim() == 4):
             hidden_states, attention_mask, grid = self._read_map(hidden_states, attention_mask, input_format)
         x, mask = self._check_input(hidden_states, attention_mask)
         reference = x[0] if isinstance(x, list) else x
+        if quadrature_weights is not None:  # zero weights become padding
+            quadrature_weights, mask = quadrature.checked_weights(self, quadrature_weights, mask)
         if self.on_empty == "raise" and not bool(mask.any(dim=1).all()):
             rows = (~mask.any(dim=1)).nonzero().flatten().tolist()
             raise PoolkitError(f"{self.name}: rows {rows[:5]} have no real token (all padding); "
@@ -94,6 +99,8 @@ class Pooler(nn.Module):
         if degenerate:  # no row or no token: pooled as one all-padding row / position, cut away again after
             x, mask = _all_padding(x, max(batch, 1), max(length, 1)), mask.new_zeros(max(batch, 1), max(length, 1))
         where = {"grid": None if degenerate else grid} if self.positional else {}
+        if quadrature_weights is not None:
+            where["quadrature_weights"] = mask.to(quadrature_weights.dtype) if degenerate else quadrature_weights
         x = self.to_parameter_dtype(x)
         checked = fast.active(reference)
         if not checked and self.reads_padding and self.kind == "token":
@@ -382,6 +389,9 @@ OPTION_DOCS = {
     "height": "flex: the height of the learned logit map (maps of another size get it resized bilinearly)",
     "width": "flex: the width of the learned logit map (tokens (B, T, D) are read as a 1 x T map)",
     "per_channel": "flex: one logit map per channel (True) or one shared by all channels",
+    "num_generators": "zonotope_attention: K generator matrices of W_V(c) = C + sum_k g_k(c) G_k (0: plain attention)",
+    "gate": "zonotope_attention: what gates g_k(c) read: 'element' (x_j), 'context' (the set's mean) or 'both'",
+    "rank": "zonotope_attention: rank r of each generator G_k = L_k R_k^T (None: full D x D matrices)",
     "l2": "flex: the coefficient of the L2 penalty on the logits that regularization() returns",
     "weight_dropout": "flex: dropout on the softmax weights (training only)",
 }

@@ -127,12 +127,18 @@ def masked_extreme(x: Tensor, mask: Tensor, largest: bool, with_index: bool = Fa
     return (values, index) if with_index else values
 
 
-def masked_softmax(scores: Tensor, mask: Tensor, dim: int = -1) -> Tensor:
+def masked_softmax(scores: Tensor, mask: Tensor, dim: int = -1, quadrature_weights: Tensor | None = None) -> Tensor:
     """Softmax over the real positions in float32 at least; padded positions and empty rows get weight 0.
 
     scores: (..., T) with ``mask`` broadcastable to it (True = real). Returns weights in the compute dtype.
+    ``quadrature_weights`` (shaped like ``mask``, > 0 at every real position): softmax_j(s_j + log w_j), continuum
+    attention's discretisation of a softmax over a function's domain (Calvello et al., arXiv 2406.06486).
     """
-    scores = widen(scores).masked_fill(~mask, float("-inf"))
+    scores = widen(scores)
+    if quadrature_weights is not None:
+        # log of 1 at padding, never log 0 = -inf (whose gradient would be NaN): padding is filled just below.
+        scores = scores + torch.where(mask, quadrature_weights, 1).log()
+    scores = scores.masked_fill(~mask, float("-inf"))
     # A row of only -inf would give NaN: shift it to 0 first, then zero its weights.
     any_real = mask.any(dim=dim, keepdim=True)
     scores = torch.where(any_real, scores, torch.zeros_like(scores))
@@ -212,6 +218,13 @@ def uniform_weights(mask: Tensor) -> Tensor:
     """1/n on each of a row's n real tokens (zero for empty rows): (B, T) -> (B, T) float32."""
     weights = mask.float()
     return weights.div_(weights.sum(dim=1, keepdim=True).clamp_(min=1))
+
+
+def quadrature_mean_weights(mask: Tensor, quadrature_weights: Tensor) -> Tensor:
+    """w_t / sum of w over the row's real tokens (zero at padding and for empty rows): the weights of
+    sum w x / sum w, a quadrature rule's mean of a sampled function. (B, T), (B, T) -> (B, T) in w's compute dtype."""
+    weights = torch.where(mask, widen(quadrature_weights), 0)
+    return weights / weights.sum(dim=1, keepdim=True).clamp(min=torch.finfo(weights.dtype).tiny)
 
 
 def argmax_share(indices: Tensor, mask: Tensor) -> Tensor:

@@ -53,9 +53,11 @@ class MeanPooler(Pooler):
 
     linear = True
     zero_when_empty = True
+    quadrature = True  # sum w x / sum w: a quadrature rule's mean of a sampled function
 
-    def pool(self, x: Tensor, mask: Tensor):
-        weights = masking.uniform_weights(mask)
+    def pool(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None):
+        weights = (masking.uniform_weights(mask) if quadrature_weights is None
+                   else masking.quadrature_mean_weights(mask, quadrature_weights))
         return masking.masked_weighted_sum(x, weights), weights
 
 

@@ -1,0 +1,125 @@
+"""docs/sets.md's numbers, rendered from the committed result files in docs/sets/ (``poolkit bench sets``).
+
+    .venv/bin/python scripts/render_sets.py --check        # exit 1 when the page differs from the files
+    .venv/bin/python scripts/render_sets.py --write        # update the page's marked blocks
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import markers  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "sets.md"
+FOLDER = ROOT / "docs" / "sets"
+
+
+def number(value: float) -> str:
+    """4 significant digits, scientific below 1e-3."""
+    return f"{value:.4f}" if abs(value) >= 1e-3 or value == 0 else f"{value:.1e}"
+
+
+def load() -> tuple[dict, list[dict]]:
+    """(results.json, the rows of results.csv with numbers parsed)."""
+    with open(FOLDER / "results.csv", newline="") as f:
+        rows = [{**row, "depth": int(row["depth"]), "params": int(row["params"]), "mse_mean": float(row["mse_mean"]),
+                 "mse_std": float(row["mse_std"]), "seeds": int(row["seeds"])} for row in csv.DictReader(f)]
+    return json.loads((FOLDER / "results.json").read_text()), rows
+
+
+def cell(rows: list[dict], task: str, model: str, target: str = "all") -> dict:
+    return next(r for r in rows if (r["task"], r["model"], r["target"]) == (task, model, target))
+
+
+def render_run(results: dict) -> str:
+    s, p = results["settings"], results["provenance"]
+    load_average = results["load_average_at_start"][0]
+    return (f"The committed run (`docs/sets/results.json`): commit `{p['commit']}`, {p['cpu']} ({p['cores']} cores, "
+            f"load average {load_average:.1f} at the start: the machine was shared), torch {p['torch']}, "
+            f"{s['threads']} torch threads; {len(results['runs'])} training runs and the quadrature study took "
+            f"{results['runtime_seconds'] / 60:.1f} minutes. Sets of {s['min_size']}-{s['max_size']} elements, "
+            f"{s['features']} features ({s['types']} types in `typed`); {s['train']} training, {s['val']} validation "
+            f"and {s['test']} test sets; width {s['width']}, K = {s['generators']} generators; Adam lr {s['lr']:g}, "
+            f"batch {s['batch_size']}, {s['epochs']} epochs, the epoch with the lowest validation MSE scored on the "
+            f"test sets; seeds {s['seed']}-{s['seed'] + s['seeds'] - 1}.")
+
+
+def render_table(results: dict, rows: list[dict]) -> str:
+    seeds = results["settings"]["seeds"]
+    lines = [f"Test MSE on standardised targets (1 = predicting the training mean), mean ± sample std over {seeds} "
+             "seeds (`docs/sets/results.csv`); depth = attention layers, the pooler's included.", ""]
+    for task in results["settings"]["tasks"]:
+        targets = list(dict.fromkeys(r["target"] for r in rows if r["task"] == task and r["target"] != "all"))
+        per_target = task == "statistics"
+        head = ["model", "depth", "parameters", "test MSE", *([f"MSE {t}" for t in targets] if per_target else [])]
+        lines += [f"**{task}**", "", "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+        for model in results["settings"]["models"]:
+            row = cell(rows, task, model)
+            shown = [f"`{model}`", str(row["depth"]), f"{row['params']:,}",
+                     f"{number(row['mse_mean'])} ± {number(row['mse_std'])}"]
+            if per_target:
+                shown += [number(cell(rows, task, model, t)["mse_mean"]) for t in targets]
+            lines.append("| " + " | ".join(shown) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def render_claims(results: dict, rows: list[dict]) -> str:
+    """The comparisons the issue asks for, each computed from the files."""
+    out = []
+    for task in results["settings"]["tasks"]:
+        zonotope = cell(rows, task, "zonotope x1")
+        attention = [cell(rows, task, m) for m in results["settings"]["models"] if m.startswith("attention")]
+        single = next(r for r in attention if r["depth"] == 1)
+        best = min(attention, key=lambda r: r["mse_mean"])
+        out.append(f"- **{task}:** one zonotope layer {number(zonotope['mse_mean'])} ({zonotope['params']:,} "
+                   f"parameters); one attention layer {number(single['mse_mean'])} ({single['params']:,}), "
+                   f"{single['mse_mean'] / zonotope['mse_mean']:.1f}x the zonotope's MSE; the best of the attention "
+                   f"models, `{best['model']}`, {number(best['mse_mean'])} ({best['params']:,}), "
+                   f"{best['mse_mean'] / zonotope['mse_mean']:.1f}x the zonotope's MSE.")
+    runs = results["runs"]
+    last = sum(r["best_epoch"] == results["settings"]["epochs"] - 1 for r in runs)
+    out.append(f"- **Training budget:** the best validation epoch was the last one in {last} of the {len(runs)} runs "
+               "(`results.json`, `runs[].best_epoch`): those models were still improving when the budget ran out.")
+    return "\n".join(out)
+
+
+def render_quadrature(results: dict) -> str:
+    from poolkit.bench.quadrature import GRIDS, convergence_rate
+
+    rows = results["quadrature"]
+    largest = max(r["n"] for r in rows)
+    lines = [f"Slope of log error against log n (n = {min(r['n'] for r in rows)}-{largest}; the trapezoid rule's "
+             "rate is -2) and the error at the largest n, with the trapezoid weights and without "
+             "(`docs/sets/results.json`, `quadrature`):", "",
+             "| pooler | grid | slope, weighted | error at n = {0}, weighted | slope, unweighted | error at n = {0}, "
+             "unweighted |".format(largest), "|---|---|---:|---:|---:|---:|"]
+    for pooler in dict.fromkeys(r["pooler"] for r in rows):
+        for grid in GRIDS:
+            shown = [f"`{pooler}`", grid]
+            for weighted in (True, False):
+                final = next(r["error"] for r in rows if (r["pooler"], r["grid"], r["weighted"], r["n"])
+                             == (pooler, grid, weighted, largest))
+                shown += [f"{convergence_rate(rows, pooler, grid, weighted):.2f}", f"{final:.1e}"]
+            lines.append("| " + " | ".join(shown) + " |")
+    return "\n".join(lines)
+
+
+def render() -> dict[str, str]:
+    results, rows = load()
+    return {"run": render_run(results), "table": render_table(results, rows), "claims": render_claims(results, rows),
+            "quadrature": render_quadrature(results)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return markers.main(DOC, lambda _: render(), __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

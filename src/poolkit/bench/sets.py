@@ -1,0 +1,358 @@
+"""``poolkit bench sets``: one zonotope-attention layer against one and several standard attention layers on
+synthetic set tasks, and the quadrature-pooling convergence study (:mod:`.quadrature`).
+
+Tasks (generated here, seeded):
+
+- ``statistics`` ("aggregate statistical"): a set of 8-32 vectors drawn around a per-set location and scale; the
+  targets are the set's mean, variance and 0.25 / 0.75 quantiles of feature 0. Weighted means of the elements
+  suffice, so one standard attention layer should do about as well as the zonotope.
+- ``typed`` ("high-rank sparse combinatorial"): each element carries a type among M (one-hot) and features f; the
+  target is the set's mean of A_type f, a type-specific linear map of the features. One attention layer applies
+  one value map to all elements, so it cannot apply M different ones; the zonotope's gated maps can (K + 1 >= M).
+
+Models: a linear embedding, L residual set-attention layers (:class:`poolkit.ZonotopeSetAttention`; with no
+generators, standard single-head self-attention), a pooler (``attention`` or ``zonotope_attention``), an MLP head.
+Every model has the same budget (epochs, batch, Adam learning rate); the epoch is chosen on validation sets and
+the test sets are scored once. Reported: test MSE on standardised targets (1 = predicting the training mean),
+mean and sample std over seeds, against depth (attention layers, the pooler's included) and parameter count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor, nn
+
+from ..errors import PoolkitError
+from ..io import atomic_write, prepare_out_dir
+from ..pooling import get_pooler
+from ..pooling.sets import ZonotopeSetAttention
+from ..provenance import run_provenance
+from . import quadrature
+
+TASKS = ("statistics", "typed")
+STATISTICS = ("mean", "variance", "q25", "q75")
+#: model name -> (standard or zonotope, depth = set layers + the pooler)
+MODELS = {"attention x1": ("attention", 1), "attention x2": ("attention", 2), "attention x3": ("attention", 3),
+          "zonotope x1": ("zonotope", 1), "zonotope x2": ("zonotope", 2)}
+RESULT_FILES = ("results.csv", "results.json", "error_vs_params.png", "quadrature.png")
+COLUMNS = ["task", "model", "depth", "params", "target", "mse_mean", "mse_std", "seeds"]
+
+
+@dataclass(frozen=True)
+class SetsConfig:
+    """Every setting of a run; the defaults are the committed CPU-sized run, :data:`QUICK` a smoke test."""
+
+    tasks: tuple[str, ...] = TASKS
+    models: tuple[str, ...] = tuple(MODELS)
+    train: int = 2000
+    val: int = 500
+    test: int = 1000
+    min_size: int = 8
+    max_size: int = 32
+    features: int = 4
+    types: int = 4
+    width: int = 32
+    generators: int = 4
+    epochs: int = 80
+    batch_size: int = 64
+    lr: float = 3e-3
+    seeds: int = 3
+    data_seed: int = 0
+    seed: int = 1
+    threads: int | None = 2
+    quadrature_sizes: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024)
+    preset: str = "default"
+
+    def validated(self) -> SetsConfig:
+        for name in ("train", "val", "test", "min_size", "max_size", "features", "types", "width", "epochs",
+                     "batch_size", "seeds"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise PoolkitError(f"{name} must be an int >= 1, got {value!r}")
+        if self.min_size > self.max_size:
+            raise PoolkitError(f"min_size {self.min_size} is larger than max_size {self.max_size}")
+        for what, given, known in (("task", self.tasks, TASKS), ("model", self.models, tuple(MODELS))):
+            unknown = [g for g in given if g not in known]
+            if unknown or not given:
+                raise PoolkitError(f"unknown {what}s {unknown or given}: choose from {', '.join(known)}")
+        if not self.lr > 0:
+            raise PoolkitError(f"lr must be positive, got {self.lr!r}")
+        return self
+
+
+DEFAULT = SetsConfig()
+QUICK = SetsConfig(train=48, val=16, test=16, min_size=4, max_size=8, width=8, epochs=2, seeds=1, batch_size=16,
+                   quadrature_sizes=(8, 16, 32), preset="quick")
+
+
+# -- data -------------------------------------------------------------------------------------------
+@dataclass
+class SetData:
+    """Sets x (N, T, F) with mask (N, T) and targets y (N, O)."""
+
+    x: Tensor
+    mask: Tensor
+    y: Tensor
+
+    def rows(self, index: slice | Tensor) -> SetData:
+        return SetData(self.x[index], self.mask[index], self.y[index])
+
+
+def make_set_task(task: str, count: int, *, min_size: int = 8, max_size: int = 32, features: int = 4,
+                  types: int = 4, seed: int = 0) -> SetData:
+    """``count`` sets of ``min_size``..``max_size`` elements for ``task`` (see the module docstring); one draw, so
+    the typed task's maps A_type are shared by all its sets. Padded elements are 0."""
+    gen = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(min_size, max_size + 1, (count,), generator=gen)
+    mask = torch.arange(max_size) < sizes[:, None]
+    if task == "statistics":
+        location, scale = torch.randn(count, 1, 1, generator=gen), 0.5 + torch.rand(count, 1, 1, generator=gen)
+        x = location + scale * torch.randn(count, max_size, features, generator=gen)
+        first = x[..., 0].masked_fill(~mask, float("nan"))
+        mean = first.nanmean(dim=1)
+        variance = (first - mean[:, None]).square().nanmean(dim=1)
+        quartiles = torch.nanquantile(first, torch.tensor([0.25, 0.75]), dim=1)
+        y = torch.stack([mean, variance, *quartiles], dim=1)
+    elif task == "typed":
+        maps = torch.randn(types, features, features, generator=gen) / features ** 0.5  # A_type: (M, O, F)
+        kind = torch.randint(types, (count, max_size), generator=gen)
+        f = torch.randn(count, max_size, features, generator=gen)
+        x = torch.cat([nn.functional.one_hot(kind, types).float(), f], dim=-1)
+        mapped = torch.einsum("ntof,ntf->nto", maps[kind], f) * mask[..., None]
+        y = mapped.sum(dim=1) / sizes[:, None]
+    else:
+        raise PoolkitError(f"unknown task {task!r}: choose from {', '.join(TASKS)}")
+    return SetData(x * mask[..., None], mask, y)
+
+
+def target_names(task: str, outputs: int) -> list[str]:
+    return list(STATISTICS) if task == "statistics" else [f"y{i}" for i in range(outputs)]
+
+
+# -- models -----------------------------------------------------------------------------------------
+class SetModel(nn.Module):
+    """Linear embedding -> (depth - 1) residual set-attention layers -> pooler -> MLP head: (N, T, F) -> (N, O)."""
+
+    def __init__(self, kind: str, depth: int, in_features: int, outputs: int, width: int, generators: int) -> None:
+        super().__init__()
+        layer_generators = generators if kind == "zonotope" else 0
+        self.embed = nn.Linear(in_features, width)
+        self.layers = nn.ModuleList(ZonotopeSetAttention(width, num_generators=layer_generators)
+                                    for _ in range(depth - 1))
+        self.pooler = (get_pooler("zonotope_attention", width, num_generators=generators, attn_size=width)
+                       if kind == "zonotope" else get_pooler("attention", width, attn_size=width))
+        self.head = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.Linear(width, outputs))
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        h = self.embed(x)
+        for layer in self.layers:
+            h = h + layer(h, mask)
+        return self.head(self.pooler(h, mask))
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def fit(model: SetModel, train: SetData, val: SetData, test: SetData, config: SetsConfig, seed: int) -> dict:
+    """Adam on the MSE for ``config.epochs`` epochs; the test MSE (overall and per target) of the epoch with the
+    lowest validation MSE."""
+    optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
+    order = torch.Generator().manual_seed(seed)
+    best = (float("inf"), -1, None)
+    val_curve = []
+    for epoch in range(config.epochs):
+        model.train()
+        for batch in torch.randperm(len(train.y), generator=order).split(config.batch_size):
+            optimiser.zero_grad()
+            nn.functional.mse_loss(model(train.x[batch], train.mask[batch]), train.y[batch]).backward()
+            optimiser.step()
+        val_mse = _errors(model, val).mean().item()
+        val_curve.append(round(val_mse, 5))
+        if val_mse < best[0]:
+            best = (val_mse, epoch, copy.deepcopy(model.state_dict()))
+    model.load_state_dict(best[2])
+    per_target = _errors(model, test)
+    return {"test_mse": per_target.mean().item(), "test_mse_per_target": per_target.tolist(), "best_epoch": best[1],
+            "val_mse": val_curve}
+
+
+def _errors(model: SetModel, data: SetData) -> Tensor:
+    """MSE per target: (O,)."""
+    model.eval()
+    with torch.no_grad():
+        return (model(data.x, data.mask) - data.y).square().mean(dim=0)
+
+
+# -- the run ----------------------------------------------------------------------------------------
+def run_sets(config: SetsConfig = DEFAULT, out_dir: str | os.PathLike | None = None, *, force: bool = False,
+             progress: bool = True) -> pd.DataFrame:
+    """Every (task, model, seed) run and the quadrature study; the summary (columns :data:`COLUMNS`). With
+    ``out_dir``, also results.csv, results.json (settings, provenance, every run, the quadrature rows) and the
+    two plots; existing results are kept unless ``force``."""
+    config = config.validated()
+    out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
+    started, load = time.perf_counter(), os.getloadavg()
+    previous_threads = torch.get_num_threads()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    try:
+        runs = [run for task in config.tasks for run in _task_runs(task, config, progress)]
+    finally:
+        torch.set_num_threads(previous_threads)
+    rows = quadrature.convergence(config.quadrature_sizes, seed=config.data_seed)
+    frame = summarize(runs)
+    if out is not None:
+        meta = {"benchmark": "sets (zonotope attention vs stacked attention; quadrature pooling)",
+                "settings": dataclasses.asdict(config), "runtime_seconds": round(time.perf_counter() - started, 1),
+                "load_average_at_start": [round(v, 2) for v in load], "provenance": run_provenance(),
+                "runs": runs, "quadrature": rows}
+        atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
+        atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
+        atomic_write(out / "error_vs_params.png", lambda tmp: plot_errors(frame, tmp))
+        atomic_write(out / "quadrature.png", lambda tmp: plot_quadrature(rows, tmp))
+    return frame
+
+
+def _task_runs(task: str, config: SetsConfig, progress: bool) -> list[dict]:
+    data = make_set_task(task, config.train + config.val + config.test, min_size=config.min_size,
+                         max_size=config.max_size, features=config.features, types=config.types,
+                         seed=config.data_seed)
+    # Targets standardised with the training rows' statistics: an MSE of 1 is predicting their mean.
+    centre, spread = data.y[:config.train].mean(dim=0), data.y[:config.train].std(dim=0)
+    data.y = (data.y - centre) / spread
+    train, val = data.rows(slice(0, config.train)), data.rows(slice(config.train, config.train + config.val))
+    test = data.rows(slice(config.train + config.val, None))
+    names = target_names(task, data.y.shape[1])
+    runs = []
+    for seed in range(config.seed, config.seed + config.seeds):
+        for model_name in config.models:
+            kind, depth = MODELS[model_name]
+            torch.manual_seed(seed)
+            model = SetModel(kind, depth, data.x.shape[-1], data.y.shape[1], config.width, config.generators)
+            tic = time.perf_counter()
+            result = fit(model, train, val, test, config, seed)
+            runs.append({"task": task, "model": model_name, "depth": depth, "params": parameter_count(model),
+                         "seed": seed, "targets": names, **result, "seconds": round(time.perf_counter() - tic, 2)})
+            if progress:
+                print(f"sets: {task:10s} {model_name:13s} seed {seed}: test MSE {result['test_mse']:.4f} "
+                      f"(best epoch {result['best_epoch']}, {runs[-1]['seconds']:.0f} s)", flush=True)
+    return runs
+
+
+def summarize(runs: list[dict]) -> pd.DataFrame:
+    """Per (task, model) and target ('all': the mean over targets): mean and sample std (ddof 1) over seeds."""
+    rows = []
+    for (task, model), group in pd.DataFrame(runs).groupby(["task", "model"], sort=False):
+        per_target = np.array(group["test_mse_per_target"].tolist())
+        columns = {"all": group["test_mse"].to_numpy(),
+                   **{name: per_target[:, i] for i, name in enumerate(group["targets"].iloc[0])}}
+        for target, values in columns.items():
+            std = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+            rows.append([task, model, int(group["depth"].iloc[0]), int(group["params"].iloc[0]), target,
+                         float(values.mean()), std, len(values)])
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+# -- plots ------------------------------------------------------------------------------------------
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_errors(frame: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Test MSE against parameter count, one panel per task, attention models joined in order of depth."""
+    plt = _pyplot()
+    overall = frame[frame["target"] == "all"]
+    tasks = list(dict.fromkeys(overall["task"]))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.0), dpi=150, squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for kind, colour in (("attention", "#1f77b4"), ("zonotope", "#d62728")):
+            rows = overall[(overall["task"] == task) & overall["model"].str.startswith(kind)]
+            ax.errorbar(rows["params"], rows["mse_mean"], yerr=rows["mse_std"], marker="o", color=colour,
+                        capsize=3, label=kind)
+            for _, row in rows.iterrows():
+                ax.annotate(f"x{row['depth']}", (row["params"], row["mse_mean"]), textcoords="offset points",
+                            xytext=(4, 4), fontsize=7)
+        _log_log(ax, "parameters", "test MSE (standardised targets)", f"{task} (xN: N attention layers)")
+    _save(fig, path)
+
+
+def plot_quadrature(rows: list[dict], path: str | os.PathLike) -> None:
+    """Error against sample count on log-log axes: one panel per pooler, one colour per grid, solid with the
+    trapezoid weights and dashed without, the n^-2 rate dotted."""
+    plt = _pyplot()
+    frame = pd.DataFrame(rows)
+    poolers = list(dict.fromkeys(frame["pooler"]))
+    fig, axes = plt.subplots(1, len(poolers), figsize=(5.2 * len(poolers), 4.0), dpi=150, squeeze=False)
+    for ax, pooler in zip(axes[0], poolers):
+        for grid, colour in zip(quadrature.GRIDS, ("#1f77b4", "#2ca02c", "#d62728")):
+            for weighted, style in ((True, "-"), (False, "--")):
+                part = frame[(frame["pooler"] == pooler) & (frame["grid"] == grid) & (frame["weighted"] == weighted)]
+                ax.plot(part["n"], part["error"], style, marker="o", ms=3, color=colour,
+                        label=f"{grid}, {'trapezoid weights' if weighted else 'unweighted'}")
+        sizes = np.array(sorted(set(frame["n"])), dtype=float)
+        ax.plot(sizes, sizes[0] ** 2 * 1e-2 / sizes ** 2, ":", color="grey", label="n^-2")
+        _log_log(ax, "samples n", "max |pooled - integral value|", f"{pooler} pooling of a sampled smooth function",
+                 x_base=2)
+    _save(fig, path)
+
+
+def _log_log(ax, xlabel: str, ylabel: str, title: str, x_base: int = 10) -> None:
+    ax.set_xscale("log", base=x_base)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.2)
+    ax.legend(fontsize=6)
+
+
+def _save(fig, path: str | os.PathLike) -> None:
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    _pyplot().close(fig)
+
+
+# -- CLI --------------------------------------------------------------------------------------------
+def add_sets_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``poolkit bench sets``; unset ones come from the default or the --quick preset."""
+    parser.add_argument("--quick", action="store_true", help="a smoke test: tiny sets, 2 epochs, 1 seed")
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, help="tasks to run (default: all)")
+    for flag, kind, what in (("--seeds", int, "seeds per (task, model)"), ("--epochs", int, "epochs per run"),
+                             ("--train", int, "training sets"), ("--generators", int, "zonotope generators K"),
+                             ("--width", int, "model width"), ("--threads", int, "torch threads")):
+        parser.add_argument(flag, type=kind, help=what)
+    parser.add_argument("--out", metavar="DIR", help=f"write {', '.join(RESULT_FILES)} here")
+    parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
+    parser.add_argument("--no-progress", action="store_true", help="no progress lines")
+
+
+def run_sets_command(args: argparse.Namespace) -> int:
+    """``poolkit bench sets``: run, print the summary, write --out."""
+    changes = {name: getattr(args, name) for name in ("seeds", "epochs", "train", "generators", "width", "threads")
+               if getattr(args, name) is not None}
+    if args.tasks:
+        changes["tasks"] = tuple(args.tasks)
+    config = dataclasses.replace(QUICK if args.quick else DEFAULT, **changes)
+    started = time.perf_counter()
+    frame = run_sets(config, args.out, force=args.force, progress=not args.no_progress)
+    shown = frame[frame["target"] == "all"].drop(columns="target")
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(f"took {time.perf_counter() - started:.0f} s" + (f"; wrote {args.out}" if args.out else ""))
+    return 0

@@ -1,0 +1,1 @@
+"""Adapters that make poolkit poolers parts of other libraries (each behind its own extra)."""

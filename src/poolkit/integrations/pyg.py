@@ -1,0 +1,50 @@
+"""Any poolkit token pooler as a PyTorch Geometric aggregation (``pip install 'poolkit[pyg]'``).
+
+PyG aggregations reduce ragged groups of rows, x (N, D) with a group ``index`` (N,) or CSR pointers ``ptr``
+(G + 1,), to one row per group (G, D'). :class:`PoolerAggregation` turns the groups into a dense batch and mask
+with ``torch_geometric.utils.to_dense_batch`` and calls the pooler on them::
+
+    from poolkit.integrations.pyg import PoolerAggregation
+    readout = PoolerAggregation("attention", hidden_size=64)     # a torch_geometric.nn.aggr.Aggregation
+    graph_vectors = readout(node_states, batch)                   # (num_graphs, 64)
+
+Groups with no row (``dim_size`` beyond the largest index) give zeros, as PyG's own aggregations do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..errors import PoolkitError
+from ..extras import require
+from ..pooling.base import Pooler, build_pooler
+
+require("pyg")
+from torch_geometric.nn.aggr import Aggregation  # noqa: E402
+
+
+class PoolerAggregation(Aggregation):
+    """A poolkit token pooler (a name, a spec dict or a built pooler) as a PyG ``Aggregation``: (N, D) -> (G, D')."""
+
+    def __init__(self, pooler: str | dict[str, Any] | Pooler, hidden_size: int | None = None) -> None:
+        super().__init__()
+        self.pooler = build_pooler(pooler, hidden_size)
+        if self.pooler.kind != "token":
+            raise PoolkitError(f"{self.pooler.name} pools over the layers of an encoder; a PyG aggregation needs a "
+                               "token pooler such as 'attention'")
+
+    def forward(self, x: Tensor, index: Tensor | None = None, ptr: Tensor | None = None, dim_size: int | None = None,
+                dim: int = -2, max_num_elements: int | None = None) -> Tensor:
+        if index is None:  # CSR pointers: group g holds rows ptr[g] .. ptr[g + 1] - 1
+            index = torch.repeat_interleave(torch.arange(ptr.numel() - 1, device=x.device), ptr.diff())
+        # to_dense_batch needs the groups in order; a stable sort keeps each group's rows in their order
+        index, order = index.sort(stable=True)
+        dense, mask = self.to_dense_batch(x[order], index, dim_size=dim_size, dim=dim,
+                                          max_num_elements=max_num_elements)
+        return self.pooler(dense, mask)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.pooler.get_config()})"
