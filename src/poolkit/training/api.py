@@ -251,7 +251,7 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
 def read_texts(data: str | Path | Sequence[str], text_col: str = "text") -> tuple[pd.DataFrame, list[str]]:
     """The input table and its texts (missing values as ""): a file with a ``text_col`` column, ``builtin:NAME``
     (its texts and targets) or a list of texts (a one-column table)."""
-    from ..data.tables import read_frame, text_list
+    from ..data.tables import frame_texts, read_frame
 
     if not isinstance(data, (str, Path)):
         texts = [str(t) for t in data]
@@ -268,10 +268,7 @@ def read_texts(data: str | Path | Sequence[str], text_col: str = "text") -> tupl
                 frame[col] = table.targets[:, j]
         return frame, list(table.texts)
     frame = read_frame(Path(data))
-    if text_col not in frame.columns:
-        raise PoolkitError(f"column {text_col!r} not found in {data}.{suggest(text_col, frame.columns)} "
-                           f"Columns: {', '.join(map(str, frame.columns))}; pass the text column with --text-col")
-    return frame, text_list(frame[text_col], text_col, allow_empty=True)
+    return frame, frame_texts(frame, text_col, data)
 
 
 def predict(model: str | Path, data: str | Path | Sequence[str], *, text_col: str = "text", batch_size: int = 64,
@@ -311,14 +308,8 @@ def embed(data: str | Path | Sequence[str], *, model: str | None = None, pooler:
     or the run folder when it holds one fold -- with its own trained pooler. Vectors holding NaN / inf are refused
     unless ``allow_nonfinite``."""
     from ..models.text_encoder import TextEncoder
-    from . import finetune
 
-    if model is not None and Path(model).is_dir() and not (Path(model) / "config.json").is_file():
-        folds = finetune.model_folds(model)
-        if len(folds) > 1:
-            raise PoolkitError(f"{model} holds {len(folds)} fold models: embed with one of them "
-                               f"(e.g. --model {folds[0]})")
-        model = str(folds[0])
+    model = embedding_model(model)
     frame, texts = read_texts(data, text_col)
     encoder = TextEncoder(model, pooler, normalize=normalize, max_length=max_length, precision=precision,
                           allow_untrained=allow_untrained, trust_remote_code=trust_remote_code)
@@ -329,3 +320,17 @@ def embed(data: str | Path | Sequence[str], *, model: str | None = None, pooler:
         raise PoolkitError(f"{int(bad.sum())} of {len(vectors)} vectors hold NaN or inf (rows {rows}; row 1 = first): "
                            "check the model's weights or --precision, or pass --allow-nonfinite to write them anyway")
     return frame, vectors, encoder.pooler.get_config()
+
+
+def embedding_model(model: str | Path | None) -> str | None:
+    """The model ``embed`` loads: ``model`` itself, or the one fold model of a ``poolkit train`` run folder (a run
+    of several folds is refused, naming one to pick)."""
+    from . import finetune
+
+    if model is not None and Path(model).is_dir() and not (Path(model) / "config.json").is_file():
+        folds = finetune.model_folds(model)
+        if len(folds) > 1:
+            raise PoolkitError(f"{model} holds {len(folds)} fold models: embed with one of them "
+                               f"(e.g. --model {folds[0]})")
+        return str(folds[0])
+    return model if model is None else str(model)
