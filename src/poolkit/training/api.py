@@ -127,13 +127,15 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
 
         start = time.perf_counter()
         features = encode_features(table.texts, model, max_length=max_length, cache_dir=cache_dir, progress=progress,
-                                   cache=cache, trust_remote_code=trust_remote_code)
+                                   cache=cache, trust_remote_code=trust_remote_code, poolers=specs,
+                                   summaries=["mean"] if baseline else [])  # the baseline pools with mean
         encode_seconds = time.perf_counter() - start
         # the model asked for now (a reused feature cache records the path of whichever install first wrote it)
         settings = {"data": table.source, "rows": len(table), "task": table.task, "model": resolve_model(model),
                     "model_label": model_label(model), "metric": metric.name,
                     "higher_is_better": metric.higher_is_better, "folds": folds, "probe": asdict(config),
-                    "encode_seconds": round(encode_seconds, 2), "poolers": specs, "finetune_top": finetune_top,
+                    "encode_seconds": round(encode_seconds, 2), "cache_bytes_per_text": round(features.bytes_per_text()),
+                    "poolers": specs, "finetune_top": finetune_top,
                     **({"finetune_epochs": finetune_epochs, "encoder_lr": encoder_lr} if finetune_top > 0 else {}),
                     "provenance": run_provenance()}
 
@@ -308,17 +310,14 @@ def embed(data: str | Path | Sequence[str], *, model: str | None = None, pooler:
     or the run folder when it holds one fold -- with its own trained pooler. Vectors holding NaN / inf are refused
     unless ``allow_nonfinite``."""
     from ..models.text_encoder import TextEncoder
+    from .streaming import check_finite
 
     model = embedding_model(model)
     frame, texts = read_texts(data, text_col)
     encoder = TextEncoder(model, pooler, normalize=normalize, max_length=max_length, precision=precision,
                           allow_untrained=allow_untrained, trust_remote_code=trust_remote_code)
     vectors = encoder.encode(texts, batch_size=batch_size, progress=progress).numpy()
-    bad = ~np.isfinite(vectors).all(axis=1)
-    if bad.any() and not allow_nonfinite:
-        rows = ", ".join(map(str, np.flatnonzero(bad)[:5] + 1))
-        raise PoolkitError(f"{int(bad.sum())} of {len(vectors)} vectors hold NaN or inf (rows {rows}; row 1 = first): "
-                           "check the model's weights or --precision, or pass --allow-nonfinite to write them anyway")
+    check_finite(vectors, 0, allow_nonfinite)
     return frame, vectors, encoder.pooler.get_config()
 
 

@@ -143,7 +143,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
                     reused += 1
                 else:
                     vectors = encoder.encode(texts, batch_size=batch_size).numpy()
-                    _check_finite(vectors, index * window, allow_nonfinite)
+                    check_finite(vectors, index * window, allow_nonfinite)
                     _save_window(partial, index, vectors)
                 bar.update(len(texts) * world)
     except BaseException:
@@ -230,7 +230,8 @@ def _load_window(partial: Path, index: int, record: dict) -> np.ndarray:
     return np.load(path, allow_pickle=False)
 
 
-def _check_finite(vectors: np.ndarray, first_row: int, allow_nonfinite: bool) -> None:
+def check_finite(vectors: np.ndarray, first_row: int, allow_nonfinite: bool) -> None:
+    """Refuse vectors holding NaN / inf unless ``allow_nonfinite``, naming rows (``first_row``: the first's index)."""
     bad = ~np.isfinite(vectors).all(axis=1)
     if bad.any() and not allow_nonfinite:
         rows = ", ".join(map(str, np.flatnonzero(bad)[:5] + first_row + 1))
