@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
 from ..io import OLD_SUFFIX, TMP_SUFFIX, file_digest, replace_dir, temp_dir
-from ..models.encoders import check_model_folder, load_encoder, load_tokenizer, resolve_model
+from ..models.encoders import check_model_folder, load_config, load_encoder, load_tokenizer, resolve_model
 from ..pooling import Pooler, build_pooler
 
 CACHE_VERSION = 3
@@ -238,9 +238,7 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
     trust = check_model_folder(model_path, trust_remote_code)
     plan = FULL_PLAN
     if poolers is not None:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust)
+        config = load_config(model_path, trust)
         plan = cache_plan(poolers, config.hidden_size, config.num_hidden_layers, summaries)
     features = _cached(texts, model_path, max_length, batch_size, cache_dir, progress, device, cache, trust, plan)
     if progress:

@@ -60,7 +60,7 @@ def process_device(world: int) -> str | None:
     if world == 1:
         return None
     if torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("1", "true", "yes"):
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"  # more processes: shared
     return "cpu"
 
 
