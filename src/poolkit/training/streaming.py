@@ -7,7 +7,7 @@ SHA-256) written last, and ``manifest.json`` holds the settings that determine t
 files, pooler spec, normalisation, max_length, precision, window, output format). A run that finds a partial
 folder with the same settings keeps every window whose record and checksum match and redoes the rest; different
 settings are refused (``force`` starts over). When every window is done, the output is written in input order,
-one window at a time (Parquet row groups, a ``.npy`` through a memmap of the known row count, CSV / JSONL lines)
+one window at a time (Parquet row groups, a ``.npy`` header for the known row count then its rows, CSV / JSONL lines)
 to a temporary file renamed to ``out``: the final name never holds a half-written file.
 
 Under ``torchrun`` / ``accelerate launch`` (``RANK`` / ``WORLD_SIZE`` set) process ``r`` encodes windows
@@ -240,14 +240,14 @@ def check_finite(vectors: np.ndarray, first_row: int, allow_nonfinite: bool) -> 
 
 
 def _write_npy(tmp: str, parts: Iterator[np.ndarray], rows: int, dim: int) -> None:
-    """The (rows, dim) float32 array through a memmap, one window at a time."""
-    array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(rows, dim))
-    start = 0
-    for vectors in parts:
-        array[start:start + len(vectors)] = vectors
-        start += len(vectors)
-    array.flush()
-    del array
+    """The (rows, dim) float32 array: the header for the known shape, then one window at a time (appended, not
+    through a memmap, whose written pages would stay resident and grow with the data)."""
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+              "shape": (rows, dim)}
+    with open(tmp, "wb") as handle:
+        np.lib.format.write_array_header_1_0(handle, header)
+        for vectors in parts:
+            handle.write(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
 
 
 def _write_table(tmp: str, kind: str, compression: str | None,
