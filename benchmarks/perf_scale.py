@@ -8,8 +8,9 @@
 2. The same command alone (torch threads = the cores given) against ``torchrun --nproc_per_node 2`` (one thread
    each), whole commands timed (start-up included), outputs checked to agree.
 3. compare's feature cache, bytes per text, with every layer's token states (before) and with what the default
-   poolers and the linear baseline read (after), for MiniLM and a 12-layer BERT-base config (random weights:
-   the sizes are the config's); and the leaderboard of a few poolers on both caches (same folds and seeds).
+   poolers and the linear baseline read (after; also with int8 token states), for MiniLM and a 12-layer
+   BERT-base config (random weights: the sizes are the config's); and the leaderboard of a few poolers on the
+   three caches (same folds and seeds).
 
     flock /tmp/poolkit-bench.lock .venv/bin/python benchmarks/perf_scale.py --json benchmarks/results/scale.json
 """
@@ -34,7 +35,7 @@ import pandas as pd  # noqa: E402
 from perf_common import run_info, save_json, table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-LEADERBOARD_POOLERS = ("cls", "mean", "max", "weighted_layer", "mean_layers")
+LEADERBOARD_POOLERS = ("cls", "mean", "max", "gem", "attention", "weighted_layer", "mean_layers")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,8 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tiny-n", default="10000,100000,1000000", help="N for the tiny random BERT")
     parser.add_argument("--two-process-n", type=int, default=2000, help="N (MiniLM) of the 1 vs 2 processes run")
     parser.add_argument("--cache-texts", type=int, default=300, help="texts encoded for the cache sizes")
-    parser.add_argument("--board-texts", type=int, default=600, help="embedded rows of the before/after board")
-    parser.add_argument("--board-epochs", type=int, default=4, help="epochs of the before/after board")
+    parser.add_argument("--board-texts", type=int, default=1000, help="embedded rows of the before/after board")
+    parser.add_argument("--board-epochs", type=int, default=5, help="epochs of the before/after board")
     parser.add_argument("--window", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the scaling cells (one: on cores "
                         "that other jobs share, a second thread mostly waits)")
@@ -168,6 +169,8 @@ def cache_sizes(args, folder: Path) -> list[dict]:
         full = encode_features(texts, model, max_length=256, cache_dir=folder / "cache", progress=False)
         lean = encode_features(texts, model, max_length=256, cache_dir=folder / "cache", progress=False,
                                poolers=DEFAULT_POOLERS, summaries=["mean"])
+        int8 = encode_features(texts, model, max_length=256, cache_dir=folder / "cache", progress=False,
+                               poolers=DEFAULT_POOLERS, summaries=["mean"], token_dtype="int8")
         tokens = float(full.lengths.mean())
         files = lean.meta["files"]
         per_token = files["tokens.npy"]["size"] / full.meta["tokens"]
@@ -175,6 +178,7 @@ def cache_sizes(args, folder: Path) -> list[dict]:
         rows.append({"model": label, "layers": full.num_layers, "hidden_size": full.hidden_size,
                      "texts": len(texts), "tokens_per_text": tokens, "full_bytes_per_text": full.bytes_per_text(),
                      "lean_bytes_per_text": lean.bytes_per_text(), "lean_plan": lean.meta["plan"],
+                     "lean_int8_bytes_per_text": int8.bytes_per_text(),
                      "full_bytes_at_100_tokens": full.meta["files"]["tokens.npy"]["size"] / full.meta["tokens"] * 100,
                      "lean_bytes_at_100_tokens": fixed + per_token * 100})
         print(f"{label}: {rows[-1]['full_bytes_per_text']:.0f} -> {rows[-1]['lean_bytes_per_text']:.0f} bytes per "
@@ -183,7 +187,8 @@ def cache_sizes(args, folder: Path) -> list[dict]:
 
 
 def leaderboard(args, folder: Path) -> dict:
-    """A few poolers trained on the full and on the lean cache of the same rows: same folds, seeds and settings."""
+    """A few poolers trained on the full cache, the lean one and the lean one with int8 token states, of the same
+    rows: same folds, seeds and settings."""
     from poolkit.training.api import load
     from poolkit.training.features import encode_features
     from poolkit.training.probing import ProbeConfig, compare_poolers
@@ -191,9 +196,10 @@ def leaderboard(args, folder: Path) -> dict:
     table_data = load("builtin:embedded", limit=args.board_texts)
     config = ProbeConfig(folds=3, epochs=args.board_epochs)
     boards = {}
-    for name, poolers in (("full", None), ("lean", list(LEADERBOARD_POOLERS))):
+    for name, poolers, dtype in (("full", None, "float16"), ("lean", list(LEADERBOARD_POOLERS), "float16"),
+                                 ("lean + int8 tokens", list(LEADERBOARD_POOLERS), "int8")):
         cache = encode_features(table_data.texts, None, max_length=256, cache_dir=folder / "cache", progress=False,
-                                poolers=poolers)
+                                poolers=poolers, token_dtype=dtype)
         results = compare_poolers(list(LEADERBOARD_POOLERS), cache, table_data, config)
         boards[name] = {r.label: r.summary() for r in results}
         print(name, {k: round(v["mean"], 4) for k, v in boards[name].items()}, flush=True)

@@ -216,3 +216,26 @@ def test_a_lean_cache_gives_the_full_caches_pooled_features(bert, tmp_path):
     assert [s["name"] for s in small.meta["plan"]["summaries"]] == ["mean", "cls"]
     with pytest.raises(PoolkitError, match="keeps last token layers"):
         small.batch(rows, all_layers=True)
+
+
+def test_int8_token_states_are_within_half_a_step_of_the_states(bert, tmp_path):
+    """int8 token states dequantise to within half a quantisation step (each vector's largest magnitude / 254) of
+    the float16 ones, and the summaries do not change (catches a scale per layer instead of per token, scales
+    stored for the wrong rows, no rounding, the dequantisation left out)."""
+    import torch
+
+    from poolkit.pooling import build_pooler
+
+    texts = ["the cat sat on the mat and the dog ran fast", "good", "a big red dog", "very bad", "one two three"]
+    poolers = ["mean", {"name": "weighted_layer", "token_pooler": "max"}]
+    half = encode(bert, tmp_path / "fp16", texts=texts, batch_size=2, poolers=poolers)
+    int8 = encode(bert, tmp_path / "int8", texts=texts, batch_size=2, poolers=poolers, token_dtype="int8")
+    assert int8.tokens.dtype == np.int8 and int8.bytes_per_text() < half.bytes_per_text()
+    rows = [3, 0, 4, 1]
+    (exact, mask), (approx, _) = half.batch(rows), int8.batch(rows)
+    for e, a in zip(exact, approx):
+        step = e.abs().amax(-1, keepdim=True) / 127
+        assert ((a - e).abs()[mask] <= (step / 2 + 2e-3 * e.abs())[mask]).all()
+        assert (a - e).abs()[mask].max() > 0  # quantised, not a float16 copy
+    mean = build_pooler("mean", 32, 2)
+    assert torch.equal(mean(*int8.inputs(rows, mean)), mean(*half.inputs(rows, mean)))

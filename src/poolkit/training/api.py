@@ -77,7 +77,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
             patience: int = 3, max_length: int | None = None, seed: int = 0, cache_dir: str | Path | None = None,
             finetune_top: int = 0, finetune_epochs: int = 3, encoder_lr: float = 5e-5, out: str | Path | None = None,
             force: bool = False, cache: bool = True, trust_remote_code: bool = False, baseline: bool = True,
-            progress: bool = True) -> Leaderboard:
+            progress: bool = True, cache_dtype: str = "float16") -> Leaderboard:
     """Encode ``data`` once with the frozen encoder, train every pooler + head on the cached layers with the same
     K folds, then (``finetune_top`` K > 0) fine-tune the encoder with the K best poolers.
 
@@ -89,7 +89,8 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     afresh, reading and writing no feature cache. ``trust_remote_code``: allow a model folder's own code
     (``auto_map``); off, such folders are refused. ``baseline``: add the tuned linear baseline's row
     (:mod:`poolkit.training.baseline`: logistic / ridge regression on mean-pooled features, ranked with the frozen
-    rows).
+    rows). ``cache_dtype``: the cached token states' dtype, float16 or int8 (smaller, at an accuracy cost that
+    docs/scale.md measures); the poolers linear in the states read per-layer summaries either way.
     """
     from ..models.encoders import model_label, remote_code, resolve_model
     from ..provenance import run_provenance
@@ -128,7 +129,8 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
         start = time.perf_counter()
         features = encode_features(table.texts, model, max_length=max_length, cache_dir=cache_dir, progress=progress,
                                    cache=cache, trust_remote_code=trust_remote_code, poolers=specs,
-                                   summaries=["mean"] if baseline else [])  # the baseline pools with mean
+                                   summaries=["mean"] if baseline else [],  # the baseline pools with mean
+                                   token_dtype=cache_dtype)
         encode_seconds = time.perf_counter() - start
         # the model asked for now (a reused feature cache records the path of whichever install first wrote it)
         settings = {"data": table.source, "rows": len(table), "task": table.task, "model": resolve_model(model),

@@ -54,7 +54,9 @@ LOCK = ".lock"
 #: whose token stage is one of them is served by per-layer summaries instead of token states.
 SUMMARY_POOLERS = ("cls", "last", "mean", "sum", "mean_sqrt_len")
 #: Every layer's token states and no summaries: what a cache built without naming its poolers holds.
-FULL_PLAN = {"summaries": [], "token_layers": "all"}
+FULL_PLAN = {"summaries": [], "token_layers": "all", "token_dtype": "float16"}
+#: How token states may be stored: float16, or int8 with one float16 scale per token vector (absmax / 127).
+TOKEN_DTYPES = ("float16", "int8")
 
 
 def default_cache_dir() -> Path:
@@ -86,9 +88,12 @@ def summary_spec(pooler: Pooler) -> dict | None:
 
 
 def cache_plan(poolers: Sequence[str | dict], hidden_size: int, num_layers: int,
-               summaries: Sequence[str | dict] = ()) -> dict:
+               summaries: Sequence[str | dict] = (), token_dtype: str = "float16") -> dict:
     """What a cache for ``poolers`` keeps: {"summaries": token pooler specs, "token_layers": "none" | "last" |
-    "all"}; ``summaries``: token poolers to summarise as well (e.g. the linear baseline's mean)."""
+    "all", "token_dtype"}; ``summaries``: token poolers to summarise as well (e.g. the linear baseline's mean);
+    ``token_dtype``: float16, or int8 (a quarter of float32's bytes, at an accuracy cost docs/scale.md measures)."""
+    if token_dtype not in TOKEN_DTYPES:
+        raise PoolkitError(f"--cache-dtype must be one of {', '.join(TOKEN_DTYPES)}, got {token_dtype!r}")
     specs: list[dict] = [build_pooler(s, hidden_size).get_config() for s in summaries]
     specs = [{k: v for k, v in s.items() if k != "hidden_size"} for s in specs]
     token_layers = "none"
@@ -99,7 +104,7 @@ def cache_plan(poolers: Sequence[str | dict], hidden_size: int, num_layers: int,
             token_layers = "all" if pooler.kind == "layer" or token_layers == "all" else "last"
         elif summary not in specs:
             specs.append(summary)
-    return {"summaries": specs, "token_layers": token_layers}
+    return {"summaries": specs, "token_layers": token_layers, "token_dtype": token_dtype}
 
 
 def cache_key(model_path: str, texts: Sequence[str], max_length: int, plan: dict = FULL_PLAN) -> str:
@@ -126,6 +131,8 @@ class FeatureCache:
     meta: dict
     #: per summarised token pooler (its spec as sorted JSON): (L + 1, N, D) float16, memory-mapped
     summaries: dict[str, np.ndarray] = field(default_factory=dict)
+    #: int8 token states: each token vector's float16 scale, (L + 1 or 1, total_tokens); None for float16 states
+    scales: np.ndarray | None = None
 
     @property
     def lengths(self) -> np.ndarray:
@@ -171,8 +178,10 @@ class FeatureCache:
         positions = np.arange(width)
         mask = positions[None, :] < lengths[:, None]
         index = self.offsets[rows][:, None] + np.minimum(positions[None, :], lengths[:, None] - 1)
-        source = self.tokens if all_layers else self.tokens[-1:]
-        gathered = torch.from_numpy(np.ascontiguousarray(source[:, index])).float()  # (L', B, T, D)
+        layers = slice(None) if all_layers else slice(-1, None)
+        gathered = torch.from_numpy(np.ascontiguousarray(self.tokens[layers][:, index])).float()  # (L', B, T, D)
+        if self.scales is not None:
+            gathered *= torch.from_numpy(np.ascontiguousarray(self.scales[layers][:, index])).float()[..., None]
         return list(gathered.unbind(0)), torch.from_numpy(mask)
 
 
@@ -202,9 +211,10 @@ def open_cache(folder: Path, verify: bool = True) -> FeatureCache:
         offsets = np.load(folder / "offsets.npy")
         summaries = {json.dumps(spec, sort_keys=True): np.load(folder / f"summary_{k}.npy", mmap_mode="r")
                      for k, spec in enumerate(meta["plan"]["summaries"])}
+        scales = np.load(folder / "token_scales.npy", mmap_mode="r") if "token_scales.npy" in recorded else None
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise DamagedCache(f"unreadable ({err})") from None
-    return FeatureCache(folder, tokens, offsets, meta, summaries)
+    return FeatureCache(folder, tokens, offsets, meta, summaries, scales)
 
 
 def clean_staging(root: Path) -> list[Path]:
@@ -224,10 +234,10 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
                     cache_dir: str | Path | None = None, progress: bool = True,
                     device: str | torch.device | None = None, cache: bool = True,
                     trust_remote_code: bool | None = None, poolers: Sequence[str | dict] | None = None,
-                    summaries: Sequence[str | dict] = ()) -> FeatureCache:
+                    summaries: Sequence[str | dict] = (), token_dtype: str = "float16") -> FeatureCache:
     """Run the encoder once over ``texts`` (length-sorted batches, inference mode) and cache what ``poolers``
-    read (:func:`cache_plan`; ``summaries``: token poolers summarised as well), or every layer's token states
-    when ``poolers`` is None.
+    read (:func:`cache_plan`; ``summaries``: token poolers summarised as well; ``token_dtype``: float16 or int8
+    token states), or every layer's token states when ``poolers`` is None.
 
     Returns the cache: reused when an intact one with the same key exists, else built in a staging folder and
     renamed into place, under a lock so that concurrent runs on the same data encode once. ``cache=False``:
@@ -236,10 +246,10 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
     """
     model_path = resolve_model(model)
     trust = check_model_folder(model_path, trust_remote_code)
-    plan = FULL_PLAN
+    plan = {**FULL_PLAN, "token_dtype": token_dtype}
     if poolers is not None:
         config = load_config(model_path, trust)
-        plan = cache_plan(poolers, config.hidden_size, config.num_hidden_layers, summaries)
+        plan = cache_plan(poolers, config.hidden_size, config.num_hidden_layers, summaries, token_dtype)
     features = _cached(texts, model_path, max_length, batch_size, cache_dir, progress, device, cache, trust, plan)
     if progress:
         print(f"feature cache: {features.bytes_per_text() / 1024:.1f} KiB per text ({_describe(plan)})", flush=True)
@@ -248,7 +258,7 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
 
 def _describe(plan: dict) -> str:
     names = ", ".join(s["name"] for s in plan["summaries"]) or "none"
-    return f"per-layer summaries: {names}; token states: {plan['token_layers']} layers"
+    return f"per-layer summaries: {names}; token states: {plan['token_layers']} layers, {plan['token_dtype']}"
 
 
 def _cached(texts: list[str], model_path: str, max_length: int, batch_size: int, cache_dir: str | Path | None,
@@ -297,8 +307,11 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     layers, hidden = encoder.config.num_hidden_layers + 1, encoder.config.hidden_size
     kept = {"none": 0, "last": 1, "all": layers}[plan["token_layers"]]
-    tokens = np.lib.format.open_memmap(folder / "tokens.npy", mode="w+", dtype=DTYPE,
+    int8 = plan["token_dtype"] == "int8"
+    tokens = np.lib.format.open_memmap(folder / "tokens.npy", mode="w+", dtype=np.int8 if int8 else DTYPE,
                                        shape=(kept, int(offsets[-1]), hidden)) if kept else None
+    scales = np.lib.format.open_memmap(folder / "token_scales.npy", mode="w+", dtype=DTYPE,
+                                       shape=(kept, int(offsets[-1]))) if kept and int8 else None
     poolers = [build_pooler(spec, hidden).to(device) for spec in plan["summaries"]]
     summaries = [np.lib.format.open_memmap(folder / f"summary_{k}.npy", mode="w+", dtype=DTYPE,
                                            shape=(layers, len(texts), hidden)) for k in range(len(poolers))]
@@ -310,14 +323,16 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
                 pooled = torch.stack([pooler(h, batch["attention_mask"]) for h in states])  # (L + 1, B, D)
                 summary[:, rows] = pooled.to(torch.float16).cpu().numpy()
             if tokens is not None:
-                stacked = torch.stack(states[-kept:]).to(torch.float16).cpu().numpy()  # (kept, B, T, D)
+                stacked, scale = _stored_tokens(torch.stack(states[-kept:]), int8)  # (kept, B, T, D), (kept, B, T)
                 for j, row in enumerate(rows):  # keep the real tokens only (right padding)
                     tokens[:, offsets[row]:offsets[row + 1]] = stacked[:, j, : lengths[row]]
+                    if scales is not None:
+                        scales[:, offsets[row]:offsets[row + 1]] = scale[:, j, : lengths[row]]
             bar.update(len(rows))
     bar.close()
-    for array in [*summaries, *([tokens] if tokens is not None else [])]:
+    for array in [*summaries, *(a for a in (tokens, scales) if a is not None)]:
         array.flush()
-    del tokens, summaries
+    del tokens, summaries, scales
     np.save(folder / "offsets.npy", offsets)
     names = sorted(f.name for f in folder.glob("*.npy"))
     files = {name: {"size": (folder / name).stat().st_size, "sha256": file_digest(folder / name)} for name in names}
@@ -327,6 +342,16 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
             "files": files}
     (folder / "meta.json").write_text(json.dumps(meta, indent=2))
     return folder
+
+
+def _stored_tokens(states: torch.Tensor, int8: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """Token states as stored: float16, or int8 with each vector's float16 scale (its largest magnitude / 127,
+    rounded to float16 before quantising, so that dequantising multiplies by exactly the scale used)."""
+    if not int8:
+        return states.to(torch.float16).cpu().numpy(), None
+    scale = (states.abs().amax(-1) / 127).clamp_min(1e-8).to(torch.float16).float()
+    quantised = torch.round(states.float() / scale[..., None]).clamp(-127, 127).to(torch.int8)
+    return quantised.cpu().numpy(), scale.to(torch.float16).cpu().numpy()
 
 
 def list_caches(cache_dir: str | Path | None = None) -> list[dict]:
