@@ -1,4 +1,5 @@
-"""docs/scale.md's numbers, rendered from benchmarks/results/scale.json (written by ``benchmarks/perf_scale.py --json``).
+"""docs/scale.md's numbers, rendered from benchmarks/results/scale.json (written by
+``benchmarks/perf_scale.py --json``).
 
     .venv/bin/python scripts/render_scale.py --check   # exit 1 when the page differs from the file
     .venv/bin/python scripts/render_scale.py --write   # update the page's marked blocks
@@ -25,8 +26,8 @@ def render_provenance(result: dict) -> str:
     return (f"From `benchmarks/results/scale.json`: measured {result['date']} at commit `{result['commit'][:10]}`"
             + (f" (with uncommitted changes to {', '.join(f'`{p}`' for p in dirty)})" if dirty else "")
             + f", on {result['machine']['cpu']} ({result['machine']['cores']} cores, shared with other jobs), torch "
-            f"{result['torch']}; 1-minute load average {load[0]:.1f} at the start and {result['load_average_end'][0]:.1f}"
-            f" at the end; the whole run took {result['total_s'] / 60:.1f} min. Settings: window {result['window']} "
+            f"{result['torch']}; 1-minute load average {load[0]:.1f} at the start and "
+            f"{result['load_average_end'][0]:.1f} at the end; the whole run took {result['total_s'] / 60:.1f} min. Settings: window {result['window']} "
             f"rows, {options['threads']} torch thread(s) per scaling cell, MiniLM N = {options['minilm_n']}, tiny "
             f"BERT N = {options['tiny_n']} (batch {options['tiny_batch_size']}).")
 

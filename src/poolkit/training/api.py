@@ -136,7 +136,8 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
         settings = {"data": table.source, "rows": len(table), "task": table.task, "model": resolve_model(model),
                     "model_label": model_label(model), "metric": metric.name,
                     "higher_is_better": metric.higher_is_better, "folds": folds, "probe": asdict(config),
-                    "encode_seconds": round(encode_seconds, 2), "cache_bytes_per_text": round(features.bytes_per_text()),
+                    "encode_seconds": round(encode_seconds, 2),
+                    "cache_bytes_per_text": round(features.bytes_per_text()),
                     "poolers": specs, "finetune_top": finetune_top,
                     **({"finetune_epochs": finetune_epochs, "encoder_lr": encoder_lr} if finetune_top > 0 else {}),
                     "provenance": run_provenance()}

@@ -17,8 +17,8 @@ docs/scale.md measures the bytes per text before and after.
 A cache folder is named by :func:`cache_key`, a digest of what determines the features: the SHA-256 of every
 file of the model folder (weights, config, tokenizer files; about 0.1 s for the 90 MB MiniLM), or a hub
 model's name and snapshot commit; the texts, each length-prefixed; ``max_length``; the stored dtype; what is
-kept (the plan); and :data:`CACHE_VERSION`. ``meta.json``, written last, records each file's size and SHA-256, checked on open: a
-damaged cache is rebuilt, saying so. A cache is built in ``<key>.tmp``, flushed and renamed into place under
+kept (the plan); and :data:`CACHE_VERSION`. ``meta.json``, written last, records each file's size and SHA-256,
+checked on open: a damaged cache is rebuilt, saying so. A cache is built in ``<key>.tmp``, flushed and renamed into place under
 ``<key>.lock`` (one run encodes, a second one waits and reuses it); a staging folder left by a killed run is
 removed by the next run.
 """
