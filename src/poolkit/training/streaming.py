@@ -12,8 +12,9 @@ to a temporary file renamed to ``out``: the final name never holds a half-writte
 
 Under ``torchrun`` / ``accelerate launch`` (``RANK`` / ``WORLD_SIZE`` set) process ``r`` encodes windows
 ``r, r + W, ...`` on its own device (``cuda:LOCAL_RANK`` when there is CUDA); the processes share nothing but the
-partial folder, so no collective op can time out on an uneven split, and rank 0 waits for every window's record,
-then assembles the one output. A process that fails makes the launcher stop the others.
+partial folder, so no collective op can time out on an uneven split; each process marks itself done (with the
+launch's id), and rank 0 waits for every mark, then assembles the one output. A process that fails makes the
+launcher stop the others.
 """
 
 from __future__ import annotations
@@ -152,10 +153,11 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
         raise
     summary = {"rows": None, "dim": encoder.dim, "pooler": spec, "windows": windows, "reused": reused,
                "rank": rank, "world": world}
-    if rank != 0:
+    if rank != 0:  # done: its windows' records are written
+        atomic_write_json(partial / f"rank-{rank}.done", {"launch": launch_id(), "windows": windows})
         return summary
-    _wait_for(lambda: all((partial / f"window-{i:06d}.json").is_file() for i in range(windows)),
-              f"the other processes' windows in {partial}")
+    _wait_for(lambda: all(_manifest(partial, f"rank-{r}.done") == {"launch": launch_id(), "windows": windows}
+                          for r in range(1, world)), f"the other processes' windows in {partial}")
     records = [json.loads((partial / f"window-{i:06d}.json").read_text()) for i in range(windows)]
     rows = sum(record["rows"] for record in records)
     parts = (_load_window(partial, i, records[i]) for i in range(windows))
@@ -168,9 +170,16 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     return {**summary, "rows": rows}
 
 
-def _manifest(partial: Path) -> dict | None:
+def launch_id() -> str:
+    """What the processes of one launch share and those of an earlier launch do not: torchrun's run id and the
+    launcher's process id (so a resumed run never takes an interrupted run's done-marks for its own)."""
+    return f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}:{os.getppid()}"
+
+
+def _manifest(partial: Path, name: str = MANIFEST) -> dict | None:
+    """A JSON file of the partial folder (the manifest, or a process's done-mark), None when absent or unreadable."""
     try:
-        return json.loads((partial / MANIFEST).read_text())
+        return json.loads((partial / name).read_text())
     except (OSError, ValueError):
         return None
 
