@@ -3,8 +3,8 @@
 1. ``embed`` (``poolkit.training.streaming.embed_to_file`` -> .npy, windows of 8,192 rows) on WordNet glosses
    resampled with replacement to N: the packaged all-MiniLM-L6-v2 at small N, and a tiny random-initialised
    BERT (2 layers, hidden 64, MiniLM's tokenizer) at large N, so that a million texts take minutes. Each cell
-   runs in a fresh child process that reports its wall and CPU seconds and its peak RSS
-   (``resource.getrusage``): the goal is texts/s flat in N and peak RSS flat from 10k up.
+   runs in a fresh child process that reports its wall and CPU seconds (``resource.getrusage``) and its peak RSS
+   (VmHWM): the goal is texts/s flat in N and peak RSS flat from 10k up.
 2. The same command alone (torch threads = the cores given) against ``torchrun --nproc_per_node 2`` (one thread
    each), whole commands timed (start-up included), outputs checked to agree.
 3. compare's feature cache, bytes per text, with every layer's token states (before) and with what the default
@@ -99,7 +99,19 @@ def child(cell: dict) -> None:
     done = embed_to_file(cell.pop("data"), cell.pop("out"), progress=False, **cell)
     wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"wall_s": wall, "cpu_s": after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime,
-                      "peak_rss_mib": after.ru_maxrss / 1024, "rows": done["rows"]}))
+                      "peak_rss_mib": peak_rss_mib(), "rows": done["rows"]}))
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory: VmHWM, kept per address space, so it starts afresh at exec (Linux's
+    ru_maxrss keeps the maximum across exec, i.e. counts the parent's memory at fork); elsewhere ru_maxrss."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def run_cell(data: Path, model: str | None, out: Path, window: int, threads: int, batch_size: int) -> dict:
@@ -114,8 +126,8 @@ def run_cell(data: Path, model: str | None, out: Path, window: int, threads: int
     return {**measured, "texts_per_s": measured["rows"] / measured["wall_s"]}
 
 
-def scaling(args, folder: Path, tiny: str) -> list[dict]:
-    rows = []
+def scaling(args, folder: Path, tiny: str, rows: list[dict], saved) -> list[dict]:
+    """Every (model, N) cell, appended to ``rows``; ``saved()`` after each (a run stopped later keeps them)."""
     for label, model, sizes, batch in (("all-MiniLM-L6-v2", None, args.minilm_n, 32),
                                        ("tiny BERT 2x64 (random)", tiny, args.tiny_n, args.tiny_batch_size)):
         for n in (int(x) for x in sizes.split(",") if x):
@@ -125,6 +137,7 @@ def scaling(args, folder: Path, tiny: str) -> list[dict]:
             print(f"{label:<26} N={n:>8}: {measured['wall_s']:7.1f} s, {measured['texts_per_s']:7.0f} texts/s, "
                   f"peak RSS {measured['peak_rss_mib']:6.0f} MiB", flush=True)
             data.unlink()
+            saved()
     return rows
 
 
@@ -217,17 +230,23 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
+    result = {**run_info(torch.device("cpu"), args), "window": args.window, "complete": False, "scaling": []}
+
+    def saved() -> None:  # after every part: a run stopped early keeps what it measured, and says so
+        result.update(load_average_end=os.getloadavg(), total_s=time.perf_counter() - started)
+        save_json(args.json, result)
+
     with tempfile.TemporaryDirectory(prefix="poolkit-scale-") as scratch:
         folder = Path(scratch)
         tiny = tiny_bert(folder)
-        result = {**run_info(torch.device("cpu"), args), "window": args.window,
-                  "scaling": scaling(args, folder, tiny), "processes": processes(args, folder),
-                  "cache": cache_sizes(args, folder), "leaderboard": leaderboard(args, folder)}
-    result["load_average_end"] = os.getloadavg()
-    result["total_s"] = time.perf_counter() - started
+        for part, measure in (("cache", cache_sizes), ("leaderboard", leaderboard), ("processes", processes)):
+            result[part] = measure(args, folder)
+            saved()
+        scaling(args, folder, tiny, result["scaling"], saved)
+    result["complete"] = True
+    saved()
     print(table(["model", "N", "wall s", "texts/s", "peak RSS MiB"],
                 [[r["model"], r["n"], r["wall_s"], r["texts_per_s"], r["peak_rss_mib"]] for r in result["scaling"]]))
-    save_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,11 @@ def render_provenance(result: dict) -> str:
             + (f" (with uncommitted changes to {', '.join(f'`{p}`' for p in dirty)})" if dirty else "")
             + f", on {result['machine']['cpu']} ({result['machine']['cores']} cores, shared with other jobs), torch "
             f"{result['torch']}; 1-minute load average {load[0]:.1f} at the start and "
-            f"{result['load_average_end'][0]:.1f} at the end; the whole run took {result['total_s'] / 60:.1f} min. Settings: window {result['window']} "
+            f"{result['load_average_end'][0]:.1f} at the end; "
+            + (f"the whole run took {result['total_s'] / 60:.1f} min" if result["complete"] else
+               f"the run was STOPPED after {result['total_s'] / 60:.1f} min, before it finished: the parts it did not "
+               "reach are marked as not measured")
+            + f". Settings: window {result['window']} "
             f"rows, {options['threads']} torch thread(s) per scaling cell, MiniLM N = {options['minilm_n']}, tiny "
             f"BERT N = {options['tiny_n']} (batch {options['tiny_batch_size']}).")
 
@@ -98,11 +102,15 @@ def render_leaderboard(result: dict) -> str:
     return "\n".join(rows) + "\n\n" + " ".join(lines)
 
 
+NOT_MEASURED = "Not measured: the committed run stopped before this part (see Provenance)."
+
+
 def render(_args=None) -> dict[str, str]:
     result = json.loads(RESULT.read_text())
-    return {"provenance": render_provenance(result), "embed": render_embed(result),
-            "processes": render_processes(result), "cache": render_cache(result),
-            "leaderboard": render_leaderboard(result)}
+    parts = {"embed": ("scaling", render_embed), "processes": ("processes", render_processes),
+             "cache": ("cache", render_cache), "leaderboard": ("leaderboard", render_leaderboard)}
+    blocks = {name: draw(result) if result.get(key) else NOT_MEASURED for name, (key, draw) in parts.items()}
+    return {"provenance": render_provenance(result), **blocks}
 
 
 if __name__ == "__main__":
