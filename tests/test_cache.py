@@ -150,7 +150,8 @@ def test_cache_list_and_clear(bert, tmp_path, capsys):
     (root / "0123.tmp").mkdir()  # staging of a killed run
     assert main(["cache", "list", "--cache-dir", str(root)]) == 0
     listed = capsys.readouterr().out
-    assert "2 cache(s)" in listed and "4 texts" in listed and "2 texts" in listed and "format v2" in listed
+    assert "2 cache(s)" in listed and "4 texts" in listed and "2 texts" in listed
+    assert f"format v{F.CACHE_VERSION}" in listed
     assert main(["cache", "clear", "--cache-dir", str(root)]) == 0
     assert "removed 2 cache(s)" in capsys.readouterr().out
     assert not [p for p in root.iterdir() if p.suffix != ".lock"]
@@ -181,3 +182,61 @@ def test_outputs_are_flushed_before_they_are_renamed(tmp_path, monkeypatch):
     assert str(tmp / "weights") in flushed[: renamed[0]]
     assert any(path.endswith(".tmp") and "out.csv" in path for path in flushed)
     assert str(tmp_path) in flushed  # the parent folder, so the rename itself survives a crash
+
+
+def test_a_lean_cache_gives_the_full_caches_pooled_features(bert, tmp_path):
+    """Per-layer summaries serve the poolers whose token stage is cls / last / mean / sum / mean_sqrt_len (alone or
+    under a layer pooler); the others read token states (the last layer, or all under a layer pooler). Each pooler
+    gives what it gives on the full cache, to float16 rounding (catches a summary of the wrong layer, rows in the
+    wrong order, padding inside a summary, sum stored as mean, a layer pooler handed only the last layer)."""
+    import torch
+
+    from poolkit import PoolkitError
+    from poolkit.pooling import build_pooler
+
+    texts = ["the cat sat on the mat and the dog ran fast", "good", "a big red dog", "very bad", "one two three"]
+    specs = ["cls", "last", "mean", "sum", "mean_sqrt_len", "max", "gem", {"name": "attention", "attn_size": 8},
+             {"name": "weighted_layer", "token_pooler": "mean"}, "mean_layers",
+             {"name": "attention_layers", "token_pooler": "sum"}, {"name": "weighted_layer", "token_pooler": "max"}]
+    full = encode(bert, tmp_path / "full", texts=texts, batch_size=2)
+    lean = encode(bert, tmp_path / "lean", texts=texts, batch_size=2, poolers=specs)
+    assert [s["name"] for s in lean.meta["plan"]["summaries"]] == ["cls", "last", "mean", "sum", "mean_sqrt_len"]
+    assert lean.meta["plan"]["token_layers"] == "all"  # weighted_layer over max mixes every layer's tokens
+    rows = [3, 0, 4, 1]
+    for spec in specs:
+        pooler = build_pooler(spec, 32, 2).eval()
+        with torch.no_grad():
+            expected, got = pooler(*full.inputs(rows, pooler)), pooler(*lean.inputs(rows, pooler))
+        torch.testing.assert_close(got, expected, rtol=2e-3, atol=2e-3, msg=str(spec))
+        served = lean.inputs(rows, pooler)[1].shape == (4, 1)
+        assert served == (pooler.name in F.SUMMARY_POOLERS or getattr(pooler, "token", pooler).name in
+                          F.SUMMARY_POOLERS), spec
+
+    small = encode(bert, tmp_path / "small", texts=texts, poolers=["cls", "max"], summaries=["mean"])
+    assert small.tokens.shape[0] == 1 and small.bytes_per_text() < full.bytes_per_text()  # the last layer only
+    assert [s["name"] for s in small.meta["plan"]["summaries"]] == ["mean", "cls"]
+    with pytest.raises(PoolkitError, match="keeps last token layers"):
+        small.batch(rows, all_layers=True)
+
+
+def test_int8_token_states_are_within_half_a_step_of_the_states(bert, tmp_path):
+    """int8 token states dequantise to within half a quantisation step (each vector's largest magnitude / 254) of
+    the float16 ones, and the summaries do not change (catches a scale per layer instead of per token, scales
+    stored for the wrong rows, no rounding, the dequantisation left out)."""
+    import torch
+
+    from poolkit.pooling import build_pooler
+
+    texts = ["the cat sat on the mat and the dog ran fast", "good", "a big red dog", "very bad", "one two three"]
+    poolers = ["mean", {"name": "weighted_layer", "token_pooler": "max"}]
+    half = encode(bert, tmp_path / "fp16", texts=texts, batch_size=2, poolers=poolers)
+    int8 = encode(bert, tmp_path / "int8", texts=texts, batch_size=2, poolers=poolers, token_dtype="int8")
+    assert int8.tokens.dtype == np.int8 and int8.bytes_per_text() < half.bytes_per_text()
+    rows = [3, 0, 4, 1]
+    (exact, mask), (approx, _) = half.batch(rows), int8.batch(rows)
+    for e, a in zip(exact, approx):
+        step = e.abs().amax(-1, keepdim=True) / 127
+        assert ((a - e).abs()[mask] <= (step / 2 + 2e-3 * e.abs())[mask]).all()
+        assert (a - e).abs()[mask].max() > 0  # quantised, not a float16 copy
+    mean = build_pooler("mean", 32, 2)
+    assert torch.equal(mean(*int8.inputs(rows, mean)), mean(*half.inputs(rows, mean)))

@@ -36,7 +36,8 @@ def run_list(args: argparse.Namespace) -> int:
     for entry in entries:
         meta = entry["meta"]
         about = (f"{meta.get('model', '?')}, {meta.get('texts', '?')} texts, {meta.get('layers', '?')} layers, "
-                 f"max_length {meta.get('max_length', '?')}, format v{meta.get('version', '?')}"
+                 f"max_length {meta.get('max_length', '?')}, {meta.get('bytes_per_text', '?')} bytes per text, "
+                 f"format v{meta.get('version', '?')}"
                  if meta else "no meta.json")
         print(f"{entry['path'].name}  {entry['bytes'] / 2**20:8.1f} MiB  {about}")
     total = sum(entry["bytes"] for entry in entries)

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-
+from ..training.streaming import WINDOW
 from .common import (TABLE_SUFFIXES, add_pooler_arguments, add_precision_argument, add_text_input_arguments,
-                     add_trust_remote_code_argument, positive, table_format, write_table)
+                     add_trust_remote_code_argument, positive)
 
 HELP = "texts -> vectors (.npy, or the table plus embeddings) with any pooler"
 DESCRIPTION = ("Embed a table's texts with an encoder + pooler: the packaged MiniLM (or --model) with a parameter-free "
                "pooler, or a model trained by `poolkit train` (--model RUN/fold_K, or RUN when it has one fold) with "
-               "its trained pooler.")
+               "its trained pooler. The input is streamed in windows (memory does not grow with the data), an "
+               "interrupted run resumes, and under `torchrun` / `accelerate launch -m poolkit.cli embed ...` the "
+               "windows are shared among the processes (one device each) and rank 0 writes the one output.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,39 +32,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-untrained", action="store_true",
                         help="accept a pooler with random (untrained) weight matrices on a bare encoder")
     add_trust_remote_code_argument(parser)
+    parser.add_argument("--window", type=positive(int), default=WINDOW,
+                        help=f"rows read, length-sorted and written at a time (default {WINDOW}): memory holds one "
+                        "window; an interrupted run resumes from its finished windows (kept in OUT.partial/)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing --out, and start over when "
+                        "OUT.partial/ holds a run with other settings")
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from ..io import atomic_write, refuse_overwrite
-    from ..training.api import embed
+    from ..training.streaming import embed_to_file
     from .common import single_pooler_spec
 
-    out = Path(args.out)
-    kind, _ = table_format(out, others=(".npy",))
-    refuse_overwrite(out, args.force)
     spec = single_pooler_spec(args.pooler or "mean", args.pooler_opt) if args.pooler or args.pooler_opt else None
-    frame, vectors, used = embed(args.data, model=args.model, pooler=spec, text_col=args.text_col,
-                                 normalize=args.normalize, batch_size=args.batch_size, max_length=args.max_length,
-                                 precision=getattr(args, "precision", "auto"), allow_untrained=args.allow_untrained,
-                                 allow_nonfinite=args.allow_nonfinite,
-                                 trust_remote_code=args.trust_remote_code,
-                                 progress=not args.quiet)
-    if kind == ".npy":
-        def save(tmp):
-            with open(tmp, "wb") as handle:
-                np.save(handle, vectors)
-
-        atomic_write(out, save)
-    elif kind in (".csv", ".tsv"):
-        import pandas as pd
-        columns = pd.DataFrame(vectors, columns=[f"emb_{j}" for j in range(vectors.shape[1])], index=frame.index)
-        write_table(out, pd.concat([frame, columns], axis=1))
-    else:
-        write_table(out, frame.assign(embedding=list(vectors)))
-    print(f"{len(vectors)} embeddings of dimension {vectors.shape[1]} ({used['name']} pooling"
-          f"{', L2-normalised' if args.normalize else ''}) written to {out}")
+    done = embed_to_file(args.data, args.out, model=args.model, pooler=spec, text_col=args.text_col,
+                         normalize=args.normalize, batch_size=args.batch_size, max_length=args.max_length,
+                         precision=getattr(args, "precision", "auto"), allow_untrained=args.allow_untrained,
+                         allow_nonfinite=args.allow_nonfinite, trust_remote_code=args.trust_remote_code,
+                         window=args.window, force=args.force, progress=not args.quiet)
+    reused = f"; {done['reused']} of {done['windows']} windows kept from an interrupted run" if done["reused"] else ""
+    if done["rows"] is None:  # a process of several: rank 0 writes the output
+        print(f"process {done['rank']} of {done['world']}: its windows are done{reused}")
+        return 0
+    print(f"{done['rows']} embeddings of dimension {done['dim']} ({done['pooler']['name']} pooling"
+          f"{', L2-normalised' if args.normalize else ''}) written to {args.out}{reused}")
     return 0

@@ -6,7 +6,8 @@ Error messages name CLI flags ``--text-col``, ``--target-col`` and ``--task``; t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -95,6 +96,52 @@ def load_table(
 
 def read_frame(path: Path) -> pd.DataFrame:
     """Read CSV/TSV/JSONL/JSON/Parquet (optionally compressed, e.g. ``.csv.gz``) with pandas, as one-line errors."""
+    fmt = file_format(path)
+    with parse_errors(path, fmt):
+        df = _read(path, fmt)
+    return checked_frame(df, path, fmt)
+
+
+def read_frame_windows(path: Path, rows: int) -> Iterator[pd.DataFrame]:
+    """The table of :func:`read_frame` in consecutive frames of ``rows`` rows (the last may be shorter), read in
+    chunks so that memory holds one frame at a time (a ``.json`` list of records is read whole, then cut)."""
+    fmt = file_format(path)
+    if fmt == ".json":
+        frame = read_frame(path)
+        for start in range(0, len(frame), rows):
+            yield frame.iloc[start:start + rows].reset_index(drop=True)
+        return
+    with parse_errors(path, fmt):
+        if fmt in (".csv", ".tsv"):
+            chunks = pd.read_csv(path, sep="\t" if fmt == ".tsv" else ",", encoding="utf-8", keep_default_na=False,
+                                 na_values=[""], chunksize=rows)
+        elif fmt == ".jsonl":
+            chunks = pd.read_json(path, lines=True, encoding="utf-8", chunksize=rows)
+        else:  # Parquet batches stop at row-group ends: regrouped into frames of ``rows`` rows below
+            import pyarrow.parquet as pq
+
+            chunks = (batch.to_pandas() for batch in pq.ParquetFile(path).iter_batches(batch_size=rows))
+        pending: list[pd.DataFrame] = []
+        first = True
+        for chunk in chunks:
+            if first:
+                chunk, first = checked_frame(chunk, path, fmt), False
+            chunk.columns = [str(c) for c in chunk.columns]
+            pending.append(chunk)
+            while sum(map(len, pending)) >= rows:
+                joined = pd.concat(pending, ignore_index=True)
+                yield joined.iloc[:rows].reset_index(drop=True)
+                pending = [joined.iloc[rows:]]
+        if first:
+            raise PoolkitError(f"{path.name} has no data rows: add rows below the header")
+        rest = pd.concat(pending, ignore_index=True)
+        if len(rest):
+            yield rest
+
+
+def file_format(path: Path) -> str:
+    """The table format of a data file from its name (``.csv`` for ``x.csv.gz``); a missing file or an unknown
+    suffix is a one-line error."""
     if not path.is_file():
         where = "is a directory, not a file" if path.is_dir() else "does not exist"
         raise PoolkitError(f"data file {str(path)!r} {where}: check the path")
@@ -105,8 +152,16 @@ def read_frame(path: Path) -> pd.DataFrame:
             f"unsupported file type {fmt or '(none)'!r} for {path.name}: "
             f"use one of {', '.join(FORMATS)} (optionally compressed, e.g. .csv.gz)"
         )
+    return fmt
+
+
+@contextmanager
+def parse_errors(path: Path, fmt: str) -> Iterator[None]:
+    """Reading errors of pandas / Arrow inside the block as one-line PoolkitErrors naming the fix."""
     try:
-        df = _read(path, fmt)
+        yield
+    except PoolkitError:
+        raise
     except UnicodeDecodeError as e:
         raise PoolkitError(
             f"{path.name} is not valid UTF-8 (byte 0x{e.object[e.start]:02x}): re-save it with UTF-8 encoding"
@@ -116,6 +171,11 @@ def read_frame(path: Path) -> pd.DataFrame:
     except (ValueError, OSError) as e:  # pandas ParserError, JSON and Arrow errors are ValueErrors
         detail = " ".join(str(e).split())
         raise PoolkitError(f"could not parse {path.name} as {fmt[1:].upper()} ({detail}): {_PARSE_FIXES[fmt]}") from e
+
+
+def checked_frame(df: pd.DataFrame, path: Path, fmt: str) -> pd.DataFrame:
+    """``df`` (a table, or its first chunk) with string column names; no rows or a column name given twice in the
+    file's header is a one-line error."""
     if len(df) == 0:
         raise PoolkitError(f"{path.name} has no data rows: add rows below the header")
     header = pd.read_csv(path, sep="\t" if fmt == ".tsv" else ",", header=None, nrows=1, dtype=str,
@@ -183,6 +243,14 @@ def text_list(col: pd.Series, name: str, allow_empty: bool = False) -> list[str]
         raise PoolkitError(f"text column {name!r} is empty or whitespace-only in {_rows(empty)}: fill or drop them "
                            "(zero-width characters count as whitespace)")
     return texts
+
+
+def frame_texts(frame: pd.DataFrame, text_col: str, source: str | Path) -> list[str]:
+    """The texts of ``frame[text_col]`` (missing ones as ""); a missing column is a one-line error naming --text-col."""
+    if text_col not in frame.columns:
+        raise PoolkitError(f"column {text_col!r} not found in {source}.{suggest(text_col, frame.columns)} "
+                           f"Columns: {', '.join(map(str, frame.columns))}; pass the text column with --text-col")
+    return text_list(frame[text_col], text_col, allow_empty=True)
 
 
 def _infer_task(col: pd.Series) -> str:

@@ -93,6 +93,19 @@ def load_tokenizer(name_or_path: str | None, trust_remote_code: bool | None = No
         raise PoolkitError(_not_found(path, err)) from None
 
 
+def load_config(name_or_path: str | None, trust_remote_code: bool | None = None):
+    """The model's ``AutoConfig``, with a one-line error when it cannot be found; model-folder code refused unless
+    trusted."""
+    from transformers import AutoConfig
+
+    path = resolve_model(name_or_path)
+    trust = check_model_folder(path, trust_remote_code)
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust)
+    except (OSError, ValueError) as err:
+        raise PoolkitError(_not_found(path, err)) from None
+
+
 def load_encoder(name_or_path: str | None, trust_remote_code: bool | None = None, **kwargs):
     """The model's ``AutoModel`` encoder, with a one-line error when it cannot be found; model-folder code refused
     unless trusted."""

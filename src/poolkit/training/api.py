@@ -77,7 +77,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
             patience: int = 3, max_length: int | None = None, seed: int = 0, cache_dir: str | Path | None = None,
             finetune_top: int = 0, finetune_epochs: int = 3, encoder_lr: float = 5e-5, out: str | Path | None = None,
             force: bool = False, cache: bool = True, trust_remote_code: bool = False, baseline: bool = True,
-            progress: bool = True) -> Leaderboard:
+            progress: bool = True, cache_dtype: str = "float16") -> Leaderboard:
     """Encode ``data`` once with the frozen encoder, train every pooler + head on the cached layers with the same
     K folds, then (``finetune_top`` K > 0) fine-tune the encoder with the K best poolers.
 
@@ -89,7 +89,8 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     afresh, reading and writing no feature cache. ``trust_remote_code``: allow a model folder's own code
     (``auto_map``); off, such folders are refused. ``baseline``: add the tuned linear baseline's row
     (:mod:`poolkit.training.baseline`: logistic / ridge regression on mean-pooled features, ranked with the frozen
-    rows).
+    rows). ``cache_dtype``: the cached token states' dtype, float16 or int8 (smaller, at an accuracy cost that
+    docs/scale.md measures); the poolers linear in the states read per-layer summaries either way.
     """
     from ..models.encoders import model_label, remote_code, resolve_model
     from ..provenance import run_provenance
@@ -127,13 +128,17 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
 
         start = time.perf_counter()
         features = encode_features(table.texts, model, max_length=max_length, cache_dir=cache_dir, progress=progress,
-                                   cache=cache, trust_remote_code=trust_remote_code)
+                                   cache=cache, trust_remote_code=trust_remote_code, poolers=specs,
+                                   summaries=["mean"] if baseline else [],  # the baseline pools with mean
+                                   token_dtype=cache_dtype)
         encode_seconds = time.perf_counter() - start
         # the model asked for now (a reused feature cache records the path of whichever install first wrote it)
         settings = {"data": table.source, "rows": len(table), "task": table.task, "model": resolve_model(model),
                     "model_label": model_label(model), "metric": metric.name,
                     "higher_is_better": metric.higher_is_better, "folds": folds, "probe": asdict(config),
-                    "encode_seconds": round(encode_seconds, 2), "poolers": specs, "finetune_top": finetune_top,
+                    "encode_seconds": round(encode_seconds, 2),
+                    "cache_bytes_per_text": round(features.bytes_per_text()),
+                    "poolers": specs, "finetune_top": finetune_top,
                     **({"finetune_epochs": finetune_epochs, "encoder_lr": encoder_lr} if finetune_top > 0 else {}),
                     "provenance": run_provenance()}
 
@@ -251,7 +256,7 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
 def read_texts(data: str | Path | Sequence[str], text_col: str = "text") -> tuple[pd.DataFrame, list[str]]:
     """The input table and its texts (missing values as ""): a file with a ``text_col`` column, ``builtin:NAME``
     (its texts and targets) or a list of texts (a one-column table)."""
-    from ..data.tables import read_frame, text_list
+    from ..data.tables import frame_texts, read_frame
 
     if not isinstance(data, (str, Path)):
         texts = [str(t) for t in data]
@@ -268,10 +273,7 @@ def read_texts(data: str | Path | Sequence[str], text_col: str = "text") -> tupl
                 frame[col] = table.targets[:, j]
         return frame, list(table.texts)
     frame = read_frame(Path(data))
-    if text_col not in frame.columns:
-        raise PoolkitError(f"column {text_col!r} not found in {data}.{suggest(text_col, frame.columns)} "
-                           f"Columns: {', '.join(map(str, frame.columns))}; pass the text column with --text-col")
-    return frame, text_list(frame[text_col], text_col, allow_empty=True)
+    return frame, frame_texts(frame, text_col, data)
 
 
 def predict(model: str | Path, data: str | Path | Sequence[str], *, text_col: str = "text", batch_size: int = 64,
@@ -311,6 +313,20 @@ def embed(data: str | Path | Sequence[str], *, model: str | None = None, pooler:
     or the run folder when it holds one fold -- with its own trained pooler. Vectors holding NaN / inf are refused
     unless ``allow_nonfinite``."""
     from ..models.text_encoder import TextEncoder
+    from .streaming import check_finite
+
+    model = embedding_model(model)
+    frame, texts = read_texts(data, text_col)
+    encoder = TextEncoder(model, pooler, normalize=normalize, max_length=max_length, precision=precision,
+                          allow_untrained=allow_untrained, trust_remote_code=trust_remote_code)
+    vectors = encoder.encode(texts, batch_size=batch_size, progress=progress).numpy()
+    check_finite(vectors, 0, allow_nonfinite)
+    return frame, vectors, encoder.pooler.get_config()
+
+
+def embedding_model(model: str | Path | None) -> str | None:
+    """The model ``embed`` loads: ``model`` itself, or the one fold model of a ``poolkit train`` run folder (a run
+    of several folds is refused, naming one to pick)."""
     from . import finetune
 
     if model is not None and Path(model).is_dir() and not (Path(model) / "config.json").is_file():
@@ -318,14 +334,5 @@ def embed(data: str | Path | Sequence[str], *, model: str | None = None, pooler:
         if len(folds) > 1:
             raise PoolkitError(f"{model} holds {len(folds)} fold models: embed with one of them "
                                f"(e.g. --model {folds[0]})")
-        model = str(folds[0])
-    frame, texts = read_texts(data, text_col)
-    encoder = TextEncoder(model, pooler, normalize=normalize, max_length=max_length, precision=precision,
-                          allow_untrained=allow_untrained, trust_remote_code=trust_remote_code)
-    vectors = encoder.encode(texts, batch_size=batch_size, progress=progress).numpy()
-    bad = ~np.isfinite(vectors).all(axis=1)
-    if bad.any() and not allow_nonfinite:
-        rows = ", ".join(map(str, np.flatnonzero(bad)[:5] + 1))
-        raise PoolkitError(f"{int(bad.sum())} of {len(vectors)} vectors hold NaN or inf (rows {rows}; row 1 = first): "
-                           "check the model's weights or --precision, or pass --allow-nonfinite to write them anyway")
-    return frame, vectors, encoder.pooler.get_config()
+        return str(folds[0])
+    return model if model is None else str(model)

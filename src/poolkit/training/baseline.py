@@ -46,7 +46,7 @@ def mean_features(cache: FeatureCache, batch_size: int = 256) -> np.ndarray:
     parts = []
     with torch.inference_mode():
         for batch in sampler:
-            states, mask = cache.batch(rows[batch], all_layers=False)
+            states, mask = cache.inputs(rows[batch], pooler)
             parts.append(pooler(states[-1], mask))
     return sampler.restore(torch.cat(parts)).double().numpy()
 

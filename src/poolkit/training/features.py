@@ -5,11 +5,20 @@ The cache holds only real tokens (no padding), float16, memory-mapped: ``tokens.
 tokens start. A batch is gathered back into padded (B, T, D) tensors with a mask, padded only to the
 batch's longest text.
 
+Given the poolers it is for (:func:`cache_plan`), the cache keeps only what they read. A pooler whose token
+stage is cls / last / mean / sum / mean_sqrt_len (linear in the states and parameter-free: the token poolers
+themselves, and every layer pooler over one, which pools each layer before mixing) reads one pooled summary
+per layer: ``summary_K.npy`` (L + 1, N, D), pooled in float32 from the unrounded states, stored in float16.
+It is handed to the pooler as a one-token sequence, which each of these poolers maps to that token, so its
+output is the one it would compute from the full states. Token states are kept only for the other poolers
+(max, gem, lse, the learned token poolers: the last layer; a layer pooler over one of them: every layer).
+docs/scale.md measures the bytes per text before and after.
+
 A cache folder is named by :func:`cache_key`, a digest of what determines the features: the SHA-256 of every
 file of the model folder (weights, config, tokenizer files; about 0.1 s for the 90 MB MiniLM), or a hub
-model's name and snapshot commit; the texts, each length-prefixed; ``max_length``; the stored dtype; and
-:data:`CACHE_VERSION`. ``meta.json``, written last, records each file's size and SHA-256, checked on open: a
-damaged cache is rebuilt, saying so. A cache is built in ``<key>.tmp``, flushed and renamed into place under
+model's name and snapshot commit; the texts, each length-prefixed; ``max_length``; the stored dtype; what is
+kept (the plan); and :data:`CACHE_VERSION`. ``meta.json``, written last, records each file's size and SHA-256,
+checked on open: a damaged cache is rebuilt, saying so. A cache is built in ``<key>.tmp``, flushed and renamed into place under
 ``<key>.lock`` (one run encodes, a second one waits and reuses it); a staging folder left by a killed run is
 removed by the next run.
 """
@@ -24,7 +33,7 @@ import sys
 import tempfile
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,13 +42,21 @@ from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
 from ..data.batching import sorted_token_batches
+from ..errors import PoolkitError
 from ..io import OLD_SUFFIX, TMP_SUFFIX, file_digest, replace_dir, temp_dir
-from ..models.encoders import check_model_folder, load_encoder, load_tokenizer, resolve_model
+from ..models.encoders import check_model_folder, load_config, load_encoder, load_tokenizer, resolve_model
+from ..pooling import Pooler, build_pooler
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 DTYPE = np.float16
-FILES = ("tokens.npy", "offsets.npy")
 LOCK = ".lock"
+#: Token poolers that map a one-token sequence to that token and are linear and parameter-free: a pooler
+#: whose token stage is one of them is served by per-layer summaries instead of token states.
+SUMMARY_POOLERS = ("cls", "last", "mean", "sum", "mean_sqrt_len")
+#: Every layer's token states and no summaries: what a cache built without naming its poolers holds.
+FULL_PLAN = {"summaries": [], "token_layers": "all", "token_dtype": "float16"}
+#: How token states may be stored: float16, or int8 with one float16 scale per token vector (absmax / 127).
+TOKEN_DTYPES = ("float16", "int8")
 
 
 def default_cache_dir() -> Path:
@@ -62,11 +79,39 @@ def model_fingerprint(model_path: str) -> dict:
     return {"hub": model_path, "snapshot": snapshot}
 
 
-def cache_key(model_path: str, texts: Sequence[str], max_length: int) -> str:
+def summary_spec(pooler: Pooler) -> dict | None:
+    """The spec of the token pooler whose per-layer summaries serve ``pooler`` (None: it reads token states)."""
+    token = pooler.token if pooler.kind == "layer" else pooler
+    if token.kind != "token" or token.name not in SUMMARY_POOLERS or any(True for _ in token.parameters()):
+        return None
+    return {k: v for k, v in token.get_config().items() if k != "hidden_size"}
+
+
+def cache_plan(poolers: Sequence[str | dict], hidden_size: int, num_layers: int,
+               summaries: Sequence[str | dict] = (), token_dtype: str = "float16") -> dict:
+    """What a cache for ``poolers`` keeps: {"summaries": token pooler specs, "token_layers": "none" | "last" |
+    "all", "token_dtype"}; ``summaries``: token poolers to summarise as well (e.g. the linear baseline's mean);
+    ``token_dtype``: float16, or int8 (a quarter of float32's bytes, at an accuracy cost docs/scale.md measures)."""
+    if token_dtype not in TOKEN_DTYPES:
+        raise PoolkitError(f"--cache-dtype must be one of {', '.join(TOKEN_DTYPES)}, got {token_dtype!r}")
+    specs: list[dict] = [build_pooler(s, hidden_size).get_config() for s in summaries]
+    specs = [{k: v for k, v in s.items() if k != "hidden_size"} for s in specs]
+    token_layers = "none"
+    for spec in poolers:
+        pooler = build_pooler(spec, hidden_size, num_layers)
+        summary = summary_spec(pooler)
+        if summary is None:
+            token_layers = "all" if pooler.kind == "layer" or token_layers == "all" else "last"
+        elif summary not in specs:
+            specs.append(summary)
+    return {"summaries": specs, "token_layers": token_layers, "token_dtype": token_dtype}
+
+
+def cache_key(model_path: str, texts: Sequence[str], max_length: int, plan: dict = FULL_PLAN) -> str:
     """A digest of the model's files, the texts (count, then each one length-prefixed: no two lists collide),
-    ``max_length``, the stored dtype and :data:`CACHE_VERSION`."""
+    ``max_length``, the stored dtype, the plan and :data:`CACHE_VERSION`."""
     settings = {"version": CACHE_VERSION, "model": model_fingerprint(model_path), "max_length": max_length,
-                "dtype": np.dtype(DTYPE).name}
+                "dtype": np.dtype(DTYPE).name, "plan": plan}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     digest.update(len(texts).to_bytes(8, "little"))
     for text in texts:
@@ -78,12 +123,16 @@ def cache_key(model_path: str, texts: Sequence[str], max_length: int) -> str:
 
 @dataclass
 class FeatureCache:
-    """Hidden states of every layer for N texts; ``batch(rows)`` gives padded tensors for a pooler."""
+    """Hidden states for N texts, as the plan keeps them; ``inputs(rows, pooler)`` gives a pooler its input."""
 
     folder: Path
-    tokens: np.ndarray  # (L + 1, total_tokens, D) float16, memory-mapped
+    tokens: np.ndarray | None  # (L + 1 or 1, total_tokens, D) float16, memory-mapped; None: no token states kept
     offsets: np.ndarray  # (N + 1,) int64
     meta: dict
+    #: per summarised token pooler (its spec as sorted JSON): (L + 1, N, D) float16, memory-mapped
+    summaries: dict[str, np.ndarray] = field(default_factory=dict)
+    #: int8 token states: each token vector's float16 scale, (L + 1 or 1, total_tokens); None for float16 states
+    scales: np.ndarray | None = None
 
     @property
     def lengths(self) -> np.ndarray:
@@ -92,25 +141,47 @@ class FeatureCache:
     @property
     def num_layers(self) -> int:
         """Transformer layers (hidden states minus the embeddings)."""
-        return self.tokens.shape[0] - 1
+        return self.meta["layers"] - 1 if "layers" in self.meta else self.tokens.shape[0] - 1
 
     @property
     def hidden_size(self) -> int:
-        return self.tokens.shape[2]
+        return self.meta["hidden_size"] if "hidden_size" in self.meta else self.tokens.shape[2]
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    def bytes_per_text(self) -> float:
+        """Bytes on disk per text (every file meta.json records)."""
+        return sum(f["size"] for f in self.meta["files"].values()) / max(len(self), 1)
+
+    def inputs(self, rows: np.ndarray | list[int], pooler: Pooler) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """What ``pooler`` is called with for ``rows``: its summaries as one-token sequences (L + 1 tensors (B, 1, D)
+        for a layer pooler, the last layer's for a token pooler; mask all True), else token states (:meth:`batch`)."""
+        summary = summary_spec(pooler)
+        key = None if summary is None else json.dumps(summary, sort_keys=True)
+        if key not in self.summaries:
+            return self.batch(rows, all_layers=pooler.kind == "layer")
+        rows = np.asarray(rows, dtype=np.int64)
+        source = self.summaries[key] if pooler.kind == "layer" else self.summaries[key][-1:]
+        states = torch.from_numpy(np.ascontiguousarray(source[:, rows])).float()[:, :, None]  # (L', B, 1, D)
+        return list(states.unbind(0)), torch.ones(len(rows), 1, dtype=torch.bool)
+
     def batch(self, rows: np.ndarray | list[int], all_layers: bool = True) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Rows -> (hidden states: L + 1 tensors (B, T, D) float32, or just the last layer; mask (B, T) bool)."""
+        if self.tokens is None or (all_layers and self.tokens.shape[0] == 1):
+            raise PoolkitError(f"the feature cache {self.folder.name} keeps "
+                               f"{self.meta.get('plan', FULL_PLAN)['token_layers']} token layers: build it for the "
+                               "poolers that read them (encode_features(poolers=...))")
         rows = np.asarray(rows, dtype=np.int64)
         lengths = self.lengths[rows]
         width = int(lengths.max())
         positions = np.arange(width)
         mask = positions[None, :] < lengths[:, None]
         index = self.offsets[rows][:, None] + np.minimum(positions[None, :], lengths[:, None] - 1)
-        source = self.tokens if all_layers else self.tokens[-1:]
-        gathered = torch.from_numpy(np.ascontiguousarray(source[:, index])).float()  # (L', B, T, D)
+        layers = slice(None) if all_layers else slice(-1, None)
+        gathered = torch.from_numpy(np.ascontiguousarray(self.tokens[layers][:, index])).float()  # (L', B, T, D)
+        if self.scales is not None:
+            gathered *= torch.from_numpy(np.ascontiguousarray(self.scales[layers][:, index])).float()[..., None]
         return list(gathered.unbind(0)), torch.from_numpy(mask)
 
 
@@ -127,7 +198,7 @@ def open_cache(folder: Path, verify: bool = True) -> FeatureCache:
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise DamagedCache(f"meta.json unreadable ({type(err).__name__})") from None
     if verify:
-        for name in FILES:
+        for name in recorded:
             path = folder / name
             if not path.is_file():
                 raise DamagedCache(f"{name} missing")
@@ -136,11 +207,14 @@ def open_cache(folder: Path, verify: bool = True) -> FeatureCache:
             if file_digest(path) != recorded[name].get("sha256"):
                 raise DamagedCache(f"{name} fails its checksum")
     try:
-        tokens = np.load(folder / "tokens.npy", mmap_mode="r")
+        tokens = np.load(folder / "tokens.npy", mmap_mode="r") if "tokens.npy" in recorded else None
         offsets = np.load(folder / "offsets.npy")
-    except (OSError, ValueError) as err:
+        summaries = {json.dumps(spec, sort_keys=True): np.load(folder / f"summary_{k}.npy", mmap_mode="r")
+                     for k, spec in enumerate(meta["plan"]["summaries"])}
+        scales = np.load(folder / "token_scales.npy", mmap_mode="r") if "token_scales.npy" in recorded else None
+    except (OSError, ValueError, KeyError, TypeError) as err:
         raise DamagedCache(f"unreadable ({err})") from None
-    return FeatureCache(folder, tokens, offsets, meta)
+    return FeatureCache(folder, tokens, offsets, meta, summaries, scales)
 
 
 def clean_staging(root: Path) -> list[Path]:
@@ -159,25 +233,47 @@ def clean_staging(root: Path) -> list[Path]:
 def encode_features(texts: list[str], model: str | None = None, max_length: int = 256, batch_size: int = 32,
                     cache_dir: str | Path | None = None, progress: bool = True,
                     device: str | torch.device | None = None, cache: bool = True,
-                    trust_remote_code: bool | None = None) -> FeatureCache:
-    """Run the encoder once over ``texts`` (length-sorted batches, inference mode) and cache every layer.
+                    trust_remote_code: bool | None = None, poolers: Sequence[str | dict] | None = None,
+                    summaries: Sequence[str | dict] = (), token_dtype: str = "float16") -> FeatureCache:
+    """Run the encoder once over ``texts`` (length-sorted batches, inference mode) and cache what ``poolers``
+    read (:func:`cache_plan`; ``summaries``: token poolers summarised as well; ``token_dtype``: float16 or int8
+    token states), or every layer's token states when ``poolers`` is None.
 
     Returns the cache: reused when an intact one with the same key exists, else built in a staging folder and
     renamed into place, under a lock so that concurrent runs on the same data encode once. ``cache=False``:
     neither read nor written (the features live in a temporary folder removed with the returned object).
+    ``progress``: also prints the cache's bytes per text.
     """
     model_path = resolve_model(model)
     trust = check_model_folder(model_path, trust_remote_code)
+    plan = {**FULL_PLAN, "token_dtype": token_dtype}
+    if poolers is not None:
+        config = load_config(model_path, trust)
+        plan = cache_plan(poolers, config.hidden_size, config.num_hidden_layers, summaries, token_dtype)
+    features = _cached(texts, model_path, max_length, batch_size, cache_dir, progress, device, cache, trust, plan)
+    if progress:
+        print(f"feature cache: {features.bytes_per_text() / 1024:.1f} KiB per text ({_describe(plan)})", flush=True)
+    return features
+
+
+def _describe(plan: dict) -> str:
+    names = ", ".join(s["name"] for s in plan["summaries"]) or "none"
+    return f"per-layer summaries: {names}; token states: {plan['token_layers']} layers, {plan['token_dtype']}"
+
+
+def _cached(texts: list[str], model_path: str, max_length: int, batch_size: int, cache_dir: str | Path | None,
+            progress: bool, device: str | torch.device | None, cache: bool, trust: bool, plan: dict) -> FeatureCache:
+    """The cache for ``plan``: reused, or encoded (see :func:`encode_features`)."""
     if not cache:
         scratch = Path(tempfile.mkdtemp(prefix="poolkit-features-"))
-        features = open_cache(_encode(texts, model_path, max_length, batch_size, scratch, progress, device, trust),
-                              verify=False)
+        features = open_cache(_encode(texts, model_path, max_length, batch_size, scratch, progress, device, trust,
+                                      plan), verify=False)
         weakref.finalize(features, shutil.rmtree, scratch, True)
         return features
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     clean_staging(root)
-    key = cache_key(model_path, texts, max_length)
+    key = cache_key(model_path, texts, max_length, plan)
     folder = root / key
     with FileLock(root / (key + LOCK)):
         if folder.exists():
@@ -187,7 +283,7 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
                 print(f"feature cache {folder} is damaged ({err}): rebuilding it", file=sys.stderr, flush=True)
         staging = temp_dir(folder)
         try:
-            _encode(texts, model_path, max_length, batch_size, staging, progress, device, trust)
+            _encode(texts, model_path, max_length, batch_size, staging, progress, device, trust, plan)
             replace_dir(staging, folder)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -196,8 +292,9 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
 
 
 def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int, folder: Path, progress: bool,
-            device: str | torch.device | None, trust: bool) -> Path:
-    """Encode every layer into ``folder`` (tokens.npy, offsets.npy, then meta.json with sizes and checksums)."""
+            device: str | torch.device | None, trust: bool, plan: dict = FULL_PLAN) -> Path:
+    """Encode into ``folder`` what ``plan`` keeps (tokens.npy, summary_K.npy, offsets.npy), then meta.json with
+    sizes and checksums."""
     tokenizer = load_tokenizer(model_path, trust)
     tokenizer.padding_side = "right"  # the copy loop below keeps each row's first `length` positions
     encoder = load_encoder(model_path, trust).eval()
@@ -208,27 +305,53 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
     sampler, batches = sorted_token_batches(tokenizer, texts, max_length, batch_size, device)
     lengths = sampler.lengths
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    layers = encoder.config.num_hidden_layers + 1
-    tokens = np.lib.format.open_memmap(folder / "tokens.npy", mode="w+", dtype=DTYPE,
-                                       shape=(layers, int(offsets[-1]), encoder.config.hidden_size))
+    layers, hidden = encoder.config.num_hidden_layers + 1, encoder.config.hidden_size
+    kept = {"none": 0, "last": 1, "all": layers}[plan["token_layers"]]
+    int8 = plan["token_dtype"] == "int8"
+    tokens = np.lib.format.open_memmap(folder / "tokens.npy", mode="w+", dtype=np.int8 if int8 else DTYPE,
+                                       shape=(kept, int(offsets[-1]), hidden)) if kept else None
+    scales = np.lib.format.open_memmap(folder / "token_scales.npy", mode="w+", dtype=DTYPE,
+                                       shape=(kept, int(offsets[-1]))) if kept and int8 else None
+    poolers = [build_pooler(spec, hidden).to(device) for spec in plan["summaries"]]
+    summaries = [np.lib.format.open_memmap(folder / f"summary_{k}.npy", mode="w+", dtype=DTYPE,
+                                           shape=(layers, len(texts), hidden)) for k in range(len(poolers))]
     bar = tqdm(total=len(texts), desc="encoding (all layers, once)", unit="text", disable=not progress)
     with torch.inference_mode():
         for rows, batch in batches:
             states = encoder(**batch, output_hidden_states=True).hidden_states
-            stacked = torch.stack(states).to(torch.float16).cpu().numpy()  # (L + 1, B, T, D)
-            for j, row in enumerate(rows):  # keep the real tokens only (right padding)
-                tokens[:, offsets[row]:offsets[row + 1]] = stacked[:, j, : lengths[row]]
+            for pooler, summary in zip(poolers, summaries):  # pooled from the float32 states, then stored
+                pooled = torch.stack([pooler(h, batch["attention_mask"]) for h in states])  # (L + 1, B, D)
+                summary[:, rows] = pooled.to(torch.float16).cpu().numpy()
+            if tokens is not None:
+                stacked, scale = _stored_tokens(torch.stack(states[-kept:]), int8)  # (kept, B, T, D), (kept, B, T)
+                for j, row in enumerate(rows):  # keep the real tokens only (right padding)
+                    tokens[:, offsets[row]:offsets[row + 1]] = stacked[:, j, : lengths[row]]
+                    if scales is not None:
+                        scales[:, offsets[row]:offsets[row + 1]] = scale[:, j, : lengths[row]]
             bar.update(len(rows))
     bar.close()
-    tokens.flush()
-    del tokens
+    for array in [*summaries, *(a for a in (tokens, scales) if a is not None)]:
+        array.flush()
+    del tokens, summaries, scales
     np.save(folder / "offsets.npy", offsets)
-    files = {name: {"size": (folder / name).stat().st_size, "sha256": file_digest(folder / name)} for name in FILES}
+    names = sorted(f.name for f in folder.glob("*.npy"))
+    files = {name: {"size": (folder / name).stat().st_size, "sha256": file_digest(folder / name)} for name in names}
     meta = {"version": CACHE_VERSION, "model": model_path, "max_length": max_length, "texts": len(texts),
-            "layers": layers, "hidden_size": encoder.config.hidden_size, "tokens": int(offsets[-1]),
-            "dtype": np.dtype(DTYPE).name, "files": files}
+            "layers": layers, "hidden_size": hidden, "tokens": int(offsets[-1]), "dtype": np.dtype(DTYPE).name,
+            "plan": plan, "bytes_per_text": round(sum(f["size"] for f in files.values()) / max(len(texts), 1), 1),
+            "files": files}
     (folder / "meta.json").write_text(json.dumps(meta, indent=2))
     return folder
+
+
+def _stored_tokens(states: torch.Tensor, int8: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """Token states as stored: float16, or int8 with each vector's float16 scale (its largest magnitude / 127,
+    rounded to float16 before quantising, so that dequantising multiplies by exactly the scale used)."""
+    if not int8:
+        return states.to(torch.float16).cpu().numpy(), None
+    scale = (states.abs().amax(-1) / 127).clamp_min(1e-8).to(torch.float16).float()
+    quantised = torch.round(states.float() / scale[..., None]).clamp(-127, 127).to(torch.int8)
+    return quantised.cpu().numpy(), scale.to(torch.float16).cpu().numpy()
 
 
 def list_caches(cache_dir: str | Path | None = None) -> list[dict]:

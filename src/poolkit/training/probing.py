@@ -111,13 +111,13 @@ class _Targets:
         return raw * self.std + self.mean if self.task == "regression" else raw
 
 
-def _predict(model: ProbeModel, cache: FeatureCache, rows: np.ndarray, batch_size: int, all_layers: bool) -> np.ndarray:
+def _predict(model: ProbeModel, cache: FeatureCache, rows: np.ndarray, batch_size: int) -> np.ndarray:
     model.eval()
     outputs = []
     sampler = LengthGroupedBatchSampler(cache.lengths[rows], batch_size, shuffle=False)
     with torch.inference_mode():
         for batch in sampler:
-            states, mask = cache.batch(rows[batch], all_layers)
+            states, mask = cache.inputs(rows[batch], model.pooler)
             outputs.append(model(states, mask).float())
     return sampler.restore(torch.cat(outputs)).numpy()
 
@@ -136,7 +136,6 @@ def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train
     fit_rows, val_rows = train_rows[fit], train_rows[val]
     pooler = build_pooler(spec, cache.hidden_size, cache.num_layers)
     model = ProbeModel(pooler, data.n_outputs, config.head_dropout)
-    all_layers = pooler.kind == "layer"
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.pooler_lr, weight_decay=config.weight_decay)
     targets = _Targets(data, fit_rows)
     metric = primary_metric(data.task, data.n_outputs)
@@ -146,13 +145,13 @@ def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train
         model.train()
         for batch in sampler:
             rows = fit_rows[batch]
-            states, mask = cache.batch(rows, all_layers)
+            states, mask = cache.inputs(rows, pooler)
             loss = task_loss(data.task, model(states, mask), targets.values[rows])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
         epochs_run = epoch
-        outputs = targets.outputs(_predict(model, cache, val_rows, config.batch_size * 2, all_layers))
+        outputs = targets.outputs(_predict(model, cache, val_rows, config.batch_size * 2))
         score = compute_metrics(data.task, outputs, data.targets[val_rows], data.n_outputs)[metric.name]
         if best is None or metric.better(score, best):
             best, best_state, best_epoch, stale = score, copy.deepcopy(model.state_dict()), epoch, 0
@@ -162,7 +161,7 @@ def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train
                 break
     model.load_state_dict(best_state)
     params = sum(p.numel() for p in model.parameters())
-    test_outputs = targets.outputs(_predict(model, cache, test_rows, config.batch_size * 2, all_layers))
+    test_outputs = targets.outputs(_predict(model, cache, test_rows, config.batch_size * 2))
     metrics = compute_metrics(data.task, test_outputs, data.targets[test_rows], data.n_outputs)
     detail = {"best_epoch": best_epoch, "epochs_run": epochs_run, f"val_{metric.name}": float(best),
               f"test_{metric.name}": float(metrics[metric.name])}

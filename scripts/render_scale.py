@@ -1,0 +1,117 @@
+"""docs/scale.md's numbers, rendered from benchmarks/results/scale.json (written by
+``benchmarks/perf_scale.py --json``).
+
+    .venv/bin/python scripts/render_scale.py --check   # exit 1 when the page differs from the file
+    .venv/bin/python scripts/render_scale.py --write   # update the page's marked blocks
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import markers  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "scale.md"
+RESULT = ROOT / "benchmarks" / "results" / "scale.json"
+
+
+def render_provenance(result: dict) -> str:
+    options, load = result["options"], result["machine"]["load_average"]
+    dirty = result["uncommitted"]
+    return (f"From `benchmarks/results/scale.json`: measured {result['date']} at commit `{result['commit'][:10]}`"
+            + (f" (with uncommitted changes to {', '.join(f'`{p}`' for p in dirty)})" if dirty else "")
+            + f", on {result['machine']['cpu']} ({result['machine']['cores']} cores, shared with other jobs), torch "
+            f"{result['torch']}; 1-minute load average {load[0]:.1f} at the start and "
+            f"{result['load_average_end'][0]:.1f} at the end; "
+            + (f"the whole run took {result['total_s'] / 60:.1f} min" if result["complete"] else
+               f"the run was STOPPED after {result['total_s'] / 60:.1f} min, before it finished: the parts it did not "
+               "reach are marked as not measured")
+            + f". Settings: window {result['window']} "
+            f"rows, {options['threads']} torch thread(s) per scaling cell, MiniLM N = {options['minilm_n']}, tiny "
+            f"BERT N = {options['tiny_n']} (batch {options['tiny_batch_size']}).")
+
+
+def render_embed(result: dict) -> str:
+    rows = ["| model | N | wall s | CPU s | texts/s | peak RSS MiB |", "|---|---:|---:|---:|---:|---:|"]
+    for cell in result["scaling"]:
+        rows.append(f"| {cell['model']} | {cell['n']:,} | {cell['wall_s']:.1f} | {cell['cpu_s']:.1f} | "
+                    f"{cell['texts_per_s']:,.0f} | {cell['peak_rss_mib']:,.0f} |")
+    lines = ["\n".join(rows), ""]
+    for model in dict.fromkeys(cell["model"] for cell in result["scaling"]):
+        cells = [c for c in result["scaling"] if c["model"] == model and c["n"] >= 10_000]
+        if len(cells) < 2:
+            continue
+        rss = [c["peak_rss_mib"] for c in cells]
+        speed = [c["texts_per_s"] for c in cells]
+        lines.append(f"- {model}, N = {cells[0]['n']:,} to {cells[-1]['n']:,}: peak RSS from {min(rss):,.0f} to "
+                     f"{max(rss):,.0f} MiB ({(max(rss) / min(rss) - 1) * 100:.0f}% apart; goal: within 10%), "
+                     f"texts/s from {min(speed):,.0f} to {max(speed):,.0f} ({(max(speed) / min(speed) - 1) * 100:.0f}% "
+                     "apart; goal: flat).")
+    return "\n".join(lines)
+
+
+def render_processes(result: dict) -> str:
+    runs = result["processes"]["runs"]
+    base = runs["1 process, 1 thread"]["wall_s"]
+    rows = ["| run | wall s (start-up included) | texts/s | speed-up vs 1 process, 1 thread |", "|---|---:|---:|---:|"]
+    for name, run in runs.items():
+        rows.append(f"| {name} | {run['wall_s']:.1f} | {run['texts_per_s']:.0f} | {base / run['wall_s']:.2f}x |")
+    return ("\n".join(rows) + f"\n\nN = {result['processes']['n']:,} glosses, {result['processes']['model']}; the two "
+            f"outputs differ by at most {result['processes']['max_abs_difference']:.1e} (absolute).")
+
+
+def render_cache(result: dict) -> str:
+    rows = ["| model | layers x hidden | tokens per text | before: bytes per text | after | before / after | "
+            "after, int8 token states | at 100 tokens per text: before | after |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for cell in result["cache"]:
+        rows.append(f"| {cell['model']} | {cell['layers']} x {cell['hidden_size']} | {cell['tokens_per_text']:.1f} | "
+                    f"{cell['full_bytes_per_text'] / 1024:,.1f} KiB | {cell['lean_bytes_per_text'] / 1024:,.1f} KiB | "
+                    f"{cell['full_bytes_per_text'] / cell['lean_bytes_per_text']:.1f}x | "
+                    f"{cell['lean_int8_bytes_per_text'] / 1024:,.1f} KiB | "
+                    f"{cell['full_bytes_at_100_tokens'] / 1024:,.0f} KiB | "
+                    f"{cell['lean_bytes_at_100_tokens'] / 1024:,.0f} KiB |")
+    plan = result["cache"][0]["lean_plan"]
+    names = ", ".join(s["name"] for s in plan["summaries"])
+    return ("\n".join(rows) + f"\n\nAfter: per-layer summaries of {names}, and token states of the "
+            f"{plan['token_layers']} layer(s), for compare's default poolers and the linear baseline; "
+            f"{result['cache'][0]['texts']} embedded WordNet glosses, max_length 256.")
+
+
+def render_leaderboard(result: dict) -> str:
+    board = result["leaderboard"]
+    boards, metric = board["boards"], board["metric"]
+    names = list(boards)
+    rows = ["| pooler | " + " | ".join(f"{name}: {metric} (± fold std)" for name in names) + " |",
+            "|---|" + "---:|" * len(names)]
+    for label in boards["full"]:
+        rows.append(f"| {label} | " + " | ".join(f"{boards[n][label]['mean']:.4f} ± {boards[n][label]['std']:.4f}"
+                                                for n in names) + " |")
+    lines = [f"{board['rows']} rows of builtin:embedded, {board['folds']} folds, {board['epochs']} epochs, the same "
+             "folds and seeds on every cache, best first."]
+    for name in names[1:]:
+        worst = max(abs(boards[name][p]["mean"] - boards["full"][p]["mean"]) for p in boards["full"])
+        same = list(boards[name]) == list(boards["full"])
+        lines.append(f"{name}: largest difference from the full cache {worst:.4f}; ranking "
+                     + ("the same." if same else f"DIFFERENT ({', '.join(boards[name])})."))
+    return "\n".join(rows) + "\n\n" + " ".join(lines)
+
+
+NOT_MEASURED = "Not measured: the committed run stopped before this part (see Provenance)."
+
+
+def render(_args=None) -> dict[str, str]:
+    result = json.loads(RESULT.read_text())
+    parts = {"embed": ("scaling", render_embed), "processes": ("processes", render_processes),
+             "cache": ("cache", render_cache), "leaderboard": ("leaderboard", render_leaderboard)}
+    blocks = {name: draw(result) if result.get(key) else NOT_MEASURED for name, (key, draw) in parts.items()}
+    return {"provenance": render_provenance(result), **blocks}
+
+
+if __name__ == "__main__":
+    sys.exit(markers.main(DOC, render, __doc__))

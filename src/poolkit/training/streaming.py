@@ -1,0 +1,302 @@
+"""``poolkit embed`` on data of any size: streamed in windows, resumable, and sharded over processes.
+
+The input is read in windows of ``window`` rows (:func:`poolkit.data.tables.read_frame_windows`); each window's
+texts are length-sorted and batched by :meth:`TextEncoder.encode`, so memory holds one window, never the data.
+Each finished window's vectors go to ``<out>.partial/window-NNNNNN.npy`` with a small record beside it (rows,
+SHA-256) written last, and ``manifest.json`` holds the settings that determine the vectors (input file, model
+files, pooler spec, normalisation, max_length, precision, window, output format). A run that finds a partial
+folder with the same settings keeps every window whose record and checksum match and redoes the rest; different
+settings are refused (``force`` starts over). When every window is done, the output is written in input order,
+one window at a time (Parquet row groups, a ``.npy`` header for the known row count then its rows, CSV / JSONL lines)
+to a temporary file renamed to ``out``: the final name never holds a half-written file.
+
+Under ``torchrun`` / ``accelerate launch`` (``RANK`` / ``WORLD_SIZE`` set) process ``r`` encodes windows
+``r, r + W, ...`` on its own device (``cuda:LOCAL_RANK`` when there is CUDA); the processes share nothing but the
+partial folder, so no collective op can time out on an uneven split; each process marks itself done (with the
+launch's id), and rank 0 waits for every mark, then assembles the one output. A process that fails makes the
+launcher stop the others.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import PoolkitError
+from ..io import atomic_write, atomic_write_json, file_digest, refuse_overwrite
+
+#: Rows per window: memory holds one window's texts, tokens and vectors; each is length-sorted on its own.
+WINDOW = 8192
+FORMAT_VERSION = 1
+PARTIAL_SUFFIX = ".partial"
+MANIFEST = "manifest.json"
+
+
+def partial_dir(out: Path) -> Path:
+    """Where a run on ``out`` keeps its finished windows and manifest until the output is complete."""
+    return out.with_name(out.name + PARTIAL_SUFFIX)
+
+
+def process_rank() -> tuple[int, int]:
+    """(rank, world size) from the launcher's environment (torchrun and accelerate launch set both); (0, 1) alone."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def process_device(world: int) -> str | None:
+    """This process's device among several (``cuda:LOCAL_RANK``, or the CPU when there is no CUDA or accelerate
+    was told ``--cpu``); alone: None (the encoder's own choice)."""
+    import torch
+
+    if world == 1:
+        return None
+    if torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("1", "true", "yes"):
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"  # more processes: shared
+    return "cpu"
+
+
+def input_windows(data: str | Path | Sequence[str], text_col: str, window: int
+                  ) -> Iterator[tuple[pd.DataFrame, list[str]]]:
+    """(frame, texts) per window of ``window`` rows, in input order: a file read in chunks; ``builtin:NAME`` or a
+    list of texts (already in memory) cut into windows."""
+    from ..data.tables import frame_texts, read_frame_windows
+    from .api import read_texts
+
+    if isinstance(data, (str, Path)) and not str(data).startswith("builtin:"):
+        frames = read_frame_windows(Path(data), window)
+    else:
+        whole, _ = read_texts(data, text_col)
+        frames = (whole.iloc[start:start + window].reset_index(drop=True) for start in range(0, len(whole), window))
+    for frame in frames:
+        yield frame, frame_texts(frame, text_col, data if isinstance(data, (str, Path)) else "the texts")
+
+
+def input_fingerprint(data: str | Path | Sequence[str]) -> dict[str, Any]:
+    """What identifies the input: a file's name and SHA-256, a built-in set's name, or a digest of a list of texts."""
+    if isinstance(data, (str, Path)):
+        if str(data).startswith("builtin:"):
+            return {"builtin": str(data)}
+        return {"file": Path(data).name, "sha256": file_digest(Path(data))}
+    digest = hashlib.sha256()
+    for text in data:
+        encoded = str(text).encode("utf-8", "surrogatepass")
+        digest.update(len(encoded).to_bytes(8, "little") + encoded)
+    return {"texts_sha256": digest.hexdigest()}
+
+
+def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: str | None = None,
+                  pooler: str | dict[str, Any] | None = None, text_col: str = "text", normalize: bool = False,
+                  batch_size: int = 32, max_length: int | None = None, precision: str = "auto",
+                  allow_untrained: bool = False, trust_remote_code: bool = False, allow_nonfinite: bool = False,
+                  window: int = WINDOW, force: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Embed ``data`` into ``out`` (.npy, or the table plus its vectors: .parquet / .jsonl / .csv / .tsv, the text
+    ones optionally .gz) streamed in windows, resuming an interrupted run with the same settings; see the module
+    docstring. Returns {"rows", "dim", "pooler" (spec), "windows", "reused" (windows kept from an earlier run),
+    "rank", "world"}; with several processes only rank 0 writes ``out`` (the others return ``rows`` None)."""
+    from ..cli.common import table_format
+    from ..models.encoders import resolve_model
+    from ..models.text_encoder import TextEncoder
+    from .api import embedding_model
+    from .features import model_fingerprint
+
+    out = Path(out)
+    kind, compression = table_format(out, others=(".npy",))
+    if window < 1:
+        raise PoolkitError(f"--window must be at least 1 row, got {window}")
+    rank, world = process_rank()
+    refuse_overwrite(out, force)
+    model = embedding_model(model)
+    encoder = TextEncoder(model, pooler, normalize=normalize, max_length=max_length, precision=precision,
+                          allow_untrained=allow_untrained, trust_remote_code=trust_remote_code,
+                          device=process_device(world))
+    spec = encoder.pooler.get_config()
+    settings = {"version": FORMAT_VERSION, "input": input_fingerprint(data), "text_col": text_col,
+                "model": model_fingerprint(resolve_model(model)), "pooler": spec, "normalize": normalize,
+                "max_length": encoder.max_length, "precision": encoder.precision, "window": window,
+                "format": kind}
+    windows_in = input_windows(data, text_col, window)
+    first = next(windows_in)  # a bad input (no such column, unreadable file) fails before anything is written
+    partial = partial_dir(out)
+    if rank == 0:
+        _open_partial(partial, settings, force)
+    else:
+        _wait_for(lambda: _manifest(partial) == json.loads(json.dumps(settings)), f"{partial / MANIFEST}")
+    reused = windows = 0
+    from tqdm.auto import tqdm
+
+    try:
+        with tqdm(desc="embedding", unit="text", disable=not progress or rank != 0) as bar:
+            for index, (_, texts) in enumerate(itertools.chain([first], windows_in)):
+                windows += 1
+                if index % world != rank:
+                    continue
+                if _finished_window(partial, index, len(texts)):
+                    reused += 1
+                else:
+                    vectors = encoder.encode(texts, batch_size=batch_size).numpy()
+                    check_finite(vectors, index * window, allow_nonfinite)
+                    _save_window(partial, index, vectors)
+                bar.update(len(texts) * world)
+    except BaseException:
+        if rank == 0 and not any(partial.glob("window-*.json")):  # nothing worth resuming
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
+    summary = {"rows": None, "dim": encoder.dim, "pooler": spec, "windows": windows, "reused": reused,
+               "rank": rank, "world": world}
+    if rank != 0:  # done: its windows' records are written
+        atomic_write_json(partial / f"rank-{rank}.done", {"launch": launch_id(), "windows": windows})
+        return summary
+    _wait_for(lambda: all(_manifest(partial, f"rank-{r}.done") == {"launch": launch_id(), "windows": windows}
+                          for r in range(1, world)), f"the other processes' windows in {partial}")
+    records = [json.loads((partial / f"window-{i:06d}.json").read_text()) for i in range(windows)]
+    rows = sum(record["rows"] for record in records)
+    parts = (_load_window(partial, i, records[i]) for i in range(windows))
+    if kind == ".npy":
+        atomic_write(out, lambda tmp: _write_npy(tmp, parts, rows, encoder.dim))
+    else:
+        frames = (frame for frame, _ in input_windows(data, text_col, window))
+        atomic_write(out, lambda tmp: _write_table(tmp, kind, compression, zip(frames, parts)))
+    shutil.rmtree(partial, ignore_errors=True)
+    return {**summary, "rows": rows}
+
+
+def launch_id() -> str:
+    """What the processes of one launch share and those of an earlier launch do not: torchrun's run id and the
+    launcher's process id (so a resumed run never takes an interrupted run's done-marks for its own)."""
+    return f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}:{os.getppid()}"
+
+
+def _manifest(partial: Path, name: str = MANIFEST) -> dict | None:
+    """A JSON file of the partial folder (the manifest, or a process's done-mark), None when absent or unreadable."""
+    try:
+        return json.loads((partial / name).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _open_partial(partial: Path, settings: dict[str, Any], force: bool) -> None:
+    """Keep a partial folder written with ``settings`` (resume), else refuse it (``force``: start over)."""
+    found = _manifest(partial)
+    settings = json.loads(json.dumps(settings))  # as read back: tuples become lists
+    if partial.exists() and found != settings:
+        if not force:
+            changed = sorted(k for k in settings if (found or {}).get(k) != settings[k]) if found else ["manifest"]
+            raise PoolkitError(f"{partial} holds an interrupted embed with other settings ({', '.join(changed)} "
+                               "differ): rerun with the same settings to resume it, or pass --force to start over")
+        shutil.rmtree(partial)
+    partial.mkdir(exist_ok=True)
+    if found != settings:
+        atomic_write_json(partial / MANIFEST, settings)
+
+
+def _wait_for(ready, what: str, poll: float = 0.2) -> None:
+    """Poll until ``ready()``; a failed process makes the launcher stop this one, so there is no deadline."""
+    start = note = time.monotonic()
+    while not ready():
+        time.sleep(poll)
+        if time.monotonic() - note > 600:
+            note = time.monotonic()
+            print(f"still waiting for {what} ({(note - start) / 60:.0f} min)", flush=True)
+
+
+def _finished_window(partial: Path, index: int, rows: int) -> bool:
+    """Whether window ``index`` was written whole by an earlier run: its record, row count and checksum match."""
+    record_path = partial / f"window-{index:06d}.json"
+    try:
+        record = json.loads(record_path.read_text())
+        return record["rows"] == rows and file_digest(partial / f"window-{index:06d}.npy") == record["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _save_window(partial: Path, index: int, vectors: np.ndarray) -> None:
+    """The window's vectors, then its record (the record's presence means the vectors are whole)."""
+    path = partial / f"window-{index:06d}.npy"
+    atomic_write(path, lambda tmp: _save_npy(tmp, vectors))
+    atomic_write_json(partial / f"window-{index:06d}.json", {"rows": len(vectors), "sha256": file_digest(path)})
+
+
+def _save_npy(tmp: str, vectors: np.ndarray) -> None:
+    with open(tmp, "wb") as handle:  # np.save(path) would append .npy to the temporary name
+        np.save(handle, np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False)
+
+
+def _load_window(partial: Path, index: int, record: dict) -> np.ndarray:
+    path = partial / f"window-{index:06d}.npy"
+    if file_digest(path) != record["sha256"]:
+        raise PoolkitError(f"{path} changed after it was written (checksum mismatch): run the same command again "
+                           "to redo that window")
+    return np.load(path, allow_pickle=False)
+
+
+def check_finite(vectors: np.ndarray, first_row: int, allow_nonfinite: bool) -> None:
+    """Refuse vectors holding NaN / inf unless ``allow_nonfinite``, naming rows (``first_row``: the first's index)."""
+    bad = ~np.isfinite(vectors).all(axis=1)
+    if bad.any() and not allow_nonfinite:
+        rows = ", ".join(map(str, np.flatnonzero(bad)[:5] + first_row + 1))
+        raise PoolkitError(f"{int(bad.sum())} of {len(vectors)} vectors hold NaN or inf (rows {rows}; row 1 = first): "
+                           "check the model's weights or --precision, or pass --allow-nonfinite to write them anyway")
+
+
+def _write_npy(tmp: str, parts: Iterator[np.ndarray], rows: int, dim: int) -> None:
+    """The (rows, dim) float32 array: the header for the known shape, then one window at a time (appended, not
+    through a memmap, whose written pages would stay resident and grow with the data)."""
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+              "shape": (rows, dim)}
+    with open(tmp, "wb") as handle:
+        np.lib.format.write_array_header_1_0(handle, header)
+        for vectors in parts:
+            handle.write(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
+
+
+def _write_table(tmp: str, kind: str, compression: str | None,
+                 windows: Iterator[tuple[pd.DataFrame, np.ndarray]]) -> None:
+    """The input table plus its vectors, one window at a time: Parquet (one row group per window, an ``embedding``
+    list column), JSONL (an ``embedding`` list per line) or CSV / TSV (``emb_0 .. emb_{dim-1}`` columns)."""
+    if kind == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        writer = None
+        try:
+            for frame, vectors in windows:
+                table = pa.Table.from_pandas(frame.assign(embedding=list(vectors)), preserve_index=False)
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, table.schema)
+                else:
+                    table = _same_schema(table, writer.schema)
+                writer.write_table(table)
+        finally:
+            if writer is not None:
+                writer.close()
+        return
+    opener = (lambda: gzip.open(tmp, "wt", encoding="utf-8", newline="")) if compression else (
+        lambda: open(tmp, "w", encoding="utf-8", newline=""))
+    with opener() as handle:
+        for number, (frame, vectors) in enumerate(windows):
+            if kind == ".jsonl":
+                handle.write(frame.assign(embedding=list(vectors)).to_json(orient="records", lines=True,
+                                                                           force_ascii=False))
+            else:
+                columns = pd.DataFrame(vectors, columns=[f"emb_{j}" for j in range(vectors.shape[1])])
+                pd.concat([frame, columns], axis=1).to_csv(handle, index=False, header=number == 0,
+                                                           sep="\t" if kind == ".tsv" else ",")
+
+
+def _same_schema(table, schema):
+    """A later window cast to the first window's column types (Parquet files have one schema)."""
+    try:
+        return table.cast(schema)
+    except (ValueError, TypeError) as err:  # Arrow's errors are ValueErrors
+        raise PoolkitError(f"a column changes type between windows ({' '.join(str(err).split())[:200]}): write "
+                           ".jsonl or .csv instead, or make the column's values one type") from None

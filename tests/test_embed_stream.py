@@ -1,0 +1,139 @@
+"""Streamed ``embed``: windows, resume after an interruption, and several processes (poolkit.training.streaming).
+
+Tolerance: windows batch (and so pad) texts differently from one in-memory pass; padding never changes a
+pooled vector, so the two agree to float32 rounding (atol 1e-5)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from poolkit import PoolkitError
+from poolkit.models.text_encoder import TextEncoder
+from poolkit.training.api import embed
+from poolkit.training.streaming import embed_to_file, partial_dir
+from tiny_models import WORDS
+
+ATOL = 1e-5
+WINDOW = 16
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+class Killed(BaseException):
+    """Stands for the process being killed mid-run (not an Exception: nothing may catch and carry on)."""
+
+
+@pytest.fixture(scope="module")
+def texts():
+    """53 texts of 1 to 14 words (more than three windows; lengths vary so every window sorts its rows)."""
+    rng = np.random.default_rng(1)
+    return [" ".join(rng.choice(WORDS, size=int(rng.integers(1, 15)))) for _ in range(53)]
+
+
+@pytest.fixture
+def table(tmp_path, texts):
+    path = tmp_path / "in.csv"
+    pd.DataFrame({"id": range(len(texts)), "text": texts}).to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("source,out", [("csv", "v.npy"), ("parquet", "v.parquet"), ("jsonl", "v.jsonl.gz"),
+                                        ("csv", "v.tsv")])
+def test_streamed_output_equals_the_in_memory_one(tmp_path, texts, model_dir, source, out):
+    data = tmp_path / f"in.{source}"
+    frame = pd.DataFrame({"id": range(len(texts)), "text": texts})
+    if source == "parquet":  # row groups of 7 rows: windows of 16 are regrouped across them
+        frame.to_parquet(data, row_group_size=7)
+    elif source == "jsonl":
+        frame.to_json(data, orient="records", lines=True)
+    else:
+        frame.to_csv(data, index=False)
+    _, expected, _ = embed(data, model=model_dir, pooler="max", progress=False)
+    done = embed_to_file(data, tmp_path / out, model=model_dir, pooler="max", window=WINDOW, progress=False)
+    assert (done["rows"], done["windows"], done["dim"]) == (53, 4, 32)
+    if out.endswith(".npy"):
+        got = np.load(tmp_path / out)
+    else:
+        written = (pd.read_parquet(tmp_path / out) if out.endswith(".parquet") else
+                   pd.read_json(tmp_path / out, lines=True) if ".jsonl" in out else
+                   pd.read_csv(tmp_path / out, sep="\t"))
+        assert written["id"].tolist() == list(range(53)) and written["text"].tolist() == texts  # input order
+        got = (written[[f"emb_{j}" for j in range(32)]].to_numpy() if out.endswith(".tsv")
+               else np.stack(written["embedding"]))
+    np.testing.assert_allclose(got, expected, atol=ATOL)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([data.name, out])  # no partial folder left
+
+
+def test_an_interrupted_run_resumes_to_the_same_file(tmp_path, table, model_dir, monkeypatch):
+    whole = tmp_path / "whole.npy"
+    embed_to_file(table, whole, model=model_dir, window=WINDOW, progress=False)
+    out = tmp_path / "v.npy"
+    calls, fail_at = [], [3]
+    encode = TextEncoder.encode
+
+    def fail_on_third_window(self, window_texts, **options):
+        calls.append(len(window_texts))
+        if len(calls) in fail_at:
+            raise Killed  # killed while the third window is being encoded
+        return encode(self, window_texts, **options)
+
+    monkeypatch.setattr(TextEncoder, "encode", fail_on_third_window)
+    with pytest.raises(Killed):
+        embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False)
+    assert not out.exists()  # never a half-written file under the final name
+    assert sorted(p.name for p in partial_dir(out).glob("window-*.json")) == ["window-000000.json",
+                                                                             "window-000001.json"]
+    (partial_dir(out) / "window-000001.npy").write_bytes(b"damaged")  # a finished window that no longer checks out
+    calls.clear()
+    fail_at.clear()
+    done = embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False)
+    assert calls == [16, 16, 5] and done["reused"] == 1  # windows 1 (damaged), 2 and 3 redone, window 0 kept
+    assert out.read_bytes() == whole.read_bytes() and not partial_dir(out).exists()
+
+
+def test_a_partial_run_with_other_settings_is_refused_unless_forced(tmp_path, table, model_dir, monkeypatch):
+    out = tmp_path / "v.npy"
+    encode = TextEncoder.encode
+    calls = []
+
+    def fail_on_second_window(self, window_texts, **options):
+        calls.append(1)
+        if len(calls) == 2:
+            raise Killed
+        return encode(self, window_texts, **options)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(TextEncoder, "encode", fail_on_second_window)
+        with pytest.raises(Killed):
+            embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False)
+    with pytest.raises(PoolkitError, match=r"other settings \(normalize differ\).*--force"):
+        embed_to_file(table, out, model=model_dir, window=WINDOW, normalize=True, progress=False)
+    with pytest.raises(PoolkitError, match=r"other settings \(window differ\)"):
+        embed_to_file(table, out, model=model_dir, window=WINDOW + 1, progress=False)
+    done = embed_to_file(table, out, model=model_dir, window=WINDOW, normalize=True, force=True, progress=False)
+    assert done["reused"] == 0
+    np.testing.assert_allclose(np.linalg.norm(np.load(out), axis=1), 1.0, atol=1e-5)
+    with pytest.raises(PoolkitError, match="--force"):  # a finished output is not overwritten without --force
+        embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False)
+
+
+def test_two_processes_write_what_one_writes(tmp_path, table, model_dir):
+    one = tmp_path / "one.parquet"
+    embed_to_file(table, one, model=model_dir, window=WINDOW, progress=False)
+    two = tmp_path / "two.parquet"
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+               "poolkit.cli", "embed", "--data", str(table), "--model", model_dir, "--out", str(two), "--window",
+               str(WINDOW), "--quiet"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "53 embeddings of dimension 32" in result.stdout and "process 1 of 2" in result.stdout
+    a, b = pd.read_parquet(one), pd.read_parquet(two)
+    assert b["id"].tolist() == list(range(53))
+    np.testing.assert_allclose(np.stack(b["embedding"]), np.stack(a["embedding"]), atol=ATOL)
+    assert not partial_dir(two).exists()
