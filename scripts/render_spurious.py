@@ -1,0 +1,173 @@
+"""docs/spurious.md's numbers, rendered from the committed run in docs/spurious/ (``poolkit bench spurious --out
+docs/spurious``) and the presets in ``poolkit.bench.spurious``.
+
+    .venv/bin/python scripts/render_spurious.py --check     # exit 1 when the page differs from the files
+    .venv/bin/python scripts/render_spurious.py --write     # update the page's marked blocks
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import markers  # noqa: E402
+
+from poolkit.bench.spurious import METHODS, PAPER, PRESETS, SANITY_POINTS, summarize  # noqa: E402
+from poolkit.bench.spurious_data import CUE_NAMES, LABEL_CLASSES, LABEL_NAMES  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "spurious.md"
+FOLDER = ROOT / "docs" / "spurious"
+DESCRIBE = {"erm": "ERM (GAP + linear, as trained)", "dfr": "DFR (L1 logistic on standardised GAP features)",
+            "attention2d": "attention2d + head, retrained", "adapool2d": "adapool2d + head, retrained",
+            "flex": "flex + head, retrained (static control)"}
+
+
+def pct(mean: float, std: float) -> str:
+    return f"{100 * mean:.1f} ± {100 * std:.1f}"
+
+
+def render_presets() -> str:
+    """The three presets side by side."""
+    def column(c) -> list[str]:
+        return [", ".join(f"{a:g}" for a in c.agreements), f"{2 * c.train_per_label:,}", f"{2 * c.val_per_label:,}",
+                f"{4 * c.reweight_per_group:,}", f"{4 * c.test_per_group:,}", "-".join(map(str, c.widths)),
+                f"{c.epochs} (AdamW lr {c.lr:g}, wd {c.weight_decay:g}, batch {c.batch_size})",
+                f"C in {{{', '.join(f'{x:g}' for x in c.dfr_cs)}}}, {c.dfr_retrains} retrains on {c.dfr_subsample:g} "
+                "of each group",
+                f"{c.head_epochs} epochs, lr in {{{', '.join(f'{x:g}' for x in c.head_lrs)}}}, wd in "
+                f"{{{', '.join(f'{x:g}' for x in c.head_weight_decays)}}}", str(c.seeds)]
+    names = ["training agreements", "training images", "validation images (training distribution)",
+             "reweighting images (balanced)", "test images (balanced)", "CNN widths", "ERM epochs", "DFR",
+             "retrained pooler + head", "seeds"]
+    rows = ["Rendered from `poolkit.bench.spurious.PRESETS`:", "", "| setting | default | `--full` | `--quick` |",
+            "|---|---|---|---|"]
+    cols = [column(PRESETS[p]) for p in ("default", "full", "quick")]
+    rows += [f"| {n} | " + " | ".join(c[i] for c in cols) + " |" for i, n in enumerate(names)]
+    return "\n".join(rows)
+
+
+def render_data(results: dict) -> str:
+    s = results["settings"]
+    lines = [f"Core label 0 = {LABEL_NAMES[0]} (Fashion-MNIST classes {', '.join(map(str, LABEL_CLASSES[0]))}), "
+             f"1 = {LABEL_NAMES[1]} (classes {', '.join(map(str, LABEL_CLASSES[1]))}); cue 0 = {CUE_NAMES[0]}, "
+             f"1 = {CUE_NAMES[1]}, in a {s['patch']} px patch; the 28 px garment and the patch at random, "
+             f"non-overlapping places on a {s['canvas']} px canvas. Group = 2 × label + cue (groups 1 and 2: the cue "
+             "disagrees with the label). Exact rows per group 0 / 1 / 2 / 3 in the committed run:", "",
+             "| training agreement | train | validation | reweighting | test |", "|---|---|---|---|---|"]
+    for agreement, counts in results["group_counts"].items():
+        lines.append(f"| {float(agreement):g} | " + " | ".join(" / ".join(map(str, counts[split]))
+                                                            for split in ("train", "val", "reweight", "test")) + " |")
+    return "\n".join(lines)
+
+
+def render_results(summary: pd.DataFrame) -> str:
+    lines = []
+    for agreement in dict.fromkeys(summary["agreement"]):
+        part = summary[summary["agreement"] == agreement].set_index("method")
+        seeds = int(part["seeds"].iloc[0])
+        lines += [f"**Training agreement {agreement:g}** (test agreement 0.5; {seeds} seeds, mean ± sample std):", "",
+                  "| method | worst-group acc. % | average acc. % | worst group vs DFR (points, paired) | "
+                  "weight on cue | weight on garment |", "|---|---:|---:|---:|---:|---:|"]
+        for method in METHODS:
+            row = part.loc[method]
+            diff = "—" if method == "dfr" else (f"{100 * row['vs_dfr_mean']:+.1f} ± {100 * row['vs_dfr_std']:.1f}"
+                                                + (" *(noise)*" if row["inside_noise"] else ""))
+            lines.append(f"| {DESCRIBE[method]} | {pct(row['worst_group_mean'], row['worst_group_std'])} | "
+                         f"{pct(row['average_mean'], row['average_std'])} | {diff} | {row['cue_mass_mean']:.3f} | "
+                         f"{row['garment_mass_mean']:.3f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def render_sanity(results: dict) -> str:
+    lines = []
+    for agreement, check in results["sanity"].items():
+        gaps = ", ".join(f"{g:.1f}" for g in check["erm_gap_points"])
+        verdict = ("met" if check["ok"] else "**NOT MET: ERM hardly learned the cue at this agreement, so its rows "
+                   "say little about removing it**")
+        lines.append(f"- agreement {float(agreement):g}: ERM's average minus worst-group accuracy is "
+                     f"{check['mean_gap_points']:.1f} points on average (per seed: {gaps}); required "
+                     f">= {SANITY_POINTS:g}: {verdict}.")
+    return "\n".join(lines)
+
+
+def render_paper(summary: pd.DataFrame) -> str:
+    published = PAPER["dfr_worst_group"]
+    lines = ["| data set | DFR worst-group acc. % | source |", "|---|---:|---|",
+             f"| Waterbirds | {published['waterbirds']} | the paper's (Kirichenko et al. 2023) |",
+             f"| CelebA hair colour | {published['celeba']} | the paper's (Kirichenko et al. 2023) |"]
+    for row in summary[summary["method"] == "dfr"].itertuples(index=False):
+        lines.append(f"| this benchmark, training agreement {row.agreement:g} | "
+                     f"{pct(row.worst_group_mean, row.worst_group_std)} | ours |")
+    return "\n".join(lines)
+
+
+def paired_to_flex(frame: pd.DataFrame, agreement: float, method: str) -> str:
+    """``method``'s worst-group accuracy minus flex's (the same recipe with static weights), paired by seed: points,
+    mean ± sample std."""
+    cell = frame[frame["agreement"] == agreement].pivot(index="seed", columns="method", values="worst_group")
+    diff = 100 * (cell[method] - cell["flex"])
+    return f"{diff.mean():+.1f} ± {diff.std(ddof=1):.1f}"
+
+
+def render_findings(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
+    """Per agreement: how far DFR lifts ERM's worst group, which retrained poolers differ from DFR beyond seed noise,
+    how far the attention poolers sit above flex, and where each one's weight goes relative to GAP's uniform
+    weights."""
+    lines = []
+    for agreement in dict.fromkeys(summary["agreement"]):
+        part = summary[summary["agreement"] == agreement].set_index("method")
+        lift = 100 * (part.loc["dfr", "worst_group_mean"] - part.loc["erm", "worst_group_mean"])
+        above = [m for m in METHODS[2:] if not part.loc[m, "inside_noise"] and part.loc[m, "vs_dfr_mean"] > 0]
+        below = [m for m in METHODS[2:] if not part.loc[m, "inside_noise"] and part.loc[m, "vs_dfr_mean"] < 0]
+        uniform_cue, uniform_garment = part.loc["erm", "cue_mass_mean"], part.loc["erm", "garment_mass_mean"]
+        shifts = "; ".join(f"{m} {part.loc[m, 'cue_mass_mean'] / uniform_cue:.2f}x GAP's weight on the cue and "
+                           f"{part.loc[m, 'garment_mass_mean'] / uniform_garment:.2f}x on the garment"
+                           for m in METHODS[2:])
+        lines.append(f"- **agreement {agreement:g}:** DFR raises the worst group by {lift:+.1f} points over ERM. "
+                     f"Worst group above DFR beyond seed noise (paired 95% t-interval): {', '.join(above) or 'none'}; "
+                     f"below it: {', '.join(below) or 'none'}. Worst group minus flex's (same recipe, static "
+                     f"weights; paired points): attention2d {paired_to_flex(frame, agreement, 'attention2d')}, "
+                     f"adapool2d {paired_to_flex(frame, agreement, 'adapool2d')}. On minority test images: {shifts}.")
+    return "\n".join(lines)
+
+
+def render_cost(results: dict) -> str:
+    s, prov = results["settings"], results["provenance"]
+    default = PRESETS["default"]
+    changed = [f"{key} {value}" for key, value in s.items()
+               if key != "preset" and json.loads(json.dumps(getattr(default, key))) != value]
+    runs = results["runs"]
+    return (f"The committed run (`docs/spurious/results.json`; settings that differ from the default preset: "
+            f"{'; '.join(changed) or 'none'}): {len(s['agreements'])} agreements × {s['seeds']} seeds. It took "
+            f"{results['runtime_seconds'] / 60:.1f} minutes of wall time and {results['cpu_seconds'] / 60:.1f} "
+            f"CPU-minutes with {s['threads']} torch threads on {prov['cores']} cores that other jobs shared (ERM "
+            f"training {sum(r['erm_seconds'] for r in runs) / 60:.1f} min, everything fitted on the reweighting set "
+            f"{sum(r['reweight_seconds'] for r in runs) / 60:.1f} min). Load average (1 min) "
+            f"{results['load_average_start_end'][0][0]:.1f} at the start, "
+            f"{results['load_average_start_end'][1][0]:.1f} at the end. Commit "
+            f"{prov['commit'][:10] if prov.get('commit') else 'unknown'}, torch {prov['torch']}, {prov['cpu']}.")
+
+
+def render(folder: Path = FOLDER) -> dict[str, str]:
+    results = json.loads((folder / "results.json").read_text())
+    frame = pd.read_csv(folder / "results.csv")
+    summary = summarize(frame)
+    return {"presets": render_presets(), "data": render_data(results), "results": render_results(summary),
+            "sanity": render_sanity(results), "paper": render_paper(summary),
+            "findings": render_findings(frame, summary),
+            "cost": render_cost(results)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return markers.main(DOC, lambda _: render(), __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
