@@ -75,10 +75,6 @@ class TextExplanation:
         """Indices of the real words (special tokens left out)."""
         return [i for i, span in enumerate(self.spans) if span is not None]
 
-    def top_words(self, k: int = 5) -> list[tuple[str, float]]:
-        order = sorted(self.content_words(), key=lambda i: -self.weights[i])
-        return [(self.words[i], float(self.weights[i])) for i in order[:k]]
-
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         for key in ("weights", "rows", "layer_weights"):
