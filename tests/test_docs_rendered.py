@@ -12,6 +12,8 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 import markers  # noqa: E402
+import render_benchmarks_compare  # noqa: E402
+import render_snr  # noqa: E402
 
 from poolkit.errors import PoolkitError  # noqa: E402
 
