@@ -12,13 +12,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import markers  # noqa: E402
 import render_benchmarks_compare  # noqa: E402
 import render_leaderboards  # noqa: E402
+import render_scale  # noqa: E402
 import render_snr  # noqa: E402
 import render_vision  # noqa: E402
 
 from poolkit.errors import PoolkitError  # noqa: E402
 
 
-@pytest.mark.parametrize("renderer", [render_snr, render_benchmarks_compare, render_vision, render_leaderboards],
+@pytest.mark.parametrize("renderer", [render_snr, render_benchmarks_compare, render_vision, render_leaderboards,
+                                      render_scale],
                          ids=lambda m: m.__name__)
 def test_page_matches_its_result_files(renderer, capsys):
     # fails when a number in docs/snr.md, benchmarks-compare.md, vision.md or leaderboards.md was typed or left stale
