@@ -21,7 +21,8 @@ def test_flatness_is_measured_from_10k_up_per_model():
                           cell("a", 100_000, 105.0, 900.0), cell("b", 10_000, 300.0, 10.0)]}
     text = render_scale.render_embed(result)
     assert "- a, N = 10,000 to 100,000: peak RSS from 100 to 105 MiB (5% apart" in text
-    assert "texts/s from 900 to 1,000 (11% apart" in text
+    assert "from 900 to 1,000 (11% apart" in text
+    assert "Between consecutive N: 890 texts/s" in text  # 90,000 texts in 111.1 - 10.0 s: start-up cancels out
     assert "- b," not in text  # one cell from 10k up: no spread to state
 
 
