@@ -367,20 +367,19 @@ def render(result: dict) -> str:
                if r["below_floor"]]
     wins: dict[str, dict[str, int]] = {}  # pooler -> form -> repeats it was the fastest, over every unmasked cell
     for r in plain:
-        for form, count in r["fastest_floor"].items():  # "floor NAME: FORM" (a run of one form per floor: "floor NAME")
+        for form, count in r["fastest_floor"].items():  # "floor NAME: FORM"
             won = wins.setdefault(r["pooler"], {})
             won[form.partition(": ")[2]] = won.get(form.partition(": ")[2], 0) + count
     forms_won = "; ".join(f"`{name}` " + ", ".join(f"{form} {count}" for form, count in
                                                    sorted(won.items(), key=lambda w: -w[1]))
-                          for name, won in wins.items() if len(won) > 1 or "" not in won)
+                          for name, won in wins.items() if len(FLOORS[name]) > 1)
     largest = max(plain + masked, key=lambda r: r["max_abs_diff_vs_floor"])
     out += ["", f"Within {TARGET}x of the floor in every cell: "
             + (", ".join(f"`{n}`" for n in within if n not in beaten) or "none") + "; within, but faster than the "
             "floor in some cell (where the floor bounds nothing): " + (", ".join(f"`{n}`" for n in beaten) or "none")
             + ".", "", "Over the target: " + ("; ".join(over) or "none") + ".", "",
             f"Not a floor (ratio under {NOT_A_FLOOR}): " + ("; ".join(flagged) or "none") + ".", "",
-            (f"Fastest floor form, repeats won over the unmasked cells: {forms_won}." if forms_won else
-             "One form per floor in this run (the first of each in the script's `FLOORS` at its commit)."), "",
+            f"Fastest floor form, repeats won over the unmasked cells: {forms_won}.", "",
             f"Largest output difference pooler vs floor: {largest['max_abs_diff_vs_floor']:.2g} (`{largest['pooler']}`"
             f"{' masked' if largest['masked'] else ''}, {largest['shape']} {largest['dtype']} {largest['mode']})."]
     return "\n".join(out)
