@@ -68,10 +68,13 @@ test-deep: dev
 	@seed=$${SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; echo "hypothesis seed $$seed (make test-deep SEED=$$seed)"; \
 	POOLKIT_HYPOTHESIS=deep $(PY) -m pytest -q -n 2 --hypothesis-seed=$$seed $$(grep -l "@given" tests/*.py)
 
-# timm only for perf_spatial's comparison (optional, never a poolkit dependency): --no-deps, as its torchvision
-# would pull another torch.
+# timm only for perf_spatial's comparison (optional, never a poolkit dependency): its wheel unpacked beside the venv,
+# not installed, since an installed timm without torchvision breaks the accelerate command (and torchvision would
+# pull another torch).
 bench: dev
-	$(PIP) install --quiet --no-deps timm==1.0.31 || echo "note: timm not installed; perf_spatial runs without it"
+	@[ -d $(VENV)/timm/timm ] || { $(PIP) download --quiet --no-deps --dest $(VENV)/timm timm==1.0.31 \
+	  && $(PY) -m zipfile -e $(VENV)/timm/timm-1.0.31-py3-none-any.whl $(VENV)/timm; } \
+	  || echo "note: timm not unpacked; perf_spatial runs without it"
 	$(PY) benchmarks/run_all.py
 
 clean:

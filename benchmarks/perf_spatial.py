@@ -46,6 +46,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 import sys
 import types
 from collections.abc import Callable
@@ -210,24 +211,33 @@ def make_inputs(shape: tuple[int, int, int, int], dtype: torch.dtype, device: to
 
 
 # -- timm ------------------------------------------------------------------------------------------------
+#: Where ``make bench`` unpacks timm's wheel: outside site-packages, because an installed timm without torchvision
+#: breaks the ``accelerate`` command (it imports timm.layers, which imports torchvision).
+TIMM_DIR = Path(os.environ.get("POOLKIT_TIMM_DIR", Path(__file__).resolve().parents[1] / ".venv" / "timm"))
+
+
 def timm_layers() -> tuple[types.ModuleType | None, types.ModuleType | None, str]:
     """timm's adaptive_avgmax_pool and other_pool modules, and how they were had (or why not).
 
     ``timm.layers`` imports torchvision (its norm layers), which poolkit's environment does not have; these two
-    modules import torch only, so without torchvision they are loaded from timm's installed files on their own
-    (under a private package name, so no half-imported ``timm`` is left in ``sys.modules``)."""
-    try:
-        version = importlib.metadata.version("timm")
-    except importlib.metadata.PackageNotFoundError:
-        return None, None, "timm not installed (optional: pip install timm --no-deps)"
-    try:
-        from timm.layers import adaptive_avgmax_pool, other_pool
-        return adaptive_avgmax_pool, other_pool, f"timm {version}, timm.layers imported"
-    except ImportError as err:
-        reason = f"timm {version}: timm.layers not importable ({err})"
+    modules import torch only, so they are loaded on their own from an installed timm or from the wheel unpacked in
+    :data:`TIMM_DIR` (under a private package name, so no half-imported ``timm`` is left in ``sys.modules``)."""
     spec = importlib.util.find_spec("timm")
+    if spec is not None:
+        version, layers = importlib.metadata.version("timm"), Path(spec.submodule_search_locations[0]) / "layers"
+        try:
+            from timm.layers import adaptive_avgmax_pool, other_pool
+            return adaptive_avgmax_pool, other_pool, f"timm {version}, timm.layers imported"
+        except ImportError as err:
+            reason = f"timm {version}: timm.layers not importable ({err})"
+    else:
+        unpacked = sorted(TIMM_DIR.glob("timm-*.dist-info"))
+        if not unpacked:
+            return None, None, f"timm not found (optional: make bench unpacks it into {TIMM_DIR})"
+        version, layers = unpacked[-1].name.removeprefix("timm-").removesuffix(".dist-info"), TIMM_DIR / "timm" / "layers"
+        reason = f"timm {version} unpacked in {TIMM_DIR.name}/ (not installed)"
     package = types.ModuleType("_timm_layers")
-    package.__path__ = [str(Path(spec.submodule_search_locations[0]) / "layers")]
+    package.__path__ = [str(layers)]
     sys.modules["_timm_layers"] = package
     try:
         modules = [importlib.import_module(f"_timm_layers.{name}") for name in ("adaptive_avgmax_pool", "other_pool")]
