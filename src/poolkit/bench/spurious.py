@@ -315,8 +315,8 @@ def run_one(config: SpuriousConfig, data: SpuriousData, seed: int) -> tuple[list
                      **{f"group_{g}": a for g, a in enumerate(accuracies)}, "cue_mass": cue_mass,
                      "garment_mass": garment_mass, "chosen": _chosen_text(method, chosen)})
         details["chosen"][method] = chosen
-        if method in RETRAINED:
-            details["examples"][method] = weights[shown].tolist()
+        if method in RETRAINED and seed == config.seed:  # attention.png draws the first seed's maps only
+            details["examples"][method] = weights[shown].round(decimals=5).tolist()
     details["example_rows"] = minority[shown].tolist()
     return rows, details
 
