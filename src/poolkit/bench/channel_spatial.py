@@ -32,6 +32,7 @@ from ..errors import PoolkitError
 from ..io import atomic_write, prepare_out_dir
 from ..pooling import get_pooler
 from ..provenance import run_provenance
+from .reporting import add_preset_arguments, save_figure
 from .snr import _device
 from .vision import VisionConfig, _cpu_seconds, _run_all, summarize
 from .vision_data import Images, augment, load_images, split_pool
@@ -356,20 +357,14 @@ def plot_results(summary: pd.DataFrame, path: str | os.PathLike, title: str = ""
             ax.set_title("fine-grained subset", fontsize=9)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    plt.close(fig)
+    save_figure(fig, path, title)
 
 
 # -- CLI ----------------------------------------------------------------------------------------------
 def add_channel_spatial_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``poolkit bench channel-spatial``; unset ones come from the preset."""
-    scale = parser.add_mutually_exclusive_group()
-    scale.add_argument("--quick", dest="preset", action="store_const", const="quick", default="default",
-                       help="sklearn's 8x8 digits, 300 training images, 3 blocks: a smoke test")
-    scale.add_argument("--full", dest="preset", action="store_const", const="full",
-                       help="every block at 500, 5,000 and 54,000 images, 5 seeds, a wider CNN; GPU")
+    add_preset_arguments(parser, quick="sklearn's 8x8 digits, 300 training images, 3 blocks: a smoke test",
+                         full="every block at 500, 5,000 and 54,000 images, 5 seeds, a wider CNN; GPU")
     parser.add_argument("--blocks", nargs="+", metavar="NAME",
                         help="blocks separated by commas and/or spaces, 'all' for every one; none is always run "
                              f"(default: {','.join(DEFAULT_BLOCKS)})")

@@ -1,5 +1,5 @@
 """What every ``poolkit bench`` command shares: the result files (results.csv, results.json, a plot) written
-atomically, the --out / --force / --no-progress arguments, and the printed table."""
+atomically, the --quick / --full presets and the --out / --force / --no-progress arguments, and the printed table."""
 
 from __future__ import annotations
 
@@ -20,6 +20,24 @@ def write_results(out: Path, frame: pd.DataFrame, meta: dict, plot_name: str, pl
     atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
     atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
     atomic_write(out / plot_name, plot)
+
+
+def save_figure(fig, path, title: str | None = None) -> None:
+    """Give ``fig`` its small suptitle, lay it out, write it as PNG to ``path`` and close it."""
+    import matplotlib.pyplot as plt
+
+    if title is not None:
+        fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+
+
+def add_preset_arguments(parser: argparse.ArgumentParser, quick: str, full: str, default: str = "default") -> None:
+    """--quick / --full, stored as ``args.preset`` (``default`` when neither is given); the strings are their help."""
+    scale = parser.add_mutually_exclusive_group()
+    scale.add_argument("--quick", dest="preset", action="store_const", const="quick", default=default, help=quick)
+    scale.add_argument("--full", dest="preset", action="store_const", const="full", help=full)
 
 
 def add_output_arguments(parser: argparse.ArgumentParser, plot_name: str) -> None:

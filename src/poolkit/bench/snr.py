@@ -31,7 +31,7 @@ from ..io import prepare_out_dir
 from ..pooling import get_pooler, list_poolers
 from ..pooling.base import pooler_class, resolve_name
 from ..provenance import run_provenance
-from .reporting import add_output_arguments, print_report, write_results
+from .reporting import add_output_arguments, add_preset_arguments, print_report, save_figure, write_results
 from .snr_data import PAPER_KS, PUBLISHED_BASELINES, baseline_mse, check_ks, make_knn_centroid
 from .snr_model import SNRModel, fit
 
@@ -321,9 +321,7 @@ def plot_results(frame: pd.DataFrame, path: str | os.PathLike, title: str = "") 
     ax.set_title(title, fontsize=8)
     ax.grid(True, which="both", alpha=0.2)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def format_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -340,12 +338,9 @@ def format_table(frame: pd.DataFrame) -> pd.DataFrame:
 # -- CLI ----------------------------------------------------------------------------------------
 def add_snr_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``poolkit bench snr``; unset ones come from the --quick (default) or --full preset."""
-    scale = parser.add_mutually_exclusive_group()
-    scale.add_argument("--quick", dest="preset", action="store_const", const="quick", default="quick",
-                       help="CPU-sized run (default): 4000 samples, 1 layer, 1 head, 8 epochs, 3 seeds, "
-                            "2 workers")
-    scale.add_argument("--full", dest="preset", action="store_const", const="full",
-                       help="the paper's scale (1M samples, 12 layers, 8 heads, 100 epochs, 5 folds); GPU")
+    add_preset_arguments(parser, quick="CPU-sized run (default): 4000 samples, 1 layer, 1 head, 8 epochs, 3 seeds, "
+                            "2 workers",
+                         full="the paper's scale (1M samples, 12 layers, 8 heads, 100 epochs, 5 folds); GPU", default="quick")
     parser.add_argument("--poolers", nargs="+", metavar="NAME",
                         help="token poolers separated by commas and/or spaces, or 'all' (default: "
                              f"{','.join(DEFAULT_POOLERS)})")

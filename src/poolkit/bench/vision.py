@@ -32,7 +32,7 @@ from ..io import prepare_out_dir
 from ..pooling import AuxiliaryClassifiers, get_pooler
 from ..pooling.base import pooler_class, resolve_name
 from ..provenance import run_provenance
-from .reporting import add_output_arguments, print_report, write_results
+from .reporting import add_output_arguments, add_preset_arguments, print_report, save_figure, write_results
 from .snr import _device
 from .vision_data import DATASETS, Images, augment, load_images, split_pool
 from .vision_model import Backbone, PooledHead, VisionModel, encode, fit, map_sizes
@@ -341,20 +341,14 @@ def plot_results(summary: pd.DataFrame, path: str | os.PathLike, title: str = ""
                      fontsize=9)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    plt.close(fig)
+    save_figure(fig, path, title)
 
 
 # -- CLI ----------------------------------------------------------------------------------------------
 def add_vision_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``poolkit bench vision``; unset ones come from the preset."""
-    scale = parser.add_mutually_exclusive_group()
-    scale.add_argument("--quick", dest="preset", action="store_const", const="quick", default="default",
-                       help="sklearn's 8x8 digits, 1000 training images, 6 epochs, 1 worker")
-    scale.add_argument("--full", dest="preset", action="store_const", const="full",
-                       help="Fashion-MNIST's whole training set (54,000 + 6,000 validation), 30 epochs, 5 seeds; GPU")
+    add_preset_arguments(parser, quick="sklearn's 8x8 digits, 1000 training images, 6 epochs, 1 worker",
+                         full="Fashion-MNIST's whole training set (54,000 + 6,000 validation), 30 epochs, 5 seeds; GPU")
     parser.add_argument("--poolers", nargs="+", metavar="NAME",
                         help="poolers separated by commas and/or spaces, NAME+sac for auxiliary classifiers, "
                              "flex_reg for flex with its L2 penalty and weight dropout; gap is always run (default: "
