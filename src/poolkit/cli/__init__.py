@@ -7,6 +7,7 @@ Bad input ends with ``error: <one line>`` and exit code 2 (``--debug`` shows the
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
@@ -16,6 +17,19 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 #: Commands that need the [hf] extra as well as [cli] (they load models, or poolkit.training, which does).
 NEEDS_HF = ("train", "predict", "embed", "compare", "cache", "zoo", "explain")
+
+
+#: ``poolkit bench NAME``: (NAME, the module of poolkit.bench with add_<module>_arguments and run_<module>_command,
+#: the help line).
+BENCHMARKS = (
+    ("snr", "snr", "noise robustness (SNR) of poolers, Brothers (ICML 2025)"),
+    ("vision", "vision", "spatial poolers after a small CNN on Fashion-MNIST (FlexPooling, Ali et al. 2023)"),
+    ("channel-spatial", "channel_spatial", "channel-spatial attention blocks in a small CNN on Fashion-MNIST "
+     "(Liu & Jiang 2026)"),
+    ("spurious", "spurious", "attention reweighting vs DFR on a spurious cue (Fashion-MNIST garments + stripes)"),
+    ("mil", "mil", "poolers as MIL pooling on MUSK1/MUSK2/ELEPHANT bags (Ilse et al. 2018)"),
+    ("sets", "sets", "zonotope vs stacked attention on synthetic set tasks; quadrature pooling"),
+)
 
 
 def run_zoo(args: argparse.Namespace) -> int:
@@ -33,10 +47,6 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..bench.channel_spatial import add_channel_spatial_arguments, run_channel_spatial_command
-    from ..bench.snr import add_snr_arguments, run_snr_command
-    from ..bench.spurious import add_spurious_arguments, run_spurious_command
-    from ..bench.vision import add_vision_arguments, run_vision_command
     from . import cache, compare, data, embed, explain, predict, train
 
     parser = Parser(prog="poolkit", description="Pooling that is correct under padding and dtypes: "
@@ -56,31 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks that reproduce the research")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
-    snr = bench_sub.add_parser("snr", help="noise robustness (SNR) of poolers, Brothers (ICML 2025)")
-    add_snr_arguments(snr)
-    snr.set_defaults(func=run_snr_command)
-    vision = bench_sub.add_parser("vision", help="spatial poolers after a small CNN on Fashion-MNIST (FlexPooling, "
-                                  "Ali et al. 2023)")
-    add_vision_arguments(vision)
-    vision.set_defaults(func=run_vision_command)
-    channel_spatial = bench_sub.add_parser("channel-spatial", help="channel-spatial attention blocks in a small CNN on "
-                                           "Fashion-MNIST (Liu & Jiang 2026)")
-    add_channel_spatial_arguments(channel_spatial)
-    channel_spatial.set_defaults(func=run_channel_spatial_command)
-    spurious = bench_sub.add_parser("spurious", help="attention reweighting vs DFR on a spurious cue (Fashion-MNIST "
-                                    "garments + stripes)")
-    add_spurious_arguments(spurious)
-    spurious.set_defaults(func=run_spurious_command)
-    from ..bench.mil import add_mil_arguments, run_mil_command
-
-    mil = bench_sub.add_parser("mil", help="poolers as MIL pooling on MUSK1/MUSK2/ELEPHANT bags (Ilse et al. 2018)")
-    add_mil_arguments(mil)
-    mil.set_defaults(func=run_mil_command)
-    from ..bench.sets import add_sets_arguments, run_sets_command
-
-    sets = bench_sub.add_parser("sets", help="zonotope vs stacked attention on synthetic set tasks; quadrature pooling")
-    add_sets_arguments(sets)
-    sets.set_defaults(func=run_sets_command)
+    for name, module, what in BENCHMARKS:
+        bench_module = importlib.import_module(f"..bench.{module}", __package__)
+        command = bench_sub.add_parser(name, help=what)
+        getattr(bench_module, f"add_{module}_arguments")(command)
+        command.set_defaults(func=getattr(bench_module, f"run_{module}_command"))
 
     sub.add_parser("zoo", help="every pooler on the packaged MiniLM's hidden states: dims, params, time"
                    ).set_defaults(func=run_zoo)
