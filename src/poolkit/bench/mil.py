@@ -32,7 +32,7 @@ from ..pooling.base import pooler_class
 from ..provenance import run_provenance
 from .mil_data import DATASETS, Bags, load_bags, standardize, stratified_folds
 from .mil_model import MILModel, auc, fit, predict, score
-from .reporting import add_output_arguments, print_report, write_results
+from .reporting import add_output_arguments, add_preset_arguments, print_report, save_figure, write_results
 from .vision import _cpu_seconds
 
 #: The token poolers of the issue, and the scorer ablation on gated_attention (the same width and init as its
@@ -324,20 +324,14 @@ def plot_results(summary: pd.DataFrame, path: str | os.PathLike, title: str = ""
         ax.set_title(dataset, fontsize=9)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    plt.close(fig)
+    save_figure(fig, path, title)
 
 
 # -- CLI ------------------------------------------------------------------------------------------------
 def add_mil_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``poolkit bench mil``; unset ones come from the preset."""
-    scale = parser.add_mutually_exclusive_group()
-    scale.add_argument("--quick", dest="preset", action="store_const", const="quick", default="default",
-                       help="MUSK1, 3 folds, 3 poolers, 4 epochs, 1 worker (seconds)")
-    scale.add_argument("--full", dest="preset", action="store_const", const="full",
-                       help="the paper's 10-fold cross-validation repeated 5 times")
+    add_preset_arguments(parser, quick="MUSK1, 3 folds, 3 poolers, 4 epochs, 1 worker (seconds)",
+                         full="the paper's 10-fold cross-validation repeated 5 times")
     parser.add_argument("--datasets", nargs="+", metavar="NAME",
                         help=f"datasets (default: musk1 musk2 elephant; known: {', '.join(DATASETS)})")
     parser.add_argument("--poolers", nargs="+", metavar="NAME[:KEY=VALUE]",
