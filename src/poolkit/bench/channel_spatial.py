@@ -32,7 +32,7 @@ from ..errors import PoolkitError
 from ..io import atomic_write, prepare_out_dir
 from ..pooling import get_pooler
 from ..provenance import run_provenance
-from .reporting import add_preset_arguments, save_figure
+from .reporting import add_output_arguments, add_preset_arguments, print_report, save_figure
 from .snr import _device
 from .vision import VisionConfig, _cpu_seconds, _run_all, summarize
 from .vision_data import Images, augment, load_images, split_pool
@@ -392,9 +392,7 @@ def add_channel_spatial_arguments(parser: argparse.ArgumentParser) -> None:
                              ("--threads", int, "torch threads per worker"),
                              ("--device", str, "cpu, cuda, cuda:N or auto (default: cpu; --full: auto)")):
         parser.add_argument(flag, type=kind, help=what)
-    parser.add_argument("--out", metavar="DIR", help="write results.csv, results.json and accuracy.png here")
-    parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_output_arguments(parser, "accuracy.png")
 
 
 _ARG_FIELDS = ("blocks", "fine_blocks", "sizes", "epochs", "widths", "stages", "fine_classes", "dataset", "root",
@@ -418,7 +416,6 @@ def config_from_args(args: argparse.Namespace) -> ChannelSpatialConfig:
 
 def run_channel_spatial_command(args: argparse.Namespace) -> int:
     """``poolkit bench channel-spatial``: run, print the summary, write --out. Bad input raises PoolkitError."""
-    from rich.console import Console
     from rich.table import Table
 
     config = config_from_args(args)
@@ -434,9 +431,5 @@ def run_channel_spatial_command(args: argparse.Namespace) -> int:
                                                  + (" (noise)" if row.inside_noise else ""))
         table.add_row(row.task, row.block, str(row.size), f"{100 * row.mean:.2f} ± {100 * row.std:.2f}", diff,
                       f"{speed.loc[row.block, 'block_params']:,}", f"{speed.loc[row.block, 'vs_none']:.2f}")
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)
-    console.print(table)
-    console.print(f"took {time.perf_counter() - started:.0f} s" + (f"; wrote {args.out}" if args.out else ""))
+    print_report(table, started, args.out)
     return 0

@@ -37,6 +37,7 @@ from ..errors import PoolkitError
 from ..io import atomic_write, prepare_out_dir
 from ..pooling import get_pooler
 from ..provenance import run_provenance
+from .reporting import add_output_arguments, add_preset_arguments, save_figure
 from .spurious_data import CUE_NAMES, LABEL_NAMES, SpuriousData, SpuriousSet, make_spurious_data, planned_counts
 from .vision import _cpu_seconds
 from .vision_data import load_images
@@ -460,10 +461,7 @@ def plot_accuracy(summary: pd.DataFrame, path: str | os.PathLike, title: str = "
         ax.set_title(f"training agreement {agreement:g}", fontsize=9)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    plt.close(fig)
+    save_figure(fig, path, title)
 
 
 def plot_attention(config: SpuriousConfig, meta: dict, path: str | os.PathLike) -> None:
@@ -499,19 +497,14 @@ def plot_attention(config: SpuriousConfig, meta: dict, path: str | os.PathLike) 
         axes[i][0].set_ylabel(f"{LABEL_NAMES[label]}\n{CUE_NAMES[cue]}", fontsize=6)
     fig.suptitle(f"minority-group test images, agreement {run['agreement']:g}, seed {run['seed']}: pooling weights "
                  "(red: cue, green: garment)", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 # -- CLI ----------------------------------------------------------------------------------------------
 def add_spurious_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``poolkit bench spurious``; unset ones come from the preset."""
-    scale = parser.add_mutually_exclusive_group()
-    scale.add_argument("--quick", dest="preset", action="store_const", const="quick", default="default",
-                       help="600 training images, 3 epochs, agreement 0.95, 2 seeds: about a minute")
-    scale.add_argument("--full", dest="preset", action="store_const", const="full",
-                       help="8,000 training images, a 32-64-128 CNN, 20 epochs, 5 seeds")
+    add_preset_arguments(parser, quick="600 training images, 3 epochs, agreement 0.95, 2 seeds: about a minute",
+                         full="8,000 training images, a 32-64-128 CNN, 20 epochs, 5 seeds")
     parser.add_argument("--agreements", type=float, nargs="+", metavar="P",
                         help="training P(cue agrees with the label), one run set each (default: 0.95 0.99)")
     parser.add_argument("--widths", type=int, nargs="+", metavar="C",
@@ -527,10 +520,7 @@ def add_spurious_arguments(parser: argparse.ArgumentParser) -> None:
                              ("--seed", int, "seed of run 0 (run i uses seed + i)"),
                              ("--threads", int, "torch threads"), ("--root", str, "folder of the Fashion-MNIST files")):
         parser.add_argument(flag, type=kind, help=what)
-    parser.add_argument("--out", metavar="DIR",
-                        help="write results.csv, results.json, accuracy.png and attention.png here")
-    parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_output_arguments(parser, "accuracy.png and attention.png")
 
 
 _ARG_FIELDS = ("agreements", "widths", "train_per_label", "val_per_label", "reweight_per_group", "test_per_group",
