@@ -64,7 +64,7 @@ class SetsConfig:
     types: int = 4
     width: int = 32
     generators: int = 4
-    epochs: int = 80
+    epochs: int = 40
     batch_size: int = 64
     lr: float = 3e-3
     seeds: int = 3
