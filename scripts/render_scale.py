@@ -14,6 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import markers  # noqa: E402
+from render_benchmarks_compare import provenance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "scale.md"
@@ -21,19 +22,13 @@ RESULT = ROOT / "benchmarks" / "results" / "scale.json"
 
 
 def render_provenance(result: dict) -> str:
-    options, load = result["options"], result["machine"]["load_average"]
-    dirty = result["uncommitted"]
-    return (f"From `benchmarks/results/scale.json`: measured {result['date']} at commit `{result['commit'][:10]}`"
-            + (f" (with uncommitted changes to {', '.join(f'`{p}`' for p in dirty)})" if dirty else "")
-            + f", on {result['machine']['cpu']} ({result['machine']['cores']} cores, shared with other jobs), torch "
-            f"{result['torch']}; 1-minute load average {load[0]:.1f} at the start and "
-            f"{result['load_average_end'][0]:.1f} at the end; "
-            + (f"the whole run took {result['total_s'] / 60:.1f} min" if result["complete"] else
-               f"the run was STOPPED after {result['total_s'] / 60:.1f} min, before it finished: the parts it did not "
-               "reach are marked as not measured")
-            + f". Settings: window {result['window']} "
-            f"rows, {options['threads']} torch thread(s) per scaling cell, MiniLM N = {options['minilm_n']}, tiny "
-            f"BERT N = {options['tiny_n']} (batch {options['tiny_batch_size']}).")
+    options = result["options"]
+    took = (f"The whole run took {result['total_s'] / 60:.1f} min." if result["complete"] else
+            f"The run was STOPPED after {result['total_s'] / 60:.1f} min, before it finished: the parts it did not "
+            "reach are marked as not measured.")
+    return (provenance(result, "benchmarks/results/scale.json")
+            + f" {took} Settings: window {result['window']} rows, MiniLM N = {options['minilm_n']}, tiny BERT N = "
+            f"{options['tiny_n']} (batch {options['tiny_batch_size']}).")
 
 
 def render_embed(result: dict) -> str:

@@ -85,12 +85,7 @@ def load_tokenizer(name_or_path: str | None, trust_remote_code: bool | None = No
     trusted."""
     from transformers import AutoTokenizer
 
-    path = resolve_model(name_or_path)
-    trust = check_model_folder(path, trust_remote_code)
-    try:
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
-    except (OSError, ValueError) as err:
-        raise PoolkitError(_not_found(path, err)) from None
+    return _from_pretrained(AutoTokenizer, name_or_path, trust_remote_code)
 
 
 def load_config(name_or_path: str | None, trust_remote_code: bool | None = None):
@@ -98,12 +93,7 @@ def load_config(name_or_path: str | None, trust_remote_code: bool | None = None)
     trusted."""
     from transformers import AutoConfig
 
-    path = resolve_model(name_or_path)
-    trust = check_model_folder(path, trust_remote_code)
-    try:
-        return AutoConfig.from_pretrained(path, trust_remote_code=trust)
-    except (OSError, ValueError) as err:
-        raise PoolkitError(_not_found(path, err)) from None
+    return _from_pretrained(AutoConfig, name_or_path, trust_remote_code)
 
 
 def load_encoder(name_or_path: str | None, trust_remote_code: bool | None = None, **kwargs):
@@ -111,10 +101,15 @@ def load_encoder(name_or_path: str | None, trust_remote_code: bool | None = None
     unless trusted."""
     from transformers import AutoModel
 
+    return _from_pretrained(AutoModel, name_or_path, trust_remote_code, **kwargs)
+
+
+def _from_pretrained(auto_class, name_or_path: str | None, trust_remote_code: bool | None, **kwargs):
+    """``auto_class.from_pretrained`` on the resolved model, folder code checked first; not found: one line."""
     path = resolve_model(name_or_path)
     trust = check_model_folder(path, trust_remote_code)
     try:
-        return AutoModel.from_pretrained(path, trust_remote_code=trust, **kwargs)
+        return auto_class.from_pretrained(path, trust_remote_code=trust, **kwargs)
     except (OSError, ValueError) as err:
         raise PoolkitError(_not_found(path, err)) from None
 
