@@ -76,6 +76,19 @@ def test_set_poolers_ignore_token_order(name, lengths, seed):
 
 
 @pytest.mark.parametrize("name", ALL_POOLERS)
+def test_asking_for_the_weights_does_not_change_the_pooled_output(name):
+    # catches a pool_without_weights (the cheaper form forward takes when no weights are asked for) that drifts
+    # from pool, e.g. gem without its final root or lse without the log-count
+    pooler = make_pooler(name)
+    layers = random_layers(2, 6)
+    mask = mask_from_lengths([6, 4], 6)
+    with torch.no_grad():
+        alone = pooler(states_for(pooler, layers), mask)
+        pooled, _ = pooler(states_for(pooler, layers), mask, return_weights=True)
+    assert close(alone, pooled)
+
+
+@pytest.mark.parametrize("name", ALL_POOLERS)
 def test_empty_rows_give_zeros_and_zero_weights(name):
     pooler = make_pooler(name)
     layers = random_layers(3, 5)

@@ -175,7 +175,8 @@ class GeMPooler(Pooler):
     def p(self) -> Tensor:
         return 1 + nn.functional.softplus(masking.widen(self.raw_p))
 
-    def pool(self, x: Tensor, mask: Tensor):
+    def _pooled_and_powers(self, x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """The pooled (B, D) and the scaled powers (B, T, D) that the weights are read from."""
         p = self.p
         x = masking.widen(x)
         base = x.abs() if self.signed else x.clamp(min=self.eps)
@@ -184,7 +185,13 @@ class GeMPooler(Pooler):
         scale = masking.masked_extreme(base.detach(), mask, largest=True).clamp(min=torch.finfo(x.dtype).tiny)
         scaled = (base / scale[:, None, :]).pow(p)
         mean = masking.masked_mean(torch.sign(x) * scaled if self.signed else scaled, mask)
-        pooled = scale * torch.sign(mean) * mean.abs().clamp(min=1e-30).pow(1 / p)
+        return scale * torch.sign(mean) * mean.abs().clamp(min=1e-30).pow(1 / p), scaled
+
+    def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
+        return self._pooled_and_powers(x, mask)[0]
+
+    def pool(self, x: Tensor, mask: Tensor):
+        pooled, scaled = self._pooled_and_powers(x, mask)
         share = scaled.masked_fill(~mask[:, :, None], 0)
         weights = (share / share.sum(dim=1, keepdim=True).clamp(min=self.eps)).mean(dim=-1)
         return pooled, weights
@@ -208,11 +215,17 @@ class LSEPooler(Pooler):
     def temperature(self) -> Tensor:
         return nn.functional.softplus(masking.widen(self.raw_temperature)) + 1e-4
 
-    def pool(self, x: Tensor, mask: Tensor):
+    def _pooled_and_scaled(self, x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """The pooled (B, D) and x / t (B, T, D), whose softmax over tokens gives the weights."""
         t = self.temperature
         scaled = masking.widen(x) / t
         counts = masking.real_counts(mask).clamp(min=1).to(scaled.dtype)
-        lse = masking.masked_logsumexp(scaled, mask)
-        pooled = t * (lse - counts.log()[:, None])
+        return t * (masking.masked_logsumexp(scaled, mask) - counts.log()[:, None]), scaled
+
+    def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
+        return self._pooled_and_scaled(x, mask)[0]
+
+    def pool(self, x: Tensor, mask: Tensor):
+        pooled, scaled = self._pooled_and_scaled(x, mask)
         weights = masking.masked_softmax(scaled.transpose(1, 2), mask[:, None, :]).mean(dim=1)
         return pooled, weights
