@@ -32,7 +32,7 @@ from ..errors import PoolkitError
 from ..io import atomic_write, prepare_out_dir
 from ..pooling import get_pooler
 from ..provenance import run_provenance
-from .reporting import add_output_arguments, add_preset_arguments, print_report, save_figure
+from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure
 from .snr import _device
 from .vision import VisionConfig, _cpu_seconds, _run_all, summarize
 from .vision_data import Images, augment, load_images, split_pool
@@ -329,10 +329,7 @@ def _title(config: ChannelSpatialConfig) -> str:
 def plot_results(summary: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
     """Left: each block's paired difference to ``none`` (mean +- std over seeds) per training-set size; right: the
     fine-grained task's accuracy per block."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     tasks = [task for task in TASKS if (summary["task"] == task).any()]
     fig, axes = plt.subplots(1, len(tasks), figsize=(6.0 * len(tasks), 4.0), dpi=150, squeeze=False,

@@ -32,7 +32,7 @@ from ..pooling.base import pooler_class
 from ..provenance import run_provenance
 from .mil_data import DATASETS, Bags, load_bags, standardize, stratified_folds
 from .mil_model import MILModel, auc, fit, predict, score
-from .reporting import add_output_arguments, add_preset_arguments, print_report, save_figure, write_results
+from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_results
 from .vision import _cpu_seconds
 
 #: The token poolers of the issue, and the scorer ablation on gated_attention (the same width and init as its
@@ -301,10 +301,7 @@ def _title(config: MILConfig) -> str:
 def plot_results(summary: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
     """Test accuracy per pooler, one panel per dataset: ours (mean, error bar the standard error over repetitions,
     or over folds with one repetition) and the paper's attention / gated attention (mean ± its standard error)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     datasets = list(dict.fromkeys(summary["dataset"]))
     fig, axes = plt.subplots(1, len(datasets), figsize=(4.6 * len(datasets), 4.2), dpi=150, squeeze=False)

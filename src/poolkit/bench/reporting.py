@@ -22,15 +22,23 @@ def write_results(out: Path, frame: pd.DataFrame, meta: dict, plot_name: str, pl
     atomic_write(out / plot_name, plot)
 
 
-def save_figure(fig, path, title: str | None = None) -> None:
-    """Give ``fig`` its small suptitle, lay it out, write it as PNG to ``path`` and close it."""
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save_figure(fig, path, title: str | None = None) -> None:
+    """Give ``fig`` its small suptitle, lay it out, write it as PNG to ``path`` and close it."""
     if title is not None:
         fig.suptitle(title, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, format="png")
-    plt.close(fig)
+    pyplot().close(fig)
 
 
 def add_preset_arguments(parser: argparse.ArgumentParser, quick: str, full: str, default: str = "default") -> None:

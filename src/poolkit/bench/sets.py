@@ -39,6 +39,7 @@ from ..pooling import get_pooler
 from ..pooling.sets import ZonotopeSetAttention
 from ..provenance import run_provenance
 from . import quadrature
+from .reporting import pyplot
 
 TASKS = ("statistics", "typed")
 STATISTICS = ("mean", "variance", "q25", "q75")
@@ -266,18 +267,9 @@ def summarize(runs: list[dict]) -> pd.DataFrame:
 
 
 # -- plots ------------------------------------------------------------------------------------------
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_errors(frame: pd.DataFrame, path: str | os.PathLike) -> None:
     """Test MSE against parameter count, one panel per task, attention models joined in order of depth."""
-    plt = _pyplot()
+    plt = pyplot()
     overall = frame[frame["target"] == "all"]
     tasks = list(dict.fromkeys(overall["task"]))
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.0), dpi=150, squeeze=False)
@@ -296,7 +288,7 @@ def plot_errors(frame: pd.DataFrame, path: str | os.PathLike) -> None:
 def plot_quadrature(rows: list[dict], path: str | os.PathLike) -> None:
     """Error against sample count on log-log axes: one panel per pooler, one colour per grid, solid with the
     trapezoid weights and dashed without, the n^-2 rate dotted."""
-    plt = _pyplot()
+    plt = pyplot()
     frame = pd.DataFrame(rows)
     poolers = list(dict.fromkeys(frame["pooler"]))
     fig, axes = plt.subplots(1, len(poolers), figsize=(5.2 * len(poolers), 4.0), dpi=150, squeeze=False)
@@ -326,7 +318,7 @@ def _log_log(ax, xlabel: str, ylabel: str, title: str, x_base: int = 10) -> None
 def _save(fig, path: str | os.PathLike) -> None:
     fig.tight_layout()
     fig.savefig(path, format="png")
-    _pyplot().close(fig)
+    pyplot().close(fig)
 
 
 # -- CLI --------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from ..io import prepare_out_dir
 from ..pooling import get_pooler, list_poolers
 from ..pooling.base import pooler_class, resolve_name
 from ..provenance import run_provenance
-from .reporting import add_output_arguments, add_preset_arguments, print_report, save_figure, write_results
+from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_results
 from .snr_data import PAPER_KS, PUBLISHED_BASELINES, baseline_mse, check_ks, make_knn_centroid
 from .snr_model import SNRModel, fit
 
@@ -293,10 +293,7 @@ PAPER_COLORS = {"mean": "#669eff", "max": "#ff3e3e", "adapool": "#0bd100", "cls"
 def plot_results(frame: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
     """MSE vs SNR on log-log axes in the paper's style: a line and a shaded +-std band per pooler, the
     analytic baselines dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=150)
     learned = frame[~frame["pooler"].isin(BASELINES)]
@@ -314,7 +311,7 @@ def plot_results(frame: pd.DataFrame, path: str | os.PathLike, title: str = "") 
     ax.set_yscale("log")
     ticks = frame.drop_duplicates("K")
     ax.set_xticks(ticks["snr"], [f"{k}/{round(k / s)}" for k, s in zip(ticks["K"], ticks["snr"])], fontsize=7)
-    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.xaxis.set_minor_locator(plt.NullLocator())
     ax.set_ylim(bottom=0.5 * learned["mse_mean"].min() if len(learned) else None)
     ax.set_xlabel("signal-to-noise ratio K / N")
     ax.set_ylabel("test MSE")

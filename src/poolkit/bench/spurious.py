@@ -37,7 +37,7 @@ from ..errors import PoolkitError
 from ..io import atomic_write, prepare_out_dir
 from ..pooling import get_pooler
 from ..provenance import run_provenance
-from .reporting import add_output_arguments, add_preset_arguments, save_figure
+from .reporting import add_output_arguments, add_preset_arguments, pyplot, save_figure
 from .spurious_data import CUE_NAMES, LABEL_NAMES, SpuriousData, SpuriousSet, make_spurious_data, planned_counts
 from .vision import _cpu_seconds
 from .vision_data import load_images
@@ -442,10 +442,7 @@ def _write_outputs(out: Path, config: SpuriousConfig, frame: pd.DataFrame, meta:
 def plot_accuracy(summary: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
     """Worst-group (filled) and average (open) test accuracy per method, mean +- std over seeds; one panel per
     training agreement."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     agreements = list(dict.fromkeys(summary["agreement"]))
     fig, axes = plt.subplots(1, len(agreements), figsize=(4.6 * len(agreements), 3.8), dpi=150, squeeze=False)
@@ -467,11 +464,8 @@ def plot_accuracy(summary: pd.DataFrame, path: str | os.PathLike, title: str = "
 def plot_attention(config: SpuriousConfig, meta: dict, path: str | os.PathLike) -> None:
     """The first run of the hardest agreement: minority-group test images (cue box red, garment box green) and each
     retrained pooler's weights over the last map, upsampled to the canvas."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.patches as patches
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     run = [r for r in meta["runs"] if r["agreement"] == max(config.agreements)][0]
     data = make_spurious_data(load_images("fashion-mnist", config.root), agreement=run["agreement"],

@@ -32,7 +32,7 @@ from ..io import prepare_out_dir
 from ..pooling import AuxiliaryClassifiers, get_pooler
 from ..pooling.base import pooler_class, resolve_name
 from ..provenance import run_provenance
-from .reporting import add_output_arguments, add_preset_arguments, print_report, save_figure, write_results
+from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_results
 from .snr import _device
 from .vision_data import DATASETS, Images, augment, load_images, split_pool
 from .vision_model import Backbone, PooledHead, VisionModel, encode, fit, map_sizes
@@ -319,10 +319,7 @@ def _title(config: VisionConfig) -> str:
 def plot_results(summary: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
     """Test accuracy per pooler, mean with +-std error bars over seeds, one marker per training-set size; one panel
     per variant (from scratch, frozen backbone)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     variants = [v for v in VARIANTS if (summary["variant"] == v).any()]
     fig, axes = plt.subplots(1, len(variants), figsize=(5.2 * len(variants), 4.0), dpi=150, squeeze=False)
