@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Regenerates docs/leaderboards/ and docs/leaderboards.md: `poolkit compare` (15 default poolers + the tuned
 # linear baseline, frozen all-MiniLM-L6-v2, 3 folds, each fold's epoch chosen on an inner split of its training
-# rows) on three real datasets, and the top 2 poolers fine-tuned end to end on the classification set.
+# rows) on three real datasets, and the top 2 poolers fine-tuned end to end on the classification set; and the
+# scorer ablation: the attention pooler with each scorer= on the classification set, same folds and budget.
 # Each run records its commit, machine and timings in its leaderboard.json; the page is rendered from those files.
-#   scripts/make_leaderboards.sh                      # all three (about 1.5 hours on 2 CPU cores, most of it fine-tuning)
-#   scripts/make_leaderboards.sh wordnet-depth        # one of: wordnet-supersense wordnet-depth fortunes
+#   scripts/make_leaderboards.sh                      # all four (about 1.5 hours on 2 CPU cores, most of it fine-tuning)
+#   scripts/make_leaderboards.sh wordnet-depth        # one of: wordnet-supersense wordnet-depth fortunes scorers
 set -euo pipefail
 cd "$(dirname "$0")/.."
 POOLKIT=${POOLKIT:-.venv/bin/poolkit}
@@ -17,10 +18,14 @@ run() {
     wordnet-depth) $POOLKIT compare --data builtin:embedded-depth "${common[@]}" --out docs/leaderboards/wordnet-depth ;;
     # 4,000 of the ~15k fortunes (a stratified sample): the whole set's cache and probes take hours on 2 cores
     fortunes) $POOLKIT compare --data builtin:fortunes --limit 4000 "${common[@]}" --out docs/leaderboards/fortunes ;;
-    *) echo "unknown leaderboard $1: choose wordnet-supersense, wordnet-depth or fortunes" >&2; exit 2 ;;
+    # attention's scorer= ablation (tanh is its default); no baseline row: the question is scorer against scorer
+    scorers) $POOLKIT compare --data builtin:embedded "${common[@]}" --no-baseline --poolers attention \
+               attention:scorer=linear attention:scorer=bilinear attention:scorer=glu attention:scorer=abmil \
+               --out docs/leaderboards/scorers/wordnet-supersense ;;
+    *) echo "unknown leaderboard $1: choose wordnet-supersense, wordnet-depth, fortunes or scorers" >&2; exit 2 ;;
   esac
 }
-for name in "${@:-wordnet-supersense wordnet-depth fortunes}"; do
+for name in "${@:-wordnet-supersense wordnet-depth fortunes scorers}"; do
   for one in $name; do run "$one"; done
 done
 $PYTHON scripts/render_leaderboards.py --write

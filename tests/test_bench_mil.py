@@ -201,3 +201,30 @@ def test_tiny_run_end_to_end_and_cli(tmp_path):
     cli = pd.read_csv(tmp_path / "cli" / "results.csv")
     np.testing.assert_allclose(cli["accuracy"], frame["accuracy"])
     assert cli_main(argv) == 2  # results exist: refused without --force
+
+
+def test_extending_a_run_adds_paired_rows_keeps_the_earlier_ones_and_checks_they_reproduce(tmp_path, capsys):
+    # catches an extension run under another protocol than the run's own (3 folds here, TINY's 2), earlier rows
+    # rerun or dropped instead of kept, no commit per row, and a reproduction check that cannot fail
+    config = dataclasses.replace(TINY, poolers=("mean",), folds=3)
+    mil.run_mil(config, tmp_path, progress=False)
+    meta = json.loads((tmp_path / "results.json").read_text())
+    meta["runs"][0]["accuracy"] = 0.123  # musk1, mean, repeat 0, fold 0: the fold the extension re-runs
+    for run in meta["runs"]:
+        run.pop("commit")  # a run written before rows carried their commit: they get the run's
+    (tmp_path / "results.json").write_text(json.dumps(meta))
+    frame = mil.extend_mil(tmp_path, ("max",), progress=False)
+    both = mil.run_mil(dataclasses.replace(config, poolers=("mean", "max")), progress=False)
+    new, fresh = (f[f["pooler"] == "max"].reset_index(drop=True) for f in (frame, both))
+    pd.testing.assert_frame_equal(new, fresh)
+    assert frame.loc[(frame["pooler"] == "mean") & (frame["fold"] == 0), "accuracy"].item() == 0.123
+    extended = json.loads((tmp_path / "results.json").read_text())
+    assert extended["settings"]["poolers"] == ["mean", "max"] and len(extended["runs"]) == 6
+    assert {r["commit"] for r in extended["runs"]} == {meta["provenance"]["commit"]}
+    (check,) = extended["extended"]["reproduced"]
+    assert (check["pooler"], check["fold"], check["same"], check["then"]["accuracy"]) == ("mean", 0, False, 0.123)
+    assert extended["extended"]["earlier"]["poolers"] == ["mean"]
+    with pytest.raises(PoolkitError, match="does not hold yet"):
+        mil.extend_mil(tmp_path, ("max",), progress=False)
+    assert cli_main(["bench", "mil", "--extend", str(tmp_path), "--poolers", "lse", "--folds", "5"]) == 2
+    assert "give only --poolers (got --folds)" in capsys.readouterr().err

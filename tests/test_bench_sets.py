@@ -63,3 +63,19 @@ def test_a_tiny_run_writes_its_results_and_refuses_to_overwrite_them(tmp_path, c
     assert "zonotope x1" in capsys.readouterr().out
     assert main(args) == 2  # no --force: the results stay
     assert "--force" in capsys.readouterr().err
+
+
+def test_pairs_target_is_the_mean_of_the_features_of_elements_with_a_partner_of_their_type():
+    # recomputed from the real elements alone: catches padded elements counted as partners, an element counted as its
+    # own partner, and a sum over the selected elements divided by their count instead of the set's size
+    types = 6
+    data = make_set_task("pairs", 60, min_size=2, max_size=7, pair_types=types, seed=3)
+    selected = []
+    for row in range(60):
+        real = data.x[row, data.mask[row]].double()
+        kind, f = real[:, :types].argmax(dim=1), real[:, types:]
+        paired = (kind[:, None] == kind[None, :]).sum(dim=1) > 1
+        torch.testing.assert_close(data.y[row].double(), f[paired].sum(dim=0) / len(real))
+        selected.append(paired.float().mean().item())
+    assert 0.1 < np.mean(selected) < 0.9 and min(selected) == 0  # some elements have partners, some sets none
+    assert torch.equal(data.x[~data.mask], torch.zeros_like(data.x[~data.mask]))

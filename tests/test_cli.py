@@ -100,6 +100,15 @@ def test_pooler_specs_take_commas_or_spaces_and_route_options():
         pooler_specs(["mean,attention"], ["atn_size=16"])
 
 
+def test_pooler_specs_take_one_pooler_several_times_with_options():
+    # the scorer ablation's leaderboard: catches NAME:KEY=VALUE read as an unknown name, and specs of one pooler merged
+    specs = pooler_specs(["attention,attention:scorer=glu", "attention:scorer=linear:attn_size=8"], None)
+    assert specs == [{"name": "attention"}, {"name": "attention", "scorer": "glu"},
+                     {"name": "attention", "scorer": "linear", "attn_size": 8}]
+    with pytest.raises(PoolkitError, match="has no option 'scorr'"):
+        pooler_specs(["attention:scorr=glu"], None)
+
+
 def test_bench_snr_poolers_take_the_same_syntax():
     import argparse
 

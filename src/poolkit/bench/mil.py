@@ -7,6 +7,10 @@ Protocol, one for every pooler: the bags are split by a seeded stratified k-fold
 lower inner log-loss, then fewer epochs); the model is then trained on the whole training fold with them and scores
 the test fold once (accuracy and ROC AUC). Features are standardised with the statistics of the bags being trained
 on. The instance MLP's initial weights depend on (dataset, repeat, fold) only, so poolers are compared paired.
+
+A committed run can be extended with more poolers (:func:`extend_mil`, ``--extend DIR``): the same protocol read from
+its results.json, every row recording the commit it ran at, and one fold of each earlier pooler re-run first to show
+whether the earlier rows still reproduce at this commit.
 """
 
 from __future__ import annotations
@@ -27,8 +31,7 @@ import torch
 
 from ..errors import PoolkitError
 from ..io import prepare_out_dir
-from ..pooling import pooler_spec
-from ..pooling.base import pooler_class
+from ..pooling.base import pooler_class, pooler_from_label
 from ..provenance import run_provenance
 from .mil_data import DATASETS, Bags, load_bags, standardize, stratified_folds
 from .mil_model import MILModel, auc, fit, predict, score
@@ -38,10 +41,12 @@ from .vision import _cpu_seconds
 #: The token poolers of the issue, and the scorer ablation on gated_attention (the same width and init as its
 #: default abmil scorer, so that only the scoring function differs).
 DEFAULT_POOLERS = ("mean", "max", "gem", "lse", "attention", "gated_attention", "multihead_attention", "latent",
-                   "adapool", "gated_attention:scorer=glu", "gated_attention:scorer=bilinear")
+                   "adapool", "zonotope_attention", "gated_attention:scorer=glu", "gated_attention:scorer=bilinear")
 ABLATION_BASE = "gated_attention"
 RESULT_FILES = ("results.csv", "results.json", "accuracy.png")
-COLUMNS = ["dataset", "pooler", "repeat", "fold", "accuracy", "auc", "lr", "epochs", "inner_accuracy"]
+COLUMNS = ["dataset", "pooler", "repeat", "fold", "accuracy", "auc", "lr", "epochs", "inner_accuracy", "commit"]
+#: What a re-run fold must give again for the earlier rows to count as reproduced.
+REPRODUCED = ("accuracy", "auc", "lr", "epochs", "inner_accuracy")
 #: Ilse et al. (ICML 2018), Table 1: test accuracy, mean and (their ±) standard error over five repetitions of
 #: 10-fold cross-validation. The paper's numbers, not ours.
 PAPER = {"attention": {"musk1": (0.892, 0.040), "musk2": (0.858, 0.048), "elephant": (0.868, 0.022)},
@@ -104,22 +109,6 @@ QUICK = MILConfig(datasets=("musk1",), poolers=("mean", "gated_attention", "gate
 PRESETS = {"default": DEFAULT, "full": FULL, "quick": QUICK}
 
 
-def pooler_from_label(label: str) -> dict:
-    """``"gated_attention:scorer=glu"`` -> the checked spec {"name": "gated_attention", "scorer": "glu"} (values
-    read as JSON where they parse, else kept as text)."""
-    name, *pairs = label.split(":")
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise PoolkitError(f"pooler {label!r}: options go as NAME:KEY=VALUE, e.g. gated_attention:scorer=glu")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return pooler_spec(name, **options)
-
-
 def run_mil(config: MILConfig = DEFAULT, out_dir: str | os.PathLike | None = None, *, force: bool = False,
             progress: bool = True) -> pd.DataFrame:
     """Run the benchmark; return one row per (dataset, pooler, repeat, fold) (:data:`COLUMNS`). With ``out_dir``,
@@ -133,14 +122,69 @@ def run_mil(config: MILConfig = DEFAULT, out_dir: str | os.PathLike | None = Non
     started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
     previous_threads = torch.get_num_threads()
     try:
-        runs = _run_tasks(config, progress)
+        runs = _run_tasks(config, _tasks(config, config.poolers), progress)
     finally:
         torch.set_num_threads(previous_threads)
-    frame = pd.DataFrame([{key: run[key] for key in COLUMNS} for run in runs], columns=COLUMNS)
+    frame = _frame(runs)
     if out is not None:
         _write_outputs(out, config, frame, runs, time.perf_counter() - started, _cpu_seconds() - cpu,
                        [list(load), list(os.getloadavg())])
     return frame
+
+
+def extend_mil(out_dir: str | os.PathLike, poolers: tuple[str, ...], *, progress: bool = True) -> pd.DataFrame:
+    """Add ``poolers`` to the run in ``out_dir`` and rewrite its files with all the rows.
+
+    The protocol (folds, seeds, grids, widths, execution) is the run's own, read from its results.json, so the new
+    rows are paired with the earlier ones fold for fold. Rows keep the commit they ran at (``commit``); the earlier
+    run's provenance, cost and poolers are kept under ``extended``, with ``reproduced``: fold 0 of the first
+    repetition of the smallest dataset re-run here for every earlier pooler, and whether it gave the same
+    :data:`REPRODUCED` values (the earlier rows come from that commit's code; where they do not reproduce, the
+    two commits' rows are not strictly comparable, and the file says so)."""
+    out = Path(out_dir)
+    before = json.loads((out / "results.json").read_text())
+    earlier = recorded_config(out).poolers
+    if not poolers or any(p in earlier for p in poolers):
+        raise PoolkitError(f"--extend {out}: name poolers that the run does not hold yet (it has {', '.join(earlier)})")
+    config = dataclasses.replace(recorded_config(out), poolers=earlier + tuple(poolers)).validated()
+    commit = before["provenance"].get("commit")
+    old_runs = [{**run, "commit": run.get("commit", commit)} for run in before["runs"]]
+    smallest = min(config.datasets, key=lambda d: load_bags(d).features.numel())
+    checks = [(smallest, 0, 0, label) for label in earlier]
+    started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
+    previous_threads = torch.get_num_threads()
+    try:
+        fresh = _run_tasks(config, checks + _tasks(config, tuple(poolers)), progress)
+    finally:
+        torch.set_num_threads(previous_threads)
+    key = lambda run: (run["dataset"], run["pooler"], run["repeat"], run["fold"])  # noqa: E731
+    then = {key(run): run for run in old_runs}
+    reproduced = [{"dataset": run["dataset"], "pooler": run["pooler"], "repeat": run["repeat"], "fold": run["fold"],
+                   "same": all(run[k] == then[key(run)][k] for k in REPRODUCED),
+                   "then": {k: then[key(run)][k] for k in REPRODUCED}, "now": {k: run[k] for k in REPRODUCED}}
+                  for run in fresh if run["pooler"] in earlier]
+    runs = _in_order(config, old_runs + [run for run in fresh if run["pooler"] not in earlier])
+    extended = {"poolers_added": list(poolers), "reproduced": reproduced,
+                "earlier": {k: before[k] for k in ("provenance", "runtime_seconds", "cpu_seconds",
+                                                    "load_average_start_end")} | {"poolers": list(earlier)}}
+    frame = _frame(runs)
+    _write_outputs(out, config, frame, runs, time.perf_counter() - started, _cpu_seconds() - cpu,
+                   [list(load), list(os.getloadavg())], extended)
+    return frame
+
+
+def recorded_config(out_dir: str | os.PathLike) -> MILConfig:
+    """The settings of the run written in ``out_dir`` (its results.json)."""
+    try:
+        settings = json.loads((Path(out_dir) / "results.json").read_text())["settings"]
+    except (OSError, KeyError, json.JSONDecodeError) as error:
+        raise PoolkitError(f"{out_dir}: no readable results.json with settings there ({error}); make the run first "
+                           "with --out")
+    return MILConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()})
+
+
+def _frame(runs: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame([{key: run[key] for key in COLUMNS} for run in runs], columns=COLUMNS)
 
 
 # -- one outer fold ---------------------------------------------------------------------------------------
@@ -186,6 +230,7 @@ def run_fold(config: MILConfig, bags: Bags, repeat: int, fold: int, label: str) 
     probability = predict(model, test).numpy()
     return {"dataset": bags.name, "pooler": label, "repeat": repeat, "fold": fold,
             "accuracy": score(model, test).accuracy, "auc": auc(test.labels.numpy(), probability), **chosen,
+            "commit": run_provenance()["commit"],
             "test_bags": len(test), "seconds": round(time.perf_counter() - tic, 3),
             "cpu_seconds": round(time.process_time() - cpu, 3)}
 
@@ -198,16 +243,20 @@ def _task(config: MILConfig, task: tuple[str, int, int, str]) -> dict:
     return run_fold(config, load_bags(name), repeat, fold, label)
 
 
-def _run_tasks(config: MILConfig, progress: bool) -> list[dict]:
-    """Every (dataset, repeat, fold, pooler), the largest dataset first so that the workers finish together; each
-    task is seeded on its own, so the results do not depend on ``workers``. Returned in a fixed order."""
+def _tasks(config: MILConfig, poolers: tuple[str, ...]) -> list[tuple[str, int, int, str]]:
+    """Every (dataset, repeat, fold, pooler) of ``poolers``, the largest dataset first so that the workers finish
+    together."""
+    order = sorted(config.datasets, key=lambda d: -load_bags(d).features.numel())
+    return [(d, r, f, p) for d in order for r in range(config.repeats) for f in range(config.folds) for p in poolers]
+
+
+def _run_tasks(config: MILConfig, tasks: list[tuple[str, int, int, str]], progress: bool) -> list[dict]:
+    """Run ``tasks``; each is seeded on its own, so the results do not depend on ``workers``. Returned in a fixed
+    order."""
     from functools import partial
 
     from tqdm.auto import tqdm
 
-    order = sorted(config.datasets, key=lambda d: -load_bags(d).features.numel())
-    tasks = [(d, r, f, p) for d in order for r in range(config.repeats) for f in range(config.folds)
-             for p in config.poolers]
     run, results = partial(_task, config), []
     with tqdm(total=len(tasks), disable=None if progress else True, desc="mil", unit="fold") as bar:
         if config.workers == 1:
@@ -222,9 +271,14 @@ def _run_tasks(config: MILConfig, progress: bool) -> list[dict]:
         finally:
             if config.workers > 1:
                 pool.shutdown(cancel_futures=True)
+    return _in_order(config, results)
+
+
+def _in_order(config: MILConfig, runs: list[dict]) -> list[dict]:
+    """Runs sorted by the config's dataset and pooler order, then repeat and fold."""
     rank = {"dataset": config.datasets.index, "pooler": config.poolers.index}
-    return sorted(results, key=lambda r: (rank["dataset"](r["dataset"]), rank["pooler"](r["pooler"]), r["repeat"],
-                                          r["fold"]))
+    return sorted(runs, key=lambda r: (rank["dataset"](r["dataset"]), rank["pooler"](r["pooler"]), r["repeat"],
+                                       r["fold"]))
 
 
 # -- summary --------------------------------------------------------------------------------------------
@@ -272,7 +326,7 @@ def paired_differences(frame: pd.DataFrame, base: str = ABLATION_BASE, folds: in
 
 # -- outputs --------------------------------------------------------------------------------------------
 def _write_outputs(out: Path, config: MILConfig, frame: pd.DataFrame, runs: list[dict], seconds: float,
-                   cpu_seconds: float, load: list[list[float]]) -> None:
+                   cpu_seconds: float, load: list[list[float]], extended: dict | None = None) -> None:
     summary = summarize(frame)
     meta = {
         "benchmark": "mil (poolers as MIL pooling; Ilse, Tomczak & Welling, ICML 2018)",
@@ -288,6 +342,7 @@ def _write_outputs(out: Path, config: MILConfig, frame: pd.DataFrame, runs: list
         "summary": summary.to_dict(orient="records"),
         "ablation": paired_differences(frame, folds=config.folds).to_dict(orient="records")
         if ABLATION_BASE in config.poolers else [],
+        **({"extended": extended} if extended else {}),
         "runs": runs,
     }
     write_results(out, frame, meta, "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
@@ -345,6 +400,8 @@ def add_mil_arguments(parser: argparse.ArgumentParser) -> None:
                              ("--threads", int, "torch threads per worker")):
         parser.add_argument(flag, type=kind, help=what)
     add_output_arguments(parser, "accuracy.png")
+    parser.add_argument("--extend", metavar="DIR", help="add --poolers to the run in DIR with its own protocol (its "
+                        "results.json), re-running one fold of each earlier pooler to check that it reproduces")
 
 
 _ARG_FIELDS = ("datasets", "poolers", "lrs", "folds", "repeats", "epochs", "eval_every", "batch_size", "weight_decay",
@@ -368,9 +425,21 @@ def run_mil_command(args: argparse.Namespace) -> int:
     """``poolkit bench mil``: run, print the summary, write --out. Bad input raises PoolkitError."""
     from rich.table import Table
 
-    config = config_from_args(args)
+    from ..cli.common import split_names
+
     started = time.perf_counter()
-    frame = run_mil(config, args.out, force=args.force, progress=not args.no_progress)
+    if args.extend:
+        given = [f"--{field.replace('_', '-')}" for field in _ARG_FIELDS if field != "poolers"
+                 and getattr(args, field, None) is not None] + [flag for flag, on in (("--out", args.out), (
+                     "--force", args.force), (f"--{args.preset}", args.preset != "default")) if on]
+        if given or not args.poolers:
+            raise PoolkitError(f"--extend takes the protocol of the run it extends: give only --poolers (got "
+                               f"{' '.join(given) or 'no --poolers'})")
+        frame = extend_mil(args.extend, tuple(split_names(args.poolers)), progress=not args.no_progress)
+        config = recorded_config(args.extend)
+    else:
+        config = config_from_args(args)
+        frame = run_mil(config, args.out, force=args.force, progress=not args.no_progress)
     spread = "standard error over repetitions" if config.repeats > 1 else "standard error over folds"
     table = Table(title=f"MIL benchmark ({config.preset}): test accuracy, mean ± {spread}; AUC")
     for column in ("dataset", "pooler", "accuracy", "AUC", "paper (Ilse et al. 2018)"):
@@ -380,5 +449,5 @@ def run_mil_command(args: argparse.Namespace) -> int:
         paper = PAPER.get(row.pooler, {}).get(row.dataset)
         table.add_row(row.dataset, row.pooler, f"{row.accuracy:.3f} ± {sem:.3f}", f"{row.auc:.3f}",
                       f"{paper[0]:.3f} ± {paper[1]:.3f}" if paper else "")
-    print_report(table, started, args.out)
+    print_report(table, started, args.out or args.extend)
     return 0

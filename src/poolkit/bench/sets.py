@@ -9,6 +9,11 @@ Tasks (generated here, seeded):
 - ``typed`` ("high-rank sparse combinatorial"): each element carries a type among M (one-hot) and features f; the
   target is the set's mean of A_type f, a type-specific linear map of the features. One attention layer applies
   one value map to all elements, so it cannot apply M different ones; the zonotope's gated maps can (K + 1 >= M).
+- ``pairs`` ("high-rank sparse combinatorial", a selection that depends on element pairs): each element carries a
+  type among P (one-hot; P = ``pair_types``, many, so that some types occur once in a set and some more often)
+  and features f; the target is sum_j [another element of the set has j's type] f_j / n: the mean of the
+  features of the elements that have a partner of their type. Whether an element counts depends on the others,
+  which self-attention compares two at a time; the zonotope pooler's gates read one element (or the set's mean).
 
 Models: a linear embedding, L residual set-attention layers (:class:`poolkit.ZonotopeSetAttention`; with no
 generators, standard single-head self-attention), a pooler (``attention`` or ``zonotope_attention``), an MLP head.
@@ -41,7 +46,7 @@ from ..provenance import run_provenance
 from . import quadrature
 from .reporting import pyplot
 
-TASKS = ("statistics", "typed")
+TASKS = ("statistics", "typed", "pairs")
 STATISTICS = ("mean", "variance", "q25", "q75")
 #: model name -> (standard or zonotope, depth = set layers + the pooler)
 MODELS = {"attention x1": ("attention", 1), "attention x2": ("attention", 2), "attention x3": ("attention", 3),
@@ -63,6 +68,7 @@ class SetsConfig:
     max_size: int = 32
     features: int = 4
     types: int = 4
+    pair_types: int = 16
     width: int = 32
     generators: int = 4
     epochs: int = 40
@@ -76,7 +82,8 @@ class SetsConfig:
     preset: str = "default"
 
     def validated(self) -> SetsConfig:
-        for name in ("train", "val", "test", "min_size", "max_size", "features", "types", "width", "epochs",
+        for name in ("train", "val", "test", "min_size", "max_size", "features", "types", "pair_types",
+                     "width", "epochs",
                      "batch_size", "seeds"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -111,7 +118,7 @@ class SetData:
 
 
 def make_set_task(task: str, count: int, *, min_size: int = 8, max_size: int = 32, features: int = 4,
-                  types: int = 4, seed: int = 0) -> SetData:
+                  types: int = 4, pair_types: int = 16, seed: int = 0) -> SetData:
     """``count`` sets of ``min_size``..``max_size`` elements for ``task`` (see the module docstring); one draw, so
     the typed task's maps A_type are shared by all its sets. Padded elements are 0."""
     gen = torch.Generator().manual_seed(seed)
@@ -132,6 +139,13 @@ def make_set_task(task: str, count: int, *, min_size: int = 8, max_size: int = 3
         x = torch.cat([nn.functional.one_hot(kind, types).float(), f], dim=-1)
         mapped = torch.einsum("ntof,ntf->nto", maps[kind], f) * mask[..., None]
         y = mapped.sum(dim=1) / sizes[:, None]
+    elif task == "pairs":
+        kind = torch.randint(pair_types, (count, max_size), generator=gen)
+        f = torch.randn(count, max_size, features, generator=gen)
+        same = (kind[:, :, None] == kind[:, None, :]) & mask[:, :, None] & mask[:, None, :]
+        paired = (same.sum(dim=2) > 1) & mask  # a real element with another real one of its type
+        x = torch.cat([nn.functional.one_hot(kind, pair_types).float(), f], dim=-1)
+        y = (f * paired[..., None]).sum(dim=1) / sizes[:, None]
     else:
         raise PoolkitError(f"unknown task {task!r}: choose from {', '.join(TASKS)}")
     return SetData(x * mask[..., None], mask, y)
@@ -229,7 +243,7 @@ def run_sets(config: SetsConfig = DEFAULT, out_dir: str | os.PathLike | None = N
 def _task_runs(task: str, config: SetsConfig, progress: bool) -> list[dict]:
     data = make_set_task(task, config.train + config.val + config.test, min_size=config.min_size,
                          max_size=config.max_size, features=config.features, types=config.types,
-                         seed=config.data_seed)
+                         pair_types=config.pair_types, seed=config.data_seed)
     # Targets standardised with the training rows' statistics: an MSE of 1 is predicting their mean.
     centre, spread = data.y[:config.train].mean(dim=0), data.y[:config.train].std(dim=0)
     data.y = (data.y - centre) / spread

@@ -67,12 +67,13 @@ def single_pooler_spec(name: str, pairs: list[str] | None) -> dict[str, Any]:
 
 
 def pooler_specs(poolers: list[str], pairs: list[str] | None) -> list[dict[str, Any]]:
-    """Specs from --poolers / --pooler names (commas and/or spaces, 'default', 'all') and --pooler-opt options."""
+    """Specs from --poolers / --pooler names (commas and/or spaces, 'default', 'all', NAME:KEY=VALUE for a pooler
+    with options, e.g. attention:scorer=glu) and --pooler-opt options."""
     from ..pooling import pooler_options, pooler_spec
-    from ..pooling.base import resolve_name
+    from ..pooling.base import pooler_from_label, resolve_name
     from ..training.api import resolve_poolers
 
-    specs = resolve_poolers(split_names(poolers))
+    specs = resolve_poolers([pooler_from_label(n) if ":" in n else n for n in split_names(poolers)])
     for target, key, value in parse_options(pairs):
         if target is not None:
             name = resolve_name(target)

@@ -19,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = lambda *flags, **kw: parser.add_argument(*flags, default=argparse.SUPPRESS, **kw)  # noqa: E731
     parser.add_argument("--model", help="encoder (default: packaged all-MiniLM-L6-v2)")
     parser.add_argument("--poolers", nargs="+", default=["default"], metavar="NAME",
-                        help="pooler names separated by commas and/or spaces, 'default' (15 poolers) or 'all'")
+                        help="pooler names separated by commas and/or spaces, 'default' (15 poolers) or 'all'; "
+                             "NAME:KEY=VALUE[:KEY=VALUE] for one with options (attention:scorer=glu)")
     parser.add_argument("--pooler-opt", "--pooling-opt", dest="pooler_opt", action="append",
                         metavar="[POOLER:]KEY=VALUE", help=POOLER_OPT_HELP)
     add("--folds", type=positive(int), help="K-fold CV (default 5; 3 on the embedded default data)")

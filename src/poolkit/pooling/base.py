@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Union
@@ -442,6 +443,22 @@ def pooler_spec(spec: str | dict[str, Any] | Pooler, **options: Any) -> dict[str
     rest = {k: v for k, v in {**spec, **options}.items() if k != "name"}
     canonical = check_options(spec["name"], {k: v for k, v in rest.items() if k != "hidden_size"})
     return {"name": canonical, **copy.deepcopy(rest)}
+
+
+def pooler_from_label(label: str) -> dict:
+    """``"gated_attention:scorer=glu"`` -> the checked spec {"name": "gated_attention", "scorer": "glu"} (values
+    read as JSON where they parse, else kept as text)."""
+    name, *pairs = label.split(":")
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise PoolkitError(f"pooler {label!r}: options go as NAME:KEY=VALUE, e.g. gated_attention:scorer=glu")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return pooler_spec(name, **options)
 
 
 def build_pooler(spec: str | dict[str, Any] | Pooler, hidden_size: int | None = None,
