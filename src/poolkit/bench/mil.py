@@ -32,7 +32,7 @@ import torch
 from ..errors import PoolkitError
 from ..io import prepare_out_dir
 from ..pooling.base import pooler_class, pooler_from_label
-from ..provenance import run_provenance
+from ..provenance import git_commit, run_provenance
 from .mil_data import DATASETS, Bags, load_bags, standardize, stratified_folds
 from .mil_model import MILModel, auc, fit, predict, score
 from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_results
@@ -230,7 +230,7 @@ def run_fold(config: MILConfig, bags: Bags, repeat: int, fold: int, label: str) 
     probability = predict(model, test).numpy()
     return {"dataset": bags.name, "pooler": label, "repeat": repeat, "fold": fold,
             "accuracy": score(model, test).accuracy, "auc": auc(test.labels.numpy(), probability), **chosen,
-            "commit": run_provenance()["commit"],
+            "commit": git_commit(),
             "test_bags": len(test), "seconds": round(time.perf_counter() - tic, 3),
             "cpu_seconds": round(time.process_time() - cpu, 3)}
 
