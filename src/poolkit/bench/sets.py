@@ -77,7 +77,8 @@ class SetsConfig:
     seeds: int = 3
     data_seed: int = 0
     seed: int = 1
-    threads: int | None = 2
+    #: one: these small ops ran 3-6x slower on two threads when other jobs shared the 2 cores (OpenMP spinning)
+    threads: int | None = 1
     quadrature_sizes: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024)
     preset: str = "default"
 
