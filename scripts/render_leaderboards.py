@@ -27,6 +27,7 @@ from poolkit.training.leaderboard import rank_key
 ROOT = Path(__file__).resolve().parent.parent
 BOARDS = ROOT / "docs" / "leaderboards"
 OLD = BOARDS / "before-0.2"
+SCORERS = BOARDS / "scorers"
 PAGE = ROOT / "docs" / "leaderboards.md"
 
 
@@ -186,6 +187,44 @@ def render_old_vs_new(names: list[str]) -> list[str]:
     return lines
 
 
+def render_scorers(folder: Path) -> list[str]:
+    """The attention pooler with each ``scorer=`` on one board: each against tanh (its default) on the same folds,
+    and the one-sided glu against abmil (both factors non-linear) and bilinear (neither)."""
+    saved = load(folder)
+    s = saved["settings"]
+    sign = 1 if s["higher_is_better"] else -1
+    rows = {r["config"].get("scorer", "tanh"): r for r in saved["rows"] if r["mode"] == "frozen"}
+    per_fold = {name: np.array([m[s["metric"]] for m in r["fold_metrics"]]) for name, r in rows.items()}
+
+    def against(name: str, base: str) -> tuple[float, float, str]:
+        """(mean paired difference, larger fold std, 'within' / 'beyond' that std), signed so that > 0 is better."""
+        diff = sign * (per_fold[name] - per_fold[base])
+        spread = max(rows[name]["std"], rows[base]["std"])
+        return float(diff.mean()), spread, "within" if abs(diff.mean()) <= spread else "beyond"
+
+    lines = [f"### {folder.name}: {s['data']}", "",
+             f"`attention` (scoring width {rows['tanh']['config']['attn_size']}, Xavier init) with each `scorer=` on "
+             f"{s['rows']} rows, {s['task']}, encoder {model_label(s['model'])}, the same {s['folds']} folds, budget "
+             f"and epoch selection as the boards above (up to {s['probe']['epochs']} epochs, patience "
+             f"{s['probe']['patience']}); the whole run {s['total_seconds'] / 60:.0f} min. From "
+             f"`{relative(folder / 'leaderboard.json')}`: {provenance(s)}.", "",
+             f"| scorer | {s['metric']} (mean ± sample std over folds) | per fold | − tanh, mean over folds | "
+             "params | seconds |", "|---|---:|---:|---:|---:|---:|"]
+    for name, r in rows.items():
+        diff = "" if name == "tanh" else f"{sign * against(name, 'tanh')[0]:+.4f}"
+        lines.append(f"| `{name}` | {r['mean']:.4f} ± {r['std']:.4f} | "
+                     f"{', '.join(f'{v:.3f}' for v in per_fold[name])} | {diff} | {r['params']:,} | "
+                     f"{r['seconds']:.0f} |")
+    lines += ["", "Reading (computed from the rows above; a difference *within* the larger of the two fold stds is "
+                  f"not told apart from fold-to-fold noise with {s['folds']} folds):", ""]
+    for name, base in (("glu", "abmil"), ("glu", "bilinear"), *((n, "tanh") for n in rows if n != "tanh")):
+        if name in rows and base in rows:
+            mean, spread, where = against(name, base)
+            lines.append(f"- `{name}` against `{base}`: {'better' if mean > 0 else 'worse'} by {abs(mean):.4f} "
+                         f"{s['metric']} on average over the folds ({where} the larger fold std, {spread:.4f}).")
+    return lines
+
+
 def render() -> str:
     folders = sorted(p for p in BOARDS.iterdir() if (p / "leaderboard.json").exists())
     if not folders:
@@ -201,6 +240,16 @@ def render() -> str:
              "load); later commits can move them where the code changed.", ""]
     for folder in folders:
         lines += render_board(folder) + [""]
+    scorers = sorted(p for p in SCORERS.glob("*") if (p / "leaderboard.json").exists())
+    if scorers:
+        lines += ["## Scorer ablation: attention's `scorer=`", "",
+                  "The attention pooler's scoring function, swapped with `scorer=` (the formulas are in "
+                  "`poolkit.pooling.attention.SCORERS` and [docs/mil.md](mil.md#scorer-ablation-is-the-one-sided-gate-"
+                  "better)): `tanh` (additive attention, the default), `linear`, `bilinear` (no non-linearity), `glu` "
+                  "(the non-linearity on one factor) and `abmil` (on both). The question of issue 16: does the "
+                  "one-sided form win?", ""]
+        for folder in scorers:
+            lines += render_scorers(folder) + [""]
     old = render_old_vs_new([f.name for f in folders])
     if old:
         lines += ["## Old protocol against new", "",

@@ -115,7 +115,43 @@ def render_cost(results: dict) -> str:
             f"{s['threads']} torch thread each, on {prov['cores']} cores that other jobs shared (load average, 1 min: "
             f"{results['load_average_start_end'][0][0]:.1f} at the start, {results['load_average_start_end'][1][0]:.1f}"
             f" at the end). Commit {prov['commit'][:10] if prov.get('commit') else 'unknown'}, torch {prov['torch']}, "
-            f"{prov['cpu']}, {prov['date']}.")
+            f"{prov['cpu']}, {prov['date']}.") if "extended" not in results else render_extended(results)
+
+
+def render_extended(results: dict) -> str:
+    """The cost of a run extended with ``--extend``: the earlier run's and the extension's, and the reproduction
+    check of the earlier rows."""
+    s, ext, runs = results["settings"], results["extended"], results["runs"]
+    earlier, added = ext["earlier"], ext["poolers_added"]
+
+    def part(what: dict, poolers: list[str], rows: int) -> str:
+        p = what["provenance"]
+        return (f"{', '.join(f'`{x}`' for x in poolers)}: {rows} outer folds in {what['runtime_seconds'] / 60:.1f} "
+                f"minutes of wall time and {what['cpu_seconds'] / 60:.1f} CPU-minutes (load average, 1 min: "
+                f"{what['load_average_start_end'][0][0]:.1f} at the start, {what['load_average_start_end'][1][0]:.1f} "
+                f"at the end), commit {(p.get('commit') or 'unknown')[:10]}, torch {p['torch']}, {p['cpu']}, "
+                f"{p['date']}")
+
+    checks = ext["reproduced"]
+    same = [c for c in checks if c["same"]]
+    differ = [f"`{c['pooler']}` (accuracy {c['then']['accuracy']:.3f} then, {c['now']['accuracy']:.3f} now)"
+              for c in checks if not c["same"]]
+    first = checks[0] if checks else None
+    checked = (f"Before the extension ran, fold {first['fold']} of repetition {first['repeat']} of {first['dataset']} "
+               f"was re-run at the extension's commit for each of the {len(checks)} earlier poolers: {len(same)} gave "
+               "the same accuracy, AUC, learning rate, epochs and inner accuracy"
+               + (f"; {len(differ)} did not: {', '.join(differ)}, so the rows of the two commits are not strictly "
+                  "comparable." if differ else ", so the earlier rows stand for this code too.")) if checks else ""
+    return (f"The committed run (`docs/mil/results.json`) was made in two parts with one protocol (the settings "
+            f"recorded in the file; the folds, seeds and grids are the same, so every row is paired fold for fold; "
+            f"each row records its commit in `results.csv`): {len(s['datasets'])} datasets × {len(s['poolers'])} "
+            f"poolers × {s['folds']} folds × {s['repeats']} repetition(s) = {len(runs)} outer folds, each with "
+            f"{len(s['lrs']) * s['inner_splits']} inner fits and one final fit, with {s['workers']} worker process(es) "
+            f"of {s['threads']} torch thread each on 2 cores that other jobs shared. "
+            f"{part(earlier, earlier['poolers'], sum(r['pooler'] in earlier['poolers'] for r in runs))}. Then "
+            f"`poolkit bench mil --extend docs/mil --poolers {' '.join(added)}` added "
+            f"{part(results, added, sum(r['pooler'] in added for r in runs))} (its wall time includes the "
+            f"re-run folds). {checked}")
 
 
 def render(folder: Path = FOLDER) -> dict[str, str]:

@@ -42,9 +42,11 @@ def render_run(results: dict) -> str:
     load_average = results["load_average_at_start"][0]
     return (f"The committed run (`docs/sets/results.json`): commit `{p['commit']}`, {p['cpu']} ({p['cores']} cores, "
             f"load average {load_average:.1f} at the start: the machine was shared), torch {p['torch']}, "
-            f"{s['threads']} torch threads; {len(results['runs'])} training runs and the quadrature study took "
+            f"{s['threads']} torch thread(s); {len(results['runs'])} training runs and the quadrature study took "
             f"{results['runtime_seconds'] / 60:.1f} minutes. Sets of {s['min_size']}-{s['max_size']} elements, "
-            f"{s['features']} features ({s['types']} types in `typed`); {s['train']} training, {s['val']} validation "
+            f"{s['features']} features ({s['types']} types in `typed`"
+            + (f", {s['pair_types']} in `pairs`" if "pairs" in s["tasks"] else "") + "); "
+            f"{s['train']} training, {s['val']} validation "
             f"and {s['test']} test sets; width {s['width']}, K = {s['generators']} generators; Adam lr {s['lr']:g}, "
             f"batch {s['batch_size']}, {s['epochs']} epochs, the epoch with the lowest validation MSE scored on the "
             f"test sets; seeds {s['seed']}-{s['seed'] + s['seeds'] - 1}.")
