@@ -141,7 +141,7 @@ def render_extended(results: dict) -> str:
                f"was re-run at the extension's commit for each of the {len(checks)} earlier poolers: {len(same)} gave "
                "the same accuracy, AUC, learning rate, epochs and inner accuracy"
                + (f"; {len(differ)} did not: {', '.join(differ)}, so the rows of the two commits are not strictly "
-                  "comparable." if differ else ", so the earlier rows stand for this code too.")) if checks else ""
+                  "comparable." if differ else ": the earlier rows agree with this code where checked.")) if checks else ""
     return (f"The committed run (`docs/mil/results.json`) was made in two parts with one protocol (the settings "
             f"recorded in the file; the folds, seeds and grids are the same, so every row is paired fold for fold; "
             f"each row records its commit in `results.csv`): {len(s['datasets'])} datasets × {len(s['poolers'])} "
