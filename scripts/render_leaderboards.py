@@ -217,6 +217,14 @@ def render_scorers(folder: Path) -> list[str]:
                      f"{r['seconds']:.0f} |")
     lines += ["", "Reading (computed from the rows above; a difference *within* the larger of the two fold stds is "
                   f"not told apart from fold-to-fold noise with {s['folds']} folds):", ""]
+    main = BOARDS / folder.name / "leaderboard.json"
+    same = next((r for r in load(main.parent)["rows"] if r["mode"] == "frozen" and r["pooler"] == "attention"),
+                None) if main.exists() else None
+    if same is not None:
+        lines.append(f"- The `tanh` row is plain `attention`, the same pooler and protocol as its row in the "
+                     f"{folder.name} board above ({provenance(load(main.parent)['settings']).split(',')[0]}): "
+                     f"{same['mean']:.4f} ± {same['std']:.4f} there, {rows['tanh']['mean']:.4f} ± "
+                     f"{rows['tanh']['std']:.4f} here.")
     for name, base in (("glu", "abmil"), ("glu", "bilinear"), *((n, "tanh") for n in rows if n != "tanh")):
         if name in rows and base in rows:
             mean, spread, where = against(name, base)
