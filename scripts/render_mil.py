@@ -100,6 +100,27 @@ def render_ablation(frame: pd.DataFrame, results: dict) -> str:
     return "\n".join(lines)
 
 
+def render_zonotope(frame: pd.DataFrame, results: dict) -> str:
+    """zonotope_attention against attention (the same scorer; only the value maps differ) on the same folds."""
+    if not {"zonotope_attention", "attention"} <= set(frame["pooler"]):
+        return "This run has no `zonotope_attention` and `attention` rows to compare."
+    diffs = paired_differences(frame, base="attention", folds=results["settings"]["folds"])
+    rows = diffs[diffs["pooler"] == "zonotope_attention"]
+    cells = [f"{100 * r.diff_mean:+.1f} ± {100 * r.ci95:.1f} ({r.wins}/{r.losses})" + (" *noise*" if r.inside_noise
+                                                                                      else "")
+             for r in rows.itertuples()]
+    overall = rows[rows["dataset"] == "all"].iloc[0]
+    verdict = ("inside the noise: no evidence here that the input-dependent value maps help (or hurt) on these bags"
+               if overall["inside_noise"] else
+               f"beyond the noise: the value maps {'help' if overall['diff_mean'] > 0 else 'hurt'} here")
+    return "\n".join([
+        "Accuracy of `zonotope_attention` minus `attention`'s on the same test folds, in points: mean, its 95% "
+        "interval (corrected resampled t), folds won / lost; *noise* when the interval holds 0.", "",
+        "| | " + " | ".join(rows["dataset"]) + " |", "|---|" + "---:|" * len(rows),
+        "| zonotope_attention − attention | " + " | ".join(cells) + " |", "",
+        f"Over all datasets: {100 * overall['diff_mean']:+.1f} ± {100 * overall['ci95']:.1f} points, {verdict}."])
+
+
 def render_cost(results: dict) -> str:
     s, prov, runs = results["settings"], results["provenance"], results["runs"]
     default = PRESETS["default"]
@@ -159,7 +180,8 @@ def render(folder: Path = FOLDER) -> dict[str, str]:
     frame = pd.read_csv(folder / "results.csv")
     summary = summarize(frame)
     return {"presets": render_presets(), "data": render_data(results), "accuracy": render_accuracy(summary, results),
-            "ablation": render_ablation(frame, results), "cost": render_cost(results)}
+            "ablation": render_ablation(frame, results), "zonotope": render_zonotope(frame, results),
+            "cost": render_cost(results)}
 
 
 def main(argv: list[str] | None = None) -> int:
