@@ -73,6 +73,11 @@ def render_accuracy(summary: pd.DataFrame, results: dict) -> str:
     return "\n".join(lines)
 
 
+def difference_cell(r) -> str:
+    """A row of paired_differences in points: mean ± its 95% half-interval (wins/losses), *noise* when it holds 0."""
+    return f"{100 * r.diff_mean:+.1f} ± {100 * r.ci95:.1f} ({r.wins}/{r.losses})" + (" *noise*" if r.inside_noise else "")
+
+
 def render_ablation(frame: pd.DataFrame, results: dict) -> str:
     diffs = paired_differences(frame, folds=results["settings"]["folds"])
     part = diffs[diffs["pooler"].str.startswith(SCORER) | (diffs["pooler"] == "attention")]
@@ -82,8 +87,7 @@ def render_ablation(frame: pd.DataFrame, results: dict) -> str:
              "| scorer | " + " | ".join(dict.fromkeys(part["dataset"])) + " |",
              "|---|" + "---:|" * part["dataset"].nunique()]
     for label in dict.fromkeys(part["pooler"]):
-        cells = [f"{100 * r.diff_mean:+.1f} ± {100 * r.ci95:.1f} ({r.wins}/{r.losses})"
-                 + (" *noise*" if r.inside_noise else "") for r in part[part["pooler"] == label].itertuples()]
+        cells = [difference_cell(r) for r in part[part["pooler"] == label].itertuples()]
         name = label.removeprefix(SCORER) if label.startswith(SCORER) else "attention (tanh; a = 512, Xavier init)"
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     overall = part[(part["dataset"] == "all") & part["pooler"].str.startswith(SCORER)].set_index("pooler")
@@ -106,9 +110,7 @@ def render_zonotope(frame: pd.DataFrame, results: dict) -> str:
         return "This run has no `zonotope_attention` and `attention` rows to compare."
     diffs = paired_differences(frame, base="attention", folds=results["settings"]["folds"])
     rows = diffs[diffs["pooler"] == "zonotope_attention"]
-    cells = [f"{100 * r.diff_mean:+.1f} ± {100 * r.ci95:.1f} ({r.wins}/{r.losses})" + (" *noise*" if r.inside_noise
-                                                                                      else "")
-             for r in rows.itertuples()]
+    cells = [difference_cell(r) for r in rows.itertuples()]
     overall = rows[rows["dataset"] == "all"].iloc[0]
     verdict = ("inside the noise: no evidence here that the input-dependent value maps help (or hurt) on these bags"
                if overall["inside_noise"] else
