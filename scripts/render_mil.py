@@ -75,7 +75,8 @@ def render_accuracy(summary: pd.DataFrame, results: dict) -> str:
 
 def difference_cell(r) -> str:
     """A row of paired_differences in points: mean ± its 95% half-interval (wins/losses), *noise* when it holds 0."""
-    return f"{100 * r.diff_mean:+.1f} ± {100 * r.ci95:.1f} ({r.wins}/{r.losses})" + (" *noise*" if r.inside_noise else "")
+    noise = " *noise*" if r.inside_noise else ""
+    return f"{100 * r.diff_mean:+.1f} ± {100 * r.ci95:.1f} ({r.wins}/{r.losses}){noise}"
 
 
 def render_ablation(frame: pd.DataFrame, results: dict) -> str:
@@ -159,12 +160,14 @@ def render_extended(results: dict) -> str:
     same = [c for c in checks if c["same"]]
     differ = [f"`{c['pooler']}` (accuracy {c['then']['accuracy']:.3f} then, {c['now']['accuracy']:.3f} now)"
               for c in checks if not c["same"]]
-    first = checks[0] if checks else None
-    checked = (f"Before the extension ran, fold {first['fold']} of repetition {first['repeat']} of {first['dataset']} "
-               f"was re-run at the extension's commit for each of the {len(checks)} earlier poolers: {len(same)} gave "
-               "the same accuracy, AUC, learning rate, epochs and inner accuracy"
-               + (f"; {len(differ)} did not: {', '.join(differ)}, so the rows of the two commits are not strictly "
-                  "comparable." if differ else ": the earlier rows agree with this code where checked.")) if checks else ""
+    checked = ""
+    if checks:
+        first = checks[0]
+        checked = (f"Before the extension ran, fold {first['fold']} of repetition {first['repeat']} of "
+                   f"{first['dataset']} was re-run at the extension's commit for each of the {len(checks)} earlier "
+                   f"poolers: {len(same)} gave the same accuracy, AUC, learning rate, epochs and inner accuracy"
+                   + (f"; {len(differ)} did not: {', '.join(differ)}, so the rows of the two commits are not "
+                      "strictly comparable." if differ else ": the earlier rows agree with this code where checked."))
     return (f"The committed run (`docs/mil/results.json`) was made in two parts with one protocol (the settings "
             f"recorded in the file; the folds, seeds and grids are the same, so every row is paired fold for fold; "
             f"each row records its commit in `results.csv`): {len(s['datasets'])} datasets × {len(s['poolers'])} "
