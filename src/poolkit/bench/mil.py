@@ -119,16 +119,10 @@ def run_mil(config: MILConfig = DEFAULT, out_dir: str | os.PathLike | None = Non
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
     for name in config.datasets:  # a missing package or a too-small class fails here, before any work
         stratified_folds(load_bags(name).labels, config.folds, config.seed)
-    started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
-    previous_threads = torch.get_num_threads()
-    try:
-        runs = _run_tasks(config, _tasks(config, config.poolers), progress)
-    finally:
-        torch.set_num_threads(previous_threads)
+    runs, cost = _timed_tasks(config, _tasks(config, config.poolers), progress)
     frame = _frame(runs)
     if out is not None:
-        _write_outputs(out, config, frame, runs, time.perf_counter() - started, _cpu_seconds() - cpu,
-                       [list(load), list(os.getloadavg())])
+        _write_outputs(out, config, frame, runs, *cost)
     return frame
 
 
@@ -142,21 +136,16 @@ def extend_mil(out_dir: str | os.PathLike, poolers: tuple[str, ...], *, progress
     :data:`REPRODUCED` values (the earlier rows come from that commit's code; where they do not reproduce, the
     two commits' rows are not strictly comparable, and the file says so)."""
     out = Path(out_dir)
-    before = json.loads((out / "results.json").read_text())
-    earlier = recorded_config(out).poolers
+    recorded = recorded_config(out)
+    before, earlier = json.loads((out / "results.json").read_text()), recorded.poolers
     if not poolers or any(p in earlier for p in poolers):
         raise PoolkitError(f"--extend {out}: name poolers that the run does not hold yet (it has {', '.join(earlier)})")
-    config = dataclasses.replace(recorded_config(out), poolers=earlier + tuple(poolers)).validated()
+    config = dataclasses.replace(recorded, poolers=earlier + tuple(poolers)).validated()
     commit = before["provenance"].get("commit")
     old_runs = [{**run, "commit": run.get("commit", commit)} for run in before["runs"]]
     smallest = min(config.datasets, key=lambda d: load_bags(d).features.numel())
     checks = [(smallest, 0, 0, label) for label in earlier]
-    started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
-    previous_threads = torch.get_num_threads()
-    try:
-        fresh = _run_tasks(config, checks + _tasks(config, tuple(poolers)), progress)
-    finally:
-        torch.set_num_threads(previous_threads)
+    fresh, cost = _timed_tasks(config, checks + _tasks(config, tuple(poolers)), progress)
     key = lambda run: (run["dataset"], run["pooler"], run["repeat"], run["fold"])  # noqa: E731
     then = {key(run): run for run in old_runs}
     reproduced = [{"dataset": run["dataset"], "pooler": run["pooler"], "repeat": run["repeat"], "fold": run["fold"],
@@ -168,9 +157,19 @@ def extend_mil(out_dir: str | os.PathLike, poolers: tuple[str, ...], *, progress
                 "earlier": {k: before[k] for k in ("provenance", "runtime_seconds", "cpu_seconds",
                                                     "load_average_start_end")} | {"poolers": list(earlier)}}
     frame = _frame(runs)
-    _write_outputs(out, config, frame, runs, time.perf_counter() - started, _cpu_seconds() - cpu,
-                   [list(load), list(os.getloadavg())], extended)
+    _write_outputs(out, config, frame, runs, *cost, extended)
     return frame
+
+
+def _timed_tasks(config: MILConfig, tasks: list[tuple[str, int, int, str]], progress: bool) -> tuple[list, tuple]:
+    """:func:`_run_tasks` and its cost: (wall seconds, CPU seconds, load averages at the start and end)."""
+    started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
+    previous_threads = torch.get_num_threads()
+    try:
+        runs = _run_tasks(config, tasks, progress)
+    finally:
+        torch.set_num_threads(previous_threads)
+    return runs, (time.perf_counter() - started, _cpu_seconds() - cpu, [list(load), list(os.getloadavg())])
 
 
 def recorded_config(out_dir: str | os.PathLike) -> MILConfig:
