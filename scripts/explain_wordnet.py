@@ -1,13 +1,14 @@
 """docs/explain/'s result files: a `poolkit train` model on the embedded WordNet supersense subset, explained on its
 held-out rows (the rows no training choice saw): the deletion faithfulness curve, the top words per class, an
-explain report and a compare report (of the committed WordNet leaderboard) with their screenshots.
+explain report, and screenshots of it and of the compare report that scripts/make_explain.sh's compare run wrote
+(RUN/compare; its leaderboard.json is copied to docs/explain/compare-leaderboard.json).
 
     scripts/make_explain.sh      # trains the model, then runs this script and renders docs/explain.md
 
     .venv/bin/python scripts/explain_wordnet.py --run runs/explain-wordnet     # this script alone
 
-Writes docs/explain/results.json, docs/explain/faithfulness.png, docs/explain/explain-report.png and
-docs/explain/compare-report.png; the two reports themselves go to RUN/ (report-explain.html, report-compare.html).
+Writes docs/explain/results.json, faithfulness.png, explain-report.png, compare-report.png (the top of the compare
+report) and compare-explained.png (its explained texts); the explain report itself goes to RUN/report-explain.html.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "docs" / "explain"
-LEADERBOARD = ROOT / "docs" / "leaderboards" / "wordnet-supersense" / "leaderboard.json"
 DATA = "builtin:embedded"
 KS = (1, 2, 3, 4, 5)
 DRAWS = 5
@@ -49,8 +49,9 @@ def faithfulness_figure(curve: dict, title: str):
     return fig
 
 
-def screenshot(html: Path, png: Path, height: int) -> None:
-    """The page as Chromium draws it (Debian chromium through Playwright; every request but the file refused)."""
+def screenshot(html: Path, png: Path, height: int, heading: str | None = None) -> None:
+    """The page as Chromium draws it (Debian chromium through Playwright; every request but the file refused),
+    scrolled down to the ``heading`` (an h2's text) when given."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -59,6 +60,8 @@ def screenshot(html: Path, png: Path, height: int) -> None:
         own = html.resolve().as_uri()
         page.route("**/*", lambda route: route.continue_() if route.request.url == own else route.abort())
         page.goto(own)
+        if heading:
+            page.locator("h2", has_text=heading).evaluate("h => h.scrollIntoView({block: 'start'})")
         page.screenshot(path=str(png))
         browser.close()
 
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws", type=int, default=DRAWS, help="random deletions per text and k (default 5)")
     parser.add_argument("--texts", type=int, help="a random sample of this many held-out rows (default: all)")
     parser.add_argument("--pictures-only", action="store_true", help="only redraw faithfulness.png and the "
-                        "screenshots from the result file and RUN/report-explain.html (no model run)")
+                        "screenshots from the result file and the reports in RUN (no model run)")
     args = parser.parse_args(argv)
     folder = args.folder
     sys.path.insert(0, str(ROOT / "src"))
@@ -127,22 +130,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def draw_pictures(run: Path, folder: Path) -> None:
-    """faithfulness.png from results.json, the compare report of the committed leaderboard, and the screenshots of
-    both reports (the explain report as the measuring step wrote it into ``run``)."""
-    from poolkit.explain.report import write_compare_report
+    """faithfulness.png from results.json, and the screenshots of the explain report (as the measuring step wrote it
+    into ``run``) and of the compare report in ``run``/compare, whose leaderboard.json is copied beside them."""
     from poolkit.io import atomic_write
-    from poolkit.training.leaderboard import Leaderboard
 
     result = json.loads((folder / "results.json").read_text())
     settings = result["settings"]
     figure = faithfulness_figure(result["faithfulness"], f"{result['model']['pooler']['name']} on WordNet supersenses, "
                                  f"{settings['held_out_rows']} held-out glosses, {settings['draws']} random draws each")
     atomic_write(folder / "faithfulness.png", lambda tmp: figure.savefig(tmp, dpi=120, format="png"))
-    board = json.loads(LEADERBOARD.read_text())
-    compare_html = write_compare_report(Leaderboard(board["rows"], board["settings"]), run / "report-compare.html")
+    compare = run / "compare"
+    atomic_write(folder / "compare-leaderboard.json",
+                 lambda tmp: Path(tmp).write_bytes((compare / "leaderboard.json").read_bytes()))
     screenshot(run / "report-explain.html", folder / "explain-report.png", height=900)
-    screenshot(compare_html, folder / "compare-report.png", height=1000)
-    print(f"wrote {folder}/results.json, faithfulness.png, explain-report.png, compare-report.png")
+    screenshot(compare / "report.html", folder / "compare-report.png", height=1000)
+    screenshot(compare / "report.html", folder / "compare-explained.png", height=900,
+               heading="Explained texts of the best learned pooler")
+    print(f"wrote {folder}/results.json, faithfulness.png, explain-report.png, compare-report.png, "
+          "compare-explained.png, compare-leaderboard.json")
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -26,7 +26,8 @@ def render_setup(results: dict) -> str:
     s, model, prov = results["settings"], results["model"], results["provenance"]
     train = s["train"]
     return (f"Model: `poolkit train --data {s['data']} --pooler {model['pooler']['name']} --folds {train['folds']} "
-            f"--epochs {train['epochs']} --encoder-lr {train['encoder_lr']:g} --seed {train['seed']}"
+            f"--epochs {train['epochs']} --encoder-lr {train['encoder_lr']:g}"
+            f"{'' if train['max_length'] == 256 else ' --max-length ' + str(train['max_length'])} --seed {train['seed']}"
             f"{'' if train['train_only'] == 'all' else ' --train-only ' + train['train_only']}` on the packaged "
             f"all-MiniLM-L6-v2 ({s['rows']:,} WordNet glosses, 45 supersenses; checkpoint chosen on an inner split of "
             f"the training rows, best epoch {model['best_epoch']:g}; test accuracy {model['test_accuracy']:.3f} on its "

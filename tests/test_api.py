@@ -110,6 +110,52 @@ def test_compare_refuses_an_out_folder_another_run_is_writing(tmp_path):
     assert not (tmp_path / "cache").exists() and list(out.iterdir()) == []  # refused before encoding or writing
 
 
+@pytest.fixture(scope="module")
+def glosses(tmp_path_factory):
+    """24 distinct texts of the tiny BERT's words, two classes, and the tiny BERT."""
+    import itertools
+
+    folder = tmp_path_factory.mktemp("glosses")
+    texts = [" ".join(("the", *words)) for words in itertools.product(("big", "small", "red", "blue"),
+                                                                      ("cat", "dog", "mat"), ("ran", "sat"))]
+    pd.DataFrame({"text": texts, "label": ["good", "bad"] * 12}).to_csv(folder / "t.csv", index=False)
+    return folder / "t.csv", tiny_bert_dir(folder / "bert")
+
+
+def test_compare_report_explains_fold_0s_held_out_rows_with_the_best_learned_poolers_fold_0_model(glosses, tmp_path):
+    # catches explaining rows the model was trained on, mean (no learned weights) taken as the best learned pooler,
+    # and a second encoder pass although the cache holds the token states
+    data, bert = glosses
+    board = api.compare(data, poolers="mean,attention", model=bert, folds=2, epochs=1, cache_dir=tmp_path / "cache",
+                        out=tmp_path / "out", progress=False, baseline=False)
+    table = api.load(data)
+    _, held_out = fold_splits(table, 2, 0.2, 0)[0]
+    explained = board.explanation
+    assert explained.pooler["name"] == "attention" and explained.source.startswith("attention's fold-0 model")
+    assert "read from the feature cache" in explained.source
+    assert {item.text for item in explained.items} <= {table.texts[i] for i in held_out}
+    assert sorted(item.target for item in explained.items) == ["bad"] * 3 + ["good"] * 3
+    for item in explained.items:
+        assert item.weights.sum() == pytest.approx(1.0, abs=1e-5) and item.prediction in ("good", "bad")
+        assert item.error == pytest.approx(1 - item.scores[item.target])
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert page.count('id="explain-data"') == 1 and "fold 0&#x27;s held-out texts" in page
+
+
+def test_compare_encodes_the_explained_texts_again_when_the_cache_keeps_no_token_states(glosses, tmp_path):
+    # weighted_layer over mean is served by per-layer summaries: the explained texts are encoded again, and each
+    # word (one piece each here) gets mean's uniform weight (catches states of other rows, or summaries read as tokens)
+    data, bert = glosses
+    spec = {"name": "weighted_layer", "token_pooler": "mean"}
+    board = api.compare(data, poolers=["cls", spec], model=bert, folds=2, epochs=1, cache_dir=tmp_path / "cache",
+                        progress=False, baseline=False)
+    explained = board.explanation
+    assert explained.pooler["name"] == "weighted_layer" and "encoded again" in explained.source
+    for item in explained.items:
+        np.testing.assert_allclose(item.weights, 1 / len(item.words), rtol=1e-5)
+        assert item.layer_weights.sum() == pytest.approx(1.0, abs=1e-5)
+
+
 def test_spec_label_shows_only_options_that_differ_from_defaults():
     assert spec_label(build_pooler("weighted_layer", 32, 2).get_config()) == "weighted_layer"
     assert spec_label(build_pooler({"name": "attention", "attn_size": 8}, 32).get_config()) == "attention(attn_size=8)"

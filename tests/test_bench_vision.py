@@ -190,6 +190,12 @@ def test_a_tiny_run_writes_its_files_and_refuses_to_overwrite(tmp_path):
     cell = csv[(csv["variant"] == "frozen") & (csv["pooler"] == "flex")]["accuracy"]
     summary = {(s["variant"], s["pooler"]): s for s in meta["summary"]}
     assert summary[("frozen", "flex")]["mean"] == pytest.approx(cell.mean())
+    # attention.png's maps: each pooler's own weights over the last map of the first test images (gap: uniform)
+    maps = {name: np.array(m) for name, m in meta["attention_maps"]["maps"].items()}
+    assert list(maps) == ["gap", "flex", "gmp+sac"] and all(m.shape[0] == vision.EXAMPLES for m in maps.values())
+    np.testing.assert_allclose(maps["gap"], 1 / maps["gap"][0].size, rtol=1e-3)
+    assert not np.allclose(maps["gmp+sac"], maps["gap"]) and np.allclose(maps["flex"].sum(axis=(1, 2)), 1, atol=1e-3)
+    assert "maps" not in json.dumps(meta["runs"]) and (tmp_path / "report.html").read_text().count("<img") == 2
     with pytest.raises(PoolkitError, match="--force"):
         vision.run_vision(TINY, tmp_path, progress=False)
 

@@ -86,6 +86,35 @@ def test_multi_head_poolers_give_one_row_per_head_or_query(model_dir, spec, labe
     assert explain(model_dir, ["a dog"], pooler="attention")[0].rows is None
 
 
+def test_head_rows_are_asked_per_call_so_poolers_running_meanwhile_do_not_leak_in(model_dir):
+    # catches capturing the rows through a process-wide hook (patching masking.masked_softmax): another multi-head
+    # pooler running during the forward -- as in another thread -- joined the capture and the rows were lost
+    from concurrent.futures import ThreadPoolExecutor
+
+    from poolkit.pooling import masking
+
+    spec = {"name": "multihead_attention", "num_heads": 3}
+    explainer, other = Explainer(model_dir, spec), build_pooler(spec, 32).eval()
+    text = "the big dog ran fast"
+    alone = explainer.explain([text])[0]
+
+    def meanwhile(module, args, output) -> None:
+        other(output.last_hidden_state)
+
+    hook = explainer.members[0].encoder.register_forward_hook(meanwhile)
+    try:
+        busy = explainer.explain([text])[0]
+    finally:
+        hook.remove()
+    np.testing.assert_allclose(busy.rows, alone.rows, atol=1e-6)
+    softmax = masking.masked_softmax
+    with ThreadPoolExecutor(4) as pool:
+        found = list(pool.map(lambda _: explainer.explain([text])[0].rows, range(8)))
+    for rows in found:
+        np.testing.assert_allclose(rows, alone.rows, atol=1e-6)
+    assert masking.masked_softmax is softmax
+
+
 def test_layer_poolers_show_their_layer_weights(model_dir):
     # catches layer weights lost, unnormalised, or labelled with the wrong hidden-state index
     pooler = build_pooler({"name": "weighted_layer", "layer_start": 1, "token_pooler": "mean"}, 32, 2)

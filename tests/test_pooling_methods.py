@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from helpers import HIDDEN, NUM_LAYERS, make_pooler, mask_from_lengths, random_layers
-from poolkit import get_pooler, list_poolers
+from poolkit import PoolkitError, get_pooler, list_poolers
 from poolkit.pooling import fast
 
 
@@ -236,6 +236,38 @@ def test_adapool_equals_torch_multihead_attention(heads, query_index):
         attended, _ = torch_attention(p, p.query.weight)(source[:, None], x, x, key_padding_mask=~mask)
         expected = attended[:, 0] + (source if isinstance(query_index, int) else 0)
         assert close(p(x, mask), expected)
+
+
+@pytest.mark.parametrize("heads,queries", [(2, 1), (2, 3)])
+def test_head_rows_are_torch_multihead_attentions_per_head_weights(heads, queries):
+    """return_weights="heads": latent's (B, H * Q, T) rows, heads outermost, are nn.MultiheadAttention's per-head
+    softmax (no weight at padding) and average to return_weights=True's weights (catches rows averaged over heads,
+    heads and queries swapped, weights on padding)."""
+    x, mask, _ = mixed_padding_batch()
+    p = get_pooler("latent", HIDDEN, num_heads=heads, num_queries=queries).eval()
+    with torch.no_grad():
+        _, expected = torch_attention(p, torch.eye(HIDDEN))(p.queries.expand(4, -1, -1), x, x, key_padding_mask=~mask,
+                                                            average_attn_weights=False)  # (B, H, Q, T)
+        _, rows = p(x, mask, return_weights="heads")
+        _, weights = p(x, mask, return_weights=True)
+    assert rows.shape == (4, heads * queries, 7) and close(rows, expected.flatten(1, 2))
+    assert close(rows.mean(dim=1), weights)
+
+
+def test_head_rows_of_maps_and_empty_batches_keep_their_row_axis():
+    # catches the map reshape or the empty-batch cut folding the row axis into the positions
+    p = get_pooler("multihead_attention", HIDDEN, num_heads=3).eval()
+    _, rows = p(torch.randn(2, HIDDEN, 4, 5), return_weights="heads")
+    _, weights = p(torch.randn(2, HIDDEN, 4, 5), return_weights=True)
+    assert rows.shape == (2, 3, 4, 5) and weights.shape == (2, 4, 5)
+    assert p(torch.randn(0, 6, HIDDEN), return_weights="heads")[1].shape == (0, 3, 6)
+    for name in ("adapool", "multihead_attention"):
+        _, rows = get_pooler(name, HIDDEN, num_heads=2)(torch.randn(3, 6, HIDDEN), return_weights="heads")
+        assert rows.shape == (3, 2, 6) and torch.allclose(rows.sum(-1), torch.ones(3, 2))
+    with pytest.raises(PoolkitError, match="one row of weights"):
+        get_pooler("attention", HIDDEN)(torch.randn(2, 3, HIDDEN), return_weights="heads")
+    with pytest.raises(PoolkitError, match="True, False or 'heads'"):
+        p(torch.randn(2, 3, HIDDEN), return_weights="head")
 
 
 def test_adapool_query_choices_follow_real_tokens():

@@ -171,7 +171,9 @@ def board() -> Leaderboard:
 
 
 def test_compare_report_shows_its_table_bars_folds_and_settings(browser, board, tmp_path, screenshots):
-    path = write_compare_report(board, tmp_path / "report.html")
+    explained = synthetic_explanation(6, seed=1)
+    explained.source = "attention's fold-0 model on 6 of fold 0's held-out texts"
+    path = write_compare_report(Leaderboard(board.rows, board.settings, explained), tmp_path / "report.html")
     page, errors, refused = open_page(browser, path)
     image = page.locator("figure img")
     assert image.count() == 1 and image.is_visible()
@@ -180,7 +182,15 @@ def test_compare_report_shows_its_table_bars_folds_and_settings(browser, board, 
     assert tables.count() == 3 and tables.first.is_visible()  # leaderboard, per fold, pooler specs
     assert [tables.nth(k).locator("tbody tr").count() for k in range(3)] == [3, 9, 3]
     assert tables.first.locator("tbody tr").first.locator("td").nth(1).inner_text() == "attention"  # best first
-    assert "Best learned pooler: attention" in page.inner_text("main")
+    assert "Explained texts of the best learned pooler" in page.inner_text("main")
+    assert "attention's fold-0 model on 6 of fold 0's held-out texts" in page.inner_text("#about")
+    cards = page.locator("article.card")
+    assert cards.count() == 6
+    for k in range(6):  # the explained texts' shading follows their weights
+        alphas = cards.nth(k).locator("span.w").evaluate_all(
+            "spans => spans.map(s => parseFloat(getComputedStyle(s).backgroundColor.split(',')[3]))")
+        assert int(np.argmax(alphas)) == int(np.argmax(explained[k].weights))
+        assert np.corrcoef(alphas, explained[k].weights)[0, 1] > 0.999
     page.click("details.settings summary")
     assert '"metric": "accuracy"' in page.inner_text("details.settings pre")
     page.screenshot(path=str(screenshots / "compare.png"), full_page=True)

@@ -32,7 +32,7 @@ from ..errors import PoolkitError
 from ..io import atomic_write, prepare_out_dir
 from ..pooling import get_pooler
 from ..provenance import run_provenance
-from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure
+from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_report
 from .snr import _device
 from .vision import VisionConfig, _cpu_seconds, _run_all, summarize
 from .vision_data import Images, augment, load_images, split_pool
@@ -47,7 +47,7 @@ DEFAULT_BLOCKS = ("none", "ca", "sa", "ca_sa", "parallel_learnable", "residual",
 FINE_BLOCKS = ("none", "ca_sa", "sa_ca")
 #: Fashion-MNIST's T-shirt/top, pullover, coat and shirt.
 FINE_CLASSES = (0, 2, 4, 6)
-RESULT_FILES = ("results.csv", "results.json", "accuracy.png")
+RESULT_FILES = ("results.csv", "results.json", "accuracy.png", "report.html")
 COLUMNS = ["task", "block", "size", "epochs", "seed", "accuracy", "best_epoch"]
 #: The paper's guidance (its abstract), by training-set size: the block of poolkit that implements each pick.
 PAPER = {"small": {"below": 1000, "block": "ca_msa", "words": "the \"Channel-Multi-scale Spatial\" cascaded structure"},
@@ -319,6 +319,7 @@ def _write_outputs(out: Path, config: ChannelSpatialConfig, frame: pd.DataFrame,
     atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
     atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
     atomic_write(out / "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
+    write_report(out, _title(config), meta, {"summary": summary, "speed": speed}, {"accuracy": "accuracy.png"})
 
 
 def _title(config: ChannelSpatialConfig) -> str:

@@ -35,7 +35,8 @@ from ..pooling.base import pooler_class, pooler_from_label
 from ..provenance import git_commit, run_provenance
 from .mil_data import DATASETS, Bags, load_bags, standardize, stratified_folds
 from .mil_model import MILModel, auc, fit, predict, score
-from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_results
+from .reporting import (add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_report,
+                        write_results)
 from .vision import _cpu_seconds
 
 #: The token poolers of the issue, and the scorer ablation on gated_attention (the same width and init as its
@@ -43,7 +44,7 @@ from .vision import _cpu_seconds
 DEFAULT_POOLERS = ("mean", "max", "gem", "lse", "attention", "gated_attention", "multihead_attention", "latent",
                    "adapool", "zonotope_attention", "gated_attention:scorer=glu", "gated_attention:scorer=bilinear")
 ABLATION_BASE = "gated_attention"
-RESULT_FILES = ("results.csv", "results.json", "accuracy.png")
+RESULT_FILES = ("results.csv", "results.json", "accuracy.png", "report.html")
 COLUMNS = ["dataset", "pooler", "repeat", "fold", "accuracy", "auc", "lr", "epochs", "inner_accuracy", "commit"]
 #: What a re-run fold must give again for the earlier rows to count as reproduced.
 REPRODUCED = ("accuracy", "auc", "lr", "epochs", "inner_accuracy")
@@ -345,6 +346,7 @@ def _write_outputs(out: Path, config: MILConfig, frame: pd.DataFrame, runs: list
         "runs": runs,
     }
     write_results(out, frame, meta, "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
+    write_report(out, _title(config), meta, {"summary": summary}, {"accuracy": "accuracy.png"})
 
 
 def _title(config: MILConfig) -> str:

@@ -41,6 +41,27 @@ def save_figure(fig, path, title: str | None = None) -> None:
     pyplot().close(fig)
 
 
+def write_report(out: Path, title: str, meta: dict, tables: dict[str, pd.DataFrame], pictures: dict[str, str]) -> None:
+    """report.html in ``out``: ``pictures`` ({caption: a PNG's name in ``out``}), ``tables`` ({caption: frame}) and
+    the run's settings and provenance (``meta`` without its per-run records and summary)."""
+    from ..explain.report import write_bench_report
+
+    write_bench_report(out / "report.html", title, tables, {caption: out / name for caption, name in pictures.items()},
+                       {key: value for key, value in meta.items() if key not in ("runs", "summary")})
+
+
+def draw_map(ax, image, weights, size: tuple[float, float] | None = None) -> None:
+    """A grey picture (H, W) with a pooler's weights over its last map (h, w) laid over it, stretched to the
+    picture (or to ``size`` = (height, width) in picture units), coloured from 0 to the map's largest weight."""
+    height, width = size or image.shape
+    extent = (0, width, height, 0)
+    ax.imshow(image, cmap="gray", interpolation="nearest", extent=extent)
+    ax.imshow(weights, cmap="magma", alpha=0.6, vmin=0, vmax=max(float(weights.max()), 1e-12),
+              interpolation="nearest", extent=extent)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
 def add_preset_arguments(parser: argparse.ArgumentParser, quick: str, full: str, default: str = "default") -> None:
     """--quick / --full, stored as ``args.preset`` (``default`` when neither is given); the strings are their help."""
     scale = parser.add_mutually_exclusive_group()

@@ -44,14 +44,14 @@ from ..pooling import get_pooler
 from ..pooling.sets import ZonotopeSetAttention
 from ..provenance import run_provenance
 from . import quadrature
-from .reporting import pyplot
+from .reporting import pyplot, write_report
 
 TASKS = ("statistics", "typed", "pairs")
 STATISTICS = ("mean", "variance", "q25", "q75")
 #: model name -> (standard or zonotope, depth = set layers + the pooler)
 MODELS = {"attention x1": ("attention", 1), "attention x2": ("attention", 2), "attention x3": ("attention", 3),
           "zonotope x1": ("zonotope", 1), "zonotope x2": ("zonotope", 2)}
-RESULT_FILES = ("results.csv", "results.json", "error_vs_params.png", "quadrature.png")
+RESULT_FILES = ("results.csv", "results.json", "error_vs_params.png", "quadrature.png", "report.html")
 COLUMNS = ["task", "model", "depth", "params", "target", "mse_mean", "mse_std", "seeds"]
 
 
@@ -238,6 +238,8 @@ def run_sets(config: SetsConfig = DEFAULT, out_dir: str | os.PathLike | None = N
         atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
         atomic_write(out / "error_vs_params.png", lambda tmp: plot_errors(frame, tmp))
         atomic_write(out / "quadrature.png", lambda tmp: plot_quadrature(rows, tmp))
+        write_report(out, f"sets ({config.preset})", meta, {"summary": frame, "quadrature": pd.DataFrame(rows)},
+                     {"error vs parameters": "error_vs_params.png", "quadrature": "quadrature.png"})
     return frame
 
 

@@ -37,16 +37,16 @@ from ..errors import PoolkitError
 from ..io import atomic_write, prepare_out_dir
 from ..pooling import get_pooler
 from ..provenance import run_provenance
-from .reporting import add_output_arguments, add_preset_arguments, pyplot, save_figure
+from .reporting import add_output_arguments, add_preset_arguments, draw_map, pyplot, save_figure, write_report
 from .spurious_data import CUE_NAMES, LABEL_NAMES, SpuriousData, SpuriousSet, make_spurious_data, planned_counts
 from .vision import _cpu_seconds
 from .vision_data import load_images
-from .vision_model import Backbone, PooledHead, VisionModel, encode, fit
+from .vision_model import Backbone, PooledHead, VisionModel, encode, fit, map_weights
 
 METHODS = ("erm", "dfr", "attention2d", "adapool2d", "flex")
 #: The methods that train a pooler + head on the frozen maps.
 RETRAINED = ("attention2d", "adapool2d", "flex")
-RESULT_FILES = ("results.csv", "results.json", "accuracy.png", "attention.png")
+RESULT_FILES = ("results.csv", "results.json", "accuracy.png", "attention.png", "report.html")
 COLUMNS = ["agreement", "seed", "method", "worst_group", "average", "group_0", "group_1", "group_2", "group_3",
            "cue_mass", "garment_mass", "chosen"]
 #: Worst-group test accuracy of DFR as published (Kirichenko et al. 2023, Table 1): the paper's numbers, not ours.
@@ -243,10 +243,7 @@ def pooling_weights(method: str, head: PooledHead | None, maps: Tensor) -> Tenso
     if head is None:
         batch, _, height, width = maps.shape
         return torch.full((batch, height, width), 1.0 / (height * width))
-    head.eval()
-    with torch.no_grad():
-        _, weights = head.pooler(maps, return_weights=True)
-    return weights
+    return map_weights(head.pooler, maps)
 
 
 def mass_shares(weights: Tensor, boxes: tuple[Tensor, Tensor], canvas: int) -> tuple[float, float]:
@@ -437,6 +434,9 @@ def _write_outputs(out: Path, config: SpuriousConfig, frame: pd.DataFrame, meta:
              f"images, {config.epochs} epochs, {config.seeds} seeds")
     atomic_write(out / "accuracy.png", lambda tmp: plot_accuracy(pd.DataFrame(meta["summary"]), tmp, title))
     atomic_write(out / "attention.png", lambda tmp: plot_attention(config, meta, tmp))
+    write_report(out, f"spurious cue ({title})", meta, {"summary": pd.DataFrame(meta["summary"]), "runs": frame},
+                 {"accuracy": "accuracy.png", "where each retrained pooler looks (red box: the cue, green: the garment)":
+                  "attention.png"})
 
 
 def plot_accuracy(summary: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
@@ -463,7 +463,7 @@ def plot_accuracy(summary: pd.DataFrame, path: str | os.PathLike, title: str = "
 
 def plot_attention(config: SpuriousConfig, meta: dict, path: str | os.PathLike) -> None:
     """The first run of the hardest agreement: minority-group test images (cue box red, garment box green) and each
-    retrained pooler's weights over the last map, upsampled to the canvas."""
+    retrained pooler's weights over the last map laid over the image."""
     import matplotlib.patches as patches
     plt = pyplot()
 
@@ -478,8 +478,10 @@ def plot_attention(config: SpuriousConfig, meta: dict, path: str | os.PathLike) 
     for i, row in enumerate(rows):
         panels = [("image", test.x[row, 0].numpy())] + [(m, np.asarray(run["examples"][m][i])) for m in RETRAINED]
         for ax, (title, picture) in zip(axes[i], panels):
-            ax.imshow(picture, cmap="gray" if title == "image" else "magma", interpolation="nearest",
-                      extent=(0, config.canvas, config.canvas, 0))
+            if title == "image":
+                ax.imshow(picture, cmap="gray", interpolation="nearest", extent=(0, config.canvas, config.canvas, 0))
+            else:
+                draw_map(ax, panels[0][1], picture, (config.canvas, config.canvas))
             for box, colour in ((test.cue_box[row], "red"), (test.garment_box[row], "lime")):
                 top, left, bottom, right = box.tolist()
                 ax.add_patch(patches.Rectangle((left, top), right - left, bottom - top, fill=False, ec=colour, lw=1))

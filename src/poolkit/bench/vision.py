@@ -27,15 +27,15 @@ import pandas as pd
 import torch
 
 from ..errors import PoolkitError
-from ..explain.report import write_bench_report
-from ..io import prepare_out_dir
+from ..io import atomic_write, prepare_out_dir
 from ..pooling import AuxiliaryClassifiers, get_pooler
 from ..pooling.base import pooler_class, resolve_name
 from ..provenance import run_provenance
-from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_results
+from .reporting import (add_output_arguments, add_preset_arguments, draw_map, print_report, pyplot, save_figure,
+                        write_report, write_results)
 from .snr import _device
 from .vision_data import DATASETS, Images, augment, load_images, split_pool
-from .vision_model import Backbone, PooledHead, VisionModel, encode, fit, map_sizes
+from .vision_model import Backbone, PooledHead, VisionModel, encode, fit, map_sizes, map_weights
 
 BASELINE = "gap"
 SAC = "+sac"
@@ -45,7 +45,9 @@ DEFAULT_POOLERS = ("gap", "gmp", "gem", "avgmax", "flex", "flex_reg", "flex+sac"
 #: is chosen by us (the penalty whose gradient is 5e-4 * logits, the usual CIFAR SGD weight decay), fixed before any
 #: run and not tuned.
 NAMED_POOLERS = {"flex_reg": ("flex", {"l2": 2.5e-4, "weight_dropout": 0.25})}
-RESULT_FILES = ("results.csv", "results.json", "accuracy.png", "report.html")
+RESULT_FILES = ("results.csv", "results.json", "accuracy.png", "attention.png", "report.html")
+#: The first test images, drawn in attention.png with each pooler's weights over them.
+EXAMPLES = 4
 COLUMNS = ["variant", "pooler", "size", "seed", "accuracy", "best_epoch"]
 VARIANTS = ("scratch", "frozen")
 #: FlexPooling's reported gains over GAP (Ali, Alsuwaidi & Khan, VISAPP 2023): the paper's numbers, not ours.
@@ -178,6 +180,9 @@ class _Runner:
         model = self.build(name, seed).to(device)
         shift = partial(augment, pad=config.pad, flip=images.flip)
         runs = [self._fit("scratch", name, size, seed, model, splits, shift)]
+        if seed == config.seed and size == max(config.sizes):  # attention.png: the first seed's largest runs
+            examples = encode(model.backbone, images.test_x[:EXAMPLES].to(device))
+            runs[0]["maps"] = map_weights(model.head.pooler, examples).cpu().numpy().round(5).tolist()
         if name == BASELINE and config.frozen:
             model.backbone.requires_grad_(False)
             maps = [(encode(model.backbone, x), y) for x, y in splits]
@@ -294,6 +299,7 @@ def summarize(frame: pd.DataFrame, *, columns: tuple[str, str] = ("variant", "po
 def _write_outputs(out: Path, config: VisionConfig, frame: pd.DataFrame, runs: list[dict], seconds: float,
                    cpu_seconds: float, load: list[list[float]]) -> None:
     summary = summarize(frame)
+    maps = {run["pooler"]: run.pop("maps") for run in runs if "maps" in run}
     meta = {
         "benchmark": "vision (spatial poolers after a small CNN; FlexPooling, Ali et al. VISAPP 2023)",
         "settings": dataclasses.asdict(config),
@@ -303,12 +309,15 @@ def _write_outputs(out: Path, config: VisionConfig, frame: pd.DataFrame, runs: l
         "provenance": run_provenance(),
         "published": PAPER,
         "summary": summary.to_dict(orient="records"),
+        "attention_maps": {"images": f"the first {EXAMPLES} test images", "size": max(config.sizes),
+                           "seed": config.seed, "variant": "scratch", "maps": maps},
         "runs": runs,
     }
     write_results(out, frame, meta, "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
-    write_bench_report(out / "report.html", _title(config), {"summary": summary, "runs": frame},
-                       {"accuracy": out / "accuracy.png"},
-                       {k: v for k, v in meta.items() if k not in ("runs", "summary")})
+    atomic_write(out / "attention.png", lambda tmp: plot_maps(config, maps, tmp))
+    write_report(out, _title(config), meta, {"summary": summary, "runs": frame},
+                 {"accuracy": "accuracy.png", "where each pooler looks (its weights over the last map, on test "
+                  "images)": "attention.png"})
 
 
 def _title(config: VisionConfig) -> str:
@@ -339,6 +348,27 @@ def plot_results(summary: pd.DataFrame, path: str | os.PathLike, title: str = ""
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7)
     save_figure(fig, path, title)
+
+
+def plot_maps(config: VisionConfig, maps: dict[str, list], path: str | os.PathLike) -> None:
+    """The first test images (rows) with each pooler's weights over its last map laid over them (columns), from
+    the first seed's models trained from scratch on the most images."""
+    plt = pyplot()
+
+    images = load_images(config.dataset, config.root).test_x[:EXAMPLES, 0].numpy()
+    fig, axes = plt.subplots(len(images), 1 + len(maps), figsize=(1.5 * (1 + len(maps)), 1.5 * len(images)),
+                             dpi=120, squeeze=False)
+    for i, image in enumerate(images):
+        axes[i][0].imshow(image, cmap="gray", interpolation="nearest")
+        axes[i][0].set_xticks([])
+        axes[i][0].set_yticks([])
+        for ax, (name, weights) in zip(axes[i][1:], maps.items()):
+            draw_map(ax, image, np.asarray(weights[i]))
+            if i == 0:
+                ax.set_title(name, fontsize=7)
+    axes[0][0].set_title("image", fontsize=7)
+    save_figure(fig, path, f"{config.dataset}: pooling weights over the last map ({max(config.sizes)} training "
+                f"images, seed {config.seed}, trained from scratch)")
 
 
 # -- CLI ----------------------------------------------------------------------------------------------

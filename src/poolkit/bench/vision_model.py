@@ -143,6 +143,13 @@ def fit(model: nn.Module, train: tuple[Tensor, Tensor], val: tuple[Tensor, Tenso
     return FitResult(float("nan") if test is None else accuracy(model, *test), best[1], losses, val_accuracy)
 
 
+def map_weights(pooler: nn.Module, maps: Tensor) -> Tensor:
+    """The pooler's weights over each map's positions, (B, C, h, w) -> (B, h, w) (eval mode, no gradients)."""
+    pooler.eval()
+    with torch.no_grad():
+        return pooler(maps, return_weights=True)[1]
+
+
 def encode(backbone: Backbone, x: Tensor, batch_size: int = 128) -> Tensor:
     """The frozen backbone's last map of every image (eval mode, no gradients): (N, C, h, w)."""
     backbone.eval()

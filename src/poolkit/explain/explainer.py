@@ -11,18 +11,16 @@ own, so that a CLS pooler's one-hot weight stays visible.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import numpy as np
 import torch
 
 from ..errors import PoolkitError
-from ..pooling import Pooler, build_pooler, masking, pooler_spec
+from ..pooling import Pooler, build_pooler, pooler_spec
 
 MERGE_NOTE = ("sub-word pieces merged into words by summing their weights (the tokenizer's word_ids); special "
               "tokens kept as entries of their own")
@@ -42,8 +40,6 @@ WEIGHT_MEANINGS = {
     "concat": "the mean of the concatenated poolers' weights",
 }
 LEARNED = "the pooler's attention weights over the tokens (a softmax: they sum to 1)"
-#: Poolers whose heads / queries each have their own softmax over the tokens (their weights are the mean of them).
-HEADED = ("multihead_attention", "latent", "adapool")
 
 
 @dataclass
@@ -140,19 +136,48 @@ class _Member:
     label_names: list[str] | None = None
     target_cols: list[str] | None = None
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[np.ndarray | None, Any]:
-        """-> head outputs as probabilities / values (B, C) or None, and the pooler's weights."""
+    @property
+    def weights_asked(self) -> bool | str:
+        """What the pooler is asked for: its per-head / per-query rows when it has them (asked per call, so
+        concurrent explanations share nothing), else its weights."""
+        return "heads" if self.pooler.headed else True
+
+    def forward(self, batch: dict[str, torch.Tensor], start: int) -> tuple[np.ndarray | None, Any]:
+        """The texts ``start``, ... tokenized as ``batch`` -> head outputs as probabilities / values (B, C) or None,
+        and the pooler's weights."""
         from ..training.finetune import head_scores
 
         if self.model is not None:
             device = next(self.model.parameters()).device
-            output = self.model(**{k: v.to(device) for k, v in batch.items()}, return_weights=True)
+            output = self.model(**{k: v.to(device) for k, v in batch.items()}, return_weights=self.weights_asked)
             return head_scores(self.task, output.logits.float().cpu().numpy()), output.weights
         batch = {k: v.to(next(self.encoder.parameters()).device) for k, v in batch.items()}
         layered = self.pooler.kind == "layer"
         output = self.encoder(**batch, output_hidden_states=layered, return_dict=True)
         states = output.hidden_states if layered else output.last_hidden_state
-        return None, self.pooler(states, batch["attention_mask"], return_weights=True)[1]
+        return None, self.pooler(states, batch["attention_mask"], return_weights=self.weights_asked)[1]
+
+
+@dataclass
+class _CachedMember(_Member):
+    """A pooler + head trained on cached hidden states (``poolkit compare``'s probes): ``states(positions)`` gives
+    the states and mask of the texts at those positions (no encoder pass); ``outputs`` maps the head's raw outputs
+    to the task's values (regression targets were standardised for training)."""
+
+    head: Any = None
+    states: Callable[[np.ndarray], tuple[Any, torch.Tensor]] | None = None
+    outputs: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def forward(self, batch: dict[str, torch.Tensor], start: int) -> tuple[np.ndarray | None, Any]:
+        from ..training.finetune import head_scores
+
+        states, mask = self.states(np.arange(start, start + len(batch["attention_mask"])))
+        if mask.shape != batch["attention_mask"].shape or not torch.equal(mask, batch["attention_mask"].bool()):
+            raise PoolkitError("the cached hidden states hold other tokens than the tokenizer gives these texts: "
+                               "explain with the tokenizer and max_length the cache was built with")
+        pooled, weights = self.pooler(states, mask, return_weights=self.weights_asked)
+        raw = self.head(pooled.to(self.head.weight.dtype)).float().cpu().numpy()
+        return head_scores(self.task, self.outputs(raw)), weights
 
 
 class Explainer:
@@ -168,7 +193,28 @@ class Explainer:
                  max_length: int | None = None, batch_size: int = 32, allow_incomplete: bool = False,
                  trust_remote_code: bool = False) -> None:
         self.batch_size = batch_size
-        self.members, self.source = _load(model, pooler, tokenizer, max_length, allow_incomplete, trust_remote_code)
+        self._setup(*_load(model, pooler, tokenizer, max_length, allow_incomplete, trust_remote_code))
+
+    @classmethod
+    def on_cached_states(cls, probe: Any, states: Callable[[np.ndarray], tuple[Any, torch.Tensor]], tokenizer: Any,
+                         max_length: int, label_names: list[str] | None, source: str,
+                         target_cols: list[str] | None = None, batch_size: int = 32) -> Explainer:
+        """An explainer of a pooler + head trained on cached hidden states (``probe``: a
+        :class:`~poolkit.training.probing.FoldModel`) that reads the states of the texts it explains instead of
+        running the encoder: ``states(positions)`` -> (states, mask) of ``texts[positions]`` (e.g. a
+        :class:`~poolkit.training.features.FeatureCache`'s ``batch`` of their rows). ``source``: which model this
+        is and which rows it was trained without."""
+        tokenizer.padding_side = "right"  # as the cache was built: each row's tokens first
+        member = _CachedMember(tokenizer, probe.model.pooler.eval(), max_length, task=probe.task,
+                               label_names=label_names, target_cols=target_cols, head=probe.model.head.eval(),
+                               states=states, outputs=probe.outputs)
+        explainer = cls.__new__(cls)
+        explainer.batch_size = batch_size
+        explainer._setup([member], source)
+        return explainer
+
+    def _setup(self, members: list[_Member], source: str) -> None:
+        self.members, self.source = members, source
         first = self.members[0]
         self.task, self.label_names = first.task, first.label_names
         self.pooler_spec = first.pooler.get_config()
@@ -240,14 +286,16 @@ class Explainer:
                                        return_offsets_mapping=with_weights, return_tensors="pt")
             offsets = encoded.pop("offset_mapping", None)
             batch = {k: v for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-            with _recorded_softmax() as softmaxes:
-                scores, weights = member.forward(batch)
+            scores, weights = member.forward(batch, start)
             if not with_weights:
                 results.extend({"scores": s} for s in scores)
                 continue
             layered = isinstance(weights, dict)
             token, layer = (weights.get("token"), weights.get("layer")) if layered else (weights, None)
-            heads = _head_rows(member.pooler, softmaxes, token)
+            heads = None
+            if member.pooler.headed:  # (B, R, T): one row per head / query; the pooler's weights are their mean
+                heads, token = token.float(), token.float().mean(dim=1)
+                heads = heads if heads.shape[1] > 1 else None
             token, layer, heads = (None if t is None else t.float().cpu().numpy() for t in (token, layer, heads))
             for i, text in enumerate(chunk):
                 results.append({"scores": None if scores is None else scores[i], "token": token[i],
@@ -330,37 +378,6 @@ def _checked_texts(texts: Sequence[str]) -> list[str]:
 
 
 # -- weights -----------------------------------------------------------------------------------------
-@contextmanager
-def _recorded_softmax():
-    """Records every ``masking.masked_softmax`` result while the block runs: the per-head / per-query weights that
-    multi-head and latent poolers average before returning them (the pooling core stays as it is)."""
-    calls: list[torch.Tensor] = []
-    original = masking.masked_softmax
-
-    def record(*args, **kwargs):
-        result = original(*args, **kwargs)
-        calls.append(result)
-        return result
-
-    with mock.patch.object(masking, "masked_softmax", record):
-        yield calls
-
-
-def _head_rows(pooler: Pooler, softmaxes: list[torch.Tensor], token: torch.Tensor) -> torch.Tensor | None:
-    """(B, R, T) per-head (and per-query) weights of a multi-head / latent pooler, or None; kept only when their
-    mean is the weights the pooler returned (a check that they are the rows it averaged)."""
-    if pooler.name not in HEADED:
-        return None
-    found = [w for w in softmaxes
-             if w.dim() in (3, 4) and w.shape[0] == token.shape[0] and w.shape[-1] == token.shape[-1]]
-    if len(found) != 1:
-        return None
-    rows = found[0].float().flatten(1, -2)  # (B, H, T) or (B, H, Q, T) -> (B, H*Q, T), heads outermost
-    if rows.shape[1] < 2 or not torch.allclose(rows.mean(dim=1), token.float(), atol=1e-5):
-        return None
-    return rows
-
-
 def _row_labels(pooler: Pooler) -> list[str]:
     heads, queries = getattr(pooler, "num_heads", 1), getattr(pooler, "num_queries", 1)
     if queries > 1:

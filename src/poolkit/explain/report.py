@@ -124,9 +124,9 @@ def write_bench_report(path: str | os.PathLike, title: str, tables: dict[str, pd
 
 def write_compare_report(board: Any, path: str | os.PathLike, bars: Any = None) -> Path:
     """``poolkit compare``'s report.html: the leaderboard table, its bars with ± std error bars, every fold's
-    metrics, the settings. (Explained texts need a trained model, which compare's probes are not kept as: explain
-    the best pooler after ``poolkit train`` with ``poolkit explain``.) ``bars``: the leaderboard's picture when
-    already drawn (a PNG path), else it is drawn."""
+    metrics, the settings, and the best learned pooler's explained texts when ``board.explanation`` holds them
+    (its fold-0 model on fold 0's held-out rows). ``bars``: the leaderboard's picture when already drawn (a PNG
+    path), else it is drawn."""
     report = Report("poolkit compare", board.title)
     report.heading("Leaderboard").table(board.frame.drop(columns="config"))
     caption = f"{board.settings['metric']}: mean ± sample std over the folds' test rows"
@@ -135,9 +135,14 @@ def write_compare_report(board: Any, path: str | os.PathLike, bars: Any = None) 
     specs = pd.DataFrame({"pooler": [row["pooler"] for row in board.rows], "mode": [row["mode"] for row in board.rows],
                           "spec": [json.dumps(row["config"]) for row in board.rows]})
     report.heading("Pooler specs").table(specs)
-    best = next((row for row in board.rows if row["params"] > 0 and row["mode"] == "frozen"), None)
-    if best is not None:
-        report.paragraph(f"Best learned pooler: {best['pooler']}. Its explained texts: compare keeps no trained "
-                         f"model, so train one and explain it: poolkit train --pooler {best['pooler']} ... --out RUN; "
-                         "poolkit explain --model RUN ... --out report.html.")
+    explanation = getattr(board, "explanation", None)
+    report.heading("Explained texts of the best learned pooler")
+    if explanation is None:
+        report.paragraph("None here: no pooler of this leaderboard has learned weights, or the page was drawn from "
+                         "a saved leaderboard, which keeps no model. To explain a pooler: poolkit train --pooler NAME "
+                         "... --out RUN; poolkit explain --model RUN ... --out report.html.")
+    else:
+        report.paragraph("Each text's words shaded by the weight the pooler gives them (the weight on hover), with "
+                         "the prediction and the true label; which model explains which rows is said below.")
+        report.explanations(explanation)
     return report.settings(board.settings).write(path)

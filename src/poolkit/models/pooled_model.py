@@ -124,7 +124,7 @@ class PooledModel(PreTrainedModel):
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, labels: Tensor | None = None,
-                return_weights: bool = False, **encoder_kwargs: Any) -> PooledModelOutput:
+                return_weights: bool | str = False, **encoder_kwargs: Any) -> PooledModelOutput:
         pooled, weights = self.pool(input_ids, attention_mask, token_type_ids, return_weights=return_weights,
                                     **encoder_kwargs)
         logits = self.head(self.dropout(pooled.to(self.head.weight.dtype)))
@@ -132,17 +132,17 @@ class PooledModel(PreTrainedModel):
         return PooledModelOutput(loss=loss, logits=logits, pooled=pooled, weights=weights)
 
     def pool(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-             token_type_ids: Tensor | None = None, return_weights: bool = False,
+             token_type_ids: Tensor | None = None, return_weights: bool | str = False,
              **encoder_kwargs: Any) -> tuple[Tensor, Any]:
         """Encoder then pooler: -> pooled (B, output_dim) and the pooler's weights (None unless asked:
-        poolers skip computing weights when nobody reads them)."""
+        poolers skip computing weights when nobody reads them; ``"heads"``: a multi-head pooler's rows)."""
         if token_type_ids is not None:
             encoder_kwargs["token_type_ids"] = token_type_ids
         output = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
                               output_hidden_states=self.needs_hidden_states, return_dict=True, **encoder_kwargs)
         states = output.hidden_states if self.needs_hidden_states else output.last_hidden_state
         if return_weights:
-            return self.pooler(states, attention_mask, return_weights=True)
+            return self.pooler(states, attention_mask, return_weights=return_weights)
         return self.pooler(states, attention_mask), None
 
     def state_dict_with_affine_head(self, scale: Tensor, shift: Tensor) -> dict[str, Tensor]:

@@ -170,6 +170,7 @@ class MultiHeadAttentionPooler(Pooler):
     """
 
     quadrature = True  # softmax_j(s_j + log w_j): continuum attention
+    headed = True
 
     def __init__(self, hidden_size: int, *, num_heads: int = 4, attn_size: int = 128,
                  combine: str = "concat", on_empty: str = "zeros") -> None:
@@ -184,7 +185,7 @@ class MultiHeadAttentionPooler(Pooler):
         self.project = nn.Linear(num_heads * hidden_size, hidden_size) if combine == "project" else None
         self.output_dim = hidden_size if self.project is not None else num_heads * hidden_size
 
-    def pool(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None):
+    def pool(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None, heads: bool = False):
         # Head h scores its own slice of the hidden units: one matmul with a block-diagonal (H, H * a)
         # weight reads the activations in place (an einsum over heads would first copy them per head).
         per_head = torch.block_diag(*self.head_scores.to(x.dtype).unbind(0))
@@ -193,7 +194,7 @@ class MultiHeadAttentionPooler(Pooler):
         pooled = masking.masked_weighted_sum(x, weights).flatten(1)  # (B, H * D)
         if self.project is not None:
             pooled = self.project(pooled.to(self.project.weight.dtype))
-        return pooled, weights.mean(dim=1)
+        return pooled, weights if heads else weights.mean(dim=1)
 
 
 @register_pooler("gated_attention", "gated", "abmil")
@@ -258,6 +259,7 @@ class LatentAttentionPooler(Pooler):
     """
 
     quadrature = True  # softmax_j(s_j + log w_j): continuum attention
+    headed = True
 
     def __init__(self, hidden_size: int, *, num_queries: int = 1, num_heads: int = 1, mlp: bool = True,
                  mlp_ratio: float = 2.0, combine: str = "concat", on_empty: str = "zeros") -> None:
@@ -276,7 +278,7 @@ class LatentAttentionPooler(Pooler):
                                      nn.Linear(inner, hidden_size))
         self.output_dim = hidden_size * (num_queries if combine == "concat" else 1)
 
-    def pool(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None):
+    def pool(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None, heads: bool = False):
         query = self.queries.to(x.dtype).expand(x.shape[0], -1, -1)
         scale = (self.hidden_size // self.num_heads) ** -0.5
         attended, weights = cross_attention(query, x, self.key, self.value, mask, self.num_heads, scale,
@@ -285,7 +287,7 @@ class LatentAttentionPooler(Pooler):
         if self.mlp is not None:
             pooled = pooled + self.mlp(pooled)
         pooled = pooled.flatten(1) if self.combine == "concat" else pooled.mean(dim=1)
-        return pooled, weights.mean(dim=(1, 2))
+        return pooled, weights.flatten(1, 2) if heads else weights.mean(dim=(1, 2))
 
 
 @register_pooler("adapool", "adaptive_attention", "adaptive")
@@ -301,6 +303,7 @@ class AdaptiveAttentionPooler(Pooler):
     """
 
     quadrature = True  # softmax_j(s_j + log w_j): continuum attention
+    headed = True
 
     def __init__(self, hidden_size: int, *, query_index: int | Sequence[int] | None = None,
                  num_heads: int = 1, residual: bool | None = None, on_empty: str = "zeros") -> None:
@@ -329,7 +332,7 @@ class AdaptiveAttentionPooler(Pooler):
         picked = [masking.gather_rows(x, masking.real_token_index(mask, i)) for i in indices]
         return torch.stack(picked).mean(dim=0)
 
-    def pool(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None):
+    def pool(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None, heads: bool = False):
         source = self.query_tokens(x, mask, quadrature_weights)
         scale = (self.hidden_size // self.num_heads) ** -0.5
         attended, weights = cross_attention(self.query(source)[:, None, :], x, self.key, self.value, mask,
@@ -337,4 +340,4 @@ class AdaptiveAttentionPooler(Pooler):
         pooled = self.out(attended[:, 0].to(self.out.weight.dtype))
         if self.residual:
             pooled = pooled + source
-        return pooled, weights.mean(dim=(1, 2))
+        return pooled, weights.flatten(1, 2) if heads else weights.mean(dim=(1, 2))

@@ -34,7 +34,9 @@ class Pooler(nn.Module):
     Subclasses implement :meth:`pool` on a checked input: ``x`` (B, T, D) (token poolers) or a list of
     them (layer poolers) and a boolean ``mask`` (B, T) with True at real tokens. They return the pooled
     tensor and the weights that explain it: token weights (B, T), or for layer poolers a dict with
-    ``"layer"`` (B, L) and, when the token pooler has them, ``"token"`` (B, T). Poolers whose weights
+    ``"layer"`` (B, L) and, when the token pooler has them, ``"token"`` (B, T). Multi-head and multi-query
+    poolers (``headed``) return the mean of their rows, and the rows (B, R, T) themselves, heads outermost,
+    when called with ``return_weights="heads"`` (maps: (B, R, H, W)). Poolers whose weights
     cost extra work (max / min: the winning token of every feature) also implement
     :meth:`pool_without_weights`, which ``forward`` calls when no weights are asked for.
     """
@@ -56,6 +58,9 @@ class Pooler(nn.Module):
     positional: bool = False
     #: True when ``pool`` takes ``quadrature_weights`` (B, T) > 0 at real tokens (see quadrature.py).
     quadrature: bool = False
+    #: True when the weights are the mean of several softmax rows (heads, queries): ``pool`` then takes
+    #: ``heads=True`` and returns the rows themselves, (B, R, T), for ``return_weights="heads"``.
+    headed: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -80,7 +85,7 @@ class Pooler(nn.Module):
         self,
         hidden_states: HiddenStates,
         attention_mask: Tensor | None = None,
-        return_weights: bool = False,
+        return_weights: bool | str = False,
         input_format: str = "NCHW",
         quadrature_weights: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Weights]:
@@ -100,6 +105,8 @@ class Pooler(nn.Module):
         if degenerate:  # no row or no token: pooled as one all-padding row / position, cut away again after
             x, mask = _all_padding(x, max(batch, 1), max(length, 1)), mask.new_zeros(max(batch, 1), max(length, 1))
         where = {"grid": None if degenerate else grid} if self.positional else {}
+        if isinstance(return_weights, str):
+            where["heads"] = self._check_heads(return_weights)
         if quadrature_weights is not None:
             where["quadrature_weights"] = mask.to(quadrature_weights.dtype) if degenerate else quadrature_weights
         x = self.to_parameter_dtype(x)
@@ -117,9 +124,9 @@ class Pooler(nn.Module):
         if degenerate:
             pooled = pooled[:batch]
             if return_weights:
-                weights = _map_weights(weights, lambda w, token: w[:batch, :length] if token else w[:batch])
+                weights = _map_weights(weights, lambda w, token: w[:batch, ..., :length] if token else w[:batch])
         if grid is not None and return_weights:
-            weights = weights.reshape(batch, *grid)
+            weights = weights.reshape(*weights.shape[:-1], *grid)
         return (pooled, weights) if return_weights else pooled
 
     def _pool_and_guard(self, x: Any, mask: Tensor, return_weights: bool,
@@ -136,6 +143,15 @@ class Pooler(nn.Module):
 
     def pool(self, x: Any, mask: Tensor) -> tuple[Tensor, Weights]:
         raise NotImplementedError
+
+    def _check_heads(self, return_weights: str) -> bool:
+        """``return_weights="heads"`` is for poolers with several softmax rows; any other string is a mistake."""
+        if return_weights != "heads":
+            raise PoolkitError(f"return_weights must be True, False or 'heads', got {return_weights!r}")
+        if not self.headed:
+            raise PoolkitError(f"{self.name} has one row of weights, not one per head or query: use "
+                               "return_weights=True ('heads' is for multihead_attention, latent and adapool)")
+        return True
 
     def pool_without_weights(self, x: Any, mask: Tensor, **where: Any) -> Tensor:
         """The pooled tensor alone (the same values as ``pool``); override where the weights cost extra."""

@@ -32,6 +32,9 @@ DEFAULT_DATA = "builtin:embedded"
 QUICK_DEFAULTS = {"folds": 3, "epochs": 8}
 DEFAULT_POOLERS = ("cls", "mean", "max", "mean_max", "gem", "lse", "attention", "attention_head", "gated_attention",
                    "latent", "adapool", "weighted_layer", "mean_layers", "attention_layers", "lstm_layers")
+#: ``compare``'s report explains this many of fold 0's held-out texts per class (other tasks: EXPLAINED_TEXTS).
+EXPLAINED_PER_CLASS = 3
+EXPLAINED_TEXTS = 30
 
 
 def resolve_poolers(poolers: str | Sequence[str | dict[str, Any]]) -> list[dict[str, Any]]:
@@ -156,8 +159,10 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
             rows.append(leaderboard_row(baseline_label(table.task), linear.spec, "frozen", linear.metric,
                                         linear.fold_metrics, linear.params, linear.seconds, linear.fold_detail))
 
+        explained = explain_best(results, features, table, model, max_length, trust_remote_code, seed)
+
         def publish() -> Leaderboard:
-            board = Leaderboard(rows, {**settings, "total_seconds": round(time.perf_counter() - start, 2)})
+            board = Leaderboard(rows, {**settings, "total_seconds": round(time.perf_counter() - start, 2)}, explained)
             if out is not None:
                 board.save(out)
             return board
@@ -178,6 +183,49 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
                                                        time.perf_counter() - started))
             board = publish()
         return board
+
+
+def explain_best(results: Sequence[Any], features: Any, table: TableData, model: str | None, max_length: int,
+                 trust_remote_code: bool = False, seed: int = 0) -> Any:
+    """The best pooler with learned weights (``results`` ranked best first) explaining, with its fold-0 model, a
+    few of fold 0's held-out texts: up to :data:`EXPLAINED_PER_CLASS` per class (other tasks:
+    :data:`EXPLAINED_TEXTS`), drawn with ``seed``. Their hidden states come from the feature cache ``features``
+    when it keeps the token states that pooler reads; otherwise these texts alone are encoded again. An
+    :class:`~poolkit.explain.Explanation`, or None when no pooler has learned weights."""
+    from ..explain import Explainer
+    from ..models.encoders import load_tokenizer
+    from .features import encode_features
+
+    best = next((r for r in results if r.first_fold is not None
+                 and any(True for _ in r.first_fold.model.pooler.parameters())), None)
+    if best is None:
+        return None
+    fold = best.first_fold
+    rng = np.random.default_rng(seed)
+    if table.task == "classification":
+        rows = np.concatenate([rng.choice(found, size=min(EXPLAINED_PER_CLASS, len(found)), replace=False)
+                               for c in range(len(table.label_names))
+                               if len(found := fold.test_rows[table.targets[fold.test_rows] == c])])
+        targets, sample = [table.label_names[table.targets[i]] for i in rows], f"up to {EXPLAINED_PER_CLASS} per class"
+    else:
+        rows = np.sort(rng.choice(fold.test_rows, size=min(EXPLAINED_TEXTS, len(fold.test_rows)), replace=False))
+        targets = [float(table.targets[i, 0]) for i in rows] if table.task == "regression" else None
+        sample = "drawn at random"
+    texts = [table.texts[i] for i in rows]
+    layered = fold.model.pooler.kind == "layer"
+    if features.tokens is None or (layered and features.tokens.shape[0] == 1):
+        features, rows = encode_features(texts, model, max_length, cache=False, progress=False,
+                                         trust_remote_code=trust_remote_code), np.arange(len(rows))
+        read = "these texts encoded again (the feature cache keeps no token states for this pooler)"
+    else:
+        read = "read from the feature cache (no second encoder pass)"
+    source = (f"{best.label}'s fold-0 model (pooler + head trained without fold 0's held-out rows, its epoch chosen "
+              f"on an inner split of its training rows) on {len(texts)} of fold 0's held-out texts, {sample}; hidden "
+              f"states {read}")
+    explainer = Explainer.on_cached_states(fold, lambda at: features.batch(rows[at], all_layers=layered),
+                                           load_tokenizer(model, trust_remote_code), max_length,
+                                           table.label_names, source, list(table.target_cols))
+    return explainer.explain(texts, targets)
 
 
 def _check_rates(**rates: float) -> None:

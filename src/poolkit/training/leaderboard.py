@@ -38,11 +38,14 @@ class Leaderboard:
 
     ``rows``: list of dicts (spec under ``config``, per-fold metrics under ``fold_metrics``); ``frame``: the same
     as a DataFrame without the per-fold detail; ``folds``: one line per (pooler, mode, fold) and metric values;
-    ``settings``: the run's settings. ``str(board)`` is the table; ``to_csv`` / ``to_json`` / ``plot`` / ``save``.
+    ``settings``: the run's settings; ``explanation``: the best learned pooler's explained texts, shown in the
+    report (:func:`poolkit.training.api.explain_best`; None: none). ``str(board)`` is the table; ``to_csv`` /
+    ``to_json`` / ``plot`` / ``save``.
     """
 
-    def __init__(self, rows: list[dict[str, Any]], settings: dict[str, Any]) -> None:
+    def __init__(self, rows: list[dict[str, Any]], settings: dict[str, Any], explanation: Any = None) -> None:
         self.settings = settings
+        self.explanation = explanation
         best = settings["higher_is_better"]
         order = sorted(range(len(rows)), key=lambda i: (rows[i]["mode"] != "frozen", rank_key(rows[i]["mean"], best)))
         ranks: dict[str, int] = {}

@@ -72,6 +72,8 @@ class ProbeResult:
     seconds: float
     #: per fold: best_epoch, epochs_run, the inner validation metric (chose the epoch) and the test metric
     fold_detail: list[dict[str, float]] = field(default_factory=list)
+    #: fold 0's chosen model, trained without fold 0's test rows: what ``poolkit compare`` explains those rows with
+    first_fold: FoldModel | None = None
 
     @property
     def label(self) -> str:
@@ -93,6 +95,17 @@ class ProbeModel(nn.Module):
 
     def forward(self, states: list[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
         return self.head(self.dropout(self.pooler(states, mask)))
+
+
+@dataclass
+class FoldModel:
+    """One fold's chosen pooler + head, the rows it was scored on (never trained or selected on), and ``outputs``:
+    raw head outputs -> the task's values (regression targets are standardised for training)."""
+
+    model: ProbeModel
+    task: str
+    test_rows: np.ndarray
+    outputs: Callable[[np.ndarray], np.ndarray]
 
 
 class _Targets:
@@ -124,8 +137,8 @@ def _predict(model: ProbeModel, cache: FeatureCache, rows: np.ndarray, batch_siz
 
 def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train_rows: np.ndarray,
                test_rows: np.ndarray, config: ProbeConfig, seed: int
-               ) -> tuple[np.ndarray, dict[str, float], dict[str, float], int]:
-    """Train one pooler + head on one fold -> (test outputs, test metrics, detail, params).
+               ) -> tuple[np.ndarray, dict[str, float], dict[str, float], FoldModel]:
+    """Train one pooler + head on one fold -> (test outputs, test metrics, detail, the chosen model).
 
     The epoch is chosen (early stopping) on an inner validation split of ``train_rows``; ``test_rows`` are
     predicted once, by the chosen model. ``detail``: best_epoch, epochs_run, the inner validation metric and
@@ -160,12 +173,11 @@ def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train
             if stale >= config.patience:
                 break
     model.load_state_dict(best_state)
-    params = sum(p.numel() for p in model.parameters())
     test_outputs = targets.outputs(_predict(model, cache, test_rows, config.batch_size * 2))
     metrics = compute_metrics(data.task, test_outputs, data.targets[test_rows], data.n_outputs)
     detail = {"best_epoch": best_epoch, "epochs_run": epochs_run, f"val_{metric.name}": float(best),
               f"test_{metric.name}": float(metrics[metric.name])}
-    return test_outputs, metrics, detail, params
+    return test_outputs, metrics, detail, FoldModel(model.eval(), data.task, test_rows, targets.outputs)
 
 
 def probe_pooler(spec: str | dict[str, Any], cache: FeatureCache, data: TableData, config: ProbeConfig,
@@ -177,15 +189,17 @@ def probe_pooler(spec: str | dict[str, Any], cache: FeatureCache, data: TableDat
     spec = build_pooler(spec, cache.hidden_size, cache.num_layers).get_config()  # the full spec, sized to the cache
     metric = primary_metric(data.task, data.n_outputs)
     oof = np.full((len(data), data.n_outputs), np.nan, dtype=np.float32)
-    fold_metrics, details, params = [], [], 0
+    fold_metrics, details, first = [], [], None
     start = time.perf_counter()
     for fold, (train_rows, test_rows) in enumerate(splits):
-        outputs, metrics, detail, params = train_fold(spec, cache, data, train_rows, test_rows, config,
-                                                      config.seed + fold)
+        outputs, metrics, detail, trained = train_fold(spec, cache, data, train_rows, test_rows, config,
+                                                       config.seed + fold)
         oof[test_rows] = outputs
         fold_metrics.append(metrics)
         details.append(detail)
-    return ProbeResult(spec, metric.name, fold_metrics, oof, params, time.perf_counter() - start, details)
+        first = trained if fold == 0 else first
+    params = sum(p.numel() for p in first.model.parameters())
+    return ProbeResult(spec, metric.name, fold_metrics, oof, params, time.perf_counter() - start, details, first)
 
 
 @contextmanager
