@@ -240,3 +240,28 @@ def test_int8_token_states_are_within_half_a_step_of_the_states(bert, tmp_path):
         assert (a - e).abs()[mask].max() > 0  # quantised, not a float16 copy
     mean = build_pooler("mean", 32, 2)
     assert torch.equal(mean(*int8.inputs(rows, mean)), mean(*half.inputs(rows, mean)))
+
+
+def test_a_token_cap_keeps_each_texts_first_tokens_and_whole_summaries(bert, tmp_path):
+    """With a cap of 3, the token states are each text's first 3 (or fewer) tokens, equal to the uncapped cache's
+    (catches the cap applied to the wrong end, offsets still counting every token, a row's tokens shifted), while
+    the summaries still pool every token (catches summaries pooled from the capped states) and the texts' lengths,
+    which group training batches, stay theirs (catches a cap that changes the batches of every pooler)."""
+    import torch
+
+    from poolkit import PoolkitError
+
+    texts = ["the cat sat on the mat and the dog ran fast", "good", "a big red dog", "very bad", "one two three"]
+    poolers = ["mean", "max"]
+    whole = encode(bert, tmp_path / "whole", texts=texts, batch_size=2, poolers=poolers)
+    capped = encode(bert, tmp_path / "capped", texts=texts, batch_size=2, poolers=poolers, token_cap=3)
+    np.testing.assert_array_equal(np.diff(capped.offsets), np.minimum(whole.lengths, 3))
+    np.testing.assert_array_equal(capped.lengths, whole.lengths)  # training batches group rows as without a cap
+    assert capped.meta["plan"]["token_cap"] == 3 and capped.bytes_per_text() < whole.bytes_per_text()
+    rows = [3, 0, 4, 1]
+    (first, _), (kept, mask) = whole.batch(rows, all_layers=False), capped.batch(rows, all_layers=False)
+    torch.testing.assert_close(kept[0][mask], first[0][:, :3][mask])
+    (key,) = whole.summaries
+    np.testing.assert_array_equal(capped.summaries[key], whole.summaries[key])
+    with pytest.raises(PoolkitError, match="--cache-max-tokens must be at least 1"):
+        encode(bert, tmp_path / "zero", texts=texts, poolers=poolers, token_cap=0)

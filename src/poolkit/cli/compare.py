@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true", help="encode afresh: read and write no feature cache")
     add("--cache-dtype", choices=["float16", "int8"], help="dtype of the cached token states (default float16; int8: "
         "half the bytes, at the accuracy cost measured in docs/scale.md)")
+    add("--cache-max-tokens", type=positive(int), metavar="N", help="cache the token states of each text's first N "
+        "tokens only (max, gem, attention, ... see those; cls / mean / layer poolers over them still pool every "
+        "token); the accuracy cost is measured in docs/scale.md")
     parser.add_argument("--no-baseline", action="store_true",
                         help="leave out the tuned linear baseline row (logistic / ridge regression on mean-pooled "
                              "features, regularisation chosen on each fold's inner split)")
@@ -54,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
                     force=args.force, cache=not args.no_cache, baseline=not args.no_baseline,
                     trust_remote_code=args.trust_remote_code, **data_kwargs(args),
                     **given(args, "folds", "epochs", "batch_size", "pooler_lr", "patience", "max_length", "seed",
-                            "cache_dir", "finetune_top", "finetune_epochs", "encoder_lr", "cache_dtype"))
+                            "cache_dir", "finetune_top", "finetune_epochs", "encoder_lr", "cache_dtype",
+                            "cache_max_tokens"))
     print()
     print(board)
     print(f"\nencoded once in {board.settings['encode_seconds']:.1f}s; leaderboard.csv / .json / .png and report.html in {out}")

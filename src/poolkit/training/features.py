@@ -11,8 +11,10 @@ themselves, and every layer pooler over one, which pools each layer before mixin
 per layer: ``summary_K.npy`` (L + 1, N, D), pooled in float32 from the unrounded states, stored in float16.
 It is handed to the pooler as a one-token sequence, which each of these poolers maps to that token, so its
 output is the one it would compute from the full states. Token states are kept only for the other poolers
-(max, gem, lse, the learned token poolers: the last layer; a layer pooler over one of them: every layer).
-docs/scale.md measures the bytes per text before and after.
+(max, gem, lse, the learned token poolers: the last layer; a layer pooler over one of them: every layer),
+optionally int8-quantised or capped to each text's first ``token_cap`` tokens (the summaries still pool every
+token; ``offsets`` then counts the kept tokens, and ``text_lengths.npy`` keeps each text's own count).
+docs/scale.md measures the bytes per text before and after, and what int8 and a cap cost on a leaderboard.
 
 A cache folder is named by :func:`cache_key`, a digest of what determines the features: the SHA-256 of every
 file of the model folder (weights, config, tokenizer files; about 0.1 s for the 90 MB MiniLM), or a hub
@@ -54,7 +56,7 @@ LOCK = ".lock"
 #: whose token stage is one of them is served by per-layer summaries instead of token states.
 SUMMARY_POOLERS = ("cls", "last", "mean", "sum", "mean_sqrt_len")
 #: Every layer's token states and no summaries: what a cache built without naming its poolers holds.
-FULL_PLAN = {"summaries": [], "token_layers": "all", "token_dtype": "float16"}
+FULL_PLAN = {"summaries": [], "token_layers": "all", "token_dtype": "float16", "token_cap": None}
 #: How token states may be stored: float16, or int8 with one float16 scale per token vector (absmax / 127).
 TOKEN_DTYPES = ("float16", "int8")
 
@@ -88,12 +90,13 @@ def summary_spec(pooler: Pooler) -> dict | None:
 
 
 def cache_plan(poolers: Sequence[str | dict], hidden_size: int, num_layers: int,
-               summaries: Sequence[str | dict] = (), token_dtype: str = "float16") -> dict:
+               summaries: Sequence[str | dict] = (), token_dtype: str = "float16", token_cap: int | None = None
+               ) -> dict:
     """What a cache for ``poolers`` keeps: {"summaries": token pooler specs, "token_layers": "none" | "last" |
-    "all", "token_dtype"}; ``summaries``: token poolers to summarise as well (e.g. the linear baseline's mean);
-    ``token_dtype``: float16, or int8 (a quarter of float32's bytes, at an accuracy cost docs/scale.md measures)."""
-    if token_dtype not in TOKEN_DTYPES:
-        raise PoolkitError(f"--cache-dtype must be one of {', '.join(TOKEN_DTYPES)}, got {token_dtype!r}")
+    "all", "token_dtype", "token_cap"}; ``summaries``: token poolers to summarise as well (e.g. the linear
+    baseline's mean); ``token_dtype``: float16, or int8 (a quarter of float32's bytes); ``token_cap``: token states
+    of each text's first ``token_cap`` tokens only (None: all). docs/scale.md measures what int8 and a cap cost."""
+    check_token_options(token_dtype, token_cap)
     specs: list[dict] = [build_pooler(s, hidden_size).get_config() for s in summaries]
     specs = [{k: v for k, v in s.items() if k != "hidden_size"} for s in specs]
     token_layers = "none"
@@ -104,7 +107,15 @@ def cache_plan(poolers: Sequence[str | dict], hidden_size: int, num_layers: int,
             token_layers = "all" if pooler.kind == "layer" or token_layers == "all" else "last"
         elif summary not in specs:
             specs.append(summary)
-    return {"summaries": specs, "token_layers": token_layers, "token_dtype": token_dtype}
+    return {"summaries": specs, "token_layers": token_layers, "token_dtype": token_dtype, "token_cap": token_cap}
+
+
+def check_token_options(token_dtype: str, token_cap: int | None) -> None:
+    """Refuse a token dtype not in :data:`TOKEN_DTYPES` and a cap below one token."""
+    if token_dtype not in TOKEN_DTYPES:
+        raise PoolkitError(f"--cache-dtype must be one of {', '.join(TOKEN_DTYPES)}, got {token_dtype!r}")
+    if token_cap is not None and token_cap < 1:
+        raise PoolkitError(f"--cache-max-tokens must be at least 1, got {token_cap}")
 
 
 def cache_key(model_path: str, texts: Sequence[str], max_length: int, plan: dict = FULL_PLAN) -> str:
@@ -127,16 +138,19 @@ class FeatureCache:
 
     folder: Path
     tokens: np.ndarray | None  # (L + 1 or 1, total_tokens, D) float16, memory-mapped; None: no token states kept
-    offsets: np.ndarray  # (N + 1,) int64
+    offsets: np.ndarray  # (N + 1,) int64: where each text's stored tokens start (with a cap: at most the cap)
     meta: dict
     #: per summarised token pooler (its spec as sorted JSON): (L + 1, N, D) float16, memory-mapped
     summaries: dict[str, np.ndarray] = field(default_factory=dict)
     #: int8 token states: each token vector's float16 scale, (L + 1 or 1, total_tokens); None for float16 states
     scales: np.ndarray | None = None
+    #: with a token cap: each text's token count before the cap, (N,) int64; None: the offsets give it
+    text_lengths: np.ndarray | None = None
 
     @property
     def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
+        """Each text's token count (before any cap: training batches group by it, so a cap changes no batch)."""
+        return np.diff(self.offsets) if self.text_lengths is None else self.text_lengths
 
     @property
     def num_layers(self) -> int:
@@ -173,7 +187,7 @@ class FeatureCache:
                                f"{self.meta.get('plan', FULL_PLAN)['token_layers']} token layers: build it for the "
                                "poolers that read them (encode_features(poolers=...))")
         rows = np.asarray(rows, dtype=np.int64)
-        lengths = self.lengths[rows]
+        lengths = self.offsets[rows + 1] - self.offsets[rows]  # the tokens stored
         width = int(lengths.max())
         positions = np.arange(width)
         mask = positions[None, :] < lengths[:, None]
@@ -212,9 +226,10 @@ def open_cache(folder: Path, verify: bool = True) -> FeatureCache:
         summaries = {json.dumps(spec, sort_keys=True): np.load(folder / f"summary_{k}.npy", mmap_mode="r")
                      for k, spec in enumerate(meta["plan"]["summaries"])}
         scales = np.load(folder / "token_scales.npy", mmap_mode="r") if "token_scales.npy" in recorded else None
+        text_lengths = np.load(folder / "text_lengths.npy") if "text_lengths.npy" in recorded else None
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise DamagedCache(f"unreadable ({err})") from None
-    return FeatureCache(folder, tokens, offsets, meta, summaries, scales)
+    return FeatureCache(folder, tokens, offsets, meta, summaries, scales, text_lengths)
 
 
 def clean_staging(root: Path) -> list[Path]:
@@ -234,10 +249,12 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
                     cache_dir: str | Path | None = None, progress: bool = True,
                     device: str | torch.device | None = None, cache: bool = True,
                     trust_remote_code: bool | None = None, poolers: Sequence[str | dict] | None = None,
-                    summaries: Sequence[str | dict] = (), token_dtype: str = "float16") -> FeatureCache:
+                    summaries: Sequence[str | dict] = (), token_dtype: str = "float16",
+                    token_cap: int | None = None) -> FeatureCache:
     """Run the encoder once over ``texts`` (length-sorted batches, inference mode) and cache what ``poolers``
     read (:func:`cache_plan`; ``summaries``: token poolers summarised as well; ``token_dtype``: float16 or int8
-    token states), or every layer's token states when ``poolers`` is None.
+    token states; ``token_cap``: token states of each text's first ``token_cap`` tokens only), or every layer's
+    token states when ``poolers`` is None.
 
     Returns the cache: reused when an intact one with the same key exists, else built in a staging folder and
     renamed into place, under a lock so that concurrent runs on the same data encode once. ``cache=False``:
@@ -246,10 +263,11 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
     """
     model_path = resolve_model(model)
     trust = check_model_folder(model_path, trust_remote_code)
-    plan = {**FULL_PLAN, "token_dtype": token_dtype}
+    check_token_options(token_dtype, token_cap)
+    plan = {**FULL_PLAN, "token_dtype": token_dtype, "token_cap": token_cap}
     if poolers is not None:
         config = load_config(model_path, trust)
-        plan = cache_plan(poolers, config.hidden_size, config.num_hidden_layers, summaries, token_dtype)
+        plan = cache_plan(poolers, config.hidden_size, config.num_hidden_layers, summaries, token_dtype, token_cap)
     features = _cached(texts, model_path, max_length, batch_size, cache_dir, progress, device, cache, trust, plan)
     if progress:
         print(f"feature cache: {features.bytes_per_text() / 1024:.1f} KiB per text ({_describe(plan)})", flush=True)
@@ -258,7 +276,8 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
 
 def _describe(plan: dict) -> str:
     names = ", ".join(s["name"] for s in plan["summaries"]) or "none"
-    return f"per-layer summaries: {names}; token states: {plan['token_layers']} layers, {plan['token_dtype']}"
+    cap = f", first {plan['token_cap']} tokens per text" if plan.get("token_cap") else ""
+    return f"per-layer summaries: {names}; token states: {plan['token_layers']} layers, {plan['token_dtype']}{cap}"
 
 
 def _cached(texts: list[str], model_path: str, max_length: int, batch_size: int, cache_dir: str | Path | None,
@@ -303,8 +322,8 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
     device = torch.device(device)
     encoder.to(device)
     sampler, batches = sorted_token_batches(tokenizer, texts, max_length, batch_size, device)
-    lengths = sampler.lengths
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    lengths = sampler.lengths if plan.get("token_cap") is None else np.minimum(sampler.lengths, plan["token_cap"])
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # the tokens kept
     layers, hidden = encoder.config.num_hidden_layers + 1, encoder.config.hidden_size
     kept = {"none": 0, "last": 1, "all": layers}[plan["token_layers"]]
     int8 = plan["token_dtype"] == "int8"
@@ -324,7 +343,7 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
                 summary[:, rows] = pooled.to(torch.float16).cpu().numpy()
             if tokens is not None:
                 stacked, scale = _stored_tokens(torch.stack(states[-kept:]), int8)  # (kept, B, T, D), (kept, B, T)
-                for j, row in enumerate(rows):  # keep the real tokens only (right padding)
+                for j, row in enumerate(rows):  # keep the (first ``cap``) real tokens only (right padding)
                     tokens[:, offsets[row]:offsets[row + 1]] = stacked[:, j, : lengths[row]]
                     if scales is not None:
                         scales[:, offsets[row]:offsets[row + 1]] = scale[:, j, : lengths[row]]
@@ -334,6 +353,8 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
         array.flush()
     del tokens, summaries, scales
     np.save(folder / "offsets.npy", offsets)
+    if plan.get("token_cap") is not None:
+        np.save(folder / "text_lengths.npy", np.asarray(sampler.lengths, dtype=np.int64))
     names = sorted(f.name for f in folder.glob("*.npy"))
     files = {name: {"size": (folder / name).stat().st_size, "sha256": file_digest(folder / name)} for name in names}
     meta = {"version": CACHE_VERSION, "model": model_path, "max_length": max_length, "texts": len(texts),
