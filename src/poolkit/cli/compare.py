@@ -10,8 +10,10 @@ from .common import (POOLER_OPT_HELP, Renamed, add_data_arguments, add_trust_rem
                      pooler_specs, positive)
 
 HELP = "leaderboard of poolers on a frozen encoder (encode once), K-fold"
-DESCRIPTION = ("Encode the data once (all layers cached, fp16, memory-mapped), train every pooler + head on the cache "
-               "with K-fold CV, print and write a leaderboard. Without --data: the embedded WordNet subset.")
+DESCRIPTION = ("Encode the data once (what the poolers read cached, fp16, memory-mapped), train every pooler + head on "
+               "the cache with K-fold CV, print and write a leaderboard. Without --data: the embedded WordNet subset. "
+               "Under `torchrun` / `accelerate launch -m poolkit.cli compare ...` the encoding is shared among the "
+               "processes (one device each); rank 0 trains the heads and writes the leaderboard.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +61,11 @@ def run(args: argparse.Namespace) -> int:
                     **given(args, "folds", "epochs", "batch_size", "pooler_lr", "patience", "max_length", "seed",
                             "cache_dir", "finetune_top", "finetune_epochs", "encoder_lr", "cache_dtype",
                             "cache_max_tokens"))
+    if board is None:  # a process of several: rank 0 trains and writes the leaderboard
+        from ..training.streaming import process_rank
+
+        print("process {} of {}: its share of the encoding is in the feature cache".format(*process_rank()))
+        return 0
     print()
     print(board)
     print(f"\nencoded once in {board.settings['encode_seconds']:.1f}s; leaderboard.csv / .json / .png and report.html in {out}")

@@ -16,6 +16,12 @@ optionally int8-quantised or capped to each text's first ``token_cap`` tokens (t
 token; ``offsets`` then counts the kept tokens, and ``text_lengths.npy`` keeps each text's own count).
 docs/scale.md measures the bytes per text before and after, and what int8 and a cap cost on a leaderboard.
 
+Under ``torchrun`` / ``accelerate launch`` (``RANK`` / ``WORLD_SIZE`` set) the encoding is shared like
+``poolkit embed``'s (:mod:`poolkit.training.streaming`): process ``r`` encodes the ``r``-th of ``W`` contiguous
+shares of the texts on its own device into ``<key>.tmp/part-r/``; rank 0, holding the key's lock, first says in
+``<key>.launch.json`` (with the launch's id) whether there is anything to encode, then waits for every part and
+joins them into the one cache. Only rank 0 returns the cache (the others: None, once their part is written).
+
 A cache folder is named by :func:`cache_key`, a digest of what determines the features: the SHA-256 of every
 file of the model folder (weights, config, tokenizer files; about 0.1 s for the 90 MB MiniLM), or a hub
 model's name and snapshot commit; the texts, each length-prefixed; ``max_length``; the stored dtype; what is
@@ -45,13 +51,17 @@ from tqdm.auto import tqdm
 
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
-from ..io import OLD_SUFFIX, TMP_SUFFIX, file_digest, replace_dir, temp_dir
+from ..io import OLD_SUFFIX, TMP_SUFFIX, atomic_write_json, file_digest, replace_dir, temp_dir
 from ..models.encoders import check_model_folder, load_config, load_encoder, load_tokenizer, resolve_model
 from ..pooling import Pooler, build_pooler
 
 CACHE_VERSION = 3
 DTYPE = np.float16
 LOCK = ".lock"
+#: ``<key>.launch.json``: rank 0's word to the other processes of a launch (encode your share, or it is cached)
+LAUNCH = ".launch.json"
+#: Positions copied at a time when the processes' parts are joined (memory holds one such slice)
+JOIN_CHUNK = 4096
 #: Token poolers that map a one-token sequence to that token and are linear and parameter-free: a pooler
 #: whose token stage is one of them is served by per-layer summaries instead of token states.
 SUMMARY_POOLERS = ("cls", "last", "mean", "sum", "mean_sqrt_len")
@@ -250,7 +260,7 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
                     device: str | torch.device | None = None, cache: bool = True,
                     trust_remote_code: bool | None = None, poolers: Sequence[str | dict] | None = None,
                     summaries: Sequence[str | dict] = (), token_dtype: str = "float16",
-                    token_cap: int | None = None) -> FeatureCache:
+                    token_cap: int | None = None) -> FeatureCache | None:
     """Run the encoder once over ``texts`` (length-sorted batches, inference mode) and cache what ``poolers``
     read (:func:`cache_plan`; ``summaries``: token poolers summarised as well; ``token_dtype``: float16 or int8
     token states; ``token_cap``: token states of each text's first ``token_cap`` tokens only), or every layer's
@@ -258,7 +268,9 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
 
     Returns the cache: reused when an intact one with the same key exists, else built in a staging folder and
     renamed into place, under a lock so that concurrent runs on the same data encode once. ``cache=False``:
-    neither read nor written (the features live in a temporary folder removed with the returned object).
+    neither read nor written (the features live in a temporary folder removed with the returned object). Under
+    ``torchrun`` / ``accelerate launch`` each process encodes its share and only rank 0 gets the cache (the
+    others: None; see the module docstring).
     ``progress``: also prints the cache's bytes per text.
     """
     model_path = resolve_model(model)
@@ -269,7 +281,7 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
         config = load_config(model_path, trust)
         plan = cache_plan(poolers, config.hidden_size, config.num_hidden_layers, summaries, token_dtype, token_cap)
     features = _cached(texts, model_path, max_length, batch_size, cache_dir, progress, device, cache, trust, plan)
-    if progress:
+    if progress and features is not None:
         print(f"feature cache: {features.bytes_per_text() / 1024:.1f} KiB per text ({_describe(plan)})", flush=True)
     return features
 
@@ -281,8 +293,17 @@ def _describe(plan: dict) -> str:
 
 
 def _cached(texts: list[str], model_path: str, max_length: int, batch_size: int, cache_dir: str | Path | None,
-            progress: bool, device: str | torch.device | None, cache: bool, trust: bool, plan: dict) -> FeatureCache:
-    """The cache for ``plan``: reused, or encoded (see :func:`encode_features`)."""
+            progress: bool, device: str | torch.device | None, cache: bool, trust: bool, plan: dict
+            ) -> FeatureCache | None:
+    """The cache for ``plan``: reused, or encoded (see :func:`encode_features`); with several processes, each
+    encodes its share (see the module docstring)."""
+    from .streaming import launch_id, process_device, process_rank, wait_for
+
+    rank, world = process_rank()
+    if world > 1 and not cache:
+        raise PoolkitError("--no-cache cannot be used under torchrun / accelerate launch: the processes share "
+                           "their encoding through the feature cache; drop --no-cache (or run one process)")
+    device = process_device(world) if world > 1 else device
     if not cache:
         scratch = Path(tempfile.mkdtemp(prefix="poolkit-features-"))
         features = open_cache(_encode(texts, model_path, max_length, batch_size, scratch, progress, device, trust,
@@ -293,16 +314,39 @@ def _cached(texts: list[str], model_path: str, max_length: int, batch_size: int,
     root.mkdir(parents=True, exist_ok=True)
     clean_staging(root)
     key = cache_key(model_path, texts, max_length, plan)
-    folder = root / key
+    folder, signal = root / key, root / (key + LAUNCH)
+    bounds = [len(texts) * r // world for r in range(world + 1)]
+
+    def encode_share(r: int, staging: Path) -> Path:
+        part = staging / f"part-{r}"
+        part.mkdir()
+        return _encode(texts[bounds[r]:bounds[r + 1]], model_path, max_length, batch_size, part, progress and r == 0,
+                       device, trust, plan)
+
+    if rank != 0:
+        wait_for(lambda: (_read_json(signal) or {}).get("launch") == launch_id(), f"rank 0's word in {signal}")
+        if _read_json(signal)["encode"]:
+            encode_share(rank, temp_dir(folder, create=False))
+        return None
     with FileLock(root / (key + LOCK)):
         if folder.exists():
             try:
-                return open_cache(folder)
+                features = open_cache(folder)
+                if world > 1:
+                    atomic_write_json(signal, {"launch": launch_id(), "encode": False})
+                return features
             except DamagedCache as err:
                 print(f"feature cache {folder} is damaged ({err}): rebuilding it", file=sys.stderr, flush=True)
         staging = temp_dir(folder)
         try:
-            _encode(texts, model_path, max_length, batch_size, staging, progress, device, trust, plan)
+            if world == 1:
+                _encode(texts, model_path, max_length, batch_size, staging, progress, device, trust, plan)
+            else:
+                atomic_write_json(signal, {"launch": launch_id(), "encode": True})
+                parts = [encode_share(0, staging)] + [staging / f"part-{r}" for r in range(1, world)]
+                wait_for(lambda: all(_read_json(p / "meta.json") for p in parts),
+                         f"the other processes' parts in {staging}")
+                _join(parts, staging)
             replace_dir(staging, folder)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -355,14 +399,55 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
     np.save(folder / "offsets.npy", offsets)
     if plan.get("token_cap") is not None:
         np.save(folder / "text_lengths.npy", np.asarray(sampler.lengths, dtype=np.int64))
+    _write_meta(folder, {"version": CACHE_VERSION, "model": model_path, "max_length": max_length, "texts": len(texts),
+                         "layers": layers, "hidden_size": hidden, "tokens": int(offsets[-1]),
+                         "dtype": np.dtype(DTYPE).name, "plan": plan})
+    return folder
+
+
+def _write_meta(folder: Path, meta: dict) -> None:
+    """meta.json, written last: ``meta`` plus the bytes per text and every .npy file's size and SHA-256."""
     names = sorted(f.name for f in folder.glob("*.npy"))
     files = {name: {"size": (folder / name).stat().st_size, "sha256": file_digest(folder / name)} for name in names}
-    meta = {"version": CACHE_VERSION, "model": model_path, "max_length": max_length, "texts": len(texts),
-            "layers": layers, "hidden_size": hidden, "tokens": int(offsets[-1]), "dtype": np.dtype(DTYPE).name,
-            "plan": plan, "bytes_per_text": round(sum(f["size"] for f in files.values()) / max(len(texts), 1), 1),
+    meta = {**meta, "bytes_per_text": round(sum(f["size"] for f in files.values()) / max(meta["texts"], 1), 1),
             "files": files}
     (folder / "meta.json").write_text(json.dumps(meta, indent=2))
-    return folder
+
+
+def _read_json(path: Path) -> dict | None:
+    """A JSON file's content; None when absent or not (yet) whole."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _join(parts: list[Path], folder: Path) -> None:
+    """The caches in ``parts`` (consecutive shares of the texts) as one cache in ``folder``: every array joined
+    along its texts' / tokens' axis a slice at a time, the offsets shifted; then the parts are removed."""
+    metas = [json.loads((part / "meta.json").read_text()) for part in parts]
+    lengths = np.concatenate([np.diff(np.load(part / "offsets.npy")) for part in parts])
+    np.save(folder / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+    for name in metas[0]["files"]:
+        if name == "offsets.npy":
+            continue
+        arrays = [np.load(part / name, mmap_mode="r") for part in parts]
+        axis = 0 if arrays[0].ndim == 1 else 1  # text_lengths (N,); tokens, scales, summaries: (layers, N or T, ...)
+        shape = list(arrays[0].shape)
+        shape[axis] = sum(a.shape[axis] for a in arrays)
+        joined = np.lib.format.open_memmap(folder / name, mode="w+", dtype=arrays[0].dtype, shape=tuple(shape))
+        at = 0
+        for array in arrays:
+            for start in range(0, array.shape[axis], JOIN_CHUNK):
+                piece = array[start:start + JOIN_CHUNK] if axis == 0 else array[:, start:start + JOIN_CHUNK]
+                target = slice(at + start, at + start + piece.shape[axis])
+                joined[(target,) if axis == 0 else (slice(None), target)] = piece
+            at += array.shape[axis]
+        joined.flush()
+        del joined, arrays
+    for part in parts:
+        shutil.rmtree(part)
+    _write_meta(folder, {**metas[0], "texts": sum(m["texts"] for m in metas), "tokens": int(lengths.sum())})
 
 
 def _stored_tokens(states: torch.Tensor, int8: bool) -> tuple[np.ndarray, np.ndarray | None]:
@@ -393,7 +478,8 @@ def list_caches(cache_dir: str | Path | None = None) -> list[dict]:
 
 def clear_caches(cache_dir: str | Path | None = None) -> tuple[int, list[Path]]:
     """Remove every cache folder under ``cache_dir`` not in use, and staging folders left by killed runs;
-    -> (how many caches were removed, the ones in use and kept). Empty lock files stay."""
+    -> (how many caches were removed, the ones in use and kept). Empty lock files stay; a removed cache's
+    ``<key>.launch.json`` goes with it."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     removed, busy = 0, []
     for entry in list_caches(root):
@@ -401,6 +487,7 @@ def clear_caches(cache_dir: str | Path | None = None) -> tuple[int, list[Path]]:
         try:
             with FileLock(root / (folder.name + LOCK), timeout=0):
                 shutil.rmtree(folder)
+                (root / (folder.name + LAUNCH)).unlink(missing_ok=True)
                 removed += 1
         except Timeout:
             busy.append(folder)

@@ -146,7 +146,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     if rank == 0:
         _open_partial(partial, settings, force)
     else:
-        _wait_for(lambda: _manifest(partial) == json.loads(json.dumps(settings)), f"{partial / MANIFEST}")
+        wait_for(lambda: _manifest(partial) == json.loads(json.dumps(settings)), f"{partial / MANIFEST}")
     reused = windows = 0
     from tqdm.auto import tqdm
 
@@ -172,7 +172,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     if rank != 0:  # done: its windows' records are written
         atomic_write_json(partial / f"rank-{rank}.done", {"launch": launch_id(), "windows": windows})
         return summary
-    _wait_for(lambda: all(_manifest(partial, f"rank-{r}.done") == {"launch": launch_id(), "windows": windows}
+    wait_for(lambda: all(_manifest(partial, f"rank-{r}.done") == {"launch": launch_id(), "windows": windows}
                           for r in range(1, world)), f"the other processes' windows in {partial}")
     records = [json.loads((partial / f"window-{i:06d}.json").read_text()) for i in range(windows)]
     rows = sum(record["rows"] for record in records)
@@ -215,7 +215,7 @@ def _open_partial(partial: Path, settings: dict[str, Any], force: bool) -> None:
         atomic_write_json(partial / MANIFEST, settings)
 
 
-def _wait_for(ready, what: str, poll: float = 0.2) -> None:
+def wait_for(ready, what: str, poll: float = 0.2) -> None:
     """Poll until ``ready()``; a failed process makes the launcher stop this one, so there is no deadline."""
     start = note = time.monotonic()
     while not ready():
