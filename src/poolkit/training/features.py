@@ -297,7 +297,7 @@ def _cached(texts: list[str], model_path: str, max_length: int, batch_size: int,
             ) -> FeatureCache | None:
     """The cache for ``plan``: reused, or encoded (see :func:`encode_features`); with several processes, each
     encodes its share (see the module docstring)."""
-    from .streaming import launch_id, process_device, process_rank, wait_for
+    from .streaming import launch_id, process_device, process_rank, read_json, wait_for
 
     rank, world = process_rank()
     if world > 1 and not cache:
@@ -324,8 +324,8 @@ def _cached(texts: list[str], model_path: str, max_length: int, batch_size: int,
                        device, trust, plan)
 
     if rank != 0:
-        wait_for(lambda: (_read_json(signal) or {}).get("launch") == launch_id(), f"rank 0's word in {signal}")
-        if _read_json(signal)["encode"]:
+        wait_for(lambda: (read_json(signal) or {}).get("launch") == launch_id(), f"rank 0's word in {signal}")
+        if read_json(signal)["encode"]:
             encode_share(rank, temp_dir(folder, create=False))
         return None
     with FileLock(root / (key + LOCK)):
@@ -344,7 +344,7 @@ def _cached(texts: list[str], model_path: str, max_length: int, batch_size: int,
             else:
                 atomic_write_json(signal, {"launch": launch_id(), "encode": True})
                 parts = [encode_share(0, staging)] + [staging / f"part-{r}" for r in range(1, world)]
-                wait_for(lambda: all(_read_json(p / "meta.json") for p in parts),
+                wait_for(lambda: all(read_json(p / "meta.json") for p in parts),
                          f"the other processes' parts in {staging}")
                 _join(parts, staging)
             replace_dir(staging, folder)
@@ -412,14 +412,6 @@ def _write_meta(folder: Path, meta: dict) -> None:
     meta = {**meta, "bytes_per_text": round(sum(f["size"] for f in files.values()) / max(meta["texts"], 1), 1),
             "files": files}
     (folder / "meta.json").write_text(json.dumps(meta, indent=2))
-
-
-def _read_json(path: Path) -> dict | None:
-    """A JSON file's content; None when absent or not (yet) whole."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _join(parts: list[Path], folder: Path) -> None:

@@ -146,7 +146,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     if rank == 0:
         _open_partial(partial, settings, force)
     else:
-        wait_for(lambda: _manifest(partial) == json.loads(json.dumps(settings)), f"{partial / MANIFEST}")
+        wait_for(lambda: read_json(partial / MANIFEST) == json.loads(json.dumps(settings)), f"{partial / MANIFEST}")
     reused = windows = 0
     from tqdm.auto import tqdm
 
@@ -172,7 +172,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     if rank != 0:  # done: its windows' records are written
         atomic_write_json(partial / f"rank-{rank}.done", {"launch": launch_id(), "windows": windows})
         return summary
-    wait_for(lambda: all(_manifest(partial, f"rank-{r}.done") == {"launch": launch_id(), "windows": windows}
+    wait_for(lambda: all(read_json(partial / f"rank-{r}.done") == {"launch": launch_id(), "windows": windows}
                           for r in range(1, world)), f"the other processes' windows in {partial}")
     records = [json.loads((partial / f"window-{i:06d}.json").read_text()) for i in range(windows)]
     rows = sum(record["rows"] for record in records)
@@ -192,17 +192,18 @@ def launch_id() -> str:
     return f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}:{os.getppid()}"
 
 
-def _manifest(partial: Path, name: str = MANIFEST) -> dict | None:
-    """A JSON file of the partial folder (the manifest, or a process's done-mark), None when absent or unreadable."""
+def read_json(path: Path) -> dict | None:
+    """A JSON file's content (the manifest, a process's done-mark, rank 0's word), None when absent or not (yet)
+    whole."""
     try:
-        return json.loads((partial / name).read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
 
 
 def _open_partial(partial: Path, settings: dict[str, Any], force: bool) -> None:
     """Keep a partial folder written with ``settings`` (resume), else refuse it (``force``: start over)."""
-    found = _manifest(partial)
+    found = read_json(partial / MANIFEST)
     settings = json.loads(json.dumps(settings))  # as read back: tuples become lists
     if partial.exists() and found != settings:
         if not force:
