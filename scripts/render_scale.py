@@ -103,9 +103,14 @@ def render_leaderboard(result: dict) -> str:
     lines = [f"{board['rows']} rows of builtin:embedded, {board['folds']} folds, {board['epochs']} epochs, the same "
              "folds and seeds on every cache, best first."]
     for name in names[1:]:
-        worst = max(abs(boards[name][p]["mean"] - boards["full"][p]["mean"]) for p in boards["full"])
+        change = {p: boards[name][p]["mean"] - boards["full"][p]["mean"] for p in boards["full"]}
+        worst = max(map(abs, change.values()))
+        moved = {way: [p for p, d in change.items() if abs(d) >= 5e-5 and (d > 0) == (way == "higher")]
+                 for way in ("higher", "lower")}  # differences that show at four decimals
+        moved = "; ".join(f"{way} for {', '.join(names) or 'none'}" for way, names in moved.items())
         same = list(boards[name]) == list(boards["full"])
-        lines.append(f"{name}: largest difference from the full cache {worst:.4f}; ranking "
+        lines.append(f"{name}: largest difference from the full cache {worst:.4f}"
+                     + (f" ({moved})" if worst >= 5e-5 else "") + "; ranking "
                      + ("the same." if same else f"DIFFERENT ({', '.join(boards[name])})."))
     return "\n".join(rows) + "\n\n" + " ".join(lines)
 
