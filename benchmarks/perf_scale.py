@@ -8,9 +8,10 @@
 2. The same command alone (torch threads = the cores given) against ``torchrun --nproc_per_node 2`` (one thread
    each), whole commands timed (start-up included), outputs checked to agree.
 3. compare's feature cache, bytes per text, with every layer's token states (before) and with what the default
-   poolers and the linear baseline read (after; also with int8 token states), for MiniLM and a 12-layer
-   BERT-base config (random weights: the sizes are the config's); and the leaderboard of a few poolers on the
-   three caches (same folds and seeds).
+   poolers and the linear baseline read (after; also with int8 token states, and with token states of each
+   text's first ``--token-cap`` tokens), for MiniLM and a 12-layer BERT-base config (random weights: the sizes
+   are the config's); the leaderboard of a few poolers on these caches (same folds and seeds); and the relative
+   error of MiniLM's token states stored as int8 against float8 (e4m3), each with one scale per token vector.
 
     flock /tmp/poolkit-bench.lock .venv/bin/python benchmarks/perf_scale.py --json benchmarks/results/scale.json
 """
@@ -45,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-texts", type=int, default=300, help="texts encoded for the cache sizes")
     parser.add_argument("--board-texts", type=int, default=1000, help="embedded rows of the before/after board")
     parser.add_argument("--board-epochs", type=int, default=5, help="epochs of the before/after board")
+    parser.add_argument("--token-cap", type=int, default=8, help="tokens per text of the capped cache")
     parser.add_argument("--window", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the scaling cells (one: on cores "
                         "that other jobs share, a second thread mostly waits)")
@@ -184,6 +186,8 @@ def cache_sizes(args, folder: Path) -> list[dict]:
                                poolers=DEFAULT_POOLERS, summaries=["mean"])
         int8 = encode_features(texts, model, max_length=256, cache_dir=folder / "cache", progress=False,
                                poolers=DEFAULT_POOLERS, summaries=["mean"], token_dtype="int8")
+        capped = encode_features(texts, model, max_length=256, cache_dir=folder / "cache", progress=False,
+                                 poolers=DEFAULT_POOLERS, summaries=["mean"], token_cap=args.token_cap)
         tokens = float(full.lengths.mean())
         files = lean.meta["files"]
         per_token = files["tokens.npy"]["size"] / full.meta["tokens"]
@@ -191,7 +195,8 @@ def cache_sizes(args, folder: Path) -> list[dict]:
         rows.append({"model": label, "layers": full.num_layers, "hidden_size": full.hidden_size,
                      "texts": len(texts), "tokens_per_text": tokens, "full_bytes_per_text": full.bytes_per_text(),
                      "lean_bytes_per_text": lean.bytes_per_text(), "lean_plan": lean.meta["plan"],
-                     "lean_int8_bytes_per_text": int8.bytes_per_text(),
+                     "lean_int8_bytes_per_text": int8.bytes_per_text(), "token_cap": args.token_cap,
+                     "lean_capped_bytes_per_text": capped.bytes_per_text(),
                      "full_bytes_at_100_tokens": full.meta["files"]["tokens.npy"]["size"] / full.meta["tokens"] * 100,
                      "lean_bytes_at_100_tokens": fixed + per_token * 100})
         print(f"{label}: {rows[-1]['full_bytes_per_text']:.0f} -> {rows[-1]['lean_bytes_per_text']:.0f} bytes per "
@@ -200,8 +205,8 @@ def cache_sizes(args, folder: Path) -> list[dict]:
 
 
 def leaderboard(args, folder: Path) -> dict:
-    """A few poolers trained on the full cache, the lean one and the lean one with int8 token states, of the same
-    rows: same folds, seeds and settings."""
+    """A few poolers trained on the full cache, the lean one, the lean one with int8 token states and the lean one
+    with each text's first ``--token-cap`` token states, of the same rows: same folds, seeds and settings."""
     from poolkit.training.api import load
     from poolkit.training.features import encode_features
     from poolkit.training.probing import ProbeConfig, compare_poolers
@@ -209,15 +214,46 @@ def leaderboard(args, folder: Path) -> dict:
     table_data = load("builtin:embedded", limit=args.board_texts)
     config = ProbeConfig(folds=3, epochs=args.board_epochs)
     boards = {}
-    for name, poolers, dtype in (("full", None, "float16"), ("lean", list(LEADERBOARD_POOLERS), "float16"),
-                                 ("lean + int8 tokens", list(LEADERBOARD_POOLERS), "int8")):
+    lean = list(LEADERBOARD_POOLERS)
+    for name, poolers, dtype, cap in (("full", None, "float16", None), ("lean", lean, "float16", None),
+                                      ("lean + int8 tokens", lean, "int8", None),
+                                      (f"lean + first {args.token_cap} tokens", lean, "float16", args.token_cap)):
         cache = encode_features(table_data.texts, None, max_length=256, cache_dir=folder / "cache", progress=False,
-                                poolers=poolers, token_dtype=dtype)
+                                poolers=poolers, token_dtype=dtype, token_cap=cap)
         results = compare_poolers(list(LEADERBOARD_POOLERS), cache, table_data, config)
         boards[name] = {r.label: r.summary() for r in results}
         print(name, {k: round(v["mean"], 4) for k, v in boards[name].items()}, flush=True)
     return {"rows": len(table_data), "folds": config.folds, "epochs": config.epochs, "metric": results[0].metric,
             "boards": boards}
+
+
+def quantisation_error(args, folder: Path) -> dict:
+    """Per layer, the mean relative error (L2, per token) of MiniLM's token states stored in one byte per value with
+    one scale per token vector: int8 as the cache stores them (largest magnitude / 127), and float8 e4m3 (largest
+    magnitude / 448, torch.float8_e4m3fn), on the real tokens of the cache sizes' texts."""
+    import torch
+
+    from poolkit.data.builtin import load_builtin
+    from poolkit.models.encoders import load_encoder, load_tokenizer, resolve_model
+    from poolkit.training.features import _stored_tokens
+
+    model = resolve_model(None)
+    tokenizer, encoder = load_tokenizer(model, False), load_encoder(model, False).eval()
+    batch = tokenizer(list(load_builtin("builtin:embedded").texts[:args.cache_texts]), padding=True,
+                      truncation=True, max_length=256, return_tensors="pt")
+    with torch.inference_mode():
+        states = encoder(**batch, output_hidden_states=True).hidden_states
+    real = batch["attention_mask"].bool()
+    rows = []
+    for layer, hidden in enumerate(states):
+        exact = hidden[real].to(torch.float16).float()  # what the float16 cache holds
+        quantised, scale = _stored_tokens(exact, int8=True)
+        int8 = torch.from_numpy(quantised).float() * torch.from_numpy(scale).float()[:, None]
+        scale8 = exact.abs().amax(-1, keepdim=True).clamp_min(1e-8) / 448
+        fp8 = (exact / scale8).to(torch.float8_e4m3fn).float() * scale8
+        error = lambda approx: float(((approx - exact).norm(dim=-1) / exact.norm(dim=-1)).mean())  # noqa: E731
+        rows.append({"layer": layer, "int8": error(int8), "float8_e4m3": error(fp8)})
+    return {"model": "all-MiniLM-L6-v2", "texts": args.cache_texts, "tokens": int(real.sum()), "layers": rows}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -239,7 +275,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="poolkit-scale-") as scratch:
         folder = Path(scratch)
         tiny = tiny_bert(folder)
-        for part, measure in (("cache", cache_sizes), ("leaderboard", leaderboard), ("processes", processes)):
+        for part, measure in (("cache", cache_sizes), ("quantisation", quantisation_error),
+                              ("leaderboard", leaderboard), ("processes", processes)):
             result[part] = measure(args, folder)
             saved()
         scaling(args, folder, tiny, result["scaling"], saved)

@@ -72,14 +72,16 @@ def render_processes(result: dict) -> str:
 
 
 def render_cache(result: dict) -> str:
+    cap = result["cache"][0]["token_cap"]
     rows = ["| model | layers x hidden | tokens per text | before: bytes per text | after | before / after | "
-            "after, int8 token states | at 100 tokens per text: before | after |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+            f"after, int8 token states | after, first {cap} token states | at 100 tokens per text: before | after |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for cell in result["cache"]:
         rows.append(f"| {cell['model']} | {cell['layers']} x {cell['hidden_size']} | {cell['tokens_per_text']:.1f} | "
                     f"{cell['full_bytes_per_text'] / 1024:,.1f} KiB | {cell['lean_bytes_per_text'] / 1024:,.1f} KiB | "
                     f"{cell['full_bytes_per_text'] / cell['lean_bytes_per_text']:.1f}x | "
                     f"{cell['lean_int8_bytes_per_text'] / 1024:,.1f} KiB | "
+                    f"{cell['lean_capped_bytes_per_text'] / 1024:,.1f} KiB | "
                     f"{cell['full_bytes_at_100_tokens'] / 1024:,.0f} KiB | "
                     f"{cell['lean_bytes_at_100_tokens'] / 1024:,.0f} KiB |")
     plan = result["cache"][0]["lean_plan"]
@@ -101,11 +103,30 @@ def render_leaderboard(result: dict) -> str:
     lines = [f"{board['rows']} rows of builtin:embedded, {board['folds']} folds, {board['epochs']} epochs, the same "
              "folds and seeds on every cache, best first."]
     for name in names[1:]:
-        worst = max(abs(boards[name][p]["mean"] - boards["full"][p]["mean"]) for p in boards["full"])
+        change = {p: boards[name][p]["mean"] - boards["full"][p]["mean"] for p in boards["full"]}
+        worst = max(map(abs, change.values()))
+        moved = {way: [p for p, d in change.items() if abs(d) >= 5e-5 and (d > 0) == (way == "higher")]
+                 for way in ("higher", "lower")}  # differences that show at four decimals
+        moved = "; ".join(f"{way} for {', '.join(names) or 'none'}" for way, names in moved.items())
         same = list(boards[name]) == list(boards["full"])
-        lines.append(f"{name}: largest difference from the full cache {worst:.4f}; ranking "
+        lines.append(f"{name}: largest difference from the full cache {worst:.4f}"
+                     + (f" ({moved})" if worst >= 5e-5 else "") + "; ranking "
                      + ("the same." if same else f"DIFFERENT ({', '.join(boards[name])})."))
     return "\n".join(rows) + "\n\n" + " ".join(lines)
+
+
+def render_quantisation(result: dict) -> str:
+    found = result["quantisation"]
+    rows = ["| layer | int8: relative error | float8 e4m3: relative error | float8 / int8 |", "|---:|---:|---:|---:|"]
+    for cell in found["layers"]:
+        rows.append(f"| {cell['layer']} | {cell['int8']:.4f} | {cell['float8_e4m3']:.4f} | "
+                    f"{cell['float8_e4m3'] / cell['int8']:.2f}x |")
+    ratios = [cell["float8_e4m3"] / cell["int8"] for cell in found["layers"]]
+    return ("\n".join(rows) + f"\n\n{found['model']}, the {found['tokens']:,} real tokens of {found['texts']} embedded "
+            "WordNet glosses (layer 0: the embeddings); the mean over tokens of |stored - float16| / |float16| (L2 "
+            f"norms of each token vector). float8's error is {min(ratios):.2f}x to {max(ratios):.2f}x int8's, at the "
+            f"same byte per value and scale per vector; float8 is the more accurate on {sum(r < 1 for r in ratios)} of "
+            f"{len(ratios)} layers.")
 
 
 NOT_MEASURED = "Not measured: the committed run stopped before this part (see Provenance)."
@@ -114,7 +135,8 @@ NOT_MEASURED = "Not measured: the committed run stopped before this part (see Pr
 def render(_args=None) -> dict[str, str]:
     result = json.loads(RESULT.read_text())
     parts = {"embed": ("scaling", render_embed), "processes": ("processes", render_processes),
-             "cache": ("cache", render_cache), "leaderboard": ("leaderboard", render_leaderboard)}
+             "cache": ("cache", render_cache), "quantisation": ("quantisation", render_quantisation),
+             "leaderboard": ("leaderboard", render_leaderboard)}
     blocks = {name: draw(result) if result.get(key) else NOT_MEASURED for name, (key, draw) in parts.items()}
     return {"provenance": render_provenance(result), **blocks}
 

@@ -240,3 +240,62 @@ def test_int8_token_states_are_within_half_a_step_of_the_states(bert, tmp_path):
         assert (a - e).abs()[mask].max() > 0  # quantised, not a float16 copy
     mean = build_pooler("mean", 32, 2)
     assert torch.equal(mean(*int8.inputs(rows, mean)), mean(*half.inputs(rows, mean)))
+
+
+def test_a_token_cap_keeps_each_texts_first_tokens_and_whole_summaries(bert, tmp_path):
+    """With a cap of 3, the token states are each text's first 3 (or fewer) tokens, equal to the uncapped cache's
+    (catches the cap applied to the wrong end, offsets still counting every token, a row's tokens shifted), while
+    the summaries still pool every token (catches summaries pooled from the capped states) and the texts' lengths,
+    which group training batches, stay theirs (catches a cap that changes the batches of every pooler)."""
+    import torch
+
+    from poolkit import PoolkitError
+
+    texts = ["the cat sat on the mat and the dog ran fast", "good", "a big red dog", "very bad", "one two three"]
+    poolers = ["mean", "max"]
+    whole = encode(bert, tmp_path / "whole", texts=texts, batch_size=2, poolers=poolers)
+    capped = encode(bert, tmp_path / "capped", texts=texts, batch_size=2, poolers=poolers, token_cap=3)
+    np.testing.assert_array_equal(np.diff(capped.offsets), np.minimum(whole.lengths, 3))
+    np.testing.assert_array_equal(capped.lengths, whole.lengths)  # training batches group rows as without a cap
+    assert capped.meta["plan"]["token_cap"] == 3 and capped.bytes_per_text() < whole.bytes_per_text()
+    rows = [3, 0, 4, 1]
+    (first, _), (kept, mask) = whole.batch(rows, all_layers=False), capped.batch(rows, all_layers=False)
+    torch.testing.assert_close(kept[0][mask], first[0][:, :3][mask])
+    (key,) = whole.summaries
+    np.testing.assert_array_equal(capped.summaries[key], whole.summaries[key])
+    with pytest.raises(PoolkitError, match="--cache-max-tokens must be at least 1"):
+        encode(bert, tmp_path / "zero", texts=texts, poolers=poolers, token_cap=0)
+
+
+def test_two_processes_build_the_cache_and_leaderboard_one_builds(bert, tmp_path):
+    """compare under torchrun with 2 CPU processes: each encodes half the texts, rank 0 joins the halves and trains;
+    the cache equals one process's (to float16 rounding: batches pad differently) and so does the leaderboard
+    (catches halves joined in the wrong order, offsets not shifted, a rank encoding every text or none, a
+    second process training or waiting on rank 0's lock forever)."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "d.csv"
+    words = ["the cat sat", "a dog ran far away on the mat", "red", "one two three four five"]
+    data.write_text("text,label\n" + "".join(f"{w} {words[i % 4]},{w}\n" for i, w in enumerate(["good", "bad"] * 9)))
+    args = ["compare", "--data", str(data), "--model", bert, "--poolers", "mean,max", "--folds", "2", "--epochs",
+            "2", "--max-length", "16"]
+    assert main([*args, "--out", str(tmp_path / "one"), "--cache-dir", str(tmp_path / "cache1")]) == 0
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                             "-m", "poolkit.cli", *args, "--out", str(tmp_path / "two"), "--cache-dir",
+                             str(tmp_path / "cache2")], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "process 1 of 2: its share of the encoding" in result.stdout
+    (one,), (two,) = F.list_caches(tmp_path / "cache1"), F.list_caches(tmp_path / "cache2")
+    assert one["path"].name == two["path"].name and not list((tmp_path / "cache2").glob("*.tmp"))
+    a, b = F.open_cache(one["path"]), F.open_cache(two["path"])  # verify: rank 0 recorded the joined files
+    np.testing.assert_array_equal(a.offsets, b.offsets)
+    np.testing.assert_allclose(np.asarray(b.tokens, np.float32), np.asarray(a.tokens, np.float32), atol=2e-3)
+    for key in a.summaries:
+        np.testing.assert_allclose(np.asarray(b.summaries[key], np.float32), np.asarray(a.summaries[key], np.float32),
+                                   atol=2e-3)
+    boards = [json.loads((tmp_path / name / "leaderboard.json").read_text())["rows"] for name in ("one", "two")]
+    assert [r["pooler"] for r in boards[1]] == [r["pooler"] for r in boards[0]]
+    for x, y in zip(*boards):
+        assert (x["mean"], x["log_loss_mean"]) == pytest.approx((y["mean"], y["log_loss_mean"]), abs=1e-3), (x, y)

@@ -77,6 +77,29 @@ def test_inference_sorts_longest_first_and_restores_order():
     assert sampler.restore([f"row{i}" for i in order]) == [f"row{i}" for i in range(50)]
 
 
+def test_inference_batches_keep_to_the_token_budget():
+    # catches max_tokens ignored (the longest rows batched batch_size at a time), a budget counted on the real
+    # tokens instead of rows x the batch's longest, a batch left empty when one row passes the budget, and the
+    # order or restore changed by the budget
+    lengths = np.array([3, 90, 5, 40, 200, 4, 41, 6, 7, 3])
+    sampler = LengthGroupedBatchSampler(lengths, 4, shuffle=False, max_tokens=100)
+    batches = list(sampler)
+    assert [len(b) for b in batches] == [1, 1, 2, 4, 2]  # 200 > 100 still goes alone; 41 + 40 fit; then 4 rows
+    assert all(len(b) * lengths[b].max() <= 100 for b in batches[1:])
+    assert flatten(batches) == flatten(LengthGroupedBatchSampler(lengths, 4, shuffle=False))
+    np.testing.assert_array_equal(sampler.restore(np.array(flatten(batches))), np.arange(10))
+
+
+def test_sorted_token_batches_budget_is_batch_size_times_the_mean_length(tokenizer):
+    # catches a budget set by the longest text (what made the memory peak grow with the data)
+    from poolkit.data.batching import sorted_token_batches
+
+    texts = [" ".join(["cat"] * 30)] + ["dog"] * 15  # 32 tokens once, 3 tokens 15 times: mean 4.8 -> 5
+    sampler, batches = sorted_token_batches(tokenizer, texts, 64, 8, "cpu")
+    assert [len(rows) for rows, _ in batches] == [1, 8, 7]  # 1 x 32 tokens <= 8 x 5; then 8 x 3 <= 40
+    assert sampler.max_tokens == 40
+
+
 def test_restore_refuses_a_shuffled_sampler():
     with pytest.raises(PoolkitError, match="shuffle=False"):
         LengthGroupedBatchSampler([1, 2, 3], 2, shuffle=True).restore([0, 1, 2])

@@ -330,3 +330,22 @@ def test_years_are_regression_not_classes(tmp_path):
     years = [1990 + i % 30 for i in range(300)]  # 30 distinct integers: quantities, not class codes
     data = load_table(csv(tmp_path, {"text": [f"t{i}" for i in range(300)], "label": years}))
     assert data.task == "regression"
+
+
+def test_parquet_windows_do_not_hold_a_whole_row_group(tmp_path):
+    # catches an unbuffered reader: it holds the row group's whole compressed column (pyarrow writes up to 1M rows
+    # per group), so memory grew with the file; buffered, one window's rows and a 4 MiB buffer
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from poolkit.data.tables import read_frame_windows
+
+    rng = np.random.default_rng(0)
+    texts = [rng.bytes(48).hex() for _ in range(150_000)]  # incompressible: a 14 MB column in one row group
+    pq.write_table(pa.table({"text": texts}), tmp_path / "big.parquet", compression="none")
+    column = pq.ParquetFile(tmp_path / "big.parquet").metadata.row_group(0).column(0).total_compressed_size
+    windows = read_frame_windows(tmp_path / "big.parquet", 1000)
+    first = next(windows)
+    held = pa.total_allocated_bytes()
+    assert first["text"].tolist() == texts[:1000]
+    assert held < column / 2, (held, column)

@@ -10,8 +10,10 @@ from .common import (POOLER_OPT_HELP, Renamed, add_data_arguments, add_trust_rem
                      pooler_specs, positive)
 
 HELP = "leaderboard of poolers on a frozen encoder (encode once), K-fold"
-DESCRIPTION = ("Encode the data once (all layers cached, fp16, memory-mapped), train every pooler + head on the cache "
-               "with K-fold CV, print and write a leaderboard. Without --data: the embedded WordNet subset.")
+DESCRIPTION = ("Encode the data once (what the poolers read cached, fp16, memory-mapped), train every pooler + head on "
+               "the cache with K-fold CV, print and write a leaderboard. Without --data: the embedded WordNet subset. "
+               "Under `torchrun` / `accelerate launch -m poolkit.cli compare ...` the encoding is shared among the "
+               "processes (one device each); rank 0 trains the heads and writes the leaderboard.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true", help="encode afresh: read and write no feature cache")
     add("--cache-dtype", choices=["float16", "int8"], help="dtype of the cached token states (default float16; int8: "
         "half the bytes, at the accuracy cost measured in docs/scale.md)")
+    add("--cache-max-tokens", type=positive(int), metavar="N", help="cache the token states of each text's first N "
+        "tokens only (max, gem, attention, ... see those; cls / mean / layer poolers over them still pool every "
+        "token); the accuracy cost is measured in docs/scale.md")
     parser.add_argument("--no-baseline", action="store_true",
                         help="leave out the tuned linear baseline row (logistic / ridge regression on mean-pooled "
                              "features, regularisation chosen on each fold's inner split)")
@@ -55,7 +60,13 @@ def run(args: argparse.Namespace) -> int:
                     force=args.force, cache=not args.no_cache, baseline=not args.no_baseline,
                     trust_remote_code=args.trust_remote_code, **data_kwargs(args),
                     **given(args, "folds", "epochs", "batch_size", "pooler_lr", "patience", "max_length", "seed",
-                            "cache_dir", "finetune_top", "finetune_epochs", "encoder_lr", "cache_dtype"))
+                            "cache_dir", "finetune_top", "finetune_epochs", "encoder_lr", "cache_dtype",
+                            "cache_max_tokens"))
+    if board is None:  # a process of several: rank 0 trains and writes the leaderboard
+        from ..training.streaming import process_rank
+
+        print("process {} of {}: its share of the encoding is in the feature cache".format(*process_rank()))
+        return 0
     print()
     print(board)
     print(f"\nencoded once in {board.settings['encode_seconds']:.1f}s; leaderboard.csv / .json / .png and report.html in {out}")

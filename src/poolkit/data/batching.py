@@ -23,7 +23,9 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
     Training (``shuffle=True``): a seeded permutation is cut into mega-buckets of ``mega_batches`` batches,
     each sorted by length and cut into batches, and the batch order is shuffled; every pass draws a new
     order from (seed, epoch). Inference (``shuffle=False``): all indices sorted by length, longest first,
-    and :meth:`restore` puts outputs gathered in batch order back in the original row order.
+    and :meth:`restore` puts outputs gathered in batch order back in the original row order; ``max_tokens``
+    also ends an inference batch before its padded size (rows x its longest length) passes that many tokens
+    (a batch holds at least one row), so that the longest texts do not set the memory peak.
     """
 
     def __init__(
@@ -34,6 +36,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         mega_batches: int = 50,
         drop_last: bool = False,
+        max_tokens: int | None = None,
     ):
         if batch_size < 1:
             raise PoolkitError(f"batch size must be at least 1, got {batch_size}")
@@ -43,6 +46,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         self.seed = seed
         self.mega_batches = mega_batches
         self.drop_last = drop_last
+        self.max_tokens = max_tokens
         self.epoch = 0
         self.order = np.argsort(-self.lengths, kind="stable")  # inference order: longest first
 
@@ -52,7 +56,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         if not self.shuffle:
-            yield from self._cut(self.order)
+            yield from self._cut(self.order) if self.max_tokens is None else self._cut_tokens(self.order)
             return
         rng = np.random.default_rng([self.seed, self.epoch])
         self.epoch += 1
@@ -69,6 +73,14 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         """Consecutive batches of ``indices``; only the last can be short, and ``drop_last`` drops it."""
         batches = [indices[i : i + self.batch_size].tolist() for i in range(0, len(indices), self.batch_size)]
         return batches[:-1] if self.drop_last and batches and len(batches[-1]) < self.batch_size else batches
+
+    def _cut_tokens(self, indices: np.ndarray) -> Iterator[list[int]]:
+        """Batches of ``indices`` (longest first) of at most ``batch_size`` rows and ``max_tokens`` padded tokens."""
+        start = 0
+        while start < len(indices):
+            rows = min(self.batch_size, max(1, self.max_tokens // max(int(self.lengths[indices[start]]), 1)))
+            yield indices[start:start + rows].tolist()
+            start += rows
 
     def restore(self, outputs):
         """Outputs concatenated in inference batch order (tensor, array or list, length N) -> original row order."""
@@ -87,11 +99,17 @@ def sorted_token_batches(tokenizer, texts: Sequence[str], max_length: int, batch
     """Inference batches: the texts tokenised once, cut into batches of similar token length (longest first),
     each padded to its own longest text and moved to ``device``.
 
+    A batch holds at most ``batch_size`` times the texts' mean token length in padded tokens (fewer rows where
+    the texts are long): its memory is then set by the typical length, which is stable as the data grows, not by
+    the longest text, which keeps growing with it.
+
     Returns the sampler (its ``lengths`` are the token counts; ``restore`` puts outputs gathered in batch order
     back in input order) and an iterator of (rows, batch dict of tensors).
     """
     encoded = tokenizer(list(texts), truncation=True, max_length=max_length)
-    sampler = LengthGroupedBatchSampler([len(ids) for ids in encoded["input_ids"]], batch_size, shuffle=False)
+    lengths = [len(ids) for ids in encoded["input_ids"]]
+    budget = batch_size * max(1, -(-sum(lengths) // max(len(lengths), 1)))  # batch_size x the mean length, rounded up
+    sampler = LengthGroupedBatchSampler(lengths, batch_size, shuffle=False, max_tokens=budget)
 
     def batches() -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
         for rows in sampler:

@@ -120,7 +120,10 @@ def read_frame_windows(path: Path, rows: int) -> Iterator[pd.DataFrame]:
         else:  # Parquet batches stop at row-group ends: regrouped into frames of ``rows`` rows below
             import pyarrow.parquet as pq
 
-            chunks = (batch.to_pandas() for batch in pq.ParquetFile(path).iter_batches(batch_size=rows))
+            # read each column chunk through a 4 MiB buffer: unbuffered, a whole row group's compressed column is
+            # held (pyarrow writes up to 1M rows per group, so memory would grow with the file up to that size)
+            reader = pq.ParquetFile(path, buffer_size=1 << 22, pre_buffer=False)
+            chunks = (batch.to_pandas() for batch in reader.iter_batches(batch_size=rows))
         pending: list[pd.DataFrame] = []
         first = True
         for chunk in chunks:

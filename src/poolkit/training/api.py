@@ -80,7 +80,8 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
             patience: int = 3, max_length: int | None = None, seed: int = 0, cache_dir: str | Path | None = None,
             finetune_top: int = 0, finetune_epochs: int = 3, encoder_lr: float = 5e-5, out: str | Path | None = None,
             force: bool = False, cache: bool = True, trust_remote_code: bool = False, baseline: bool = True,
-            progress: bool = True, cache_dtype: str = "float16") -> Leaderboard:
+            progress: bool = True, cache_dtype: str = "float16", cache_max_tokens: int | None = None
+            ) -> Leaderboard | None:
     """Encode ``data`` once with the frozen encoder, train every pooler + head on the cached layers with the same
     K folds, then (``finetune_top`` K > 0) fine-tune the encoder with the K best poolers.
 
@@ -93,7 +94,14 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     (``auto_map``); off, such folders are refused. ``baseline``: add the tuned linear baseline's row
     (:mod:`poolkit.training.baseline`: logistic / ridge regression on mean-pooled features, ranked with the frozen
     rows). ``cache_dtype``: the cached token states' dtype, float16 or int8 (smaller, at an accuracy cost that
-    docs/scale.md measures); the poolers linear in the states read per-layer summaries either way.
+    docs/scale.md measures); ``cache_max_tokens``: cache the token states of each text's first N tokens only
+    (the poolers that read token states see those; docs/scale.md measures the cost); the poolers linear in the
+    states read per-layer summaries of every token either way.
+
+    Under ``torchrun`` / ``accelerate launch -m poolkit.cli compare ...`` every process encodes its share of the
+    texts into the feature cache (:mod:`poolkit.training.features`); rank 0 joins them, trains the heads alone
+    and returns the leaderboard; the others return None once their share is written. Fine-tuning
+    (``finetune_top``) and ``cache=False`` are refused there.
     """
     from ..models.encoders import model_label, remote_code, resolve_model
     from ..provenance import run_provenance
@@ -103,8 +111,16 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     from .metrics import primary_metric
     from .probing import ProbeConfig, compare_poolers
 
+    from .streaming import process_rank
+
     specs = resolve_poolers(poolers)  # bad names fail before the data is read
     _check_rates(pooler_lr=pooler_lr, encoder_lr=encoder_lr)
+    rank, world = process_rank()
+    if world > 1 and finetune_top > 0:
+        raise PoolkitError("--finetune-top cannot be used under torchrun / accelerate launch (the processes share "
+                           "only the encoding): compare with several processes, then fine-tune with `poolkit train`")
+    progress = progress and rank == 0
+    out = out if rank == 0 else None  # the other processes only encode their share
     if out is not None:
         _check_writable(out)
     max_length = _fit_to_encoder(model, max_length, 256, trust_remote_code, specs)
@@ -133,14 +149,17 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
         features = encode_features(table.texts, model, max_length=max_length, cache_dir=cache_dir, progress=progress,
                                    cache=cache, trust_remote_code=trust_remote_code, poolers=specs,
                                    summaries=["mean"] if baseline else [],  # the baseline pools with mean
-                                   token_dtype=cache_dtype)
+                                   token_dtype=cache_dtype, token_cap=cache_max_tokens)
+        if features is None:  # not rank 0: its share of the encoding is written
+            return None
         encode_seconds = time.perf_counter() - start
         # the model asked for now (a reused feature cache records the path of whichever install first wrote it)
         settings = {"data": table.source, "rows": len(table), "task": table.task, "model": resolve_model(model),
                     "model_label": model_label(model), "metric": metric.name,
                     "higher_is_better": metric.higher_is_better, "folds": folds, "probe": asdict(config),
                     "encode_seconds": round(encode_seconds, 2),
-                    "cache_bytes_per_text": round(features.bytes_per_text()),
+                    "cache_bytes_per_text": round(features.bytes_per_text()), "cache_dtype": cache_dtype,
+                    "cache_max_tokens": cache_max_tokens,
                     "poolers": specs, "finetune_top": finetune_top,
                     **({"finetune_epochs": finetune_epochs, "encoder_lr": encoder_lr} if finetune_top > 0 else {}),
                     "provenance": run_provenance()}

@@ -11,8 +11,16 @@ themselves, and every layer pooler over one, which pools each layer before mixin
 per layer: ``summary_K.npy`` (L + 1, N, D), pooled in float32 from the unrounded states, stored in float16.
 It is handed to the pooler as a one-token sequence, which each of these poolers maps to that token, so its
 output is the one it would compute from the full states. Token states are kept only for the other poolers
-(max, gem, lse, the learned token poolers: the last layer; a layer pooler over one of them: every layer).
-docs/scale.md measures the bytes per text before and after.
+(max, gem, lse, the learned token poolers: the last layer; a layer pooler over one of them: every layer),
+optionally int8-quantised or capped to each text's first ``token_cap`` tokens (the summaries still pool every
+token; ``offsets`` then counts the kept tokens, and ``text_lengths.npy`` keeps each text's own count).
+docs/scale.md measures the bytes per text before and after, and what int8 and a cap cost on a leaderboard.
+
+Under ``torchrun`` / ``accelerate launch`` (``RANK`` / ``WORLD_SIZE`` set) the encoding is shared like
+``poolkit embed``'s (:mod:`poolkit.training.streaming`): process ``r`` encodes the ``r``-th of ``W`` contiguous
+shares of the texts on its own device into ``<key>.tmp/part-r/``; rank 0, holding the key's lock, first says in
+``<key>.launch.json`` (with the launch's id) whether there is anything to encode, then waits for every part and
+joins them into the one cache. Only rank 0 returns the cache (the others: None, once their part is written).
 
 A cache folder is named by :func:`cache_key`, a digest of what determines the features: the SHA-256 of every
 file of the model folder (weights, config, tokenizer files; about 0.1 s for the 90 MB MiniLM), or a hub
@@ -43,18 +51,22 @@ from tqdm.auto import tqdm
 
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
-from ..io import OLD_SUFFIX, TMP_SUFFIX, file_digest, replace_dir, temp_dir
+from ..io import OLD_SUFFIX, TMP_SUFFIX, atomic_write_json, file_digest, replace_dir, temp_dir
 from ..models.encoders import check_model_folder, load_config, load_encoder, load_tokenizer, resolve_model
 from ..pooling import Pooler, build_pooler
 
 CACHE_VERSION = 3
 DTYPE = np.float16
 LOCK = ".lock"
+#: ``<key>.launch.json``: rank 0's word to the other processes of a launch (encode your share, or it is cached)
+LAUNCH = ".launch.json"
+#: Positions copied at a time when the processes' parts are joined (memory holds one such slice)
+JOIN_CHUNK = 4096
 #: Token poolers that map a one-token sequence to that token and are linear and parameter-free: a pooler
 #: whose token stage is one of them is served by per-layer summaries instead of token states.
 SUMMARY_POOLERS = ("cls", "last", "mean", "sum", "mean_sqrt_len")
 #: Every layer's token states and no summaries: what a cache built without naming its poolers holds.
-FULL_PLAN = {"summaries": [], "token_layers": "all", "token_dtype": "float16"}
+FULL_PLAN = {"summaries": [], "token_layers": "all", "token_dtype": "float16", "token_cap": None}
 #: How token states may be stored: float16, or int8 with one float16 scale per token vector (absmax / 127).
 TOKEN_DTYPES = ("float16", "int8")
 
@@ -88,12 +100,13 @@ def summary_spec(pooler: Pooler) -> dict | None:
 
 
 def cache_plan(poolers: Sequence[str | dict], hidden_size: int, num_layers: int,
-               summaries: Sequence[str | dict] = (), token_dtype: str = "float16") -> dict:
+               summaries: Sequence[str | dict] = (), token_dtype: str = "float16", token_cap: int | None = None
+               ) -> dict:
     """What a cache for ``poolers`` keeps: {"summaries": token pooler specs, "token_layers": "none" | "last" |
-    "all", "token_dtype"}; ``summaries``: token poolers to summarise as well (e.g. the linear baseline's mean);
-    ``token_dtype``: float16, or int8 (a quarter of float32's bytes, at an accuracy cost docs/scale.md measures)."""
-    if token_dtype not in TOKEN_DTYPES:
-        raise PoolkitError(f"--cache-dtype must be one of {', '.join(TOKEN_DTYPES)}, got {token_dtype!r}")
+    "all", "token_dtype", "token_cap"}; ``summaries``: token poolers to summarise as well (e.g. the linear
+    baseline's mean); ``token_dtype``: float16, or int8 (a quarter of float32's bytes); ``token_cap``: token states
+    of each text's first ``token_cap`` tokens only (None: all). docs/scale.md measures what int8 and a cap cost."""
+    check_token_options(token_dtype, token_cap)
     specs: list[dict] = [build_pooler(s, hidden_size).get_config() for s in summaries]
     specs = [{k: v for k, v in s.items() if k != "hidden_size"} for s in specs]
     token_layers = "none"
@@ -104,7 +117,15 @@ def cache_plan(poolers: Sequence[str | dict], hidden_size: int, num_layers: int,
             token_layers = "all" if pooler.kind == "layer" or token_layers == "all" else "last"
         elif summary not in specs:
             specs.append(summary)
-    return {"summaries": specs, "token_layers": token_layers, "token_dtype": token_dtype}
+    return {"summaries": specs, "token_layers": token_layers, "token_dtype": token_dtype, "token_cap": token_cap}
+
+
+def check_token_options(token_dtype: str, token_cap: int | None) -> None:
+    """Refuse a token dtype not in :data:`TOKEN_DTYPES` and a cap below one token."""
+    if token_dtype not in TOKEN_DTYPES:
+        raise PoolkitError(f"--cache-dtype must be one of {', '.join(TOKEN_DTYPES)}, got {token_dtype!r}")
+    if token_cap is not None and token_cap < 1:
+        raise PoolkitError(f"--cache-max-tokens must be at least 1, got {token_cap}")
 
 
 def cache_key(model_path: str, texts: Sequence[str], max_length: int, plan: dict = FULL_PLAN) -> str:
@@ -127,16 +148,19 @@ class FeatureCache:
 
     folder: Path
     tokens: np.ndarray | None  # (L + 1 or 1, total_tokens, D) float16, memory-mapped; None: no token states kept
-    offsets: np.ndarray  # (N + 1,) int64
+    offsets: np.ndarray  # (N + 1,) int64: where each text's stored tokens start (with a cap: at most the cap)
     meta: dict
     #: per summarised token pooler (its spec as sorted JSON): (L + 1, N, D) float16, memory-mapped
     summaries: dict[str, np.ndarray] = field(default_factory=dict)
     #: int8 token states: each token vector's float16 scale, (L + 1 or 1, total_tokens); None for float16 states
     scales: np.ndarray | None = None
+    #: with a token cap: each text's token count before the cap, (N,) int64; None: the offsets give it
+    text_lengths: np.ndarray | None = None
 
     @property
     def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
+        """Each text's token count (before any cap: training batches group by it, so a cap changes no batch)."""
+        return np.diff(self.offsets) if self.text_lengths is None else self.text_lengths
 
     @property
     def num_layers(self) -> int:
@@ -173,7 +197,7 @@ class FeatureCache:
                                f"{self.meta.get('plan', FULL_PLAN)['token_layers']} token layers: build it for the "
                                "poolers that read them (encode_features(poolers=...))")
         rows = np.asarray(rows, dtype=np.int64)
-        lengths = self.lengths[rows]
+        lengths = self.offsets[rows + 1] - self.offsets[rows]  # the tokens stored
         width = int(lengths.max())
         positions = np.arange(width)
         mask = positions[None, :] < lengths[:, None]
@@ -212,9 +236,10 @@ def open_cache(folder: Path, verify: bool = True) -> FeatureCache:
         summaries = {json.dumps(spec, sort_keys=True): np.load(folder / f"summary_{k}.npy", mmap_mode="r")
                      for k, spec in enumerate(meta["plan"]["summaries"])}
         scales = np.load(folder / "token_scales.npy", mmap_mode="r") if "token_scales.npy" in recorded else None
+        text_lengths = np.load(folder / "text_lengths.npy") if "text_lengths.npy" in recorded else None
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise DamagedCache(f"unreadable ({err})") from None
-    return FeatureCache(folder, tokens, offsets, meta, summaries, scales)
+    return FeatureCache(folder, tokens, offsets, meta, summaries, scales, text_lengths)
 
 
 def clean_staging(root: Path) -> list[Path]:
@@ -234,36 +259,51 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
                     cache_dir: str | Path | None = None, progress: bool = True,
                     device: str | torch.device | None = None, cache: bool = True,
                     trust_remote_code: bool | None = None, poolers: Sequence[str | dict] | None = None,
-                    summaries: Sequence[str | dict] = (), token_dtype: str = "float16") -> FeatureCache:
+                    summaries: Sequence[str | dict] = (), token_dtype: str = "float16",
+                    token_cap: int | None = None) -> FeatureCache | None:
     """Run the encoder once over ``texts`` (length-sorted batches, inference mode) and cache what ``poolers``
     read (:func:`cache_plan`; ``summaries``: token poolers summarised as well; ``token_dtype``: float16 or int8
-    token states), or every layer's token states when ``poolers`` is None.
+    token states; ``token_cap``: token states of each text's first ``token_cap`` tokens only), or every layer's
+    token states when ``poolers`` is None.
 
     Returns the cache: reused when an intact one with the same key exists, else built in a staging folder and
     renamed into place, under a lock so that concurrent runs on the same data encode once. ``cache=False``:
-    neither read nor written (the features live in a temporary folder removed with the returned object).
+    neither read nor written (the features live in a temporary folder removed with the returned object). Under
+    ``torchrun`` / ``accelerate launch`` each process encodes its share and only rank 0 gets the cache (the
+    others: None; see the module docstring).
     ``progress``: also prints the cache's bytes per text.
     """
     model_path = resolve_model(model)
     trust = check_model_folder(model_path, trust_remote_code)
-    plan = {**FULL_PLAN, "token_dtype": token_dtype}
+    check_token_options(token_dtype, token_cap)
+    plan = {**FULL_PLAN, "token_dtype": token_dtype, "token_cap": token_cap}
     if poolers is not None:
         config = load_config(model_path, trust)
-        plan = cache_plan(poolers, config.hidden_size, config.num_hidden_layers, summaries, token_dtype)
+        plan = cache_plan(poolers, config.hidden_size, config.num_hidden_layers, summaries, token_dtype, token_cap)
     features = _cached(texts, model_path, max_length, batch_size, cache_dir, progress, device, cache, trust, plan)
-    if progress:
+    if progress and features is not None:
         print(f"feature cache: {features.bytes_per_text() / 1024:.1f} KiB per text ({_describe(plan)})", flush=True)
     return features
 
 
 def _describe(plan: dict) -> str:
     names = ", ".join(s["name"] for s in plan["summaries"]) or "none"
-    return f"per-layer summaries: {names}; token states: {plan['token_layers']} layers, {plan['token_dtype']}"
+    cap = f", first {plan['token_cap']} tokens per text" if plan.get("token_cap") else ""
+    return f"per-layer summaries: {names}; token states: {plan['token_layers']} layers, {plan['token_dtype']}{cap}"
 
 
 def _cached(texts: list[str], model_path: str, max_length: int, batch_size: int, cache_dir: str | Path | None,
-            progress: bool, device: str | torch.device | None, cache: bool, trust: bool, plan: dict) -> FeatureCache:
-    """The cache for ``plan``: reused, or encoded (see :func:`encode_features`)."""
+            progress: bool, device: str | torch.device | None, cache: bool, trust: bool, plan: dict
+            ) -> FeatureCache | None:
+    """The cache for ``plan``: reused, or encoded (see :func:`encode_features`); with several processes, each
+    encodes its share (see the module docstring)."""
+    from .streaming import launch_id, process_device, process_rank, read_json, wait_for
+
+    rank, world = process_rank()
+    if world > 1 and not cache:
+        raise PoolkitError("--no-cache cannot be used under torchrun / accelerate launch: the processes share "
+                           "their encoding through the feature cache; drop --no-cache (or run one process)")
+    device = process_device(world) if world > 1 else device
     if not cache:
         scratch = Path(tempfile.mkdtemp(prefix="poolkit-features-"))
         features = open_cache(_encode(texts, model_path, max_length, batch_size, scratch, progress, device, trust,
@@ -274,16 +314,39 @@ def _cached(texts: list[str], model_path: str, max_length: int, batch_size: int,
     root.mkdir(parents=True, exist_ok=True)
     clean_staging(root)
     key = cache_key(model_path, texts, max_length, plan)
-    folder = root / key
+    folder, signal = root / key, root / (key + LAUNCH)
+    bounds = [len(texts) * r // world for r in range(world + 1)]
+
+    def encode_share(r: int, staging: Path) -> Path:
+        part = staging / f"part-{r}"
+        part.mkdir()
+        return _encode(texts[bounds[r]:bounds[r + 1]], model_path, max_length, batch_size, part, progress and r == 0,
+                       device, trust, plan)
+
+    if rank != 0:
+        wait_for(lambda: (read_json(signal) or {}).get("launch") == launch_id(), f"rank 0's word in {signal}")
+        if read_json(signal)["encode"]:
+            encode_share(rank, temp_dir(folder, create=False))
+        return None
     with FileLock(root / (key + LOCK)):
         if folder.exists():
             try:
-                return open_cache(folder)
+                features = open_cache(folder)
+                if world > 1:
+                    atomic_write_json(signal, {"launch": launch_id(), "encode": False})
+                return features
             except DamagedCache as err:
                 print(f"feature cache {folder} is damaged ({err}): rebuilding it", file=sys.stderr, flush=True)
         staging = temp_dir(folder)
         try:
-            _encode(texts, model_path, max_length, batch_size, staging, progress, device, trust, plan)
+            if world == 1:
+                _encode(texts, model_path, max_length, batch_size, staging, progress, device, trust, plan)
+            else:
+                atomic_write_json(signal, {"launch": launch_id(), "encode": True})
+                parts = [encode_share(0, staging)] + [staging / f"part-{r}" for r in range(1, world)]
+                wait_for(lambda: all(read_json(p / "meta.json") for p in parts),
+                         f"the other processes' parts in {staging}")
+                _join(parts, staging)
             replace_dir(staging, folder)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -303,8 +366,8 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
     device = torch.device(device)
     encoder.to(device)
     sampler, batches = sorted_token_batches(tokenizer, texts, max_length, batch_size, device)
-    lengths = sampler.lengths
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    lengths = sampler.lengths if plan.get("token_cap") is None else np.minimum(sampler.lengths, plan["token_cap"])
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # the tokens kept
     layers, hidden = encoder.config.num_hidden_layers + 1, encoder.config.hidden_size
     kept = {"none": 0, "last": 1, "all": layers}[plan["token_layers"]]
     int8 = plan["token_dtype"] == "int8"
@@ -324,7 +387,7 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
                 summary[:, rows] = pooled.to(torch.float16).cpu().numpy()
             if tokens is not None:
                 stacked, scale = _stored_tokens(torch.stack(states[-kept:]), int8)  # (kept, B, T, D), (kept, B, T)
-                for j, row in enumerate(rows):  # keep the real tokens only (right padding)
+                for j, row in enumerate(rows):  # keep the (first ``cap``) real tokens only (right padding)
                     tokens[:, offsets[row]:offsets[row + 1]] = stacked[:, j, : lengths[row]]
                     if scales is not None:
                         scales[:, offsets[row]:offsets[row + 1]] = scale[:, j, : lengths[row]]
@@ -334,14 +397,49 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
         array.flush()
     del tokens, summaries, scales
     np.save(folder / "offsets.npy", offsets)
+    if plan.get("token_cap") is not None:
+        np.save(folder / "text_lengths.npy", np.asarray(sampler.lengths, dtype=np.int64))
+    _write_meta(folder, {"version": CACHE_VERSION, "model": model_path, "max_length": max_length, "texts": len(texts),
+                         "layers": layers, "hidden_size": hidden, "tokens": int(offsets[-1]),
+                         "dtype": np.dtype(DTYPE).name, "plan": plan})
+    return folder
+
+
+def _write_meta(folder: Path, meta: dict) -> None:
+    """meta.json, written last: ``meta`` plus the bytes per text and every .npy file's size and SHA-256."""
     names = sorted(f.name for f in folder.glob("*.npy"))
     files = {name: {"size": (folder / name).stat().st_size, "sha256": file_digest(folder / name)} for name in names}
-    meta = {"version": CACHE_VERSION, "model": model_path, "max_length": max_length, "texts": len(texts),
-            "layers": layers, "hidden_size": hidden, "tokens": int(offsets[-1]), "dtype": np.dtype(DTYPE).name,
-            "plan": plan, "bytes_per_text": round(sum(f["size"] for f in files.values()) / max(len(texts), 1), 1),
+    meta = {**meta, "bytes_per_text": round(sum(f["size"] for f in files.values()) / max(meta["texts"], 1), 1),
             "files": files}
     (folder / "meta.json").write_text(json.dumps(meta, indent=2))
-    return folder
+
+
+def _join(parts: list[Path], folder: Path) -> None:
+    """The caches in ``parts`` (consecutive shares of the texts) as one cache in ``folder``: every array joined
+    along its texts' / tokens' axis a slice at a time, the offsets shifted; then the parts are removed."""
+    metas = [json.loads((part / "meta.json").read_text()) for part in parts]
+    lengths = np.concatenate([np.diff(np.load(part / "offsets.npy")) for part in parts])
+    np.save(folder / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+    for name in metas[0]["files"]:
+        if name == "offsets.npy":
+            continue
+        arrays = [np.load(part / name, mmap_mode="r") for part in parts]
+        axis = 0 if arrays[0].ndim == 1 else 1  # text_lengths (N,); tokens, scales, summaries: (layers, N or T, ...)
+        shape = list(arrays[0].shape)
+        shape[axis] = sum(a.shape[axis] for a in arrays)
+        joined = np.lib.format.open_memmap(folder / name, mode="w+", dtype=arrays[0].dtype, shape=tuple(shape))
+        at = 0
+        for array in arrays:
+            for start in range(0, array.shape[axis], JOIN_CHUNK):
+                piece = array[start:start + JOIN_CHUNK] if axis == 0 else array[:, start:start + JOIN_CHUNK]
+                target = slice(at + start, at + start + piece.shape[axis])
+                joined[(target,) if axis == 0 else (slice(None), target)] = piece
+            at += array.shape[axis]
+        joined.flush()
+        del joined, arrays
+    for part in parts:
+        shutil.rmtree(part)
+    _write_meta(folder, {**metas[0], "texts": sum(m["texts"] for m in metas), "tokens": int(lengths.sum())})
 
 
 def _stored_tokens(states: torch.Tensor, int8: bool) -> tuple[np.ndarray, np.ndarray | None]:
@@ -372,7 +470,8 @@ def list_caches(cache_dir: str | Path | None = None) -> list[dict]:
 
 def clear_caches(cache_dir: str | Path | None = None) -> tuple[int, list[Path]]:
     """Remove every cache folder under ``cache_dir`` not in use, and staging folders left by killed runs;
-    -> (how many caches were removed, the ones in use and kept). Empty lock files stay."""
+    -> (how many caches were removed, the ones in use and kept). Empty lock files stay; a removed cache's
+    ``<key>.launch.json`` goes with it."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     removed, busy = 0, []
     for entry in list_caches(root):
@@ -380,6 +479,7 @@ def clear_caches(cache_dir: str | Path | None = None) -> tuple[int, list[Path]]:
         try:
             with FileLock(root / (folder.name + LOCK), timeout=0):
                 shutil.rmtree(folder)
+                (root / (folder.name + LAUNCH)).unlink(missing_ok=True)
                 removed += 1
         except Timeout:
             busy.append(folder)

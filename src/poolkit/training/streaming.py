@@ -19,6 +19,7 @@ launcher stop the others.
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import hashlib
 import itertools
@@ -41,6 +42,8 @@ WINDOW = 8192
 FORMAT_VERSION = 1
 PARTIAL_SUFFIX = ".partial"
 MANIFEST = "manifest.json"
+#: glibc's mallopt parameter (malloc.h) and the block size from which :func:`return_freed_memory` maps blocks.
+M_MMAP_THRESHOLD, MMAP_FROM = -3, 1 << 20
 
 
 def partial_dir(out: Path) -> Path:
@@ -63,6 +66,18 @@ def process_device(world: int) -> str | None:
     if torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("1", "true", "yes"):
         return f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"  # more processes: shared
     return "cpu"
+
+
+def return_freed_memory() -> None:
+    """Have glibc's malloc serve blocks of 1 MiB and more by mmap, so that the memory a batch frees goes back to
+    the system. By default its threshold rises to the largest block freed so far; from then on the batches'
+    tensors come from the heap, whose free holes (batches differ in shape) stay resident, and the peak RSS grew
+    window after window. The setting is process-wide and stays; it costs page faults (docs/scale.md gives the
+    CPU seconds). Elsewhere than glibc: nothing."""
+    try:
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_FROM)
+    except (OSError, AttributeError):  # no libc to load, or one without mallopt
+        pass
 
 
 def input_windows(data: str | Path | Sequence[str], text_col: str, window: int
@@ -115,6 +130,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
         raise PoolkitError(f"--window must be at least 1 row, got {window}")
     rank, world = process_rank()
     refuse_overwrite(out, force)
+    return_freed_memory()
     model = embedding_model(model)
     encoder = TextEncoder(model, pooler, normalize=normalize, max_length=max_length, precision=precision,
                           allow_untrained=allow_untrained, trust_remote_code=trust_remote_code,
@@ -130,7 +146,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     if rank == 0:
         _open_partial(partial, settings, force)
     else:
-        _wait_for(lambda: _manifest(partial) == json.loads(json.dumps(settings)), f"{partial / MANIFEST}")
+        wait_for(lambda: read_json(partial / MANIFEST) == json.loads(json.dumps(settings)), f"{partial / MANIFEST}")
     reused = windows = 0
     from tqdm.auto import tqdm
 
@@ -156,7 +172,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     if rank != 0:  # done: its windows' records are written
         atomic_write_json(partial / f"rank-{rank}.done", {"launch": launch_id(), "windows": windows})
         return summary
-    _wait_for(lambda: all(_manifest(partial, f"rank-{r}.done") == {"launch": launch_id(), "windows": windows}
+    wait_for(lambda: all(read_json(partial / f"rank-{r}.done") == {"launch": launch_id(), "windows": windows}
                           for r in range(1, world)), f"the other processes' windows in {partial}")
     records = [json.loads((partial / f"window-{i:06d}.json").read_text()) for i in range(windows)]
     rows = sum(record["rows"] for record in records)
@@ -176,17 +192,18 @@ def launch_id() -> str:
     return f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}:{os.getppid()}"
 
 
-def _manifest(partial: Path, name: str = MANIFEST) -> dict | None:
-    """A JSON file of the partial folder (the manifest, or a process's done-mark), None when absent or unreadable."""
+def read_json(path: Path) -> dict | None:
+    """A JSON file's content (the manifest, a process's done-mark, rank 0's word), None when absent or not (yet)
+    whole."""
     try:
-        return json.loads((partial / name).read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
 
 
 def _open_partial(partial: Path, settings: dict[str, Any], force: bool) -> None:
     """Keep a partial folder written with ``settings`` (resume), else refuse it (``force``: start over)."""
-    found = _manifest(partial)
+    found = read_json(partial / MANIFEST)
     settings = json.loads(json.dumps(settings))  # as read back: tuples become lists
     if partial.exists() and found != settings:
         if not force:
@@ -199,7 +216,7 @@ def _open_partial(partial: Path, settings: dict[str, Any], force: bool) -> None:
         atomic_write_json(partial / MANIFEST, settings)
 
 
-def _wait_for(ready, what: str, poll: float = 0.2) -> None:
+def wait_for(ready, what: str, poll: float = 0.2) -> None:
     """Poll until ``ready()``; a failed process makes the launcher stop this one, so there is no deadline."""
     start = note = time.monotonic()
     while not ready():
