@@ -219,3 +219,13 @@ def test_compare_returns_a_leaderboard_and_finetunes_the_top_spec(tmp_path):
         rows = np.load(folder / f"fold_{k}" / "test_outputs.npz")  # the probes' outer and inner splits
         inner = split_rows(table.subset(train), 0.2, k)
         assert rows["test_rows"].tolist() == test.tolist() and rows["val_rows"].tolist() == train[inner[1]].tolist()
+
+
+def test_a_one_fold_board_has_no_std_rather_than_a_zero_one(tmp_path):
+    board = Leaderboard([row("mean", "frozen", [0.5]), row("max", "frozen", [0.4])], {**SETTINGS, "folds": 1})
+    assert board.rows[0]["std"] is None  # 0.0 would claim a perfectly stable score from a single fold
+    rows = [line for line in str(board).splitlines() if line.startswith(("1 ", "2 "))]
+    assert len(rows) == 2 and "0.4000 (one fold)" in rows[0] and not any("±" in line for line in rows)
+    board.save(tmp_path)  # the plot draws no error bar, the files say null / empty
+    assert json.loads((tmp_path / "leaderboard.json").read_text())["rows"][0]["std"] is None
+    assert pd.read_csv(tmp_path / "leaderboard.csv")["std"].isna().all()

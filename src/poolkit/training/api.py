@@ -25,7 +25,7 @@ from ..errors import PoolkitError, suggest
 from ..io import prepare_out_dir
 from ..locks import locked_dir
 from ..pooling import build_pooler, list_poolers, pooler_spec
-from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row
+from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row, mean_std
 
 DEFAULT_DATA = "builtin:embedded"
 #: ``compare`` without data: the embedded WordNet subset, sized to fit in 10 minutes on 2 CPU cores.
@@ -166,7 +166,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
 
         def report(result, label=None):
             summary = result.summary()
-            say(f"  {label or result.label:<22} {metric.name} {summary['mean']:.4f} ± {summary['std']:.4f}  "
+            say(f"  {label or result.label:<22} {metric.name} {mean_std(summary['mean'], summary['std'])}  "
                 f"({result.seconds:.1f}s)")
 
         results = compare_poolers(specs, features, table, config, on_result=report)

@@ -20,12 +20,12 @@ OUTPUTS = ("leaderboard.csv", "leaderboard.json", "leaderboard.png", "report.htm
 
 def leaderboard_row(label: str, spec: dict[str, Any], mode: str, metric: str, fold_metrics: list[dict[str, float]],
                     params: int, seconds: float, fold_detail: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """One pooler's row: the primary metric's mean and sample std (ddof = 1) over folds, every other metric's
-    mean, the pooler's spec (``config``), the per-fold test metrics (``fold_metrics``) and, when given, how each
+    """One pooler's row: the primary metric's mean and sample std (ddof = 1; None for one fold) over folds, every
+    other metric's mean, the pooler's spec (``config``), the per-fold test metrics (``fold_metrics``) and, when given, how each
     fold chose its model (``fold_detail``: best_epoch, epochs_run, inner validation and test metric)."""
     values = np.array([m[metric] for m in fold_metrics])
     row = {"pooler": label, "mode": mode, "metric": metric, "mean": float(values.mean()),
-           "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0, "params": int(params),
+           "std": sample_std(values), "params": int(params),
            "seconds": round(float(seconds), 2), "folds": len(values)}
     for name in fold_metrics[0]:
         if name != metric:
@@ -76,7 +76,7 @@ class Leaderboard:
         """The table in ``width`` columns: numbers never cut, long pooler names wrapped inside their column."""
         finetuned = any(row["mode"] != "frozen" for row in self.rows)
         header = ["#", "pooler", "mean ± std", "params", "sec"] + (["mode"] if finetuned else [])
-        cells = [[str(row["rank"]), row["pooler"], f"{row['mean']:.4f} ± {row['std']:.4f}", _compact(row["params"]),
+        cells = [[str(row["rank"]), row["pooler"], mean_std(row["mean"], row["std"]), _compact(row["params"]),
                   f"{row['seconds']:.0f}"] + ([row["mode"]] if finetuned else []) for row in self.rows]
         widths = [max(len(h), *(len(c[j]) for c in cells)) for j, h in enumerate(header)]
         room = width - (sum(widths) - widths[1]) - 2 * (len(header) - 1)
@@ -122,8 +122,9 @@ class Leaderboard:
         labels = [f"{p} (fine-tuned)" if m == "finetuned" else p for p, m in zip(frame["pooler"], frame["mode"])]
         fig = Figure(figsize=(7, 0.32 * len(frame) + 1.4))
         ax = fig.subplots()
-        ax.barh(labels, frame["mean"], xerr=frame["std"], color=colors, capsize=3)
-        low, high = (frame["mean"] - frame["std"]).min(), (frame["mean"] + frame["std"]).max()
+        spread = frame["std"].astype(float).fillna(0.0)  # one fold: no error bar
+        ax.barh(labels, frame["mean"], xerr=spread, color=colors, capsize=3)
+        low, high = (frame["mean"] - spread).min(), (frame["mean"] + spread).max()
         margin = (high - low) * 0.15 + 1e-9
         ax.set_xlim(max(0.0, low - margin) if low >= 0 else low - margin, high + margin)
         ax.set_xlabel(f"{self.settings['metric']} (mean ± sample std over folds)")
@@ -144,6 +145,17 @@ class Leaderboard:
         write_compare_report(self, out / "report.html", bars=out / "leaderboard.png")
         parts = ("leaderboard.csv", "leaderboard.png", "report.html")
         self.to_json(out / "leaderboard.json", {name: file_digest(out / name) for name in parts})
+
+
+def sample_std(values: np.ndarray) -> float | None:
+    """The sample std (ddof = 1) of per-fold values; None for one fold, where there is no spread to estimate (a
+    0.0 would read as a perfectly stable score)."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else None
+
+
+def mean_std(mean: float, std: float | None) -> str:
+    """"0.5870 ± 0.0123", or "0.5870 (one fold)" when there is no std."""
+    return f"{mean:.4f} ± {std:.4f}" if std is not None else f"{mean:.4f} (one fold)"
 
 
 def rank_key(mean: float, higher_is_better: bool) -> float:

@@ -26,7 +26,7 @@ from ..errors import PoolkitError
 from ..models.pooled_model import task_loss
 from ..pooling import Pooler, build_pooler, pooler_options
 from .features import FeatureCache
-from .leaderboard import rank_key
+from .leaderboard import rank_key, sample_std
 from .metrics import compute_metrics, primary_metric
 
 
@@ -79,9 +79,10 @@ class ProbeResult:
     def label(self) -> str:
         return spec_label(self.spec)
 
-    def summary(self, name: str | None = None) -> dict[str, float]:
+    def summary(self, name: str | None = None) -> dict[str, float | None]:
+        """The metric's mean and sample std over folds (std None for one fold)."""
         values = np.array([m[name or self.metric] for m in self.fold_metrics])
-        return {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
+        return {"mean": float(values.mean()), "std": sample_std(values)}
 
 
 class ProbeModel(nn.Module):
