@@ -40,13 +40,14 @@ COLUMNS = [*KEYS, "budget_x", "snr", "mse_mean", "mse_std", "seeds", "best_last"
 @dataclass(frozen=True)
 class SweepConfig:
     """Every setting of a sweep. ``base`` holds the encoder, batch size, folds, seeds and execution; its
-    ``num_samples``, ``epochs``, ``lr``, ``layers``, ``poolers``, ``ks`` and ``seeds`` are set per run."""
+    ``num_samples``, ``epochs``, ``lr``, ``layers``, ``poolers``, ``ks`` and ``seeds`` are set per run.
+    ``reference`` indexes the budget of stages 1 and 3 (None: the one closest to quick mode's)."""
 
     base: SNRConfig = QUICK
     poolers: tuple[str, ...] = ("mean", "max", "cls", "adapool", "attention", "latent")
     ks: tuple[int, ...] = (4, 16, 64)
     budgets: tuple[tuple[int, int], ...] = ((1000, 2), (2000, 4), (4000, 8), (8000, 8))
-    reference: int = 2
+    reference: int | None = None
     seeds: int = 3
     largest_seeds: int = 5
     lrs: tuple[float, ...] = (3e-3, 1e-2)
@@ -60,8 +61,12 @@ class SweepConfig:
         budgets = tuple((int(s), int(e)) for s, e in self.budgets)
         if not budgets or len(set(budgets)) != len(budgets):
             raise PoolkitError(f"budgets must be distinct (samples, epochs) pairs, got {list(self.budgets)!r}")
-        if not 0 <= self.reference < len(budgets):
-            raise PoolkitError(f"reference must index one of the {len(budgets)} budgets, got {self.reference!r}")
+        reference = self.reference
+        if reference is None:
+            quick = QUICK.num_samples * QUICK.epochs
+            reference = min(range(len(budgets)), key=lambda i: abs(np.log(budgets[i][0] * budgets[i][1] / quick)))
+        if not 0 <= reference < len(budgets):
+            raise PoolkitError(f"reference must index one of the {len(budgets)} budgets, got {reference!r}")
         if not self.lrs or any(not lr > 0 for lr in self.lrs):
             raise PoolkitError(f"lrs must be positive learning rates, got {list(self.lrs)!r}")
         if any(not isinstance(d, int) or d < 0 for d in self.depths):
@@ -71,6 +76,7 @@ class SweepConfig:
         if not set(depth_poolers) <= set(poolers) or (self.depths and not depth_poolers):
             raise PoolkitError(f"depth_poolers {list(depth_poolers)} must be some of the poolers {list(poolers)}")
         sweep = dataclasses.replace(self, poolers=poolers, depth_poolers=depth_poolers, budgets=budgets,
+                                    reference=reference,
                                     base=dataclasses.replace(self.base, poolers=poolers, ks=tuple(self.ks)))
         for stage, config in sweep.configs({p: self.lrs[0] for p in poolers}):
             config.validated()
@@ -233,8 +239,8 @@ def add_snr_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ks", type=int, nargs="+", metavar="K", help=f"default: {' '.join(map(str, d.ks))}")
     parser.add_argument("--budgets", type=_budget, nargs="+", metavar="SAMPLESxEPOCHS",
                         help="training budgets (default: " + " ".join(f"{s}x{e}" for s, e in d.budgets) + ")")
-    parser.add_argument("--reference", type=int, help=f"index of the budget where the learning rate is chosen and "
-                        f"depth is swept (default: {d.reference})")
+    parser.add_argument("--reference", type=int, help="index of the budget where the learning rate is chosen and "
+                        "depth is swept (default: the one closest to --quick's 4000x8)")
     parser.add_argument("--seeds", type=int, help=f"runs per cell (default: {d.seeds})")
     parser.add_argument("--largest-seeds", type=int, help=f"runs per cell at the largest budget (default: "
                         f"{d.largest_seeds})")
