@@ -134,7 +134,8 @@ class Sweep:
         return [k for k in self.ks if LOW_SNR[0] <= k <= LOW_SNR[1]]
 
     def stage_runs(self, stage: str, budget=None) -> list[dict]:
-        return [r for r in self.runs if r["stage"] == stage and (budget is None or (r["samples"], r["epochs"]) == budget)]
+        return [r for r in self.runs
+                if r["stage"] == stage and (budget is None or (r["samples"], r["epochs"]) == budget)]
 
 
 def budget_name(sweep: Sweep, budget: tuple[int, int]) -> str:
@@ -173,7 +174,8 @@ def render_sweep_settings(sweep: Sweep) -> str:
 def render_lr(sweep: Sweep) -> str:
     s = sweep.settings
     lrs = [str(lr) for lr in s["lrs"]]
-    lines = [f"Each pooler trained once per rate (run 0, K = {s['lr_k']}, budget {budget_name(sweep, sweep.reference)}); "
+    lines = [f"Each pooler trained once per rate (run 0, K = {s['lr_k']}, budget "
+             f"{budget_name(sweep, sweep.reference)}); "
              "its rate is the one with the lowest best-epoch MSE on fold 0's validation rows (`lr_choice` in "
              "`results.json`), and every later run of that pooler uses it. The test rows play no part.", "",
              "| pooler | " + " | ".join(f"val MSE at lr {lr:g}" for lr in s["lrs"]) + " | chosen |",
@@ -276,7 +278,8 @@ def render_baselines(base: dict) -> dict[str, str]:
 def render_runtime(results: dict) -> str:
     s, runs = results["settings"], results["runs"]
     cpu = [r["cpu_seconds"] for r in runs]
-    return (f"The earlier quick run (`docs/snr/quick-vector0/results.json`: `runtime_seconds`, each run's `cpu_seconds`) is "
+    return (f"The earlier quick run (`docs/snr/quick-vector0/results.json`: `runtime_seconds`, each run's "
+            f"`cpu_seconds`) is "
             f"{len(s['poolers'])} poolers × {len(s['ks'])} K × {s['seeds']} seeds = {len(runs)} runs of "
             f"{s['epochs']} epochs. Its runs used {sum(cpu):.0f} CPU-seconds in all "
             f"(median {statistics.median(cpu):.1f} "
@@ -318,7 +321,8 @@ def render_results(results: dict, cells: dict) -> str:
     columns = [*s["poolers"], *BASELINES]
     test = int(s["num_samples"] * s["test_ratio"])
     lines = [f"Test MSE of the earlier quick run (`docs/snr/quick-vector0/results.csv`; settings and every run in "
-             f"`results.json`; made before the paper's CLS token existed here), with its `cls` shown as `vector0`: each "
+             f"`results.json`; made before the paper's CLS token existed here), with its `cls` shown as `vector0`: "
+             "each "
              f"pooler cell is the mean ± sample std over {s['seeds']} seeds; the baselines are analytic, on the same "
              f"{test} test samples.", "",
              "| K | SNR | " + " | ".join(columns) + " |", "|---:|---:|" + "---:|" * len(columns)]
@@ -335,77 +339,100 @@ def verdict(reproduced: bool, partly: bool) -> str:
     return "reproduced" if reproduced else "partly reproduced" if partly else "not reproduced"
 
 
-def render_claims(sweep: Sweep, before: dict) -> str:
-    """Each of the paper's claims with its verdict, and the sweep's findings, computed from the result files."""
-    low, big = sweep.low_ks(), budget_name(sweep, sweep.largest)
-    budgets = sorted(sweep.budgets, key=lambda b: b[0] * b[1])
-    lines = []
-
-    paper = [p for p in ("mean", "max", "cls") if p in sweep.poolers]
-    gaps = {p: [sweep.ratio(p, k) for k in low] for p in paper}
+def claim_gap(sweep: Sweep) -> str:
+    """The paper: adaptive pooling's error about 10x below mean, max and CLS pooling at SNR 0.03-0.25."""
+    low = sweep.low_ks()
+    gaps = {p: [sweep.ratio(p, k) for k in low] for p in ("mean", "max", "cls") if p in sweep.poolers}
     lowest = min(min(g) for g in gaps.values())
-    losing = {p: [k for k, g in zip(low, gaps[p]) if g <= 1] for p in paper}
-    why = ("adapool has the lowest MSE of these at every such K, but by less than 10x" if 1 < lowest < ORDER_OF_MAGNITUDE
-           else "" if lowest >= ORDER_OF_MAGNITUDE else
-           "; ".join(f"{p} is as good or better at K = {', '.join(map(str, ks))}" for p, ks in losing.items() if ks))
-    lines.append(f"- **Adaptive pooling's error about an order of magnitude below mean, max and CLS pooling at SNR "
-                 f"0.03-0.25: {verdict(lowest >= ORDER_OF_MAGNITUDE, lowest > 1)}.** At {big}, over K = "
-                 f"{', '.join(map(str, low))}: " + ", ".join(f"{p} / adapool {span(g, unit='x')}" for p, g in gaps.items())
-                 + (f"; {why}." if why else "."))
+    losing = {p: [str(k) for k, g in zip(low, gaps[p]) if g <= 1] for p in gaps}
+    if lowest >= ORDER_OF_MAGNITUDE:
+        why = ""
+    elif lowest > 1:
+        why = "; adapool has the lowest MSE of these at every such K, but by less than 10x"
+    else:
+        why = "; " + "; ".join(f"{p} is as good or better at K = {', '.join(ks)}" for p, ks in losing.items() if ks)
+    return (f"- **Adaptive pooling's error about an order of magnitude below mean, max and CLS pooling at SNR "
+            f"0.03-0.25: {verdict(lowest >= ORDER_OF_MAGNITUDE, lowest > 1)}.** At "
+            f"{budget_name(sweep, sweep.largest)}, over K = {', '.join(map(str, low))}: "
+            + ", ".join(f"{p} / adapool {span(g, unit='x')}" for p, g in gaps.items()) + why + ".")
 
+
+def claim_trend(sweep: Sweep) -> str:
+    """Whether mean / adapool grows with the budget, per K in the paper's SNR range."""
+    budgets = sorted(sweep.budgets, key=lambda b: b[0] * b[1])
     steps = []
-    for k in low:
+    for k in sweep.low_ks():
         trend = [sweep.ratio("mean", k, b) for b in budgets]
-        rising = all(b > a for a, b in zip(trend, trend[1:]))
-        steps.append(f"at K = {k} " + " → ".join(f"{r:.2f}" for r in trend)
-                     + f" ({'rising at every step' if rising else 'not rising at every step'}; the last step, "
+        rising = "rising at every step" if all(b > a for a, b in zip(trend, trend[1:])) else "not rising at every step"
+        steps.append(f"at K = {k} " + " → ".join(f"{r:.2f}" for r in trend) + f" ({rising}; the last step, "
                      f"{sweep.times(budgets[-2])}× to {sweep.times(budgets[-1])}×, changes it by "
                      f"{trend[-1] / trend[-2] - 1:+.0%})")
-    lines.append(f"- **Does mean / adapool grow with the budget?** Over budgets {', '.join(sweep.times(b) + '×' for b in budgets)}"
-                 f" of quick mode: " + "; ".join(steps) + ".")
+    return (f"- **Does mean / adapool grow with the budget?** Over budgets "
+            f"{', '.join(sweep.times(b) + '×' for b in budgets)} of quick mode: " + "; ".join(steps) + ".")
 
+
+def claim_variance(sweep: Sweep) -> str:
+    """The paper: adaptive pooling's variance across seeds over 50% below the others'."""
     ratios = std_ratios(sweep)
-    median = {p: statistics.median(r) for p, r in ratios.items()}
-    every = all(x < PAPER_STD_RATIO for r in ratios.values() for x in r)
-    below = [p for p, m in median.items() if m < 1]
-    lines.append(f"- **Adaptive pooling's seed variance over 50% below the others': "
-                 f"{verdict(every, bool(below))}.** At {big}, adapool's std over each other pooler's, over K = "
-                 f"{', '.join(map(str, sweep.ks))}: " + ", ".join(f"{p} {span(r)}" for p, r in ratios.items())
-                 + f". Below {PAPER_STD_RATIO:g} (the std reading of the claim; the variance reading needs below "
-                 f"{math.sqrt(PAPER_STD_RATIO):.2f}) at {sum(x < PAPER_STD_RATIO for r in ratios.values() for x in r)} of "
-                 f"{sum(map(len, ratios.values()))} (pooler, K) pairs; the median over K is below 1 for "
-                 + (", ".join(below) if below else "none") + ".")
+    pairs = [x for r in ratios.values() for x in r]
+    below = [p for p, r in ratios.items() if statistics.median(r) < 1]
+    reproduced = all(x < PAPER_STD_RATIO for x in pairs)
+    return (f"- **Adaptive pooling's seed variance over 50% below the others': {verdict(reproduced, bool(below))}.** "
+            f"At {budget_name(sweep, sweep.largest)}, adapool's std over each other pooler's, over K = "
+            f"{', '.join(map(str, sweep.ks))}: " + ", ".join(f"{p} {span(r)}" for p, r in ratios.items())
+            + f". It is below {PAPER_STD_RATIO:g} (the std reading of the claim; the variance reading needs below "
+            f"{math.sqrt(PAPER_STD_RATIO):.2f}) in {sum(x < PAPER_STD_RATIO for x in pairs)} of {len(pairs)} "
+            f"(pooler, K) pairs, and its median over K is below 1 against " + (", ".join(below) or "no pooler") + ".")
 
-    if "cls" in sweep.poolers:
-        cls = [sweep.ratio("cls", k) for k in sweep.ks]
-        vs_before = [(k, before[1]["vector0"][k][0], sweep.mse("cls", k, sweep.reference)) for k in sweep.ks
-                     if k in before[1].get("vector0", {})]
-        lines.append(f"- **The paper's CLS:** at {big}, cls / adapool is " + ", ".join(f"{r:.2f} at K = {k}" for k, r in zip(sweep.ks, cls))
-                     + ". " + ("At the quick budget the earlier run's vector0 (then called cls) had " + ", ".join(
-                         f"{mse(v)} at K = {k}" for k, v, _ in vs_before) + "; the paper's cls here has " + ", ".join(
-                         f"{mse(c)}" for _, _, c in vs_before) + " (`quick-vector0/results.csv`, lr "
-                         f"{before[0]['settings']['lr']:g}, against this sweep's chosen rate)." if vs_before else ""))
 
-    depth_k = sweep.settings["depth_k"]
-    if {"mean", "adapool"} <= set(sweep.settings["depth_poolers"]) and sweep.settings["depths"]:
-        depths = sorted({sweep.layers, *sweep.settings["depths"]})
-        lines.append(f"- **Depth** (K = {depth_k}, {budget_name(sweep, sweep.reference)}): mean / adapool is "
-                     + ", ".join(f"{sweep.ratio('mean', depth_k, sweep.reference, d):.2f} with {d} layer(s)" for d in depths)
-                     + ".")
+def claim_cls(sweep: Sweep, before: tuple[dict, dict]) -> str:
+    """The paper's CLS against adapool, and against the earlier run's type-marked vector 0 at the same budget."""
+    text = (f"- **The paper's CLS:** at {budget_name(sweep, sweep.largest)}, cls / adapool is "
+            + ", ".join(f"{sweep.ratio('cls', k):.2f} at K = {k}" for k in sweep.ks) + ".")
+    old = before[1].get("vector0", {})
+    ks = [k for k in sweep.ks if k in old]
+    if ks and (before[0]["settings"]["num_samples"], before[0]["settings"]["epochs"]) in sweep.budgets:
+        budget = (before[0]["settings"]["num_samples"], before[0]["settings"]["epochs"])
+        text += (f" At {budget_name(sweep, budget)} the earlier quick run's vector0 (then called cls; lr "
+                 f"{before[0]['settings']['lr']:g}) had " + ", ".join(f"{mse(old[k][0])} at K = {k}" for k in ks)
+                 + "; the paper's cls here has " + ", ".join(mse(sweep.mse("cls", k, budget)) for k in ks)
+                 + f" (lr {sweep.cell('cls', ks[0], budget)['lr']:g}).")
+    return text
 
+
+def claim_depth(sweep: Sweep) -> str:
+    k, ref = sweep.settings["depth_k"], sweep.reference
+    depths = sorted({sweep.layers, *sweep.settings["depths"]})
+    return (f"- **Depth** (K = {k}, {budget_name(sweep, ref)}): mean / adapool is "
+            + ", ".join(f"{sweep.ratio('mean', k, ref, d):.2f} with {d} layer(s)" for d in depths) + ".")
+
+
+def claim_budget(sweep: Sweep) -> str:
     last = {p: [r["best_epoch"] == len(r["val_loss"]) - 1 for r in sweep.stage_runs("budget", sweep.largest)
                 if r["pooler"] == p] for p in sweep.poolers}
-    lines.append(f"- **Training budget:** at {big} the best epoch was the last one in "
-                 f"{sum(map(sum, last.values()))} of {sum(map(len, last.values()))} runs ("
-                 + ", ".join(f"{p} {sum(v)} of {len(v)}" for p, v in last.items()) + ").")
+    return (f"- **Training budget:** at {budget_name(sweep, sweep.largest)} the best epoch was the last one in "
+            f"{sum(map(sum, last.values()))} of {sum(map(len, last.values()))} runs ("
+            + ", ".join(f"{p} {sum(v)} of {len(v)}" for p, v in last.items()) + ").")
 
-    beat = [k for k in sweep.ks if sweep.mse("adapool", k) < min(sweep.mse(b, k) for b in BASELINES)]
-    worse_x0 = [k for k in sweep.ks if sweep.mse("adapool", k) > sweep.mse("baseline_x0", k)]
-    worse_mean = [k for k in sweep.ks if sweep.mse("adapool", k) > sweep.mse("baseline_mean", k)]
-    lines.append(f"- **Against the analytic baselines** at {big}: adapool beats both at {ks_text(beat, sweep.ks)}; it "
-                 f"is worse than predicting vector 0 at {ks_text(worse_x0, sweep.ks)} and worse than predicting the "
-                 f"mean of all vectors at {ks_text(worse_mean, sweep.ks)}.")
-    return "\n".join(lines)
+
+def claim_baselines(sweep: Sweep) -> str:
+    ada = {k: sweep.mse("adapool", k) for k in sweep.ks}
+    beat = [k for k in sweep.ks if ada[k] < min(sweep.mse(b, k) for b in BASELINES)]
+    worse_x0 = [k for k in sweep.ks if ada[k] > sweep.mse("baseline_x0", k)]
+    worse_mean = [k for k in sweep.ks if ada[k] > sweep.mse("baseline_mean", k)]
+    return (f"- **Against the analytic baselines** at {budget_name(sweep, sweep.largest)}: adapool beats both at "
+            f"{ks_text(beat, sweep.ks)}; it is worse than predicting vector 0 at {ks_text(worse_x0, sweep.ks)} and "
+            f"worse than predicting the mean of all vectors at {ks_text(worse_mean, sweep.ks)}.")
+
+
+def render_claims(sweep: Sweep, before: tuple[dict, dict]) -> str:
+    """Each of the paper's claims with its verdict, and the sweep's findings, computed from the result files."""
+    lines = [claim_gap(sweep), claim_trend(sweep), claim_variance(sweep)]
+    if "cls" in sweep.poolers:
+        lines.append(claim_cls(sweep, before))
+    if {"mean", "adapool"} <= set(sweep.settings["depth_poolers"]) and sweep.settings["depths"]:
+        lines.append(claim_depth(sweep))
+    return "\n".join([*lines, claim_budget(sweep), claim_baselines(sweep)])
 
 
 def render(args: argparse.Namespace) -> dict[str, str] | None:
