@@ -219,6 +219,7 @@ def test_run_snr_table_files_and_overwrite_guard(tmp_path):
         snr.run_snr(TINY, out, progress=False)
     again = snr.run_snr(TINY, out, force=True, progress=False)
     pd.testing.assert_frame_equal(again, frame)  # seeded: bit-for-bit the same
+    assert snr._runner.cache_info().currsize == 0  # the data draw is not kept after the run
 
 
 def test_results_do_not_depend_on_the_number_of_workers():

@@ -9,5 +9,5 @@ from .snr import FULL, QUICK, SNRConfig, add_snr_arguments, run_snr, run_snr_com
 from .snr_sweep import CPU_SWEEP, SweepConfig, run_snr_sweep  # noqa: E402
 from .vision import VisionConfig, run_vision  # noqa: E402
 
-__all__ = ["CPU_SWEEP", "FULL", "QUICK", "SNRConfig", "SweepConfig", "VisionConfig", "add_snr_arguments", "run_snr", "run_snr_command", "run_snr_sweep",
-           "run_vision"]
+__all__ = ["CPU_SWEEP", "FULL", "QUICK", "SNRConfig", "SweepConfig", "VisionConfig", "add_snr_arguments", "run_snr",
+           "run_snr_command", "run_snr_sweep", "run_vision"]

@@ -165,7 +165,8 @@ def run_snr(config: SNRConfig = QUICK, out_dir: str | os.PathLike | None = None,
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
     started = time.perf_counter()
     runs = run_jobs([(config, task) for task in tasks(config)], config.workers, config.threads, progress)
-    frame = summarize(config, runs, _runner(config).baselines())
+    frame = summarize(config, runs, baselines(config))
+    release_data()
     if out is not None:
         _write_outputs(out, config, frame, runs, time.perf_counter() - started)
     return frame
@@ -184,6 +185,17 @@ def _data(num_samples: int, ks: tuple[int, ...], num_vectors: int, dim: int, see
 @functools.lru_cache(maxsize=8)
 def _runner(config: SNRConfig) -> _Runner:
     return _Runner(config)
+
+
+def baselines(config: SNRConfig) -> dict[tuple[str, int], float]:
+    """{(baseline name, K): MSE} of the analytic baselines on ``config``'s test rows."""
+    return _runner(config).baselines()
+
+
+def release_data() -> None:
+    """Drop this process's cached data draws and runners (``--full``'s inputs hold 8 GB on the device)."""
+    _runner.cache_clear()
+    _data.cache_clear()
 
 
 class _Runner:

@@ -29,7 +29,7 @@ from ..explain.report import write_bench_report
 from ..io import prepare_out_dir
 from ..provenance import run_provenance
 from .reporting import add_output_arguments, print_report, pyplot, save_figure, write_results
-from .snr import BASELINES, PAPER_COLORS, QUICK, SNRConfig, _runner, resolve_snr_name, run_jobs, tasks
+from .snr import BASELINES, PAPER_COLORS, QUICK, SNRConfig, baselines, release_data, resolve_snr_name, run_jobs, tasks
 
 PLOT = "budget_sweep.png"
 RESULT_FILES = ("results.csv", "results.json", PLOT, "report.html")
@@ -133,6 +133,7 @@ def run_snr_sweep(sweep: SweepConfig = CPU_SWEEP, out_dir: str | os.PathLike | N
             choice[pooler] = {"lr": lrs[pooler], "val_mse": {str(lr): v for lr, v in val.items()}}
     runs += _run_stage(sweep, sweep.configs(lrs), progress, "snr-sweep")
     frame = summarize(sweep, runs)
+    release_data()
     meta = {"benchmark": "snr-sweep (Brothers, ICML 2025, KNN-centroid noise robustness over budgets)",
             "settings": dataclasses.asdict(sweep), "quick_budget": [QUICK.num_samples, QUICK.epochs],
             "lr_choice": choice, "runtime_seconds": round(time.perf_counter() - started, 1),
@@ -168,7 +169,7 @@ def summarize(sweep: SweepConfig, runs: list[dict]) -> pd.DataFrame:
     rows = []
     for samples, epochs in sweep.budgets:
         config = dataclasses.replace(sweep.base, num_samples=samples, epochs=epochs).validated()
-        for (name, k), value in _runner(config).baselines().items():
+        for (name, k), value in baselines(config).items():
             rows.append(["baseline", samples, epochs, 0, 0.0, name, k, value, 0.0, 1, 0, 0.0])
     frame = pd.concat([frame, pd.DataFrame(rows, columns=[*KEYS, "mse_mean", "mse_std", "seeds", "best_last",
                                                           "cpu_seconds"])], ignore_index=True)
@@ -247,7 +248,8 @@ def add_snr_sweep_arguments(parser: argparse.ArgumentParser) -> None:
                         f"rows (default: {' '.join(map(str, d.lrs))})")
     parser.add_argument("--lr-k", type=int, help=f"K of the rate choice (default: {d.lr_k})")
     parser.add_argument("--depths", type=int, nargs="*", metavar="LAYERS",
-                        help=f"encoder depths at the reference budget (default: {' '.join(map(str, d.depths))})")
+                        help=f"encoder depths at the reference budget; none: no depth stage (default: "
+                             f"{' '.join(map(str, d.depths))})")
     parser.add_argument("--depth-poolers", nargs="+", metavar="NAME", help=f"default: {','.join(d.depth_poolers)}")
     parser.add_argument("--depth-k", type=int, help=f"default: {d.depth_k}")
     parser.add_argument("--workers", type=int, help=f"CPU processes (default: {d.base.workers})")
