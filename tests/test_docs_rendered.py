@@ -62,21 +62,48 @@ def test_check_fails_on_a_changed_number_and_write_restores_it(tmp_path, capsys)
     assert doc.read_text() == PAGE.replace("old a", "2.05")
 
 
-def test_snr_claims_are_computed_from_the_cells():
-    # catches an inverted ratio (adapool / mean), a best-epoch count off by one (best_epoch is 0-based) and a
-    # K list that does not follow the cells
-    ks = [1, 4]
-    cells = {"adapool": {1: (0.1, 0.01), 4: (0.05, 0.001)}, "mean": {1: (0.2, 0.002), 4: (0.04, 0.0004)},
-             "max": {1: (1.0, 0.1), 4: (0.5, 0.05)}, "cls": {1: (0.11, 0.01), 4: (0.05, 0.001)},
-             "baseline_mean": {1: (0.3, 0.0), 4: (0.03, 0.0)}, "baseline_x0": {1: (0.09, 0.0), 4: (0.2, 0.0)}}
-    runs = [{"pooler": p, "best_epoch": e, "val_loss": [1.0, 0.9, 0.8]} for p in render_snr.POOLERS for e in (2, 1)]
-    text = render_snr.render_claims({"settings": {"ks": ks}, "runs": runs}, cells)
-    assert "mean / adapool is 2.00 at K = 1, 0.80 at K = 4" in text
-    assert "over K = 4-4 it is 0.80x" in text
-    assert "Mean pooling has the lower MSE at K = 4," in text
-    assert "for 4 of the 8 runs the best epoch was the last one" in text
-    assert ("adapool is worse than predicting vector 0 at K = 1 and worse than predicting the mean of all vectors "
-            "at K = 4") in text
+def _sweep(mse_std: dict, small_mean: float) -> render_snr.Sweep:
+    """A two-budget sweep: (mean, std) per (pooler, K) at the larger budget; mean pooling at ``small_mean`` x
+    adapool's MSE at the smaller one."""
+    settings = {"poolers": ["mean", "max", "cls", "adapool"], "ks": [4, 64], "budgets": [[100, 1], [200, 1]],
+                "reference": 0, "base": {"layers": 1}, "depths": [], "depth_poolers": [], "depth_k": 4}
+    rows = []
+    for samples in (100, 200):
+        for (pooler, k), (mean, std) in mse_std.items():
+            if samples == 100 and pooler == "mean":
+                mean = small_mean * mse_std["adapool", k][0]
+            stage = "baseline" if pooler.startswith("baseline") else "budget"
+            rows.append({"stage": stage, "samples": samples, "epochs": 1, "layers": 0 if stage == "baseline" else 1,
+                         "pooler": pooler, "K": k, "mse_mean": mean, "mse_std": std, "seeds": 5, "best_last": 0,
+                         "cpu_seconds": 1.0, "lr": 0.01, "budget_x": samples})
+    runs = [{"stage": "budget", "samples": 200, "epochs": 1, "pooler": p, "best_epoch": e, "val_loss": [1.0, 0.9]}
+            for p in settings["poolers"] for e in (1, 0)]
+    return render_snr.Sweep({"settings": settings, "runs": runs, "quick_budget": [100, 1]}, rows)
+
+
+def test_snr_claims_and_verdicts_are_computed_from_the_cells():
+    # catches an inverted ratio (adapool / mean), a verdict that ignores the order-of-magnitude threshold, an
+    # inverted std ratio, a trend read from the wrong end and a best-epoch count off by one (best_epoch is 0-based)
+    cells = {("adapool", 4): (0.01, 0.001), ("mean", 4): (0.2, 0.004), ("max", 4): (0.5, 0.01),
+             ("cls", 4): (0.15, 0.003), ("adapool", 64): (0.02, 0.002), ("mean", 64): (0.01, 0.001),
+             ("max", 64): (0.5, 0.01), ("cls", 64): (0.3, 0.01), ("baseline_mean", 4): (0.05, 0.0),
+             ("baseline_x0", 4): (0.04, 0.0), ("baseline_mean", 64): (0.008, 0.0), ("baseline_x0", 64): (0.08, 0.0)}
+    before = ({"settings": {"lr": 0.01}}, {})
+    text = render_snr.render_claims(_sweep(cells, small_mean=5.0), before)
+    assert "at SNR 0.03-0.25: reproduced.** At 200 × 1 (2×), over K = 4: mean / adapool 20.00x, max / adapool " \
+           "50.00x, cls / adapool 15.00x." in text
+    assert "at K = 4 5.00 → 20.00 (rising at every step; the last step, 1× to 2×, changes it by +300%)" in text
+    assert "below that of mean, max and CLS pooling: partly reproduced.**" in text
+    assert "mean 0.25 to 2.00, max 0.10 to 0.20" in text and "in 5 of 6 (pooler, K) pairs" in text
+    assert "the best epoch was the last one in 4 of 8 runs" in text
+    assert "adapool beats both at K = 4; it is worse than predicting vector 0 at no K and worse than predicting " \
+           "the mean of all vectors at K = 64." in text
+    cells["cls", 4] = (0.05, 0.003)  # 5x: the direction holds, not the size
+    assert "at SNR 0.03-0.25: partly reproduced.**" in render_snr.render_claims(_sweep(cells, 5.0), before)
+    cells["mean", 4] = (0.009, 0.004)  # mean beats adapool
+    text = render_snr.render_claims(_sweep(cells, 25.0), before)
+    assert "at SNR 0.03-0.25: not reproduced.**" in text and "mean is as good or better at K = 4" in text
+    assert "at K = 4 25.00 → 0.90 (not rising at every step" in text
 
 
 def test_benchmark_targets_say_when_one_is_missed():

@@ -98,9 +98,11 @@ def test_analytic_baselines_reproduce_the_published_numbers():
 def test_model_output_shape_and_same_encoder_init_across_poolers():
     a = SNRModel(poolkit.get_pooler("mean", hidden_size=16), layers=2, heads=2, seed=3)
     b = SNRModel(poolkit.get_pooler("mean_max", hidden_size=16), layers=2, heads=2, seed=3)
+    with_token = SNRModel(poolkit.get_pooler("cls", hidden_size=16), layers=2, heads=2, seed=3, cls_token=True)
     assert isinstance(a.head, torch.nn.Identity) and b.head.in_features == 32
-    for (name, pa), (_, pb) in zip(a.layers.named_parameters(), b.layers.named_parameters()):
-        assert torch.equal(pa, pb), name
+    for (name, pa), (_, pb), (_, pc) in zip(a.layers.named_parameters(), b.layers.named_parameters(),
+                                            with_token.layers.named_parameters()):
+        assert torch.equal(pa, pb) and torch.equal(pa, pc), name
     assert b(torch.randn(3, 9, 16)).shape == (3, 16)
     c = SNRModel(poolkit.get_pooler("mean", hidden_size=16), layers=2, heads=2, seed=4)
     assert not torch.equal(a.layers[0].qkv.weight, c.layers[0].qkv.weight)
@@ -114,6 +116,63 @@ def test_model_marks_vector_zero():
     with torch.no_grad():
         model.type_embedding.weight[[0, 1]] = model.type_embedding.weight[[1, 0]]
     assert not torch.allclose(out, model(x))
+
+
+def _encoder_input(model: SNRModel, x: torch.Tensor) -> torch.Tensor:
+    """What the encoder's first layer (with no layers: the final LayerNorm) receives."""
+    seen = []
+    target = model.layers[0] if len(model.layers) else model.norm
+    handle = target.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
+    model(x)
+    handle.remove()
+    return seen[0]
+
+
+def test_paper_cls_marks_its_token_and_leaves_vector_zero_unmarked():
+    # catches a prepended token that is not at index 0, a type embedding still marking vector 0, or a model that
+    # marks nothing: the token gets type 0, every vector (vector 0 included) type 1
+    x = torch.randn(2, 5, 16)
+    paper = snr._build_model("cls", snr.SNRConfig(layers=1), seed=0).eval()
+    types = paper.type_embedding.weight
+    h = _encoder_input(paper, x)
+    assert h.shape == (2, 6, 16)
+    assert torch.allclose(h[:, 0], (paper.cls_token[0, 0] + types[0]).expand(2, 16))
+    assert torch.allclose(h[:, 1:], x + types[1])
+    ours = snr._build_model("vector0", snr.SNRConfig(layers=1), seed=0).eval()
+    h = _encoder_input(ours, x)
+    assert h.shape == (2, 5, 16) and ours.cls_token is None
+    assert torch.allclose(h[:, 0], x[:, 0] + ours.type_embedding.weight[0])
+
+
+def test_paper_cls_pooler_reads_only_the_prepended_token():
+    # with no encoder layers nothing mixes: the output is the LayerNormed token, whatever the vectors; a pooler
+    # reading vector 0 (or any vector) would change with them
+    model = snr._build_model("cls", snr.SNRConfig(layers=0), seed=0).eval()
+    out = model(torch.randn(3, 7, 16))
+    expected = model.norm(model.cls_token[0, 0] + model.type_embedding.weight[0])
+    assert torch.allclose(out, expected.expand(3, 16)) and torch.allclose(out, model(torch.randn(3, 7, 16)))
+    with torch.no_grad():
+        model.cls_token.add_(torch.linspace(-1, 1, 16))  # a constant shift would vanish in the LayerNorm
+    assert not torch.allclose(out, model(torch.randn(3, 7, 16)))
+
+
+def test_paper_cls_cannot_tell_which_vector_is_vector_zero():
+    # vector 0 unmarked and no positions: moving vector 0 elsewhere in the set leaves the paper's CLS output as it
+    # was, while the type-marked vector0 variant sees the change (a CLS model marking vector 0 would too)
+    x = torch.randn(4, 9, 16)
+    moved = x.roll(3, dims=1)
+    for name, same in (("cls", True), ("vector0", False)):
+        model = snr._build_model(name, snr.SNRConfig(layers=2, heads=2), seed=1).eval()
+        with torch.no_grad():
+            assert torch.allclose(model(x), model(moved), atol=1e-5) is same, name
+
+
+def test_benchmark_pooler_names():
+    # 'cls' (and its registry alias 'first') is the paper's prepended token; 'vector0' is the old, type-marked one
+    config = dataclasses.replace(TINY, poolers=("cls", "vector0", "first", "mean")).validated()
+    assert config.poolers == ("cls", "vector0", "mean")
+    assert "vector0" in snr.SNRConfig(poolers=("all",)).validated().poolers
+    assert snr.build_pooler("attention", snr.QUICK).get_config()["attn_size"] == snr.QUICK.ff
 
 
 @pytest.mark.parametrize("name", poolkit.list_poolers(kind="token"))
@@ -160,6 +219,7 @@ def test_run_snr_table_files_and_overwrite_guard(tmp_path):
         snr.run_snr(TINY, out, progress=False)
     again = snr.run_snr(TINY, out, force=True, progress=False)
     pd.testing.assert_frame_equal(again, frame)  # seeded: bit-for-bit the same
+    assert snr._runner.cache_info().currsize == 0  # the data draw is not kept after the run
 
 
 def test_results_do_not_depend_on_the_number_of_workers():
@@ -180,7 +240,7 @@ def test_baselines_in_the_run_match_the_generator():
 
 def test_all_means_every_token_pooler():
     config = snr.SNRConfig(poolers=("all",)).validated()
-    assert set(config.poolers) == set(poolkit.list_poolers(kind="token"))
+    assert set(config.poolers) == set(poolkit.list_poolers(kind="token")) | {"vector0"}
 
 
 @pytest.mark.parametrize("change, match", [

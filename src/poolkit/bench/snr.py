@@ -7,12 +7,17 @@ analytic baselines (mean of all vectors, vector 0). Protocol as the paper's code
 ``test_ratio`` of the samples is the test set; the rest is cut into ``folds`` contiguous folds, run
 ``i`` validates on fold ``i % folds``, trains on the others with torch seed ``seed + i`` and reports
 the test MSE of its best-validation epoch.
+
+``cls`` here is the paper's CLS: a learned token prepended to the set, marked by the type embedding,
+vector 0 unmarked (the paper's ``ClsToken`` in its ``Attenuator``). ``vector0`` reads the encoded
+vector 0, the type-marked query; result files written before the CLS token existed call it ``cls``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import multiprocessing
 import os
 import time
@@ -32,13 +37,15 @@ from ..pooling import get_pooler, list_poolers
 from ..pooling.base import pooler_class, resolve_name
 from ..provenance import run_provenance
 from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_results
-from .snr_data import PAPER_KS, PUBLISHED_BASELINES, baseline_mse, check_ks, make_knn_centroid
+from .snr_data import PAPER_KS, PUBLISHED_BASELINES, KnnCentroidData, baseline_mse, check_ks, make_knn_centroid
 from .snr_model import SNRModel, fit
 
 DEFAULT_POOLERS = ("adapool", "mean", "max", "cls")
 BASELINES = ("baseline_mean", "baseline_x0")
 RESULT_FILES = ("results.csv", "results.json", "mse_vs_snr.png", "report.html")
 COLUMNS = ["pooler", "K", "snr", "mse_mean", "mse_std", "seeds"]
+#: Poolers of this benchmark only: name -> (the registry pooler reading the result, prepend a CLS token).
+SNR_POOLERS = {"cls": ("cls", True), "vector0": ("cls", False)}
 
 
 @dataclass(frozen=True)
@@ -106,12 +113,10 @@ class SNRConfig:
         if not names:
             raise PoolkitError("no poolers given; name some, or 'all'")
         if "all" in names:
-            names = [n for n in names if n != "all"] + list_poolers(kind="token")
+            names = [n for n in names if n != "all"] + list_poolers(kind="token") + list(SNR_POOLERS)
         resolved = []
         for name in names:
-            canonical = resolve_name(name)  # unknown names raise with suggestions
-            if pooler_class(canonical).kind != "token":
-                raise PoolkitError(f"pooler {name!r} pools over layers; this benchmark needs a token pooler")
+            canonical = resolve_snr_name(name)
             build_pooler(canonical, self)  # its options fit this config's sizes
             if canonical not in resolved:
                 resolved.append(canonical)
@@ -128,11 +133,25 @@ FULL = SNRConfig(seeds=5, num_samples=1_000_000, layers=12, heads=8, lr=5e-4, ba
                  epochs=100, workers=1, threads=None, device="auto", preset="full")
 
 
+def resolve_snr_name(name: str) -> str:
+    """The benchmark's name for a pooler: one of :data:`SNR_POOLERS` (the registry's first-token pooler,
+    ``cls``, reads the prepended CLS token here), else the registry's canonical name of a token pooler."""
+    canonical = str(name).strip().lower().replace("-", "_")
+    if canonical not in SNR_POOLERS:
+        canonical = resolve_name(name)  # unknown names raise with suggestions
+        if pooler_class(canonical).kind != "token":
+            raise PoolkitError(f"pooler {name!r} pools over layers; this benchmark needs a token pooler")
+    return canonical
+
+
 def build_pooler(name: str, config: SNRConfig):
     """A poolkit pooler for the benchmark. AdaPool's query is vector 0 and it has as many heads as the
-    encoder, as in the paper; other poolers use their defaults."""
-    options = {"query_index": 0, "num_heads": config.heads} if resolve_name(name) == "adapool" else {}
-    return get_pooler(name, hidden_size=config.dim, **options)
+    encoder, as in the paper; attention's scorer is ``ff`` wide (its default 512 would cost more than the
+    encoder here); other poolers use their defaults."""
+    canonical = resolve_name(SNR_POOLERS.get(name, (name,))[0])
+    options = {"adapool": {"query_index": 0, "num_heads": config.heads},
+               "attention": {"attn_size": config.ff}}.get(canonical, {})
+    return get_pooler(canonical, hidden_size=config.dim, **options)
 
 
 def run_snr(config: SNRConfig = QUICK, out_dir: str | os.PathLike | None = None, *, force: bool = False,
@@ -145,36 +164,51 @@ def run_snr(config: SNRConfig = QUICK, out_dir: str | os.PathLike | None = None,
     config = config.validated()
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
     started = time.perf_counter()
-    previous_threads = torch.get_num_threads()
-    try:
-        runner = _Runner(config)
-        runs = _run_all(runner, progress)
-    finally:
-        torch.set_num_threads(previous_threads)
-    frame = summarize(config, runs, runner.baselines())
+    runs = run_jobs([(config, task) for task in tasks(config)], config.workers, config.threads, progress)
+    frame = summarize(config, runs, baselines(config))
+    release_data()
     if out is not None:
         _write_outputs(out, config, frame, runs, time.perf_counter() - started)
     return frame
+
+
+def tasks(config: SNRConfig) -> list[tuple[int, int, str]]:
+    """Every (run, K, pooler) of ``config``."""
+    return [(run, k, name) for run in range(config.seeds) for k in config.ks for name in config.poolers]
+
+
+@functools.lru_cache(maxsize=4)
+def _data(num_samples: int, ks: tuple[int, ...], num_vectors: int, dim: int, seed: int) -> KnnCentroidData:
+    return make_knn_centroid(num_samples, ks, num_vectors, dim, seed)
+
+
+@functools.lru_cache(maxsize=8)
+def _runner(config: SNRConfig) -> _Runner:
+    return _Runner(config)
+
+
+def baselines(config: SNRConfig) -> dict[tuple[str, int], float]:
+    """{(baseline name, K): MSE} of the analytic baselines on ``config``'s test rows."""
+    return _runner(config).baselines()
+
+
+def release_data() -> None:
+    """Drop this process's cached data draws and runners (``--full``'s inputs hold 8 GB on the device)."""
+    _runner.cache_clear()
+    _data.cache_clear()
 
 
 class _Runner:
     """One draw of the data, split as the paper's code does, and the training of single runs on it."""
 
     def __init__(self, config: SNRConfig) -> None:
-        if config.threads is not None:
-            torch.set_num_threads(config.threads)
         self.config = config
         self.device = _device(config.device)
-        data = make_knn_centroid(config.num_samples, config.ks, config.num_vectors, config.dim,
-                                 config.data_seed)
+        data = _data(config.num_samples, config.ks, config.num_vectors, config.dim, config.data_seed)
         self.x = data.x.to(self.device)
         self.targets = {k: t.to(self.device) for k, t in data.targets.items()}
         self.split = config.num_samples - int(config.num_samples * config.test_ratio)
         self.test = torch.arange(self.split, config.num_samples)
-
-    def tasks(self) -> list[tuple[int, int, str]]:
-        return [(run, k, name) for run in range(self.config.seeds) for k in self.config.ks
-                for name in self.config.poolers]
 
     def baselines(self) -> dict[tuple[str, int], float]:
         return {(name, k): value for k in self.config.ks
@@ -197,35 +231,39 @@ class _Runner:
                 "cpu_seconds": round(time.process_time() - cpu, 3)}
 
 
-_WORKER: _Runner | None = None
+def _set_threads(threads: int | None) -> None:
+    if threads is not None:
+        torch.set_num_threads(threads)
 
 
-def _init_worker(config: SNRConfig) -> None:
-    global _WORKER
-    _WORKER = _Runner(config)
+def _run_job(job: tuple[SNRConfig, tuple[int, int, str]]) -> dict:
+    config, task = job
+    return _runner(config)(task)
 
 
-def _worker_run(task: tuple[int, int, str]) -> dict:
-    return _WORKER(task)
-
-
-def _run_all(runner: _Runner, progress: bool) -> list[dict]:
-    """Every (seed, K, pooler) run, in this process or in ``workers`` spawned ones (each with its own
-    copy of the same data); each run is seeded on its own, so the results do not depend on ``workers``."""
+def run_jobs(jobs: list[tuple[SNRConfig, tuple[int, int, str]]], workers: int, threads: int | None,
+             progress: bool = True, desc: str = "snr") -> list[dict]:
+    """Run each (validated config, (run, K, pooler)) job, in this process or in ``workers`` spawned ones
+    (each drawing the same data); every run is seeded on its own, so the results do not depend on
+    ``workers``. ``threads`` torch threads per process (None: torch's default)."""
     from tqdm.auto import tqdm
 
-    config, tasks = runner.config, runner.tasks()
-    results: list[dict] = [{}] * len(tasks)
-    with tqdm(total=len(tasks), disable=None if progress else True, desc="snr", unit="run") as bar:
-        if config.workers == 1:
-            for i, task in enumerate(tasks):
-                results[i] = runner(task)
-                bar.update()
+    results: list[dict] = [{}] * len(jobs)
+    previous_threads = torch.get_num_threads()
+    with tqdm(total=len(jobs), disable=None if progress else True, desc=desc, unit="run") as bar:
+        if workers == 1:
+            try:
+                _set_threads(threads)
+                for i, job in enumerate(jobs):
+                    results[i] = _run_job(job)
+                    bar.update()
+            finally:
+                torch.set_num_threads(previous_threads)
             return results
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(config.workers, mp_context=context, initializer=_init_worker,
-                                 initargs=(config,)) as pool:
-            futures = {pool.submit(_worker_run, task): i for i, task in enumerate(tasks)}
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_set_threads,
+                                 initargs=(threads,)) as pool:
+            futures = {pool.submit(_run_job, job): i for i, job in enumerate(jobs)}
             try:
                 for future in as_completed(futures):
                     results[futures[future]] = future.result()
@@ -247,7 +285,7 @@ def _build_model(name: str, config: SNRConfig, seed: int) -> SNRModel:
     """Seeded weights (the encoder's independent of the pooler) and dropout."""
     torch.manual_seed(seed)
     return SNRModel(build_pooler(name, config), dim=config.dim, layers=config.layers, heads=config.heads,
-                    ff=config.ff, dropout=config.dropout, seed=seed)
+                    ff=config.ff, dropout=config.dropout, seed=seed, cls_token=SNR_POOLERS.get(name, ("", False))[1])
 
 
 def summarize(config: SNRConfig, runs: list[dict], baselines: dict[tuple[str, int], float]) -> pd.DataFrame:
@@ -339,7 +377,8 @@ def add_snr_arguments(parser: argparse.ArgumentParser) -> None:
                             "2 workers",
                          full="the paper's scale (1M samples, 12 layers, 8 heads, 100 epochs, 5 folds); GPU", default="quick")
     parser.add_argument("--poolers", nargs="+", metavar="NAME",
-                        help="token poolers separated by commas and/or spaces, or 'all' (default: "
+                        help="token poolers separated by commas and/or spaces, or 'all'; cls is the paper's "
+                             "(a learned token prepended), vector0 reads the encoded vector 0 (default: "
                              f"{','.join(DEFAULT_POOLERS)})")
     parser.add_argument("--seeds", type=int, help="runs per (pooler, K); run i validates on fold i %% folds")
     parser.add_argument("--ks", type=int, nargs="+", metavar="K",

@@ -2,8 +2,11 @@
 
 A pre-LayerNorm transformer encoder (final LayerNorm, no positional encoding, attention without bias,
 GELU feed-forward with dropout on its output) over the vectors, a learned two-type embedding marking
-vector 0, a poolkit pooler, and -- only when the pooler's output is not ``dim`` wide -- a linear head.
-Weights start N(0, 0.02), biases 0, LayerNorms at identity, the pooler included, as in the paper.
+position 0, a poolkit pooler, and -- only when the pooler's output is not ``dim`` wide -- a linear head.
+Position 0 is vector 0 (the query), or, with ``cls_token``, a learned token prepended to the set as the
+paper's ``ClsToken`` does (its ``Attenuator`` then marks the token and leaves vector 0 unmarked).
+Weights start N(0, 0.02), biases 0, LayerNorms at identity, the pooler included, as in the paper; the
+CLS token starts U(0, 1), as the paper's ``torch.rand``.
 """
 
 from __future__ import annotations
@@ -41,12 +44,13 @@ class EncoderLayer(nn.Module):
 
 
 class SNRModel(nn.Module):
-    """Encoder -> pooler -> (head): predicts the K-neighbour centroid of vector 0 from all vectors."""
+    """Encoder -> pooler -> (head): predicts the K-neighbour centroid of vector 0 from all vectors. With
+    ``cls_token``, a learned token is prepended (the pooler sees it at index 0, vector 0 at index 1)."""
 
     def __init__(self, pooler: nn.Module, dim: int = 16, layers: int = 12, heads: int = 8, ff: int = 64,
-                 dropout: float = 0.1, seed: int = 0) -> None:
+                 dropout: float = 0.1, seed: int = 0, cls_token: bool = False) -> None:
         super().__init__()
-        self.type_embedding = nn.Embedding(2, dim)  # 0 marks vector 0, 1 the rest
+        self.type_embedding = nn.Embedding(2, dim)  # 0 marks position 0, 1 the rest
         self.layers = nn.ModuleList(EncoderLayer(dim, heads, ff, dropout) for _ in range(layers))
         self.norm = nn.LayerNorm(dim)
         self.pooler = pooler
@@ -55,8 +59,11 @@ class SNRModel(nn.Module):
         gen = torch.Generator().manual_seed(seed)  # encoder first: it starts the same whatever the pooler
         for module in self.modules():
             _paper_init(module, gen)
+        self.cls_token = nn.Parameter(torch.rand(1, 1, dim, generator=gen)) if cls_token else None
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.cls_token is not None:
+            x = torch.cat((self.cls_token.expand(len(x), -1, -1), x), dim=1)
         types = torch.ones(x.shape[1], dtype=torch.long, device=x.device)
         types[0] = 0
         h = x + self.type_embedding(types)

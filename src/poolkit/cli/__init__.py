@@ -23,6 +23,8 @@ NEEDS_HF = ("train", "predict", "embed", "compare", "cache", "zoo", "explain")
 #: the help line).
 BENCHMARKS = (
     ("snr", "snr", "noise robustness (SNR) of poolers, Brothers (ICML 2025)"),
+    ("snr-sweep", "snr_sweep", "the SNR benchmark over training budgets, depths and seeds (learning rate chosen on "
+     "validation rows)"),
     ("vision", "vision", "spatial poolers after a small CNN on Fashion-MNIST (FlexPooling, Ali et al. 2023)"),
     ("channel-spatial", "channel_spatial", "channel-spatial attention blocks in a small CNN on Fashion-MNIST "
      "(Liu & Jiang 2026)"),

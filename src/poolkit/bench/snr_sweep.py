@@ -1,0 +1,290 @@
+"""``poolkit bench snr-sweep``: the SNR benchmark (:mod:`.snr`, Brothers, ICML 2025, Sec. 5.1) over training
+budgets, encoder depths and seeds, to tell which gaps to the paper come from quick mode's small budget.
+
+Three stages; every choice is made on validation rows, never on the test rows it is scored on:
+
+1. ``lr``: each pooler trains once per rate in ``lrs`` (run 0, K = ``lr_k``, the reference budget); the rate
+   with the lowest best-epoch validation MSE is that pooler's rate in every later run.
+2. ``budget``: every pooler at every K and every budget (samples x epochs), ``seeds`` runs each and
+   ``largest_seeds`` at the largest budget (the paper's variance claim).
+3. ``depth``: ``depth_poolers`` at K = ``depth_k`` and the reference budget with each of ``depths`` encoder
+   layers, ``seeds`` runs each (the base depth is taken from stage 2).
+
+Each run reports the test MSE of its best-validation epoch, as in :mod:`.snr`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..errors import PoolkitError
+from ..explain.report import write_bench_report
+from ..io import prepare_out_dir
+from ..provenance import run_provenance
+from .reporting import add_output_arguments, print_report, pyplot, save_figure, write_results
+from .snr import BASELINES, PAPER_COLORS, QUICK, SNRConfig, baselines, release_data, resolve_snr_name, run_jobs, tasks
+
+PLOT = "budget_sweep.png"
+RESULT_FILES = ("results.csv", "results.json", PLOT, "report.html")
+KEYS = ["stage", "samples", "epochs", "layers", "lr", "pooler", "K"]
+COLUMNS = [*KEYS, "budget_x", "snr", "mse_mean", "mse_std", "seeds", "best_last", "cpu_seconds"]
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Every setting of a sweep. ``base`` holds the encoder, batch size, folds, seeds and execution; its
+    ``num_samples``, ``epochs``, ``lr``, ``layers``, ``poolers``, ``ks`` and ``seeds`` are set per run.
+    ``reference`` indexes the budget of stages 1 and 3 (None: the one closest to quick mode's)."""
+
+    base: SNRConfig = QUICK
+    poolers: tuple[str, ...] = ("mean", "max", "cls", "adapool", "attention", "latent")
+    ks: tuple[int, ...] = (4, 16, 64)
+    budgets: tuple[tuple[int, int], ...] = ((1000, 2), (2000, 4), (4000, 8))
+    reference: int | None = None
+    seeds: int = 3
+    largest_seeds: int = 5
+    lrs: tuple[float, ...] = (3e-3, 1e-2)
+    lr_k: int = 16
+    depths: tuple[int, ...] = (1, 2, 4)
+    depth_poolers: tuple[str, ...] = ("mean", "adapool")
+    depth_k: int = 16
+
+    def validated(self) -> SweepConfig:
+        """This sweep with pooler names resolved; bad values raise (every run's config is validated too)."""
+        budgets = tuple((int(s), int(e)) for s, e in self.budgets)
+        if not budgets or len(set(budgets)) != len(budgets):
+            raise PoolkitError(f"budgets must be distinct (samples, epochs) pairs, got {list(self.budgets)!r}")
+        reference = self.reference
+        if reference is None:
+            quick = QUICK.num_samples * QUICK.epochs
+            reference = min(range(len(budgets)), key=lambda i: abs(np.log(budgets[i][0] * budgets[i][1] / quick)))
+        if not 0 <= reference < len(budgets):
+            raise PoolkitError(f"reference must index one of the {len(budgets)} budgets, got {reference!r}")
+        if not self.lrs or any(not lr > 0 for lr in self.lrs):
+            raise PoolkitError(f"lrs must be positive learning rates, got {list(self.lrs)!r}")
+        if any(not isinstance(d, int) or d < 0 for d in self.depths):
+            raise PoolkitError(f"depths must be layer counts >= 0, got {list(self.depths)!r}")
+        poolers = tuple(dict.fromkeys(resolve_snr_name(p) for p in self.poolers))
+        depth_poolers = tuple(dict.fromkeys(resolve_snr_name(p) for p in self.depth_poolers))
+        if not set(depth_poolers) <= set(poolers) or (self.depths and not depth_poolers):
+            raise PoolkitError(f"depth_poolers {list(depth_poolers)} must be some of the poolers {list(poolers)}")
+        sweep = dataclasses.replace(self, poolers=poolers, depth_poolers=depth_poolers, budgets=budgets,
+                                    reference=reference,
+                                    base=dataclasses.replace(self.base, poolers=poolers, ks=tuple(self.ks)))
+        for stage, config in sweep.configs({p: self.lrs[0] for p in poolers}):
+            config.validated()
+        for k in (self.lr_k, self.depth_k):
+            dataclasses.replace(sweep.base, ks=(k,)).validated()
+        return sweep
+
+    def configs(self, lrs: dict[str, float]) -> list[tuple[str, SNRConfig]]:
+        """(stage, one pooler's run config) of stages 2 and 3, each pooler at its rate ``lrs[pooler]``."""
+        largest = max(self.budgets, key=lambda b: b[0] * b[1])
+        out = []
+        for samples, epochs in self.budgets:
+            seeds = self.largest_seeds if (samples, epochs) == largest else self.seeds
+            out += [("budget", self._config(p, lrs[p], samples, epochs, self.base.layers, self.ks, seeds))
+                    for p in self.poolers]
+        samples, epochs = self.budgets[self.reference]
+        out += [("depth", self._config(p, lrs[p], samples, epochs, layers, (self.depth_k,), self.seeds))
+                for layers in self.depths if layers != self.base.layers for p in self.depth_poolers]
+        return out
+
+    def lr_configs(self) -> list[tuple[str, SNRConfig]]:
+        """(stage, config) of stage 1: every pooler at every rate, one run, the reference budget."""
+        samples, epochs = self.budgets[self.reference]
+        return [("lr", self._config(p, lr, samples, epochs, self.base.layers, (self.lr_k,), 1))
+                for lr in self.lrs for p in self.poolers]
+
+    def _config(self, pooler, lr, samples, epochs, layers, ks, seeds) -> SNRConfig:
+        return dataclasses.replace(self.base, poolers=(pooler,), lr=lr, num_samples=samples, epochs=epochs,
+                                   layers=layers, ks=tuple(ks), seeds=seeds)
+
+
+#: The committed CPU sweep: 1/16, 1/4 and 1 times quick mode's budget, sized to the CPU time it was given
+#: (its results.json has each run's CPU seconds).
+CPU_SWEEP = SweepConfig()
+
+
+def run_snr_sweep(sweep: SweepConfig = CPU_SWEEP, out_dir: str | os.PathLike | None = None, *, force: bool = False,
+                  progress: bool = True) -> tuple[pd.DataFrame, dict]:
+    """Run the three stages; return one row per (stage, budget, layers, lr, pooler, K) (columns :data:`COLUMNS`,
+    the analytic baselines as poolers ``baseline_mean`` / ``baseline_x0`` per budget, stage ``baseline``) and the
+    metadata (settings, the learning-rate choice, every run). With ``out_dir``, also write results.csv,
+    results.json, budget_sweep.png and report.html there (kept unless ``force``)."""
+    sweep = sweep.validated()
+    out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
+    started = time.perf_counter()
+    runs = []
+    lrs = {p: sweep.lrs[0] for p in sweep.poolers}
+    choice = {}
+    if len(sweep.lrs) > 1:
+        runs += _run_stage(sweep, sweep.lr_configs(), progress, "snr-sweep lr")
+        for pooler in sweep.poolers:
+            val = {r["lr"]: min(r["val_loss"]) for r in runs if r["pooler"] == pooler}
+            lrs[pooler] = min(val, key=val.get)
+            choice[pooler] = {"lr": lrs[pooler], "val_mse": {str(lr): v for lr, v in val.items()}}
+    runs += _run_stage(sweep, sweep.configs(lrs), progress, "snr-sweep")
+    frame = summarize(sweep, runs)
+    release_data()
+    meta = {"benchmark": "snr-sweep (Brothers, ICML 2025, KNN-centroid noise robustness over budgets)",
+            "settings": dataclasses.asdict(sweep), "quick_budget": [QUICK.num_samples, QUICK.epochs],
+            "lr_choice": choice, "runtime_seconds": round(time.perf_counter() - started, 1),
+            "provenance": run_provenance(), "runs": runs}
+    if out is not None:
+        title = _title(sweep)
+        write_results(out, frame, meta, PLOT, lambda tmp: plot_sweep(frame, tmp, title, sweep.lr_k))
+        write_bench_report(out / "report.html", title, {"results": frame}, {"budget sweep": out / PLOT},
+                           {k: v for k, v in meta.items() if k != "runs"})
+    return frame, meta
+
+
+def _run_stage(sweep: SweepConfig, configs: list[tuple[str, SNRConfig]], progress: bool, desc: str) -> list[dict]:
+    """Every run of ``configs``, the costliest first (so the last ones to finish are short); each run's dict gets
+    its stage, budget, layers and rate."""
+    jobs = [(stage, config, task) for stage, config in configs for task in tasks(config)]
+    jobs.sort(key=lambda j: -j[1].num_samples * j[1].epochs * max(j[1].layers, 1))
+    base = sweep.base
+    runs = run_jobs([(config, task) for _, config, task in jobs], base.workers, base.threads, progress, desc)
+    return [{"stage": stage, "samples": config.num_samples, "epochs": config.epochs, "layers": config.layers,
+             "lr": config.lr, **run} for (stage, config, _), run in zip(jobs, runs)]
+
+
+def summarize(sweep: SweepConfig, runs: list[dict]) -> pd.DataFrame:
+    """Per (stage, samples, epochs, layers, lr, pooler, K): mean and sample std (ddof 1; 0 for one run) of the
+    test MSE, runs, runs whose best epoch was the last, and their CPU seconds; then the analytic baselines."""
+    table = pd.DataFrame(runs).assign(last=lambda f: [b == len(v) - 1 for b, v in zip(f["best_epoch"], f["val_loss"])])
+    grouped = table.groupby(KEYS, sort=False)
+    frame = grouped["test_mse"].agg(mse_mean="mean", mse_std="std", seeds="count").reset_index()
+    frame["mse_std"] = frame["mse_std"].fillna(0.0)
+    frame["best_last"] = grouped["last"].sum().to_numpy()
+    frame["cpu_seconds"] = grouped["cpu_seconds"].sum().round(1).to_numpy()
+    rows = []
+    for samples, epochs in sweep.budgets:
+        config = dataclasses.replace(sweep.base, num_samples=samples, epochs=epochs).validated()
+        for (name, k), value in baselines(config).items():
+            rows.append(["baseline", samples, epochs, 0, 0.0, name, k, value, 0.0, 1, 0, 0.0])
+    frame = pd.concat([frame, pd.DataFrame(rows, columns=[*KEYS, "mse_mean", "mse_std", "seeds", "best_last",
+                                                          "cpu_seconds"])], ignore_index=True)
+    frame["budget_x"] = frame["samples"] * frame["epochs"] / (QUICK.num_samples * QUICK.epochs)
+    frame["snr"] = frame["K"] / sweep.base.num_vectors
+    order = {name: i for i, name in enumerate(("lr", "budget", "depth", "baseline", *sweep.poolers, *BASELINES))}
+    frame = frame.sort_values(["stage", "budget_x", "layers", "lr", "pooler", "K"], kind="stable",
+                              key=lambda col: col.map(order) if col.name in ("stage", "pooler") else col)
+    return frame[COLUMNS].reset_index(drop=True)
+
+
+def _title(sweep: SweepConfig) -> str:
+    budgets = ", ".join(f"{s}x{e}" for s, e in sweep.budgets)
+    return (f"KNN-centroid budget sweep: N={sweep.base.num_vectors}, budgets (samples x epochs) {budgets}, "
+            f"{sweep.base.layers} layer(s), {sweep.seeds} seeds ({sweep.largest_seeds} at the largest)")
+
+
+def plot_sweep(frame: pd.DataFrame, path: str | os.PathLike, title: str = "", k_shown: int | None = None) -> None:
+    """Left: mean / AdaPool test MSE against the budget (multiples of quick mode), one line per K. Right: each
+    pooler's test MSE against the budget at K = ``k_shown`` (the analytic baselines dashed)."""
+    plt = pyplot()
+    budget = frame[frame["stage"] == "budget"]
+    cells = budget.set_index(["pooler", "K", "budget_x"])["mse_mean"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=150)
+    if {"mean", "adapool"} <= set(budget["pooler"]):
+        for k in sorted(budget["K"].unique()):
+            xs = sorted(budget[budget["K"] == k]["budget_x"].unique())
+            left.plot(xs, [cells["mean", k, x] / cells["adapool", k, x] for x in xs], marker="o", label=f"K = {k}")
+    left.axhline(1.0, color="grey", lw=1, ls=":")
+    left.set_xscale("log", base=2)
+    left.set_xlabel("training budget (samples x epochs, multiples of --quick)")
+    left.set_ylabel("test MSE of mean / adapool")
+    left.legend(fontsize=7)
+    k_shown = k_shown if k_shown in set(budget["K"]) else budget["K"].iloc[0]
+    for name, group in budget[budget["K"] == k_shown].groupby("pooler", sort=False):
+        group = group.sort_values("budget_x")
+        right.errorbar(group["budget_x"], group["mse_mean"], yerr=group["mse_std"], marker="o", ms=3, capsize=2,
+                       label=name, color=PAPER_COLORS.get(name))
+    base = frame[(frame["stage"] == "baseline") & (frame["K"] == k_shown)]
+    base = base.assign(budget_x=base["budget_x"].clip(upper=budget["budget_x"].max())).sort_values("budget_x")
+    for name, group in base.groupby("pooler", sort=False):
+        right.plot(group["budget_x"], group["mse_mean"], ls="--", lw=1, color="grey" if name == BASELINES[0] else
+                   "black", label=name)
+    right.set_xscale("log", base=2)
+    right.set_yscale("log")
+    right.set_xlabel("training budget (multiples of --quick)")
+    right.set_ylabel(f"test MSE at K = {k_shown}")
+    right.legend(fontsize=6, ncol=2)
+    for ax in (left, right):
+        ax.grid(True, which="both", alpha=0.2)
+    save_figure(fig, path, title)
+
+
+# -- CLI ------------------------------------------------------------------------------------------------------
+def _budget(text: str) -> tuple[int, int]:
+    samples, _, epochs = text.lower().partition("x")
+    try:
+        return int(samples), int(epochs)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"budget {text!r} is not SAMPLESxEPOCHS, e.g. 4000x8") from None
+
+
+def add_snr_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``poolkit bench snr-sweep``; unset ones come from :data:`CPU_SWEEP` and ``--quick``."""
+    d = CPU_SWEEP
+    parser.add_argument("--poolers", nargs="+", metavar="NAME", help=f"default: {','.join(d.poolers)}")
+    parser.add_argument("--ks", type=int, nargs="+", metavar="K", help=f"default: {' '.join(map(str, d.ks))}")
+    parser.add_argument("--budgets", type=_budget, nargs="+", metavar="SAMPLESxEPOCHS",
+                        help="training budgets (default: " + " ".join(f"{s}x{e}" for s, e in d.budgets) + ")")
+    parser.add_argument("--reference", type=int, help="index of the budget where the learning rate is chosen and "
+                        "depth is swept (default: the one closest to --quick's 4000x8)")
+    parser.add_argument("--seeds", type=int, help=f"runs per cell (default: {d.seeds})")
+    parser.add_argument("--largest-seeds", type=int, help=f"runs per cell at the largest budget (default: "
+                        f"{d.largest_seeds})")
+    parser.add_argument("--lrs", type=float, nargs="+", metavar="LR", help="Adam rates chosen from on validation "
+                        f"rows (default: {' '.join(map(str, d.lrs))})")
+    parser.add_argument("--lr-k", type=int, help=f"K of the rate choice (default: {d.lr_k})")
+    parser.add_argument("--depths", type=int, nargs="*", metavar="LAYERS",
+                        help=f"encoder depths at the reference budget; none: no depth stage (default: "
+                             f"{' '.join(map(str, d.depths))})")
+    parser.add_argument("--depth-poolers", nargs="+", metavar="NAME", help=f"default: {','.join(d.depth_poolers)}")
+    parser.add_argument("--depth-k", type=int, help=f"default: {d.depth_k}")
+    parser.add_argument("--workers", type=int, help=f"CPU processes (default: {d.base.workers})")
+    parser.add_argument("--threads", type=int, help=f"torch threads per worker (default: {d.base.threads})")
+    add_output_arguments(parser, PLOT)
+
+
+def sweep_from_args(args: argparse.Namespace) -> SweepConfig:
+    """:data:`CPU_SWEEP` with the explicitly given options applied."""
+    from ..cli.common import split_names
+
+    changes = {name: getattr(args, name) for name in ("poolers", "ks", "budgets", "reference", "seeds",
+                                                       "largest_seeds", "lrs", "lr_k", "depths", "depth_poolers",
+                                                       "depth_k") if getattr(args, name, None) is not None}
+    for name in ("poolers", "depth_poolers"):
+        if name in changes:
+            changes[name] = split_names(changes[name])
+    changes = {name: tuple(v) if isinstance(v, list) else v for name, v in changes.items()}
+    base = {f: getattr(args, f) for f in ("workers", "threads") if getattr(args, f, None) is not None}
+    return dataclasses.replace(CPU_SWEEP, base=dataclasses.replace(CPU_SWEEP.base, **base), **changes)
+
+
+def run_snr_sweep_command(args: argparse.Namespace) -> int:
+    """``poolkit bench snr-sweep``: run, print the budget table, write --out. Bad input raises PoolkitError."""
+    from rich.table import Table
+
+    sweep = sweep_from_args(args)
+    started = time.perf_counter()
+    frame, _ = run_snr_sweep(sweep, args.out, force=args.force, progress=not args.no_progress)
+    shown = frame[frame["stage"] == "budget"].pivot_table(index=["budget_x", "K"], columns="pooler",
+                                                          values="mse_mean", sort=False)
+    table = Table(title="SNR budget sweep: test MSE (mean over seeds) by budget (multiples of --quick) and K")
+    for column in ["budget", "K", *shown.columns]:
+        table.add_column(str(column), justify="right")
+    for (budget, k), row in shown.iterrows():
+        table.add_row(f"{budget:g}x", str(k), *(f"{v:.4g}" if np.isfinite(v) else "" for v in row))
+    print_report(table, started, args.out)
+    return 0

@@ -1,0 +1,101 @@
+"""The SNR budget sweep: its tiny setting end to end, the learning-rate choice on validation rows, seeding, CLI."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import pandas as pd
+import pytest
+
+from poolkit.bench import snr, snr_sweep
+from poolkit.errors import PoolkitError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+TINY = snr_sweep.SweepConfig(
+    base=dataclasses.replace(snr.QUICK, num_vectors=12, batch_size=32, workers=1),
+    poolers=("mean", "adapool", "cls"), ks=(2, 4), budgets=((60, 1), (80, 2)), reference=0, seeds=2,
+    largest_seeds=3, lrs=(1e-2, 3e-3), lr_k=4, depths=(0, 1), depth_poolers=("cls",), depth_k=2)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    frame, meta = snr_sweep.run_snr_sweep(TINY, out, progress=False)
+    return out, frame, meta
+
+
+def test_tiny_sweep_runs_end_to_end_and_writes_its_files(tiny_run):
+    out, frame, meta = tiny_run
+    assert list(frame.columns) == snr_sweep.COLUMNS
+    assert pd.read_csv(out / "results.csv").equals(frame)
+    assert json.loads((out / "results.json").read_text())["runs"] == meta["runs"]
+    assert (out / snr_sweep.PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / "report.html").exists()
+    budget = frame[frame["stage"] == "budget"]
+    # every pooler at every K and budget; the largest budget has largest_seeds runs per cell, the others seeds
+    assert len(budget) == 2 * 3 * 2
+    assert set(budget[budget["samples"] == 80]["seeds"]) == {3} and set(budget[budget["samples"] == 60]["seeds"]) == {2}
+    assert list(budget["budget_x"].unique()) == [60 / 32000, 80 * 2 / 32000]
+    # depth: only the layer counts not already in the budget stage (base 1 layer), at the reference budget, depth_k
+    depth = frame[frame["stage"] == "depth"]
+    assert list(depth[["layers", "pooler", "K", "samples"]].itertuples(index=False, name=None)) == [(0, "cls", 2, 60)]
+    # the baselines once per budget and K; each cell's CPU seconds are the sum over its runs
+    assert len(frame[frame["stage"] == "baseline"]) == 2 * 2 * 2
+    runs = pd.DataFrame(meta["runs"])
+    assert len(runs) == 3 * 2 + (2 * 2 + 3 * 2) * 3 + 2
+    cell = budget.iloc[0]
+    mine = runs[(runs["stage"] == "budget") & (runs["pooler"] == cell["pooler"]) & (runs["K"] == cell["K"])
+                & (runs["samples"] == cell["samples"])]
+    assert cell["cpu_seconds"] == pytest.approx(mine["cpu_seconds"].sum(), abs=0.051)
+    assert cell["mse_mean"] == pytest.approx(mine["test_mse"].mean())
+
+
+def test_learning_rate_is_chosen_on_validation_rows_and_used_after(tiny_run):
+    # catches a choice by test MSE (or by the last epoch's loss) and a chosen rate that later runs ignore
+    _, _, meta = tiny_run
+    runs = pd.DataFrame(meta["runs"])
+    for pooler in TINY.poolers:
+        tried = runs[(runs["stage"] == "lr") & (runs["pooler"] == pooler)]
+        assert sorted(tried["lr"]) == sorted(TINY.lrs) and set(tried["K"]) == {TINY.lr_k}
+        best_val = {row.lr: min(row.val_loss) for row in tried.itertuples()}
+        chosen = min(best_val, key=best_val.get)
+        assert meta["lr_choice"][pooler]["lr"] == chosen
+        later = runs[(runs["stage"] != "lr") & (runs["pooler"] == pooler)]
+        assert set(later["lr"]) == {chosen}
+
+
+def test_same_seed_same_numbers(tiny_run):
+    _, frame, _ = tiny_run
+    again, _ = snr_sweep.run_snr_sweep(TINY, progress=False)
+    columns = [c for c in snr_sweep.COLUMNS if c != "cpu_seconds"]
+    pd.testing.assert_frame_equal(again[columns], frame[columns])
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"budgets": ()}, "budgets"),
+    ({"budgets": ((60, 1), (60, 1))}, "budgets"),
+    ({"reference": 2}, "reference"),
+    ({"lrs": (0.0,)}, "lrs"),
+    ({"depth_poolers": ("max",)}, "depth_poolers"),
+    ({"depths": (-1,)}, "depths"),
+    ({"poolers": ("nope",)}, "unknown pooler"),
+    ({"ks": (2, 40)}, "at most"),
+    ({"lr_k": 40}, "at most"),
+])
+def test_bad_sweep_raises(change, match):
+    with pytest.raises(PoolkitError, match=match):
+        dataclasses.replace(TINY, **change).validated()
+
+
+def test_cli_arguments():
+    parser = argparse.ArgumentParser()
+    snr_sweep.add_snr_sweep_arguments(parser)
+    assert snr_sweep.sweep_from_args(parser.parse_args([])) == snr_sweep.CPU_SWEEP
+    sweep = snr_sweep.sweep_from_args(parser.parse_args(["--budgets", "100x1", "200X2", "--poolers", "mean,cls",
+                                                         "--depths", "--workers", "1", "--lrs", "0.01"]))
+    assert sweep.budgets == ((100, 1), (200, 2)) and sweep.poolers == ("mean", "cls") and sweep.depths == ()
+    assert sweep.base.workers == 1 and sweep.lrs == (0.01,) and sweep.seeds == snr_sweep.CPU_SWEEP.seeds
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--budgets", "100-1"])
