@@ -166,10 +166,10 @@ class TaskArithmetic:
             fold_dirs = model_folds(run)
             task = _Task(name, run, fold_dirs, [json.loads((f / META).read_text()) for f in fold_dirs])
             for fold, meta in zip(fold_dirs, task.metas):
-                self._check_base(run, meta)
                 with hf_bars_off():
                     model = PooledModel.from_pretrained(fold)
                 self._check_architecture(run, model)
+                self._check_base(run, meta)
                 task.tuned.append({k: v.detach() for k, v in model.encoder.state_dict().items()})
                 model.encoder = self.encoder  # every task's pooler + head reads the one (merged) encoder
                 task.models.append(model.eval())
@@ -290,7 +290,8 @@ class TaskArithmetic:
                 if k >= len(task.folds):
                     continue
                 dest = tmp / task.name / f"fold_{k}"
-                task.models[k].save_pretrained(dest)
+                with hf_bars_off():
+                    task.models[k].save_pretrained(dest)
                 load_tokenizer(str(task.folds[k])).save_pretrained(dest)
                 meta = {key: task.metas[k][key] for key in ("task", "label_names", "target_cols", "text_col", "fold",
                                                             "n_folds", "config", "target_mean", "target_std",
