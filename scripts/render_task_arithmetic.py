@@ -27,7 +27,8 @@ DESCRIBE = {"all": "all parameters", "attention": "attention only (W_q, W_k, W_v
 
 
 def pm(mean: float, std: float, fmt: str = "{:.3f}") -> str:
-    return f"{fmt.format(mean)} ± {fmt.format(std)}" if std == std else fmt.format(mean)
+    """``mean ± std`` (the std unsigned; the mean alone when there is no std)."""
+    return f"{fmt.format(mean)} ± {fmt.replace('+', '').format(std)}" if std == std else fmt.format(mean)
 
 
 def render_presets() -> str:
@@ -59,26 +60,27 @@ def render_results(summary: pd.DataFrame) -> str:
         part = summary[summary["mode"] == mode]
         lines += [f"**{DESCRIBE[mode]}** (`{mode}`; {int(part['seeds'].iloc[0])} seeds, mean ± sample std):", "",
                   "| task | metric | single task | merged | own vector alone | single-task skill | merged skill | "
-                  "normalised skill | interference | alpha |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "skill change by merging | interference | alpha |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for row in part.itertuples(index=False):
             lines.append(f"| {row.task} | {row.metric} | {pm(row.finetuned_mean, row.finetuned_std)} | "
                          f"{pm(row.merged_mean, row.merged_std)} | {pm(row.own_mean, row.own_std)} | "
                          f"{pm(row.finetuned_skill_mean, row.finetuned_skill_std)} | "
                          f"{pm(row.merged_skill_mean, row.merged_skill_std)} | "
-                         f"{pm(row.normalised_mean, row.normalised_std)} | "
+                         f"{pm(row.change_mean, row.change_std, '{:+.3f}')} | "
                          f"{pm(row.interference_mean, row.interference_std)} | {pm(row.alpha_mean, row.alpha_std, '{:.2f}')} |")
         lines.append("")
     return "\n".join(lines)
 
 
 def render_modes(modes: pd.DataFrame) -> str:
-    lines = ["| mode | single-task skill | merged skill | normalised skill | normalised − `all`'s (paired by seed) |",
-             "|---|---:|---:|---:|---:|"]
+    lines = ["| mode | single-task skill | merged skill | skill change by merging | change − `all`'s (paired by seed) "
+             "| interference |", "|---|---:|---:|---:|---:|---:|"]
     for row in modes.itertuples(index=False):
-        diff = "—" if row.mode == "all" else pm(row.normalised_vs_all_mean, row.normalised_vs_all_std, "{:+.3f}")
+        diff = "—" if row.mode == "all" else pm(row.change_vs_all_mean, row.change_vs_all_std, "{:+.3f}")
         lines.append(f"| {row.mode} | {pm(row.finetuned_skill_mean, row.finetuned_skill_std)} | "
-                     f"{pm(row.merged_skill_mean, row.merged_skill_std)} | {pm(row.normalised_mean, row.normalised_std)}"
-                     f" | {diff} |")
+                     f"{pm(row.merged_skill_mean, row.merged_skill_std)} | "
+                     f"{pm(row.change_mean, row.change_std, '{:+.3f}')} | {diff} | "
+                     f"{pm(row.interference_mean, row.interference_std)} |")
     return "\n".join(lines)
 
 
@@ -91,28 +93,32 @@ def verdict(diff_mean: float, diff_std: float, seeds: int) -> str:
     return f"larger than the seed spread over {seeds} seeds (a small sample)"
 
 
-def render_paper(frame: pd.DataFrame, summary: pd.DataFrame, modes: pd.DataFrame) -> str:
+def paired(frame: pd.DataFrame, mode: str, other: str, column: str) -> tuple[float, float, int]:
+    """``mode``'s per-seed mean over tasks of ``column`` minus ``other``'s: mean, sample std, seeds."""
+    cell = frame.groupby(["mode", "seed"])[column].mean()
+    diff = (cell.loc[mode] - cell.loc[other]).dropna()
+    return float(diff.mean()), float(diff.std(ddof=1)) if len(diff) > 1 else float("nan"), len(diff)
+
+
+def render_paper(frame: pd.DataFrame, modes: pd.DataFrame) -> str:
+    """Each claim of the paper beside the paired differences it predicts: merging costs attention-only less skill
+    than full fine-tuning, and less again with a head that did not train with the encoder."""
     by_mode = modes.set_index("mode")
-    lines = ["| claim (Jin et al.) | ours |", "|---|---|"]
-    if {"all", "attention"} <= set(by_mode.index):
-        row = by_mode.loc["attention"]
-        direction = "higher" if row["normalised_vs_all_mean"] > 0 else "not higher"
-        lines.append(f"| {PAPER['attention_vs_all']} | attention-only's normalised skill is {direction} than full "
-                     f"fine-tuning's: {pm(row['normalised_mean'], row['normalised_std'])} vs "
-                     f"{pm(by_mode.loc['all', 'normalised_mean'], by_mode.loc['all', 'normalised_std'])}, paired "
-                     f"difference {pm(row['normalised_vs_all_mean'], row['normalised_vs_all_std'], '{:+.3f}')}: "
-                     f"{verdict(row['normalised_vs_all_mean'], row['normalised_vs_all_std'], int(row['seeds']))} |")
-    if {"attention", "attention_frozen_head"} <= set(by_mode.index):
-        cell = frame.groupby(["mode", "seed"])["normalised"].mean()
-        diff = (cell.loc["attention_frozen_head"] - cell.loc["attention"]).dropna()
-        std = diff.std(ddof=1) if len(diff) > 1 else float("nan")
-        inter = summary.groupby("mode")["interference_mean"].mean()
-        direction = "higher" if diff.mean() > 0 else "not higher"
-        lines.append(f"| {PAPER['heads']} | with the head trained first and frozen, attention-only's normalised skill "
-                     f"is {direction}: paired difference {pm(diff.mean(), std, '{:+.3f}')} "
-                     f"({verdict(diff.mean(), std, len(diff))}); mean interference over tasks "
-                     f"{inter['attention_frozen_head']:.3f} frozen vs {inter['attention']:.3f} trained with the "
-                     "encoder |")
+    lines = ["| claim (Jin et al.) | ours: skill change by merging, paired by seed | ours: interference |",
+             "|---|---|---|"]
+    for claim, mode, other in ((PAPER["attention_vs_all"], "attention", "all"),
+                               (PAPER["heads"], "attention_frozen_head", "attention")):
+        if not {mode, other} <= set(by_mode.index):
+            continue
+        mean, std, seeds = paired(frame, mode, other, "change")
+        better = "costs less" if mean > 0 else "does not cost less"
+        inter = paired(frame, mode, other, "interference")
+        lines.append(f"| {claim} | merging `{mode}` {better} than `{other}`: "
+                     f"{pm(by_mode.loc[mode, 'change_mean'], by_mode.loc[mode, 'change_std'], '{:+.3f}')} vs "
+                     f"{pm(by_mode.loc[other, 'change_mean'], by_mode.loc[other, 'change_std'], '{:+.3f}')}, "
+                     f"difference {pm(mean, std, '{:+.3f}')}: {verdict(mean, std, seeds)} | "
+                     f"`{mode}` − `{other}`: {pm(inter[0], inter[1], '{:+.3f}')} "
+                     f"({'lower' if inter[0] < 0 else 'not lower'}) |")
     return "\n".join(lines)
 
 
@@ -135,7 +141,7 @@ def render(folder: Path = FOLDER) -> dict[str, str]:
     frame = pd.read_csv(folder / "results.csv")
     summary, modes = summarize(frame), mode_summary(frame)
     return {"presets": render_presets(), "data": render_data(results), "results": render_results(summary),
-            "modes": render_modes(modes), "paper": render_paper(frame, summary, modes), "cost": render_cost(results)}
+            "modes": render_modes(modes), "paper": render_paper(frame, modes), "cost": render_cost(results)}
 
 
 def main(argv: list[str] | None = None) -> int:

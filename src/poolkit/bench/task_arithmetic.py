@@ -48,8 +48,8 @@ MODES = {"all": ("all", False), "attention": ("attention", False), "attention_fr
 RESULT_FILES = ("results.csv", "results.json", "task_arithmetic.png")
 COLUMNS = ["mode", "seed", "task", "kind", "metric", "finetuned", "merged", "own", "finetuned_skill", "merged_skill",
            "own_skill", "change", "interference", "alpha", "trainable_params", "train_seconds"]
-#: What Jin et al. report (qualitative: their experiments merge CLIP image encoders on eight vision tasks and T5 on
-#: text tasks, so their numbers do not transfer to this setting).
+#: What Jin et al. report, qualitatively: their models, tasks and training budgets are far larger than this
+#: benchmark's, so only the direction of each finding is compared.
 PAPER = {"attention_vs_all": "attention-only fine-tuning gives task vectors whose sum keeps more of each task's "
          "accuracy than full fine-tuning's (better weight disentanglement), close to NTK linearisation without its "
          "cost", "heads": "task-specific heads trained with the encoder hinder the decoupling"}
