@@ -184,3 +184,16 @@ def test_frozen_head_is_trained_first_then_fixed(model_dir, tmp_path, monkeypatc
     assert not torch.allclose(saved["weight"], fresh, atol=0.05)
     with pytest.raises(PoolkitError, match="nothing to train"):
         replace(config, train_only="head").check()
+
+
+def test_fold_models_merge_fold_by_fold_or_averaged(runs, model_dir, tmp_path):
+    # catches --folds average taking one fold's encoder instead of the mean, and fold K merged with another count
+    fit(toy_config(model_dir, folds=2, epochs=1), toy_data(), tmp_path / "two", progress=False)
+    merger = TaskArithmetic(model_dir, [tmp_path / "two"], folds="average")
+    merger.load_merged([1.0])
+    folds = [encoder_state(tmp_path / "two" / f"fold_{k}") for k in (0, 1)]
+    for name, value in merger.encoder.state_dict().items():
+        if value.is_floating_point():
+            assert torch.allclose(value, (folds[0][name] + folds[1][name]) / 2, atol=1e-6)
+    with pytest.raises(PoolkitError, match="different fold counts"):
+        TaskArithmetic(model_dir, [tmp_path / "two", runs["good"]])
