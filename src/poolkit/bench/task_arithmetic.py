@@ -62,14 +62,14 @@ class TaskArithmeticConfig:
     tasks: tuple[str, ...] = ("builtin:wordnet-supersense", "builtin:wordnet-depth", "builtin:fortunes")
     #: rows drawn (stratified, ``data_seed``) from each task's table; 64% are fit on, 16% choose the checkpoint and
     #: alpha, 20% are the test rows
-    rows: int = 250
+    rows: int = 800
     modes: tuple[str, ...] = tuple(MODES)
     seeds: int = 2
     seed: int = 0
     data_seed: int = 0
     epochs: int = 1
     batch_size: int = 16
-    max_length: int = 48
+    max_length: int = 64
     encoder_lr: float = 2e-4
     pooler_lr: float = 1e-2
     #: epochs of the pooler + head on the frozen encoder before an ``attention_frozen_head`` run
