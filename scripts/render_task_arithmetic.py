@@ -40,8 +40,8 @@ def render_presets() -> str:
     names = ["tasks", "rows per task (64% fit, 16% validation, 20% test)", "epochs", "batch size", "max length",
              "encoder / pooler + head learning rate", "frozen-head epochs (first stage)", "alpha grid", "seeds",
              "torch threads"]
-    rows = ["Rendered from `poolkit.bench.task_arithmetic.PRESETS`:", "", "| setting | default | `--full` | `--quick` |",
-            "|---|---|---|---|"]
+    rows = ["Rendered from `poolkit.bench.task_arithmetic.PRESETS`:", "",
+            "| setting | default | `--full` | `--quick` |", "|---|---|---|---|"]
     cols = [column(PRESETS[p]) for p in ("default", "full", "quick")]
     rows += [f"| {n} | " + " | ".join(c[i] for c in cols) + " |" for i, n in enumerate(names)]
     return "\n".join(rows)
@@ -60,21 +60,23 @@ def render_results(summary: pd.DataFrame) -> str:
         part = summary[summary["mode"] == mode]
         lines += [f"**{DESCRIBE[mode]}** (`{mode}`; {int(part['seeds'].iloc[0])} seeds, mean ± sample std):", "",
                   "| task | metric | single task | merged | own vector alone | single-task skill | merged skill | "
-                  "skill change by merging | interference | alpha |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "skill change by merging | interference | alpha |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for row in part.itertuples(index=False):
             lines.append(f"| {row.task} | {row.metric} | {pm(row.finetuned_mean, row.finetuned_std)} | "
                          f"{pm(row.merged_mean, row.merged_std)} | {pm(row.own_mean, row.own_std)} | "
                          f"{pm(row.finetuned_skill_mean, row.finetuned_skill_std)} | "
                          f"{pm(row.merged_skill_mean, row.merged_skill_std)} | "
                          f"{pm(row.change_mean, row.change_std, '{:+.3f}')} | "
-                         f"{pm(row.interference_mean, row.interference_std)} | {pm(row.alpha_mean, row.alpha_std, '{:.2f}')} |")
+                         f"{pm(row.interference_mean, row.interference_std)} | "
+                         f"{pm(row.alpha_mean, row.alpha_std, '{:.2f}')} |")
         lines.append("")
     return "\n".join(lines)
 
 
 def render_modes(modes: pd.DataFrame) -> str:
-    lines = ["| mode | single-task skill | merged skill | skill change by merging | change − `all`'s (paired by seed) "
-             "| interference |", "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| mode | single-task skill | merged skill | skill change by merging | "
+             "change − `all`'s (paired by seed) | interference |", "|---|---:|---:|---:|---:|---:|"]
     for row in modes.itertuples(index=False):
         diff = "—" if row.mode == "all" else pm(row.change_vs_all_mean, row.change_vs_all_std, "{:+.3f}")
         lines.append(f"| {row.mode} | {pm(row.finetuned_skill_mean, row.finetuned_skill_std)} | "

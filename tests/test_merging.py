@@ -19,7 +19,7 @@ from poolkit import PoolkitError
 from poolkit.cli import main as cli_main
 from poolkit.data import TableData
 from poolkit.models import PooledModel
-from poolkit.training import finetune, merging
+from poolkit.training import finetune
 from poolkit.training.finetune import fit
 from poolkit.training.merging import TaskArithmetic, merge, merged_state, skill
 from tiny_models import tiny_bert_dir
@@ -125,8 +125,9 @@ def test_the_search_scores_validation_rows_only_and_the_merge_serves_predict_and
     assert np.load(tmp_path / "e.npy").shape == (6, 32)
 
 
-@pytest.mark.parametrize("other, says", [({"seed": 1}, "different base encoder"),
-                                          ({"hidden": 48}, "different encoder architecture from --base .*: hidden_size 32 vs 48")])
+@pytest.mark.parametrize("other, says", [
+    ({"seed": 1}, "different base encoder"),
+    ({"hidden": 48}, "different encoder architecture from --base .*: hidden_size 32 vs 48")])
 def test_runs_of_another_base_are_refused_in_one_line(runs, tmp_path, capsys, other, says):
     # catches a merge that only compares shapes (same architecture, other weights) or crashes on other shapes
     base = tiny_bert_dir(tmp_path / "other", **other)

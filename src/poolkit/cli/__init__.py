@@ -1,5 +1,5 @@
-"""The ``poolkit`` command: train, predict, embed, merge, compare, data, cache, bench, zoo. One small module per command: each
-parses its arguments, calls the Python API (:mod:`poolkit.training.api`) and prints.
+"""The ``poolkit`` command: train, predict, embed, merge, compare, data, cache, bench, zoo. One small module per
+command: each parses its arguments, calls the Python API (:mod:`poolkit.training.api`) and prints.
 
 Bad input ends with ``error: <one line>`` and exit code 2 (``--debug`` shows the traceback).
 """
