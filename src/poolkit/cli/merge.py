@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="`poolkit train` --out folders (or fold_K folders), one per task")
     parser.add_argument("--names", nargs="+", metavar="NAME", help="task names, one per run (default: folder names)")
     parser.add_argument("--data", nargs="+", metavar="DATA", help="per run, the table it was trained on (file or "
-                        "builtin:NAME, with the same --limit: its sample is recovered); needed by --alpha-search")
+                        "builtin:NAME; for a run trained with --limit, the whole table: the run's sample is drawn "
+                        "again from it); needed by --alpha-search")
     how = parser.add_mutually_exclusive_group(required=True)
     how.add_argument("--alpha", type=float, nargs="+", metavar="A",
                      help="scaling of the task vectors: one shared, or one per run")
