@@ -18,9 +18,10 @@ from dist_worker import toy_config, toy_data
 from poolkit import PoolkitError
 from poolkit.cli import main as cli_main
 from poolkit.data import TableData
+from poolkit.data.tables import stratified_sample
 from poolkit.models import PooledModel
 from poolkit.training import finetune
-from poolkit.training.finetune import fit
+from poolkit.training.finetune import data_sha1, fit
 from poolkit.training.merging import TaskArithmetic, merge, merged_state, skill
 from tiny_models import tiny_bert_dir
 
@@ -198,3 +199,14 @@ def test_fold_models_merge_fold_by_fold_or_averaged(runs, model_dir, tmp_path):
             assert torch.allclose(value, (folds[0][name] + folds[1][name]) / 2, atol=1e-6)
     with pytest.raises(PoolkitError, match="different fold counts"):
         TaskArithmetic(model_dir, [tmp_path / "two", runs["good"]])
+
+
+def test_the_sample_of_a_limit_run_is_found_in_the_whole_table(model_dir, tmp_path):
+    # catches a search that scores a --limit run's rows against the whole table (its row indices would point at
+    # other texts)
+    whole = toy_data(60)
+    config = toy_config(model_dir, epochs=1)
+    fit(config, stratified_sample(whole, 40, config.seed), tmp_path / "r", progress=False)
+    found = TaskArithmetic(model_dir, [tmp_path / "r"], [whole]).tasks[0].data
+    assert len(found) == 40 and data_sha1(found) == json.loads((tmp_path / "r" / "fold_0" / finetune.META).read_text())[
+        "data_sha1"]
