@@ -91,7 +91,7 @@ def verdict(diff_mean: float, diff_std: float, seeds: int) -> str:
     if seeds < 2 or diff_std != diff_std:
         return "one seed: no spread to judge it by"
     if abs(diff_mean) <= diff_std:
-        return f"within the seed spread (|mean| <= sample std over {seeds} seeds)"
+        return f"within the seed spread: the mean is within one sample std over {seeds} seeds"
     return f"larger than the seed spread over {seeds} seeds (a small sample)"
 
 
@@ -120,7 +120,7 @@ def render_paper(frame: pd.DataFrame, modes: pd.DataFrame) -> str:
                      f"{pm(by_mode.loc[other, 'change_mean'], by_mode.loc[other, 'change_std'], '{:+.3f}')}, "
                      f"difference {pm(mean, std, '{:+.3f}')}: {verdict(mean, std, seeds)} | "
                      f"`{mode}` − `{other}`: {pm(inter[0], inter[1], '{:+.3f}')} "
-                     f"({'lower' if inter[0] < 0 else 'not lower'}) |")
+                     f"({'lower' if inter[0] < 0 else 'not lower'}; {verdict(*inter)}) |")
     return "\n".join(lines)
 
 
