@@ -112,6 +112,7 @@ def test_the_hf_extra_alone_encodes_texts(tmp_path):
     ("compare", "poolkit.training.api"),
     ("train", "poolkit.training.api"),
     ("predict", "poolkit.training.api"),
+    ("merge", "poolkit.training.merging"),
 ])
 def test_lazy_names_are_listed_and_resolve(name, module):
     assert name in poolkit.__all__

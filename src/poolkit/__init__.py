@@ -20,6 +20,7 @@ _LAZY = {
     "compare": "poolkit.training.api",
     "train": "poolkit.training.api",
     "predict": "poolkit.training.api",
+    "merge": "poolkit.training.merging",
 }
 
 

@@ -13,7 +13,7 @@ DESCRIPTION = "Fine-tune encoder + pooler + head. Writes fold_*/ models, oof.csv
 #: TrainConfig fields set by flags of the same name; unset ones keep TrainConfig's defaults.
 SETTINGS = ("folds", "val_fraction", "epochs", "batch_size", "encoder_lr", "pooler_lr", "layer_decay", "weight_decay",
             "warmup_ratio", "scheduler", "grad_accum", "max_grad_norm", "precision", "max_length", "patience", "seed",
-            "train_only", "head_dropout")
+            "train_only", "frozen_head", "head_dropout")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--seed", type=int, help="default 42")
     add("--train-only", choices=["all", "attention", "head"],
         help="attention: only self-attention projections + pooler + head (Jin et al. 2024); head: frozen encoder")
+    add("--frozen-head", type=positive(int), metavar="EPOCHS",
+        help="train the pooler + head EPOCHS epochs on the frozen encoder first, then keep them fixed while the "
+        "encoder trains (LP-FT; for task arithmetic, poolkit merge)")
     add("--head-dropout", type=float, help="default 0.1")
     out = parser.add_argument_group("output")
     out.add_argument("--out", required=True, help="output folder (model per fold, oof.csv, metrics.json, train.log)")

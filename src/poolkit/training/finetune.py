@@ -127,6 +127,10 @@ class TrainConfig:
     eval_every: int | None = None
     seed: int = 42
     train_only: str = "all"
+    #: > 0: a frozen-head run (LP-FT, Kumar et al. 2022): the pooler and head first train this many epochs on the
+    #: frozen encoder, then stay fixed while ``train_only`` trains the encoder (Jin et al. 2024 find that heads
+    #: trained together with the encoder hinder the decoupling of task vectors)
+    frozen_head: int = 0
     head_dropout: float = 0.1
     padding: str = "longest"
 
@@ -142,6 +146,7 @@ class TrainConfig:
         rules = [("folds", self.folds >= 1, "at least 1"), ("epochs", self.epochs >= 1, "at least 1"),
                  ("batch_size", self.batch_size >= 1, "at least 1"), ("grad_accum", self.grad_accum >= 1, "at least 1"),
                  ("max_length", self.max_length >= 1, "at least 1"), ("patience", self.patience >= 0, "0 or more"),
+                 ("frozen_head", self.frozen_head >= 0, "0 or more"),
                  ("eval_every", self.eval_every is None or self.eval_every >= 1, "at least 1 step"),
                  ("warmup_ratio", 0 <= self.warmup_ratio < 1, "in [0, 1)"),
                  ("layer_decay", 0 < self.layer_decay <= 1, "in (0, 1]"),
@@ -159,6 +164,9 @@ class TrainConfig:
         for name, ok, rule in rules:
             if not ok:
                 raise PoolkitError(f"--{name.replace('_', '-')} must be {rule}, got {getattr(self, name)!r}")
+        if self.frozen_head and self.train_only == "head":
+            raise PoolkitError("--frozen-head with --train-only head leaves nothing to train after the head: "
+                               "use --train-only attention or all")
 
 
 @dataclass
@@ -179,6 +187,36 @@ class Progress:
 def head_scores(task: str, outputs: np.ndarray) -> np.ndarray:
     """Raw head outputs (N, C) -> class probabilities (classification), label probabilities (multilabel) or values."""
     return {"classification": softmax, "multilabel": sigmoid}.get(task, np.asarray)(outputs)
+
+
+def weights_digest(module: torch.nn.Module) -> str:
+    """SHA-1 of a module's state (names, dtypes, shapes and bytes, in name order): which base encoder a run started
+    from, recorded as ``base_sha1`` and checked by :mod:`poolkit.training.merging`."""
+    digest = hashlib.sha1()
+    for name, tensor in sorted(module.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+def fit_head_first(model: PooledModel, loader: DataLoader, sampler: LengthGroupedBatchSampler, config: TrainConfig,
+                   device: torch.device) -> None:
+    """Stage 1 of a frozen-head run (LP-FT, Kumar et al. 2022): the pooler and head alone, ``config.frozen_head``
+    epochs on the fit rows with the encoder frozen and in eval mode (AdamW at ``pooler_lr``, constant rate)."""
+    freeze(model, "head")
+    model.to(device).train()
+    model.encoder.eval()
+    optimizer = torch.optim.AdamW(param_groups(model, config.encoder_lr, config.pooler_lr, 1.0, config.weight_decay))
+    for epoch in range(config.frozen_head):
+        sampler.epoch = epoch
+        for batch in loader:
+            targets = batch.pop("targets").to(device)
+            loss = model(**{k: v.to(device) for k, v in batch.items()}, labels=targets).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    model.train()
 
 
 class _ShortBatchLast(Sampler[list[int]]):
@@ -225,13 +263,18 @@ def _infer(model: torch.nn.Module, loader: DataLoader, sampler: LengthGroupedBat
     return sampler.restore(torch.cat(chunks).numpy())
 
 
-def _fingerprint(config: TrainConfig, data: TableData) -> dict[str, Any]:
-    """The protocol, the settings and a hash of the data: a resumed run must match all three."""
+def data_sha1(data: TableData) -> str:
+    """SHA-1 of a table's task, labels, target columns, texts and targets: recorded by every run (``data_sha1``)."""
     digest = hashlib.sha1(json.dumps([data.task, data.label_names, list(data.target_cols)]).encode())
     for text in data.texts:
         digest.update(text.encode() + b"\0")
     digest.update(np.ascontiguousarray(data.targets).tobytes())
-    return {"cv_protocol": CV_PROTOCOL, "config": config.to_dict(), "data_sha1": digest.hexdigest()}
+    return digest.hexdigest()
+
+
+def _fingerprint(config: TrainConfig, data: TableData) -> dict[str, Any]:
+    """The protocol, the settings and a hash of the data: a resumed run must match all three."""
+    return {"cv_protocol": CV_PROTOCOL, "config": config.to_dict(), "data_sha1": data_sha1(data)}
 
 
 def _check_same(saved: dict[str, Any], current: dict[str, Any], where: Path) -> None:
@@ -242,8 +285,9 @@ def _check_same(saved: dict[str, Any], current: dict[str, Any], where: Path) -> 
     if saved["data_sha1"] != current["data_sha1"]:
         raise PoolkitError(f"cannot resume {where}: it was trained on different data; "
                            "use the same table, or --force to start over")
-    changed = [f"--{k.replace('_', '-')} {saved['config'].get(k)!r} -> {v!r}"
-               for k, v in current["config"].items() if saved["config"].get(k) != v]
+    defaults = TrainConfig().to_dict()  # a setting added since the saved run was made had its default then
+    changed = [f"--{k.replace('_', '-')} {saved['config'].get(k, defaults.get(k))!r} -> {v!r}"
+               for k, v in current["config"].items() if saved["config"].get(k, defaults.get(k)) != v]
     if changed:
         raise PoolkitError(f"cannot resume {where}: settings differ ({'; '.join(changed)}); "
                            "resume with the same options, or --force to start over")
@@ -471,14 +515,20 @@ class _Fold:
         model = PooledModel.from_encoder(run.model_path, pooler=config.pooler, task=data.task,
                                          num_labels=data.n_outputs, label_names=data.label_names,
                                          head_dropout=config.head_dropout)
+        self.base_sha1 = weights_digest(model.encoder)
         # regression: standardised on the fit rows (a zero-initialised head starts at their mean)
         self.targets = _Targets(data, fit)
-        self.trainable, self.total = freeze(model, config.train_only)
-        optimizer = torch.optim.AdamW(param_groups(model, config.encoder_lr, config.pooler_lr, config.layer_decay,
-                                                   config.weight_decay))
         self.sampler, train_loader = _loader([data.texts[i] for i in fit], self.targets.values[fit].numpy(),
                                              run.tokenizer, config.batch_size, config.max_length, config.padding,
                                              seed=config.seed + k)
+        if config.frozen_head and existing_dir(work / ".state") is None:  # a resumed fold reloads its trained head
+            started = time.perf_counter()
+            fit_head_first(model, train_loader, self.sampler, config, self.accelerator.device)
+            logger.info(f"fold {k}: pooler + head trained {config.frozen_head} epoch(s) on the frozen encoder "
+                        f"({time.perf_counter() - started:.1f}s), fixed from now on")
+        self.trainable, self.total = freeze(model, config.train_only, train_head=not config.frozen_head)
+        optimizer = torch.optim.AdamW(param_groups(model, config.encoder_lr, config.pooler_lr, config.layer_decay,
+                                                   config.weight_decay))
         (self.val_sampler, val_loader), (self.test_sampler, test_loader) = (
             _loader([data.texts[i] for i in rows], None, run.tokenizer, config.batch_size, config.max_length,
                     config.padding) for rows in (val, test))
@@ -640,6 +690,7 @@ class _Fold:
                 "epochs_run": progress.epoch, "stopped_early": progress.stopped, f"val_{name}": progress.best,
                 f"test_{name}": metrics[name], "fit_rows": len(self.fit_rows), "val_rows": len(self.val_rows),
                 "test_rows": len(self.test_rows), "trainable_params": self.trainable, "total_params": self.total,
+                "base_model": self.run.model_path, "base_sha1": self.base_sha1,
                 **self.target_stats, "seconds": progress.seconds, "history": progress.history}
         if self.main:
             buffer = io.BytesIO()
@@ -674,6 +725,21 @@ def model_folds(model: str | Path, allow_incomplete: bool = False) -> list[Path]
     return folds
 
 
+def model_outputs(model: PooledModel, tokenizer, texts: list[str], max_length: int, batch_size: int = 64,
+                  desc: str = "", progress: bool = False) -> np.ndarray:
+    """A model's raw head outputs float32 (N, C) for ``texts``, in their order: on accelerate's device, in eval mode,
+    under the device's automatic precision, batched as ``TextEncoder.encode`` is (length-sorted, padded per batch)."""
+    device = _state().device
+    precision = resolve_precision("auto", device)
+    model.to(device).eval()
+    sampler, batches = sorted_token_batches(tokenizer, list(texts), max_length, batch_size, device)
+    chunks = []
+    with torch.inference_mode(), torch.autocast(device.type, dtype=AUTOCAST.get(precision), enabled=precision != "no"):
+        for _, batch in tqdm(batches, total=len(sampler), desc=desc, disable=not progress, leave=False):
+            chunks.append(model(**batch).logits.float().cpu())
+    return sampler.restore(torch.cat(chunks)).numpy()
+
+
 def predict(model_dir: str | Path, texts: list[str], batch_size: int = 64, max_length: int | None = None,
             progress: bool = True, allow_incomplete: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
     """Outputs (N, C) of every fold model in ``model_dir`` (or of the one ``fold_K`` folder given), averaged: class /
@@ -683,22 +749,15 @@ def predict(model_dir: str | Path, texts: list[str], batch_size: int = 64, max_l
     folds = model_folds(model_dir, allow_incomplete)
     if not texts:
         raise PoolkitError("nothing to predict: no texts given")
-    device = _state().device
-    precision = resolve_precision("auto", device)
     total = 0.0
     for fold in folds:
         with hf_bars_off():
-            model = PooledModel.from_pretrained(fold).to(device).eval()
+            model = PooledModel.from_pretrained(fold)
         meta = json.loads((fold / META).read_text())
         length = check_max_length(max_length, model.config.encoder) or meta["config"]["max_length"]
-        sampler, batches = sorted_token_batches(load_tokenizer(str(fold)), list(texts), length, batch_size, device)
-        chunks = []
-        with torch.inference_mode(), torch.autocast(device.type, dtype=AUTOCAST.get(precision),
-                                                    enabled=precision != "no"):
-            for _, batch in tqdm(batches, total=len(sampler), desc=f"predict {fold.name}", disable=not progress,
-                                 leave=False):
-                chunks.append(model(**batch).logits.float().cpu())
-        total = total + head_scores(meta["task"], sampler.restore(torch.cat(chunks)).numpy())
+        outputs = model_outputs(model, load_tokenizer(str(fold)), texts, length, batch_size, f"predict {fold.name}",
+                                progress)
+        total = total + head_scores(meta["task"], outputs)
     info = {"task": meta["task"], "label_names": meta["label_names"], "target_cols": meta["target_cols"],
             "n_models": len(folds)}
     return total / len(folds), info

@@ -14,6 +14,8 @@ Rules, for a :class:`~poolkit.models.PooledModel` (parameter names ``encoder.*``
   ``attention`` or ``attn``: BERT's ``attention.self.{query,key,value}`` and ``attention.output.dense`` -- plus
   the pooler and the head. Norms inside attention blocks (BERT's ``attention.output.LayerNorm``) stay frozen:
   they are not projections. ``train_only="head"`` freezes the whole encoder.
+* ``train_head=False`` freezes the poolkit pooler and the head too (the second stage of a frozen-head run:
+  ``TrainConfig.frozen_head``).
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ def attention_parameters(encoder: nn.Module) -> set[str]:
             for param_name, _ in module.named_parameters(recurse=False)}
 
 
-def freeze(model: nn.Module, train_only: str = "all") -> tuple[int, int]:
-    """Set ``requires_grad`` by ``train_only`` (all | attention | head); returns (trainable, total) parameter counts."""
+def freeze(model: nn.Module, train_only: str = "all", train_head: bool = True) -> tuple[int, int]:
+    """Set ``requires_grad`` by ``train_only`` (all | attention | head) and ``train_head`` (the pooler and the head);
+    returns (trainable, total) parameter counts."""
     if train_only not in TRAIN_ONLY:
         raise PoolkitError(f"unknown --train-only {train_only!r}: use one of {', '.join(TRAIN_ONLY)}")
     keep = set()
@@ -57,7 +60,7 @@ def freeze(model: nn.Module, train_only: str = "all") -> tuple[int, int]:
     for name, param in model.encoder.named_parameters():
         param.requires_grad_(train_only == "all" or name in keep)
     for module in (model.pooler, model.head):
-        module.requires_grad_(True)
+        module.requires_grad_(train_head)
     params = list(model.parameters())
     return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
 

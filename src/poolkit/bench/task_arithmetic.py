@@ -1,0 +1,341 @@
+"""``poolkit bench task-arithmetic``: do attention-only task vectors merge with less interference than full
+fine-tuning's?
+
+Jin et al., "Fine-Tuning Attention Modules Only: Enhancing Weight Disentanglement in Task Arithmetic" (arXiv
+2407.07089) fine-tune only the attention projections W_q, W_k, W_v, W_o and report that the task vectors then add
+with less interference (Ilharco et al.'s task arithmetic, ICLR 2023), and that task-specific heads hinder the
+decoupling. Here, on real text tasks that ship with poolkit's built-in sets and the packaged MiniLM as the base, per
+seed and fine-tuning mode:
+
+- ``all``: every encoder weight, pooler + head trained with it;
+- ``attention``: W_q, W_k, W_v, W_o only (``--train-only attention``), pooler + head trained with them;
+- ``attention_frozen_head``: the same, the pooler + head first trained on the frozen base and then fixed
+  (``--frozen-head``).
+
+Each task is fine-tuned alone (``poolkit train``: one split, checkpoint on inner validation rows); then the task
+vectors of all tasks are merged (``poolkit.training.merging``) with one shared alpha chosen on the tasks' inner
+validation rows. Scored on each task's test rows: the single-task model, the merged model and the task's own vector
+alone at the chosen alpha: absolute scores (accuracy, RMSE) and a normalised skill where higher is better everywhere
+(accuracy, or 1 - RMSE / RMSE of predicting the fit rows' mean); what merging costs, merged minus single-task skill
+(a difference: the papers' ratio "normalised accuracy" blows up for a task whose single-task skill is near 0, as a
+regression barely better than its mean is); and a weight-disentanglement measure
+(Ortiz-Jimenez et al., NeurIPS 2023): how much adding the other tasks' vectors changes a task's predictions -- the
+share of test rows whose predicted class changes (classification), the RMS change over the fit rows' target std
+(regression).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..errors import PoolkitError
+from ..io import prepare_out_dir
+from ..provenance import run_provenance
+from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_results
+
+#: mode -> (train_only, whether the pooler + head are trained first on the frozen encoder and then fixed)
+MODES = {"all": ("all", False), "attention": ("attention", False), "attention_frozen_head": ("attention", True)}
+RESULT_FILES = ("results.csv", "results.json", "task_arithmetic.png")
+COLUMNS = ["mode", "seed", "task", "kind", "metric", "finetuned", "merged", "own", "finetuned_skill", "merged_skill",
+           "own_skill", "change", "interference", "alpha", "trainable_params", "train_seconds"]
+#: What Jin et al. report, qualitatively: their models, tasks and training budgets are far larger than this
+#: benchmark's, so only the direction of each finding is compared.
+PAPER = {"attention_vs_all": "attention-only fine-tuning gives task vectors whose sum keeps more of each task's "
+         "accuracy than full fine-tuning's (better weight disentanglement), close to NTK linearisation without its "
+         "cost", "heads": "task-specific heads trained with the encoder hinder the decoupling"}
+
+
+@dataclass(frozen=True)
+class TaskArithmeticConfig:
+    """Every setting of a run; the defaults are the CPU-sized default, :data:`QUICK` and :data:`FULL` the others."""
+
+    tasks: tuple[str, ...] = ("builtin:wordnet-supersense", "builtin:wordnet-depth", "builtin:fortunes")
+    #: rows drawn (stratified, ``data_seed``) from each task's table; 64% are fit on, 16% choose the checkpoint and
+    #: alpha, 20% are the test rows
+    rows: int = 800
+    modes: tuple[str, ...] = tuple(MODES)
+    seeds: int = 2
+    seed: int = 0
+    data_seed: int = 0
+    epochs: int = 1
+    batch_size: int = 16
+    max_length: int = 64
+    encoder_lr: float = 2e-4
+    pooler_lr: float = 1e-2
+    #: epochs of the pooler + head on the frozen encoder before an ``attention_frozen_head`` run
+    head_epochs: int = 2
+    grid: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+    #: the base encoder (default: the packaged all-MiniLM-L6-v2)
+    model: str | None = None
+    threads: int | None = 2
+    preset: str = "default"
+
+    def validated(self) -> TaskArithmeticConfig:
+        """This config with tuples for lists; bad values raise :class:`PoolkitError` naming the setting."""
+        for name in ("rows", "seeds", "epochs", "batch_size", "max_length", "head_epochs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise PoolkitError(f"{name} must be an int >= 1, got {value!r}")
+        if len(self.tasks) < 2:
+            raise PoolkitError(f"task arithmetic merges at least 2 tasks, got {list(self.tasks)!r}")
+        unknown = [m for m in self.modes if m not in MODES]
+        if unknown or not self.modes:
+            raise PoolkitError(f"unknown mode(s) {unknown or list(self.modes)}: use some of {', '.join(MODES)}")
+        if not self.grid or any(not a > 0 for a in self.grid) or not self.encoder_lr > 0 or not self.pooler_lr > 0:
+            raise PoolkitError(f"grid, encoder_lr and pooler_lr must be positive; got {list(self.grid)!r}, "
+                               f"{self.encoder_lr!r}, {self.pooler_lr!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise PoolkitError(f"threads must be a positive int or None, got {self.threads!r}")
+        return dataclasses.replace(self, tasks=tuple(self.tasks), modes=tuple(self.modes), grid=tuple(self.grid))
+
+
+DEFAULT = TaskArithmeticConfig()
+#: More rows, two epochs, longer texts, five seeds and a finer alpha grid: sized for a GPU.
+FULL = TaskArithmeticConfig(rows=5000, seeds=5, epochs=2, batch_size=32, max_length=128, encoder_lr=1e-4,
+                            head_epochs=3, grid=tuple(round(0.05 * i, 2) for i in range(1, 21)), threads=None,
+                            preset="full")
+#: A few minutes on 2 cores: too small for the comparison to mean much.
+QUICK = TaskArithmeticConfig(rows=120, seeds=2, grid=(0.5, 1.0), preset="quick")
+PRESETS = {"default": DEFAULT, "full": FULL, "quick": QUICK}
+
+
+def task_name(spec: str) -> str:
+    """A data spec's short name: ``builtin:wordnet-depth`` -> ``wordnet-depth``, ``/x/toy.csv`` -> ``toy``."""
+    return spec.removeprefix("builtin:") if spec.startswith("builtin:") else Path(spec).name.split(".")[0]
+
+
+def changed(task: str, own: np.ndarray, merged: np.ndarray, fit_std: list[float] | None) -> float:
+    """How much adding the other tasks' vectors moved a task's predictions: the share of rows whose class changes
+    (classification; multilabel: any label), or the RMS change over the fit rows' target std (regression)."""
+    if task == "regression":
+        return float(np.mean(np.sqrt(((own - merged) ** 2).mean(axis=0)) / np.asarray(fit_std)))
+    if task == "multilabel":
+        return float(((own > 0) != (merged > 0)).any(axis=1).mean())
+    return float((own.argmax(axis=1) != merged.argmax(axis=1)).mean())
+
+
+def run_mode(config: TaskArithmeticConfig, tables: list, mode: str, seed: int, scratch: Path) -> tuple[list[dict],
+                                                                                                        dict]:
+    """Fine-tune every task in ``mode``, merge all task vectors (alpha searched on the validation rows) and score
+    each task's test rows: one row per task (:data:`COLUMNS`) and the run's details (the search's candidates)."""
+    from ..training.finetune import TEST_OUTPUTS, TrainConfig, fit
+    from ..training.merging import TaskArithmetic
+    from ..training.metrics import primary_metric, compute_metrics
+
+    train_only, frozen_head = MODES[mode]
+    runs, trained = [], []
+    for spec, table in zip(config.tasks, tables):
+        settings = TrainConfig(model=config.model, pooler="mean", folds=1, epochs=config.epochs,
+                               batch_size=config.batch_size, encoder_lr=config.encoder_lr, pooler_lr=config.pooler_lr,
+                               layer_decay=1.0, max_length=config.max_length, patience=0, seed=seed,
+                               train_only=train_only, frozen_head=config.head_epochs if frozen_head else 0)
+        run = scratch / task_name(spec)
+        tic = time.perf_counter()
+        trained.append((fit(settings, table, run, progress=False), time.perf_counter() - tic))
+        runs.append(run)
+    merger = TaskArithmetic(config.model, runs, tables)
+    alphas, tried = merger.search(config.grid)
+    merged = merger.outputs(alphas, "test")
+    rows = []
+    for t, task in enumerate(merger.tasks):
+        solo = [0.0] * len(merger.tasks)
+        solo[t] = alphas[t]
+        own = merger.outputs(solo, "test", tasks=[t])[t][0]
+        meta, (summary, seconds) = task.metas[0], trained[t]
+        finetuned = np.load(task.folds[0] / TEST_OUTPUTS)["outputs"]
+        metric = primary_metric(task.task, task.data.n_outputs).name
+        targets = task.data.targets[task.rows[0]["test"]]
+        n_classes = len(meta["label_names"]) if task.task == "classification" else None
+        absolute = {name: compute_metrics(task.task, out, targets, n_classes)[metric]
+                    for name, out in (("finetuned", finetuned), ("merged", merged[t][0]), ("own", own))}
+        skills = {f"{name}_skill": task.score(0, out, "test")
+                  for name, out in (("finetuned", finetuned), ("merged", merged[t][0]), ("own", own))}
+        rows.append({"mode": mode, "seed": seed, "task": task.name, "kind": task.task, "metric": metric, **absolute,
+                     **skills, "change": skills["merged_skill"] - skills["finetuned_skill"],
+                     "interference": changed(task.task, own, merged[t][0], meta.get("target_std")),
+                     "alpha": alphas[t], "trainable_params": summary["trainable_params"],
+                     "train_seconds": round(seconds, 2)})
+    details = {"mode": mode, "seed": seed, "alpha": alphas[0],
+               "candidates": [{"alpha": row["alphas"][0], "val_skill": row["skill"],
+                               "val_skills": dict(zip([t.name for t in merger.tasks], row["skills"]))}
+                              for row in tried],
+               "best_epochs": {t.name: t.metas[0]["best_epoch"] for t in merger.tasks}}
+    return rows, details
+
+
+def run_task_arithmetic(config: TaskArithmeticConfig = DEFAULT, out_dir: str | os.PathLike | None = None, *,
+                        force: bool = False, progress: bool = True) -> tuple[pd.DataFrame, dict]:
+    """Every (seed, mode): one row per task (:data:`COLUMNS`) and the results' metadata (settings, summary, the alpha
+    searches). With ``out_dir``, also write :data:`RESULT_FILES` there; existing results are kept unless ``force``."""
+    from tqdm.auto import tqdm
+
+    from ..training.api import load
+    from .vision import _cpu_seconds
+
+    config = config.validated()
+    out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
+    started, cpu, load_average = time.perf_counter(), _cpu_seconds(), os.getloadavg()
+    tables = [load(spec, limit=config.rows, seed=config.data_seed) for spec in config.tasks]
+    previous_threads = torch.get_num_threads()
+    rows, details = [], []
+    try:
+        if config.threads is not None:
+            torch.set_num_threads(config.threads)
+        jobs = [(config.seed + i, mode) for i in range(config.seeds) for mode in config.modes]
+        with tqdm(total=len(jobs), disable=None if progress else True, desc="task-arithmetic", unit="run") as bar:
+            for seed, mode in jobs:
+                with tempfile.TemporaryDirectory(prefix="poolkit-task-arithmetic-") as scratch:
+                    run_rows, run_details = run_mode(config, tables, mode, seed, Path(scratch))
+                rows += run_rows
+                details.append(run_details)
+                bar.update()
+    finally:
+        torch.set_num_threads(previous_threads)
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    meta = {
+        "benchmark": "task-arithmetic (merging task vectors of full vs attention-only fine-tuning; Jin et al., arXiv "
+                     "2407.07089; Ilharco et al., ICLR 2023)",
+        "settings": dataclasses.asdict(config),
+        "data": {task_name(spec): {"source": table.source, "rows": len(table), "task": table.task}
+                 for spec, table in zip(config.tasks, tables)},
+        "runtime_seconds": round(time.perf_counter() - started, 1),
+        "cpu_seconds": round(_cpu_seconds() - cpu, 1),
+        "load_average_start_end": [list(load_average), list(os.getloadavg())],
+        "provenance": run_provenance(),
+        "published": PAPER,
+        "summary": summarize(frame).to_dict(orient="records"),
+        "modes": mode_summary(frame).to_dict(orient="records"),
+        "runs": details,
+    }
+    if out is not None:
+        title = (f"{config.preset}: {config.rows} rows per task, {config.epochs} epoch(s), length {config.max_length}, "
+                 f"{config.seeds} seeds")
+        write_results(out, frame, meta, "task_arithmetic.png", lambda tmp: plot(frame, tmp, title))
+    return frame, meta
+
+
+def _mean_std(values: pd.Series) -> tuple[float, float]:
+    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else float("nan")
+
+
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (mode, task): every score's mean and sample std over seeds."""
+    rows = []
+    for (mode, task), group in frame.groupby(["mode", "task"], sort=False):
+        row = {"mode": mode, "task": task, "kind": group["kind"].iloc[0], "metric": group["metric"].iloc[0],
+               "seeds": len(group)}
+        for column in ("finetuned", "merged", "own", "finetuned_skill", "merged_skill", "own_skill", "change",
+                       "interference", "alpha"):
+            row[f"{column}_mean"], row[f"{column}_std"] = _mean_std(group[column])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def mode_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per mode: the mean over tasks of the single-task and merged skill, of what merging changed and of the
+    interference, per seed, then mean and sample std over seeds; and the change's difference to ``all``'s, paired by
+    seed (positive: merging costs this mode less)."""
+    per_seed = frame.groupby(["mode", "seed"], sort=False)[["finetuned_skill", "merged_skill", "change",
+                                                             "interference"]].mean()
+    rows = []
+    for mode, group in per_seed.groupby(level="mode", sort=False):
+        row = {"mode": mode, "seeds": len(group)}
+        for column in group.columns:
+            row[f"{column}_mean"], row[f"{column}_std"] = _mean_std(group[column])
+        if "all" in per_seed.index.get_level_values("mode"):
+            diff = (group["change"].droplevel("mode") - per_seed.loc["all", "change"]).dropna()
+            row["change_vs_all_mean"], row["change_vs_all_std"] = _mean_std(diff)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def plot(frame: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
+    """Per task: single-task (open) and merged (filled) test skill of every mode, mean +- std over seeds; and the
+    interference of the other tasks' vectors."""
+    plt = pyplot()
+
+    summary = summarize(frame)
+    tasks, modes = list(dict.fromkeys(frame["task"])), list(dict.fromkeys(frame["mode"]))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), dpi=150)
+    width = 0.8 / len(modes)
+    for i, mode in enumerate(modes):
+        part = summary[summary["mode"] == mode].set_index("task").reindex(tasks)
+        at = np.arange(len(tasks)) + (i - (len(modes) - 1) / 2) * width
+        colour = f"C{i}"
+        axes[0].errorbar(at, part["finetuned_skill_mean"], yerr=part["finetuned_skill_std"].fillna(0), fmt="o",
+                         mfc="none", color=colour, capsize=3)
+        axes[0].errorbar(at, part["merged_skill_mean"], yerr=part["merged_skill_std"].fillna(0), fmt="o",
+                         color=colour, capsize=3, label=mode)
+        axes[1].bar(at, part["interference_mean"], width, yerr=part["interference_std"].fillna(0), color=colour,
+                    capsize=3, label=mode)
+    for ax, label in ((axes[0], "test skill (open: single task, filled: merged)"),
+                      (axes[1], "interference (class changes / RMS shift)")):
+        ax.set_xticks(np.arange(len(tasks)), tasks, fontsize=8)
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7)
+    save_figure(fig, path, title)
+
+
+# -- CLI ----------------------------------------------------------------------------------------------
+def add_task_arithmetic_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``poolkit bench task-arithmetic``; unset ones come from the preset."""
+    add_preset_arguments(parser, quick="120 rows per task, 2 seeds, 2 alphas: a few minutes on 2 cores",
+                         full="5,000 rows per task, 2 epochs, length 128, 5 seeds, alphas 0.05 ... 1: for a GPU")
+    parser.add_argument("--tasks", nargs="+", metavar="DATA",
+                        help="built-in sets or files (text + label columns), one task each (default: "
+                        + " ".join(DEFAULT.tasks) + ")")
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), help="fine-tuning modes (default: all three)")
+    parser.add_argument("--grid", type=float, nargs="+", metavar="ALPHA", help="alphas searched on validation rows")
+    for flag, kind, what in (("--rows", int, "rows drawn from each task"), ("--seeds", int, "runs per mode"),
+                             ("--seed", int, "seed of run 0 (run i uses seed + i)"),
+                             ("--epochs", int, "fine-tuning epochs"), ("--batch-size", int, "fine-tuning batch"),
+                             ("--max-length", int, "token limit"), ("--encoder-lr", float, "encoder learning rate"),
+                             ("--pooler-lr", float, "pooler + head learning rate"),
+                             ("--head-epochs", int, "head epochs on the frozen encoder (attention_frozen_head)"),
+                             ("--model", str, "base encoder (default: packaged all-MiniLM-L6-v2)"),
+                             ("--threads", int, "torch threads")):
+        parser.add_argument(flag, type=kind, help=what)
+    add_output_arguments(parser, "task_arithmetic.png")
+
+
+_ARG_FIELDS = ("tasks", "modes", "grid", "rows", "seeds", "seed", "epochs", "batch_size", "max_length", "encoder_lr",
+               "pooler_lr", "head_epochs", "model", "threads")
+
+
+def config_from_args(args: argparse.Namespace) -> TaskArithmeticConfig:
+    """The preset chosen by --quick / --full (or the default) with the explicitly given options applied."""
+    changes = {field: getattr(args, field) for field in _ARG_FIELDS if getattr(args, field, None) is not None}
+    for field in ("tasks", "modes", "grid"):
+        if field in changes:
+            changes[field] = tuple(changes[field])
+    return dataclasses.replace(PRESETS[getattr(args, "preset", "default")], **changes)
+
+
+def run_task_arithmetic_command(args: argparse.Namespace) -> int:
+    """``poolkit bench task-arithmetic``: run, print the summary, write --out."""
+    from rich.table import Table
+
+    started = time.perf_counter()
+    config = config_from_args(args)
+    _, meta = run_task_arithmetic(config, args.out, force=args.force, progress=not args.no_progress)
+    table = Table(title=f"task arithmetic ({config.preset}): test skill, mean ± std over {config.seeds} seeds")
+    for column in ("mode", "task", "metric", "single task", "merged", "skill change", "interference", "alpha"):
+        table.add_column(column, justify="right")
+    for row in pd.DataFrame(meta["summary"]).itertuples(index=False):
+        table.add_row(row.mode, row.task, row.metric, f"{row.finetuned_mean:.3f} ± {row.finetuned_std:.3f}",
+                      f"{row.merged_mean:.3f} ± {row.merged_std:.3f}",
+                      f"{row.change_mean:+.3f} ± {row.change_std:.3f}",
+                      f"{row.interference_mean:.3f} ± {row.interference_std:.3f}", f"{row.alpha_mean:.2f}")
+    print_report(table, started, args.out)
+    return 0
