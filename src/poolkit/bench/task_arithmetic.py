@@ -64,7 +64,7 @@ class TaskArithmeticConfig:
     #: alpha, 20% are the test rows
     rows: int = 800
     modes: tuple[str, ...] = tuple(MODES)
-    seeds: int = 2
+    seeds: int = 3
     seed: int = 0
     data_seed: int = 0
     epochs: int = 1
@@ -74,7 +74,7 @@ class TaskArithmeticConfig:
     pooler_lr: float = 1e-2
     #: epochs of the pooler + head on the frozen encoder before an ``attention_frozen_head`` run
     head_epochs: int = 2
-    grid: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+    grid: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0)
     #: the base encoder (default: the packaged all-MiniLM-L6-v2)
     model: str | None = None
     threads: int | None = 2
