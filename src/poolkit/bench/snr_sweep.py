@@ -187,7 +187,8 @@ def extend_snr_sweep(out_dir: str | os.PathLike, budgets: tuple[tuple[int, int],
     budgets = tuple((int(s), int(e)) for s, e in budgets)
     had = {(r["stage"], r["samples"], r["epochs"], r["pooler"]) for r in before["runs"]}
     clash = [f"{p} at {s}x{e}" for s, e in budgets for p in poolers if ("budget", s, e, p) in had]
-    if not budgets or not poolers or not set(poolers) <= set(sweep.poolers) or clash or len(set(budgets)) < len(budgets):
+    if not budgets or not poolers or not set(poolers) <= set(sweep.poolers) or clash or len(set(budgets)) < len(
+            budgets):
         raise PoolkitError(f"--extend {out}: give distinct new --budgets for some of the run's poolers "
                            f"({', '.join(sweep.poolers)}); already there: {', '.join(clash) or 'none'}")
     lrs = {p: before["lr_choice"].get(p, {"lr": sweep.lrs[0]})["lr"] for p in sweep.poolers}
