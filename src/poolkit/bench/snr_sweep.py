@@ -151,8 +151,8 @@ def run_snr_sweep(sweep: SweepConfig = CPU_SWEEP, out_dir: str | os.PathLike | N
 
 
 def _write(out: Path, sweep: SweepConfig, frame: pd.DataFrame, meta: dict) -> None:
-    title = _title(sweep) + "".join(f"; extended: {', '.join(f'{s}x{e}' for s, e in ext['budgets'])} "
-                                    f"({', '.join(ext['poolers'])})" for ext in meta.get("extensions", []))
+    added = dict.fromkeys(f"{s}x{e}" for ext in meta.get("extensions", []) for s, e in ext["budgets"])
+    title = _title(sweep) + (f"\nextended to {', '.join(added)} (some poolers; see results.json)" if added else "")
     write_results(out, frame, meta, PLOT, lambda tmp: plot_sweep(frame, tmp, title, sweep.lr_k))
     write_bench_report(out / "report.html", title, {"results": frame}, {"budget sweep": out / PLOT},
                        {k: v for k, v in meta.items() if k != "runs"})
