@@ -6,6 +6,7 @@
 
 Sources: ``baselines.json`` (this script's ``--baselines``); ``sweep/results.csv`` and ``sweep/results.json`` (the
 committed ``poolkit bench snr-sweep`` run and its ``--extend`` runs, listed under ``extensions``);
+``sweep-lr-4x/results.json`` (the learning-rate stage again, at the largest extended budget);
 ``quick-vector0/results.csv`` and ``results.json`` (the earlier ``poolkit bench snr --quick`` run, whose pooler
 ``cls`` read the type-marked vector 0: it is shown as ``vector0``).
 """
@@ -30,6 +31,7 @@ DOC = ROOT / "docs" / "snr.md"
 FOLDER = ROOT / "docs" / "snr"
 SWEEP = FOLDER / "sweep"
 BEFORE = FOLDER / "quick-vector0"
+LR_CHECK = FOLDER / "sweep-lr-4x"
 #: The earlier quick run named the vector-0 reader ``cls``; it is ``vector0`` now (``cls`` is the paper's token).
 BEFORE_NAMES = {"cls": "vector0"}
 BASELINES = ("baseline_mean", "baseline_x0")
@@ -267,7 +269,31 @@ def render_extension(sweep: Sweep) -> str:
         cpu = [r["cpu_seconds"] for r in sweep.stage_runs("budget", budget) if r["pooler"] in shown]
         lines.append(f"| {budget_name(sweep, budget)} | " + " | ".join(ratios + last)
                      + f" | {statistics.median(cpu):.1f} | {sum(cpu):,.0f} |")
+    if (LR_CHECK / "results.json").is_file():
+        lines += ["", render_lr_check(sweep, json.loads((LR_CHECK / "results.json").read_text()))]
     return "\n".join(lines)
+
+
+def render_lr_check(sweep: Sweep, check: dict) -> str:
+    """Whether the rate choice of stage 1, made again at a larger budget, picks the rates the extension used."""
+    s, choice = check["settings"], check["lr_choice"]
+    budget = tuple(s["budgets"][s["reference"]])
+    used = {p: lr for e in sweep.extensions for p, lr in e["lrs"].items()}
+    changed = [p for p in choice if p in used and choice[p]["lr"] != used[p]]
+    return (f"The extension kept the rates chosen at {budget_name(sweep, sweep.reference)}. A separate run "
+            f"(`docs/snr/sweep-lr-4x/`, commit `{check['provenance']['commit'][:7]}`: the rate stage and one run "
+            f"per pooler, `--budgets {budget[0]}x{budget[1]} --poolers {' '.join(choice)} --ks {s['lr_k']} --lrs "
+            f"{' '.join(f'{lr:g}' for lr in s['lrs'])} --seeds 1 --largest-seeds 1 --depths`) chose again at "
+            f"{budget_name(sweep, budget)} on fold 0's validation rows at K = {s['lr_k']}: "
+            + "; ".join(f"{p} {c['lr']:g} (val MSE " + ", ".join(f"{float(lr):g}: {mse(v)}" for lr, v in
+                                                                c["val_mse"].items()) + ")" for p, c in choice.items())
+            + ". Its one run per pooler at those rates (K = " + str(s["lr_k"]) + ", `results.csv`, stage budget) "
+            "has test MSE " + ", ".join(f"{r['pooler']} {mse(r['test_mse'])}" for r in check["runs"]
+                                        if r["stage"] == "budget")
+            + ". " + ("It picks the rates the extension used for every pooler." if not changed else
+                      f"It picks another rate for {', '.join(changed)}: the extension's numbers for "
+                      f"{'it' if len(changed) == 1 else 'them'} are at a rate that this budget's validation rows "
+                      "do not prefer."))
 
 
 def render_depth(sweep: Sweep) -> str:

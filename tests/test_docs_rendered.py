@@ -80,7 +80,8 @@ def _sweep(mse_std: dict, small_mean: float, extended: dict | None = None) -> re
             for p in settings["poolers"] for e in (1, 0)]
     meta = {"settings": settings, "runs": runs, "quick_budget": [100, 1]}
     if extended:
-        meta["extensions"] = [{"budgets": [[400, 1]], "poolers": sorted({p for p, _ in extended})}]
+        poolers = sorted({p for p, _ in extended})
+        meta["extensions"] = [{"budgets": [[400, 1]], "poolers": poolers, "lrs": dict.fromkeys(poolers, 0.01)}]
         rows += [{**rows[0], "samples": 400, "pooler": p, "K": k, "mse_mean": v} for (p, k), v in extended.items()]
     return render_snr.Sweep(meta, rows)
 
@@ -121,6 +122,14 @@ def test_snr_claims_read_an_extension_s_budgets():
     text = render_snr.render_claims(sweep, ({"settings": {"lr": 0.01}}, {}))
     assert "mean / adapool 5.00x (4×), max / adapool 50.00x (2×), cls / adapool 15.00x (2×)" in text
     assert "at K = 4 5.00 → 20.00 → 5.00 (not rising at every step; steps +300%, -75%; highest at 2×)" in text
+    # the rate choice made again at 400 x 1: a pooler whose choice differs from the extension's rate is named
+    check = {"settings": {"budgets": [[400, 1]], "reference": 0, "lr_k": 4, "lrs": [0.003, 0.01]},
+             "provenance": {"commit": "abcdef0"}, "runs": [],
+             "lr_choice": {"mean": {"lr": 0.01, "val_mse": {"0.003": 0.2, "0.01": 0.1}},
+                           "adapool": {"lr": 0.003, "val_mse": {"0.003": 0.01, "0.01": 0.02}}}}
+    assert "another rate for adapool:" in render_snr.render_lr_check(sweep, check)
+    check["lr_choice"]["adapool"]["lr"] = 0.01
+    assert "the rates the extension used for every pooler" in render_snr.render_lr_check(sweep, check)
 
 
 def test_benchmark_targets_say_when_one_is_missed():
