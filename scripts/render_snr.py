@@ -5,8 +5,10 @@
     .venv/bin/python scripts/render_snr.py --write        # update the page's marked blocks
 
 Sources: ``baselines.json`` (this script's ``--baselines``); ``sweep/results.csv`` and ``sweep/results.json`` (the
-committed ``poolkit bench snr-sweep`` run); ``quick-vector0/results.csv`` and ``results.json`` (the earlier
-``poolkit bench snr --quick`` run, whose pooler ``cls`` read the type-marked vector 0: it is shown as ``vector0``).
+committed ``poolkit bench snr-sweep`` run and its ``--extend`` runs, listed under ``extensions``);
+``sweep-lr-4x/results.json`` (the learning-rate stage again, at the largest extended budget);
+``quick-vector0/results.csv`` and ``results.json`` (the earlier ``poolkit bench snr --quick`` run, whose pooler
+``cls`` read the type-marked vector 0: it is shown as ``vector0``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ DOC = ROOT / "docs" / "snr.md"
 FOLDER = ROOT / "docs" / "snr"
 SWEEP = FOLDER / "sweep"
 BEFORE = FOLDER / "quick-vector0"
+LR_CHECK = FOLDER / "sweep-lr-4x"
 #: The earlier quick run named the vector-0 reader ``cls``; it is ``vector0`` now (``cls`` is the paper's token).
 BEFORE_NAMES = {"cls": "vector0"}
 BASELINES = ("baseline_mean", "baseline_x0")
@@ -99,6 +102,22 @@ class Sweep:
         self.layers = self.settings["base"]["layers"]
         self.cells = {(r["stage"], int(r["samples"]), int(r["epochs"]), int(r["layers"]), r["pooler"], int(r["K"])): r
                       for r in rows if r["stage"] != "lr"}
+        self.extensions = meta.get("extensions", [])
+        self.added = {(tuple(b), p) for e in self.extensions for b in e["budgets"] for p in e["poolers"]}
+        self.added_poolers = [p for p in self.poolers if any(p == q for _, q in self.added)]
+        self.all_budgets = sorted({*self.budgets, *(b for b, _ in self.added)}, key=lambda b: b[0] * b[1])
+
+    def has(self, pooler: str, budget: tuple[int, int]) -> bool:
+        return ("budget", *budget, self.layers, pooler, self.ks[0]) in self.cells
+
+    def top(self, pooler: str) -> tuple[int, int]:
+        """The largest budget with cells of both ``pooler`` and adapool."""
+        return max((b for b in self.all_budgets if self.has(pooler, b) and self.has("adapool", b)),
+                   key=lambda b: b[0] * b[1])
+
+    def is_added(self, run: dict) -> bool:
+        """Whether ``run`` came from an ``--extend`` run."""
+        return run["stage"] == "budget" and ((run["samples"], run["epochs"]), run["pooler"]) in self.added
 
     @classmethod
     def load(cls, folder: Path = SWEEP) -> Sweep:
@@ -163,8 +182,8 @@ def render_sweep_settings(sweep: Sweep) -> str:
                                                                                             g[0][2], g[0][3])):
         lines.append(f"| {stage} | {budget_name(sweep, (samples, epochs))} | {layers} | {len(cpu)} | {sum(cpu):,.0f} | "
                      f"{statistics.median(cpu):.1f} |")
-    total = sum(r["cpu_seconds"] for r in sweep.runs)
-    lines += ["", f"All {len(sweep.runs)} runs used {total:,.0f} CPU-seconds; the command took "
+    own = [r["cpu_seconds"] for r in sweep.runs if not sweep.is_added(r)]
+    lines += ["", f"The sweep's own {len(own)} runs used {sum(own):,.0f} CPU-seconds; the command took "
               f"{sweep.meta['runtime_seconds'] / 60:.1f} minutes of wall time with {base['workers']} worker processes "
               f"of {base['threads']} torch thread each ({sweep.meta['provenance']['cores']} cores, "
               f"`provenance` in the file)."]
@@ -209,6 +228,72 @@ def render_ratios(sweep: Sweep) -> str:
         lines.append(f"| {budget_name(sweep, budget)} | " + " | ".join(
             " / ".join(f"{sweep.ratio(p, k, budget):.2f}" for k in sweep.ks) for p in others) + " |")
     return "\n".join(lines)
+
+
+def render_extension(sweep: Sweep) -> str:
+    """Each ``--extend`` run (its command, commit, cost and reproduction check), then mean / adapool and the other
+    extended poolers' ratios, best-epoch-last counts and CPU seconds at every budget."""
+    if not sweep.extensions:
+        return "The committed sweep has not been extended."
+    lines = []
+    for e in sweep.extensions:
+        r = e["reproduced"]
+        runs = sum(1 for run in sweep.runs if run.get("commit") == e["provenance"]["commit"] and sweep.is_added(run)
+                   and [run["samples"], run["epochs"]] in e["budgets"] and run["pooler"] in e["poolers"])
+        lines.append(f"- `poolkit bench snr-sweep --extend docs/snr/sweep --budgets "
+                     f"{' '.join(f'{b[0]}x{b[1]}' for b in e['budgets'])} --poolers {' '.join(e['poolers'])}` at "
+                     f"commit `{e['provenance']['commit'][:7]}`: {runs} runs at lr "
+                     + ", ".join(f"{p} {lr:g}" for p, lr in e["lrs"].items())
+                     + f" (the sweep's own choice), {e['cpu_seconds']:,.0f} CPU-seconds, "
+                     f"{e['runtime_seconds'] / 60:.1f} minutes of wall time. Its check re-ran {r['pooler']} at "
+                     f"K = {r['K']}, seed {r['seed']}, {budget_name(sweep, (r['samples'], r['epochs']))}: test MSE "
+                     f"{r['then']['test_mse']:.6g} in the sweep, {r['now']['test_mse']:.6g} here, every epoch's loss "
+                     + ("the same." if r["then"] == r["now"] else "NOT the same."))
+    others = [p for p in sweep.added_poolers if p != "adapool"]
+    shown = sweep.added_poolers
+    lines += ["", "At every budget, for the extended poolers: each one's test MSE over adapool's at K = "
+              + " / ".join(map(str, sweep.ks)) + "; the runs whose best validation epoch was the last, over all K; "
+              "and the CPU seconds of these poolers' runs at that budget (`results.csv`: `mse_mean`, `best_last`, "
+              "`seeds`, `cpu_seconds`):", "",
+              "| budget | " + " | ".join(f"{p} / adapool" for p in others) + " | "
+              + " | ".join(f"best epoch last: {p}" for p in shown) + " | CPU-s per run (median) | CPU-s, all |",
+              "|---|" + "---:|" * (len(others) + len(shown) + 2)]
+    for budget in sweep.all_budgets:
+        ratios = [" / ".join(f"{sweep.ratio(p, k, budget):.2f}" for k in sweep.ks) if sweep.has(p, budget)
+                  and sweep.has("adapool", budget) else "" for p in others]
+        last = []
+        for p in shown:
+            cells = [sweep.cell(p, k, budget) for k in sweep.ks] if sweep.has(p, budget) else []
+            last.append(f"{sum(c['best_last'] for c in cells):.0f} of {sum(c['seeds'] for c in cells):.0f}"
+                        if cells else "")
+        cpu = [r["cpu_seconds"] for r in sweep.stage_runs("budget", budget) if r["pooler"] in shown]
+        lines.append(f"| {budget_name(sweep, budget)} | " + " | ".join(ratios + last)
+                     + f" | {statistics.median(cpu):.1f} | {sum(cpu):,.0f} |")
+    if (LR_CHECK / "results.json").is_file():
+        lines += ["", render_lr_check(sweep, json.loads((LR_CHECK / "results.json").read_text()))]
+    return "\n".join(lines)
+
+
+def render_lr_check(sweep: Sweep, check: dict) -> str:
+    """Whether the rate choice of stage 1, made again at a larger budget, picks the rates the extension used."""
+    s, choice = check["settings"], check["lr_choice"]
+    budget = tuple(s["budgets"][s["reference"]])
+    used = {p: lr for e in sweep.extensions for p, lr in e["lrs"].items()}
+    changed = [p for p in choice if p in used and choice[p]["lr"] != used[p]]
+    return (f"The extension kept the rates chosen at {budget_name(sweep, sweep.reference)}. A separate run "
+            f"(`docs/snr/sweep-lr-4x/`, commit `{check['provenance']['commit'][:7]}`: the rate stage and one run "
+            f"per pooler, `--budgets {budget[0]}x{budget[1]} --poolers {' '.join(choice)} --ks {s['lr_k']} --lrs "
+            f"{' '.join(f'{lr:g}' for lr in s['lrs'])} --seeds 1 --largest-seeds 1 --depths`) chose again at "
+            f"{budget_name(sweep, budget)} on fold 0's validation rows at K = {s['lr_k']}: "
+            + "; ".join(f"{p} {c['lr']:g} (val MSE " + ", ".join(f"{float(lr):g}: {mse(v)}" for lr, v in
+                                                                c["val_mse"].items()) + ")" for p, c in choice.items())
+            + ". Its one run per pooler at those rates (K = " + str(s["lr_k"]) + ", `results.csv`, stage budget) "
+            "has test MSE " + ", ".join(f"{r['pooler']} {mse(r['test_mse'])}" for r in check["runs"]
+                                        if r["stage"] == "budget")
+            + ". " + ("It picks the rates the extension used for every pooler." if not changed else
+                      f"It picks another rate for {', '.join(changed)}: the extension's numbers for "
+                      f"{'it' if len(changed) == 1 else 'them'} are at a rate that this budget's validation rows "
+                      "do not prefer."))
 
 
 def render_depth(sweep: Sweep) -> str:
@@ -342,7 +427,8 @@ def verdict(reproduced: bool, partly: bool) -> str:
 def claim_gap(sweep: Sweep) -> str:
     """The paper: adaptive pooling's error about 10x below mean, max and CLS pooling at SNR 0.03-0.25."""
     low = sweep.low_ks()
-    gaps = {p: [sweep.ratio(p, k) for k in low] for p in ("mean", "max", "cls") if p in sweep.poolers}
+    tops = {p: sweep.top(p) for p in ("mean", "max", "cls") if p in sweep.poolers}
+    gaps = {p: [sweep.ratio(p, k, top) for k in low] for p, top in tops.items()}
     lowest = min(min(g) for g in gaps.values())
     losing = {p: [str(k) for k, g in zip(low, gaps[p]) if g <= 1] for p in gaps}
     if lowest >= ORDER_OF_MAGNITUDE:
@@ -352,21 +438,23 @@ def claim_gap(sweep: Sweep) -> str:
     else:
         why = "; " + "; ".join(f"{p} is as good or better at K = {', '.join(ks)}" for p, ks in losing.items() if ks)
     return (f"- **Adaptive pooling's error about an order of magnitude below mean, max and CLS pooling at SNR "
-            f"0.03-0.25: {verdict(lowest >= ORDER_OF_MAGNITUDE, lowest > 1)}.** At "
-            f"{budget_name(sweep, sweep.largest)}, over K = {', '.join(map(str, low))}: "
-            + ", ".join(f"{p} / adapool {span(g, unit='x')}" for p, g in gaps.items()) + why + ".")
+            f"0.03-0.25: {verdict(lowest >= ORDER_OF_MAGNITUDE, lowest > 1)}.** Each at the largest budget it was "
+            f"run at, over K = {', '.join(map(str, low))}: "
+            + ", ".join(f"{p} / adapool {span(g, unit='x')} ({sweep.times(tops[p])}×)" for p, g in gaps.items())
+            + why + ".")
 
 
 def claim_trend(sweep: Sweep) -> str:
     """Whether mean / adapool grows with the budget, per K in the paper's SNR range."""
-    budgets = sorted(sweep.budgets, key=lambda b: b[0] * b[1])
+    budgets = [b for b in sweep.all_budgets if sweep.has("mean", b) and sweep.has("adapool", b)]
     steps = []
     for k in sweep.low_ks():
         trend = [sweep.ratio("mean", k, b) for b in budgets]
         rising = "rising at every step" if all(b > a for a, b in zip(trend, trend[1:])) else "not rising at every step"
-        steps.append(f"at K = {k} " + " → ".join(f"{r:.2f}" for r in trend) + f" ({rising}; the last step, "
-                     f"{sweep.times(budgets[-2])}× to {sweep.times(budgets[-1])}×, changes it by "
-                     f"{trend[-1] / trend[-2] - 1:+.0%})")
+        best = budgets[trend.index(max(trend))]
+        steps.append(f"at K = {k} " + " → ".join(f"{r:.2f}" for r in trend) + f" ({rising}; steps "
+                     + ", ".join(f"{b / a - 1:+.0%}" for a, b in zip(trend, trend[1:]))
+                     + f"; highest at {sweep.times(best)}×)")
     return (f"- **Does mean / adapool grow with the budget?** Over budgets "
             f"{', '.join(sweep.times(b) + '×' for b in budgets)} of quick mode: " + "; ".join(steps) + ".")
 
@@ -391,8 +479,11 @@ def claim_variance(sweep: Sweep) -> str:
 
 def claim_cls(sweep: Sweep, before: tuple[dict, dict]) -> str:
     """The paper's CLS against adapool, and against the earlier run's type-marked vector 0 at the same budget."""
-    text = (f"- **The paper's CLS:** at {budget_name(sweep, sweep.largest)}, cls / adapool is "
-            + ", ".join(f"{sweep.ratio('cls', k):.2f} at K = {k}" for k in sweep.ks) + ".")
+    tops = [b for b in sweep.all_budgets if sweep.has("cls", b) and sweep.has("adapool", b)
+            and b in (sweep.largest, sweep.top("cls"))]
+    text = ("- **The paper's CLS:** cls / adapool " + "; ".join(
+        f"at {budget_name(sweep, b)} " + ", ".join(f"{sweep.ratio('cls', k, b):.2f} at K = {k}" for k in sweep.ks)
+        for b in tops) + ".")
     old = before[1].get("vector0", {})
     ks = [k for k in sweep.ks if k in old]
     if ks and (before[0]["settings"]["num_samples"], before[0]["settings"]["epochs"]) in sweep.budgets:
@@ -414,9 +505,15 @@ def claim_depth(sweep: Sweep) -> str:
 def claim_budget(sweep: Sweep) -> str:
     last = {p: [r["best_epoch"] == len(r["val_loss"]) - 1 for r in sweep.stage_runs("budget", sweep.largest)
                 if r["pooler"] == p] for p in sweep.poolers}
-    return (f"- **Training budget:** at {budget_name(sweep, sweep.largest)} the best epoch was the last one in "
+    text = (f"- **Training budget:** at {budget_name(sweep, sweep.largest)} the best epoch was the last one in "
             f"{sum(map(sum, last.values()))} of {sum(map(len, last.values()))} runs ("
-            + ", ".join(f"{p} {sum(v)} of {len(v)}" for p, v in last.items()) + ").")
+            + ", ".join(f"{p} {sum(v)} of {len(v)}" for p, v in last.items()) + ")")
+    for budget in (b for b in sweep.all_budgets if b[0] * b[1] > sweep.largest[0] * sweep.largest[1]):
+        last = {p: [r["best_epoch"] == len(r["val_loss"]) - 1 for r in sweep.stage_runs("budget", budget)
+                    if r["pooler"] == p] for p in sweep.poolers if sweep.has(p, budget)}
+        text += f"; at {budget_name(sweep, budget)} in " + ", ".join(f"{p} {sum(v)} of {len(v)}"
+                                                                     for p, v in last.items())
+    return text + "."
 
 
 def claim_baselines(sweep: Sweep) -> str:
@@ -452,6 +549,7 @@ def render(args: argparse.Namespace) -> dict[str, str] | None:
             "settings": render_settings(FULL, QUICK), "results": render_results(*before),
             "sweep-settings": render_sweep_settings(sweep), "lr": render_lr(sweep),
             "budget-results": render_budget_results(sweep), "ratios": render_ratios(sweep),
+            "extension": render_extension(sweep),
             "depth": render_depth(sweep), "variance": render_variance(sweep), "claims": render_claims(sweep, before)}
 
 

@@ -62,9 +62,9 @@ def test_check_fails_on_a_changed_number_and_write_restores_it(tmp_path, capsys)
     assert doc.read_text() == PAGE.replace("old a", "2.05")
 
 
-def _sweep(mse_std: dict, small_mean: float) -> render_snr.Sweep:
+def _sweep(mse_std: dict, small_mean: float, extended: dict | None = None) -> render_snr.Sweep:
     """A two-budget sweep: (mean, std) per (pooler, K) at the larger budget; mean pooling at ``small_mean`` x
-    adapool's MSE at the smaller one."""
+    adapool's MSE at the smaller one; ``extended``: {(pooler, K): mean} of an extension to budget 400 x 1."""
     settings = {"poolers": ["mean", "max", "cls", "adapool"], "ks": [4, 64], "budgets": [[100, 1], [200, 1]],
                 "reference": 0, "base": {"layers": 1}, "depths": [], "depth_poolers": [], "depth_k": 4}
     rows = []
@@ -78,7 +78,12 @@ def _sweep(mse_std: dict, small_mean: float) -> render_snr.Sweep:
                          "cpu_seconds": 1.0, "lr": 0.01, "budget_x": samples})
     runs = [{"stage": "budget", "samples": 200, "epochs": 1, "pooler": p, "best_epoch": e, "val_loss": [1.0, 0.9]}
             for p in settings["poolers"] for e in (1, 0)]
-    return render_snr.Sweep({"settings": settings, "runs": runs, "quick_budget": [100, 1]}, rows)
+    meta = {"settings": settings, "runs": runs, "quick_budget": [100, 1]}
+    if extended:
+        poolers = sorted({p for p, _ in extended})
+        meta["extensions"] = [{"budgets": [[400, 1]], "poolers": poolers, "lrs": dict.fromkeys(poolers, 0.01)}]
+        rows += [{**rows[0], "samples": 400, "pooler": p, "K": k, "mse_mean": v} for (p, k), v in extended.items()]
+    return render_snr.Sweep(meta, rows)
 
 
 def test_snr_claims_and_verdicts_are_computed_from_the_cells():
@@ -90,9 +95,9 @@ def test_snr_claims_and_verdicts_are_computed_from_the_cells():
              ("baseline_x0", 4): (0.04, 0.0), ("baseline_mean", 64): (0.008, 0.0), ("baseline_x0", 64): (0.08, 0.0)}
     before = ({"settings": {"lr": 0.01}}, {})
     text = render_snr.render_claims(_sweep(cells, small_mean=5.0), before)
-    assert "at SNR 0.03-0.25: reproduced.** At 200 × 1 (2×), over K = 4: mean / adapool 20.00x, max / adapool " \
-           "50.00x, cls / adapool 15.00x." in text
-    assert "at K = 4 5.00 → 20.00 (rising at every step; the last step, 1× to 2×, changes it by +300%)" in text
+    assert "at SNR 0.03-0.25: reproduced.** Each at the largest budget it was run at, over K = 4: mean / adapool " \
+           "20.00x (2×), max / adapool 50.00x (2×), cls / adapool 15.00x (2×)." in text
+    assert "at K = 4 5.00 → 20.00 (rising at every step; steps +300%; highest at 2×)" in text
     assert "below that of mean, max and CLS pooling: partly reproduced.**" in text
     assert "mean 0.25 to 2.00, max 0.10 to 0.20" in text and "in 5 of 6 (pooler, K) pairs" in text
     assert "the best epoch was the last one in 4 of 8 runs" in text
@@ -104,6 +109,27 @@ def test_snr_claims_and_verdicts_are_computed_from_the_cells():
     text = render_snr.render_claims(_sweep(cells, 25.0), before)
     assert "at SNR 0.03-0.25: not reproduced.**" in text and "mean is as good or better at K = 4" in text
     assert "at K = 4 25.00 → 0.90 (not rising at every step" in text
+
+
+def test_snr_claims_read_an_extension_s_budgets():
+    # catches verdicts that ignore the extended budgets, and a gap read at a budget where a pooler was not run
+    cells = {("adapool", 4): (0.01, 0.001), ("mean", 4): (0.2, 0.004), ("max", 4): (0.5, 0.01),
+             ("cls", 4): (0.15, 0.003), ("adapool", 64): (0.02, 0.002), ("mean", 64): (0.01, 0.001),
+             ("max", 64): (0.5, 0.01), ("cls", 64): (0.3, 0.01), ("baseline_mean", 4): (0.05, 0.0),
+             ("baseline_x0", 4): (0.04, 0.0), ("baseline_mean", 64): (0.008, 0.0), ("baseline_x0", 64): (0.08, 0.0)}
+    extended = {("adapool", 4): 0.01, ("mean", 4): 0.05, ("adapool", 64): 0.02, ("mean", 64): 0.02}
+    sweep = _sweep(cells, 5.0, extended)
+    text = render_snr.render_claims(sweep, ({"settings": {"lr": 0.01}}, {}))
+    assert "mean / adapool 5.00x (4×), max / adapool 50.00x (2×), cls / adapool 15.00x (2×)" in text
+    assert "at K = 4 5.00 → 20.00 → 5.00 (not rising at every step; steps +300%, -75%; highest at 2×)" in text
+    # the rate choice made again at 400 x 1: a pooler whose choice differs from the extension's rate is named
+    check = {"settings": {"budgets": [[400, 1]], "reference": 0, "lr_k": 4, "lrs": [0.003, 0.01]},
+             "provenance": {"commit": "abcdef0"}, "runs": [],
+             "lr_choice": {"mean": {"lr": 0.01, "val_mse": {"0.003": 0.2, "0.01": 0.1}},
+                           "adapool": {"lr": 0.003, "val_mse": {"0.003": 0.01, "0.01": 0.02}}}}
+    assert "another rate for adapool:" in render_snr.render_lr_check(sweep, check)
+    check["lr_choice"]["adapool"]["lr"] = 0.01
+    assert "the rates the extension used for every pooler" in render_snr.render_lr_check(sweep, check)
 
 
 def test_benchmark_targets_say_when_one_is_missed():

@@ -99,3 +99,48 @@ def test_cli_arguments():
     assert sweep.base.workers == 1 and sweep.lrs == (0.01,) and sweep.seeds == snr_sweep.CPU_SWEEP.seeds
     with pytest.raises(SystemExit):
         parser.parse_args(["--budgets", "100-1"])
+
+
+@pytest.fixture()
+def copied_run(tiny_run, tmp_path):
+    for name in ("results.csv", "results.json"):
+        (tmp_path / name).write_bytes((tiny_run[0] / name).read_bytes())
+    return tmp_path, json.loads((tmp_path / "results.json").read_text())
+
+
+def test_extension_adds_budgets_with_the_run_s_protocol(copied_run):
+    # catches an extension that re-chooses or ignores the run's rates, drops or re-runs earlier rows, skips the
+    # reproduction check, or loses the commit of the rows
+    out, meta = copied_run
+    frame, after = snr_sweep.extend_snr_sweep(out, ((80, 3),), ("adapool", "mean"), progress=False)
+    assert after["runs"][:len(meta["runs"])] == [{**r, "commit": meta["provenance"]["commit"]} for r in meta["runs"]]
+    new = pd.DataFrame(after["runs"][len(meta["runs"]):])
+    assert set(new["stage"]) == {"budget"} and set(new["epochs"]) == {3} and len(new) == 2 * 2 * TINY.seeds
+    assert all(new["lr"] == [meta["lr_choice"][p]["lr"] for p in new["pooler"]])
+    ext = after["extensions"][0]
+    assert ext["reproduced"]["then"] == ext["reproduced"]["now"] and ext["budgets"] == [[80, 3]]
+    assert after["settings"] == meta["settings"] and pd.read_csv(out / "results.csv").shape == frame.shape
+    cells = frame[(frame["stage"] == "budget") & (frame["epochs"] == 3)]
+    assert sorted(cells["pooler"]) == ["adapool", "adapool", "mean", "mean"] and set(cells["seeds"]) == {TINY.seeds}
+    assert len(frame[(frame["stage"] == "baseline") & (frame["epochs"] == 3)]) == 2 * len(TINY.ks)
+    with pytest.raises(PoolkitError, match="already there: mean at 80x3"):
+        snr_sweep.extend_snr_sweep(out, ((80, 3),), ("mean",), progress=False)
+
+
+def test_extension_under_other_settings_is_refused(copied_run):
+    # catches an extension that trusts a results.json whose settings no longer give its numbers (here the data
+    # seed was edited), and a CLI that lets other options through beside --extend
+    out, _ = copied_run
+    meta = json.loads((out / "results.json").read_text())
+    meta["settings"]["base"]["data_seed"] += 1
+    (out / "results.json").write_text(json.dumps(meta))
+    with pytest.raises(PoolkitError, match="does not reproduce"):
+        snr_sweep.extend_snr_sweep(out, ((80, 3),), ("mean",), progress=False)
+    assert "extensions" not in json.loads((out / "results.json").read_text())
+    parser = argparse.ArgumentParser()
+    snr_sweep.add_snr_sweep_arguments(parser)
+    for extra in (["--seeds", "5"], ["--workers", "1"], ["--out", str(out)], []):
+        args = parser.parse_args(["--extend", str(out), *(["--budgets", "80x3"] if extra else []), *extra,
+                                  "--no-progress"])
+        with pytest.raises(PoolkitError, match="--extend takes the protocol"):
+            snr_sweep.run_snr_sweep_command(args)

@@ -11,15 +11,21 @@ Three stages; every choice is made on validation rows, never on the test rows it
    layers, ``seeds`` runs each (the base depth is taken from stage 2).
 
 Each run reports the test MSE of its best-validation epoch, as in :mod:`.snr`.
+
+A committed sweep can be extended to more budgets (:func:`extend_snr_sweep`, ``--extend DIR``): the protocol
+(encoder, seeds, folds, execution, each pooler's chosen rate) is read from its results.json, one of its runs is
+re-run first and must give the same numbers, and the new cells are added with the commit they ran at.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -34,7 +40,7 @@ from .snr import BASELINES, PAPER_COLORS, QUICK, SNRConfig, baselines, release_d
 PLOT = "budget_sweep.png"
 RESULT_FILES = ("results.csv", "results.json", PLOT, "report.html")
 KEYS = ["stage", "samples", "epochs", "layers", "lr", "pooler", "K"]
-COLUMNS = [*KEYS, "budget_x", "snr", "mse_mean", "mse_std", "seeds", "best_last", "cpu_seconds"]
+COLUMNS = [*KEYS, "budget_x", "snr", "mse_mean", "mse_std", "seeds", "best_last", "cpu_seconds", "commit"]
 
 
 @dataclass(frozen=True)
@@ -132,17 +138,92 @@ def run_snr_sweep(sweep: SweepConfig = CPU_SWEEP, out_dir: str | os.PathLike | N
             lrs[pooler] = min(val, key=val.get)
             choice[pooler] = {"lr": lrs[pooler], "val_mse": {str(lr): v for lr, v in val.items()}}
     runs += _run_stage(sweep, sweep.configs(lrs), progress, "snr-sweep")
-    frame = summarize(sweep, runs)
+    provenance = run_provenance()
+    frame = summarize(sweep, runs, provenance.get("commit"))
     release_data()
     meta = {"benchmark": "snr-sweep (Brothers, ICML 2025, KNN-centroid noise robustness over budgets)",
             "settings": dataclasses.asdict(sweep), "quick_budget": [QUICK.num_samples, QUICK.epochs],
             "lr_choice": choice, "runtime_seconds": round(time.perf_counter() - started, 1),
-            "provenance": run_provenance(), "runs": runs}
+            "provenance": provenance, "runs": runs}
     if out is not None:
-        title = _title(sweep)
-        write_results(out, frame, meta, PLOT, lambda tmp: plot_sweep(frame, tmp, title, sweep.lr_k))
-        write_bench_report(out / "report.html", title, {"results": frame}, {"budget sweep": out / PLOT},
-                           {k: v for k, v in meta.items() if k != "runs"})
+        _write(out, sweep, frame, meta)
+    return frame, meta
+
+
+def _write(out: Path, sweep: SweepConfig, frame: pd.DataFrame, meta: dict) -> None:
+    added = dict.fromkeys(f"{s}x{e}" for ext in meta.get("extensions", []) for s, e in ext["budgets"])
+    title = _title(sweep) + (f"\nextended to {', '.join(added)} (some poolers; see results.json)" if added else "")
+    write_results(out, frame, meta, PLOT, lambda tmp: plot_sweep(frame, tmp, title, sweep.lr_k))
+    write_bench_report(out / "report.html", title, {"results": frame}, {"budget sweep": out / PLOT},
+                       {k: v for k, v in meta.items() if k != "runs"})
+
+
+def recorded_sweep(out_dir: str | os.PathLike) -> tuple[SweepConfig, dict]:
+    """The validated settings of the sweep in ``out_dir`` (its results.json) and that file's contents."""
+    path = Path(out_dir) / "results.json"
+    if not path.is_file():
+        raise PoolkitError(f"--extend {out_dir}: no results.json there; give the folder of a snr-sweep run")
+    meta = json.loads(path.read_text())
+    settings = meta["settings"]
+    tuples = {k: tuple(tuple(b) for b in v) if k == "budgets" else tuple(v) if isinstance(v, list) else v
+              for k, v in settings.items() if k != "base"}
+    base = SNRConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings["base"].items()})
+    return SweepConfig(base=base, **tuples).validated(), meta
+
+
+def extend_snr_sweep(out_dir: str | os.PathLike, budgets: tuple[tuple[int, int], ...],
+                     poolers: tuple[str, ...] | None = None, *, progress: bool = True) -> tuple[pd.DataFrame, dict]:
+    """Add ``budgets`` for ``poolers`` (default: all of the run's) to the sweep in ``out_dir``, with that run's
+    own protocol, and rewrite its files with every row.
+
+    Each pooler keeps the rate the run chose for it on validation rows (stage 1 is not re-run), every K of the
+    run, ``seeds`` runs per cell and its base depth. First the run's first budget-stage run at its reference
+    budget is re-run here; if its losses and test MSE differ from the recorded ones, the settings or the code
+    changed and nothing is run (PoolkitError). New runs record their commit; each extension is listed under
+    ``extensions`` (budgets, poolers, the check, cost, provenance); ``settings`` stay the original run's."""
+    out = Path(out_dir)
+    sweep, before = recorded_sweep(out)
+    poolers = sweep.poolers if poolers is None else tuple(dict.fromkeys(resolve_snr_name(p) for p in poolers))
+    budgets = tuple((int(s), int(e)) for s, e in budgets)
+    had = {(r["stage"], r["samples"], r["epochs"], r["pooler"]) for r in before["runs"]}
+    clash = [f"{p} at {s}x{e}" for s, e in budgets for p in poolers if ("budget", s, e, p) in had]
+    if not budgets or not poolers or not set(poolers) <= set(sweep.poolers) or clash or len(set(budgets)) < len(
+            budgets):
+        raise PoolkitError(f"--extend {out}: give distinct new --budgets for some of the run's poolers "
+                           f"({', '.join(sweep.poolers)}); already there: {', '.join(clash) or 'none'}")
+    lrs = {p: before["lr_choice"].get(p, {"lr": sweep.lrs[0]})["lr"] for p in sweep.poolers}
+    provenance = run_provenance()
+    started, commit = time.perf_counter(), before["provenance"].get("commit")
+    old = [{**run, "commit": run.get("commit", commit)} for run in before["runs"]]
+    check = next(r for r in old if r["stage"] == "budget" and (r["samples"], r["epochs"]) == sweep.budgets[
+        sweep.reference] and r["layers"] == sweep.base.layers)
+    config = sweep._config(check["pooler"], check["lr"], check["samples"], check["epochs"], check["layers"],
+                           sweep.ks, sweep.seeds).validated()
+    task = (check["seed"] - sweep.base.seed, check["K"], check["pooler"])
+    again = run_jobs([(config, task)], 1, sweep.base.threads, False)[0]
+    fields = ("test_mse", "best_epoch", "val_loss", "train_loss")
+    reproduced = {"pooler": check["pooler"], "K": check["K"], "samples": check["samples"], "epochs": check["epochs"],
+                  "seed": check["seed"], "then": {f: check[f] for f in fields}, "now": {f: again[f] for f in fields}}
+    if any(again[f] != check[f] for f in fields):
+        release_data()
+        raise PoolkitError(f"--extend {out}: its run of {check['pooler']} at K = {check['K']} does not reproduce "
+                           f"here (test MSE {check['test_mse']:.6g} then, {again['test_mse']:.6g} now): the settings "
+                           "or the code differ from the run's; run a new sweep instead of extending this one")
+    configs = [("budget", sweep._config(p, lrs[p], s, e, sweep.base.layers, sweep.ks, sweep.seeds))
+               for s, e in budgets for p in poolers]
+    fresh = [{**run, "commit": provenance.get("commit")} for run in _run_stage(sweep, configs, progress,
+                                                                               "snr-sweep extend")]
+    release_data()
+    runs = old + fresh
+    extension = {"budgets": [list(b) for b in budgets], "poolers": list(poolers), "lrs": {p: lrs[p] for p in poolers},
+                 "reproduced": reproduced, "runtime_seconds": round(time.perf_counter() - started, 1),
+                 "cpu_seconds": round(sum(r["cpu_seconds"] for r in fresh) + again["cpu_seconds"], 1),
+                 "provenance": provenance}
+    meta = {**before, "extensions": [*before.get("extensions", []), extension], "runs": runs}
+    every = dataclasses.replace(sweep, budgets=tuple(dict.fromkeys(
+        (r["samples"], r["epochs"]) for r in runs if r["stage"] == "budget")))
+    frame = summarize(every, runs, provenance.get("commit"))
+    _write(out, sweep, frame, meta)
     return frame, meta
 
 
@@ -157,22 +238,25 @@ def _run_stage(sweep: SweepConfig, configs: list[tuple[str, SNRConfig]], progres
              "lr": config.lr, **run} for (stage, config, _), run in zip(jobs, runs)]
 
 
-def summarize(sweep: SweepConfig, runs: list[dict]) -> pd.DataFrame:
+def summarize(sweep: SweepConfig, runs: list[dict], commit: str | None = None) -> pd.DataFrame:
     """Per (stage, samples, epochs, layers, lr, pooler, K): mean and sample std (ddof 1; 0 for one run) of the
-    test MSE, runs, runs whose best epoch was the last, and their CPU seconds; then the analytic baselines."""
+    test MSE, runs, runs whose best epoch was the last, their CPU seconds and the commit they ran at (a run
+    without one: ``commit``); then the analytic baselines, computed at ``commit``."""
     table = pd.DataFrame(runs).assign(last=lambda f: [b == len(v) - 1 for b, v in zip(f["best_epoch"], f["val_loss"])])
+    table["commit"] = table["commit"].fillna(commit or "") if "commit" in table else commit or ""
     grouped = table.groupby(KEYS, sort=False)
     frame = grouped["test_mse"].agg(mse_mean="mean", mse_std="std", seeds="count").reset_index()
     frame["mse_std"] = frame["mse_std"].fillna(0.0)
     frame["best_last"] = grouped["last"].sum().to_numpy()
     frame["cpu_seconds"] = grouped["cpu_seconds"].sum().round(1).to_numpy()
+    frame["commit"] = grouped["commit"].first().to_numpy()
     rows = []
     for samples, epochs in sweep.budgets:
         config = dataclasses.replace(sweep.base, num_samples=samples, epochs=epochs).validated()
         for (name, k), value in baselines(config).items():
-            rows.append(["baseline", samples, epochs, 0, 0.0, name, k, value, 0.0, 1, 0, 0.0])
+            rows.append(["baseline", samples, epochs, 0, 0.0, name, k, value, 0.0, 1, 0, 0.0, commit or ""])
     frame = pd.concat([frame, pd.DataFrame(rows, columns=[*KEYS, "mse_mean", "mse_std", "seeds", "best_last",
-                                                          "cpu_seconds"])], ignore_index=True)
+                                                          "cpu_seconds", "commit"])], ignore_index=True)
     frame["budget_x"] = frame["samples"] * frame["epochs"] / (QUICK.num_samples * QUICK.epochs)
     frame["snr"] = frame["K"] / sweep.base.num_vectors
     order = {name: i for i, name in enumerate(("lr", "budget", "depth", "baseline", *sweep.poolers, *BASELINES))}
@@ -196,7 +280,8 @@ def plot_sweep(frame: pd.DataFrame, path: str | os.PathLike, title: str = "", k_
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=150)
     if {"mean", "adapool"} <= set(budget["pooler"]):
         for k in sorted(budget["K"].unique()):
-            xs = sorted(budget[budget["K"] == k]["budget_x"].unique())
+            at = budget[budget["K"] == k].groupby("budget_x")["pooler"].agg(set)
+            xs = sorted(x for x, names in at.items() if {"mean", "adapool"} <= names)
             left.plot(xs, [cells["mean", k, x] / cells["adapool", k, x] for x in xs], marker="o", label=f"K = {k}")
     left.axhline(1.0, color="grey", lw=1, ls=":")
     left.set_xscale("log", base=2)
@@ -255,15 +340,20 @@ def add_snr_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, help=f"CPU processes (default: {d.base.workers})")
     parser.add_argument("--threads", type=int, help=f"torch threads per worker (default: {d.base.threads})")
     add_output_arguments(parser, PLOT)
+    parser.add_argument("--extend", metavar="DIR", help="add --budgets (for --poolers, default all) to the sweep in "
+                        "DIR with its own protocol (its results.json), after re-running one of its runs to check that "
+                        "it reproduces; no other option is taken")
+
+
+_ARG_NAMES = ("poolers", "ks", "budgets", "reference", "seeds", "largest_seeds", "lrs", "lr_k", "depths",
+              "depth_poolers", "depth_k")
 
 
 def sweep_from_args(args: argparse.Namespace) -> SweepConfig:
     """:data:`CPU_SWEEP` with the explicitly given options applied."""
     from ..cli.common import split_names
 
-    changes = {name: getattr(args, name) for name in ("poolers", "ks", "budgets", "reference", "seeds",
-                                                       "largest_seeds", "lrs", "lr_k", "depths", "depth_poolers",
-                                                       "depth_k") if getattr(args, name, None) is not None}
+    changes = {name: getattr(args, name) for name in _ARG_NAMES if getattr(args, name, None) is not None}
     for name in ("poolers", "depth_poolers"):
         if name in changes:
             changes[name] = split_names(changes[name])
@@ -276,9 +366,20 @@ def run_snr_sweep_command(args: argparse.Namespace) -> int:
     """``poolkit bench snr-sweep``: run, print the budget table, write --out. Bad input raises PoolkitError."""
     from rich.table import Table
 
-    sweep = sweep_from_args(args)
     started = time.perf_counter()
-    frame, _ = run_snr_sweep(sweep, args.out, force=args.force, progress=not args.no_progress)
+    if args.extend:
+        given = [f"--{name.replace('_', '-')}" for name in _ARG_NAMES + ("workers", "threads", "out")
+                 if name not in ("budgets", "poolers") and getattr(args, name, None) is not None]
+        given += ["--force"] if args.force else []
+        if given or not args.budgets:
+            raise PoolkitError("--extend takes the protocol of the sweep it extends: give only --budgets and "
+                               f"--poolers (got {' '.join(given) or 'no --budgets'})")
+        from ..cli.common import split_names
+
+        poolers = tuple(split_names(args.poolers)) if args.poolers else None
+        frame, _ = extend_snr_sweep(args.extend, tuple(args.budgets), poolers, progress=not args.no_progress)
+    else:
+        frame, _ = run_snr_sweep(sweep_from_args(args), args.out, force=args.force, progress=not args.no_progress)
     shown = frame[frame["stage"] == "budget"].pivot_table(index=["budget_x", "K"], columns="pooler",
                                                           values="mse_mean", sort=False)
     table = Table(title="SNR budget sweep: test MSE (mean over seeds) by budget (multiples of --quick) and K")
@@ -286,5 +387,5 @@ def run_snr_sweep_command(args: argparse.Namespace) -> int:
         table.add_column(str(column), justify="right")
     for (budget, k), row in shown.iterrows():
         table.add_row(f"{budget:g}x", str(k), *(f"{v:.4g}" if np.isfinite(v) else "" for v in row))
-    print_report(table, started, args.out)
+    print_report(table, started, args.out or args.extend)
     return 0
