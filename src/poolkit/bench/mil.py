@@ -163,11 +163,13 @@ def extend_mil(out_dir: str | os.PathLike, poolers: tuple[str, ...], *, progress
 
 
 def _timed_tasks(config: MILConfig, tasks: list[tuple[str, int, int, str]], progress: bool) -> tuple[list, tuple]:
-    """:func:`_run_tasks` and its cost: (wall seconds, CPU seconds, load averages at the start and end)."""
+    """:func:`_run_tasks`, each run stamped with the commit, and its cost: (wall seconds, CPU seconds, load averages
+    at the start and end)."""
     started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
     previous_threads = torch.get_num_threads()
+    commit = git_commit()  # once, not per fold: it runs git twice
     try:
-        runs = _run_tasks(config, tasks, progress)
+        runs = [{**run, "commit": commit} for run in _run_tasks(config, tasks, progress)]
     finally:
         torch.set_num_threads(previous_threads)
     return runs, (time.perf_counter() - started, _cpu_seconds() - cpu, [list(load), list(os.getloadavg())])
@@ -230,7 +232,6 @@ def run_fold(config: MILConfig, bags: Bags, repeat: int, fold: int, label: str) 
     probability = predict(model, test).numpy()
     return {"dataset": bags.name, "pooler": label, "repeat": repeat, "fold": fold,
             "accuracy": score(model, test).accuracy, "auc": auc(test.labels.numpy(), probability), **chosen,
-            "commit": git_commit(),
             "test_bags": len(test), "seconds": round(time.perf_counter() - tic, 3),
             "cpu_seconds": round(time.process_time() - cpu, 3)}
 

@@ -27,11 +27,9 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import json
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -44,7 +42,7 @@ from ..pooling import get_pooler
 from ..pooling.sets import ZonotopeSetAttention
 from ..provenance import run_provenance
 from . import quadrature
-from .reporting import pyplot, write_report
+from .reporting import add_output_arguments, pyplot, save_figure, write_report, write_results
 
 TASKS = ("statistics", "typed", "pairs")
 STATISTICS = ("mean", "variance", "q25", "q75")
@@ -234,9 +232,7 @@ def run_sets(config: SetsConfig = DEFAULT, out_dir: str | os.PathLike | None = N
                 "settings": dataclasses.asdict(config), "runtime_seconds": round(time.perf_counter() - started, 1),
                 "load_average_at_start": [round(v, 2) for v in load], "provenance": run_provenance(),
                 "runs": runs, "quadrature": rows}
-        atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
-        atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
-        atomic_write(out / "error_vs_params.png", lambda tmp: plot_errors(frame, tmp))
+        write_results(out, frame, meta, "error_vs_params.png", lambda tmp: plot_errors(frame, tmp))
         atomic_write(out / "quadrature.png", lambda tmp: plot_quadrature(rows, tmp))
         write_report(out, f"sets ({config.preset})", meta, {"summary": frame, "quadrature": pd.DataFrame(rows)},
                      {"error vs parameters": "error_vs_params.png", "quadrature": "quadrature.png"})
@@ -299,7 +295,7 @@ def plot_errors(frame: pd.DataFrame, path: str | os.PathLike) -> None:
                 ax.annotate(f"x{row['depth']}", (row["params"], row["mse_mean"]), textcoords="offset points",
                             xytext=(4, 4), fontsize=7)
         _log_log(ax, "parameters", "test MSE (standardised targets)", f"{task} (xN: N attention layers)")
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_quadrature(rows: list[dict], path: str | os.PathLike) -> None:
@@ -319,7 +315,7 @@ def plot_quadrature(rows: list[dict], path: str | os.PathLike) -> None:
         ax.plot(sizes, sizes[0] ** 2 * 1e-2 / sizes ** 2, ":", color="grey", label="n^-2")
         _log_log(ax, "samples n", "max |pooled - integral value|", f"{pooler} pooling of a sampled smooth function",
                  x_base=2)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _log_log(ax, xlabel: str, ylabel: str, title: str, x_base: int = 10) -> None:
@@ -332,12 +328,6 @@ def _log_log(ax, xlabel: str, ylabel: str, title: str, x_base: int = 10) -> None
     ax.legend(fontsize=6)
 
 
-def _save(fig, path: str | os.PathLike) -> None:
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    pyplot().close(fig)
-
-
 # -- CLI --------------------------------------------------------------------------------------------
 def add_sets_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``poolkit bench sets``; unset ones come from the default or the --quick preset."""
@@ -347,9 +337,7 @@ def add_sets_arguments(parser: argparse.ArgumentParser) -> None:
                              ("--train", int, "training sets"), ("--generators", int, "zonotope generators K"),
                              ("--width", int, "model width"), ("--threads", int, "torch threads")):
         parser.add_argument(flag, type=kind, help=what)
-    parser.add_argument("--out", metavar="DIR", help=f"write {', '.join(RESULT_FILES)} here")
-    parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
-    parser.add_argument("--no-progress", action="store_true", help="no progress lines")
+    add_output_arguments(parser, "error_vs_params.png, quadrature.png and report.html")
 
 
 def run_sets_command(args: argparse.Namespace) -> int:

@@ -31,12 +31,12 @@ import pandas as pd
 import torch
 
 from ..errors import PoolkitError
-from ..explain.report import write_bench_report
 from ..io import prepare_out_dir
 from ..pooling import get_pooler, list_poolers
 from ..pooling.base import pooler_class, resolve_name
 from ..provenance import run_provenance
-from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_results
+from .reporting import (add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_report,
+                        write_results)
 from .snr_data import PAPER_KS, PUBLISHED_BASELINES, KnnCentroidData, baseline_mse, check_ks, make_knn_centroid
 from .snr_model import SNRModel, fit
 
@@ -315,8 +315,7 @@ def _write_outputs(out: Path, config: SNRConfig, frame: pd.DataFrame, runs: list
         "runs": runs,
     }
     write_results(out, frame, meta, "mse_vs_snr.png", lambda tmp: plot_results(frame, tmp, title=_title(config)))
-    write_bench_report(out / "report.html", _title(config), {"results": frame}, {"MSE vs SNR": out / "mse_vs_snr.png"},
-                       {k: v for k, v in meta.items() if k != "runs"})
+    write_report(out, _title(config), meta, {"results": frame}, {"MSE vs SNR": "mse_vs_snr.png"})
 
 
 def _title(config: SNRConfig) -> str:

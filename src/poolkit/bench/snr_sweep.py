@@ -31,10 +31,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import PoolkitError
-from ..explain.report import write_bench_report
 from ..io import prepare_out_dir
 from ..provenance import run_provenance
-from .reporting import add_output_arguments, print_report, pyplot, save_figure, write_results
+from .reporting import add_output_arguments, print_report, pyplot, save_figure, write_report, write_results
 from .snr import BASELINES, PAPER_COLORS, QUICK, SNRConfig, baselines, release_data, resolve_snr_name, run_jobs, tasks
 
 PLOT = "budget_sweep.png"
@@ -154,8 +153,7 @@ def _write(out: Path, sweep: SweepConfig, frame: pd.DataFrame, meta: dict) -> No
     added = dict.fromkeys(f"{s}x{e}" for ext in meta.get("extensions", []) for s, e in ext["budgets"])
     title = _title(sweep) + (f"\nextended to {', '.join(added)} (some poolers; see results.json)" if added else "")
     write_results(out, frame, meta, PLOT, lambda tmp: plot_sweep(frame, tmp, title, sweep.lr_k))
-    write_bench_report(out / "report.html", title, {"results": frame}, {"budget sweep": out / PLOT},
-                       {k: v for k, v in meta.items() if k != "runs"})
+    write_report(out, title, meta, {"results": frame}, {"budget sweep": PLOT})
 
 
 def recorded_sweep(out_dir: str | os.PathLike) -> tuple[SweepConfig, dict]:
