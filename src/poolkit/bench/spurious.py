@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -37,7 +36,8 @@ from ..errors import PoolkitError
 from ..io import atomic_write, prepare_out_dir
 from ..pooling import get_pooler
 from ..provenance import run_provenance
-from .reporting import add_output_arguments, add_preset_arguments, draw_map, pyplot, save_figure, write_report
+from .reporting import (add_output_arguments, add_preset_arguments, draw_map, print_report, pyplot, save_figure,
+                        write_report, write_results)
 from .spurious_data import CUE_NAMES, LABEL_NAMES, SpuriousData, SpuriousSet, make_spurious_data, planned_counts
 from .vision import _cpu_seconds
 from .vision_data import load_images
@@ -428,13 +428,12 @@ def sanity(frame: pd.DataFrame) -> dict:
 
 # -- outputs ------------------------------------------------------------------------------------------
 def _write_outputs(out: Path, config: SpuriousConfig, frame: pd.DataFrame, meta: dict) -> None:
-    atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
-    atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
     title = (f"{config.preset}: CNN {'-'.join(map(str, config.widths))}, {2 * config.train_per_label:,} training "
              f"images, {config.epochs} epochs, {config.seeds} seeds")
-    atomic_write(out / "accuracy.png", lambda tmp: plot_accuracy(pd.DataFrame(meta["summary"]), tmp, title))
+    summary = pd.DataFrame(meta["summary"])
+    write_results(out, frame, meta, "accuracy.png", lambda tmp: plot_accuracy(summary, tmp, title))
     atomic_write(out / "attention.png", lambda tmp: plot_attention(config, meta, tmp))
-    write_report(out, f"spurious cue ({title})", meta, {"summary": pd.DataFrame(meta["summary"]), "runs": frame},
+    write_report(out, f"spurious cue ({title})", meta, {"summary": summary, "runs": frame},
                  {"accuracy": "accuracy.png", "where each retrained pooler looks (red box: the cue, green: the garment)":
                   "attention.png"})
 
@@ -534,11 +533,16 @@ def config_from_args(args: argparse.Namespace) -> SpuriousConfig:
 
 def run_spurious_command(args: argparse.Namespace) -> int:
     """``poolkit bench spurious``: run, print the summary and the sanity check, write --out."""
-    from rich.console import Console
     from rich.table import Table
 
     config = config_from_args(args)
+    started = time.perf_counter()
     frame, meta = run_spurious(config, args.out, force=args.force, progress=not args.no_progress)
+    for agreement, check in meta["sanity"].items():
+        if not check["ok"]:
+            print(f"WARNING: at agreement {agreement}, ERM's worst group is only {check['mean_gap_points']:.1f} points "
+                  f"under its average (needed: {SANITY_POINTS:g}): the cue was hardly learned, so this comparison "
+                  "says little; results.json records it", file=sys.stderr)
     table = Table(title=f"spurious benchmark ({config.preset}): test accuracy %, mean ± std over {config.seeds} "
                         "seeds; weight share on the cue / garment (minority test images)")
     for column in ("agreement", "method", "worst group", "average", "worst vs dfr", "cue mass", "garment mass"):
@@ -549,12 +553,5 @@ def run_spurious_command(args: argparse.Namespace) -> int:
                       f"{100 * row.average_mean:.1f} ± {100 * row.average_std:.1f}",
                       "" if row.method == "dfr" else f"{100 * row.vs_dfr_mean:+.1f} ± {100 * row.vs_dfr_std:.1f}",
                       f"{row.cue_mass_mean:.3f}", f"{row.garment_mass_mean:.3f}")
-    console = Console() if sys.stdout.isatty() else Console(width=200)
-    console.print(table)
-    for agreement, check in meta["sanity"].items():
-        if not check["ok"]:
-            print(f"WARNING: at agreement {agreement}, ERM's worst group is only {check['mean_gap_points']:.1f} points "
-                  f"under its average (needed: {SANITY_POINTS:g}): the cue was hardly learned, so this comparison "
-                  "says little; results.json records it", file=sys.stderr)
-    console.print(f"took {meta['runtime_seconds']:.0f} s" + (f"; wrote {args.out}" if args.out else ""))
+    print_report(table, started, args.out)
     return 0
