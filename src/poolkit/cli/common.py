@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -43,17 +42,15 @@ def split_names(tokens: list[str]) -> list[str]:
 def parse_options(pairs: list[str] | None) -> list[tuple[str | None, str, Any]]:
     """``["attn_size=256", "weighted_layer:token_pooler=mean"]`` -> [(None, "attn_size", 256),
     ("weighted_layer", "token_pooler", "mean")]: (pooler or None, key, JSON value or the text)."""
+    from ..pooling.base import option_value
+
     parsed = []
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         target, _, key = key.strip().rpartition(":")
         if not sep or not key:
             raise PoolkitError(f"--pooler-opt takes [POOLER:]KEY=VALUE, got {pair!r} (e.g. --pooler-opt attn_size=256)")
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            pass
-        parsed.append((target or None, key, value))
+        parsed.append((target or None, key, option_value(value)))
     return parsed
 
 

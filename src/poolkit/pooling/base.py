@@ -470,11 +470,16 @@ def pooler_from_label(label: str) -> dict:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise PoolkitError(f"pooler {label!r}: options go as NAME:KEY=VALUE, e.g. gated_attention:scorer=glu")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
+        options[key] = option_value(value)
     return pooler_spec(name, **options)
+
+
+def option_value(text: str) -> Any:
+    """An option's value as typed on a command line: JSON where it parses (256, 0.5, true, [1, 2]), else the text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def build_pooler(spec: str | dict[str, Any] | Pooler, hidden_size: int | None = None,

@@ -232,7 +232,7 @@ def explain_best(results: Sequence[Any], features: Any, table: TableData, model:
         sample = "drawn at random"
     texts = [table.texts[i] for i in rows]
     layered = fold.model.pooler.kind == "layer"
-    if features.tokens is None or (layered and features.tokens.shape[0] == 1):
+    if not features.has_token_states(all_layers=layered):
         features, rows = encode_features(texts, model, max_length, cache=False, progress=False,
                                          trust_remote_code=trust_remote_code), np.arange(len(rows))
         read = "these texts encoded again (the feature cache keeps no token states for this pooler)"

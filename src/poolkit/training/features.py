@@ -190,9 +190,14 @@ class FeatureCache:
         states = torch.from_numpy(np.ascontiguousarray(source[:, rows])).float()[:, :, None]  # (L', B, 1, D)
         return list(states.unbind(0)), torch.ones(len(rows), 1, dtype=torch.bool)
 
+    def has_token_states(self, all_layers: bool = True) -> bool:
+        """Whether the cache keeps the token states :meth:`batch` reads: every layer's, or (``all_layers`` False)
+        the last layer's."""
+        return self.tokens is not None and not (all_layers and self.tokens.shape[0] == 1)
+
     def batch(self, rows: np.ndarray | list[int], all_layers: bool = True) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Rows -> (hidden states: L + 1 tensors (B, T, D) float32, or just the last layer; mask (B, T) bool)."""
-        if self.tokens is None or (all_layers and self.tokens.shape[0] == 1):
+        if not self.has_token_states(all_layers):
             raise PoolkitError(f"the feature cache {self.folder.name} keeps "
                                f"{self.meta.get('plan', FULL_PLAN)['token_layers']} token layers: build it for the "
                                "poolers that read them (encode_features(poolers=...))")
