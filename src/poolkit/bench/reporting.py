@@ -1,5 +1,6 @@
 """What every ``poolkit bench`` command shares: the result files (results.csv, results.json, a plot) written
-atomically, the --quick / --full presets and the --out / --force / --no-progress arguments, and the printed table."""
+atomically, the --quick / --full presets and the --out / --force / --no-progress arguments, the printed table, and
+the paired per-seed difference to a baseline."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..io import atomic_write
@@ -20,6 +22,19 @@ def write_results(out: Path, frame: pd.DataFrame, meta: dict, plot_name: str, pl
     atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
     atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
     atomic_write(out / plot_name, plot)
+
+
+def paired_difference(diff) -> tuple[float, float, float, bool]:
+    """Per-seed differences to a baseline -> (mean, sample std, half-width of the 95% t-interval, whether that
+    interval contains 0: inside seed noise); std and half-width are NaN for one seed."""
+    from scipy import stats
+
+    diff = np.asarray(diff, dtype=np.float64)
+    n = len(diff)
+    std = float(diff.std(ddof=1)) if n > 1 else float("nan")
+    half = float(stats.t.ppf(0.975, n - 1) * std / np.sqrt(n)) if n > 1 else float("nan")
+    mean = float(diff.mean())
+    return mean, std, half, not abs(mean) > half
 
 
 def pyplot():

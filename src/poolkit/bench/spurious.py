@@ -36,8 +36,8 @@ from ..errors import PoolkitError
 from ..io import atomic_write, prepare_out_dir
 from ..pooling import get_pooler
 from ..provenance import run_provenance
-from .reporting import (add_output_arguments, add_preset_arguments, draw_map, print_report, pyplot, save_figure,
-                        write_report, write_results)
+from .reporting import (add_output_arguments, add_preset_arguments, draw_map, paired_difference, print_report, pyplot,
+                        save_figure, write_report, write_results)
 from .spurious_data import CUE_NAMES, LABEL_NAMES, SpuriousData, SpuriousSet, make_spurious_data, planned_counts
 from .vision import _cpu_seconds
 from .vision_data import load_images
@@ -395,8 +395,6 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (agreement, method): worst-group and average accuracy, cue and garment mass, mean and sample std over
     seeds, and the worst-group difference to DFR paired by seed (mean, sample std, the half-width of its 95%
     t-interval, and whether that interval contains 0: inside seed noise)."""
-    from scipy import stats
-
     rows = []
     for (agreement, method), group in frame.groupby(["agreement", "method"], sort=False):
         dfr = frame[(frame["agreement"] == agreement) & (frame["method"] == "dfr")].set_index("seed")["worst_group"]
@@ -405,12 +403,8 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         for column in ("worst_group", "average", "cue_mass", "garment_mass"):
             row[f"{column}_mean"] = float(group[column].mean())
             row[f"{column}_std"] = float(group[column].std(ddof=1)) if len(group) > 1 else float("nan")
-        n = len(diff)
-        row["vs_dfr_mean"] = float(diff.mean())
-        row["vs_dfr_std"] = float(diff.std(ddof=1)) if n > 1 else float("nan")
-        half = stats.t.ppf(0.975, n - 1) * row["vs_dfr_std"] / np.sqrt(n) if n > 1 else float("nan")
-        row["vs_dfr_ci95"] = float(half)
-        row["inside_noise"] = bool(method != "dfr" and not abs(row["vs_dfr_mean"]) > row["vs_dfr_ci95"])
+        row["vs_dfr_mean"], row["vs_dfr_std"], row["vs_dfr_ci95"], inside = paired_difference(diff)
+        row["inside_noise"] = bool(method != "dfr" and inside)
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -31,8 +31,8 @@ from ..io import atomic_write, prepare_out_dir
 from ..pooling import AuxiliaryClassifiers, get_pooler
 from ..pooling.base import pooler_class, resolve_name
 from ..provenance import run_provenance
-from .reporting import (add_output_arguments, add_preset_arguments, draw_map, print_report, pyplot, save_figure,
-                        write_report, write_results)
+from .reporting import (add_output_arguments, add_preset_arguments, draw_map, paired_difference, print_report, pyplot,
+                        save_figure, write_report, write_results)
 from .snr import _device
 from .vision_data import DATASETS, Images, augment, load_images, split_pool
 from .vision_model import Backbone, PooledHead, VisionModel, encode, fit, map_sizes, map_weights
@@ -277,21 +277,16 @@ def summarize(frame: pd.DataFrame, *, columns: tuple[str, str] = ("variant", "po
     """Per (variant, pooler, size): accuracy mean and sample std over seeds, and the paired per-seed difference to
     ``baseline`` (mean, sample std, and whether it sits inside seed noise: its 95% t-interval contains 0). Other
     benchmarks give their own two grouping ``columns``."""
-    from scipy import stats
-
     kind_column, item_column = columns
     rows = []
     for (variant, name, size), group in frame.groupby([*columns, "size"], sort=False):
         acc = group.set_index("seed")["accuracy"]
         base = frame[(frame[kind_column] == variant) & (frame[item_column] == baseline) & (frame["size"] == size)]
-        diff = (acc - base.set_index("seed")["accuracy"]).dropna().to_numpy()
-        n = len(diff)
-        diff_std = float(diff.std(ddof=1)) if n > 1 else float("nan")
-        half = float(stats.t.ppf(0.975, n - 1) * diff_std / np.sqrt(n)) if n > 1 else float("nan")
+        diff_mean, diff_std, half, inside = paired_difference((acc - base.set_index("seed")["accuracy"]).dropna())
         rows.append({kind_column: variant, item_column: name, "size": int(size), "seeds": len(acc),
                      "mean": float(acc.mean()), "std": float(acc.std(ddof=1)) if len(acc) > 1 else float("nan"),
-                     "diff_mean": float(diff.mean()), "diff_std": diff_std, "diff_ci95": half,
-                     "inside_noise": bool(name != baseline and not abs(diff.mean()) > half)})
+                     "diff_mean": diff_mean, "diff_std": diff_std, "diff_ci95": half,
+                     "inside_noise": bool(name != baseline and inside)})
     return pd.DataFrame(rows)
 
 
