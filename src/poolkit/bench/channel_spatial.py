@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -29,10 +28,11 @@ import torch
 from ..blocks import block_options, get_block, list_blocks
 from ..blocks.registry import resolve_block
 from ..errors import PoolkitError
-from ..io import atomic_write, prepare_out_dir
+from ..io import prepare_out_dir
 from ..pooling import get_pooler
 from ..provenance import run_provenance
-from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_report
+from .reporting import (add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_report,
+                        write_results)
 from .snr import _device
 from .vision import VisionConfig, _cpu_seconds, _run_all, summarize
 from .vision_data import Images, augment, load_images, split_pool
@@ -316,9 +316,7 @@ def _write_outputs(out: Path, config: ChannelSpatialConfig, frame: pd.DataFrame,
         "ordering": ordering(frame),
         "runs": runs,
     }
-    atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
-    atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
-    atomic_write(out / "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
+    write_results(out, frame, meta, "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
     write_report(out, _title(config), meta, {"summary": summary, "speed": speed}, {"accuracy": "accuracy.png"})
 
 

@@ -37,7 +37,7 @@ import torch
 from ..data import TableData
 from ..data.tables import stratified_sample
 from ..errors import PoolkitError
-from ..io import atomic_write_content, replace_dir, temp_dir
+from ..io import atomic_write_json, replace_dir, temp_dir
 from ..models import PooledModel
 from ..models.encoders import hf_bars_off, load_encoder, load_tokenizer, resolve_model
 from .finetune import META, TEST_OUTPUTS, data_sha1, model_folds, model_outputs, weights_digest
@@ -301,12 +301,12 @@ class TaskArithmetic:
                                   "fold_mode": self.fold_mode}
                 if val is not None:
                     meta["merged"]["val_metrics"] = self._metrics(t, k, val[t][k])
-                atomic_write_content(dest / META, json.dumps(meta, indent=2) + "\n")
+                atomic_write_json(dest / META, meta)
         for t, task in enumerate(self.tasks):
             folds = [self._metrics(t, k, out) for k, out in enumerate(val[t])] if val is not None else None
-            atomic_write_content(tmp / task.name / "metrics.json", json.dumps(
-                {"task": task.task, "merged": True, "n_folds": len(task.folds), "val_metrics": folds}, indent=2) + "\n")
-        atomic_write_content(tmp / RECORD, json.dumps(record, indent=2) + "\n")
+            atomic_write_json(tmp / task.name / "metrics.json",
+                              {"task": task.task, "merged": True, "n_folds": len(task.folds), "val_metrics": folds})
+        atomic_write_json(tmp / RECORD, record)
         replace_dir(tmp, out)
 
     def _metrics(self, t: int, k: int, outputs: np.ndarray) -> dict[str, float]:
