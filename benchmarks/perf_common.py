@@ -26,7 +26,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from poolkit.provenance import cpu_model  # noqa: E402
+from poolkit.provenance import cpu_capability, cpu_model  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -188,7 +188,8 @@ def run_info(device: torch.device, args: argparse.Namespace | None = None) -> di
             "uncommitted": [line[3:] for line in _git("status", "--porcelain", "--untracked-files=no").splitlines()],
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": describe(device),
-            "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
+            "machine": {"cpu": cpu_model(), "cpu_capability": cpu_capability(), "cores": os.cpu_count(),
+                        "platform": platform.platform(),
                         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None},
             "torch": torch.__version__, "python": platform.python_version(),
             "options": {} if args is None else {k: v if isinstance(v, (int, float, bool, type(None))) else str(v)

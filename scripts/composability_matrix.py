@@ -55,9 +55,11 @@ def run_tests() -> dict:
             outcomes.append({"test": case.get("name"), "outcome": "fail" if failed else "skip" if skipped else "pass"})
     import torch
 
+    from poolkit.provenance import cpu_capability, cpu_model
+
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     return {"commit": commit.strip(), "torch": torch.__version__, "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, {platform.system()}",
+            "machine": f"{platform.machine()}, {cpu_model()} (torch kernels: {cpu_capability()}), {platform.system()}",
             "outcomes": outcomes}
 
 

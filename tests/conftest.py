@@ -5,7 +5,10 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# One torch thread per pytest-xdist worker (`make test` runs two on two cores): two workers of two OpenMP threads
+# each oversubscribe the cores (OpenMP threads spinning while they wait for a core). The padding tests force one and
+# two threads themselves (test_pooling_robustness.KERNELS).
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else max(1, min(2, os.cpu_count() or 1)))
 
 
 @pytest.fixture(autouse=True)

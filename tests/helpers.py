@@ -17,8 +17,9 @@ SET_POOLERS = ["mean", "sum", "mean_sqrt_len", "max", "min", "mean_max", "gem", 
                "attention_head", "multihead_attention", "gated_attention", "latent", "adapool", "concat",
                "zonotope_attention"]
 # Option variants that the contract suite checks like registered poolers: test id -> (name, options).
-POOLER_VARIANTS = {f"attention[scorer={scorer}]": ("attention", {"scorer": scorer})
-                   for scorer in ("linear", "bilinear", "glu")}
+POOLER_VARIANTS = {**{f"attention[scorer={scorer}]": ("attention", {"scorer": scorer})
+                      for scorer in ("linear", "bilinear", "glu")},
+                   "gem[signed=False]": ("gem", {"signed": False})}  # the classic form: clamped at eps
 
 
 def make_pooler(name: str, **options):

@@ -1,17 +1,36 @@
-"""The padding contract whatever the padding holds (NaN, inf, huge values), edge shapes, and stable gem."""
+"""The padding contract whatever the padding holds (NaN, inf, huge values), on the kernel paths torch lets a process
+choose (tests/test_pooling_kernels.py: the instruction sets chosen at start-up), edge shapes, and stable gem."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
 
-from helpers import (ALL_POOLERS, HIDDEN, LAYER_POOLERS, TOKEN_POOLERS, make_pooler, mask_from_lengths,
-                     random_layers, states_for)
+from helpers import (ALL_POOLERS, HIDDEN, LAYER_POOLERS, POOLER_VARIANTS, TOKEN_POOLERS, make_pooler,
+                     mask_from_lengths, random_layers, states_for)
 from poolkit import PoolkitError, get_pooler
 
 pytestmark = pytest.mark.usefixtures("path")  # on the fast and on the plain forms
 
 LENGTHS = [5, 2, 0, 4]
+#: No row of only padding: such a row's pooled value comes from padding alone, and when it is not finite, forward
+#: pools the whole batch again from zeroed padding, which would hide every other row's use of the padding.
+FULL_LENGTHS = [5, 2, 3, 4]
+#: What the padded positions hold, and the parameters: as built, or made non-negative. A huge finite value (3e38)
+#: overflows float32 once a backward pass multiplies it by an incoming gradient above ~1.1 (the output's gradient
+#: here reaches 4); with non-negative parameters, every linear map of a same-signed padded token overflows to inf,
+#: never to NaN (inf - inf), whatever the order of summation. Which of the two a kernel gives with mixed signs
+#: depends on the CPU (an AVX-512 kernel gave inf where AVX2 gives NaN): this takes the inf branch on every CPU.
+PADDING = [(float("nan"), "as-built"), (float("inf"), "as-built"), (float("-inf"), "as-built"), (3e38, "as-built"),
+           (3e38, "non-negative"), (-3e38, "non-negative")]
+#: Options that change how a pooler reads its tokens, checked here beside the registry's defaults.
+OPTION_VARIANTS = {"flex[per_channel=True]": ("flex", {"per_channel": True}),
+                   "zonotope_attention[gate=context]": ("zonotope_attention", {"gate": "context"}),
+                   "zonotope_attention[gate=both]": ("zonotope_attention", {"gate": "both", "rank": 2}),
+                   "lse[temperature=0.5]": ("lse", {"temperature": 0.5})}
+PADDED_POOLERS = [*ALL_POOLERS, *POOLER_VARIANTS, *OPTION_VARIANTS]
 
 
 def with_padding(layers, mask, value):
@@ -22,47 +41,112 @@ def token_weights(weights):
     return weights["token"] if isinstance(weights, dict) else weights
 
 
+def padded_pooler(name, parameters="as-built", **options):
+    base, preset = OPTION_VARIANTS.get(name, (name, {}))
+    if base in ("lstm_layers", "gru_layers"):
+        options.setdefault("dropout", 0.0)
+    pooler = make_pooler(base, **preset, **options)
+    if parameters == "non-negative":
+        with torch.no_grad():
+            for parameter in pooler.parameters():
+                parameter.abs_()
+    return pooler
+
+
 def pool_with_gradients(pooler, layers, mask):
     layers = [h.clone().requires_grad_() for h in layers]
     pooled, weights = pooler(states_for(pooler, layers), mask, return_weights=True)
     params = [p for p in pooler.parameters() if p.requires_grad]
-    grads = torch.autograd.grad((pooled * torch.linspace(-1, 1, pooled.shape[-1])).sum(), params + layers,
+    grads = torch.autograd.grad((pooled * torch.linspace(-4, 4, pooled.shape[-1])).sum(), params + layers,
                                 allow_unused=True)
     return pooled.detach(), token_weights(weights).detach(), grads
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 3e38])
+def check_padding_is_never_read(pooler, value):
+    """Outputs, weights and gradients with ``value`` at every padded position equal those with zeros there, in a
+    batch with a row of only padding (whose output is 0) and in one without."""
+    for lengths in (LENGTHS, FULL_LENGTHS):
+        mask = mask_from_lengths(lengths, 5)
+        layers = random_layers(len(lengths), 5)
+        clean = pool_with_gradients(pooler, with_padding(layers, mask, 0.0), mask)
+        dirty = pool_with_gradients(pooler, with_padding(layers, mask, value), mask)
+        torch.testing.assert_close(dirty[0], clean[0], rtol=1e-5, atol=1e-6)
+        if 0 in lengths:
+            assert torch.equal(dirty[0][lengths.index(0)], torch.zeros_like(dirty[0][0]))
+        torch.testing.assert_close(dirty[1], clean[1], rtol=1e-5, atol=1e-6)
+        for ours, expected in zip(dirty[2], clean[2]):
+            if expected is None:
+                assert ours is None or not ours.abs().sum()
+            else:
+                torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("value, parameters", PADDING, ids=[f"{v}-{p}" for v, p in PADDING])
+@pytest.mark.parametrize("name", PADDED_POOLERS)
+def test_padding_never_changes_an_output_whatever_it_holds(name, value, parameters):
+    """Outputs, weights and gradients with NaN / inf / 3e38 at padded positions equal those with zeros there.
+    Catches a form that drops padding by multiplying with 0 anywhere in forward or backward (0 * inf is NaN),
+    as zonotope_attention's gates and weighted sum, lse's division and flex's per-channel sum did."""
+    check_padding_is_never_read(padded_pooler(name, parameters), value)
+
+
+@contextlib.contextmanager
+def torch_threads(count):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+@contextlib.contextmanager
+def onednn(enabled):
+    """torch.backends.mkldnn.flags() would also reset oneDNN's TF32 switch, with a warning on CPU-only builds."""
+    previous = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = enabled
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = previous
+
+
+@contextlib.contextmanager
+def float32_matmul_precision(precision):
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+#: The kernel choices torch lets a running process make (the instruction sets are chosen at start-up:
+#: tests/test_pooling_kernels.py): oneDNN on / off, one thread or two (blocked reductions split differently), and
+#: the float32 matmul precision (oneDNN may use bf16 / tf32 kernels where the CPU has them).
+KERNELS = {"oneDNN off": lambda: onednn(False),
+           "1 thread": lambda: torch_threads(1), "2 threads": lambda: torch_threads(2),
+           "matmul medium": lambda: float32_matmul_precision("medium")}
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("name", ALL_POOLERS)
-def test_padding_never_changes_an_output_whatever_it_holds(name, value):
-    """Outputs, weights and gradients with NaN / inf / 3e38 at padded positions (and a row that is all padding)
-    equal those with zeros there."""
-    pooler = make_pooler(name, **({"dropout": 0.0} if name in ("lstm_layers", "gru_layers") else {}))
-    mask = mask_from_lengths(LENGTHS, 5)
-    layers = random_layers(len(LENGTHS), 5)
-    clean = pool_with_gradients(pooler, with_padding(layers, mask, 0.0), mask)
-    dirty = pool_with_gradients(pooler, with_padding(layers, mask, value), mask)
-    torch.testing.assert_close(dirty[0], clean[0], rtol=1e-5, atol=1e-6)
-    assert torch.equal(dirty[0][2], torch.zeros_like(dirty[0][2]))  # the all-padding row
-    torch.testing.assert_close(dirty[1], clean[1], rtol=1e-5, atol=1e-6)
-    for ours, expected in zip(dirty[2], clean[2]):
-        if expected is None:
-            assert ours is None or not ours.abs().sum()
-        else:
-            torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-6)
+def test_padding_is_never_read_on_other_kernels(name, kernels):
+    """The padding checks under each of KERNELS: catches a result that holds only on the kernels a default run picks."""
+    with KERNELS[kernels]():
+        for value, parameters in [(float("nan"), "as-built"), (3e38, "as-built"), (3e38, "non-negative")]:
+            check_padding_is_never_read(padded_pooler(name, parameters), value)
 
 
 @pytest.mark.parametrize("token_pooler", TOKEN_POOLERS)
 @pytest.mark.parametrize("name", LAYER_POOLERS)
 def test_layer_poolers_keep_the_contract_with_every_token_pooler(name, token_pooler):
+    """The padding checks (gradients included) for every layer pooler over every token pooler: catches a layer
+    weight whose gradient reads the padding of the layers it mixes (0 * NaN), as weighted_layer's did."""
     token = {"name": token_pooler, "attn_size": 8} if "attn_size" in get_pooler(token_pooler, HIDDEN).get_config() \
         else token_pooler
-    pooler = make_pooler(name, token_pooler=token)
-    mask = mask_from_lengths(LENGTHS, 5)
-    layers = random_layers(len(LENGTHS), 5)
-    with torch.no_grad():
-        clean = pooler(with_padding(layers, mask, 0.0), mask)
-        dirty = pooler(with_padding(layers, mask, float("nan")), mask)
-    torch.testing.assert_close(dirty, clean, rtol=1e-5, atol=1e-6)
+    for value, parameters in [(float("nan"), "as-built"), (3e38, "non-negative")]:
+        check_padding_is_never_read(padded_pooler(name, parameters, token_pooler=token), value)
 
 
 @pytest.mark.parametrize("name", ALL_POOLERS)

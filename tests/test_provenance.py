@@ -41,3 +41,17 @@ def test_only_source_changes_mark_a_commit_dirty(tmp_path):
     assert git_commit(tmp_path) == head
     (tmp_path / "src/poolkit/code.py").write_text("2")
     assert git_commit(tmp_path) == head + "+dirty"
+
+
+def test_provenance_names_the_cpu_model_and_the_kernels_torch_dispatches_to():
+    """The machine a result was made on is its CPU model (as /proc/cpuinfo names it) and torch's CPU kernel
+    instruction set: what decides the order of float sums. Catches a record of the architecture alone ('x86_64')."""
+    info = run_provenance()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = {line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")}
+        assert info["cpu"] in names
+    assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    documented = ("DEFAULT", "VSX", "Z VECTOR", "NO AVX", "AVX2", "AVX512", "SVE256")
+    assert info["cpu_capability"] in documented

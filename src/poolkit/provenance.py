@@ -47,11 +47,17 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_capability() -> str:
+    """The instruction set torch's CPU kernels dispatch to on this machine (DEFAULT, AVX2, AVX512, ...): with the CPU
+    model, what decides a kernel's vector width and so the order in which float sums are taken."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def run_provenance() -> dict[str, Any]:
-    """poolkit version and commit, torch / Python versions, the machine (CPU model, cores, CUDA device) and the
-    UTC time."""
+    """poolkit version and commit, torch / Python versions, the machine (CPU model, torch's CPU kernel instruction
+    set, cores, CUDA device) and the UTC time."""
     return {"poolkit": __version__, "commit": git_commit(), "torch": torch.__version__,
             "python": platform.python_version(), "platform": platform.platform(), "cpu": cpu_model(),
-            "cores": os.cpu_count(),
+            "cpu_capability": cpu_capability(), "cores": os.cpu_count(),
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}

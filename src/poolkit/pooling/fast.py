@@ -102,34 +102,37 @@ def _blocks(tokens: Tensor, index: Tensor):
 
 # -- weighted sums -------------------------------------------------------------------------------
 class WeightedSum(torch.autograd.Function):
-    """``torch.bmm(weights, x)`` for weights (B, H, T) and x (B, T, D) whose weight gradient is zero where the
-    weight is (see backward), and whose x gradient for one weight row (H = 1) in float32 / float64 is a
-    broadcast multiply: bmm's own backward computes weights^T @ grad as a matrix product with an inner
-    dimension of 1, which on CPU costs more (in bf16 / fp16 it does not)."""
+    """``torch.bmm(weights, x)`` for weights (B, H, T) and x (B, T, D) whose weight gradient is zero at padding
+    (see backward), and whose x gradient for one weight row (H = 1) in float32 / float64 is a broadcast
+    multiply: bmm's own backward computes weights^T @ grad as a matrix product with an inner dimension of 1,
+    which on CPU costs more (in bf16 / fp16 it does not). ``real`` (B, 1, T) bool, or None: padding is where
+    the weight is 0."""
 
     @staticmethod
-    def forward(weights: Tensor, x: Tensor) -> Tensor:
+    def forward(weights: Tensor, x: Tensor, real: Tensor | None) -> Tensor:
         return torch.bmm(weights, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        ctx.save_for_backward(*inputs)
+        weights, x, real = inputs
+        ctx.save_for_backward(weights, x, real)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        weights, x = ctx.saved_tensors
+        weights, x, real = ctx.saved_tensors
         grad = grad.contiguous()  # often an expanded view (from a sum): slow to broadcast
         grad_weights = None
         if ctx.needs_input_grad[0]:
-            # Zero where the weight is: learned weights come from a masked softmax, whose backward multiplies
-            # by the weight itself, so nothing is lost; and a huge padded value cannot overflow into it (inf * 0).
-            grad_weights = torch.bmm(grad, x.transpose(1, 2)).masked_fill(weights == 0, 0)
+            # Selected away at padding, whatever the product gave there (a huge padded value overflows it).
+            # Without ``real``, zero wherever the weight is: softmax weights, whose backward multiplies by the
+            # weight itself, so nothing is lost.
+            grad_weights = torch.bmm(grad, x.transpose(1, 2)).masked_fill(weights == 0 if real is None else ~real, 0)
         grad_x = None
         if ctx.needs_input_grad[1]:
             transposed = weights.transpose(1, 2)
             outer = weights.shape[1] == 1 and x.dtype not in (torch.float16, torch.bfloat16)
             grad_x = transposed * grad if outer else torch.bmm(transposed, grad)
-        return grad_weights, grad_x
+        return grad_weights, grad_x, None
 
 
 # -- masked max / min ----------------------------------------------------------------------------
@@ -198,7 +201,8 @@ def first_holder(x: Tensor, values: Tensor, mask: Tensor, largest: bool, scratch
     several times slower than float arithmetic and a plain ``amax``, so the index is read off a float
     code instead: with d = values - x (max; x - values for min), d >= 0 at every real token and 0 where
     it holds the value, so (T - t) * (1 - sign(d)) on real tokens (0 on padding) peaks at the first
-    holder. ``scratch`` (x's shape and dtype) holds the code when given. Ranks must be exact in x's
+    holder (padding's code is 0 whatever it holds: its rank is 0, and sign() is 0 or +-1 even of NaN, being
+    two comparisons). ``scratch`` (x's shape and dtype) holds the code when given. Ranks must be exact in x's
     dtype, so the tokens go in blocks of at most 256 (bf16; 2048 fp16), the last block first, an earlier
     holder replacing a later one. The code needs finite values (inf - inf is NaN); otherwise the
     comparison form answers.

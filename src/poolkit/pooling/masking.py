@@ -7,6 +7,15 @@ CLS / last mean the first / last *real* token under left or right padding. The p
 weighted sum with zero weights at padding) let a NaN / inf at a padded position through (0 * inf):
 ``Pooler.forward`` is what guarantees that padding never changes an output, whatever it holds.
 
+Where the fast forms run, padding is not zeroed first, so the guarantee rests on two rules. Forward: a padded
+value is read only by a product with a weight that is exactly 0 there (its term is 0, or NaN, which
+``Pooler.forward`` sees and pools again from zeroed padding); anything else a pooler computes from the
+tokens (powers, gates, scaled exponentials) reads :func:`zero_padding` or the real tokens only
+(:func:`project_tokens`). Backward: the gradient at a padded position is dropped by a *selection*
+(``where``, ``masked_fill``, a gather), never by a product with 0: a backward pass multiplies padded values
+by incoming gradients, which overflow float32 at huge finite values (3e38 * 4) whatever the forward gave,
+and 0 * inf is NaN. Summation order (CPU family, threads, BLAS kernel) then cannot decide the result.
+
 Every function here is written in plain, composable operations (autograd of any order, ``torch.func``,
 ``torch.compile``, export); where :func:`fast.active` allows, a faster form from :mod:`fast` that gives
 the same values and gradients runs instead.
@@ -57,12 +66,19 @@ def zero_padding(x: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask[:, :, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
+def per_real_token(weight: Tensor, mask: Tensor) -> Tensor:
+    """A scalar ``weight`` as (B, T, 1), to multiply every position with, whose gradient is summed over the real
+    tokens only (a selection): a layer weight's gradient, sum_t dL/dmix_t . layer_t, read at padded positions
+    is 0 * (whatever the padding holds), NaN for inf or NaN there."""
+    return torch.where(mask[:, :, None], weight, weight.detach())
+
+
 def real_counts(mask: Tensor) -> Tensor:
     """Number of real tokens per row: (B, T) bool -> (B,) int64."""
     return mask.sum(dim=1)
 
 
-def masked_weighted_sum(x: Tensor, weights: Tensor) -> Tensor:
+def masked_weighted_sum(x: Tensor, weights: Tensor, mask: Tensor | None = None) -> Tensor:
     """sum_t weights[b, t] * x[b, t, :] as one batched matmul, accumulated in float32.
 
     x: (B, T, D); weights: (B, T) or (B, H, T) already zero at padding. Returns (B, D) or (B, H, D)
@@ -70,6 +86,10 @@ def masked_weighted_sum(x: Tensor, weights: Tensor) -> Tensor:
     not upcast (that copy, twice x's size, costs more than the sum itself); the weights are cast to x's
     dtype instead and the matmul accumulates in float32 (oneDNN on CPU, cuBLAS on GPU), so only the
     weights and the (B, D) result are rounded to x's precision.
+
+    ``mask`` (B, T) bool, for learned weights that may be 0 at a real token (gated weights): their gradient
+    is then dropped at the padded positions only. Without it, it is dropped wherever a weight is 0, which
+    suits softmax weights (their backward multiplies by the weight itself).
     """
     squeeze = weights.dim() == 2
     w = (weights.unsqueeze(1) if squeeze else weights).to(x.dtype)
@@ -77,7 +97,7 @@ def masked_weighted_sum(x: Tensor, weights: Tensor) -> Tensor:
     # in float32 / float64 (its x gradient is cheaper there); else bmm's own backward is the faster.
     custom = w.requires_grad or (w.shape[1] == 1 and compute_dtype(x.dtype) == x.dtype and x.requires_grad)
     if custom and torch.is_grad_enabled() and fast.active(x):
-        out = fast.WeightedSum.apply(w, x)
+        out = fast.WeightedSum.apply(w, x, None if mask is None else mask[:, None, :])
     else:
         out = torch.bmm(w, x)
     out = out.to(compute_dtype(x.dtype))
@@ -142,8 +162,8 @@ def masked_softmax(scores: Tensor, mask: Tensor, dim: int = -1, quadrature_weigh
     # A row of only -inf would give NaN: shift it to 0 first, then zero its weights.
     any_real = mask.any(dim=dim, keepdim=True)
     scores = torch.where(any_real, scores, torch.zeros_like(scores))
-    weights = torch.softmax(scores, dim=dim)
-    return weights * mask
+    # A selection, not ``* mask``: a backward product with 0 would turn an overflowed gradient at padding into NaN.
+    return torch.where(mask, torch.softmax(scores, dim=dim), 0)
 
 
 def masked_logsumexp(x: Tensor, mask: Tensor) -> Tensor:

@@ -65,22 +65,31 @@ class ZonotopeValues(nn.Module):
         return self.full if self.rank is None else torch.einsum("kor,kdr->kod", self.left, self.right)
 
     def coefficients(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None) -> Tensor:
-        """g_k(c_j) in [-1, 1] for every element: (B, T, D) -> (B, T, K)."""
+        """g_k(c_j) in [-1, 1] for every element: (B, T, D) -> (B, T, K) (``gate="context"``: (B, 1, K), one per set).
+
+        The gate's Linear is split into its element and context columns: the elements are projected over the real
+        ones only (:func:`masking.project_tokens`; padded positions get the context's part alone), the context
+        once per set, never broadcast over its elements.
+        """
+        dim = x.shape[-1]
+        weight, bias = self.gate.weight, self.gate.bias
         if self.gate_source == "element":
-            source = x
-        else:
-            weights = (masking.uniform_weights(mask) if quadrature_weights is None
-                       else masking.quadrature_mean_weights(mask, quadrature_weights))
-            context = masking.masked_weighted_sum(x, weights).to(x.dtype)[:, None, :].expand_as(x)
-            source = context if self.gate_source == "context" else torch.cat([x, context], dim=-1)
-        return torch.tanh(self.gate(source))
+            return torch.tanh(masking.project_tokens(x, mask, weight, bias, lambda z: z))
+        weights = (masking.uniform_weights(mask) if quadrature_weights is None
+                   else masking.quadrature_mean_weights(mask, quadrature_weights))
+        context = masking.masked_weighted_sum(x, weights).to(x.dtype)  # (B, D)
+        pre = F.linear(context, weight[:, -dim:], bias)[:, None, :]  # (B, 1, K)
+        if self.gate_source == "both":
+            pre = pre + masking.project_tokens(x, mask, weight[:, :dim], None, lambda z: z)
+        return torch.tanh(pre)
 
     def maps(self, x: Tensor, mask: Tensor) -> Tensor:
         """W_V(c_j) for every element: (B, T, D) -> (B, T, D, D)."""
         centre = self.centre.expand(*x.shape[:2], -1, -1)
         if self.num_generators == 0:
             return centre
-        return centre + torch.einsum("btk,kod->btod", self.coefficients(x, mask), self.generators())
+        gates = self.coefficients(x, mask).expand(*x.shape[:2], -1)
+        return centre + torch.einsum("btk,kod->btod", gates, self.generators())
 
     def transform(self, x: Tensor, mask: Tensor) -> Tensor:
         """W_V(c_j) x_j for every element: (B, T, D) -> (B, T, D)."""
@@ -99,11 +108,11 @@ class ZonotopeValues(nn.Module):
         out = F.linear(mixed, self.centre.to(mixed.dtype))
         if self.num_generators == 0:
             return out
-        gates = self.coefficients(x, mask, quadrature_weights)  # (B, T, K)
-        # A plain bmm, not masking.masked_weighted_sum: its fast backward gives weights that are 0 no gradient (right
-        # for softmax weights), but a_j g_k(c_j) is 0 wherever a gate is, at init everywhere, and has one there.
-        gated_weights = (weights[:, None, :] * gates.transpose(1, 2)).to(x.dtype)
-        per_generator = torch.bmm(gated_weights, x).to(mixed.dtype)  # (B, K, D)
+        gates = self.coefficients(x, mask, quadrature_weights)  # (B, T, K) or (B, 1, K)
+        # With the mask: a_j g_k(c_j) is 0 wherever a gate is (at init everywhere) and has a gradient there; only
+        # the padded positions' is dropped.
+        gated_weights = weights[:, None, :] * gates.transpose(1, 2)
+        per_generator = masking.masked_weighted_sum(x, gated_weights, mask).to(mixed.dtype)  # (B, K, D)
         return out + torch.einsum("bkd,kod->bo", per_generator, self.generators().to(per_generator.dtype))
 
 
@@ -150,7 +159,8 @@ class ZonotopeSetAttention(nn.Module):
         mask = _mask_for(x, mask, self.hidden_size)
         x = masking.zero_padding(x, mask)
         scores = torch.bmm(self.query(x), self.key(x).transpose(1, 2)) * self.hidden_size ** -0.5  # (B, T, T)
-        weights = masking.masked_softmax(scores, mask[:, None, :]) * mask[:, :, None]  # padded queries: 0
+        weights = masking.masked_softmax(scores, mask[:, None, :])
+        weights = torch.where(mask[:, :, None], weights, 0)  # padded queries: 0
         return masking.masked_weighted_sum(self.values.transform(x, mask), weights).to(x.dtype)
 
     def value_maps(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
