@@ -45,9 +45,9 @@ def reference(model_dir, tmp_path_factory) -> tuple[Path, dict]:
 
 
 def comparable(summary: dict) -> dict:
-    """metrics.json without the timings."""
+    """metrics.json without the timings and the provenance (its date)."""
     folds = [{k: v for k, v in fold.items() if k != "seconds"} for fold in summary["folds"]]
-    return {**{k: v for k, v in summary.items() if k != "seconds"}, "folds": folds}
+    return {**{k: v for k, v in summary.items() if k not in ("seconds", "provenance")}, "folds": folds}
 
 
 def test_run_writes_the_output_layout(reference):
@@ -65,6 +65,7 @@ def test_run_writes_the_output_layout(reference):
         model = PooledModel.from_pretrained(fold)
         assert (model.config.task, model.config.num_labels) == ("classification", 2)
     assert json.loads((out / "metrics.json").read_text()) == summary
+    assert summary["provenance"]["cpu"] and summary["provenance"]["cpu_capability"]  # the machine it ran on
     assert summary["primary_metric"] == "accuracy" and summary["n_folds"] == 2 and len(summary["folds"]) == 2
     assert set(summary["mean"]) == set(summary["std_ddof1"]) == {"accuracy", "macro_f1", "log_loss"}
     accuracies = [fold["metrics"]["accuracy"] for fold in summary["folds"]]

@@ -51,8 +51,7 @@ class Pooler(nn.Module):
     #: weights are all zero there): ``forward`` then skips its own empty-row guard.
     zero_when_empty: bool = False
     #: False when no value at a padded position can reach the output or a gradient (a selection of real tokens:
-    #: cls, last, max, min; or a pooler that zeroes the padding before it computes anything from the tokens:
-    #: gem, lse): ``forward`` then skips its check for non-finite padding.
+    #: cls, last, max, min): ``forward`` then skips its check for non-finite padding.
     reads_padding: bool = True
     #: True when ``pool`` needs the map's size: it is called with ``grid=(H, W)`` for maps, ``grid=None`` for
     #: tokens (B, T, D), read as a 1 x T map (flex).

@@ -116,8 +116,7 @@ class LayerPooler(Pooler):
         # would hold three at a time); each layer is converted inside the product, never as a whole copy.
         # Autograd allows it: no backward needs mixed's earlier values. Under autograd the weights' gradient
         # is read at the real tokens only (masking.per_real_token), whatever the padding of the layers holds.
-        if torch.is_grad_enabled() and weights.requires_grad:
-            weights = [masking.per_real_token(weight, mask) for weight in weights]
+        weights = [masking.per_real_token(weight, mask) for weight in weights]
         mixed = layers[0].to(dtype) * weights[0]
         for layer, weight in zip(layers[1:], weights[1:]):
             mixed.addcmul_(layer, weight)

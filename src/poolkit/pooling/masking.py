@@ -8,13 +8,14 @@ weighted sum with zero weights at padding) let a NaN / inf at a padded position 
 ``Pooler.forward`` is what guarantees that padding never changes an output, whatever it holds.
 
 Where the fast forms run, padding is not zeroed first, so the guarantee rests on two rules. Forward: a padded
-value is read only by a product with a weight that is exactly 0 there (its term is 0, or NaN, which
-``Pooler.forward`` sees and pools again from zeroed padding); anything else a pooler computes from the
-tokens (powers, gates, scaled exponentials) reads :func:`zero_padding` or the real tokens only
-(:func:`project_tokens`). Backward: the gradient at a padded position is dropped by a *selection*
-(``where``, ``masked_fill``, a gather), never by a product with 0: a backward pass multiplies padded values
-by incoming gradients, which overflow float32 at huge finite values (3e38 * 4) whatever the forward gave,
-and 0 * inf is NaN. Summation order (CPU family, threads, BLAS kernel) then cannot decide the result.
+value is read only elementwise (a power, a scaling) or by a product with a weight that is exactly 0 there (its
+term is 0, or NaN, which ``Pooler.forward`` sees and pools again from zeroed padding); what mixes a token's
+features (gates, scores) reads the real tokens only (:func:`project_tokens`). Backward: the gradient at a
+padded position is dropped by a *selection* (``where``, ``masked_fill``, a gather, :func:`per_real_token`
+for a scalar parameter applied to every token), never by a product with 0: a backward pass multiplies
+padded values by incoming gradients, which overflow float32 at huge finite values (3e38 * 4) whatever the
+forward gave, and 0 * inf is NaN. Summation order (CPU family, threads, BLAS kernel) then cannot decide the
+result.
 
 Every function here is written in plain, composable operations (autograd of any order, ``torch.func``,
 ``torch.compile``, export); where :func:`fast.active` allows, a faster form from :mod:`fast` that gives
@@ -66,11 +67,14 @@ def zero_padding(x: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask[:, :, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-def per_real_token(weight: Tensor, mask: Tensor) -> Tensor:
-    """A scalar ``weight`` as (B, T, 1), to multiply every position with, whose gradient is summed over the real
-    tokens only (a selection): a layer weight's gradient, sum_t dL/dmix_t . layer_t, read at padded positions
-    is 0 * (whatever the padding holds), NaN for inf or NaN there."""
-    return torch.where(mask[:, :, None], weight, weight.detach())
+def per_real_token(value: Tensor, mask: Tensor) -> Tensor:
+    """A scalar parameter ``value`` (a layer weight, a temperature, a power) applied to every position of (B, T, D)
+    tokens, as (B, T, 1) whose gradient is summed over the real tokens only, by a selection. Its gradient at a
+    padded position, dL/dy . dy/dvalue, is 0 times a product with the padded value: NaN where that is inf or NaN,
+    or overflows. Returned as it is where no gradient is taken."""
+    if not (torch.is_grad_enabled() and value.requires_grad):
+        return value
+    return torch.where(mask[:, :, None], value, value.detach())
 
 
 def real_counts(mask: Tensor) -> Tensor:

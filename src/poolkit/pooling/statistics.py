@@ -158,8 +158,6 @@ class GeMPooler(Pooler):
     overflow at any p (powers of values scaled by each feature's largest).
     """
 
-    reads_padding = False  # zeroes it itself, before anything is computed from the tokens
-
     def __init__(self, hidden_size: int, *, p: float = 3.0, learn_p: bool = True, signed: bool = True,
                  eps: float = 1e-6, on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, on_empty=on_empty)
@@ -180,9 +178,7 @@ class GeMPooler(Pooler):
     def _pooled_and_powers(self, x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """The pooled (B, D) and the scaled powers (B, T, D) that the weights are read from."""
         p = self.p
-        # Zeroed first: a power's gradient (base^p log base for p) overflows at huge padded values where the
-        # power itself does not, and 0 * inf is NaN (masking's rules).
-        x = masking.zero_padding(masking.widen(x), mask)
+        x = masking.widen(x)
         base = x.abs() if self.signed else x.clamp(min=self.eps)
         # Powers are taken of base / s, s = each feature's largest real base value (a constant: the result
         # s * gem(base / s) equals gem(base) for any s > 0), so that |x|^p never overflows at large p. A row with
@@ -190,7 +186,9 @@ class GeMPooler(Pooler):
         tiny = torch.finfo(x.dtype).tiny
         scale = masking.masked_extreme(base.detach(), mask, largest=True).clamp(
             min=tiny if self.signed else max(self.eps, tiny))
-        scaled = (base / scale[:, None, :]).pow(p)
+        # p per token: the power's gradient for p, base^p log base, overflows at a huge padded base where the power
+        # does not, and is taken at the real tokens only (masking's rules).
+        scaled = (base / scale[:, None, :]).pow(masking.per_real_token(p, mask))
         mean = masking.masked_mean(torch.sign(x) * scaled if self.signed else scaled, mask)
         return scale * torch.sign(mean) * mean.abs().clamp(min=1e-30).pow(1 / p), scaled
 
@@ -212,8 +210,6 @@ class LSEPooler(Pooler):
     "softmax pooling" of sound event detection). Computed in float32.
     """
 
-    reads_padding = False  # zeroes it itself, before anything is computed from the tokens
-
     def __init__(self, hidden_size: int, *, temperature: float = 1.0, learn_temperature: bool = True,
                  on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, on_empty=on_empty)
@@ -227,9 +223,9 @@ class LSEPooler(Pooler):
     def _pooled_and_scaled(self, x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """The pooled (B, D) and x / t (B, T, D), whose softmax over tokens gives the weights."""
         t = self.temperature
-        # Zeroed before the division: its gradient for t, -x / t^2, is NaN at an infinite padded value even
-        # where the logsumexp drops it (0 * inf; masking's rules).
-        scaled = masking.zero_padding(masking.widen(x), mask) / t
+        # x times 1 / t per token: the gradient for t, -x / t^2, is NaN at an infinite padded value even where the
+        # logsumexp drops it (0 * inf), and is taken at the real tokens only (masking's rules).
+        scaled = masking.widen(x) * masking.per_real_token(1 / t, mask)
         counts = masking.real_counts(mask).clamp(min=1).to(scaled.dtype)
         return t * (masking.masked_logsumexp(scaled, mask) - counts.log()[:, None]), scaled
 

@@ -30,7 +30,8 @@ Output folder::
     oof.csv             out-of-fold predictions: each fold's test rows (with folds=1: the held-out rows only)
     metrics.json        per fold: test metrics, best_epoch, epochs_run, val_<metric> (inner validation, best
                         epoch), test_<metric>, rows per split; test metrics' mean and sample std over folds
-                        (``std_ddof1``, null for one fold); metrics of the pooled out-of-fold outputs
+                        (``std_ddof1``, null for one fold); metrics of the pooled out-of-fold outputs; the
+                        run's provenance (commit, versions, CPU model and torch's kernel instruction set)
     train.log           epochs, evaluations and metrics (appended as training goes)
     .poolkit_outputs.json  the names above that this run writes: ``--force`` removes these, never other files
 
@@ -80,6 +81,7 @@ from ..models.encoders import (AUTOCAST, PRECISIONS, check_max_length, hf_bars_o
 from ..pooling import pooler_spec
 from ..io import atomic_write_content, existing_dir, replace_dir, temp_dir
 from ..locks import locked_dir
+from ..provenance import run_provenance
 from .leaderboard import leaderboard_row
 from .metrics import compute_metrics, primary_metric, sigmoid, softmax
 from .optim import TRAIN_ONLY, freeze, param_groups
@@ -477,6 +479,7 @@ class _Run:
             "folds": [{**{key: r[key] for key in FOLD_KEYS}, **fold_detail(r, name)} for r in results],
             "trainable_params": results[0]["trainable_params"], "total_params": results[0]["total_params"],
             "n_rows": len(self.data), "config": self.fingerprint["config"], "seconds": seconds,
+            "provenance": run_provenance(),
         }
 
     def oof_frame(self, results: list[dict[str, Any]]) -> pd.DataFrame:
