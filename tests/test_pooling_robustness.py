@@ -91,42 +91,26 @@ def test_padding_never_changes_an_output_whatever_it_holds(name, value, paramete
 
 
 @contextlib.contextmanager
-def torch_threads(count):
-    previous = torch.get_num_threads()
-    torch.set_num_threads(count)
+def switched(get, put, value):
+    """``put(value)`` inside the block, the setting of before restored after it."""
+    previous = get()
+    put(value)
     try:
         yield
     finally:
-        torch.set_num_threads(previous)
-
-
-@contextlib.contextmanager
-def onednn(enabled):
-    """torch.backends.mkldnn.flags() would also reset oneDNN's TF32 switch, with a warning on CPU-only builds."""
-    previous = torch.backends.mkldnn.enabled
-    torch.backends.mkldnn.enabled = enabled
-    try:
-        yield
-    finally:
-        torch.backends.mkldnn.enabled = previous
-
-
-@contextlib.contextmanager
-def float32_matmul_precision(precision):
-    previous = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(precision)
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(previous)
+        put(previous)
 
 
 #: The kernel choices torch lets a running process make (the instruction sets are chosen at start-up:
 #: tests/test_pooling_kernels.py): oneDNN on / off, one thread or two (blocked reductions split differently), and
-#: the float32 matmul precision (oneDNN may use bf16 / tf32 kernels where the CPU has them).
-KERNELS = {"oneDNN off": lambda: onednn(False),
-           "1 thread": lambda: torch_threads(1), "2 threads": lambda: torch_threads(2),
-           "matmul medium": lambda: float32_matmul_precision("medium")}
+#: the float32 matmul precision (oneDNN may use bf16 / tf32 kernels where the CPU has them). (Not
+#: torch.backends.mkldnn.flags(): it also resets oneDNN's TF32 switch, with a warning on CPU-only builds.)
+KERNELS = {"oneDNN off": lambda: switched(lambda: torch.backends.mkldnn.enabled,
+                                          lambda on: setattr(torch.backends.mkldnn, "enabled", on), False),
+           "1 thread": lambda: switched(torch.get_num_threads, torch.set_num_threads, 1),
+           "2 threads": lambda: switched(torch.get_num_threads, torch.set_num_threads, 2),
+           "matmul medium": lambda: switched(torch.get_float32_matmul_precision, torch.set_float32_matmul_precision,
+                                             "medium")}
 
 
 @pytest.mark.parametrize("kernels", KERNELS)
