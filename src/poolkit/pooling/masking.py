@@ -7,15 +7,14 @@ CLS / last mean the first / last *real* token under left or right padding. The p
 weighted sum with zero weights at padding) let a NaN / inf at a padded position through (0 * inf):
 ``Pooler.forward`` is what guarantees that padding never changes an output, whatever it holds.
 
-Where the fast forms run, padding is not zeroed first, so the guarantee rests on two rules. Forward: a padded
-value is read only elementwise (a power, a scaling) or by a product with a weight that is exactly 0 there (its
-term is 0, or NaN, which ``Pooler.forward`` sees and pools again from zeroed padding); what mixes a token's
-features (gates, scores) reads the real tokens only (:func:`project_tokens`). Backward: the gradient at a
-padded position is dropped by a *selection* (``where``, ``masked_fill``, a gather, :func:`per_real_token`
-for a scalar parameter applied to every token), never by a product with 0: a backward pass multiplies
-padded values by incoming gradients, which overflow float32 at huge finite values (3e38 * 4) whatever the
-forward gave, and 0 * inf is NaN. Summation order (CPU family, threads, BLAS kernel) then cannot decide the
-result.
+Where the fast forms run, padding is not zeroed first, so the guarantee rests on two rules. Forward: whatever
+is computed from a padded token (a score, a gate, a power) reaches the output only through a selection that
+drops it (``masked_fill`` before a softmax) or a product with a weight that is exactly 0 there: its term is 0,
+or NaN, which ``Pooler.forward`` sees and pools again from zeroed padding. Backward: the gradient at a padded
+position is dropped by a *selection* (``where``, ``masked_fill``, a gather, :func:`per_real_token` for a
+scalar parameter applied to every token), never by a product with 0: a backward pass multiplies padded
+values by incoming gradients, which overflow float32 at huge finite values (3e38 * 4) whatever the forward
+gave, and 0 * inf is NaN. Summation order (CPU family, threads, BLAS kernel) then cannot decide the result.
 
 Every function here is written in plain, composable operations (autograd of any order, ``torch.func``,
 ``torch.compile``, export); where :func:`fast.active` allows, a faster form from :mod:`fast` that gives

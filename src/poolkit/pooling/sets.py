@@ -67,20 +67,18 @@ class ZonotopeValues(nn.Module):
     def coefficients(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None) -> Tensor:
         """g_k(c_j) in [-1, 1] for every element: (B, T, D) -> (B, T, K) (``gate="context"``: (B, 1, K), one per set).
 
-        The gate's Linear is split into its element and context columns: the elements are projected over the real
-        ones only (:func:`masking.project_tokens`; padded positions get the context's part alone), the context
-        once per set, never broadcast over its elements.
+        The gate's Linear is split into its element and context columns: the context is projected once per set,
+        never broadcast over its elements. (Padded elements get gates too; their attention weight is 0.)
         """
-        dim = x.shape[-1]
-        weight, bias = self.gate.weight, self.gate.bias
         if self.gate_source == "element":
-            return torch.tanh(masking.project_tokens(x, mask, weight, bias, lambda z: z))
+            return torch.tanh(self.gate(x))
+        dim = x.shape[-1]
         weights = (masking.uniform_weights(mask) if quadrature_weights is None
                    else masking.quadrature_mean_weights(mask, quadrature_weights))
         context = masking.masked_weighted_sum(x, weights).to(x.dtype)  # (B, D)
-        pre = F.linear(context, weight[:, -dim:], bias)[:, None, :]  # (B, 1, K)
+        pre = F.linear(context, self.gate.weight[:, -dim:], self.gate.bias)[:, None, :]  # (B, 1, K)
         if self.gate_source == "both":
-            pre = pre + masking.project_tokens(x, mask, weight[:, :dim], None, lambda z: z)
+            pre = pre + F.linear(x, self.gate.weight[:, :dim])
         return torch.tanh(pre)
 
     def maps(self, x: Tensor, mask: Tensor) -> Tensor:
@@ -110,7 +108,7 @@ class ZonotopeValues(nn.Module):
             return out
         gates = self.coefficients(x, mask, quadrature_weights)  # (B, T, K) or (B, 1, K)
         # With the mask: a_j g_k(c_j) is 0 wherever a gate is (at init everywhere) and has a gradient there; only
-        # the padded positions' is dropped.
+        # the padded positions' is dropped, by a selection (a huge padded x_j overflows it: masking's rules).
         gated_weights = weights[:, None, :] * gates.transpose(1, 2)
         per_generator = masking.masked_weighted_sum(x, gated_weights, mask).to(mixed.dtype)  # (B, K, D)
         return out + torch.einsum("bkd,kod->bo", per_generator, self.generators().to(per_generator.dtype))
