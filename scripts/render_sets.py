@@ -93,7 +93,7 @@ def render_claims(results: dict, rows: list[dict]) -> str:
 
 
 def render_quadrature(results: dict) -> str:
-    from poolkit.bench.quadrature import GRIDS, convergence_rate
+    from poolkit_bench.quadrature import GRIDS, convergence_rate
 
     rows = results["quadrature"]
     largest = max(r["n"] for r in rows)

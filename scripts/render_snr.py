@@ -44,7 +44,7 @@ def measure_baselines(samples: int = 100_000, seed: int = 42) -> None:
     """The two analytic baselines (and the mean without vector 0) on ``samples`` generated samples -> baselines.json."""
     import torch
 
-    from poolkit.bench.snr_data import PAPER_KS, PUBLISHED_BASELINES, baseline_mse, make_knn_centroid
+    from poolkit_bench.snr_data import PAPER_KS, PUBLISHED_BASELINES, baseline_mse, make_knn_centroid
     from poolkit.io import atomic_write_json
     from poolkit.provenance import run_provenance
 
@@ -163,7 +163,7 @@ def budget_name(sweep: Sweep, budget: tuple[int, int]) -> str:
 
 def render_sweep_settings(sweep: Sweep) -> str:
     s, base = sweep.settings, sweep.settings["base"]
-    lines = [f"The committed run is `poolkit bench snr-sweep` with its defaults (`poolkit.bench.CPU_SWEEP`; "
+    lines = [f"The committed run is `poolkit bench snr-sweep` with its defaults (`poolkit_bench.CPU_SWEEP`; "
              f"`docs/snr/sweep/results.json`): poolers {', '.join(sweep.poolers)}; K = "
              f"{', '.join(map(str, sweep.ks))} of N = {base['num_vectors']} (SNR "
              f"{', '.join(snr(k, base['num_vectors']) for k in sweep.ks)}); an encoder of {base['layers']} layer(s), "
@@ -375,7 +375,7 @@ def render_runtime(results: dict) -> str:
 
 
 def render_settings(full, quick) -> str:
-    """The two presets side by side (``poolkit.bench.FULL`` / ``QUICK``)."""
+    """The two presets side by side (``poolkit_bench.FULL`` / ``QUICK``)."""
     def column(c) -> list[str]:
         test = int(c.num_samples * c.test_ratio)  # as the runner splits
         val = (c.num_samples - test) // c.folds
@@ -386,7 +386,7 @@ def render_settings(full, quick) -> str:
                 f"{c.seeds} (folds 1-{c.seeds} of {c.folds})", " ".join(c.poolers),
                 f"{c.workers} worker process(es), `--device {c.device}`, {threads}"]
     names = ["samples", "encoder", "optimiser", "epochs", "runs per cell", "poolers", "execution"]
-    rows = ["Rendered from `poolkit.bench.FULL` and `QUICK`:", "", "| setting | `--full` (the paper) | `--quick` |",
+    rows = ["Rendered from `poolkit_bench.FULL` and `QUICK`:", "", "| setting | `--full` (the paper) | `--quick` |",
             "|---|---|---|"]
     rows += [f"| {n} | {a} | {b} |" for n, a, b in zip(names, column(full), column(quick))]
     return "\n".join(rows)
@@ -396,7 +396,7 @@ def render_full(full) -> str:
     runs = len(full.poolers) * len(full.ks) * full.seeds
     train = full.num_samples * (1 - full.test_ratio) * (1 - 1 / full.folds)
     gigabytes = full.num_samples * full.num_vectors * full.dim * 4 / 1e9
-    return (f"`--full` matches the paper (`poolkit.bench.FULL`): {runs} runs of {full.epochs} epochs over "
+    return (f"`--full` matches the paper (`poolkit_bench.FULL`): {runs} runs of {full.epochs} epochs over "
             f"{train / 1000:.0f}k training samples each. It holds the {full.num_samples:,} × {full.num_vectors} × "
             f"{full.dim} inputs ({gigabytes:.1f} GB as float32) on the device.")
 
@@ -540,7 +540,7 @@ def render(args: argparse.Namespace) -> dict[str, str] | None:
     if args.baselines:
         measure_baselines()
         return None
-    from poolkit.bench.snr import FULL, QUICK
+    from poolkit_bench.snr import FULL, QUICK
 
     base = json.loads((FOLDER / "baselines.json").read_text())
     before = load_before()

@@ -1,5 +1,5 @@
 """docs/spurious.md's numbers, rendered from the committed run in docs/spurious/ (``poolkit bench spurious --out
-docs/spurious``) and the presets in ``poolkit.bench.spurious``.
+docs/spurious``) and the presets in ``poolkit_bench.spurious``.
 
     .venv/bin/python scripts/render_spurious.py --check     # exit 1 when the page differs from the files
     .venv/bin/python scripts/render_spurious.py --write     # update the page's marked blocks
@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import markers  # noqa: E402
 
-from poolkit.bench.spurious import METHODS, PAPER, PRESETS, SANITY_POINTS, summarize  # noqa: E402
-from poolkit.bench.spurious_data import CUE_NAMES, LABEL_CLASSES, LABEL_NAMES  # noqa: E402
+from poolkit_bench.spurious import METHODS, PAPER, PRESETS, SANITY_POINTS, summarize  # noqa: E402
+from poolkit_bench.spurious_data import CUE_NAMES, LABEL_CLASSES, LABEL_NAMES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "spurious.md"
@@ -45,7 +45,7 @@ def render_presets() -> str:
     names = ["training agreements", "training images", "validation images (training distribution)",
              "reweighting images (balanced)", "test images (balanced)", "CNN widths", "ERM epochs", "DFR",
              "retrained pooler + head", "seeds"]
-    rows = ["Rendered from `poolkit.bench.spurious.PRESETS`:", "", "| setting | default | `--full` | `--quick` |",
+    rows = ["Rendered from `poolkit_bench.spurious.PRESETS`:", "", "| setting | default | `--full` | `--quick` |",
             "|---|---|---|---|"]
     cols = [column(PRESETS[p]) for p in ("default", "full", "quick")]
     rows += [f"| {n} | " + " | ".join(c[i] for c in cols) + " |" for i, n in enumerate(names)]

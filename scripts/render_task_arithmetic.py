@@ -1,5 +1,5 @@
 """docs/task-arithmetic.md's numbers, rendered from the committed run in docs/task-arithmetic/ (``poolkit bench
-task-arithmetic --out docs/task-arithmetic``) and the presets in ``poolkit.bench.task_arithmetic``.
+task-arithmetic --out docs/task-arithmetic``) and the presets in ``poolkit_bench.task_arithmetic``.
 
     .venv/bin/python scripts/render_task_arithmetic.py --check     # exit 1 when the page differs from the files
     .venv/bin/python scripts/render_task_arithmetic.py --write     # update the page's marked blocks
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import markers  # noqa: E402
 
-from poolkit.bench.task_arithmetic import MODES, PAPER, PRESETS, mode_summary, summarize  # noqa: E402
+from poolkit_bench.task_arithmetic import MODES, PAPER, PRESETS, mode_summary, summarize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "task-arithmetic.md"
@@ -40,7 +40,7 @@ def render_presets() -> str:
     names = ["tasks", "rows per task (64% fit, 16% validation, 20% test)", "epochs", "batch size", "max length",
              "encoder / pooler + head learning rate", "frozen-head epochs (first stage)", "alpha grid", "seeds",
              "torch threads"]
-    rows = ["Rendered from `poolkit.bench.task_arithmetic.PRESETS`:", "",
+    rows = ["Rendered from `poolkit_bench.task_arithmetic.PRESETS`:", "",
             "| setting | default | `--full` | `--quick` |", "|---|---|---|---|"]
     cols = [column(PRESETS[p]) for p in ("default", "full", "quick")]
     rows += [f"| {n} | " + " | ".join(c[i] for c in cols) + " |" for i, n in enumerate(names)]

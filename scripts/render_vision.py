@@ -1,5 +1,5 @@
 """docs/vision.md's numbers, rendered from the committed run in docs/vision/ (``poolkit bench vision --out
-docs/vision``) and the presets in ``poolkit.bench.vision``.
+docs/vision``) and the presets in ``poolkit_bench.vision``.
 
     .venv/bin/python scripts/render_vision.py --check     # exit 1 when the page differs from the files
     .venv/bin/python scripts/render_vision.py --write     # update the page's marked blocks
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import markers  # noqa: E402
 
-from poolkit.bench.vision import BASELINE, PAPER, PRESETS, summarize  # noqa: E402
+from poolkit_bench.vision import BASELINE, PAPER, PRESETS, summarize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "vision.md"
@@ -41,7 +41,7 @@ def render_presets() -> str:
                 f"{c.workers} worker(s), `--device {c.device}`, {threads}"]
     names = ["data", "training images per run", "validation images", "CNN widths", "optimiser", "epochs", "seeds",
              "augmentation", "execution"]
-    rows = ["Rendered from `poolkit.bench.vision.PRESETS`:", "", "| setting | default | `--full` | `--quick` |",
+    rows = ["Rendered from `poolkit_bench.vision.PRESETS`:", "", "| setting | default | `--full` | `--quick` |",
             "|---|---|---|---|"]
     cols = [column(PRESETS[p]) for p in ("default", "full", "quick")]
     rows += [f"| {n} | " + " | ".join(c[i] for c in cols) + " |" for i, n in enumerate(names)]

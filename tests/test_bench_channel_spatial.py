@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 import torch
 
-from poolkit.bench import channel_spatial as cs
-from poolkit.bench.vision_data import Images
-from poolkit.bench.vision_model import Backbone
+from poolkit_bench import channel_spatial as cs
+from poolkit_bench.vision_data import Images
+from poolkit_bench.vision_model import Backbone
 from poolkit.blocks import Block
 from poolkit.cli import main as cli_main
 from poolkit.errors import PoolkitError

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-from poolkit.bench import mil
-from poolkit.bench.mil_data import Bags, load_bags, read_bags, standardize, stratified_folds
-from poolkit.bench.mil_model import MILModel, pad_bags
+from poolkit_bench import mil
+from poolkit_bench.mil_data import Bags, load_bags, read_bags, standardize, stratified_folds
+from poolkit_bench.mil_model import MILModel, pad_bags
 from poolkit.cli import main as cli_main
 from poolkit.errors import PoolkitError
 

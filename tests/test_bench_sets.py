@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from poolkit.bench.sets import make_set_task, summarize
+from poolkit_bench.sets import make_set_task, summarize
 from poolkit.cli import main
 
 

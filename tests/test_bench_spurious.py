@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from poolkit.bench import spurious
-from poolkit.bench.spurious_data import (CUE_NAMES, GARMENT, LABEL_CLASSES, assign_cues, make_spurious_data,
+from poolkit_bench import spurious
+from poolkit_bench.spurious_data import (CUE_NAMES, GARMENT, LABEL_CLASSES, assign_cues, make_spurious_data,
                                          planned_counts, texture)
-from poolkit.bench.vision_data import Images
+from poolkit_bench.vision_data import Images
 from poolkit.cli import main as cli_main
 from poolkit.errors import PoolkitError
 
@@ -262,7 +262,7 @@ def test_summary_pairs_each_seed_with_dfr():
 
 def test_fit_without_val_or_test_keeps_the_last_epoch():
     # catches a best-epoch selection that runs without a validation split, and a test score made up without test rows
-    from poolkit.bench.vision_model import fit
+    from poolkit_bench.vision_model import fit
 
     head = spurious.build_head("flex", 4, (2, 2), seed=0)
     maps, y = torch.rand(16, 4, 2, 2), torch.arange(16) % 2

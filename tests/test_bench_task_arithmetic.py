@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dist_worker import toy_data
-from poolkit.bench import task_arithmetic
+from poolkit_bench import task_arithmetic
 from poolkit.cli import main as cli_main
 
 pytestmark = pytest.mark.usefixtures("accelerate_on_one_cpu_thread")

@@ -14,9 +14,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from poolkit.bench import vision
-from poolkit.bench.vision_data import augment, load_images, read_idx
-from poolkit.bench.vision_model import Backbone, map_sizes
+from poolkit_bench import vision
+from poolkit_bench.vision_data import augment, load_images, read_idx
+from poolkit_bench.vision_model import Backbone, map_sizes
 from poolkit.cli import main as cli_main
 from poolkit.errors import PoolkitError
 

@@ -11,7 +11,7 @@ import pytest
 
 from poolkit import PoolkitError
 
-from poolkit.bench.snr import add_snr_arguments, config_from_args
+from poolkit_bench.snr import add_snr_arguments, config_from_args
 from poolkit.cli import main
 from poolkit.cli.common import parse_options, pooler_specs
 from tiny_models import tiny_bert_dir

@@ -74,7 +74,7 @@ def test_every_pooler_works_on_the_core_alone(blocked):
     (CLI, "import poolkit.training", "cli"),
     (CLI, "poolkit.compare", "cli"),
     (CLI, "from poolkit.data import load_table", "cli"),
-    (CLI, "import poolkit.bench", "cli"),
+    (CLI, "import poolkit_bench", "cli"),
     (ST, "import poolkit.models.st_pooling", "st"),
 ], ids=["models", "TextEncoder", "train", "training-no-cli", "compare-no-cli", "data-no-cli", "bench-no-cli",
         "st_pooling-no-st"])
@@ -136,3 +136,34 @@ def test_pyproject_core_is_torch_and_numpy_and_extras_hold_what_require_checks()
     for extra, modules in EXTRAS.items():
         for module in modules:
             assert {d.lower() for d in distributions[module]} & names(extras[extra]), (extra, module)
+
+
+def test_the_paper_benchmarks_are_their_own_distribution(tmp_path):
+    """poolkit's wheel holds no paper-benchmark module; poolkit-bench (benchmarks/papers) adds the eight
+    `poolkit bench` commands through its entry point. Catches the benchmarks packaged back into the library, or an
+    entry point that lists fewer commands than the distribution has."""
+    from poolkit.cli import BENCHMARK_GROUP, bench_commands
+
+    root = Path(__file__).parents[1]
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+                            "--wheel-dir", str(tmp_path), str(root)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    import zipfile
+
+    [wheel] = tmp_path.glob("poolkit-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(name.startswith("poolkit/pooling/") for name in names)
+    assert not [name for name in names if name.startswith(("poolkit/bench", "poolkit_bench"))]
+    [point] = metadata.entry_points(group=BENCHMARK_GROUP)
+    assert point.dist.name == "poolkit-bench"
+    assert [command.name for command in bench_commands()] == [
+        "snr", "snr-sweep", "vision", "channel-spatial", "spurious", "mil", "sets", "task-arithmetic"]
+
+
+def test_bench_without_the_benchmarks_says_what_to_install(monkeypatch, capsys):
+    import poolkit.cli as cli
+
+    monkeypatch.setattr(cli, "bench_commands", lambda: [])
+    assert cli.main(["bench", "snr", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install -e benchmarks/papers" in err

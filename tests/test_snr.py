@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import poolkit
-from poolkit.bench import snr
-from poolkit.bench.snr_data import (
+from poolkit_bench import snr
+from poolkit_bench.snr_data import (
     PAPER_KS,
     PUBLISHED_BASELINES,
     baseline_mse,
@@ -20,7 +20,7 @@ from poolkit.bench.snr_data import (
     knn_targets,
     make_knn_centroid,
 )
-from poolkit.bench.snr_model import SNRModel, evaluate, fit
+from poolkit_bench.snr_model import SNRModel, evaluate, fit
 from poolkit.errors import PoolkitError
 
 

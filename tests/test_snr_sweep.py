@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 
-from poolkit.bench import snr, snr_sweep
+from poolkit_bench import snr, snr_sweep
 from poolkit.errors import PoolkitError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -7,7 +7,6 @@ Bad input ends with ``error: <one line>`` and exit code 2 (``--debug`` shows the
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
@@ -19,21 +18,23 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 NEEDS_HF = ("train", "predict", "embed", "merge", "compare", "cache", "zoo", "explain")
 
 
-#: ``poolkit bench NAME``: (NAME, the module of poolkit.bench with add_<module>_arguments and run_<module>_command,
-#: the help line).
-BENCHMARKS = (
-    ("snr", "snr", "noise robustness (SNR) of poolers, Brothers (ICML 2025)"),
-    ("snr-sweep", "snr_sweep", "the SNR benchmark over training budgets, depths and seeds (learning rate chosen on "
-     "validation rows)"),
-    ("vision", "vision", "spatial poolers after a small CNN on Fashion-MNIST (FlexPooling, Ali et al. 2023)"),
-    ("channel-spatial", "channel_spatial", "channel-spatial attention blocks in a small CNN on Fashion-MNIST "
-     "(Liu & Jiang 2026)"),
-    ("spurious", "spurious", "attention reweighting vs DFR on a spurious cue (Fashion-MNIST garments + stripes)"),
-    ("mil", "mil", "poolers as MIL pooling on MUSK1/MUSK2/ELEPHANT bags (Ilse et al. 2018)"),
-    ("sets", "sets", "zonotope vs stacked attention on synthetic set tasks; quadrature pooling"),
-    ("task-arithmetic", "task_arithmetic", "merging task vectors of full vs attention-only fine-tuning on built-in "
-     "text tasks (Jin et al. 2024)"),
-)
+#: The entry-point group through which installed distributions add ``poolkit bench`` commands: each entry point
+#: names a sequence of objects with ``name``, ``help``, ``add_arguments(parser)`` and ``run()`` (the command's
+#: function). The paper benchmarks are one such distribution, ``poolkit-bench`` (benchmarks/papers in the repository).
+BENCHMARK_GROUP = "poolkit.benchmarks"
+BENCH_MISSING = ("the paper benchmarks are a distribution of their own: pip install -e benchmarks/papers from a "
+                 "poolkit checkout (make install does it)")
+
+
+def bench_commands() -> list:
+    """The ``poolkit bench`` commands of every installed distribution, in the order each declares them."""
+    from importlib.metadata import entry_points
+
+    return [command for point in entry_points(group=BENCHMARK_GROUP) for command in point.load()]
+
+
+def run_bench_missing(args: argparse.Namespace) -> int:
+    raise PoolkitError(BENCH_MISSING)
 
 
 def run_zoo(args: argparse.Namespace) -> int:
@@ -68,13 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
     data_sub.add_parser("list", help="list the built-in datasets").set_defaults(func=data.run_list)
     cache.add_parser(sub)
 
-    bench = sub.add_parser("bench", help="benchmarks that reproduce the research")
-    bench_sub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
-    for name, module, what in BENCHMARKS:
-        bench_module = importlib.import_module(f"..bench.{module}", __package__)
-        command = bench_sub.add_parser(name, help=what)
-        getattr(bench_module, f"add_{module}_arguments")(command)
-        command.set_defaults(func=getattr(bench_module, f"run_{module}_command"))
+    bench = sub.add_parser("bench", help="benchmarks that reproduce the research (the poolkit-bench distribution)")
+    commands = bench_commands()
+    if commands:
+        bench_sub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
+        for benchmark in commands:
+            command = bench_sub.add_parser(benchmark.name, help=benchmark.help)
+            benchmark.add_arguments(command)
+            command.set_defaults(func=benchmark.run())
+    else:
+        bench.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        bench.set_defaults(func=run_bench_missing)
 
     sub.add_parser("zoo", help="every pooler on the packaged MiniLM's hidden states: dims, params, time"
                    ).set_defaults(func=run_zoo)

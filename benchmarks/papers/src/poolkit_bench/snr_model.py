@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import PoolkitError
+from poolkit.errors import PoolkitError
 
 
 class EncoderLayer(nn.Module):

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..pooling import get_pooler
-from ..pooling.quadrature import trapezoid_weights
+from poolkit.pooling import get_pooler
+from poolkit.pooling.quadrature import trapezoid_weights
 
 GRIDS = ("uniform", "random", "clustered")
 #: The exact mean over [0, 1] of each feature of :func:`smooth_features`.

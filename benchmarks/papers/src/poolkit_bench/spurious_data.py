@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import PoolkitError
+from poolkit.errors import PoolkitError
 from .vision_data import Images
 
 #: Fashion-MNIST classes of each core label (0 T-shirt/top, 2 Pullover, 4 Coat, 6 Shirt | 5 Sandal, 7 Sneaker,

@@ -29,10 +29,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..errors import PoolkitError
-from ..io import prepare_out_dir
-from ..pooling.base import pooler_class, pooler_from_label
-from ..provenance import git_commit, run_provenance
+from poolkit.errors import PoolkitError
+from poolkit.io import prepare_out_dir
+from poolkit.pooling.base import pooler_class, pooler_from_label
+from poolkit.provenance import git_commit, run_provenance
 from .mil_data import DATASETS, Bags, load_bags, standardize, stratified_folds
 from .mil_model import MILModel, auc, fit, predict, score
 from .reporting import (add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_report,
@@ -412,7 +412,7 @@ _ARG_FIELDS = ("datasets", "poolers", "lrs", "folds", "repeats", "epochs", "eval
 
 def config_from_args(args: argparse.Namespace) -> MILConfig:
     """The preset chosen by --quick / --full (or the default) with the explicitly given options applied."""
-    from ..cli.common import split_names
+    from poolkit.cli.common import split_names
 
     changes = {field: getattr(args, field) for field in _ARG_FIELDS if getattr(args, field, None) is not None}
     for field in ("datasets", "poolers"):
@@ -427,7 +427,7 @@ def run_mil_command(args: argparse.Namespace) -> int:
     """``poolkit bench mil``: run, print the summary, write --out. Bad input raises PoolkitError."""
     from rich.table import Table
 
-    from ..cli.common import split_names
+    from poolkit.cli.common import split_names
 
     started = time.perf_counter()
     if args.extend:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import PoolkitError
+from poolkit.errors import PoolkitError
 
 #: Where Debian's ``dataset-fashion-mnist`` puts the four files.
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")

@@ -26,11 +26,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..errors import PoolkitError
-from ..io import atomic_write, prepare_out_dir
-from ..pooling import AuxiliaryClassifiers, get_pooler
-from ..pooling.base import pooler_class, resolve_name
-from ..provenance import run_provenance
+from poolkit.errors import PoolkitError
+from poolkit.io import atomic_write, prepare_out_dir
+from poolkit.pooling import AuxiliaryClassifiers, get_pooler
+from poolkit.pooling.base import pooler_class, resolve_name
+from poolkit.provenance import run_provenance
 from .reporting import (add_output_arguments, add_preset_arguments, draw_map, paired_difference, print_report, pyplot,
                         save_figure, write_report, write_results)
 from .snr import _device
@@ -403,7 +403,7 @@ _ARG_FIELDS = ("poolers", "sizes", "widths", "dataset", "root", "val_size", "see
 
 def config_from_args(args: argparse.Namespace) -> VisionConfig:
     """The preset chosen by --quick / --full (or the default) with the explicitly given options applied."""
-    from ..cli.common import split_names
+    from poolkit.cli.common import split_names
 
     changes = {field: getattr(args, field) for field in _ARG_FIELDS if getattr(args, field, None) is not None}
     if "poolers" in changes:

@@ -1,7 +1,9 @@
-"""Benchmarks. ``snr``: the noise-robustness benchmark of Brothers (ICML 2025); ``vision``: spatial poolers after
-a small CNN on Fashion-MNIST."""
+"""poolkit's paper benchmarks, a distribution of their own (``poolkit-bench``, benchmarks/papers): each module
+reproduces one paper behind a pooler and is a ``poolkit bench NAME`` command (:mod:`.commands`). ``snr``: the
+noise-robustness benchmark of Brothers (ICML 2025); ``vision``: spatial poolers after a small CNN on
+Fashion-MNIST; the others are listed in :data:`.commands.BENCHMARKS`."""
 
-from ..extras import require
+from poolkit.extras import require
 
 require("cli", "pandas", "tqdm", "matplotlib", "rich")
 

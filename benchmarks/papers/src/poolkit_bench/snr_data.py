@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..errors import PoolkitError
+from poolkit.errors import PoolkitError
 
 #: The paper's neighbour counts (SNR = K / 128).
 PAPER_KS = (1, 2, 4, 8, 16, 32, 64, 128)

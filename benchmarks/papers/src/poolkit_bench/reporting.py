@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..io import atomic_write
+from poolkit.io import atomic_write
 
 
 def write_results(out: Path, frame: pd.DataFrame, meta: dict, plot_name: str, plot: Callable[[str], None]) -> None:
@@ -59,7 +59,7 @@ def save_figure(fig, path, title: str | None = None) -> None:
 def write_report(out: Path, title: str, meta: dict, tables: dict[str, pd.DataFrame], pictures: dict[str, str]) -> None:
     """report.html in ``out``: ``pictures`` ({caption: a PNG's name in ``out``}), ``tables`` ({caption: frame}) and
     the run's settings and provenance (``meta`` without its per-run records and summary)."""
-    from ..explain.report import write_bench_report
+    from poolkit.explain.report import write_bench_report
 
     write_bench_report(out / "report.html", title, tables, {caption: out / name for caption, name in pictures.items()},
                        {key: value for key, value in meta.items() if key not in ("runs", "summary")})

@@ -38,9 +38,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..errors import PoolkitError
-from ..io import prepare_out_dir
-from ..provenance import run_provenance
+from poolkit.errors import PoolkitError
+from poolkit.io import prepare_out_dir
+from poolkit.provenance import run_provenance
 from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_results
 
 #: mode -> (train_only, whether the pooler + head are trained first on the frozen encoder and then fixed)
@@ -128,9 +128,9 @@ def run_mode(config: TaskArithmeticConfig, tables: list, mode: str, seed: int, s
                                                                                                         dict]:
     """Fine-tune every task in ``mode``, merge all task vectors (alpha searched on the validation rows) and score
     each task's test rows: one row per task (:data:`COLUMNS`) and the run's details (the search's candidates)."""
-    from ..training.finetune import TEST_OUTPUTS, TrainConfig, fit
-    from ..training.merging import TaskArithmetic
-    from ..training.metrics import primary_metric, compute_metrics
+    from poolkit.training.finetune import TEST_OUTPUTS, TrainConfig, fit
+    from poolkit.training.merging import TaskArithmetic
+    from poolkit.training.metrics import primary_metric, compute_metrics
 
     train_only, frozen_head = MODES[mode]
     runs, trained = [], []
@@ -179,7 +179,7 @@ def run_task_arithmetic(config: TaskArithmeticConfig = DEFAULT, out_dir: str | o
     searches). With ``out_dir``, also write :data:`RESULT_FILES` there; existing results are kept unless ``force``."""
     from tqdm.auto import tqdm
 
-    from ..training.api import load
+    from poolkit.training.api import load
     from .vision import _cpu_seconds
 
     config = config.validated()

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..pooling import AuxiliaryClassifiers
+from poolkit.pooling import AuxiliaryClassifiers
 
 
 def map_sizes(height: int, width: int, stages: int) -> list[tuple[int, int]]:

@@ -32,10 +32,10 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ..errors import PoolkitError
-from ..io import atomic_write, prepare_out_dir
-from ..pooling import get_pooler
-from ..provenance import run_provenance
+from poolkit.errors import PoolkitError
+from poolkit.io import atomic_write, prepare_out_dir
+from poolkit.pooling import get_pooler
+from poolkit.provenance import run_provenance
 from .reporting import (add_output_arguments, add_preset_arguments, draw_map, paired_difference, print_report, pyplot,
                         save_figure, write_report, write_results)
 from .spurious_data import CUE_NAMES, LABEL_NAMES, SpuriousData, SpuriousSet, make_spurious_data, planned_counts

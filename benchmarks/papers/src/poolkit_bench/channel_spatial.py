@@ -25,12 +25,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..blocks import block_options, get_block, list_blocks
-from ..blocks.registry import resolve_block
-from ..errors import PoolkitError
-from ..io import prepare_out_dir
-from ..pooling import get_pooler
-from ..provenance import run_provenance
+from poolkit.blocks import block_options, get_block, list_blocks
+from poolkit.blocks.registry import resolve_block
+from poolkit.errors import PoolkitError
+from poolkit.io import prepare_out_dir
+from poolkit.pooling import get_pooler
+from poolkit.provenance import run_provenance
 from .reporting import (add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_report,
                         write_results)
 from .snr import _device
@@ -398,7 +398,7 @@ _ARG_FIELDS = ("blocks", "fine_blocks", "sizes", "epochs", "widths", "stages", "
 
 def config_from_args(args: argparse.Namespace) -> ChannelSpatialConfig:
     """The preset chosen by --quick / --full (or the default) with the explicitly given options applied."""
-    from ..cli.common import split_names
+    from poolkit.cli.common import split_names
 
     changes = {field: getattr(args, field) for field in _ARG_FIELDS if getattr(args, field, None) is not None}
     for field in ("blocks", "fine_blocks"):

@@ -30,11 +30,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..errors import PoolkitError
-from ..io import prepare_out_dir
-from ..pooling import get_pooler, list_poolers
-from ..pooling.base import pooler_class, resolve_name
-from ..provenance import run_provenance
+from poolkit.errors import PoolkitError
+from poolkit.io import prepare_out_dir
+from poolkit.pooling import get_pooler, list_poolers
+from poolkit.pooling.base import pooler_class, resolve_name
+from poolkit.provenance import run_provenance
 from .reporting import (add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_report,
                         write_results)
 from .snr_data import PAPER_KS, PUBLISHED_BASELINES, KnnCentroidData, baseline_mse, check_ks, make_knn_centroid
@@ -405,7 +405,7 @@ _ARG_FIELDS = {"poolers": "poolers", "seeds": "seeds", "ks": "ks", "samples": "n
 
 def config_from_args(args: argparse.Namespace) -> SNRConfig:
     """The preset chosen by --quick/--full with the explicitly given options applied."""
-    from ..cli.common import split_names
+    from poolkit.cli.common import split_names
 
     base = FULL if getattr(args, "preset", "quick") == "full" else QUICK
     changes = {field: getattr(args, arg) for arg, field in _ARG_FIELDS.items()

@@ -1,0 +1,45 @@
+"""The ``poolkit bench`` commands this distribution provides, found by the core CLI through the
+``poolkit.benchmarks`` entry point (see :func:`poolkit.cli.bench_commands`)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BenchCommand:
+    """``poolkit bench NAME``: its help line and the module of this package with ``add_<module>_arguments`` and
+    ``run_<module>_command``."""
+
+    name: str
+    module: str
+    help: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        getattr(self._module(), f"add_{self.module}_arguments")(parser)
+
+    def run(self) -> Callable[[argparse.Namespace], int]:
+        return getattr(self._module(), f"run_{self.module}_command")
+
+    def _module(self):
+        return importlib.import_module(f"{__package__}.{self.module}")
+
+
+BENCHMARKS = (
+    BenchCommand("snr", "snr", "noise robustness (SNR) of poolers, Brothers (ICML 2025)"),
+    BenchCommand("snr-sweep", "snr_sweep", "the SNR benchmark over training budgets, depths and seeds (learning rate "
+                 "chosen on validation rows)"),
+    BenchCommand("vision", "vision", "spatial poolers after a small CNN on Fashion-MNIST (FlexPooling, Ali et al. "
+                 "2023)"),
+    BenchCommand("channel-spatial", "channel_spatial", "channel-spatial attention blocks in a small CNN on "
+                 "Fashion-MNIST (Liu & Jiang 2026)"),
+    BenchCommand("spurious", "spurious", "attention reweighting vs DFR on a spurious cue (Fashion-MNIST garments + "
+                 "stripes)"),
+    BenchCommand("mil", "mil", "poolers as MIL pooling on MUSK1/MUSK2/ELEPHANT bags (Ilse et al. 2018)"),
+    BenchCommand("sets", "sets", "zonotope vs stacked attention on synthetic set tasks; quadrature pooling"),
+    BenchCommand("task-arithmetic", "task_arithmetic", "merging task vectors of full vs attention-only fine-tuning "
+                 "on built-in text tasks (Jin et al. 2024)"),
+)
