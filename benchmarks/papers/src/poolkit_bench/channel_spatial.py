@@ -31,10 +31,11 @@ from poolkit.errors import PoolkitError
 from poolkit.io import prepare_out_dir
 from poolkit.pooling import get_pooler
 from poolkit.provenance import run_provenance
+from .harness import restored_threads
 from .reporting import (add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_report,
                         write_results)
 from .snr import _device
-from .vision import VisionConfig, _cpu_seconds, _run_all, summarize
+from .vision import VisionConfig, _cpu_seconds, run_all, summarize
 from .vision_data import Images, augment, load_images, split_pool
 from .vision_model import Backbone, PooledHead, VisionModel, fit
 
@@ -152,13 +153,10 @@ def run_channel_spatial(config: ChannelSpatialConfig = DEFAULT, out_dir: str | o
     config = config.validated()
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
     started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
-    previous_threads = torch.get_num_threads()
-    try:
+    with restored_threads():  # the runner sets config.threads
         runner = _Runner(config)
         speed = runner.speed()  # before the workers start: timed on an otherwise idle process
-        runs = _run_all(runner, progress)
-    finally:
-        torch.set_num_threads(previous_threads)
+        runs = run_all(runner, progress, "channel-spatial")
     frame = pd.DataFrame([{key: run[key] for key in COLUMNS} for run in runs], columns=COLUMNS)
     order = {"task": TASKS.index, "block": list(dict.fromkeys(config.blocks + config.fine_blocks)).index}
     frame = frame.sort_values(["task", "block", "size", "seed"], key=lambda c: c.map(order.get(c.name, int)),

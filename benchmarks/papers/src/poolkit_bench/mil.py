@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
-import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from poolkit.errors import PoolkitError
 from poolkit.io import prepare_out_dir
 from poolkit.pooling.base import pooler_class, pooler_from_label
 from poolkit.provenance import git_commit, run_provenance
+from .harness import restored_threads, run_tasks
 from .mil_data import DATASETS, Bags, load_bags, standardize, stratified_folds
 from .mil_model import MILModel, auc, fit, predict, score
 from .reporting import (add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_report,
@@ -166,12 +166,9 @@ def _timed_tasks(config: MILConfig, tasks: list[tuple[str, int, int, str]], prog
     """:func:`_run_tasks`, each run stamped with the commit, and its cost: (wall seconds, CPU seconds, load averages
     at the start and end)."""
     started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
-    previous_threads = torch.get_num_threads()
     commit = git_commit()  # once, not per fold: it runs git twice
-    try:
+    with restored_threads():  # each task sets config.threads
         runs = [{**run, "commit": commit} for run in _run_tasks(config, tasks, progress)]
-    finally:
-        torch.set_num_threads(previous_threads)
     return runs, (time.perf_counter() - started, _cpu_seconds() - cpu, [list(load), list(os.getloadavg())])
 
 
@@ -254,25 +251,9 @@ def _tasks(config: MILConfig, poolers: tuple[str, ...]) -> list[tuple[str, int, 
 def _run_tasks(config: MILConfig, tasks: list[tuple[str, int, int, str]], progress: bool) -> list[dict]:
     """Run ``tasks``; each is seeded on its own, so the results do not depend on ``workers``. Returned in a fixed
     order."""
-    from functools import partial
-
-    from tqdm.auto import tqdm
-
-    run, results = partial(_task, config), []
-    with tqdm(total=len(tasks), disable=None if progress else True, desc="mil", unit="fold") as bar:
-        if config.workers == 1:
-            runs = map(run, tasks)
-        else:
-            pool = ProcessPoolExecutor(config.workers, mp_context=multiprocessing.get_context("spawn"))
-            runs = pool.map(run, tasks)
-        try:
-            for result in runs:
-                results.append(result)
-                bar.update()
-        finally:
-            if config.workers > 1:
-                pool.shutdown(cancel_futures=True)
-    return _in_order(config, results)
+    runs = run_tasks(functools.partial(_task, config), tasks, workers=config.workers, progress=progress, desc="mil",
+                     unit="fold")
+    return _in_order(config, runs)
 
 
 def _in_order(config: MILConfig, runs: list[dict]) -> list[dict]:

@@ -41,6 +41,7 @@ from poolkit.io import atomic_write, prepare_out_dir
 from poolkit.pooling import get_pooler
 from poolkit.pooling.sets import ZonotopeSetAttention
 from poolkit.provenance import run_provenance
+from .harness import restored_threads
 from . import quadrature
 from .reporting import add_output_arguments, pyplot, save_figure, write_report, write_results
 
@@ -218,13 +219,8 @@ def run_sets(config: SetsConfig = DEFAULT, out_dir: str | os.PathLike | None = N
     config = config.validated()
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
     started, load = time.perf_counter(), os.getloadavg()
-    previous_threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    try:
+    with restored_threads(config.threads):
         runs = [run for task in config.tasks for run in _task_runs(task, config, progress)]
-    finally:
-        torch.set_num_threads(previous_threads)
     rows = quadrature.convergence(config.quadrature_sizes, seed=config.data_seed)
     frame = summarize(runs)
     if out is not None:

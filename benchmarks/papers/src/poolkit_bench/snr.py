@@ -18,11 +18,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +32,8 @@ from poolkit.io import prepare_out_dir
 from poolkit.pooling import get_pooler, list_poolers
 from poolkit.pooling.base import pooler_class, resolve_name
 from poolkit.provenance import run_provenance
+
+from .harness import run_tasks
 from .reporting import (add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_report,
                         write_results)
 from .snr_data import PAPER_KS, PUBLISHED_BASELINES, KnnCentroidData, baseline_mse, check_ks, make_knn_centroid
@@ -231,11 +230,6 @@ class _Runner:
                 "cpu_seconds": round(time.process_time() - cpu, 3)}
 
 
-def _set_threads(threads: int | None) -> None:
-    if threads is not None:
-        torch.set_num_threads(threads)
-
-
 def _run_job(job: tuple[SNRConfig, tuple[int, int, str]]) -> dict:
     config, task = job
     return _runner(config)(task)
@@ -246,33 +240,7 @@ def run_jobs(jobs: list[tuple[SNRConfig, tuple[int, int, str]]], workers: int, t
     """Run each (validated config, (run, K, pooler)) job, in this process or in ``workers`` spawned ones
     (each drawing the same data); every run is seeded on its own, so the results do not depend on
     ``workers``. ``threads`` torch threads per process (None: torch's default)."""
-    from tqdm.auto import tqdm
-
-    results: list[dict] = [{}] * len(jobs)
-    previous_threads = torch.get_num_threads()
-    with tqdm(total=len(jobs), disable=None if progress else True, desc=desc, unit="run") as bar:
-        if workers == 1:
-            try:
-                _set_threads(threads)
-                for i, job in enumerate(jobs):
-                    results[i] = _run_job(job)
-                    bar.update()
-            finally:
-                torch.set_num_threads(previous_threads)
-            return results
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_set_threads,
-                                 initargs=(threads,)) as pool:
-            futures = {pool.submit(_run_job, job): i for i, job in enumerate(jobs)}
-            try:
-                for future in as_completed(futures):
-                    results[futures[future]] = future.result()
-                    bar.update()
-            except BrokenProcessPool:
-                raise PoolkitError("a worker process died; called from a script, put the call under "
-                                   "`if __name__ == '__main__':` (workers are spawned), or use workers=1"
-                                   ) from None
-    return results
+    return run_tasks(_run_job, jobs, workers=workers, threads=threads, progress=progress, desc=desc, unit="run")
 
 
 def _device(name: str) -> torch.device:

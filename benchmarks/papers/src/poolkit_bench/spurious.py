@@ -36,6 +36,7 @@ from poolkit.errors import PoolkitError
 from poolkit.io import atomic_write, prepare_out_dir
 from poolkit.pooling import get_pooler
 from poolkit.provenance import run_provenance
+from .harness import restored_threads
 from .reporting import (add_output_arguments, add_preset_arguments, draw_map, paired_difference, print_report, pyplot,
                         save_figure, write_report, write_results)
 from .spurious_data import CUE_NAMES, LABEL_NAMES, SpuriousData, SpuriousSet, make_spurious_data, planned_counts
@@ -345,12 +346,9 @@ def run_spurious(config: SpuriousConfig = DEFAULT, out_dir: str | os.PathLike | 
     config = config.validated()
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
     started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
-    previous_threads = torch.get_num_threads()
     images = load_images("fashion-mnist", config.root)
     rows, details, counts = [], [], {}
-    try:
-        if config.threads is not None:
-            torch.set_num_threads(config.threads)
+    with restored_threads(config.threads):
         tasks = [(a, config.seed + i) for a in config.agreements for i in range(config.seeds)]
         with tqdm(total=len(tasks), disable=None if progress else True, desc="spurious", unit="run") as bar:
             for agreement in config.agreements:
@@ -366,8 +364,6 @@ def run_spurious(config: SpuriousConfig = DEFAULT, out_dir: str | os.PathLike | 
                     rows += run_rows
                     details.append(run_details)
                     bar.update()
-    finally:
-        torch.set_num_threads(previous_threads)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     summary = summarize(frame)
     meta = {

@@ -36,11 +36,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
 from poolkit.errors import PoolkitError
 from poolkit.io import prepare_out_dir
 from poolkit.provenance import run_provenance
+from .harness import restored_threads
 from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_results
 
 #: mode -> (train_only, whether the pooler + head are trained first on the frozen encoder and then fixed)
@@ -186,11 +186,8 @@ def run_task_arithmetic(config: TaskArithmeticConfig = DEFAULT, out_dir: str | o
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
     started, cpu, load_average = time.perf_counter(), _cpu_seconds(), os.getloadavg()
     tables = [load(spec, limit=config.rows, seed=config.data_seed) for spec in config.tasks]
-    previous_threads = torch.get_num_threads()
     rows, details = [], []
-    try:
-        if config.threads is not None:
-            torch.set_num_threads(config.threads)
+    with restored_threads(config.threads):
         jobs = [(config.seed + i, mode) for i in range(config.seeds) for mode in config.modes]
         with tqdm(total=len(jobs), disable=None if progress else True, desc="task-arithmetic", unit="run") as bar:
             for seed, mode in jobs:
@@ -199,8 +196,6 @@ def run_task_arithmetic(config: TaskArithmeticConfig = DEFAULT, out_dir: str | o
                 rows += run_rows
                 details.append(run_details)
                 bar.update()
-    finally:
-        torch.set_num_threads(previous_threads)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     meta = {
         "benchmark": "task-arithmetic (merging task vectors of full vs attention-only fine-tuning; Jin et al., arXiv "

@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -31,6 +28,7 @@ from poolkit.io import atomic_write, prepare_out_dir
 from poolkit.pooling import AuxiliaryClassifiers, get_pooler
 from poolkit.pooling.base import pooler_class, resolve_name
 from poolkit.provenance import run_provenance
+from .harness import restored_threads, run_tasks
 from .reporting import (add_output_arguments, add_preset_arguments, draw_map, paired_difference, print_report, pyplot,
                         save_figure, write_report, write_results)
 from .snr import _device
@@ -134,11 +132,8 @@ def run_vision(config: VisionConfig = DEFAULT, out_dir: str | os.PathLike | None
     config = config.validated()
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
     started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
-    previous_threads = torch.get_num_threads()
-    try:
-        runs = _run_all(_Runner(config), progress)
-    finally:
-        torch.set_num_threads(previous_threads)
+    with restored_threads():  # the runner sets config.threads
+        runs = run_all(_Runner(config), progress, "vision")
     frame = pd.DataFrame([{key: run[key] for key in COLUMNS} for run in runs], columns=COLUMNS)
     order = {"variant": VARIANTS.index, "pooler": config.poolers.index}
     frame = frame.sort_values(["variant", "pooler", "size", "seed"], key=lambda c: c.map(order.get(c.name, int)),
@@ -234,41 +229,14 @@ def _cpu_seconds() -> float:
 _WORKER: _Runner | None = None
 
 
-def _init_worker(config: VisionConfig, runner_class: type = _Runner) -> None:
-    global _WORKER
-    _WORKER = runner_class(config)
-
-
-def _worker_run(task: tuple[int, int, str]) -> list[dict]:
-    return _WORKER(task)
-
-
-def _run_all(runner: _Runner, progress: bool) -> list[dict]:
-    """Every task, here or in ``workers`` spawned processes (each building a runner of ``runner``'s class from its
-    config); each run is seeded on its own, so the results do not depend on ``workers``. Runs come back in task
-    order."""
-    from tqdm.auto import tqdm
-
-    config, tasks = runner.config, runner.tasks()
-    results: list[list[dict]] = [[] for _ in tasks]
-    with tqdm(total=len(tasks), disable=None if progress else True, desc="vision", unit="task") as bar:
-        if config.workers == 1:
-            for i, task in enumerate(tasks):
-                results[i] = runner(task)
-                bar.update()
-        else:
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(config.workers, mp_context=context, initializer=_init_worker,
-                                     initargs=(config, type(runner))) as pool:
-                futures = {pool.submit(_worker_run, task): i for i, task in enumerate(tasks)}
-                try:
-                    for future in as_completed(futures):
-                        results[futures[future]] = future.result()
-                        bar.update()
-                except BrokenProcessPool:
-                    raise PoolkitError("a worker process died; called from a script, put the call under "
-                                       "`if __name__ == '__main__':` (workers are spawned), or use workers=1") from None
-    return [run for task_runs in results for run in task_runs]
+def run_all(runner, progress: bool, desc: str) -> list[dict]:
+    """Every task of ``runner`` (a runner class of this module's shape: built from its config, called on one task,
+    returning that task's runs), here or in the config's ``workers`` spawned processes (each building a runner of
+    its class once); runs in task order."""
+    build = partial(type(runner), runner.config)
+    per_task = run_tasks(runner, runner.tasks(), workers=runner.config.workers, progress=progress, desc=desc,
+                         build_in_worker=build)
+    return [run for task_runs in per_task for run in task_runs]
 
 
 # -- summary ------------------------------------------------------------------------------------------
