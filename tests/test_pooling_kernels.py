@@ -24,15 +24,16 @@ NARROW_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "
 
 @pytest.mark.slow
 def test_padding_is_never_read_on_the_narrowest_instruction_sets():
-    """The huge-value and NaN padding checks of every pooler, fast and plain forms, in a process started with
-    NARROW_KERNELS (which it checks took effect: torch reports the DEFAULT capability)."""
+    """The huge-value and NaN padding checks of every pooler with its parameters as built (mixed signs: the cases
+    whose overflow depends on the order of summation; the non-negative ones do not), fast and plain forms, in a
+    process started with NARROW_KERNELS (which it checks took effect: torch reports the DEFAULT capability)."""
     child = ("import sys, torch, pytest\n"
              "assert torch.backends.cpu.get_cpu_capability() == 'DEFAULT', torch.backends.cpu.get_cpu_capability()\n"
              "sys.exit(pytest.main(['-q', '-p', 'no:xdist', '-p', 'no:cacheprovider', '-p', 'no:randomly',\n"
              f"                     {str(TESTS / 'test_pooling_robustness.py')!r},\n"
-             "                     '-k', 'padding_never_changes and (3e+38 or nan)']))\n")
+             "                     '-k', 'padding_never_changes and (3e+38-as-built or nan)']))\n")
     result = subprocess.run([sys.executable, "-c", child], cwd=TESTS.parent, env={**os.environ, **NARROW_KERNELS},
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    summary = result.stdout.strip().splitlines()[-1]  # "272 passed, 700 deselected in 5.1s": a selection that ran
-    assert "failed" not in summary and int(summary.split(" passed")[0].split()[-1]) >= 200, summary
+    summary = result.stdout.strip().splitlines()[-1]  # "136 passed, 848 deselected in 5.1s": a selection that ran
+    assert "failed" not in summary and int(summary.split(" passed")[0].split()[-1]) >= 100, summary
