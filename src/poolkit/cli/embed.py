@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+
+from ..io import TABLE_SUFFIXES
 from ..training.streaming import WINDOW
-from .common import (TABLE_SUFFIXES, add_pooler_arguments, add_precision_argument, add_text_input_arguments,
+from .common import (add_pooler_arguments, add_precision_argument, add_text_input_arguments,
                      add_trust_remote_code_argument, positive)
 
 HELP = "texts -> vectors (.npy, or the table plus embeddings) with any pooler"

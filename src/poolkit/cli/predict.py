@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_text_input_arguments, add_trust_remote_code_argument, positive, table_format, write_table
+from ..io import table_format, write_table
+from .common import add_text_input_arguments, add_trust_remote_code_argument, positive
 
 HELP = "predict with a model written by `poolkit train`"
 

@@ -118,7 +118,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     ones optionally .gz) streamed in windows, resuming an interrupted run with the same settings; see the module
     docstring. Returns {"rows", "dim", "pooler" (spec), "windows", "reused" (windows kept from an earlier run),
     "rank", "world"}; with several processes only rank 0 writes ``out`` (the others return ``rows`` None)."""
-    from ..cli.common import table_format
+    from ..io import table_format
     from ..models.encoders import resolve_model
     from ..models.text_encoder import TextEncoder
     from .api import embedding_model
