@@ -39,7 +39,10 @@ def cell(rows: list[dict], task: str, model: str, target: str = "all") -> dict:
 
 def render_run(results: dict) -> str:
     s, p = results["settings"], results["provenance"]
-    load_average = results["load_average_at_start"][0]
+    # runs written since the benchmark harness record the load at the start and the end
+    start = results["load_average_start_end"][0] if "load_average_start_end" in results else results[
+        "load_average_at_start"]
+    load_average = start[0]
     return (f"The committed run (`docs/sets/results.json`): commit `{p['commit']}`, {p['cpu']} ({p['cores']} cores, "
             f"load average {load_average:.1f} at the start: the machine was shared), torch {p['torch']}, "
             f"{s['threads']} torch thread(s); {len(results['runs'])} training runs and the quadrature study took "

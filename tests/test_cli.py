@@ -11,7 +11,9 @@ import pytest
 
 from poolkit import PoolkitError
 
-from poolkit_bench.snr import add_snr_arguments, config_from_args
+from poolkit_bench.commands import parser_for
+from poolkit_bench.options import config_from_args
+from poolkit_bench.snr import PRESETS as SNR_PRESETS
 from poolkit.cli import main
 from poolkit.cli.common import parse_options, pooler_specs
 from tiny_models import tiny_bert_dir
@@ -110,12 +112,8 @@ def test_pooler_specs_take_one_pooler_several_times_with_options():
 
 
 def test_bench_snr_poolers_take_the_same_syntax():
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    add_snr_arguments(parser)
-    assert config_from_args(parser.parse_args(["--poolers", "adapool,mean", "max"])).poolers == ("adapool", "mean",
-                                                                                                "max")
+    args = parser_for("snr").parse_args(["--poolers", "adapool,mean", "max"])
+    assert config_from_args(args, SNR_PRESETS).poolers == ("adapool", "mean", "max")
 
 
 def test_renamed_lr_flag_names_its_replacements(capsys):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 
@@ -12,6 +11,8 @@ import torch
 
 import poolkit
 from poolkit_bench import snr
+from poolkit_bench.commands import parser_for
+from poolkit_bench.options import config_from_args
 from poolkit_bench.snr_data import (
     PAPER_KS,
     PUBLISHED_BASELINES,
@@ -269,18 +270,19 @@ def test_out_must_be_a_directory(tmp_path):
 
 # -- CLI --------------------------------------------------------------------------------------------
 def _parse(argv):
-    parser = argparse.ArgumentParser()
-    snr.add_snr_arguments(parser)
-    return parser.parse_args(argv)
+    return parser_for("snr").parse_args(argv)
+
+
+def _config(argv):
+    return config_from_args(_parse(argv), snr.PRESETS)
 
 
 def test_presets_and_overrides():
-    assert snr.config_from_args(_parse([])) == snr.QUICK
-    full = snr.config_from_args(_parse(["--full"]))
+    assert _config([]) == snr.QUICK
+    full = _config(["--full"])
     assert (full.layers, full.heads, full.batch_size, full.epochs) == (12, 8, 750, 100)
     assert (full.folds, full.seeds, full.lr, full.num_samples) == (5, 5, 5e-4, 1_000_000)
-    custom = snr.config_from_args(_parse(["--full", "--poolers", "mean", "cls", "--seeds", "2",
-                                          "--ks", "1", "8", "--layers", "3"]))
+    custom = _config(["--full", "--poolers", "mean", "cls", "--seeds", "2", "--ks", "1", "8", "--layers", "3"])
     assert custom.poolers == ("mean", "cls") and custom.ks == (1, 8)
     assert (custom.seeds, custom.layers, custom.epochs) == (2, 3, 100)
     assert (full.workers, full.device, snr.QUICK.device) == (1, "auto", "cpu")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 
@@ -10,6 +9,8 @@ import pandas as pd
 import pytest
 
 from poolkit_bench import snr, snr_sweep
+from poolkit_bench.commands import parser_for
+from poolkit_bench.options import config_from_args
 from poolkit.errors import PoolkitError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -90,11 +91,10 @@ def test_bad_sweep_raises(change, match):
 
 
 def test_cli_arguments():
-    parser = argparse.ArgumentParser()
-    snr_sweep.add_snr_sweep_arguments(parser)
-    assert snr_sweep.sweep_from_args(parser.parse_args([])) == snr_sweep.CPU_SWEEP
-    sweep = snr_sweep.sweep_from_args(parser.parse_args(["--budgets", "100x1", "200X2", "--poolers", "mean,cls",
-                                                         "--depths", "--workers", "1", "--lrs", "0.01"]))
+    parser = parser_for("snr-sweep")
+    assert config_from_args(parser.parse_args([]), snr_sweep.PRESETS) == snr_sweep.CPU_SWEEP
+    sweep = config_from_args(parser.parse_args(["--budgets", "100x1", "200X2", "--poolers", "mean,cls",
+                                                "--depths", "--workers", "1", "--lrs", "0.01"]), snr_sweep.PRESETS)
     assert sweep.budgets == ((100, 1), (200, 2)) and sweep.poolers == ("mean", "cls") and sweep.depths == ()
     assert sweep.base.workers == 1 and sweep.lrs == (0.01,) and sweep.seeds == snr_sweep.CPU_SWEEP.seeds
     with pytest.raises(SystemExit):
@@ -137,8 +137,7 @@ def test_extension_under_other_settings_is_refused(copied_run):
     with pytest.raises(PoolkitError, match="does not reproduce"):
         snr_sweep.extend_snr_sweep(out, ((80, 3),), ("mean",), progress=False)
     assert "extensions" not in json.loads((out / "results.json").read_text())
-    parser = argparse.ArgumentParser()
-    snr_sweep.add_snr_sweep_arguments(parser)
+    parser = parser_for("snr-sweep")
     for extra in (["--seeds", "5"], ["--workers", "1"], ["--out", str(out)], []):
         args = parser.parse_args(["--extend", str(out), *(["--budgets", "80x3"] if extra else []), *extra,
                                   "--no-progress"])

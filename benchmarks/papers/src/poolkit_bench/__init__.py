@@ -1,15 +1,22 @@
 """poolkit's paper benchmarks, a distribution of their own (``poolkit-bench``, benchmarks/papers): each module
 reproduces one paper behind a pooler and is a ``poolkit bench NAME`` command (:mod:`.commands`). ``snr``: the
 noise-robustness benchmark of Brothers (ICML 2025); ``vision``: spatial poolers after a small CNN on
-Fashion-MNIST; the others are listed in :data:`.commands.BENCHMARKS`."""
+Fashion-MNIST; the others are listed in :data:`.commands.BENCHMARKS`. The names below load their module when first
+used, so that the core CLI can list the commands without importing torch."""
+
+import importlib
 
 from poolkit.extras import require
 
 require("cli", "pandas", "tqdm", "matplotlib", "rich")
 
-from .snr import FULL, QUICK, SNRConfig, add_snr_arguments, run_snr, run_snr_command  # noqa: E402
-from .snr_sweep import CPU_SWEEP, SweepConfig, run_snr_sweep  # noqa: E402
-from .vision import VisionConfig, run_vision  # noqa: E402
+_HOMES = {"FULL": "snr", "QUICK": "snr", "SNRConfig": "snr", "run_snr": "snr", "run_snr_command": "snr",
+          "CPU_SWEEP": "snr_sweep", "SweepConfig": "snr_sweep", "run_snr_sweep": "snr_sweep",
+          "VisionConfig": "vision", "run_vision": "vision"}
+__all__ = sorted(_HOMES)
 
-__all__ = ["CPU_SWEEP", "FULL", "QUICK", "SNRConfig", "SweepConfig", "VisionConfig", "add_snr_arguments", "run_snr",
-           "run_snr_command", "run_snr_sweep", "run_vision"]
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

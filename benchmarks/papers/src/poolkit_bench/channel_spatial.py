@@ -30,12 +30,11 @@ from poolkit.blocks.registry import resolve_block
 from poolkit.errors import PoolkitError
 from poolkit.io import prepare_out_dir
 from poolkit.pooling import get_pooler
-from poolkit.provenance import run_provenance
-from .harness import restored_threads
-from .reporting import (add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_report,
-                        write_results)
-from .snr import _device
-from .vision import VisionConfig, _cpu_seconds, run_all, summarize
+
+from .harness import Execution, Stopwatch, restored_threads, torch_device
+from .options import Preset, Presets, check_counts, config_from_args, option
+from .reporting import print_table, pyplot, run_record, save_figure, versus_baseline, write_outputs
+from .vision import VisionConfig, run_all, summarize
 from .vision_data import Images, augment, load_images, split_pool
 from .vision_model import Backbone, PooledHead, VisionModel, fit
 
@@ -58,35 +57,34 @@ PAPER = {"small": {"below": 1000, "block": "ca_msa", "words": "the \"Channel-Mul
 
 
 @dataclass(frozen=True)
-class ChannelSpatialConfig:
+class ChannelSpatialConfig(Execution):
     """Every setting of a run; ``epochs`` is one count for every size or one per size. The defaults are the
     CPU-sized default preset; :data:`FULL` and :data:`QUICK` the others."""
 
-    dataset: str = "fashion-mnist"
-    root: str | None = None
-    sizes: tuple[int, ...] = (500, 2000)
-    epochs: tuple[int, ...] = (20, 8)
-    val_size: int = 500
-    blocks: tuple[str, ...] = DEFAULT_BLOCKS
-    fine_blocks: tuple[str, ...] = FINE_BLOCKS
-    fine_classes: tuple[int, ...] = FINE_CLASSES
-    fine_size: int = 1000
-    fine_epochs: int = 10
-    stages: tuple[int, ...] = (1, 2)
-    reduction: int = 8
-    seeds: int = 3
-    batch_size: int = 32
-    lr: float = 5e-3
-    weight_decay: float = 0.05
-    widths: tuple[int, ...] = (16, 32, 64)
-    pad: int = 2
-    data_seed: int = 0
-    seed: int = 1
+    dataset: str = option("fashion-mnist", "fashion-mnist or digits")
+    root: str | None = option(None, "folder of the Fashion-MNIST IDX files")
+    sizes: tuple[int, ...] = option((500, 2000), "training-set sizes", metavar="N")
+    epochs: tuple[int, ...] = option((20, 8), "epochs: one count, or one per size", metavar="N")
+    val_size: int = option(500, "validation images (epoch selection), held out of the training pool")
+    blocks: tuple[str, ...] = option(DEFAULT_BLOCKS, "blocks separated by commas and/or spaces, 'all' for every one; "
+                                     "none is always run", metavar="NAME", names=True)
+    fine_blocks: tuple[str, ...] = option(FINE_BLOCKS, "blocks of the fine-grained task; 'skip' to skip it",
+                                          metavar="NAME", names=True, drop=("skip",))
+    fine_classes: tuple[int, ...] = option(FINE_CLASSES, "class ids of the fine-grained task", metavar="N")
+    fine_size: int = option(1000, "training images of the fine-grained task")
+    fine_epochs: int = option(10, "epochs of the fine-grained task")
+    stages: tuple[int, ...] = option((1, 2), "stages followed by a block, 0-based", metavar="N")
+    reduction: int = option(8, "the blocks' channel reduction r")
+    seeds: int = option(3, "runs per (block, size)")
+    batch_size: int = option(32, "minibatch size")
+    lr: float = option(5e-3, "AdamW peak learning rate")
+    weight_decay: float = option(0.05, "AdamW weight decay")
+    widths: tuple[int, ...] = option((16, 32, 64), "channels per conv stage", metavar="N")
+    pad: int = option(2, "random-crop padding in pixels (0: no shifts)")
+    data_seed: int = option(0, "seed of the validation split")
+    seed: int = option(1, "seed of run 0 (run i uses seed + i)")
     timing_batch: int = 256
     timing_rounds: int = 7
-    workers: int = 2
-    threads: int | None = 1
-    device: str = "cpu"
     preset: str = "default"
 
     def validated(self) -> ChannelSpatialConfig:
@@ -104,10 +102,7 @@ class ChannelSpatialConfig:
             epochs = epochs * len(self.sizes)
         if len(epochs) != len(self.sizes):
             raise PoolkitError(f"epochs: give one count, or one per size ({len(self.sizes)}), got {list(epochs)!r}")
-        for name in ("fine_size", "fine_epochs", "reduction", "timing_batch", "timing_rounds"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise PoolkitError(f"{name} must be an int >= 1, got {value!r}")
+        check_counts(self, ("fine_size", "fine_epochs", "reduction", "timing_batch", "timing_rounds"))
         stages = tuple(self.stages)
         if not stages or len(set(stages)) != len(stages) or any(s not in range(len(self.widths)) for s in stages):
             raise PoolkitError(f"stages must be distinct stage indices 0..{len(self.widths) - 1} (a block after "
@@ -142,7 +137,10 @@ FULL = ChannelSpatialConfig(sizes=(500, 5000, 54000), epochs=(40, 20, 10), val_s
 QUICK = ChannelSpatialConfig(dataset="digits", sizes=(300,), epochs=(10,), val_size=200, blocks=("none", "ca", "ca_sa"),
                              fine_classes=(3, 5, 8, 9), fine_size=150, fine_epochs=10, pad=1, timing_rounds=3,
                              workers=1, preset="quick")
-PRESETS = {"default": DEFAULT, "full": FULL, "quick": QUICK}
+PRESETS = Presets("default", {
+    "default": Preset(DEFAULT),
+    "quick": Preset(QUICK, "sklearn's 8x8 digits, 300 training images, 3 blocks: a smoke test"),
+    "full": Preset(FULL, "every block at 500, 5,000 and 54,000 images, 5 seeds, a wider CNN; GPU")})
 
 
 def run_channel_spatial(config: ChannelSpatialConfig = DEFAULT, out_dir: str | os.PathLike | None = None, *,
@@ -152,7 +150,7 @@ def run_channel_spatial(config: ChannelSpatialConfig = DEFAULT, out_dir: str | o
     are kept unless ``force``). ``workers > 1`` spawns processes: a calling script needs the ``__main__`` guard."""
     config = config.validated()
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
+    clock = Stopwatch()
     with restored_threads():  # the runner sets config.threads
         runner = _Runner(config)
         speed = runner.speed()  # before the workers start: timed on an otherwise idle process
@@ -162,8 +160,7 @@ def run_channel_spatial(config: ChannelSpatialConfig = DEFAULT, out_dir: str | o
     frame = frame.sort_values(["task", "block", "size", "seed"], key=lambda c: c.map(order.get(c.name, int)),
                               ignore_index=True)
     if out is not None:
-        _write_outputs(out, config, frame, speed, runs, time.perf_counter() - started, _cpu_seconds() - cpu,
-                       [list(load), list(os.getloadavg())])
+        _write_outputs(out, config, frame, speed, runs, clock)
     return frame, speed
 
 
@@ -186,7 +183,7 @@ class _Runner:
         if config.threads is not None:
             torch.set_num_threads(config.threads)
         self.config = config
-        self.device = _device(config.device)
+        self.device = torch_device(config.device)
         images = load_images(config.dataset, config.root)
         self.images = {"all": images}
         if config.fine_blocks:
@@ -299,23 +296,13 @@ def ordering(frame: pd.DataFrame) -> dict | None:
 
 # -- outputs ------------------------------------------------------------------------------------------
 def _write_outputs(out: Path, config: ChannelSpatialConfig, frame: pd.DataFrame, speed: pd.DataFrame,
-                   runs: list[dict], seconds: float, cpu_seconds: float, load: list[list[float]]) -> None:
+                   runs: list[dict], clock: Stopwatch) -> None:
     summary = summarize_runs(frame)
-    meta = {
-        "benchmark": "channel-spatial attention blocks in a small CNN (Liu & Jiang, arXiv 2601.07310)",
-        "settings": dataclasses.asdict(config),
-        "runtime_seconds": round(seconds, 1),
-        "cpu_seconds": round(cpu_seconds, 1),
-        "load_average_start_end": load,
-        "provenance": run_provenance(),
-        "published": PAPER,
-        "speed": speed.to_dict(orient="records"),
-        "summary": summary.to_dict(orient="records"),
-        "ordering": ordering(frame),
-        "runs": runs,
-    }
-    write_results(out, frame, meta, "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
-    write_report(out, _title(config), meta, {"summary": summary, "speed": speed}, {"accuracy": "accuracy.png"})
+    meta = run_record("channel-spatial attention blocks in a small CNN (Liu & Jiang, arXiv 2601.07310)", config,
+                      clock.record(), published=PAPER, speed=speed.to_dict(orient="records"),
+                      summary=summary.to_dict(orient="records"), ordering=ordering(frame), runs=runs)
+    write_outputs(out, frame, meta, {"accuracy": ("accuracy.png", lambda tmp: plot_results(
+        summary, tmp, title=_title(config)))}, title=_title(config), tables={"summary": summary, "speed": speed})
 
 
 def _title(config: ChannelSpatialConfig) -> str:
@@ -355,75 +342,17 @@ def plot_results(summary: pd.DataFrame, path: str | os.PathLike, title: str = ""
 
 
 # -- CLI ----------------------------------------------------------------------------------------------
-def add_channel_spatial_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``poolkit bench channel-spatial``; unset ones come from the preset."""
-    add_preset_arguments(parser, quick="sklearn's 8x8 digits, 300 training images, 3 blocks: a smoke test",
-                         full="every block at 500, 5,000 and 54,000 images, 5 seeds, a wider CNN; GPU")
-    parser.add_argument("--blocks", nargs="+", metavar="NAME",
-                        help="blocks separated by commas and/or spaces, 'all' for every one; none is always run "
-                             f"(default: {','.join(DEFAULT_BLOCKS)})")
-    parser.add_argument("--fine-blocks", nargs="+", metavar="NAME",
-                        help=f"blocks of the fine-grained task (default: {','.join(FINE_BLOCKS)}); 'skip' to skip it")
-    for flag, kind, what in (("--sizes", int, "training-set sizes (default: 500 2000)"),
-                             ("--epochs", int, "epochs: one count, or one per size (default: 20 8)"),
-                             ("--widths", int, "channels per conv stage (default: 16 32 64)"),
-                             ("--stages", int, "stages followed by a block, 0-based (default: 1 2, the last two)"),
-                             ("--fine-classes", int, "class ids of the fine-grained task (default: 0 2 4 6)")):
-        parser.add_argument(flag, type=kind, nargs="+", metavar="N", help=what)
-    for flag, kind, what in (("--dataset", str, "fashion-mnist or digits"),
-                             ("--root", str, "folder of the Fashion-MNIST IDX files"),
-                             ("--val-size", int, "validation images (epoch selection), held out of the training pool"),
-                             ("--fine-size", int, "training images of the fine-grained task"),
-                             ("--fine-epochs", int, "epochs of the fine-grained task"),
-                             ("--reduction", int, "the blocks' channel reduction r"),
-                             ("--seeds", int, "runs per (block, size)"), ("--batch-size", int, "minibatch size"),
-                             ("--lr", float, "AdamW peak learning rate"),
-                             ("--weight-decay", float, "AdamW weight decay"),
-                             ("--pad", int, "random-crop padding in pixels (0: no shifts)"),
-                             ("--data-seed", int, "seed of the validation split"),
-                             ("--seed", int, "seed of run 0 (run i uses seed + i)"),
-                             ("--workers", int, "CPU processes running tasks in parallel"),
-                             ("--threads", int, "torch threads per worker"),
-                             ("--device", str, "cpu, cuda, cuda:N or auto (default: cpu; --full: auto)")):
-        parser.add_argument(flag, type=kind, help=what)
-    add_output_arguments(parser, "accuracy.png")
-
-
-_ARG_FIELDS = ("blocks", "fine_blocks", "sizes", "epochs", "widths", "stages", "fine_classes", "dataset", "root",
-               "val_size", "fine_size", "fine_epochs", "reduction", "seeds", "batch_size", "lr", "weight_decay", "pad",
-               "data_seed", "seed", "workers", "threads", "device")
-
-
-def config_from_args(args: argparse.Namespace) -> ChannelSpatialConfig:
-    """The preset chosen by --quick / --full (or the default) with the explicitly given options applied."""
-    from poolkit.cli.common import split_names
-
-    changes = {field: getattr(args, field) for field in _ARG_FIELDS if getattr(args, field, None) is not None}
-    for field in ("blocks", "fine_blocks"):
-        if field in changes:
-            changes[field] = tuple(name for name in split_names(changes[field]) if name != "skip")
-    for field in ("sizes", "epochs", "widths", "stages", "fine_classes"):
-        if field in changes:
-            changes[field] = tuple(changes[field])
-    return dataclasses.replace(PRESETS[getattr(args, "preset", "default")], **changes)
-
-
 def run_channel_spatial_command(args: argparse.Namespace) -> int:
     """``poolkit bench channel-spatial``: run, print the summary, write --out. Bad input raises PoolkitError."""
-    from rich.table import Table
-
-    config = config_from_args(args)
-    started = time.perf_counter()
+    config = config_from_args(args, PRESETS)
+    clock = Stopwatch()
     frame, speed = run_channel_spatial(config, args.out, force=args.force, progress=not args.no_progress)
     speed = speed.set_index("block")
-    table = Table(title=f"channel-spatial attention ({config.dataset}, {config.preset}): test accuracy, mean ± std "
-                        f"over {config.seeds} seeds; paired difference to none")
-    for column in ("task", "block", "size", "accuracy %", "vs none (points)", "params", "forward ×none"):
-        table.add_column(column, justify="right")
-    for row in summarize_runs(frame).itertuples(index=False):
-        diff = "" if row.block == BASELINE else (f"{100 * row.diff_mean:+.2f} ± {100 * row.diff_std:.2f}"
-                                                 + (" (noise)" if row.inside_noise else ""))
-        table.add_row(row.task, row.block, str(row.size), f"{100 * row.mean:.2f} ± {100 * row.std:.2f}", diff,
-                      f"{speed.loc[row.block, 'block_params']:,}", f"{speed.loc[row.block, 'vs_none']:.2f}")
-    print_report(table, started, args.out)
+    print_table(f"channel-spatial attention ({config.dataset}, {config.preset}): test accuracy, mean ± std over "
+                f"{config.seeds} seeds; paired difference to none",
+                ["task", "block", "size", "accuracy %", "vs none (points)", "params", "forward ×none"],
+                [[row.task, row.block, str(row.size), f"{100 * row.mean:.2f} ± {100 * row.std:.2f}",
+                  versus_baseline(row, BASELINE, "block"), f"{speed.loc[row.block, 'block_params']:,}",
+                  f"{speed.loc[row.block, 'vs_none']:.2f}"] for row in summarize_runs(frame).itertuples(index=False)],
+                clock, args.out)
     return 0

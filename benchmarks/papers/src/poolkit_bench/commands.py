@@ -8,18 +8,26 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .options import add_config_arguments, add_output_arguments
+
 
 @dataclass(frozen=True)
 class BenchCommand:
-    """``poolkit bench NAME``: its help line and the module of this package with ``add_<module>_arguments`` and
-    ``run_<module>_command``."""
+    """``poolkit bench NAME``: its help line and the module of this package that runs it. The module declares its
+    ``PRESETS`` (:class:`~poolkit_bench.options.Presets`: the options come from their config's fields),
+    ``RESULT_FILES`` and ``run_<module>_command(args)``, and may add arguments of its own in
+    ``add_extra_arguments(parser)``."""
 
     name: str
     module: str
     help: str
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        getattr(self._module(), f"add_{self.module}_arguments")(parser)
+        module = self._module()
+        add_config_arguments(parser, module.PRESETS)
+        add_output_arguments(parser, module.RESULT_FILES)
+        if hasattr(module, "add_extra_arguments"):
+            module.add_extra_arguments(parser)
 
     def run(self) -> Callable[[argparse.Namespace], int]:
         return getattr(self._module(), f"run_{self.module}_command")
@@ -43,3 +51,15 @@ BENCHMARKS = (
     BenchCommand("task-arithmetic", "task_arithmetic", "merging task vectors of full vs attention-only fine-tuning "
                  "on built-in text tasks (Jin et al. 2024)"),
 )
+
+
+def command(name: str) -> BenchCommand:
+    """The command called ``name``."""
+    return next(bench for bench in BENCHMARKS if bench.name == name)
+
+
+def parser_for(name: str) -> argparse.ArgumentParser:
+    """The argument parser of ``poolkit bench NAME`` alone (for tests and scripts)."""
+    parser = argparse.ArgumentParser(prog=f"poolkit bench {name}")
+    command(name).add_arguments(parser)
+    return parser

@@ -1,18 +1,81 @@
-"""What every paper benchmark runs its tasks with: torch threads set and restored, and one runner that takes
-the tasks in this process or in spawned worker processes, with a progress bar, results in task order."""
+"""What every paper benchmark runs its tasks with: the device and torch threads (checked, set and restored), and one
+runner that takes the tasks in this process or in spawned worker processes, with a progress bar, results in task
+order."""
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from poolkit.errors import PoolkitError
+
+from .options import option
+
+
+class Stopwatch:
+    """Wall seconds, CPU seconds (this process and its finished worker processes, user + system) and the 1/5/15-minute
+    load average, from when it was made."""
+
+    def __init__(self) -> None:
+        self.started, self.cpu, self.load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
+
+    def record(self) -> dict:
+        """runtime_seconds, cpu_seconds and load_average_start_end (the averages then and now)."""
+        return {"runtime_seconds": round(self.seconds(), 1), "cpu_seconds": round(_cpu_seconds() - self.cpu, 1),
+                "load_average_start_end": [list(self.load), list(os.getloadavg())]}
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def torch_device(name: str) -> torch.device:
+    """``auto`` (CUDA when torch sees a GPU, else CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """The settings of a benchmark config that say where its tasks run (a config inherits them)."""
+
+    workers: int = option(2, "CPU processes running tasks in parallel")
+    threads: int | None = option(1, "torch threads per worker", none="torch's default")
+    device: str = option("cpu", "cpu, cuda, cuda:N or auto")
+
+    def check_execution(self) -> None:
+        check_execution(threads=self.threads, workers=self.workers, device=self.device)
+
+
+def check_execution(*, threads: int | None, workers: int = 1, device: str = "cpu") -> None:
+    """A PoolkitError naming the setting unless ``threads`` is a positive int or None, ``workers`` a positive int,
+    ``device`` one torch can use here, and workers > 1 only on CPU."""
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise PoolkitError(f"threads must be a positive int or None, got {threads!r}")
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise PoolkitError(f"workers must be a positive int, got {workers!r}")
+    try:
+        chosen = torch_device(device)
+    except (RuntimeError, TypeError):
+        raise PoolkitError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise PoolkitError(f"device {device!r} asked for, but torch sees no CUDA GPU; use 'cpu'")
+    if chosen.type != "cpu" and workers > 1:
+        raise PoolkitError(f"workers > 1 runs on CPU only; use workers=1 with device {device!r}")
 
 
 @contextmanager

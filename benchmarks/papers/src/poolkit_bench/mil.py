@@ -31,13 +31,13 @@ import torch
 from poolkit.errors import PoolkitError
 from poolkit.io import prepare_out_dir
 from poolkit.pooling.base import pooler_class, pooler_from_label
-from poolkit.provenance import git_commit, run_provenance
-from .harness import restored_threads, run_tasks
+from poolkit.provenance import git_commit
+
+from .harness import Stopwatch, restored_threads, run_tasks
 from .mil_data import DATASETS, Bags, load_bags, standardize, stratified_folds
 from .mil_model import MILModel, auc, fit, predict, score
-from .reporting import (add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_report,
-                        write_results)
-from .vision import _cpu_seconds
+from .options import Preset, Presets, check_counts, config_from_args, given_flags, option
+from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 
 #: The token poolers of the issue, and the scorer ablation on gated_attention (the same width and init as its
 #: default abmil scorer, so that only the scoring function differs).
@@ -58,29 +58,29 @@ PAPER = {"attention": {"musk1": (0.892, 0.040), "musk2": (0.858, 0.048), "elepha
 class MILConfig:
     """Every setting of a run. The defaults are the CPU-sized default; :data:`FULL` and :data:`QUICK` the others."""
 
-    datasets: tuple[str, ...] = ("musk1", "musk2", "elephant")
-    poolers: tuple[str, ...] = DEFAULT_POOLERS
-    folds: int = 10
-    repeats: int = 1
-    lrs: tuple[float, ...] = (5e-4, 2e-3)
-    weight_decay: float = 5e-3
-    epochs: int = 30
-    eval_every: int = 10
-    batch_size: int = 8
-    inner_splits: int = 1
+    datasets: tuple[str, ...] = option(("musk1", "musk2", "elephant"), f"datasets (known: {', '.join(DATASETS)})",
+                                       metavar="NAME", names=True)
+    poolers: tuple[str, ...] = option(DEFAULT_POOLERS, "poolers, options as gated_attention:scorer=glu",
+                                      metavar="NAME[:KEY=VALUE]", names=True)
+    folds: int = option(10, "outer cross-validation folds")
+    repeats: int = option(1, "repetitions of the cross-validation (new split each)")
+    lrs: tuple[float, ...] = option((5e-4, 2e-3), "learning-rate grid", metavar="LR")
+    weight_decay: float = option(5e-3, "Adam L2 decay")
+    epochs: int = option(30, "most epochs (the number is chosen on inner splits)")
+    eval_every: int = option(10, "epochs between inner-validation checkpoints")
+    batch_size: int = option(8, "bags per minibatch")
+    inner_splits: int = option(1, "inner stratified hold-outs of each training fold")
     inner_fraction: float = 0.25
     widths: tuple[int, ...] = (256, 128)
-    seed: int = 0
-    workers: int = 2
-    threads: int = 1
+    seed: int = option(0, "seed of the splits and weights")
+    workers: int = option(2, "CPU processes running folds in parallel")
+    threads: int = option(1, "torch threads per worker")
     preset: str = "default"
 
     def validated(self) -> MILConfig:
         """This config with the pooler labels checked (``NAME`` or ``NAME:KEY=VALUE[:KEY=VALUE]``); bad values raise."""
-        for name in ("folds", "repeats", "epochs", "eval_every", "batch_size", "inner_splits", "workers", "threads"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise PoolkitError(f"{name} must be an int >= 1, got {value!r}")
+        check_counts(self, ("folds", "repeats", "epochs", "eval_every", "batch_size", "inner_splits", "workers",
+                            "threads"))
         if self.folds < 2:
             raise PoolkitError(f"folds must be at least 2, got {self.folds}")
         unknown = [d for d in self.datasets if d not in DATASETS]
@@ -107,7 +107,10 @@ FULL = MILConfig(repeats=5, preset="full")
 #: MUSK1, 3 folds, 3 poolers, a few epochs: seconds.
 QUICK = MILConfig(datasets=("musk1",), poolers=("mean", "gated_attention", "gated_attention:scorer=glu"), folds=3,
                   lrs=(2e-3,), epochs=4, eval_every=2, workers=1, preset="quick")
-PRESETS = {"default": DEFAULT, "full": FULL, "quick": QUICK}
+PRESETS = Presets("default", {
+    "default": Preset(DEFAULT),
+    "quick": Preset(QUICK, "MUSK1, 3 folds, 3 poolers, 4 epochs, 1 worker (seconds)"),
+    "full": Preset(FULL, "the paper's 10-fold cross-validation repeated 5 times")})
 
 
 def run_mil(config: MILConfig = DEFAULT, out_dir: str | os.PathLike | None = None, *, force: bool = False,
@@ -123,7 +126,7 @@ def run_mil(config: MILConfig = DEFAULT, out_dir: str | os.PathLike | None = Non
     runs, cost = _timed_tasks(config, _tasks(config, config.poolers), progress)
     frame = _frame(runs)
     if out is not None:
-        _write_outputs(out, config, frame, runs, *cost)
+        _write_outputs(out, config, frame, runs, cost)
     return frame
 
 
@@ -158,18 +161,17 @@ def extend_mil(out_dir: str | os.PathLike, poolers: tuple[str, ...], *, progress
                 "earlier": {k: before[k] for k in ("provenance", "runtime_seconds", "cpu_seconds",
                                                     "load_average_start_end")} | {"poolers": list(earlier)}}
     frame = _frame(runs)
-    _write_outputs(out, config, frame, runs, *cost, extended)
+    _write_outputs(out, config, frame, runs, cost, extended)
     return frame
 
 
-def _timed_tasks(config: MILConfig, tasks: list[tuple[str, int, int, str]], progress: bool) -> tuple[list, tuple]:
-    """:func:`_run_tasks`, each run stamped with the commit, and its cost: (wall seconds, CPU seconds, load averages
-    at the start and end)."""
-    started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
+def _timed_tasks(config: MILConfig, tasks: list[tuple[str, int, int, str]], progress: bool) -> tuple[list, dict]:
+    """:func:`_run_tasks`, each run stamped with the commit, and its cost (:meth:`.harness.Stopwatch.record`)."""
+    clock = Stopwatch()
     commit = git_commit()  # once, not per fold: it runs git twice
     with restored_threads():  # each task sets config.threads
         runs = [{**run, "commit": commit} for run in _run_tasks(config, tasks, progress)]
-    return runs, (time.perf_counter() - started, _cpu_seconds() - cpu, [list(load), list(os.getloadavg())])
+    return runs, clock.record()
 
 
 def recorded_config(out_dir: str | os.PathLike) -> MILConfig:
@@ -307,28 +309,20 @@ def paired_differences(frame: pd.DataFrame, base: str = ABLATION_BASE, folds: in
 
 
 # -- outputs --------------------------------------------------------------------------------------------
-def _write_outputs(out: Path, config: MILConfig, frame: pd.DataFrame, runs: list[dict], seconds: float,
-                   cpu_seconds: float, load: list[list[float]], extended: dict | None = None) -> None:
+def _write_outputs(out: Path, config: MILConfig, frame: pd.DataFrame, runs: list[dict], cost: dict,
+                   extended: dict | None = None) -> None:
     summary = summarize(frame)
-    meta = {
-        "benchmark": "mil (poolers as MIL pooling; Ilse, Tomczak & Welling, ICML 2018)",
-        "settings": dataclasses.asdict(config),
-        "data": {name: {"bags": len(b), "positive": int(b.labels.sum()), "instances": int(b.offsets[-1]),
-                        "features": int(b.features.shape[1]), "largest_bag": int(b.sizes.max())}
-                 for name, b in ((name, load_bags(name)) for name in config.datasets)},
-        "runtime_seconds": round(seconds, 1),
-        "cpu_seconds": round(cpu_seconds, 1),
-        "load_average_start_end": load,
-        "provenance": run_provenance(),
-        "published": PAPER,
-        "summary": summary.to_dict(orient="records"),
-        "ablation": paired_differences(frame, folds=config.folds).to_dict(orient="records")
+    meta = run_record(
+        "mil (poolers as MIL pooling; Ilse, Tomczak & Welling, ICML 2018)", config, cost,
+        data={name: {"bags": len(b), "positive": int(b.labels.sum()), "instances": int(b.offsets[-1]),
+                     "features": int(b.features.shape[1]), "largest_bag": int(b.sizes.max())}
+              for name, b in ((name, load_bags(name)) for name in config.datasets)},
+        published=PAPER, summary=summary.to_dict(orient="records"),
+        ablation=paired_differences(frame, folds=config.folds).to_dict(orient="records")
         if ABLATION_BASE in config.poolers else [],
-        **({"extended": extended} if extended else {}),
-        "runs": runs,
-    }
-    write_results(out, frame, meta, "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
-    write_report(out, _title(config), meta, {"summary": summary}, {"accuracy": "accuracy.png"})
+        **({"extended": extended} if extended else {}), runs=runs)
+    write_outputs(out, frame, meta, {"accuracy": ("accuracy.png", lambda tmp: plot_results(
+        summary, tmp, title=_title(config)))}, title=_title(config), tables={"summary": summary})
 
 
 def _title(config: MILConfig) -> str:
@@ -363,74 +357,32 @@ def plot_results(summary: pd.DataFrame, path: str | os.PathLike, title: str = ""
 
 
 # -- CLI ------------------------------------------------------------------------------------------------
-def add_mil_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``poolkit bench mil``; unset ones come from the preset."""
-    add_preset_arguments(parser, quick="MUSK1, 3 folds, 3 poolers, 4 epochs, 1 worker (seconds)",
-                         full="the paper's 10-fold cross-validation repeated 5 times")
-    parser.add_argument("--datasets", nargs="+", metavar="NAME",
-                        help=f"datasets (default: musk1 musk2 elephant; known: {', '.join(DATASETS)})")
-    parser.add_argument("--poolers", nargs="+", metavar="NAME[:KEY=VALUE]",
-                        help=f"poolers, options as gated_attention:scorer=glu (default: {' '.join(DEFAULT_POOLERS)})")
-    parser.add_argument("--lrs", type=float, nargs="+", metavar="LR", help="learning-rate grid (default: 5e-4 2e-3)")
-    for flag, kind, what in (("--folds", int, "outer cross-validation folds"),
-                             ("--repeats", int, "repetitions of the cross-validation (new split each)"),
-                             ("--epochs", int, "most epochs (the number is chosen on inner splits)"),
-                             ("--eval-every", int, "epochs between inner-validation checkpoints"),
-                             ("--batch-size", int, "bags per minibatch"), ("--weight-decay", float, "Adam L2 decay"),
-                             ("--inner-splits", int, "inner stratified hold-outs of each training fold"),
-                             ("--seed", int, "seed of the splits and weights"),
-                             ("--workers", int, "CPU processes running folds in parallel"),
-                             ("--threads", int, "torch threads per worker")):
-        parser.add_argument(flag, type=kind, help=what)
-    add_output_arguments(parser, "accuracy.png")
+def add_extra_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--extend", metavar="DIR", help="add --poolers to the run in DIR with its own protocol (its "
                         "results.json), re-running one fold of each earlier pooler to check that it reproduces")
 
 
-_ARG_FIELDS = ("datasets", "poolers", "lrs", "folds", "repeats", "epochs", "eval_every", "batch_size", "weight_decay",
-               "inner_splits", "seed", "workers", "threads")
-
-
-def config_from_args(args: argparse.Namespace) -> MILConfig:
-    """The preset chosen by --quick / --full (or the default) with the explicitly given options applied."""
-    from poolkit.cli.common import split_names
-
-    changes = {field: getattr(args, field) for field in _ARG_FIELDS if getattr(args, field, None) is not None}
-    for field in ("datasets", "poolers"):
-        if field in changes:
-            changes[field] = tuple(split_names(changes[field]))
-    if "lrs" in changes:
-        changes["lrs"] = tuple(changes["lrs"])
-    return dataclasses.replace(PRESETS[getattr(args, "preset", "default")], **changes)
-
-
 def run_mil_command(args: argparse.Namespace) -> int:
     """``poolkit bench mil``: run, print the summary, write --out. Bad input raises PoolkitError."""
-    from rich.table import Table
-
-    from poolkit.cli.common import split_names
-
-    started = time.perf_counter()
+    clock = Stopwatch()
+    config = config_from_args(args, PRESETS)
     if args.extend:
-        given = [f"--{field.replace('_', '-')}" for field in _ARG_FIELDS if field != "poolers"
-                 and getattr(args, field, None) is not None] + [flag for flag, on in (("--out", args.out), (
-                     "--force", args.force), (f"--{args.preset}", args.preset != "default")) if on]
+        given = [flag for flag in given_flags(args, PRESETS) if flag != "--poolers"]
         if given or not args.poolers:
             raise PoolkitError(f"--extend takes the protocol of the run it extends: give only --poolers (got "
                                f"{' '.join(given) or 'no --poolers'})")
-        frame = extend_mil(args.extend, tuple(split_names(args.poolers)), progress=not args.no_progress)
+        frame = extend_mil(args.extend, config.poolers, progress=not args.no_progress)
         config = recorded_config(args.extend)
     else:
-        config = config_from_args(args)
         frame = run_mil(config, args.out, force=args.force, progress=not args.no_progress)
     spread = "standard error over repetitions" if config.repeats > 1 else "standard error over folds"
-    table = Table(title=f"MIL benchmark ({config.preset}): test accuracy, mean ± {spread}; AUC")
-    for column in ("dataset", "pooler", "accuracy", "AUC", "paper (Ilse et al. 2018)"):
-        table.add_column(column, justify="right")
+    rows = []
     for row in summarize(frame).itertuples(index=False):
         sem = row.sem_repeats if config.repeats > 1 else row.sem_folds
         paper = PAPER.get(row.pooler, {}).get(row.dataset)
-        table.add_row(row.dataset, row.pooler, f"{row.accuracy:.3f} ± {sem:.3f}", f"{row.auc:.3f}",
-                      f"{paper[0]:.3f} ± {paper[1]:.3f}" if paper else "")
-    print_report(table, started, args.out or args.extend)
+        rows.append([row.dataset, row.pooler, f"{row.accuracy:.3f} ± {sem:.3f}", f"{row.auc:.3f}",
+                     f"{paper[0]:.3f} ± {paper[1]:.3f}" if paper else ""])
+    print_table(f"MIL benchmark ({config.preset}): test accuracy, mean ± {spread}; AUC",
+                ["dataset", "pooler", "accuracy", "AUC", "paper (Ilse et al. 2018)"], rows, clock,
+                args.out or args.extend)
     return 0

@@ -1,12 +1,11 @@
-"""What every ``poolkit bench`` command shares: the result files (results.csv, results.json, a plot) written
-atomically, the --quick / --full presets and the --out / --force / --no-progress arguments, the printed table, and
-the paired per-seed difference to a baseline."""
+"""What every ``poolkit bench`` command shares: the record of a run (settings, times, provenance), the result files
+(results.csv, results.json, a plot, report.html) written atomically, the printed table, and the paired per-seed
+difference to a baseline."""
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,14 +13,33 @@ import numpy as np
 import pandas as pd
 
 from poolkit.io import atomic_write
+from poolkit.provenance import run_provenance
+
+from .harness import Stopwatch
 
 
-def write_results(out: Path, frame: pd.DataFrame, meta: dict, plot_name: str, plot: Callable[[str], None]) -> None:
-    """``frame`` as results.csv, ``meta`` as results.json and ``plot(path)`` as ``plot_name`` in ``out``, each
-    atomically."""
+def run_record(benchmark: str, config, cost: dict, **more) -> dict:
+    """What results.json holds of every run: ``benchmark`` (what it reproduces), the settings, ``cost`` (a
+    :meth:`Stopwatch.record <poolkit_bench.harness.Stopwatch.record>`), the provenance, then ``more``."""
+    return {"benchmark": benchmark, "settings": dataclasses.asdict(config), **cost, "provenance": run_provenance(),
+            **more}
+
+
+def write_outputs(out: Path, frame: pd.DataFrame, meta: dict, pictures: dict[str, tuple[str, Callable[[str], None]]],
+                  *, title: str | None = None, tables: dict[str, pd.DataFrame] | None = None) -> None:
+    """``frame`` as results.csv, ``meta`` as results.json and each picture ({caption: (PNG name, plot(path))}) in
+    ``out``, each atomically; with ``title``, report.html too: the pictures, ``tables`` ({caption: frame}) and the
+    run's settings and provenance (``meta`` without its per-run records and summary)."""
     atomic_write(out / "results.csv", lambda tmp: frame.to_csv(tmp, index=False))
     atomic_write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
-    atomic_write(out / plot_name, plot)
+    for name, plot in pictures.values():
+        atomic_write(out / name, plot)
+    if title is not None:
+        from poolkit.explain.report import write_bench_report
+
+        write_bench_report(out / "report.html", title, tables or {},
+                           {caption: out / name for caption, (name, _) in pictures.items()},
+                           {key: value for key, value in meta.items() if key not in ("runs", "summary")})
 
 
 def paired_difference(diff) -> tuple[float, float, float, bool]:
@@ -56,13 +74,11 @@ def save_figure(fig, path, title: str | None = None) -> None:
     pyplot().close(fig)
 
 
-def write_report(out: Path, title: str, meta: dict, tables: dict[str, pd.DataFrame], pictures: dict[str, str]) -> None:
-    """report.html in ``out``: ``pictures`` ({caption: a PNG's name in ``out``}), ``tables`` ({caption: frame}) and
-    the run's settings and provenance (``meta`` without its per-run records and summary)."""
-    from poolkit.explain.report import write_bench_report
-
-    write_bench_report(out / "report.html", title, tables, {caption: out / name for caption, name in pictures.items()},
-                       {key: value for key, value in meta.items() if key not in ("runs", "summary")})
+def versus_baseline(row, baseline: str, item: str = "pooler") -> str:
+    """A summary row's paired difference to the baseline in points, ``(noise)`` when inside seed noise."""
+    if getattr(row, item) == baseline:
+        return ""
+    return f"{100 * row.diff_mean:+.2f} ± {100 * row.diff_std:.2f}" + (" (noise)" if row.inside_noise else "")
 
 
 def draw_map(ax, image, weights, size: tuple[float, float] | None = None) -> None:
@@ -77,26 +93,19 @@ def draw_map(ax, image, weights, size: tuple[float, float] | None = None) -> Non
     ax.set_yticks([])
 
 
-def add_preset_arguments(parser: argparse.ArgumentParser, quick: str, full: str, default: str = "default") -> None:
-    """--quick / --full, stored as ``args.preset`` (``default`` when neither is given); the strings are their help."""
-    scale = parser.add_mutually_exclusive_group()
-    scale.add_argument("--quick", dest="preset", action="store_const", const="quick", default=default, help=quick)
-    scale.add_argument("--full", dest="preset", action="store_const", const="full", help=full)
-
-
-def add_output_arguments(parser: argparse.ArgumentParser, plot_name: str) -> None:
-    """--out DIR, --force and --no-progress."""
-    parser.add_argument("--out", metavar="DIR", help=f"write results.csv, results.json and {plot_name} here")
-    parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def print_report(table, started: float, out: str | None) -> None:
-    """A rich table, then the wall time since ``started`` (perf_counter) and where the results went."""
+def print_table(title: str, columns: list[str], rows, clock: Stopwatch, out: str | None) -> None:
+    """A rich table of ``rows`` (strings, one per column, right-aligned), then the wall time on ``clock`` and where
+    the results went."""
     from rich.console import Console
+    from rich.table import Table
 
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(str(column), justify="right")
+    for row in rows:
+        table.add_row(*row)
     console = Console()
     if not console.is_terminal:  # piped: do not squeeze the table into 80 columns
         console = Console(width=200)
     console.print(table)
-    console.print(f"took {time.perf_counter() - started:.0f} s" + (f"; wrote {out}" if out else ""))
+    console.print(f"took {clock.seconds():.0f} s" + (f"; wrote {out}" if out else ""))

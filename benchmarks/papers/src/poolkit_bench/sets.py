@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -37,13 +36,14 @@ import torch
 from torch import Tensor, nn
 
 from poolkit.errors import PoolkitError
-from poolkit.io import atomic_write, prepare_out_dir
+from poolkit.io import prepare_out_dir
 from poolkit.pooling import get_pooler
 from poolkit.pooling.sets import ZonotopeSetAttention
-from poolkit.provenance import run_provenance
-from .harness import restored_threads
+
 from . import quadrature
-from .reporting import add_output_arguments, pyplot, save_figure, write_report, write_results
+from .harness import Stopwatch, restored_threads
+from .options import Preset, Presets, check_counts, config_from_args, option
+from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 
 TASKS = ("statistics", "typed", "pairs")
 STATISTICS = ("mean", "variance", "q25", "q75")
@@ -58,9 +58,9 @@ COLUMNS = ["task", "model", "depth", "params", "target", "mse_mean", "mse_std", 
 class SetsConfig:
     """Every setting of a run; the defaults are the committed CPU-sized run, :data:`QUICK` a smoke test."""
 
-    tasks: tuple[str, ...] = TASKS
+    tasks: tuple[str, ...] = option(TASKS, "tasks to run", choices=TASKS)
     models: tuple[str, ...] = tuple(MODELS)
-    train: int = 2000
+    train: int = option(2000, "training sets")
     val: int = 500
     test: int = 1000
     min_size: int = 8
@@ -68,26 +68,22 @@ class SetsConfig:
     features: int = 4
     types: int = 4
     pair_types: int = 16
-    width: int = 32
-    generators: int = 4
-    epochs: int = 40
+    width: int = option(32, "model width")
+    generators: int = option(4, "zonotope generators K")
+    epochs: int = option(40, "epochs per run")
     batch_size: int = 64
     lr: float = 3e-3
-    seeds: int = 3
+    seeds: int = option(3, "seeds per (task, model)")
     data_seed: int = 0
     seed: int = 1
     #: one: these small ops ran 3-6x slower on two threads when other jobs shared the 2 cores (OpenMP spinning)
-    threads: int | None = 1
+    threads: int | None = option(1, "torch threads", none="torch's default")
     quadrature_sizes: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024)
     preset: str = "default"
 
     def validated(self) -> SetsConfig:
-        for name in ("train", "val", "test", "min_size", "max_size", "features", "types", "pair_types",
-                     "width", "epochs",
-                     "batch_size", "seeds"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise PoolkitError(f"{name} must be an int >= 1, got {value!r}")
+        check_counts(self, ("train", "val", "test", "min_size", "max_size", "features", "types", "pair_types",
+                            "width", "epochs", "batch_size", "seeds"))
         if self.min_size > self.max_size:
             raise PoolkitError(f"min_size {self.min_size} is larger than max_size {self.max_size}")
         for what, given, known in (("task", self.tasks, TASKS), ("model", self.models, tuple(MODELS))):
@@ -102,6 +98,8 @@ class SetsConfig:
 DEFAULT = SetsConfig()
 QUICK = SetsConfig(train=48, val=16, test=16, min_size=4, max_size=8, width=8, epochs=2, seeds=1, batch_size=16,
                    quadrature_sizes=(8, 16, 32), preset="quick")
+PRESETS = Presets("default", {"default": Preset(DEFAULT),
+                              "quick": Preset(QUICK, "a smoke test: tiny sets, 2 epochs, 1 seed")})
 
 
 # -- data -------------------------------------------------------------------------------------------
@@ -218,20 +216,18 @@ def run_sets(config: SetsConfig = DEFAULT, out_dir: str | os.PathLike | None = N
     two plots; existing results are kept unless ``force``."""
     config = config.validated()
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    started, load = time.perf_counter(), os.getloadavg()
+    clock = Stopwatch()
     with restored_threads(config.threads):
         runs = [run for task in config.tasks for run in _task_runs(task, config, progress)]
     rows = quadrature.convergence(config.quadrature_sizes, seed=config.data_seed)
     frame = summarize(runs)
     if out is not None:
-        meta = {"benchmark": "sets (zonotope attention vs stacked attention; quadrature pooling)",
-                "settings": dataclasses.asdict(config), "runtime_seconds": round(time.perf_counter() - started, 1),
-                "load_average_at_start": [round(v, 2) for v in load], "provenance": run_provenance(),
-                "runs": runs, "quadrature": rows}
-        write_results(out, frame, meta, "error_vs_params.png", lambda tmp: plot_errors(frame, tmp))
-        atomic_write(out / "quadrature.png", lambda tmp: plot_quadrature(rows, tmp))
-        write_report(out, f"sets ({config.preset})", meta, {"summary": frame, "quadrature": pd.DataFrame(rows)},
-                     {"error vs parameters": "error_vs_params.png", "quadrature": "quadrature.png"})
+        meta = run_record("sets (zonotope attention vs stacked attention; quadrature pooling)", config,
+                          clock.record(), runs=runs, quadrature=rows)
+        write_outputs(out, frame, meta, {
+            "error vs parameters": ("error_vs_params.png", lambda tmp: plot_errors(frame, tmp)),
+            "quadrature": ("quadrature.png", lambda tmp: plot_quadrature(rows, tmp))},
+            title=f"sets ({config.preset})", tables={"summary": frame, "quadrature": pd.DataFrame(rows)})
     return frame
 
 
@@ -325,27 +321,13 @@ def _log_log(ax, xlabel: str, ylabel: str, title: str, x_base: int = 10) -> None
 
 
 # -- CLI --------------------------------------------------------------------------------------------
-def add_sets_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``poolkit bench sets``; unset ones come from the default or the --quick preset."""
-    parser.add_argument("--quick", action="store_true", help="a smoke test: tiny sets, 2 epochs, 1 seed")
-    parser.add_argument("--tasks", nargs="+", choices=TASKS, help="tasks to run (default: all)")
-    for flag, kind, what in (("--seeds", int, "seeds per (task, model)"), ("--epochs", int, "epochs per run"),
-                             ("--train", int, "training sets"), ("--generators", int, "zonotope generators K"),
-                             ("--width", int, "model width"), ("--threads", int, "torch threads")):
-        parser.add_argument(flag, type=kind, help=what)
-    add_output_arguments(parser, "error_vs_params.png, quadrature.png and report.html")
-
-
 def run_sets_command(args: argparse.Namespace) -> int:
     """``poolkit bench sets``: run, print the summary, write --out."""
-    changes = {name: getattr(args, name) for name in ("seeds", "epochs", "train", "generators", "width", "threads")
-               if getattr(args, name) is not None}
-    if args.tasks:
-        changes["tasks"] = tuple(args.tasks)
-    config = dataclasses.replace(QUICK if args.quick else DEFAULT, **changes)
-    started = time.perf_counter()
+    config = config_from_args(args, PRESETS)
+    clock = Stopwatch()
     frame = run_sets(config, args.out, force=args.force, progress=not args.no_progress)
     shown = frame[frame["target"] == "all"].drop(columns="target")
-    print(shown.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    print(f"took {time.perf_counter() - started:.0f} s" + (f"; wrote {args.out}" if args.out else ""))
+    print_table(f"sets ({config.preset}): test MSE, mean ± std over {config.seeds} seeds", shown.columns,
+                [[f"{v:.4f}" if isinstance(v, float) else str(v) for v in row] for row in shown.itertuples(index=False)],
+                clock, args.out)
     return 0

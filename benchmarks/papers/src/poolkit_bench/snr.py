@@ -31,11 +31,10 @@ from poolkit.errors import PoolkitError
 from poolkit.io import prepare_out_dir
 from poolkit.pooling import get_pooler, list_poolers
 from poolkit.pooling.base import pooler_class, resolve_name
-from poolkit.provenance import run_provenance
 
-from .harness import run_tasks
-from .reporting import (add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_report,
-                        write_results)
+from .harness import Execution, Stopwatch, run_tasks, torch_device
+from .options import Preset, Presets, check_counts, config_from_args, option
+from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 from .snr_data import PAPER_KS, PUBLISHED_BASELINES, KnnCentroidData, baseline_mse, check_ks, make_knn_centroid
 from .snr_model import SNRModel, fit
 
@@ -48,39 +47,35 @@ SNR_POOLERS = {"cls": ("cls", True), "vector0": ("cls", False)}
 
 
 @dataclass(frozen=True)
-class SNRConfig:
+class SNRConfig(Execution):
     """Every setting of a benchmark run. The defaults are ``--quick``; :data:`FULL` is the paper's."""
 
-    poolers: tuple[str, ...] = DEFAULT_POOLERS
-    ks: tuple[int, ...] = PAPER_KS
-    seeds: int = 3
-    num_samples: int = 4000
-    num_vectors: int = 128
-    dim: int = 16
-    layers: int = 1
-    heads: int = 1
+    poolers: tuple[str, ...] = option(DEFAULT_POOLERS, "token poolers separated by commas and/or spaces, or 'all'; "
+                                      "cls is the paper's (a learned token prepended), vector0 reads the encoded "
+                                      "vector 0", metavar="NAME", names=True)
+    ks: tuple[int, ...] = option(PAPER_KS, "neighbour counts", metavar="K")
+    seeds: int = option(3, "runs per (pooler, K); run i validates on fold i % folds")
+    num_samples: int = option(4000, "samples drawn (the last tenth is the test set)", flag="--samples")
+    num_vectors: int = option(128, "vectors per sample N (SNR = K / N)", flag="--vectors")
+    dim: int = option(16, "vector width")
+    layers: int = option(1, "encoder layers")
+    heads: int = option(1, "attention heads")
     ff: int = 64
     dropout: float = 0.1
-    lr: float = 1e-2
-    batch_size: int = 64
-    epochs: int = 8
-    folds: int = 5
+    lr: float = option(1e-2, "Adam learning rate")
+    batch_size: int = option(64, "minibatch size")
+    epochs: int = option(8, "epochs per run")
+    folds: int = option(5, "contiguous folds")
     test_ratio: float = 0.1
-    data_seed: int = 42
-    seed: int = 1
-    workers: int = 2
-    threads: int | None = 1
-    device: str = "cpu"
+    data_seed: int = option(42, "seed of the generated data")
+    seed: int = option(1, "training seed of run 0 (run i uses seed + i)")
     preset: str = "quick"
 
     def validated(self) -> SNRConfig:
         """This config with ``poolers`` resolved ("all" = every token pooler); bad values raise."""
-        for name in ("seeds", "num_samples", "num_vectors", "dim", "layers", "heads", "ff", "batch_size",
-                     "epochs", "folds"):
-            value = getattr(self, name)
-            least = 0 if name == "layers" else 1
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise PoolkitError(f"{name} must be an int >= {least}, got {value!r}")
+        check_counts(self, ("seeds", "num_samples", "num_vectors", "dim", "heads", "ff", "batch_size", "epochs",
+                            "folds"))
+        check_counts(self, ("layers",), least=0)
         if self.folds < 2:
             raise PoolkitError(f"folds must be at least 2 (one validates, the rest train), got {self.folds}")
         if self.dim % self.heads:
@@ -91,19 +86,7 @@ class SNRConfig:
             raise PoolkitError(f"test_ratio must be in (0, 1), got {self.test_ratio!r}")
         if not self.lr > 0:
             raise PoolkitError(f"lr must be positive, got {self.lr!r}")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise PoolkitError(f"threads must be a positive int or None, got {self.threads!r}")
-        if not isinstance(self.workers, int) or self.workers < 1:
-            raise PoolkitError(f"workers must be a positive int, got {self.workers!r}")
-        try:
-            device = _device(self.device)
-        except (RuntimeError, TypeError):
-            raise PoolkitError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"
-                               ) from None
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise PoolkitError(f"device {self.device!r} asked for, but torch sees no CUDA GPU; use 'cpu'")
-        if device.type != "cpu" and self.workers > 1:
-            raise PoolkitError(f"workers > 1 runs on CPU only; use workers=1 with device {self.device!r}")
+        self.check_execution()
         test = int(self.num_samples * self.test_ratio)
         if test < 1 or (self.num_samples - test) // self.folds < 1:
             raise PoolkitError(f"num_samples={self.num_samples} is too few for a test split of "
@@ -130,6 +113,9 @@ QUICK = SNRConfig()
 #: Adam 5e-4, batch 750, 100 epochs, 5 folds -- sized for a GPU.
 FULL = SNRConfig(seeds=5, num_samples=1_000_000, layers=12, heads=8, lr=5e-4, batch_size=750,
                  epochs=100, workers=1, threads=None, device="auto", preset="full")
+PRESETS = Presets("quick", {
+    "quick": Preset(QUICK, "CPU-sized run (default): 4000 samples, 1 layer, 1 head, 8 epochs, 3 seeds, 2 workers"),
+    "full": Preset(FULL, "the paper's scale (1M samples, 12 layers, 8 heads, 100 epochs, 5 folds); GPU")})
 
 
 def resolve_snr_name(name: str) -> str:
@@ -162,12 +148,12 @@ def run_snr(config: SNRConfig = QUICK, out_dir: str | os.PathLike | None = None,
     script calling this needs the ``if __name__ == "__main__":`` guard."""
     config = config.validated()
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    started = time.perf_counter()
+    clock = Stopwatch()
     runs = run_jobs([(config, task) for task in tasks(config)], config.workers, config.threads, progress)
     frame = summarize(config, runs, baselines(config))
     release_data()
     if out is not None:
-        _write_outputs(out, config, frame, runs, time.perf_counter() - started)
+        _write_outputs(out, config, frame, runs, clock)
     return frame
 
 
@@ -202,7 +188,7 @@ class _Runner:
 
     def __init__(self, config: SNRConfig) -> None:
         self.config = config
-        self.device = _device(config.device)
+        self.device = torch_device(config.device)
         data = _data(config.num_samples, config.ks, config.num_vectors, config.dim, config.data_seed)
         self.x = data.x.to(self.device)
         self.targets = {k: t.to(self.device) for k, t in data.targets.items()}
@@ -243,12 +229,6 @@ def run_jobs(jobs: list[tuple[SNRConfig, tuple[int, int, str]]], workers: int, t
     return run_tasks(_run_job, jobs, workers=workers, threads=threads, progress=progress, desc=desc, unit="run")
 
 
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def _build_model(name: str, config: SNRConfig, seed: int) -> SNRModel:
     """Seeded weights (the encoder's independent of the pooler) and dropout."""
     torch.manual_seed(seed)
@@ -271,19 +251,12 @@ def summarize(config: SNRConfig, runs: list[dict], baselines: dict[tuple[str, in
 
 
 # -- outputs ------------------------------------------------------------------------------------
-def _write_outputs(out: Path, config: SNRConfig, frame: pd.DataFrame, runs: list[dict],
-                   seconds: float) -> None:
-    meta = {
-        "benchmark": "snr (Brothers, ICML 2025, KNN-centroid noise robustness)",
-        "settings": dataclasses.asdict(config),
-        "runtime_seconds": round(seconds, 1),
-        "provenance": run_provenance(),
-        "published_baselines": {name: {str(k): v for k, v in by_k.items()}
-                                for name, by_k in PUBLISHED_BASELINES.items()},
-        "runs": runs,
-    }
-    write_results(out, frame, meta, "mse_vs_snr.png", lambda tmp: plot_results(frame, tmp, title=_title(config)))
-    write_report(out, _title(config), meta, {"results": frame}, {"MSE vs SNR": "mse_vs_snr.png"})
+def _write_outputs(out: Path, config: SNRConfig, frame: pd.DataFrame, runs: list[dict], clock: Stopwatch) -> None:
+    meta = run_record("snr (Brothers, ICML 2025, KNN-centroid noise robustness)", config, clock.record(),
+                      published_baselines={name: {str(k): v for k, v in by_k.items()}
+                                           for name, by_k in PUBLISHED_BASELINES.items()}, runs=runs)
+    write_outputs(out, frame, meta, {"MSE vs SNR": ("mse_vs_snr.png", lambda tmp: plot_results(
+        frame, tmp, title=_title(config)))}, title=_title(config), tables={"results": frame})
 
 
 def _title(config: SNRConfig) -> str:
@@ -338,65 +311,13 @@ def format_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 # -- CLI ----------------------------------------------------------------------------------------
-def add_snr_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``poolkit bench snr``; unset ones come from the --quick (default) or --full preset."""
-    add_preset_arguments(parser, quick="CPU-sized run (default): 4000 samples, 1 layer, 1 head, 8 epochs, 3 seeds, "
-                            "2 workers",
-                         full="the paper's scale (1M samples, 12 layers, 8 heads, 100 epochs, 5 folds); GPU", default="quick")
-    parser.add_argument("--poolers", nargs="+", metavar="NAME",
-                        help="token poolers separated by commas and/or spaces, or 'all'; cls is the paper's "
-                             "(a learned token prepended), vector0 reads the encoded vector 0 (default: "
-                             f"{','.join(DEFAULT_POOLERS)})")
-    parser.add_argument("--seeds", type=int, help="runs per (pooler, K); run i validates on fold i %% folds")
-    parser.add_argument("--ks", type=int, nargs="+", metavar="K",
-                        help="neighbour counts (default: 1 2 4 ... 128)")
-    for flag, kind, what in (("--samples", int, "samples drawn (the last tenth is the test set)"),
-                             ("--layers", int, "encoder layers"), ("--heads", int, "attention heads"),
-                             ("--epochs", int, "epochs per run"), ("--batch-size", int, "minibatch size"),
-                             ("--lr", float, "Adam learning rate"), ("--folds", int, "contiguous folds"),
-                             ("--data-seed", int, "seed of the generated data"),
-                             ("--seed", int, "training seed of run 0 (run i uses seed + i)"),
-                             ("--vectors", int, "vectors per sample N (SNR = K / N)"),
-                             ("--dim", int, "vector width"),
-                             ("--workers", int, "CPU processes running runs in parallel"),
-                             ("--threads", int, "torch threads per worker")):
-        parser.add_argument(flag, type=kind, help=what)
-    parser.add_argument("--device", help="cpu, cuda, cuda:N or auto (default: cpu; --full: auto)")
-    add_output_arguments(parser, "mse_vs_snr.png")
-
-
-_ARG_FIELDS = {"poolers": "poolers", "seeds": "seeds", "ks": "ks", "samples": "num_samples",
-               "layers": "layers", "heads": "heads", "epochs": "epochs", "batch_size": "batch_size",
-               "lr": "lr", "folds": "folds", "data_seed": "data_seed", "seed": "seed", "threads": "threads",
-               "vectors": "num_vectors", "dim": "dim", "workers": "workers", "device": "device"}
-
-
-def config_from_args(args: argparse.Namespace) -> SNRConfig:
-    """The preset chosen by --quick/--full with the explicitly given options applied."""
-    from poolkit.cli.common import split_names
-
-    base = FULL if getattr(args, "preset", "quick") == "full" else QUICK
-    changes = {field: getattr(args, arg) for arg, field in _ARG_FIELDS.items()
-               if getattr(args, arg, None) is not None}
-    if "poolers" in changes:
-        changes["poolers"] = tuple(split_names(changes["poolers"]))
-    if "ks" in changes:
-        changes["ks"] = tuple(changes["ks"])
-    return dataclasses.replace(base, **changes)
-
-
 def run_snr_command(args: argparse.Namespace) -> int:
     """``poolkit bench snr``: run, print the table, write --out. Bad input raises PoolkitError."""
-    from rich.table import Table
-
-    config = config_from_args(args)
-    started = time.perf_counter()
+    config = config_from_args(args, PRESETS)
+    clock = Stopwatch()
     frame = run_snr(config, args.out, force=args.force, progress=not args.no_progress)
-    table = Table(title=f"SNR benchmark: test MSE, mean ± std over {config.seeds} seeds ({config.preset})")
     shown = format_table(frame)
-    for column in shown.columns:
-        table.add_column(str(column), justify="right")
-    for row in shown.itertuples(index=False):
-        table.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
-    print_report(table, started, args.out)
+    print_table(f"SNR benchmark: test MSE, mean ± std over {config.seeds} seeds ({config.preset})", shown.columns,
+                [[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row] for row in shown.itertuples(index=False)],
+                clock, args.out)
     return 0

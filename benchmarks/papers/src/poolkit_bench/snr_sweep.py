@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +32,10 @@ import pandas as pd
 from poolkit.errors import PoolkitError
 from poolkit.io import prepare_out_dir
 from poolkit.provenance import run_provenance
-from .reporting import add_output_arguments, print_report, pyplot, save_figure, write_report, write_results
+
+from .harness import Stopwatch
+from .options import Preset, Presets, config_from_args, given_flags, option
+from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 from .snr import BASELINES, PAPER_COLORS, QUICK, SNRConfig, baselines, release_data, resolve_snr_name, run_jobs, tasks
 
 PLOT = "budget_sweep.png"
@@ -42,24 +44,41 @@ KEYS = ["stage", "samples", "epochs", "layers", "lr", "pooler", "K"]
 COLUMNS = [*KEYS, "budget_x", "snr", "mse_mean", "mse_std", "seeds", "best_last", "cpu_seconds", "commit"]
 
 
+def _budget(text: str) -> tuple[int, int]:
+    samples, _, epochs = text.lower().partition("x")
+    try:
+        return int(samples), int(epochs)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"budget {text!r} is not SAMPLESxEPOCHS, e.g. 4000x8") from None
+
+
+def _budgets(budgets) -> str:
+    return " ".join(f"{s}x{e}" for s, e in budgets)
+
+
 @dataclass(frozen=True)
 class SweepConfig:
     """Every setting of a sweep. ``base`` holds the encoder, batch size, folds, seeds and execution; its
     ``num_samples``, ``epochs``, ``lr``, ``layers``, ``poolers``, ``ks`` and ``seeds`` are set per run.
     ``reference`` indexes the budget of stages 1 and 3 (None: the one closest to quick mode's)."""
 
-    base: SNRConfig = QUICK
-    poolers: tuple[str, ...] = ("mean", "max", "cls", "adapool", "attention", "latent")
-    ks: tuple[int, ...] = (4, 16, 64)
-    budgets: tuple[tuple[int, int], ...] = ((1000, 2), (2000, 4), (4000, 8))
-    reference: int | None = None
-    seeds: int = 3
-    largest_seeds: int = 5
-    lrs: tuple[float, ...] = (3e-3, 1e-2)
-    lr_k: int = 16
-    depths: tuple[int, ...] = (1, 2, 4)
-    depth_poolers: tuple[str, ...] = ("mean", "adapool")
-    depth_k: int = 16
+    base: SNRConfig = option(QUICK, "", nested=("workers", "threads"))
+    poolers: tuple[str, ...] = option(("mean", "max", "cls", "adapool", "attention", "latent"), "token poolers",
+                                      metavar="NAME", names=True)
+    ks: tuple[int, ...] = option((4, 16, 64), "neighbour counts", metavar="K")
+    budgets: tuple[tuple[int, int], ...] = option(((1000, 2), (2000, 4), (4000, 8)), "training budgets",
+                                                  metavar="SAMPLESxEPOCHS", parse=_budget, show=_budgets)
+    reference: int | None = option(None, "index of the budget where the learning rate is chosen and depth is swept",
+                                   none="the one closest to --quick's 4000x8")
+    seeds: int = option(3, "runs per cell")
+    largest_seeds: int = option(5, "runs per cell at the largest budget")
+    lrs: tuple[float, ...] = option((3e-3, 1e-2), "Adam rates chosen from on validation rows", metavar="LR")
+    lr_k: int = option(16, "K of the rate choice")
+    depths: tuple[int, ...] = option((1, 2, 4), "encoder depths at the reference budget; none: no depth stage",
+                                     metavar="LAYERS", empty=True)
+    depth_poolers: tuple[str, ...] = option(("mean", "adapool"), "poolers of the depth stage", metavar="NAME",
+                                            names=True)
+    depth_k: int = option(16, "K of the depth stage")
 
     def validated(self) -> SweepConfig:
         """This sweep with pooler names resolved; bad values raise (every run's config is validated too)."""
@@ -116,6 +135,7 @@ class SweepConfig:
 #: The committed CPU sweep: 1/16, 1/4 and 1 times quick mode's budget, sized to the CPU time it was given
 #: (its results.json has each run's CPU seconds).
 CPU_SWEEP = SweepConfig()
+PRESETS = Presets("default", {"default": Preset(CPU_SWEEP)})
 
 
 def run_snr_sweep(sweep: SweepConfig = CPU_SWEEP, out_dir: str | os.PathLike | None = None, *, force: bool = False,
@@ -126,7 +146,7 @@ def run_snr_sweep(sweep: SweepConfig = CPU_SWEEP, out_dir: str | os.PathLike | N
     results.json, budget_sweep.png and report.html there (kept unless ``force``)."""
     sweep = sweep.validated()
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    started = time.perf_counter()
+    clock = Stopwatch()
     runs = []
     lrs = {p: sweep.lrs[0] for p in sweep.poolers}
     choice = {}
@@ -137,13 +157,10 @@ def run_snr_sweep(sweep: SweepConfig = CPU_SWEEP, out_dir: str | os.PathLike | N
             lrs[pooler] = min(val, key=val.get)
             choice[pooler] = {"lr": lrs[pooler], "val_mse": {str(lr): v for lr, v in val.items()}}
     runs += _run_stage(sweep, sweep.configs(lrs), progress, "snr-sweep")
-    provenance = run_provenance()
-    frame = summarize(sweep, runs, provenance.get("commit"))
+    meta = run_record("snr-sweep (Brothers, ICML 2025, KNN-centroid noise robustness over budgets)", sweep, clock.record(),
+                      quick_budget=[QUICK.num_samples, QUICK.epochs], lr_choice=choice, runs=runs)
+    frame = summarize(sweep, runs, meta["provenance"].get("commit"))
     release_data()
-    meta = {"benchmark": "snr-sweep (Brothers, ICML 2025, KNN-centroid noise robustness over budgets)",
-            "settings": dataclasses.asdict(sweep), "quick_budget": [QUICK.num_samples, QUICK.epochs],
-            "lr_choice": choice, "runtime_seconds": round(time.perf_counter() - started, 1),
-            "provenance": provenance, "runs": runs}
     if out is not None:
         _write(out, sweep, frame, meta)
     return frame, meta
@@ -152,8 +169,8 @@ def run_snr_sweep(sweep: SweepConfig = CPU_SWEEP, out_dir: str | os.PathLike | N
 def _write(out: Path, sweep: SweepConfig, frame: pd.DataFrame, meta: dict) -> None:
     added = dict.fromkeys(f"{s}x{e}" for ext in meta.get("extensions", []) for s, e in ext["budgets"])
     title = _title(sweep) + (f"\nextended to {', '.join(added)} (some poolers; see results.json)" if added else "")
-    write_results(out, frame, meta, PLOT, lambda tmp: plot_sweep(frame, tmp, title, sweep.lr_k))
-    write_report(out, title, meta, {"results": frame}, {"budget sweep": PLOT})
+    write_outputs(out, frame, meta, {"budget sweep": (PLOT, lambda tmp: plot_sweep(frame, tmp, title, sweep.lr_k))},
+                  title=title, tables={"results": frame})
 
 
 def recorded_sweep(out_dir: str | os.PathLike) -> tuple[SweepConfig, dict]:
@@ -191,7 +208,7 @@ def extend_snr_sweep(out_dir: str | os.PathLike, budgets: tuple[tuple[int, int],
                            f"({', '.join(sweep.poolers)}); already there: {', '.join(clash) or 'none'}")
     lrs = {p: before["lr_choice"].get(p, {"lr": sweep.lrs[0]})["lr"] for p in sweep.poolers}
     provenance = run_provenance()
-    started, commit = time.perf_counter(), before["provenance"].get("commit")
+    clock, commit = Stopwatch(), before["provenance"].get("commit")
     old = [{**run, "commit": run.get("commit", commit)} for run in before["runs"]]
     check = next(r for r in old if r["stage"] == "budget" and (r["samples"], r["epochs"]) == sweep.budgets[
         sweep.reference] and r["layers"] == sweep.base.layers)
@@ -214,7 +231,7 @@ def extend_snr_sweep(out_dir: str | os.PathLike, budgets: tuple[tuple[int, int],
     release_data()
     runs = old + fresh
     extension = {"budgets": [list(b) for b in budgets], "poolers": list(poolers), "lrs": {p: lrs[p] for p in poolers},
-                 "reproduced": reproduced, "runtime_seconds": round(time.perf_counter() - started, 1),
+                 "reproduced": reproduced, "runtime_seconds": round(clock.seconds(), 1),
                  "cpu_seconds": round(sum(r["cpu_seconds"] for r in fresh) + again["cpu_seconds"], 1),
                  "provenance": provenance}
     meta = {**before, "extensions": [*before.get("extensions", []), extension], "runs": runs}
@@ -307,83 +324,29 @@ def plot_sweep(frame: pd.DataFrame, path: str | os.PathLike, title: str = "", k_
 
 
 # -- CLI ------------------------------------------------------------------------------------------------------
-def _budget(text: str) -> tuple[int, int]:
-    samples, _, epochs = text.lower().partition("x")
-    try:
-        return int(samples), int(epochs)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"budget {text!r} is not SAMPLESxEPOCHS, e.g. 4000x8") from None
-
-
-def add_snr_sweep_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``poolkit bench snr-sweep``; unset ones come from :data:`CPU_SWEEP` and ``--quick``."""
-    d = CPU_SWEEP
-    parser.add_argument("--poolers", nargs="+", metavar="NAME", help=f"default: {','.join(d.poolers)}")
-    parser.add_argument("--ks", type=int, nargs="+", metavar="K", help=f"default: {' '.join(map(str, d.ks))}")
-    parser.add_argument("--budgets", type=_budget, nargs="+", metavar="SAMPLESxEPOCHS",
-                        help="training budgets (default: " + " ".join(f"{s}x{e}" for s, e in d.budgets) + ")")
-    parser.add_argument("--reference", type=int, help="index of the budget where the learning rate is chosen and "
-                        "depth is swept (default: the one closest to --quick's 4000x8)")
-    parser.add_argument("--seeds", type=int, help=f"runs per cell (default: {d.seeds})")
-    parser.add_argument("--largest-seeds", type=int, help=f"runs per cell at the largest budget (default: "
-                        f"{d.largest_seeds})")
-    parser.add_argument("--lrs", type=float, nargs="+", metavar="LR", help="Adam rates chosen from on validation "
-                        f"rows (default: {' '.join(map(str, d.lrs))})")
-    parser.add_argument("--lr-k", type=int, help=f"K of the rate choice (default: {d.lr_k})")
-    parser.add_argument("--depths", type=int, nargs="*", metavar="LAYERS",
-                        help=f"encoder depths at the reference budget; none: no depth stage (default: "
-                             f"{' '.join(map(str, d.depths))})")
-    parser.add_argument("--depth-poolers", nargs="+", metavar="NAME", help=f"default: {','.join(d.depth_poolers)}")
-    parser.add_argument("--depth-k", type=int, help=f"default: {d.depth_k}")
-    parser.add_argument("--workers", type=int, help=f"CPU processes (default: {d.base.workers})")
-    parser.add_argument("--threads", type=int, help=f"torch threads per worker (default: {d.base.threads})")
-    add_output_arguments(parser, PLOT)
+def add_extra_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--extend", metavar="DIR", help="add --budgets (for --poolers, default all) to the sweep in "
                         "DIR with its own protocol (its results.json), after re-running one of its runs to check that "
                         "it reproduces; no other option is taken")
 
 
-_ARG_NAMES = ("poolers", "ks", "budgets", "reference", "seeds", "largest_seeds", "lrs", "lr_k", "depths",
-              "depth_poolers", "depth_k")
-
-
-def sweep_from_args(args: argparse.Namespace) -> SweepConfig:
-    """:data:`CPU_SWEEP` with the explicitly given options applied."""
-    from poolkit.cli.common import split_names
-
-    changes = {name: getattr(args, name) for name in _ARG_NAMES if getattr(args, name, None) is not None}
-    for name in ("poolers", "depth_poolers"):
-        if name in changes:
-            changes[name] = split_names(changes[name])
-    changes = {name: tuple(v) if isinstance(v, list) else v for name, v in changes.items()}
-    base = {f: getattr(args, f) for f in ("workers", "threads") if getattr(args, f, None) is not None}
-    return dataclasses.replace(CPU_SWEEP, base=dataclasses.replace(CPU_SWEEP.base, **base), **changes)
-
-
 def run_snr_sweep_command(args: argparse.Namespace) -> int:
     """``poolkit bench snr-sweep``: run, print the budget table, write --out. Bad input raises PoolkitError."""
-    from rich.table import Table
-
-    started = time.perf_counter()
+    clock = Stopwatch()
+    sweep = config_from_args(args, PRESETS)
     if args.extend:
-        given = [f"--{name.replace('_', '-')}" for name in _ARG_NAMES + ("workers", "threads", "out")
-                 if name not in ("budgets", "poolers") and getattr(args, name, None) is not None]
-        given += ["--force"] if args.force else []
+        given = [flag for flag in given_flags(args, PRESETS) if flag not in ("--budgets", "--poolers")]
         if given or not args.budgets:
             raise PoolkitError("--extend takes the protocol of the sweep it extends: give only --budgets and "
                                f"--poolers (got {' '.join(given) or 'no --budgets'})")
-        from poolkit.cli.common import split_names
-
-        poolers = tuple(split_names(args.poolers)) if args.poolers else None
-        frame, _ = extend_snr_sweep(args.extend, tuple(args.budgets), poolers, progress=not args.no_progress)
+        poolers = sweep.poolers if args.poolers else None
+        frame, _ = extend_snr_sweep(args.extend, sweep.budgets, poolers, progress=not args.no_progress)
     else:
-        frame, _ = run_snr_sweep(sweep_from_args(args), args.out, force=args.force, progress=not args.no_progress)
+        frame, _ = run_snr_sweep(sweep, args.out, force=args.force, progress=not args.no_progress)
     shown = frame[frame["stage"] == "budget"].pivot_table(index=["budget_x", "K"], columns="pooler",
                                                           values="mse_mean", sort=False)
-    table = Table(title="SNR budget sweep: test MSE (mean over seeds) by budget (multiples of --quick) and K")
-    for column in ["budget", "K", *shown.columns]:
-        table.add_column(str(column), justify="right")
-    for (budget, k), row in shown.iterrows():
-        table.add_row(f"{budget:g}x", str(k), *(f"{v:.4g}" if np.isfinite(v) else "" for v in row))
-    print_report(table, started, args.out or args.extend)
+    print_table("SNR budget sweep: test MSE (mean over seeds) by budget (multiples of --quick) and K",
+                ["budget", "K", *shown.columns],
+                [[f"{budget:g}x", str(k), *(f"{v:.4g}" if np.isfinite(v) else "" for v in row)]
+                 for (budget, k), row in shown.iterrows()], clock, args.out or args.extend)
     return 0

@@ -33,14 +33,13 @@ import torch
 from torch import Tensor
 
 from poolkit.errors import PoolkitError
-from poolkit.io import atomic_write, prepare_out_dir
+from poolkit.io import prepare_out_dir
 from poolkit.pooling import get_pooler
-from poolkit.provenance import run_provenance
-from .harness import restored_threads
-from .reporting import (add_output_arguments, add_preset_arguments, draw_map, paired_difference, print_report, pyplot,
-                        save_figure, write_report, write_results)
+
+from .harness import Stopwatch, check_execution, restored_threads
+from .options import Preset, Presets, check_counts, config_from_args, option
+from .reporting import draw_map, paired_difference, print_table, pyplot, run_record, save_figure, write_outputs
 from .spurious_data import CUE_NAMES, LABEL_NAMES, SpuriousData, SpuriousSet, make_spurious_data, planned_counts
-from .vision import _cpu_seconds
 from .vision_data import load_images
 from .vision_model import Backbone, PooledHead, VisionModel, encode, fit, map_weights
 
@@ -62,41 +61,39 @@ EXAMPLES = 4
 class SpuriousConfig:
     """Every setting of a run; the defaults are the CPU-sized default, :data:`QUICK` and :data:`FULL` the others."""
 
-    agreements: tuple[float, ...] = (0.95, 0.99)
-    train_per_label: int = 800
-    val_per_label: int = 250
-    reweight_per_group: int = 100
-    test_per_group: int = 500
+    agreements: tuple[float, ...] = option((0.95, 0.99), "training P(cue agrees with the label), one run set each",
+                                           metavar="P")
+    train_per_label: int = option(800, "training images of each core label")
+    val_per_label: int = option(250, "validation images of each label (ERM's epoch)")
+    reweight_per_group: int = option(100, "reweighting images of each of the four groups")
+    test_per_group: int = option(500, "test images of each group")
     canvas: int = 56
     patch: int = 14
-    widths: tuple[int, ...] = (16, 32, 64)
-    epochs: int = 8
+    widths: tuple[int, ...] = option((16, 32, 64), "channels per conv stage", metavar="C")
+    epochs: int = option(8, "ERM epochs")
     batch_size: int = 64
     lr: float = 5e-3
     weight_decay: float = 0.05
     #: DFR's grid of inverse L1 strengths (its code's C_OPTIONS), its retrains, and the share of the smallest group
     #: each retrain draws per group (our reweighting set is balanced, so a full draw would repeat one fit).
     dfr_cs: tuple[float, ...] = (1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01)
-    dfr_retrains: int = 20
+    dfr_retrains: int = option(20, "DFR fits averaged")
     dfr_subsample: float = 0.8
-    head_epochs: int = 20
+    head_epochs: int = option(20, "epochs of each retrained pooler + head")
     head_batch_size: int = 32
     head_lrs: tuple[float, ...] = (1e-3, 1e-2)
     head_weight_decays: tuple[float, ...] = (0.01, 0.3)
-    seeds: int = 3
-    data_seed: int = 0
-    seed: int = 1
-    threads: int | None = 2
-    root: str | None = None
+    seeds: int = option(3, "runs per agreement")
+    data_seed: int = option(0, "seed of the generated images")
+    seed: int = option(1, "seed of run 0 (run i uses seed + i)")
+    threads: int | None = option(2, "torch threads", none="torch's default")
+    root: str | None = option(None, "folder of the Fashion-MNIST files")
     preset: str = "default"
 
     def validated(self) -> SpuriousConfig:
         """This config with tuples for lists; bad values raise :class:`PoolkitError` naming the setting."""
-        for name in ("train_per_label", "val_per_label", "reweight_per_group", "test_per_group", "epochs", "batch_size",
-                     "dfr_retrains", "head_epochs", "head_batch_size", "seeds"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise PoolkitError(f"{name} must be an int >= 1, got {value!r}")
+        check_counts(self, ("train_per_label", "val_per_label", "reweight_per_group", "test_per_group", "epochs",
+                            "batch_size", "dfr_retrains", "head_epochs", "head_batch_size", "seeds"))
         if self.reweight_per_group < 2:
             raise PoolkitError("reweight_per_group must be >= 2: the reweighting set is split in halves to tune on")
         if not self.agreements or any(not 0.5 < a <= 1 for a in self.agreements):
@@ -111,8 +108,7 @@ class SpuriousConfig:
                                f"{self.dfr_subsample!r}, {self.lr!r}, {self.weight_decay!r}")
         if not self.widths or any(not isinstance(w, int) or w < 1 for w in self.widths):
             raise PoolkitError(f"widths must be positive ints (channels per stage), got {list(self.widths)!r}")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise PoolkitError(f"threads must be a positive int or None, got {self.threads!r}")
+        check_execution(threads=self.threads)
         return dataclasses.replace(self, agreements=tuple(self.agreements), widths=tuple(self.widths),
                                    dfr_cs=tuple(self.dfr_cs), head_lrs=tuple(self.head_lrs),
                                    head_weight_decays=tuple(self.head_weight_decays))
@@ -125,7 +121,10 @@ FULL = SpuriousConfig(train_per_label=4000, val_per_label=1000, reweight_per_gro
 #: A minute on one core: too small for the sanity check to mean much.
 QUICK = SpuriousConfig(agreements=(0.95,), train_per_label=300, val_per_label=60, reweight_per_group=25,
                        test_per_group=50, epochs=3, dfr_retrains=5, head_epochs=10, seeds=2, preset="quick")
-PRESETS = {"default": DEFAULT, "full": FULL, "quick": QUICK}
+PRESETS = Presets("default", {
+    "default": Preset(DEFAULT),
+    "quick": Preset(QUICK, "600 training images, 3 epochs, agreement 0.95, 2 seeds: about a minute"),
+    "full": Preset(FULL, "8,000 training images, a 32-64-128 CNN, 20 epochs, 5 seeds")})
 
 
 # -- scores -------------------------------------------------------------------------------------------
@@ -345,7 +344,7 @@ def run_spurious(config: SpuriousConfig = DEFAULT, out_dir: str | os.PathLike | 
 
     config = config.validated()
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
+    clock = Stopwatch()
     images = load_images("fashion-mnist", config.root)
     rows, details, counts = [], [], {}
     with restored_threads(config.threads):
@@ -366,22 +365,13 @@ def run_spurious(config: SpuriousConfig = DEFAULT, out_dir: str | os.PathLike | 
                     bar.update()
     frame = pd.DataFrame(rows, columns=COLUMNS)
     summary = summarize(frame)
-    meta = {
-        "benchmark": "spurious (Deep Attention Reweighting vs DFR, Kirichenko et al. ICLR 2023, on Fashion-MNIST "
-                     "garments with a stripe cue)",
-        "settings": dataclasses.asdict(config),
-        "labels": {"core": LABEL_NAMES, "cue": CUE_NAMES, "group": "2 * label + cue; 1 and 2 are the minority"},
-        "group_counts": counts,
-        "planned_train_counts": {str(a): planned_counts(config.train_per_label, a) for a in config.agreements},
-        "runtime_seconds": round(time.perf_counter() - started, 1),
-        "cpu_seconds": round(_cpu_seconds() - cpu, 1),
-        "load_average_start_end": [list(load), list(os.getloadavg())],
-        "provenance": run_provenance(),
-        "published": PAPER,
-        "sanity": sanity(frame),
-        "summary": summary.to_dict(orient="records"),
-        "runs": details,
-    }
+    meta = run_record(
+        "spurious (Deep Attention Reweighting vs DFR, Kirichenko et al. ICLR 2023, on Fashion-MNIST garments with a "
+        "stripe cue)", config, clock.record(),
+        labels={"core": LABEL_NAMES, "cue": CUE_NAMES, "group": "2 * label + cue; 1 and 2 are the minority"},
+        group_counts=counts,
+        planned_train_counts={str(a): planned_counts(config.train_per_label, a) for a in config.agreements},
+        published=PAPER, sanity=sanity(frame), summary=summary.to_dict(orient="records"), runs=details)
     if out is not None:
         _write_outputs(out, config, frame, meta)
     return frame, meta
@@ -421,11 +411,11 @@ def _write_outputs(out: Path, config: SpuriousConfig, frame: pd.DataFrame, meta:
     title = (f"{config.preset}: CNN {'-'.join(map(str, config.widths))}, {2 * config.train_per_label:,} training "
              f"images, {config.epochs} epochs, {config.seeds} seeds")
     summary = pd.DataFrame(meta["summary"])
-    write_results(out, frame, meta, "accuracy.png", lambda tmp: plot_accuracy(summary, tmp, title))
-    atomic_write(out / "attention.png", lambda tmp: plot_attention(config, meta, tmp))
-    write_report(out, f"spurious cue ({title})", meta, {"summary": summary, "runs": frame},
-                 {"accuracy": "accuracy.png", "where each retrained pooler looks (red box: the cue, green: the garment)":
-                  "attention.png"})
+    write_outputs(out, frame, meta, {
+        "accuracy": ("accuracy.png", lambda tmp: plot_accuracy(summary, tmp, title)),
+        "where each retrained pooler looks (red box: the cue, green: the garment)": (
+            "attention.png", lambda tmp: plot_attention(config, meta, tmp))},
+        title=f"spurious cue ({title})", tables={"summary": summary, "runs": frame})
 
 
 def plot_accuracy(summary: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
@@ -486,62 +476,22 @@ def plot_attention(config: SpuriousConfig, meta: dict, path: str | os.PathLike) 
 
 
 # -- CLI ----------------------------------------------------------------------------------------------
-def add_spurious_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``poolkit bench spurious``; unset ones come from the preset."""
-    add_preset_arguments(parser, quick="600 training images, 3 epochs, agreement 0.95, 2 seeds: about a minute",
-                         full="8,000 training images, a 32-64-128 CNN, 20 epochs, 5 seeds")
-    parser.add_argument("--agreements", type=float, nargs="+", metavar="P",
-                        help="training P(cue agrees with the label), one run set each (default: 0.95 0.99)")
-    parser.add_argument("--widths", type=int, nargs="+", metavar="C",
-                        help="channels per conv stage (default: 16 32 64)")
-    for flag, kind, what in (("--train-per-label", int, "training images of each core label"),
-                             ("--val-per-label", int, "validation images of each label (ERM's epoch)"),
-                             ("--reweight-per-group", int, "reweighting images of each of the four groups"),
-                             ("--test-per-group", int, "test images of each group"),
-                             ("--seeds", int, "runs per agreement"), ("--epochs", int, "ERM epochs"),
-                             ("--head-epochs", int, "epochs of each retrained pooler + head"),
-                             ("--dfr-retrains", int, "DFR fits averaged"),
-                             ("--data-seed", int, "seed of the generated images"),
-                             ("--seed", int, "seed of run 0 (run i uses seed + i)"),
-                             ("--threads", int, "torch threads"), ("--root", str, "folder of the Fashion-MNIST files")):
-        parser.add_argument(flag, type=kind, help=what)
-    add_output_arguments(parser, "accuracy.png and attention.png")
-
-
-_ARG_FIELDS = ("agreements", "widths", "train_per_label", "val_per_label", "reweight_per_group", "test_per_group",
-               "seeds", "epochs", "head_epochs", "dfr_retrains", "data_seed", "seed", "threads", "root")
-
-
-def config_from_args(args: argparse.Namespace) -> SpuriousConfig:
-    """The preset chosen by --quick / --full (or the default) with the explicitly given options applied."""
-    changes = {field: getattr(args, field) for field in _ARG_FIELDS if getattr(args, field, None) is not None}
-    for field in ("agreements", "widths"):
-        if field in changes:
-            changes[field] = tuple(changes[field])
-    return dataclasses.replace(PRESETS[getattr(args, "preset", "default")], **changes)
-
-
 def run_spurious_command(args: argparse.Namespace) -> int:
     """``poolkit bench spurious``: run, print the summary and the sanity check, write --out."""
-    from rich.table import Table
-
-    config = config_from_args(args)
-    started = time.perf_counter()
+    config = config_from_args(args, PRESETS)
+    clock = Stopwatch()
     frame, meta = run_spurious(config, args.out, force=args.force, progress=not args.no_progress)
     for agreement, check in meta["sanity"].items():
         if not check["ok"]:
             print(f"WARNING: at agreement {agreement}, ERM's worst group is only {check['mean_gap_points']:.1f} points "
                   f"under its average (needed: {SANITY_POINTS:g}): the cue was hardly learned, so this comparison "
                   "says little; results.json records it", file=sys.stderr)
-    table = Table(title=f"spurious benchmark ({config.preset}): test accuracy %, mean ± std over {config.seeds} "
-                        "seeds; weight share on the cue / garment (minority test images)")
-    for column in ("agreement", "method", "worst group", "average", "worst vs dfr", "cue mass", "garment mass"):
-        table.add_column(column, justify="right")
-    for row in pd.DataFrame(meta["summary"]).itertuples(index=False):
-        table.add_row(f"{row.agreement:g}", row.method,
-                      f"{100 * row.worst_group_mean:.1f} ± {100 * row.worst_group_std:.1f}",
-                      f"{100 * row.average_mean:.1f} ± {100 * row.average_std:.1f}",
-                      "" if row.method == "dfr" else f"{100 * row.vs_dfr_mean:+.1f} ± {100 * row.vs_dfr_std:.1f}",
-                      f"{row.cue_mass_mean:.3f}", f"{row.garment_mass_mean:.3f}")
-    print_report(table, started, args.out)
+    print_table(f"spurious benchmark ({config.preset}): test accuracy %, mean ± std over {config.seeds} seeds; "
+                "weight share on the cue / garment (minority test images)",
+                ["agreement", "method", "worst group", "average", "worst vs dfr", "cue mass", "garment mass"],
+                [[f"{row.agreement:g}", row.method, f"{100 * row.worst_group_mean:.1f} ± {100 * row.worst_group_std:.1f}",
+                  f"{100 * row.average_mean:.1f} ± {100 * row.average_std:.1f}",
+                  "" if row.method == "dfr" else f"{100 * row.vs_dfr_mean:+.1f} ± {100 * row.vs_dfr_std:.1f}",
+                  f"{row.cue_mass_mean:.3f}", f"{row.garment_mass_mean:.3f}"]
+                 for row in pd.DataFrame(meta["summary"]).itertuples(index=False)], clock, args.out)
     return 0

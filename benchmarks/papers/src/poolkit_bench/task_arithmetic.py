@@ -39,9 +39,10 @@ import pandas as pd
 
 from poolkit.errors import PoolkitError
 from poolkit.io import prepare_out_dir
-from poolkit.provenance import run_provenance
-from .harness import restored_threads
-from .reporting import add_output_arguments, add_preset_arguments, print_report, pyplot, save_figure, write_results
+
+from .harness import Stopwatch, check_execution, restored_threads
+from .options import Preset, Presets, check_counts, config_from_args, option
+from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 
 #: mode -> (train_only, whether the pooler + head are trained first on the frozen encoder and then fixed)
 MODES = {"all": ("all", False), "attention": ("attention", False), "attention_frozen_head": ("attention", True)}
@@ -59,33 +60,32 @@ PAPER = {"attention_vs_all": "attention-only fine-tuning gives task vectors whos
 class TaskArithmeticConfig:
     """Every setting of a run; the defaults are the CPU-sized default, :data:`QUICK` and :data:`FULL` the others."""
 
-    tasks: tuple[str, ...] = ("builtin:wordnet-supersense", "builtin:wordnet-depth", "builtin:fortunes")
+    tasks: tuple[str, ...] = option(("builtin:wordnet-supersense", "builtin:wordnet-depth", "builtin:fortunes"),
+                                    "built-in sets or files (text + label columns), one task each", metavar="DATA")
     #: rows drawn (stratified, ``data_seed``) from each task's table; 64% are fit on, 16% choose the checkpoint and
     #: alpha, 20% are the test rows
-    rows: int = 800
-    modes: tuple[str, ...] = tuple(MODES)
-    seeds: int = 3
-    seed: int = 0
+    rows: int = option(800, "rows drawn from each task")
+    modes: tuple[str, ...] = option(tuple(MODES), "fine-tuning modes", choices=tuple(MODES))
+    seeds: int = option(3, "runs per mode")
+    seed: int = option(0, "seed of run 0 (run i uses seed + i)")
     data_seed: int = 0
-    epochs: int = 1
-    batch_size: int = 16
-    max_length: int = 64
-    encoder_lr: float = 2e-4
-    pooler_lr: float = 1e-2
+    epochs: int = option(1, "fine-tuning epochs")
+    batch_size: int = option(16, "fine-tuning batch")
+    max_length: int = option(64, "token limit")
+    encoder_lr: float = option(2e-4, "encoder learning rate")
+    pooler_lr: float = option(1e-2, "pooler + head learning rate")
     #: epochs of the pooler + head on the frozen encoder before an ``attention_frozen_head`` run
-    head_epochs: int = 2
-    grid: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0)
+    head_epochs: int = option(2, "head epochs on the frozen encoder (attention_frozen_head)")
+    grid: tuple[float, ...] = option((0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0), "alphas searched on validation rows",
+                                     metavar="ALPHA")
     #: the base encoder (default: the packaged all-MiniLM-L6-v2)
-    model: str | None = None
-    threads: int | None = 2
+    model: str | None = option(None, "base encoder", none="packaged all-MiniLM-L6-v2")
+    threads: int | None = option(2, "torch threads", none="torch's default")
     preset: str = "default"
 
     def validated(self) -> TaskArithmeticConfig:
         """This config with tuples for lists; bad values raise :class:`PoolkitError` naming the setting."""
-        for name in ("rows", "seeds", "epochs", "batch_size", "max_length", "head_epochs"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise PoolkitError(f"{name} must be an int >= 1, got {value!r}")
+        check_counts(self, ("rows", "seeds", "epochs", "batch_size", "max_length", "head_epochs"))
         if len(self.tasks) < 2:
             raise PoolkitError(f"task arithmetic merges at least 2 tasks, got {list(self.tasks)!r}")
         unknown = [m for m in self.modes if m not in MODES]
@@ -94,8 +94,7 @@ class TaskArithmeticConfig:
         if not self.grid or any(not a > 0 for a in self.grid) or not self.encoder_lr > 0 or not self.pooler_lr > 0:
             raise PoolkitError(f"grid, encoder_lr and pooler_lr must be positive; got {list(self.grid)!r}, "
                                f"{self.encoder_lr!r}, {self.pooler_lr!r}")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise PoolkitError(f"threads must be a positive int or None, got {self.threads!r}")
+        check_execution(threads=self.threads)
         return dataclasses.replace(self, tasks=tuple(self.tasks), modes=tuple(self.modes), grid=tuple(self.grid))
 
 
@@ -106,7 +105,10 @@ FULL = TaskArithmeticConfig(rows=5000, seeds=5, epochs=2, batch_size=32, max_len
                             preset="full")
 #: A few minutes on 2 cores: too small for the comparison to mean much.
 QUICK = TaskArithmeticConfig(rows=120, seeds=2, grid=(0.5, 1.0), preset="quick")
-PRESETS = {"default": DEFAULT, "full": FULL, "quick": QUICK}
+PRESETS = Presets("default", {
+    "default": Preset(DEFAULT),
+    "quick": Preset(QUICK, "120 rows per task, 2 seeds, 2 alphas: a few minutes on 2 cores"),
+    "full": Preset(FULL, "5,000 rows per task, 2 epochs, length 128, 5 seeds, alphas 0.05 ... 1: for a GPU")})
 
 
 def task_name(spec: str) -> str:
@@ -180,11 +182,10 @@ def run_task_arithmetic(config: TaskArithmeticConfig = DEFAULT, out_dir: str | o
     from tqdm.auto import tqdm
 
     from poolkit.training.api import load
-    from .vision import _cpu_seconds
 
     config = config.validated()
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    started, cpu, load_average = time.perf_counter(), _cpu_seconds(), os.getloadavg()
+    clock = Stopwatch()
     tables = [load(spec, limit=config.rows, seed=config.data_seed) for spec in config.tasks]
     rows, details = [], []
     with restored_threads(config.threads):
@@ -197,25 +198,17 @@ def run_task_arithmetic(config: TaskArithmeticConfig = DEFAULT, out_dir: str | o
                 details.append(run_details)
                 bar.update()
     frame = pd.DataFrame(rows, columns=COLUMNS)
-    meta = {
-        "benchmark": "task-arithmetic (merging task vectors of full vs attention-only fine-tuning; Jin et al., arXiv "
-                     "2407.07089; Ilharco et al., ICLR 2023)",
-        "settings": dataclasses.asdict(config),
-        "data": {task_name(spec): {"source": table.source, "rows": len(table), "task": table.task}
-                 for spec, table in zip(config.tasks, tables)},
-        "runtime_seconds": round(time.perf_counter() - started, 1),
-        "cpu_seconds": round(_cpu_seconds() - cpu, 1),
-        "load_average_start_end": [list(load_average), list(os.getloadavg())],
-        "provenance": run_provenance(),
-        "published": PAPER,
-        "summary": summarize(frame).to_dict(orient="records"),
-        "modes": mode_summary(frame).to_dict(orient="records"),
-        "runs": details,
-    }
+    meta = run_record(
+        "task-arithmetic (merging task vectors of full vs attention-only fine-tuning; Jin et al., arXiv 2407.07089; "
+        "Ilharco et al., ICLR 2023)", config, clock.record(),
+        data={task_name(spec): {"source": table.source, "rows": len(table), "task": table.task}
+              for spec, table in zip(config.tasks, tables)},
+        published=PAPER, summary=summarize(frame).to_dict(orient="records"),
+        modes=mode_summary(frame).to_dict(orient="records"), runs=details)
     if out is not None:
         title = (f"{config.preset}: {config.rows} rows per task, {config.epochs} epoch(s), length {config.max_length}, "
                  f"{config.seeds} seeds")
-        write_results(out, frame, meta, "task_arithmetic.png", lambda tmp: plot(frame, tmp, title))
+        write_outputs(out, frame, meta, {"task arithmetic": ("task_arithmetic.png", lambda tmp: plot(frame, tmp, title))})
     return frame, meta
 
 
@@ -283,54 +276,15 @@ def plot(frame: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
 
 
 # -- CLI ----------------------------------------------------------------------------------------------
-def add_task_arithmetic_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``poolkit bench task-arithmetic``; unset ones come from the preset."""
-    add_preset_arguments(parser, quick="120 rows per task, 2 seeds, 2 alphas: a few minutes on 2 cores",
-                         full="5,000 rows per task, 2 epochs, length 128, 5 seeds, alphas 0.05 ... 1: for a GPU")
-    parser.add_argument("--tasks", nargs="+", metavar="DATA",
-                        help="built-in sets or files (text + label columns), one task each (default: "
-                        + " ".join(DEFAULT.tasks) + ")")
-    parser.add_argument("--modes", nargs="+", choices=list(MODES), help="fine-tuning modes (default: all three)")
-    parser.add_argument("--grid", type=float, nargs="+", metavar="ALPHA", help="alphas searched on validation rows")
-    for flag, kind, what in (("--rows", int, "rows drawn from each task"), ("--seeds", int, "runs per mode"),
-                             ("--seed", int, "seed of run 0 (run i uses seed + i)"),
-                             ("--epochs", int, "fine-tuning epochs"), ("--batch-size", int, "fine-tuning batch"),
-                             ("--max-length", int, "token limit"), ("--encoder-lr", float, "encoder learning rate"),
-                             ("--pooler-lr", float, "pooler + head learning rate"),
-                             ("--head-epochs", int, "head epochs on the frozen encoder (attention_frozen_head)"),
-                             ("--model", str, "base encoder (default: packaged all-MiniLM-L6-v2)"),
-                             ("--threads", int, "torch threads")):
-        parser.add_argument(flag, type=kind, help=what)
-    add_output_arguments(parser, "task_arithmetic.png")
-
-
-_ARG_FIELDS = ("tasks", "modes", "grid", "rows", "seeds", "seed", "epochs", "batch_size", "max_length", "encoder_lr",
-               "pooler_lr", "head_epochs", "model", "threads")
-
-
-def config_from_args(args: argparse.Namespace) -> TaskArithmeticConfig:
-    """The preset chosen by --quick / --full (or the default) with the explicitly given options applied."""
-    changes = {field: getattr(args, field) for field in _ARG_FIELDS if getattr(args, field, None) is not None}
-    for field in ("tasks", "modes", "grid"):
-        if field in changes:
-            changes[field] = tuple(changes[field])
-    return dataclasses.replace(PRESETS[getattr(args, "preset", "default")], **changes)
-
-
 def run_task_arithmetic_command(args: argparse.Namespace) -> int:
     """``poolkit bench task-arithmetic``: run, print the summary, write --out."""
-    from rich.table import Table
-
-    started = time.perf_counter()
-    config = config_from_args(args)
+    clock = Stopwatch()
+    config = config_from_args(args, PRESETS)
     _, meta = run_task_arithmetic(config, args.out, force=args.force, progress=not args.no_progress)
-    table = Table(title=f"task arithmetic ({config.preset}): test skill, mean ± std over {config.seeds} seeds")
-    for column in ("mode", "task", "metric", "single task", "merged", "skill change", "interference", "alpha"):
-        table.add_column(column, justify="right")
-    for row in pd.DataFrame(meta["summary"]).itertuples(index=False):
-        table.add_row(row.mode, row.task, row.metric, f"{row.finetuned_mean:.3f} ± {row.finetuned_std:.3f}",
-                      f"{row.merged_mean:.3f} ± {row.merged_std:.3f}",
-                      f"{row.change_mean:+.3f} ± {row.change_std:.3f}",
-                      f"{row.interference_mean:.3f} ± {row.interference_std:.3f}", f"{row.alpha_mean:.2f}")
-    print_report(table, started, args.out)
+    print_table(f"task arithmetic ({config.preset}): test skill, mean ± std over {config.seeds} seeds",
+                ["mode", "task", "metric", "single task", "merged", "skill change", "interference", "alpha"],
+                [[row.mode, row.task, row.metric, f"{row.finetuned_mean:.3f} ± {row.finetuned_std:.3f}",
+                  f"{row.merged_mean:.3f} ± {row.merged_std:.3f}", f"{row.change_mean:+.3f} ± {row.change_std:.3f}",
+                  f"{row.interference_mean:.3f} ± {row.interference_std:.3f}", f"{row.alpha_mean:.2f}"]
+                 for row in pd.DataFrame(meta["summary"]).itertuples(index=False)], clock, args.out)
     return 0

@@ -24,14 +24,14 @@ import pandas as pd
 import torch
 
 from poolkit.errors import PoolkitError
-from poolkit.io import atomic_write, prepare_out_dir
+from poolkit.io import prepare_out_dir
 from poolkit.pooling import AuxiliaryClassifiers, get_pooler
 from poolkit.pooling.base import pooler_class, resolve_name
-from poolkit.provenance import run_provenance
-from .harness import restored_threads, run_tasks
-from .reporting import (add_output_arguments, add_preset_arguments, draw_map, paired_difference, print_report, pyplot,
-                        save_figure, write_report, write_results)
-from .snr import _device
+
+from .harness import Execution, Stopwatch, restored_threads, run_tasks, torch_device
+from .options import Preset, Presets, check_counts, config_from_args, option
+from .reporting import (draw_map, paired_difference, print_table, pyplot, run_record, save_figure, versus_baseline,
+                        write_outputs)
 from .vision_data import DATASETS, Images, augment, load_images, split_pool
 from .vision_model import Backbone, PooledHead, VisionModel, encode, fit, map_sizes, map_weights
 
@@ -53,37 +53,33 @@ PAPER = {"tiny_imagenet": {"gap": 46.5, "flex": 48.64}, "cifar100_gain": {"flex"
 
 
 @dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(Execution):
     """Every setting of a run. The defaults are the CPU-sized default; :data:`FULL` and :data:`QUICK` the others."""
 
-    dataset: str = "fashion-mnist"
-    root: str | None = None
-    sizes: tuple[int, ...] = (1000, 6000)
-    val_size: int = 1000
-    poolers: tuple[str, ...] = DEFAULT_POOLERS
-    frozen: bool = True
-    seeds: int = 3
-    epochs: int = 8
-    batch_size: int = 64
-    lr: float = 5e-3
-    weight_decay: float = 0.05
-    widths: tuple[int, ...] = (32, 64, 128)
-    pad: int = 2
-    sac_weight: float = 0.3
+    dataset: str = option("fashion-mnist", f"one of {', '.join(DATASETS)}")
+    root: str | None = option(None, "folder of the Fashion-MNIST IDX files")
+    sizes: tuple[int, ...] = option((1000, 6000), "training-set sizes", metavar="N")
+    val_size: int = option(1000, "validation images (epoch selection), held out of the training pool")
+    poolers: tuple[str, ...] = option(DEFAULT_POOLERS, "poolers separated by commas and/or spaces, NAME+sac for "
+                                      "auxiliary classifiers, flex_reg for flex with its L2 penalty and weight "
+                                      "dropout; gap is always run", metavar="NAME", names=True)
+    frozen: bool = option(True, "skip the frozen-backbone variant", flag="--no-frozen")
+    seeds: int = option(3, "runs per (pooler, size)")
+    epochs: int = option(8, "epochs per run")
+    batch_size: int = option(64, "minibatch size")
+    lr: float = option(5e-3, "AdamW peak learning rate")
+    weight_decay: float = option(0.05, "AdamW weight decay")
+    widths: tuple[int, ...] = option((32, 64, 128), "channels per conv stage", metavar="C")
+    pad: int = option(2, "random-crop padding in pixels (0: no shifts)")
+    sac_weight: float = option(0.3, "weight of each auxiliary classifier's loss")
     sac_schedule: str = "linear"
-    data_seed: int = 0
-    seed: int = 1
-    workers: int = 2
-    threads: int | None = 1
-    device: str = "cpu"
+    data_seed: int = option(0, "seed of the validation split")
+    seed: int = option(1, "seed of run 0 (run i uses seed + i)")
     preset: str = "default"
 
     def validated(self) -> VisionConfig:
         """This config with the baseline ``gap`` first among the poolers; bad values raise."""
-        for name in ("seeds", "epochs", "batch_size", "val_size", "workers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise PoolkitError(f"{name} must be an int >= 1, got {value!r}")
+        check_counts(self, ("seeds", "epochs", "batch_size", "val_size"))
         if self.dataset not in DATASETS:
             raise PoolkitError(f"dataset must be one of {', '.join(DATASETS)}, got {self.dataset!r}")
         if not self.sizes or any(not isinstance(s, int) or s < 1 for s in self.sizes):
@@ -93,16 +89,7 @@ class VisionConfig:
         if not self.lr > 0 or not self.weight_decay >= 0 or not self.sac_weight >= 0 or self.pad < 0:
             raise PoolkitError("lr must be > 0, and weight_decay, sac_weight and pad >= 0; got "
                                f"{self.lr!r}, {self.weight_decay!r}, {self.sac_weight!r}, {self.pad!r}")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise PoolkitError(f"threads must be a positive int or None, got {self.threads!r}")
-        try:
-            device = _device(self.device)
-        except (RuntimeError, TypeError):
-            raise PoolkitError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}") from None
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise PoolkitError(f"device {self.device!r} asked for, but torch sees no CUDA GPU; use 'cpu'")
-        if device.type != "cpu" and self.workers > 1:
-            raise PoolkitError(f"workers > 1 runs on CPU only; use workers=1 with device {self.device!r}")
+        self.check_execution()
         if len(self.widths) < 2 and any(name.endswith(SAC) for name in self.poolers):
             raise PoolkitError("+sac needs an earlier stage to classify: give at least two --widths")
         names = [BASELINE] + [n for n in self.poolers if n != BASELINE]
@@ -121,7 +108,10 @@ FULL = VisionConfig(sizes=(6000, 54000), val_size=6000, seeds=5, epochs=30, work
                     preset="full")
 #: sklearn's 8x8 digits: a minute on one core.
 QUICK = VisionConfig(dataset="digits", sizes=(1000,), val_size=200, epochs=6, pad=1, workers=1, preset="quick")
-PRESETS = {"default": DEFAULT, "full": FULL, "quick": QUICK}
+PRESETS = Presets("default", {
+    "default": Preset(DEFAULT),
+    "quick": Preset(QUICK, "sklearn's 8x8 digits, 1000 training images, 6 epochs, 1 worker"),
+    "full": Preset(FULL, "Fashion-MNIST's whole training set (54,000 + 6,000 validation), 30 epochs, 5 seeds; GPU")})
 
 
 def run_vision(config: VisionConfig = DEFAULT, out_dir: str | os.PathLike | None = None, *, force: bool = False,
@@ -131,7 +121,7 @@ def run_vision(config: VisionConfig = DEFAULT, out_dir: str | os.PathLike | None
     kept unless ``force``. ``workers > 1`` spawns processes: a calling script needs the ``__main__`` guard."""
     config = config.validated()
     out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    started, cpu, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
+    clock = Stopwatch()
     with restored_threads():  # the runner sets config.threads
         runs = run_all(_Runner(config), progress, "vision")
     frame = pd.DataFrame([{key: run[key] for key in COLUMNS} for run in runs], columns=COLUMNS)
@@ -139,8 +129,7 @@ def run_vision(config: VisionConfig = DEFAULT, out_dir: str | os.PathLike | None
     frame = frame.sort_values(["variant", "pooler", "size", "seed"], key=lambda c: c.map(order.get(c.name, int)),
                               ignore_index=True)
     if out is not None:
-        _write_outputs(out, config, frame, runs, time.perf_counter() - started, _cpu_seconds() - cpu,
-                       [list(load), list(os.getloadavg())])
+        _write_outputs(out, config, frame, runs, clock)
     return frame
 
 
@@ -152,7 +141,7 @@ class _Runner:
         if config.threads is not None:
             torch.set_num_threads(config.threads)
         self.config = config
-        self.device = _device(config.device)
+        self.device = torch_device(config.device)
         self.images: Images = load_images(config.dataset, config.root)
         pool = self.images.train_x
         self.mean, self.std = float(pool.mean()), float(pool.std())
@@ -220,12 +209,6 @@ class _Runner:
         return VisionModel(backbone, head, aux)
 
 
-def _cpu_seconds() -> float:
-    """CPU time of this process and of its finished child processes (the workers), user + system."""
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
-
-
 _WORKER: _Runner | None = None
 
 
@@ -259,28 +242,18 @@ def summarize(frame: pd.DataFrame, *, columns: tuple[str, str] = ("variant", "po
 
 
 # -- outputs ------------------------------------------------------------------------------------------
-def _write_outputs(out: Path, config: VisionConfig, frame: pd.DataFrame, runs: list[dict], seconds: float,
-                   cpu_seconds: float, load: list[list[float]]) -> None:
+def _write_outputs(out: Path, config: VisionConfig, frame: pd.DataFrame, runs: list[dict], clock: Stopwatch) -> None:
     summary = summarize(frame)
     maps = {run["pooler"]: run.pop("maps") for run in runs if "maps" in run}
-    meta = {
-        "benchmark": "vision (spatial poolers after a small CNN; FlexPooling, Ali et al. VISAPP 2023)",
-        "settings": dataclasses.asdict(config),
-        "runtime_seconds": round(seconds, 1),
-        "cpu_seconds": round(cpu_seconds, 1),
-        "load_average_start_end": load,
-        "provenance": run_provenance(),
-        "published": PAPER,
-        "summary": summary.to_dict(orient="records"),
-        "attention_maps": {"images": f"the first {EXAMPLES} test images", "size": max(config.sizes),
-                           "seed": config.seed, "variant": "scratch", "maps": maps},
-        "runs": runs,
-    }
-    write_results(out, frame, meta, "accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config)))
-    atomic_write(out / "attention.png", lambda tmp: plot_maps(config, maps, tmp))
-    write_report(out, _title(config), meta, {"summary": summary, "runs": frame},
-                 {"accuracy": "accuracy.png", "where each pooler looks (its weights over the last map, on test "
-                  "images)": "attention.png"})
+    meta = run_record("vision (spatial poolers after a small CNN; FlexPooling, Ali et al. VISAPP 2023)", config,
+                      clock.record(), published=PAPER, summary=summary.to_dict(orient="records"),
+                      attention_maps={"images": f"the first {EXAMPLES} test images", "size": max(config.sizes),
+                                      "seed": config.seed, "variant": "scratch", "maps": maps}, runs=runs)
+    write_outputs(out, frame, meta, {
+        "accuracy": ("accuracy.png", lambda tmp: plot_results(summary, tmp, title=_title(config))),
+        "where each pooler looks (its weights over the last map, on test images)": (
+            "attention.png", lambda tmp: plot_maps(config, maps, tmp))},
+        title=_title(config), tables={"summary": summary, "runs": frame})
 
 
 def _title(config: VisionConfig) -> str:
@@ -335,67 +308,16 @@ def plot_maps(config: VisionConfig, maps: dict[str, list], path: str | os.PathLi
 
 
 # -- CLI ----------------------------------------------------------------------------------------------
-def add_vision_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``poolkit bench vision``; unset ones come from the preset."""
-    add_preset_arguments(parser, quick="sklearn's 8x8 digits, 1000 training images, 6 epochs, 1 worker",
-                         full="Fashion-MNIST's whole training set (54,000 + 6,000 validation), 30 epochs, 5 seeds; GPU")
-    parser.add_argument("--poolers", nargs="+", metavar="NAME",
-                        help="poolers separated by commas and/or spaces, NAME+sac for auxiliary classifiers, "
-                             "flex_reg for flex with its L2 penalty and weight dropout; gap is always run (default: "
-                             f"{','.join(DEFAULT_POOLERS)})")
-    parser.add_argument("--sizes", type=int, nargs="+", metavar="N", help="training-set sizes (default: 1000 6000)")
-    parser.add_argument("--widths", type=int, nargs="+", metavar="C",
-                        help="channels per conv stage (default: 32 64 128)")
-    for flag, kind, what in (("--dataset", str, f"one of {', '.join(DATASETS)}"),
-                             ("--root", str, "folder of the Fashion-MNIST IDX files"),
-                             ("--val-size", int, "validation images (epoch selection), held out of the training pool"),
-                             ("--seeds", int, "runs per (pooler, size)"), ("--epochs", int, "epochs per run"),
-                             ("--batch-size", int, "minibatch size"), ("--lr", float, "AdamW peak learning rate"),
-                             ("--weight-decay", float, "AdamW weight decay"),
-                             ("--pad", int, "random-crop padding in pixels (0: no shifts)"),
-                             ("--sac-weight", float, "weight of each auxiliary classifier's loss"),
-                             ("--data-seed", int, "seed of the validation split"),
-                             ("--seed", int, "seed of run 0 (run i uses seed + i)"),
-                             ("--workers", int, "CPU processes running tasks in parallel"),
-                             ("--threads", int, "torch threads per worker"),
-                             ("--device", str, "cpu, cuda, cuda:N or auto (default: cpu; --full: auto)")):
-        parser.add_argument(flag, type=kind, help=what)
-    parser.add_argument("--no-frozen", dest="frozen", action="store_false", default=None,
-                        help="skip the frozen-backbone variant")
-    add_output_arguments(parser, "accuracy.png")
-
-
-_ARG_FIELDS = ("poolers", "sizes", "widths", "dataset", "root", "val_size", "seeds", "epochs", "batch_size", "lr",
-               "weight_decay", "pad", "sac_weight", "data_seed", "seed", "workers", "threads", "device", "frozen")
-
-
-def config_from_args(args: argparse.Namespace) -> VisionConfig:
-    """The preset chosen by --quick / --full (or the default) with the explicitly given options applied."""
-    from poolkit.cli.common import split_names
-
-    changes = {field: getattr(args, field) for field in _ARG_FIELDS if getattr(args, field, None) is not None}
-    if "poolers" in changes:
-        changes["poolers"] = tuple(split_names(changes["poolers"]))
-    for field in ("sizes", "widths"):
-        if field in changes:
-            changes[field] = tuple(changes[field])
-    return dataclasses.replace(PRESETS[getattr(args, "preset", "default")], **changes)
-
-
 def run_vision_command(args: argparse.Namespace) -> int:
     """``poolkit bench vision``: run, print the summary, write --out. Bad input raises PoolkitError."""
-    from rich.table import Table
-
-    config = config_from_args(args)
-    started = time.perf_counter()
+    config = config_from_args(args, PRESETS)
+    clock = Stopwatch()
     frame = run_vision(config, args.out, force=args.force, progress=not args.no_progress)
-    table = Table(title=f"vision benchmark ({config.dataset}, {config.preset}): test accuracy, mean ± std over "
-                        f"{config.seeds} seeds; paired difference to gap")
-    for column in ("variant", "pooler", "size", "accuracy %", "vs gap (points)"):
-        table.add_column(column, justify="right")
-    for row in summarize(frame).itertuples(index=False):
-        diff = "" if row.pooler == BASELINE else (f"{100 * row.diff_mean:+.2f} ± {100 * row.diff_std:.2f}"
-                                                  + (" (noise)" if row.inside_noise else ""))
-        table.add_row(row.variant, row.pooler, str(row.size), f"{100 * row.mean:.2f} ± {100 * row.std:.2f}", diff)
-    print_report(table, started, args.out)
+    print_table(f"vision benchmark ({config.dataset}, {config.preset}): test accuracy, mean ± std over "
+                f"{config.seeds} seeds; paired difference to gap", ["variant", "pooler", "size", "accuracy %",
+                                                                    "vs gap (points)"],
+                [[row.variant, row.pooler, str(row.size), f"{100 * row.mean:.2f} ± {100 * row.std:.2f}",
+                  versus_baseline(row, BASELINE)] for row in summarize(frame).itertuples(index=False)],
+                clock, args.out)
     return 0
+
