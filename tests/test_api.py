@@ -11,7 +11,7 @@ import pytest
 
 from poolkit import PoolkitError
 from poolkit.data.tables import fold_splits, split_rows
-from poolkit.locks import locked_dir
+from poolkit.io import locked_dir
 from poolkit.models import PooledModel
 from poolkit.pooling import build_pooler
 from poolkit.training import api

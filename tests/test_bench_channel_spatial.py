@@ -17,6 +17,7 @@ from poolkit_bench.vision_model import Backbone
 from poolkit.blocks import Block
 from poolkit.cli import main as cli_main
 from poolkit.errors import PoolkitError
+from poolkit.io import MANIFEST
 
 TINY = cs.ChannelSpatialConfig(dataset="digits", sizes=(60,), epochs=(1,), val_size=40, blocks=("none", "cbam"),
                                fine_blocks=("none", "ca_sa", "sa_ca"), fine_classes=(3, 5, 8, 9), fine_size=40,
@@ -101,7 +102,7 @@ def test_a_tiny_run_writes_its_files_and_the_same_seed_gives_the_same_numbers(tm
     # catches a missing output, a csv out of step with the json, a size column missing, nondeterministic runs, and
     # overwriting old results
     frame, speed = cs.run_channel_spatial(TINY, tmp_path, progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(cs.RESULT_FILES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*cs.RESULT_FILES, MANIFEST])
     csv = pd.read_csv(tmp_path / "results.csv")
     meta = json.loads((tmp_path / "results.json").read_text())
     assert len(csv) == len(meta["runs"]) == 2 * (2 + 3) and list(csv.columns) == cs.COLUMNS

@@ -9,6 +9,7 @@ import typing
 
 import pytest
 
+from poolkit.io import MANIFEST
 from poolkit_bench.commands import BENCHMARKS, command, parser_for
 from poolkit_bench.options import (Preset, Presets, _flags, _parts, _value, add_config_arguments, config_from_args,
                                    given_flags, option)
@@ -186,7 +187,7 @@ def test_each_command_runs_prints_and_writes_its_files(name, tmp_path, capsys):
     assert main(["bench", name, *argv]) == 0
     printed = capsys.readouterr().out
     assert f"wrote {out}" in printed and "┃" in printed  # the rich table, then where the files went
-    assert sorted(p.name for p in out.iterdir()) == sorted(module.RESULT_FILES)
+    assert sorted(p.name for p in out.iterdir()) == sorted([*module.RESULT_FILES, MANIFEST])
     meta = json.loads((out / "results.json").read_text())
     assert {"benchmark", "settings", "runtime_seconds", "cpu_seconds", "load_average_start_end",
             "provenance"} <= set(meta)

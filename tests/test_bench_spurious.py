@@ -16,6 +16,7 @@ from poolkit_bench.spurious_data import (CUE_NAMES, GARMENT, LABEL_CLASSES, assi
 from poolkit_bench.vision_data import Images
 from poolkit.cli import main as cli_main
 from poolkit.errors import PoolkitError
+from poolkit.io import MANIFEST
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -220,7 +221,7 @@ def test_a_tiny_run_writes_its_files_repeats_itself_and_refuses_to_overwrite(tmp
     # catches a missing output, a csv out of step with the json, group counts that are not the planned ones,
     # unseeded training (same seed, other numbers) and overwriting old results
     frame, meta = spurious.run_spurious(TINY, tmp_path, progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(spurious.RESULT_FILES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*spurious.RESULT_FILES, MANIFEST])
     csv = pd.read_csv(tmp_path / "results.csv")
     saved = json.loads((tmp_path / "results.json").read_text())
     assert len(csv) == 2 * len(spurious.METHODS) and list(csv["method"][:5]) == list(spurious.METHODS)

@@ -19,6 +19,7 @@ from poolkit_bench.vision_data import augment, load_images, read_idx
 from poolkit_bench.vision_model import Backbone, map_sizes
 from poolkit.cli import main as cli_main
 from poolkit.errors import PoolkitError
+from poolkit.io import MANIFEST
 
 TINY = vision.VisionConfig(dataset="digits", sizes=(60,), val_size=40, poolers=("gap", "flex", "gmp+sac"), seeds=2,
                            epochs=1, batch_size=32, pad=1, workers=1, preset="test")
@@ -179,7 +180,7 @@ def test_summary_pairs_each_seed_with_gap_and_flags_noise():
 def test_a_tiny_run_writes_its_files_and_refuses_to_overwrite(tmp_path):
     # catches a missing output, a csv out of step with the json, curves not per epoch, and overwriting old results
     frame = vision.run_vision(TINY, tmp_path, progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(vision.RESULT_FILES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*vision.RESULT_FILES, MANIFEST])
     csv = pd.read_csv(tmp_path / "results.csv")
     meta = json.loads((tmp_path / "results.json").read_text())
     # 2 seeds x (3 from scratch + gap and flex on the frozen backbone; SAC has no post-hoc form)

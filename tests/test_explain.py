@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,6 +16,7 @@ from poolkit.cli import main
 from poolkit.errors import PoolkitError
 from poolkit.explain import Explainer, Explanation, TextExplanation, deletion_curve, explain
 from poolkit.explain.faithfulness import delete_words
+from poolkit.io import MANIFEST
 from poolkit.pooling import build_pooler
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -218,7 +221,8 @@ def test_cli_explain_writes_one_html_file_and_pictures_and_refuses_to_overwrite(
     assert main(args) == 0
     page = out.read_text()
     assert page.count('id="explain-data"') == 1 and '"target": "neg"' in page and "://" not in page
-    assert sorted(p.name for p in png.iterdir()) == ["text_0001.png", "text_0002.png"]
+    assert sorted(p.name for p in png.iterdir()) == [MANIFEST, "text_0001.png", "text_0002.png"]
+    assert json.loads((png / MANIFEST).read_text())["outputs"] == ["text_0001.png", "text_0002.png"]
     assert main(args) == 2 and "already exists" in capsys.readouterr().err
     assert main([*args, "--force"]) == 0
     assert main(["explain", "--model", run_dir, "--text", "a", "--out", str(tmp_path / "r.txt")]) == 2

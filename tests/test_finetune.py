@@ -23,7 +23,7 @@ from poolkit import PoolkitError
 from poolkit.data import TableData
 from poolkit.models import PooledModel
 from poolkit.io import atomic_write_content, existing_dir, replace_dir, temp_dir
-from poolkit.locks import locked_dir
+from poolkit.io import locked_dir
 from poolkit.training import finetune
 from poolkit.training.finetune import META, TrainConfig, fit, predict
 from poolkit.training.optim import freeze, param_groups
@@ -246,7 +246,7 @@ def test_resumed_regression_run_ends_like_the_uninterrupted_one(regression_refer
 
 
 def test_non_empty_out_dir_needs_force(reference, model_dir, tmp_path):
-    with pytest.raises(PoolkitError, match="not empty: pass --force .* or --resume"):
+    with pytest.raises(PoolkitError, match="already holds .*: pass --force to start over, --resume to continue"):
         fit(toy_config(model_dir), toy_data(), reference[0], progress=False)
     out = tmp_path / "forced"
     (out / "fold_3").mkdir(parents=True)  # a fold of an earlier poolkit run (before manifests)

@@ -22,7 +22,7 @@ from poolkit.data.tables import stratified_sample
 from poolkit.models import PooledModel
 from poolkit.training import finetune
 from poolkit.training.finetune import data_sha1, fit
-from poolkit.training.merging import TaskArithmetic, merge, merged_state, skill
+from poolkit.training.merging import RECORD, TaskArithmetic, merge, merged_state, skill
 from tiny_models import tiny_bert_dir
 
 pytestmark = pytest.mark.usefixtures("accelerate_on_one_cpu_thread")
@@ -141,7 +141,8 @@ def test_runs_of_another_base_are_refused_in_one_line(runs, tmp_path, capsys, ot
 
 
 def test_merge_refuses_bad_requests(runs, model_dir, tmp_path, capsys):
-    # catches a search without the validation data, data that is not the run's, and --force wiping a foreign folder
+    # catches a search without the validation data, data that is not the run's, a folder of the user's taken without
+    # --force, and --force deleting what poolkit did not write
     with pytest.raises(PoolkitError, match="pass --data"):
         merge([runs["good"]], base=model_dir, search="shared")
     with pytest.raises(PoolkitError, match="is not the table"):
@@ -150,10 +151,10 @@ def test_merge_refuses_bad_requests(runs, model_dir, tmp_path, capsys):
         merge([runs["good"], runs["count"]], base=model_dir, alpha=[0.1, 0.2, 0.3])
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep")
-    code = cli_main(["merge", "--base", model_dir, "--runs", str(runs["good"]), "--alpha", "0.5",
-                     "--out", str(tmp_path / "mine"), "--force"])
-    assert code == 2 and "did not write" in capsys.readouterr().err
-    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+    argv = ["merge", "--base", model_dir, "--runs", str(runs["good"]), "--alpha", "0.5", "--out", str(tmp_path / "mine")]
+    assert cli_main(argv) == 2 and "already holds notes.txt: pass --force" in capsys.readouterr().err
+    assert cli_main([*argv, "--force"]) == 0
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep" and (tmp_path / "mine" / RECORD).is_file()
 
 
 def test_train_only_attention_changes_no_weight_outside_the_attention_projections(runs, model_dir):

@@ -264,7 +264,7 @@ def test_bad_config_raises(change, match):
 
 def test_out_must_be_a_directory(tmp_path):
     (tmp_path / "file").write_text("x")
-    with pytest.raises(PoolkitError, match="not a directory"):
+    with pytest.raises(PoolkitError, match="is a file: pass a folder path"):
         snr.run_snr(TINY, tmp_path / "file", progress=False)
 
 

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                             "cache_dir", "finetune_top", "finetune_epochs", "encoder_lr", "cache_dtype",
                             "cache_max_tokens"))
     if board is None:  # a process of several: rank 0 trains and writes the leaderboard
-        from ..training.streaming import process_rank
+        from ..training.processes import process_rank
 
         print("process {} of {}: its share of the encoding is in the feature cache".format(*process_rank()))
         return 0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from .common import add_trust_remote_code_argument, positive
 
@@ -39,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from ..explain import explain
     from ..explain.pictures import picture_names, write_pictures
     from ..explain.report import Report
-    from ..io import prepare_out_dir, refuse_overwrite
-    from ..training.api import read_texts
+    from ..io import RunFolder, refuse_overwrite
+    from ..data.texts import read_texts
 
     if not args.out.endswith((".html", ".htm")):
         raise PoolkitError(f"--out {args.out} must end in .html: the report is one HTML file")
@@ -58,14 +59,17 @@ def run(args: argparse.Namespace) -> int:
                 raise PoolkitError(f"--target-col {args.target_col!r} is not a column of {args.data} (columns: "
                                    f"{', '.join(map(str, frame.columns))})")
             targets = frame[args.target_col].tolist()
-    png = prepare_out_dir(args.png, args.force, picture_names(len(texts)), "--png") if args.png else None
+    pictures = RunFolder(Path(args.png), tuple(picture_names(len(texts))), flag="--png") if args.png else None
+    if pictures is not None:
+        pictures.check(force=args.force)  # before the model is loaded
     explanation = explain(args.model, texts, pooler=args.pooler, targets=targets, batch_size=args.batch_size,
                           max_length=args.max_length, allow_incomplete=args.allow_incomplete,
                           trust_remote_code=args.trust_remote_code)
     title = f"poolkit explain: {explanation.pooler['name']} pooler, {len(texts)} texts"
     Report(title).explanations(explanation).write(out)
     print(f"{len(texts)} texts explained ({explanation.source}) -> {out}")
-    if png is not None:
-        write_pictures(explanation, png)
+    if pictures is not None:
+        with pictures.claim(force=args.force) as png:
+            write_pictures(explanation, png)
         print(f"{len(texts)} pictures -> {png}")
     return 0

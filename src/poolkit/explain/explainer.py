@@ -20,6 +20,8 @@ import numpy as np
 import torch
 
 from ..errors import PoolkitError
+from ..io.runs import TRAIN_META, fold_models
+from ..models.heads import head_scores
 from ..pooling import Pooler, build_pooler, pooler_spec
 
 MERGE_NOTE = ("sub-word pieces merged into words by summing their weights (the tokenizer's word_ids); special "
@@ -145,8 +147,6 @@ class _Member:
     def forward(self, batch: dict[str, torch.Tensor], start: int) -> tuple[np.ndarray | None, Any]:
         """The texts ``start``, ... tokenized as ``batch`` -> head outputs as probabilities / values (B, C) or None,
         and the pooler's weights."""
-        from ..training.finetune import head_scores
-
         if self.model is not None:
             device = next(self.model.parameters()).device
             output = self.model(**{k: v.to(device) for k, v in batch.items()}, return_weights=self.weights_asked)
@@ -169,8 +169,6 @@ class _CachedMember(_Member):
     outputs: Callable[[np.ndarray], np.ndarray] | None = None
 
     def forward(self, batch: dict[str, torch.Tensor], start: int) -> tuple[np.ndarray | None, Any]:
-        from ..training.finetune import head_scores
-
         states, mask = self.states(np.arange(start, start + len(batch["attention_mask"])))
         if mask.shape != batch["attention_mask"].shape or not torch.equal(mask, batch["attention_mask"].bool()):
             raise PoolkitError("the cached hidden states hold other tokens than the tokenizer gives these texts: "
@@ -318,7 +316,6 @@ def explain(model: Any, texts: Sequence[str], *, pooler: str | dict[str, Any] | 
 def _load(model, pooler, tokenizer, max_length, allow_incomplete, trust_remote_code) -> tuple[list[_Member], str]:
     from ..models import PooledModel
     from ..models.encoders import check_max_length, hf_bars_off, load_encoder, load_tokenizer, model_label
-    from ..training import finetune
 
     if isinstance(model, PooledModel):
         if pooler is not None:
@@ -349,12 +346,12 @@ def _load(model, pooler, tokenizer, max_length, allow_incomplete, trust_remote_c
     if not isinstance(model, (str, Path)):
         raise PoolkitError(f"cannot explain a {type(model).__name__}: pass a poolkit train folder, a fold_K folder, "
                            "a PooledModel, or an encoder together with pooler=")
-    folds = finetune.model_folds(model, allow_incomplete)
+    folds = fold_models(model, allow_incomplete)
     members = []
     for fold in folds:
         with hf_bars_off():
             loaded = PooledModel.from_pretrained(fold, trust_remote_code=trust_remote_code).to(_device()).eval()
-        meta = json.loads((fold / finetune.META).read_text())
+        meta = json.loads((fold / TRAIN_META).read_text())
         members.append(_Member(load_tokenizer(str(fold), trust_remote_code), loaded.pooler,
                                check_max_length(max_length, loaded.config.encoder) or meta["config"]["max_length"],
                                model=loaded, task=meta["task"], label_names=meta["label_names"],

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from ..errors import PoolkitError
+from ..io import fold_models
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 PRECISIONS = ("auto", "no", "bf16", "fp16")
@@ -170,3 +171,15 @@ def _not_found(path: str, err: Exception) -> str:
     hint = " (hub downloads are off: HF_HUB_OFFLINE=1)" if offline else ""
     return (f"unknown model {path!r}: not a local folder and not loadable from the hub{hint}; pass a folder "
             "with config.json and weights, or leave --model out to use the packaged all-MiniLM-L6-v2")
+
+
+def embedding_model(model: str | Path | None) -> str | None:
+    """The model ``embed`` loads: ``model`` itself, or the one fold model of a ``poolkit train`` run folder (a run
+    of several folds is refused, naming one to pick)."""
+    if model is not None and Path(model).is_dir() and not (Path(model) / "config.json").is_file():
+        folds = fold_models(model)
+        if len(folds) > 1:
+            raise PoolkitError(f"{model} holds {len(folds)} fold models: embed with one of them "
+                               f"(e.g. --model {folds[0]})")
+        return str(folds[0])
+    return model if model is None else str(model)

@@ -95,6 +95,9 @@ class Pooler(nn.Module):
         x, mask = self._check_input(hidden_states, attention_mask)
         reference = x[0] if isinstance(x, list) else x
         if quadrature_weights is not None:  # zero weights become padding
+            if not type(self).quadrature:
+                raise PoolkitError(f"{self.name} does not take quadrature_weights; the poolers that do: "
+                                   f"{', '.join(quadrature_poolers())}")
             quadrature_weights, mask = quadrature.checked_weights(self, quadrature_weights, mask)
         if self.on_empty == "raise" and not bool(mask.any(dim=1).all()):
             rows = (~mask.any(dim=1)).nonzero().flatten().tolist()
@@ -497,6 +500,11 @@ def build_pooler(spec: str | dict[str, Any] | Pooler, hidden_size: int | None = 
     if size is None:
         raise PoolkitError(f"pooler {spec['name']!r}: hidden_size is needed (the encoder's hidden size)")
     return get_pooler(spec["name"], size, **options)
+
+
+def quadrature_poolers() -> list[str]:
+    """Registered poolers that take ``quadrature_weights`` (see :mod:`.quadrature`)."""
+    return [name for name, cls in _REGISTRY.items() if cls.quadrature]
 
 
 def list_poolers(kind: str | None = None) -> list[str]:

@@ -52,19 +52,10 @@ def trapezoid_weights(positions: Tensor, mask: Tensor | None = None) -> Tensor:
     return torch.zeros_like(positions).scatter(1, order, in_order)
 
 
-def quadrature_poolers() -> list[str]:
-    """Registered poolers that take ``quadrature_weights``."""
-    from .base import list_poolers, pooler_class  # base imports this module
-
-    return [name for name in list_poolers() if pooler_class(name).quadrature]
-
-
 def checked_weights(pooler: Any, weights: Any, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Quadrature weights (B, T) checked against ``mask`` (B, T), in their compute dtype, and the mask with every
-    zero-weight position made padding (so no log 0 is taken). Image maps may give them as (B, H, W)."""
-    if not type(pooler).quadrature:
-        raise PoolkitError(f"{pooler.name} does not take quadrature_weights; the poolers that do: "
-                           f"{', '.join(quadrature_poolers())}")
+    """Quadrature weights (B, T) for ``pooler`` (one that takes them) checked against ``mask`` (B, T), in their
+    compute dtype, and the mask with every zero-weight position made padding (so no log 0 is taken). Image maps may
+    give them as (B, H, W)."""
     if not isinstance(weights, Tensor) or not weights.is_floating_point():
         raise PoolkitError(f"{pooler.name}: quadrature_weights must be a floating tensor (B, T), got "
                            f"{weights.dtype if isinstance(weights, Tensor) else type(weights).__name__}")

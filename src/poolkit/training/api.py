@@ -8,7 +8,6 @@ a pooler is a name or a spec ``{"name": ..., **options}`` (``poolkit.pooling.poo
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -21,9 +20,11 @@ import numpy as np
 import pandas as pd
 
 from ..data import TableData, decode_labels, fold_splits, load_data, stratified_sample
+from ..data.texts import read_texts
 from ..errors import PoolkitError, suggest
-from ..io import prepare_out_dir
-from ..locks import locked_dir
+from ..io import RunFolder
+from ..io.runs import check_writable
+from ..models.encoders import embedding_model
 from ..pooling import build_pooler, list_poolers, pooler_spec
 from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row, mean_std
 
@@ -111,7 +112,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     from .metrics import primary_metric
     from .probing import ProbeConfig, compare_poolers
 
-    from .streaming import process_rank
+    from .processes import process_rank
 
     specs = resolve_poolers(poolers)  # bad names fail before the data is read
     _check_rates(pooler_lr=pooler_lr, encoder_lr=encoder_lr)
@@ -122,7 +123,7 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
     progress = progress and rank == 0
     out = out if rank == 0 else None  # the other processes only encode their share
     if out is not None:
-        _check_writable(out)
+        compare_folder(out).check(force=force)
     max_length = _fit_to_encoder(model, max_length, 256, trust_remote_code, specs)
     quick = data is None
     folds = folds or (QUICK_DEFAULTS["folds"] if quick else 5)
@@ -132,10 +133,8 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
                          seed=seed)
     fold_splits(table, config.folds, config.val_fraction, config.seed)  # too few rows per class: before encoding
     with ExitStack() as held:
-        if out is not None:  # one run per folder: locked for the whole run, its outputs checked under the lock
-            Path(out).mkdir(parents=True, exist_ok=True)  # _check_writable refused a file there already
-            held.enter_context(locked_dir(out))
-            out = prepare_out_dir(out, force, OUTPUTS)
+        if out is not None:  # one run per folder: locked for the whole run
+            out = held.enter_context(compare_folder(out).claim(force=force))
         metric = primary_metric(table.task, table.n_outputs)
 
         def say(text: str) -> None:
@@ -204,6 +203,11 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
         return board
 
 
+def compare_folder(out: str | Path) -> RunFolder:
+    """compare's output folder: the leaderboard files, report.html, and finetuned/ (the fine-tuned runs)."""
+    return RunFolder(Path(out), (*OUTPUTS, "finetuned"))
+
+
 def explain_best(results: Sequence[Any], features: Any, table: TableData, model: str | None, max_length: int,
                  trust_remote_code: bool = False, seed: int = 0) -> Any:
     """The best pooler with learned weights (``results`` ranked best first) explaining, with its fold-0 model, a
@@ -254,18 +258,6 @@ def _check_rates(**rates: float) -> None:
             raise PoolkitError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value!r}")
 
 
-def _check_writable(out: str | Path) -> None:
-    """Refuse an ``out`` that cannot be created or written, before any work."""
-    out = Path(out).absolute()
-    base = next(p for p in (out, *out.parents) if p.exists())
-    if base == out and not out.is_dir():
-        raise PoolkitError(f"--out {out} exists and is not a directory: choose another --out")
-    if not base.is_dir():
-        raise PoolkitError(f"--out {out} cannot be created: {base} is a file; choose another --out")
-    if not os.access(base, os.W_OK | os.X_OK):
-        raise PoolkitError(f"--out {out} cannot be written: no write permission in {base}; choose another --out")
-
-
 def _fit_to_encoder(model: str | None, max_length: int | None, default: int, trust_remote_code: bool,
                     specs: Sequence[str | dict[str, Any]]) -> int:
     """What the encoder's config settles before any work: every pooler spec's option values (each built once for
@@ -311,36 +303,13 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
     from ..models.encoders import remote_code
     from . import finetune
 
-    _check_writable(out)
+    check_writable(Path(out))
     settings["max_length"] = _fit_to_encoder(model, settings.get("max_length"), finetune.TrainConfig.max_length,
                                              trust_remote_code, [pooler])
     config = train_config(pooler, model, **settings)  # fails before the data is read
     table = load(data, text_col, target_col, task, limit, config.seed, say_task=progress)
     with remote_code(trust_remote_code):
         return finetune.fit(config, table, out, resume=resume, force=force, progress=progress)
-
-
-def read_texts(data: str | Path | Sequence[str], text_col: str = "text") -> tuple[pd.DataFrame, list[str]]:
-    """The input table and its texts (missing values as ""): a file with a ``text_col`` column, ``builtin:NAME``
-    (its texts and targets) or a list of texts (a one-column table)."""
-    from ..data.tables import frame_texts, read_frame
-
-    if not isinstance(data, (str, Path)):
-        texts = [str(t) for t in data]
-        return pd.DataFrame({text_col: texts}), texts
-    if str(data).startswith("builtin:"):
-        from ..data.builtin import load_builtin
-
-        table = load_builtin(str(data))
-        frame = pd.DataFrame({table.text_col: table.texts})
-        if table.task == "classification":
-            frame[table.target_cols[0]] = [table.label_names[i] for i in table.targets]
-        elif table.task == "regression":
-            for j, col in enumerate(table.target_cols):
-                frame[col] = table.targets[:, j]
-        return frame, list(table.texts)
-    frame = read_frame(Path(data))
-    return frame, frame_texts(frame, text_col, data)
 
 
 def predict(model: str | Path, data: str | Path | Sequence[str], *, text_col: str = "text", batch_size: int = 64,
@@ -391,15 +360,3 @@ def embed(data: str | Path | Sequence[str], *, model: str | None = None, pooler:
     return frame, vectors, encoder.pooler.get_config()
 
 
-def embedding_model(model: str | Path | None) -> str | None:
-    """The model ``embed`` loads: ``model`` itself, or the one fold model of a ``poolkit train`` run folder (a run
-    of several folds is refused, naming one to pick)."""
-    from . import finetune
-
-    if model is not None and Path(model).is_dir() and not (Path(model) / "config.json").is_file():
-        folds = finetune.model_folds(model)
-        if len(folds) > 1:
-            raise PoolkitError(f"{model} holds {len(folds)} fold models: embed with one of them "
-                               f"(e.g. --model {folds[0]})")
-        return str(folds[0])
-    return model if model is None else str(model)

@@ -302,7 +302,7 @@ def _cached(texts: list[str], model_path: str, max_length: int, batch_size: int,
             ) -> FeatureCache | None:
     """The cache for ``plan``: reused, or encoded (see :func:`encode_features`); with several processes, each
     encodes its share (see the module docstring)."""
-    from .streaming import launch_id, process_device, process_rank, read_json, wait_for
+    from .processes import launch_id, process_device, process_rank, read_json, wait_for
 
     rank, world = process_rank()
     if world > 1 and not cache:

@@ -35,7 +35,8 @@ Output folder::
     train.log           epochs, evaluations and metrics (appended as training goes)
     .poolkit_outputs.json  the names above that this run writes: ``--force`` removes these, never other files
 
-The main process locks the folder for the whole run (:mod:`poolkit.locks`): a second run into it is refused.
+The output folder is a :class:`poolkit.io.RunFolder`: the main process locks it for the whole run (a second run
+into it is refused), and ``--force`` removes only what earlier train runs wrote there.
 
 Files are written atomically (:mod:`poolkit.io`), only by the main process. ``--resume``
 restores the state of the last finished epoch (evaluations after it are redone) and needs the same settings,
@@ -76,28 +77,26 @@ from ..data.tables import split_rows
 from ..data.batching import PADDINGS, sorted_token_batches
 from ..errors import PoolkitError
 from ..models import PooledModel
+from ..models.heads import head_scores
 from ..models.encoders import (AUTOCAST, PRECISIONS, check_max_length, hf_bars_off, load_tokenizer, resolve_model,
                                resolve_precision)
 from ..pooling import pooler_spec
-from ..io import atomic_write_content, existing_dir, replace_dir, temp_dir
-from ..locks import locked_dir
+from ..io import RunFolder, atomic_write_content, existing_dir, replace_dir, temp_dir
+from ..io.runs import FOLD_DIR, TRAIN_META, fold_models
 from ..provenance import run_provenance
 from .leaderboard import leaderboard_row
-from .metrics import compute_metrics, primary_metric, sigmoid, softmax
+from .metrics import compute_metrics, primary_metric
 from .optim import TRAIN_ONLY, freeze, param_groups
 from .probing import _Targets
 
 SCHEDULERS = ("linear", "cosine")
-META = "poolkit_train.json"
+META = TRAIN_META
 TEST_OUTPUTS = "test_outputs.npz"
 RESULTS = ("oof.csv", "metrics.json", "train.log")
-#: the names a run writes in its output folder: ``--force`` removes these and nothing else
-MANIFEST = ".poolkit_outputs.json"
 FOLD_KEYS = ("fold", "metrics", "best_epoch", "best_step", "epochs_run", "stopped_early", "fit_rows", "val_rows",
              "test_rows", "seconds", "history")
 #: 2: checkpoints chosen on an inner split of each fold's training rows (1, unrecorded: on the scored rows)
 CV_PROTOCOL = 2
-_FOLD_DIR = re.compile(r"fold_(\d+)")
 
 logger = get_logger(__name__)
 
@@ -184,11 +183,6 @@ class Progress:
     stopped: bool = False
     seconds: float = 0.0
     history: list[dict[str, float]] = field(default_factory=list)
-
-
-def head_scores(task: str, outputs: np.ndarray) -> np.ndarray:
-    """Raw head outputs (N, C) -> class probabilities (classification), label probabilities (multilabel) or values."""
-    return {"classification": softmax, "multilabel": sigmoid}.get(task, np.asarray)(outputs)
 
 
 def weights_digest(module: torch.nn.Module) -> str:
@@ -295,48 +289,31 @@ def _check_same(saved: dict[str, Any], current: dict[str, Any], where: Path) -> 
                            "resume with the same options, or --force to start over")
 
 
-def _written(out: Path) -> list[Path]:
-    """What an earlier run wrote in ``out``: the entries its manifest lists, or (a run without one) the fold
-    folders holding poolkit_train.json, fold_K.partial folders and the result files. Nothing else is touched."""
-    manifest = out / MANIFEST
-    if manifest.is_file():  # only names a run writes: a damaged or planted manifest cannot reach outside ``out``
-        names = [n for n in json.loads(manifest.read_text()).get("outputs", [])
-                 if isinstance(n, str) and (n in RESULTS or re.fullmatch(r"fold_\d+(\.partial)?", n))]
-    else:
-        names = [p.name for p in out.glob("fold_*") if (_FOLD_DIR.fullmatch(p.name) and (p / META).is_file())
-                 or re.fullmatch(r"fold_\d+\.partial", p.name)] + list(RESULTS)
-    temps = [t for name in [*names, MANIFEST] for t in out.glob(f".{glob.escape(name)}.*.tmp")]
-    return [out / name for name in names] + temps + [manifest]
+def _run_folder(out: Path, outputs: list[str]) -> RunFolder:
+    """A train run's output folder: to itself (exclusive), resumable; an earlier train run's fold folders (with
+    their poolkit_train.json), fold_K.partial folders and result files are of its kind."""
+    return RunFolder(out, tuple(glob.escape(name) for name in outputs), exclusive=True, resumable=True,
+                     owns=lambda entry: entry.name in RESULTS or re.fullmatch(r"fold_\d+\.partial", entry.name)
+                     is not None or (FOLD_DIR.fullmatch(entry.name) is not None and (entry / META).is_file()))
 
 
 @contextmanager
 def _claim_out_dir(out: Path, resume: bool, force: bool, state: PartialState, outputs: list[str]):
-    """Refuse a non-empty folder unless resuming or forced; the main process locks ``out`` for the run, --force
-    removes only what an earlier poolkit run wrote there, and a manifest lists what this run writes."""
-    if resume and force:
-        raise PoolkitError("pass either --resume (continue the run) or --force (start over), not both")
-    if out.exists() and not out.is_dir():
-        raise PoolkitError(f"output folder {out} is a file: pass a folder path")
-    if out.is_dir() and any(out.iterdir()) and not (resume or force):
-        raise PoolkitError(f"output folder {out} is not empty: pass --force to overwrite it, "
-                           "or --resume to continue the run in it")
+    """The run folder (:class:`poolkit.io.RunFolder`) checked on every process, then claimed by the main one for
+    the run; every process learns the main one's outcome, so none is left waiting at a barrier."""
+    folder = _run_folder(out, outputs)
+    folder.check(force=force, resume=resume)
     state.wait_for_everyone()  # every process has looked before the main one clears
     with ExitStack() as held:
         error = None
         if state.is_main_process:
             try:
-                out.mkdir(parents=True, exist_ok=True)
-                held.enter_context(locked_dir(out))
-                if force:
-                    for path in _written(out):
-                        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-                if not (out / MANIFEST).is_file():
-                    atomic_write_content(out / MANIFEST, json.dumps({"outputs": outputs}) + "\n")
+                held.enter_context(folder.claim(force=force, resume=resume))
             except PoolkitError as err:
                 error = str(err)
             except OSError as err:
                 error = f"could not prepare output folder {out}: {err}"
-        if state.num_processes > 1:  # every rank learns the main one's outcome: none is left at a barrier
+        if state.num_processes > 1:
             error = broadcast_object_list([error])[0]
         if error is not None:
             raise PoolkitError(error)
@@ -707,27 +684,6 @@ class _Fold:
         return meta
 
 
-def model_folds(model: str | Path, allow_incomplete: bool = False) -> list[Path]:
-    """The fold models of a ``poolkit train`` folder (``RUN`` -> its fold_K folders in order; ``RUN/fold_K`` -> itself).
-    An unfinished run (a fold_K.partial folder, or no metrics.json) is refused unless ``allow_incomplete``."""
-    model = Path(model)
-    if (model / META).is_file():
-        return [model]
-    folds = sorted((p for p in model.glob("fold_*") if _FOLD_DIR.fullmatch(p.name) and (p / META).is_file()),
-                   key=lambda p: int(_FOLD_DIR.fullmatch(p.name).group(1)))
-    if not folds:
-        raise PoolkitError(f"no trained model in {model}: expected fold_*/ folders written by poolkit train "
-                           "(pass its --out folder or one fold_K folder)")
-    partial = sorted(p.name for p in model.glob("fold_*.partial"))
-    if not allow_incomplete and (partial or not (model / "metrics.json").is_file()):
-        planned = json.loads((folds[0] / META).read_text()).get("n_folds", "?")
-        why = f"{partial[0]} unfinished" if partial else "no metrics.json"
-        raise PoolkitError(f"{model} is an unfinished run ({len(folds)} of {planned} folds trained, {why}): "
-                           "finish it with poolkit train --resume, pass one fold_K folder, or --allow-incomplete "
-                           "to use the finished folds")
-    return folds
-
-
 def model_outputs(model: PooledModel, tokenizer, texts: list[str], max_length: int, batch_size: int = 64,
                   desc: str = "", progress: bool = False) -> np.ndarray:
     """A model's raw head outputs float32 (N, C) for ``texts``, in their order: on accelerate's device, in eval mode,
@@ -749,7 +705,7 @@ def predict(model_dir: str | Path, texts: list[str], batch_size: int = 64, max_l
     label probabilities, or regression values; plus info {task, label_names, target_cols, n_models}. Rows keep the
     order of ``texts``. Batched as ``TextEncoder.encode`` is (tokenised once, length-sorted, padded per batch).
     ``allow_incomplete``: average the finished folds of an unfinished run (else refused)."""
-    folds = model_folds(model_dir, allow_incomplete)
+    folds = fold_models(model_dir, allow_incomplete)
     if not texts:
         raise PoolkitError("nothing to predict: no texts given")
     total = 0.0

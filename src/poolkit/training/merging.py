@@ -25,6 +25,7 @@ Output folder, built under a temporary name and renamed into place::
 
 from __future__ import annotations
 
+import glob
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,10 +38,10 @@ import torch
 from ..data import TableData
 from ..data.tables import stratified_sample
 from ..errors import PoolkitError
-from ..io import atomic_write_json, replace_dir, temp_dir
+from ..io import RunFolder, atomic_write_json, fold_models, publish, temp_dir
 from ..models import PooledModel
 from ..models.encoders import hf_bars_off, load_encoder, load_tokenizer, resolve_model
-from .finetune import META, TEST_OUTPUTS, data_sha1, model_folds, model_outputs, weights_digest
+from .finetune import META, TEST_OUTPUTS, data_sha1, model_outputs, weights_digest
 from .metrics import compute_metrics
 
 #: alphas tried by a search (Ilharco et al. search 0.05 ... 1 in steps of 0.05 on held-out validation data)
@@ -163,7 +164,7 @@ class TaskArithmetic:
         self.base_sha1 = weights_digest(self.encoder)
         self.tasks = []
         for i, (name, run) in enumerate(zip(names, runs)):
-            fold_dirs = model_folds(run)
+            fold_dirs = fold_models(run)
             task = _Task(name, run, fold_dirs, [json.loads((f / META).read_text()) for f in fold_dirs])
             for fold, meta in zip(fold_dirs, task.metas):
                 with hf_bars_off():
@@ -281,7 +282,7 @@ class TaskArithmetic:
 
     def save(self, out: Path, alphas: Sequence[float], record: dict[str, Any]) -> None:
         """Every task's merged fold models, their validation metrics and ``merge.json`` into ``out`` (built in a
-        temporary folder, renamed into place)."""
+        temporary folder beside it, each entry then moved into place)."""
         tmp = temp_dir(out)
         val = self.outputs(alphas, "val") if all(t.data is not None for t in self.tasks) else None
         for k in range(self.n_folds):
@@ -307,7 +308,7 @@ class TaskArithmetic:
             atomic_write_json(tmp / task.name / "metrics.json",
                               {"task": task.task, "merged": True, "n_folds": len(task.folds), "val_metrics": folds})
         atomic_write_json(tmp / RECORD, record)
-        replace_dir(tmp, out)
+        publish(tmp, out)
 
     def _metrics(self, t: int, k: int, outputs: np.ndarray) -> dict[str, float]:
         """Validation metrics and skill of task ``t``'s fold ``k`` outputs."""
@@ -317,17 +318,17 @@ class TaskArithmetic:
                 "skill": task.score(k, outputs, "val")}
 
 
-def _claim(out: Path, force: bool) -> None:
-    """Refuse an existing ``out`` unless ``force``; even then only a folder an earlier merge wrote."""
-    if out.exists() and not out.is_dir():
-        raise PoolkitError(f"--out {out} is a file: pass a folder path")
-    if out.is_dir() and any(out.iterdir()):
-        if not force:
-            raise PoolkitError(f"--out {out} is not empty: pass --force to overwrite it, or choose another --out")
-        if not (out / RECORD).is_file():
-            raise PoolkitError(f"--out {out} holds files poolkit merge did not write (no {RECORD}): --force replaces "
-                               "only an earlier merge's folder; choose another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
+def _run_folder(out: Path, names: Sequence[str]) -> RunFolder:
+    """A merge's output folder: to itself (exclusive), holding a folder per task and merge.json; an earlier merge's
+    task folders (their metrics.json says merged) are of its kind."""
+    return RunFolder(out, (*(glob.escape(name) for name in names), RECORD), exclusive=True, owns=_merged_task)
+
+
+def _merged_task(entry: Path) -> bool:
+    try:
+        return entry.is_dir() and json.loads((entry / "metrics.json").read_text()).get("merged") is True
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def merge(runs: Sequence[str | Path], out: str | Path | None = None, *, base: str | None = None,
@@ -349,7 +350,7 @@ def merge(runs: Sequence[str | Path], out: str | Path | None = None, *, base: st
                            "each run was trained on, in the order of --runs")
     if out is not None:
         out = Path(out)
-        _claim(out, force)
+        RunFolder(out, (), exclusive=True).check(force=force)  # before any model is read
     merger = TaskArithmetic(base, runs, data, names, folds, batch_size, progress)
     if search is not None:
         alphas, tried = merger.search(grid, per_task=search == "per-task")
@@ -367,5 +368,6 @@ def merge(runs: Sequence[str | Path], out: str | Path | None = None, *, base: st
     elif tried:
         record["val_skill"] = next(dict(zip(names, r["skills"])) for r in tried if r["alphas"] == alphas)
     if out is not None:
-        merger.save(out, alphas, record)
+        with _run_folder(out, [t.name for t in merger.tasks]).claim(force=force):
+            merger.save(out, alphas, record)
     return record

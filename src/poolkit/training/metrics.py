@@ -12,6 +12,8 @@ import numpy as np
 from scipy import stats
 from sklearn import metrics as sk
 
+from ..models.heads import sigmoid, softmax
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -32,16 +34,6 @@ def primary_metric(task: str, n_targets: int = 1) -> Metric:
     if task == "regression" and n_targets > 1:
         return Metric("mcrmse", False)
     return PRIMARY[task]
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=1, keepdims=True)
-
-
-def sigmoid(logits: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-logits))
 
 
 def regression_metrics(pred: np.ndarray, target: np.ndarray) -> dict[str, float]:

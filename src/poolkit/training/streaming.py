@@ -24,10 +24,8 @@ import gzip
 import hashlib
 import itertools
 import json
-import os
-import shutil
-import time
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +33,15 @@ import numpy as np
 import pandas as pd
 
 from ..errors import PoolkitError
-from ..io import atomic_write, atomic_write_json, file_digest, refuse_overwrite
+from ..io import MANIFEST, RunFolder, atomic_write, atomic_write_json, file_digest, refuse_overwrite
+from .processes import launch_id, process_device, process_rank, read_json, wait_for
 
 #: Rows per window: memory holds one window's texts, tokens and vectors; each is length-sorted on its own.
 WINDOW = 8192
 FORMAT_VERSION = 1
 PARTIAL_SUFFIX = ".partial"
-MANIFEST = "manifest.json"
+#: what a partial folder holds: each window's vectors and record, each process's done-mark
+PARTIAL_FILES = ("window-*.npy", "window-*.json", "rank-*.done")
 #: glibc's mallopt parameter (malloc.h) and the block size from which :func:`return_freed_memory` maps blocks.
 M_MMAP_THRESHOLD, MMAP_FROM = -3, 1 << 20
 
@@ -49,23 +49,6 @@ M_MMAP_THRESHOLD, MMAP_FROM = -3, 1 << 20
 def partial_dir(out: Path) -> Path:
     """Where a run on ``out`` keeps its finished windows and manifest until the output is complete."""
     return out.with_name(out.name + PARTIAL_SUFFIX)
-
-
-def process_rank() -> tuple[int, int]:
-    """(rank, world size) from the launcher's environment (torchrun and accelerate launch set both); (0, 1) alone."""
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-
-
-def process_device(world: int) -> str | None:
-    """This process's device among several (``cuda:LOCAL_RANK``, or the CPU when there is no CUDA or accelerate
-    was told ``--cpu``); alone: None (the encoder's own choice)."""
-    import torch
-
-    if world == 1:
-        return None
-    if torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("1", "true", "yes"):
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"  # more processes: shared
-    return "cpu"
 
 
 def return_freed_memory() -> None:
@@ -85,7 +68,7 @@ def input_windows(data: str | Path | Sequence[str], text_col: str, window: int
     """(frame, texts) per window of ``window`` rows, in input order: a file read in chunks; ``builtin:NAME`` or a
     list of texts (already in memory) cut into windows."""
     from ..data.tables import frame_texts, read_frame_windows
-    from .api import read_texts
+    from ..data.texts import read_texts
 
     if isinstance(data, (str, Path)) and not str(data).startswith("builtin:"):
         frames = read_frame_windows(Path(data), window)
@@ -121,7 +104,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     from ..io import table_format
     from ..models.encoders import resolve_model
     from ..models.text_encoder import TextEncoder
-    from .api import embedding_model
+    from ..models.encoders import embedding_model
     from .features import model_fingerprint
 
     out = Path(out)
@@ -143,87 +126,63 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     windows_in = input_windows(data, text_col, window)
     first = next(windows_in)  # a bad input (no such column, unreadable file) fails before anything is written
     partial = partial_dir(out)
-    if rank == 0:
-        _open_partial(partial, settings, force)
-    else:
-        wait_for(lambda: read_json(partial / MANIFEST) == json.loads(json.dumps(settings)), f"{partial / MANIFEST}")
-    reused = windows = 0
-    from tqdm.auto import tqdm
+    with ExitStack() as held:  # rank 0 holds the partial folder for the run
+        if rank == 0:
+            held.enter_context(_claim_partial(partial, settings, force))
+        else:
+            wait_for(lambda: (read_json(partial / MANIFEST) or {}).get("settings") == json.loads(json.dumps(settings)),
+                     f"{partial / MANIFEST}")
+        reused = windows = 0
+        from tqdm.auto import tqdm
 
-    try:
-        with tqdm(desc="embedding", unit="text", disable=not progress or rank != 0) as bar:
-            for index, (_, texts) in enumerate(itertools.chain([first], windows_in)):
-                windows += 1
-                if index % world != rank:
-                    continue
-                if _finished_window(partial, index, len(texts)):
-                    reused += 1
-                else:
-                    vectors = encoder.encode(texts, batch_size=batch_size).numpy()
-                    check_finite(vectors, index * window, allow_nonfinite)
-                    _save_window(partial, index, vectors)
-                bar.update(len(texts) * world)
-    except BaseException:
-        if rank == 0 and not any(partial.glob("window-*.json")):  # nothing worth resuming
-            shutil.rmtree(partial, ignore_errors=True)
-        raise
-    summary = {"rows": None, "dim": encoder.dim, "pooler": spec, "windows": windows, "reused": reused,
-               "rank": rank, "world": world}
-    if rank != 0:  # done: its windows' records are written
-        atomic_write_json(partial / f"rank-{rank}.done", {"launch": launch_id(), "windows": windows})
-        return summary
-    wait_for(lambda: all(read_json(partial / f"rank-{r}.done") == {"launch": launch_id(), "windows": windows}
-                          for r in range(1, world)), f"the other processes' windows in {partial}")
-    records = [json.loads((partial / f"window-{i:06d}.json").read_text()) for i in range(windows)]
-    rows = sum(record["rows"] for record in records)
-    parts = (_load_window(partial, i, records[i]) for i in range(windows))
-    if kind == ".npy":
-        atomic_write(out, lambda tmp: _write_npy(tmp, parts, rows, encoder.dim))
-    else:
-        frames = (frame for frame, _ in input_windows(data, text_col, window))
-        atomic_write(out, lambda tmp: _write_table(tmp, kind, compression, zip(frames, parts)))
-    shutil.rmtree(partial, ignore_errors=True)
-    return {**summary, "rows": rows}
-
-
-def launch_id() -> str:
-    """What the processes of one launch share and those of an earlier launch do not: torchrun's run id and the
-    launcher's process id (so a resumed run never takes an interrupted run's done-marks for its own)."""
-    return f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}:{os.getppid()}"
+        try:
+            with tqdm(desc="embedding", unit="text", disable=not progress or rank != 0) as bar:
+                for index, (_, texts) in enumerate(itertools.chain([first], windows_in)):
+                    windows += 1
+                    if index % world != rank:
+                        continue
+                    if _finished_window(partial, index, len(texts)):
+                        reused += 1
+                    else:
+                        vectors = encoder.encode(texts, batch_size=batch_size).numpy()
+                        check_finite(vectors, index * window, allow_nonfinite)
+                        _save_window(partial, index, vectors)
+                    bar.update(len(texts) * world)
+        except BaseException:
+            if rank == 0 and not any(partial.glob("window-*.json")):  # nothing worth resuming
+                _partial_folder(partial).clear()
+            raise
+        summary = {"rows": None, "dim": encoder.dim, "pooler": spec, "windows": windows, "reused": reused,
+                   "rank": rank, "world": world}
+        if rank != 0:  # done: its windows' records are written
+            atomic_write_json(partial / f"rank-{rank}.done", {"launch": launch_id(), "windows": windows})
+            return summary
+        wait_for(lambda: all(read_json(partial / f"rank-{r}.done") == {"launch": launch_id(), "windows": windows}
+                              for r in range(1, world)), f"the other processes' windows in {partial}")
+        records = [json.loads((partial / f"window-{i:06d}.json").read_text()) for i in range(windows)]
+        rows = sum(record["rows"] for record in records)
+        parts = (_load_window(partial, i, records[i]) for i in range(windows))
+        if kind == ".npy":
+            atomic_write(out, lambda tmp: _write_npy(tmp, parts, rows, encoder.dim))
+        else:
+            frames = (frame for frame, _ in input_windows(data, text_col, window))
+            atomic_write(out, lambda tmp: _write_table(tmp, kind, compression, zip(frames, parts)))
+        _partial_folder(partial).clear()
+        return {**summary, "rows": rows}
 
 
-def read_json(path: Path) -> dict | None:
-    """A JSON file's content (the manifest, a process's done-mark, rank 0's word), None when absent or not (yet)
-    whole."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+def _partial_folder(partial: Path) -> RunFolder:
+    """A partial folder as a run folder; ``manifest.json``: the settings record of poolkit 0.2's partial folders."""
+    return RunFolder(partial, PARTIAL_FILES, exclusive=True, owns=lambda entry: entry.name == "manifest.json")
 
 
-def _open_partial(partial: Path, settings: dict[str, Any], force: bool) -> None:
-    """Keep a partial folder written with ``settings`` (resume), else refuse it (``force``: start over)."""
-    found = read_json(partial / MANIFEST)
-    settings = json.loads(json.dumps(settings))  # as read back: tuples become lists
-    if partial.exists() and found != settings:
-        if not force:
-            changed = sorted(k for k in settings if (found or {}).get(k) != settings[k]) if found else ["manifest"]
-            raise PoolkitError(f"{partial} holds an interrupted embed with other settings ({', '.join(changed)} "
-                               "differ): rerun with the same settings to resume it, or pass --force to start over")
-        shutil.rmtree(partial)
-    partial.mkdir(exist_ok=True)
-    if found != settings:
-        atomic_write_json(partial / MANIFEST, settings)
-
-
-def wait_for(ready, what: str, poll: float = 0.2) -> None:
-    """Poll until ``ready()``; a failed process makes the launcher stop this one, so there is no deadline."""
-    start = note = time.monotonic()
-    while not ready():
-        time.sleep(poll)
-        if time.monotonic() - note > 600:
-            note = time.monotonic()
-            print(f"still waiting for {what} ({(note - start) / 60:.0f} min)", flush=True)
+def _claim_partial(partial: Path, settings: dict[str, Any], force: bool):
+    """The partial folder (:class:`poolkit.io.RunFolder`), locked for the run: resumed when it holds a run with
+    ``settings``, else refused (``force``: started over)."""
+    folder = _partial_folder(partial)
+    recorded = (folder.manifest() or {}).get("settings")
+    same = recorded == json.loads(json.dumps(settings))
+    return folder.claim(force=force and not same, resume=not force or same, settings=settings)
 
 
 def _finished_window(partial: Path, index: int, rows: int) -> bool:

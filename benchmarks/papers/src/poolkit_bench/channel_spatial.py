@@ -28,10 +28,9 @@ import torch
 from poolkit.blocks import block_options, get_block, list_blocks
 from poolkit.blocks.registry import resolve_block
 from poolkit.errors import PoolkitError
-from poolkit.io import prepare_out_dir
 from poolkit.pooling import get_pooler
 
-from .harness import Execution, Stopwatch, restored_threads, torch_device
+from .harness import Execution, Stopwatch, restored_threads, results_folder, torch_device
 from .options import Preset, Presets, check_counts, config_from_args, option
 from .reporting import print_table, pyplot, run_record, save_figure, versus_baseline, write_outputs
 from .vision import VisionConfig, run_all, summarize
@@ -149,18 +148,18 @@ def run_channel_spatial(config: ChannelSpatialConfig = DEFAULT, out_dir: str | o
     forward time). With ``out_dir``, also write results.csv, results.json and accuracy.png there (existing results
     are kept unless ``force``). ``workers > 1`` spawns processes: a calling script needs the ``__main__`` guard."""
     config = config.validated()
-    out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    clock = Stopwatch()
-    with restored_threads():  # the runner sets config.threads
-        runner = _Runner(config)
-        speed = runner.speed()  # before the workers start: timed on an otherwise idle process
-        runs = run_all(runner, progress, "channel-spatial")
-    frame = pd.DataFrame([{key: run[key] for key in COLUMNS} for run in runs], columns=COLUMNS)
-    order = {"task": TASKS.index, "block": list(dict.fromkeys(config.blocks + config.fine_blocks)).index}
-    frame = frame.sort_values(["task", "block", "size", "seed"], key=lambda c: c.map(order.get(c.name, int)),
-                              ignore_index=True)
-    if out is not None:
-        _write_outputs(out, config, frame, speed, runs, clock)
+    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+        clock = Stopwatch()
+        with restored_threads():  # the runner sets config.threads
+            runner = _Runner(config)
+            speed = runner.speed()  # before the workers start: timed on an otherwise idle process
+            runs = run_all(runner, progress, "channel-spatial")
+        frame = pd.DataFrame([{key: run[key] for key in COLUMNS} for run in runs], columns=COLUMNS)
+        order = {"task": TASKS.index, "block": list(dict.fromkeys(config.blocks + config.fine_blocks)).index}
+        frame = frame.sort_values(["task", "block", "size", "seed"], key=lambda c: c.map(order.get(c.name, int)),
+                                  ignore_index=True)
+        if out is not None:
+            _write_outputs(out, config, frame, speed, runs, clock)
     return frame, speed
 
 

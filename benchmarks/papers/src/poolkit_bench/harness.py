@@ -4,6 +4,7 @@ order."""
 
 from __future__ import annotations
 
+import glob
 import multiprocessing
 import os
 import time
@@ -12,13 +13,30 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from poolkit.errors import PoolkitError
+from poolkit.io import RunFolder
 
 from .options import option
+
+
+@contextmanager
+def results_folder(out_dir: str | os.PathLike | None, result_files: tuple[str, ...], *, force: bool = False,
+                   extend: bool = False) -> Iterator[Path | None]:
+    """The --out folder of a run (:class:`poolkit.io.RunFolder`): refused while it holds results unless ``force``
+    (``extend``: a run adding to the results there), locked for the ``with`` block; None without ``out_dir``."""
+    if out_dir is None:
+        yield None
+        return
+    if extend and not Path(out_dir).is_dir():
+        raise PoolkitError(f"--extend {out_dir}: no such folder; give the folder of an earlier run")
+    with RunFolder(Path(out_dir), tuple(glob.escape(name) for name in result_files)).claim(
+            force=force, resume=extend) as out:
+        yield out
 
 
 class Stopwatch:

@@ -29,11 +29,10 @@ import pandas as pd
 import torch
 
 from poolkit.errors import PoolkitError
-from poolkit.io import prepare_out_dir
 from poolkit.pooling.base import pooler_class, pooler_from_label
 from poolkit.provenance import git_commit
 
-from .harness import Stopwatch, restored_threads, run_tasks
+from .harness import Stopwatch, restored_threads, results_folder, run_tasks
 from .mil_data import DATASETS, Bags, load_bags, standardize, stratified_folds
 from .mil_model import MILModel, auc, fit, predict, score
 from .options import Preset, Presets, check_counts, config_from_args, given_flags, option
@@ -120,13 +119,13 @@ def run_mil(config: MILConfig = DEFAULT, out_dir: str | os.PathLike | None = Non
     existing results are kept unless ``force``. ``workers > 1`` spawns processes: a script needs the ``__main__``
     guard."""
     config = config.validated()
-    out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    for name in config.datasets:  # a missing package or a too-small class fails here, before any work
-        stratified_folds(load_bags(name).labels, config.folds, config.seed)
-    runs, cost = _timed_tasks(config, _tasks(config, config.poolers), progress)
-    frame = _frame(runs)
-    if out is not None:
-        _write_outputs(out, config, frame, runs, cost)
+    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+        for name in config.datasets:  # a missing package or a too-small class fails here, before any work
+            stratified_folds(load_bags(name).labels, config.folds, config.seed)
+        runs, cost = _timed_tasks(config, _tasks(config, config.poolers), progress)
+        frame = _frame(runs)
+        if out is not None:
+            _write_outputs(out, config, frame, runs, cost)
     return frame
 
 
@@ -139,29 +138,29 @@ def extend_mil(out_dir: str | os.PathLike, poolers: tuple[str, ...], *, progress
     repetition of the smallest dataset re-run here for every earlier pooler, and whether it gave the same
     :data:`REPRODUCED` values (the earlier rows come from that commit's code; where they do not reproduce, the
     two commits' rows are not strictly comparable, and the file says so)."""
-    out = Path(out_dir)
-    recorded = recorded_config(out)
-    before, earlier = json.loads((out / "results.json").read_text()), recorded.poolers
-    if not poolers or any(p in earlier for p in poolers):
-        raise PoolkitError(f"--extend {out}: name poolers that the run does not hold yet (it has {', '.join(earlier)})")
-    config = dataclasses.replace(recorded, poolers=earlier + tuple(poolers)).validated()
-    commit = before["provenance"].get("commit")
-    old_runs = [{**run, "commit": run.get("commit", commit)} for run in before["runs"]]
-    smallest = min(config.datasets, key=lambda d: load_bags(d).features.numel())
-    checks = [(smallest, 0, 0, label) for label in earlier]
-    fresh, cost = _timed_tasks(config, checks + _tasks(config, tuple(poolers)), progress)
-    key = lambda run: (run["dataset"], run["pooler"], run["repeat"], run["fold"])  # noqa: E731
-    then = {key(run): run for run in old_runs}
-    reproduced = [{"dataset": run["dataset"], "pooler": run["pooler"], "repeat": run["repeat"], "fold": run["fold"],
-                   "same": all(run[k] == then[key(run)][k] for k in REPRODUCED),
-                   "then": {k: then[key(run)][k] for k in REPRODUCED}, "now": {k: run[k] for k in REPRODUCED}}
-                  for run in fresh if run["pooler"] in earlier]
-    runs = _in_order(config, old_runs + [run for run in fresh if run["pooler"] not in earlier])
-    extended = {"poolers_added": list(poolers), "reproduced": reproduced,
-                "earlier": {k: before[k] for k in ("provenance", "runtime_seconds", "cpu_seconds",
-                                                    "load_average_start_end")} | {"poolers": list(earlier)}}
-    frame = _frame(runs)
-    _write_outputs(out, config, frame, runs, cost, extended)
+    with results_folder(out_dir, RESULT_FILES, extend=True) as out:
+        recorded = recorded_config(out)
+        before, earlier = json.loads((out / "results.json").read_text()), recorded.poolers
+        if not poolers or any(p in earlier for p in poolers):
+            raise PoolkitError(f"--extend {out}: name poolers that the run does not hold yet (it has {', '.join(earlier)})")
+        config = dataclasses.replace(recorded, poolers=earlier + tuple(poolers)).validated()
+        commit = before["provenance"].get("commit")
+        old_runs = [{**run, "commit": run.get("commit", commit)} for run in before["runs"]]
+        smallest = min(config.datasets, key=lambda d: load_bags(d).features.numel())
+        checks = [(smallest, 0, 0, label) for label in earlier]
+        fresh, cost = _timed_tasks(config, checks + _tasks(config, tuple(poolers)), progress)
+        key = lambda run: (run["dataset"], run["pooler"], run["repeat"], run["fold"])  # noqa: E731
+        then = {key(run): run for run in old_runs}
+        reproduced = [{"dataset": run["dataset"], "pooler": run["pooler"], "repeat": run["repeat"], "fold": run["fold"],
+                       "same": all(run[k] == then[key(run)][k] for k in REPRODUCED),
+                       "then": {k: then[key(run)][k] for k in REPRODUCED}, "now": {k: run[k] for k in REPRODUCED}}
+                      for run in fresh if run["pooler"] in earlier]
+        runs = _in_order(config, old_runs + [run for run in fresh if run["pooler"] not in earlier])
+        extended = {"poolers_added": list(poolers), "reproduced": reproduced,
+                    "earlier": {k: before[k] for k in ("provenance", "runtime_seconds", "cpu_seconds",
+                                                        "load_average_start_end")} | {"poolers": list(earlier)}}
+        frame = _frame(runs)
+        _write_outputs(out, config, frame, runs, cost, extended)
     return frame
 
 

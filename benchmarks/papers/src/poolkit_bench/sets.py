@@ -36,12 +36,11 @@ import torch
 from torch import Tensor, nn
 
 from poolkit.errors import PoolkitError
-from poolkit.io import prepare_out_dir
 from poolkit.pooling import get_pooler
 from poolkit.pooling.sets import ZonotopeSetAttention
 
 from . import quadrature
-from .harness import Stopwatch, restored_threads
+from .harness import Stopwatch, restored_threads, results_folder
 from .options import Preset, Presets, check_counts, config_from_args, option
 from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 
@@ -215,19 +214,19 @@ def run_sets(config: SetsConfig = DEFAULT, out_dir: str | os.PathLike | None = N
     ``out_dir``, also results.csv, results.json (settings, provenance, every run, the quadrature rows) and the
     two plots; existing results are kept unless ``force``."""
     config = config.validated()
-    out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    clock = Stopwatch()
-    with restored_threads(config.threads):
-        runs = [run for task in config.tasks for run in _task_runs(task, config, progress)]
-    rows = quadrature.convergence(config.quadrature_sizes, seed=config.data_seed)
-    frame = summarize(runs)
-    if out is not None:
-        meta = run_record("sets (zonotope attention vs stacked attention; quadrature pooling)", config,
-                          clock.record(), runs=runs, quadrature=rows)
-        write_outputs(out, frame, meta, {
-            "error vs parameters": ("error_vs_params.png", lambda tmp: plot_errors(frame, tmp)),
-            "quadrature": ("quadrature.png", lambda tmp: plot_quadrature(rows, tmp))},
-            title=f"sets ({config.preset})", tables={"summary": frame, "quadrature": pd.DataFrame(rows)})
+    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+        clock = Stopwatch()
+        with restored_threads(config.threads):
+            runs = [run for task in config.tasks for run in _task_runs(task, config, progress)]
+        rows = quadrature.convergence(config.quadrature_sizes, seed=config.data_seed)
+        frame = summarize(runs)
+        if out is not None:
+            meta = run_record("sets (zonotope attention vs stacked attention; quadrature pooling)", config,
+                              clock.record(), runs=runs, quadrature=rows)
+            write_outputs(out, frame, meta, {
+                "error vs parameters": ("error_vs_params.png", lambda tmp: plot_errors(frame, tmp)),
+                "quadrature": ("quadrature.png", lambda tmp: plot_quadrature(rows, tmp))},
+                title=f"sets ({config.preset})", tables={"summary": frame, "quadrature": pd.DataFrame(rows)})
     return frame
 
 

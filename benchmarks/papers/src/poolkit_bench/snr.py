@@ -28,11 +28,10 @@ import pandas as pd
 import torch
 
 from poolkit.errors import PoolkitError
-from poolkit.io import prepare_out_dir
 from poolkit.pooling import get_pooler, list_poolers
 from poolkit.pooling.base import pooler_class, resolve_name
 
-from .harness import Execution, Stopwatch, run_tasks, torch_device
+from .harness import Execution, Stopwatch, results_folder, run_tasks, torch_device
 from .options import Preset, Presets, check_counts, config_from_args, option
 from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 from .snr_data import PAPER_KS, PUBLISHED_BASELINES, KnnCentroidData, baseline_mse, check_ks, make_knn_centroid
@@ -147,13 +146,13 @@ def run_snr(config: SNRConfig = QUICK, out_dir: str | os.PathLike | None = None,
     results are kept unless ``force``. With ``workers > 1`` the runs go to spawned processes, so a
     script calling this needs the ``if __name__ == "__main__":`` guard."""
     config = config.validated()
-    out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    clock = Stopwatch()
-    runs = run_jobs([(config, task) for task in tasks(config)], config.workers, config.threads, progress)
-    frame = summarize(config, runs, baselines(config))
-    release_data()
-    if out is not None:
-        _write_outputs(out, config, frame, runs, clock)
+    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+        clock = Stopwatch()
+        runs = run_jobs([(config, task) for task in tasks(config)], config.workers, config.threads, progress)
+        frame = summarize(config, runs, baselines(config))
+        release_data()
+        if out is not None:
+            _write_outputs(out, config, frame, runs, clock)
     return frame
 
 

@@ -30,10 +30,9 @@ import numpy as np
 import pandas as pd
 
 from poolkit.errors import PoolkitError
-from poolkit.io import prepare_out_dir
 from poolkit.provenance import run_provenance
 
-from .harness import Stopwatch
+from .harness import Stopwatch, results_folder
 from .options import Preset, Presets, config_from_args, given_flags, option
 from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 from .snr import BASELINES, PAPER_COLORS, QUICK, SNRConfig, baselines, release_data, resolve_snr_name, run_jobs, tasks
@@ -145,24 +144,24 @@ def run_snr_sweep(sweep: SweepConfig = CPU_SWEEP, out_dir: str | os.PathLike | N
     metadata (settings, the learning-rate choice, every run). With ``out_dir``, also write results.csv,
     results.json, budget_sweep.png and report.html there (kept unless ``force``)."""
     sweep = sweep.validated()
-    out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    clock = Stopwatch()
-    runs = []
-    lrs = {p: sweep.lrs[0] for p in sweep.poolers}
-    choice = {}
-    if len(sweep.lrs) > 1:
-        runs += _run_stage(sweep, sweep.lr_configs(), progress, "snr-sweep lr")
-        for pooler in sweep.poolers:
-            val = {r["lr"]: min(r["val_loss"]) for r in runs if r["pooler"] == pooler}
-            lrs[pooler] = min(val, key=val.get)
-            choice[pooler] = {"lr": lrs[pooler], "val_mse": {str(lr): v for lr, v in val.items()}}
-    runs += _run_stage(sweep, sweep.configs(lrs), progress, "snr-sweep")
-    meta = run_record("snr-sweep (Brothers, ICML 2025, KNN-centroid noise robustness over budgets)", sweep, clock.record(),
-                      quick_budget=[QUICK.num_samples, QUICK.epochs], lr_choice=choice, runs=runs)
-    frame = summarize(sweep, runs, meta["provenance"].get("commit"))
-    release_data()
-    if out is not None:
-        _write(out, sweep, frame, meta)
+    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+        clock = Stopwatch()
+        runs = []
+        lrs = {p: sweep.lrs[0] for p in sweep.poolers}
+        choice = {}
+        if len(sweep.lrs) > 1:
+            runs += _run_stage(sweep, sweep.lr_configs(), progress, "snr-sweep lr")
+            for pooler in sweep.poolers:
+                val = {r["lr"]: min(r["val_loss"]) for r in runs if r["pooler"] == pooler}
+                lrs[pooler] = min(val, key=val.get)
+                choice[pooler] = {"lr": lrs[pooler], "val_mse": {str(lr): v for lr, v in val.items()}}
+        runs += _run_stage(sweep, sweep.configs(lrs), progress, "snr-sweep")
+        meta = run_record("snr-sweep (Brothers, ICML 2025, KNN-centroid noise robustness over budgets)", sweep, clock.record(),
+                          quick_budget=[QUICK.num_samples, QUICK.epochs], lr_choice=choice, runs=runs)
+        frame = summarize(sweep, runs, meta["provenance"].get("commit"))
+        release_data()
+        if out is not None:
+            _write(out, sweep, frame, meta)
     return frame, meta
 
 
@@ -196,49 +195,49 @@ def extend_snr_sweep(out_dir: str | os.PathLike, budgets: tuple[tuple[int, int],
     budget is re-run here; if its losses and test MSE differ from the recorded ones, the settings or the code
     changed and nothing is run (PoolkitError). New runs record their commit; each extension is listed under
     ``extensions`` (budgets, poolers, the check, cost, provenance); ``settings`` stay the original run's."""
-    out = Path(out_dir)
-    sweep, before = recorded_sweep(out)
-    poolers = sweep.poolers if poolers is None else tuple(dict.fromkeys(resolve_snr_name(p) for p in poolers))
-    budgets = tuple((int(s), int(e)) for s, e in budgets)
-    had = {(r["stage"], r["samples"], r["epochs"], r["pooler"]) for r in before["runs"]}
-    clash = [f"{p} at {s}x{e}" for s, e in budgets for p in poolers if ("budget", s, e, p) in had]
-    if not budgets or not poolers or not set(poolers) <= set(sweep.poolers) or clash or len(set(budgets)) < len(
-            budgets):
-        raise PoolkitError(f"--extend {out}: give distinct new --budgets for some of the run's poolers "
-                           f"({', '.join(sweep.poolers)}); already there: {', '.join(clash) or 'none'}")
-    lrs = {p: before["lr_choice"].get(p, {"lr": sweep.lrs[0]})["lr"] for p in sweep.poolers}
-    provenance = run_provenance()
-    clock, commit = Stopwatch(), before["provenance"].get("commit")
-    old = [{**run, "commit": run.get("commit", commit)} for run in before["runs"]]
-    check = next(r for r in old if r["stage"] == "budget" and (r["samples"], r["epochs"]) == sweep.budgets[
-        sweep.reference] and r["layers"] == sweep.base.layers)
-    config = sweep._config(check["pooler"], check["lr"], check["samples"], check["epochs"], check["layers"],
-                           sweep.ks, sweep.seeds).validated()
-    task = (check["seed"] - sweep.base.seed, check["K"], check["pooler"])
-    again = run_jobs([(config, task)], 1, sweep.base.threads, False)[0]
-    fields = ("test_mse", "best_epoch", "val_loss", "train_loss")
-    reproduced = {"pooler": check["pooler"], "K": check["K"], "samples": check["samples"], "epochs": check["epochs"],
-                  "seed": check["seed"], "then": {f: check[f] for f in fields}, "now": {f: again[f] for f in fields}}
-    if any(again[f] != check[f] for f in fields):
+    with results_folder(out_dir, RESULT_FILES, extend=True) as out:
+        sweep, before = recorded_sweep(out)
+        poolers = sweep.poolers if poolers is None else tuple(dict.fromkeys(resolve_snr_name(p) for p in poolers))
+        budgets = tuple((int(s), int(e)) for s, e in budgets)
+        had = {(r["stage"], r["samples"], r["epochs"], r["pooler"]) for r in before["runs"]}
+        clash = [f"{p} at {s}x{e}" for s, e in budgets for p in poolers if ("budget", s, e, p) in had]
+        if not budgets or not poolers or not set(poolers) <= set(sweep.poolers) or clash or len(set(budgets)) < len(
+                budgets):
+            raise PoolkitError(f"--extend {out}: give distinct new --budgets for some of the run's poolers "
+                               f"({', '.join(sweep.poolers)}); already there: {', '.join(clash) or 'none'}")
+        lrs = {p: before["lr_choice"].get(p, {"lr": sweep.lrs[0]})["lr"] for p in sweep.poolers}
+        provenance = run_provenance()
+        clock, commit = Stopwatch(), before["provenance"].get("commit")
+        old = [{**run, "commit": run.get("commit", commit)} for run in before["runs"]]
+        check = next(r for r in old if r["stage"] == "budget" and (r["samples"], r["epochs"]) == sweep.budgets[
+            sweep.reference] and r["layers"] == sweep.base.layers)
+        config = sweep._config(check["pooler"], check["lr"], check["samples"], check["epochs"], check["layers"],
+                               sweep.ks, sweep.seeds).validated()
+        task = (check["seed"] - sweep.base.seed, check["K"], check["pooler"])
+        again = run_jobs([(config, task)], 1, sweep.base.threads, False)[0]
+        fields = ("test_mse", "best_epoch", "val_loss", "train_loss")
+        reproduced = {"pooler": check["pooler"], "K": check["K"], "samples": check["samples"], "epochs": check["epochs"],
+                      "seed": check["seed"], "then": {f: check[f] for f in fields}, "now": {f: again[f] for f in fields}}
+        if any(again[f] != check[f] for f in fields):
+            release_data()
+            raise PoolkitError(f"--extend {out}: its run of {check['pooler']} at K = {check['K']} does not reproduce "
+                               f"here (test MSE {check['test_mse']:.6g} then, {again['test_mse']:.6g} now): the settings "
+                               "or the code differ from the run's; run a new sweep instead of extending this one")
+        configs = [("budget", sweep._config(p, lrs[p], s, e, sweep.base.layers, sweep.ks, sweep.seeds))
+                   for s, e in budgets for p in poolers]
+        fresh = [{**run, "commit": provenance.get("commit")} for run in _run_stage(sweep, configs, progress,
+                                                                                   "snr-sweep extend")]
         release_data()
-        raise PoolkitError(f"--extend {out}: its run of {check['pooler']} at K = {check['K']} does not reproduce "
-                           f"here (test MSE {check['test_mse']:.6g} then, {again['test_mse']:.6g} now): the settings "
-                           "or the code differ from the run's; run a new sweep instead of extending this one")
-    configs = [("budget", sweep._config(p, lrs[p], s, e, sweep.base.layers, sweep.ks, sweep.seeds))
-               for s, e in budgets for p in poolers]
-    fresh = [{**run, "commit": provenance.get("commit")} for run in _run_stage(sweep, configs, progress,
-                                                                               "snr-sweep extend")]
-    release_data()
-    runs = old + fresh
-    extension = {"budgets": [list(b) for b in budgets], "poolers": list(poolers), "lrs": {p: lrs[p] for p in poolers},
-                 "reproduced": reproduced, "runtime_seconds": round(clock.seconds(), 1),
-                 "cpu_seconds": round(sum(r["cpu_seconds"] for r in fresh) + again["cpu_seconds"], 1),
-                 "provenance": provenance}
-    meta = {**before, "extensions": [*before.get("extensions", []), extension], "runs": runs}
-    every = dataclasses.replace(sweep, budgets=tuple(dict.fromkeys(
-        (r["samples"], r["epochs"]) for r in runs if r["stage"] == "budget")))
-    frame = summarize(every, runs, provenance.get("commit"))
-    _write(out, sweep, frame, meta)
+        runs = old + fresh
+        extension = {"budgets": [list(b) for b in budgets], "poolers": list(poolers), "lrs": {p: lrs[p] for p in poolers},
+                     "reproduced": reproduced, "runtime_seconds": round(clock.seconds(), 1),
+                     "cpu_seconds": round(sum(r["cpu_seconds"] for r in fresh) + again["cpu_seconds"], 1),
+                     "provenance": provenance}
+        meta = {**before, "extensions": [*before.get("extensions", []), extension], "runs": runs}
+        every = dataclasses.replace(sweep, budgets=tuple(dict.fromkeys(
+            (r["samples"], r["epochs"]) for r in runs if r["stage"] == "budget")))
+        frame = summarize(every, runs, provenance.get("commit"))
+        _write(out, sweep, frame, meta)
     return frame, meta
 
 

@@ -33,10 +33,9 @@ import torch
 from torch import Tensor
 
 from poolkit.errors import PoolkitError
-from poolkit.io import prepare_out_dir
 from poolkit.pooling import get_pooler
 
-from .harness import Stopwatch, check_execution, restored_threads
+from .harness import Stopwatch, check_execution, restored_threads, results_folder
 from .options import Preset, Presets, check_counts, config_from_args, option
 from .reporting import draw_map, paired_difference, print_table, pyplot, run_record, save_figure, write_outputs
 from .spurious_data import CUE_NAMES, LABEL_NAMES, SpuriousData, SpuriousSet, make_spurious_data, planned_counts
@@ -343,37 +342,37 @@ def run_spurious(config: SpuriousConfig = DEFAULT, out_dir: str | os.PathLike | 
     from tqdm.auto import tqdm
 
     config = config.validated()
-    out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    clock = Stopwatch()
-    images = load_images("fashion-mnist", config.root)
-    rows, details, counts = [], [], {}
-    with restored_threads(config.threads):
-        tasks = [(a, config.seed + i) for a in config.agreements for i in range(config.seeds)]
-        with tqdm(total=len(tasks), disable=None if progress else True, desc="spurious", unit="run") as bar:
-            for agreement in config.agreements:
-                data = make_spurious_data(images, agreement=agreement, train_per_label=config.train_per_label,
-                                          val_per_label=config.val_per_label,
-                                          reweight_per_group=config.reweight_per_group,
-                                          test_per_group=config.test_per_group, canvas=config.canvas,
-                                          patch=config.patch, seed=config.data_seed)
-                counts[str(agreement)] = {name: getattr(data, name).counts()
-                                          for name in ("train", "val", "reweight", "test")}
-                for seed in (s for a, s in tasks if a == agreement):
-                    run_rows, run_details = run_one(config, data, seed)
-                    rows += run_rows
-                    details.append(run_details)
-                    bar.update()
-    frame = pd.DataFrame(rows, columns=COLUMNS)
-    summary = summarize(frame)
-    meta = run_record(
-        "spurious (Deep Attention Reweighting vs DFR, Kirichenko et al. ICLR 2023, on Fashion-MNIST garments with a "
-        "stripe cue)", config, clock.record(),
-        labels={"core": LABEL_NAMES, "cue": CUE_NAMES, "group": "2 * label + cue; 1 and 2 are the minority"},
-        group_counts=counts,
-        planned_train_counts={str(a): planned_counts(config.train_per_label, a) for a in config.agreements},
-        published=PAPER, sanity=sanity(frame), summary=summary.to_dict(orient="records"), runs=details)
-    if out is not None:
-        _write_outputs(out, config, frame, meta)
+    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+        clock = Stopwatch()
+        images = load_images("fashion-mnist", config.root)
+        rows, details, counts = [], [], {}
+        with restored_threads(config.threads):
+            tasks = [(a, config.seed + i) for a in config.agreements for i in range(config.seeds)]
+            with tqdm(total=len(tasks), disable=None if progress else True, desc="spurious", unit="run") as bar:
+                for agreement in config.agreements:
+                    data = make_spurious_data(images, agreement=agreement, train_per_label=config.train_per_label,
+                                              val_per_label=config.val_per_label,
+                                              reweight_per_group=config.reweight_per_group,
+                                              test_per_group=config.test_per_group, canvas=config.canvas,
+                                              patch=config.patch, seed=config.data_seed)
+                    counts[str(agreement)] = {name: getattr(data, name).counts()
+                                              for name in ("train", "val", "reweight", "test")}
+                    for seed in (s for a, s in tasks if a == agreement):
+                        run_rows, run_details = run_one(config, data, seed)
+                        rows += run_rows
+                        details.append(run_details)
+                        bar.update()
+        frame = pd.DataFrame(rows, columns=COLUMNS)
+        summary = summarize(frame)
+        meta = run_record(
+            "spurious (Deep Attention Reweighting vs DFR, Kirichenko et al. ICLR 2023, on Fashion-MNIST garments with a "
+            "stripe cue)", config, clock.record(),
+            labels={"core": LABEL_NAMES, "cue": CUE_NAMES, "group": "2 * label + cue; 1 and 2 are the minority"},
+            group_counts=counts,
+            planned_train_counts={str(a): planned_counts(config.train_per_label, a) for a in config.agreements},
+            published=PAPER, sanity=sanity(frame), summary=summary.to_dict(orient="records"), runs=details)
+        if out is not None:
+            _write_outputs(out, config, frame, meta)
     return frame, meta
 
 

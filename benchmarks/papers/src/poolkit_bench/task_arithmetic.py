@@ -38,9 +38,8 @@ import numpy as np
 import pandas as pd
 
 from poolkit.errors import PoolkitError
-from poolkit.io import prepare_out_dir
 
-from .harness import Stopwatch, check_execution, restored_threads
+from .harness import Stopwatch, check_execution, restored_threads, results_folder
 from .options import Preset, Presets, check_counts, config_from_args, option
 from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 
@@ -184,31 +183,31 @@ def run_task_arithmetic(config: TaskArithmeticConfig = DEFAULT, out_dir: str | o
     from poolkit.training.api import load
 
     config = config.validated()
-    out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    clock = Stopwatch()
-    tables = [load(spec, limit=config.rows, seed=config.data_seed) for spec in config.tasks]
-    rows, details = [], []
-    with restored_threads(config.threads):
-        jobs = [(config.seed + i, mode) for i in range(config.seeds) for mode in config.modes]
-        with tqdm(total=len(jobs), disable=None if progress else True, desc="task-arithmetic", unit="run") as bar:
-            for seed, mode in jobs:
-                with tempfile.TemporaryDirectory(prefix="poolkit-task-arithmetic-") as scratch:
-                    run_rows, run_details = run_mode(config, tables, mode, seed, Path(scratch))
-                rows += run_rows
-                details.append(run_details)
-                bar.update()
-    frame = pd.DataFrame(rows, columns=COLUMNS)
-    meta = run_record(
-        "task-arithmetic (merging task vectors of full vs attention-only fine-tuning; Jin et al., arXiv 2407.07089; "
-        "Ilharco et al., ICLR 2023)", config, clock.record(),
-        data={task_name(spec): {"source": table.source, "rows": len(table), "task": table.task}
-              for spec, table in zip(config.tasks, tables)},
-        published=PAPER, summary=summarize(frame).to_dict(orient="records"),
-        modes=mode_summary(frame).to_dict(orient="records"), runs=details)
-    if out is not None:
-        title = (f"{config.preset}: {config.rows} rows per task, {config.epochs} epoch(s), length {config.max_length}, "
-                 f"{config.seeds} seeds")
-        write_outputs(out, frame, meta, {"task arithmetic": ("task_arithmetic.png", lambda tmp: plot(frame, tmp, title))})
+    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+        clock = Stopwatch()
+        tables = [load(spec, limit=config.rows, seed=config.data_seed) for spec in config.tasks]
+        rows, details = [], []
+        with restored_threads(config.threads):
+            jobs = [(config.seed + i, mode) for i in range(config.seeds) for mode in config.modes]
+            with tqdm(total=len(jobs), disable=None if progress else True, desc="task-arithmetic", unit="run") as bar:
+                for seed, mode in jobs:
+                    with tempfile.TemporaryDirectory(prefix="poolkit-task-arithmetic-") as scratch:
+                        run_rows, run_details = run_mode(config, tables, mode, seed, Path(scratch))
+                    rows += run_rows
+                    details.append(run_details)
+                    bar.update()
+        frame = pd.DataFrame(rows, columns=COLUMNS)
+        meta = run_record(
+            "task-arithmetic (merging task vectors of full vs attention-only fine-tuning; Jin et al., arXiv 2407.07089; "
+            "Ilharco et al., ICLR 2023)", config, clock.record(),
+            data={task_name(spec): {"source": table.source, "rows": len(table), "task": table.task}
+                  for spec, table in zip(config.tasks, tables)},
+            published=PAPER, summary=summarize(frame).to_dict(orient="records"),
+            modes=mode_summary(frame).to_dict(orient="records"), runs=details)
+        if out is not None:
+            title = (f"{config.preset}: {config.rows} rows per task, {config.epochs} epoch(s), length {config.max_length}, "
+                     f"{config.seeds} seeds")
+            write_outputs(out, frame, meta, {"task arithmetic": ("task_arithmetic.png", lambda tmp: plot(frame, tmp, title))})
     return frame, meta
 
 

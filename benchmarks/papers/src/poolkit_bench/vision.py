@@ -24,11 +24,10 @@ import pandas as pd
 import torch
 
 from poolkit.errors import PoolkitError
-from poolkit.io import prepare_out_dir
 from poolkit.pooling import AuxiliaryClassifiers, get_pooler
 from poolkit.pooling.base import pooler_class, resolve_name
 
-from .harness import Execution, Stopwatch, restored_threads, run_tasks, torch_device
+from .harness import Execution, Stopwatch, restored_threads, results_folder, run_tasks, torch_device
 from .options import Preset, Presets, check_counts, config_from_args, option
 from .reporting import (draw_map, paired_difference, print_table, pyplot, run_record, save_figure, versus_baseline,
                         write_outputs)
@@ -120,16 +119,16 @@ def run_vision(config: VisionConfig = DEFAULT, out_dir: str | os.PathLike | None
     results.json (settings, provenance, summary, per-epoch curves) and accuracy.png there; existing results are
     kept unless ``force``. ``workers > 1`` spawns processes: a calling script needs the ``__main__`` guard."""
     config = config.validated()
-    out = None if out_dir is None else prepare_out_dir(out_dir, force, RESULT_FILES)
-    clock = Stopwatch()
-    with restored_threads():  # the runner sets config.threads
-        runs = run_all(_Runner(config), progress, "vision")
-    frame = pd.DataFrame([{key: run[key] for key in COLUMNS} for run in runs], columns=COLUMNS)
-    order = {"variant": VARIANTS.index, "pooler": config.poolers.index}
-    frame = frame.sort_values(["variant", "pooler", "size", "seed"], key=lambda c: c.map(order.get(c.name, int)),
-                              ignore_index=True)
-    if out is not None:
-        _write_outputs(out, config, frame, runs, clock)
+    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+        clock = Stopwatch()
+        with restored_threads():  # the runner sets config.threads
+            runs = run_all(_Runner(config), progress, "vision")
+        frame = pd.DataFrame([{key: run[key] for key in COLUMNS} for run in runs], columns=COLUMNS)
+        order = {"variant": VARIANTS.index, "pooler": config.poolers.index}
+        frame = frame.sort_values(["variant", "pooler", "size", "seed"], key=lambda c: c.map(order.get(c.name, int)),
+                                  ignore_index=True)
+        if out is not None:
+            _write_outputs(out, config, frame, runs, clock)
     return frame
 
 

@@ -1,5 +1,5 @@
-"""Writing outputs without ever losing data: atomic files and folders (temp, fsync, rename, fsync the parent),
-out-dirs that refuse to overwrite, and the table formats poolkit writes."""
+"""Writing files and folders without ever losing data: atomic files (temp, fsync, rename, fsync the parent), folders
+built under a temporary name and renamed into place, a file path that refuses to overwrite, digests."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import PoolkitError
+from ..errors import PoolkitError
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
@@ -75,19 +75,6 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-def prepare_out_dir(out: str | os.PathLike, force: bool, outputs: Iterable[str], flag: str = "--out") -> Path:
-    """Create ``out`` if needed; refuse (without ``force``) when it already holds any of ``outputs``."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise PoolkitError(f"{flag} {out} exists and is not a directory: choose another {flag}")
-    existing = [name for name in outputs if (out / name).exists()]
-    if existing and not force:
-        raise PoolkitError(f"{out} already holds {', '.join(existing)}: pass --force to overwrite, or choose "
-                           f"another {flag}")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
 def refuse_overwrite(path: str | os.PathLike, force: bool, flag: str = "--out") -> Path:
     """A file path that may be written: refuse an existing file unless ``force``."""
     path = Path(path)
@@ -141,31 +128,3 @@ def file_digest(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-#: Table formats predict / embed write; the text ones may also end in .gz (gzip-compressed).
-TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
-
-
-def table_format(out: str | Path, others: tuple[str, ...] = ()) -> tuple[str, str | None]:
-    """(format suffix, compression) that ``out``'s name asks for, e.g. (".csv", "gzip") for x.csv.gz; a name
-    poolkit cannot write (``.xlsx``, ``.parquet.gz``, no suffix) is a one-line error, checked before any work."""
-    suffixes = [s.lower() for s in Path(out).suffixes]
-    compression = "gzip" if suffixes[-1:] == [".gz"] else None
-    kind = (suffixes[-2:-1] if compression else suffixes[-1:]) or [""]
-    allowed = others + TABLE_SUFFIXES
-    if kind[0] not in allowed or (compression and kind[0] not in (".csv", ".tsv", ".jsonl")):
-        raise PoolkitError(f"--out {out}: poolkit cannot write {''.join(suffixes[-2:]) or 'files without a suffix'}; "
-                           f"use {', '.join(allowed)} (.csv / .tsv / .jsonl may end in .gz)")
-    return kind[0], compression
-
-
-def write_table(out: Path, frame) -> None:
-    """Write a DataFrame atomically in the format its name asks for (see table_format)."""
-    kind, compression = table_format(out)
-    writer = {".jsonl": lambda tmp: frame.to_json(tmp, orient="records", lines=True, force_ascii=False,
-                                                  compression=compression),
-              ".parquet": lambda tmp: frame.to_parquet(tmp, index=False),
-              ".tsv": lambda tmp: frame.to_csv(tmp, index=False, sep="\t", compression=compression),
-              ".csv": lambda tmp: frame.to_csv(tmp, index=False, compression=compression)}[kind]
-    atomic_write(out, writer)
