@@ -40,10 +40,45 @@ def test_outputs_in_the_way_need_force_and_other_files_stay(tmp_path):
     assert json.loads((out / MANIFEST).read_text()) == {"outputs": ["results.csv", "plot.png"]}
     with pytest.raises(PoolkitError, match=r"already holds results.csv: pass --force to start over, or choose"):
         folder.check()
-    with folder.claim(force=True):
-        assert _names(out) == [MANIFEST, "notes.txt"]  # the earlier results removed, the user's file kept
-    with pytest.raises(PoolkitError, match=r"already holds \.poolkit_outputs\.json, notes\.txt: pass --force"):
+    with pytest.raises(PoolkitError, match=r"already holds notes\.txt, results\.csv: pass --force"):  # no manifest
         RunFolder(out, ("results.csv",), exclusive=True).check()
+
+
+def test_a_forced_run_that_fails_keeps_the_earlier_results(tmp_path):
+    # a run that cannot resume keeps its predecessor's entries until it has written its own: catches a force that
+    # deletes the earlier results up front (a crash would leave none), and one that keeps entries of its kind that
+    # the new run does not write again
+    out = tmp_path / "out"
+    owns = lambda e: e.name.endswith("plot.png")  # noqa: E731
+    with RunFolder(out, ("results.csv", "old_plot.png"), owns=owns).claim():
+        (out / "results.csv").write_text("old")
+        (out / "old_plot.png").write_text("old")
+    folder = RunFolder(out, ("results.csv", "plot.png"), owns=owns)
+    with pytest.raises(RuntimeError):
+        with folder.claim(force=True):
+            raise RuntimeError("the run failed")
+    assert (out / "results.csv").read_text() == "old" and (out / "old_plot.png").exists()
+    with folder.claim(force=True):
+        (out / "results.csv").write_text("new")
+        (out / "plot.png").write_text("new")
+    assert _names(out) == [MANIFEST, "plot.png", "results.csv"] and (out / "results.csv").read_text() == "new"
+    assert json.loads((out / MANIFEST).read_text())["outputs"] == ["results.csv", "plot.png"]
+
+
+def test_a_folder_of_the_users_in_the_way_is_refused_even_forced(tmp_path):
+    # merge task names are the user's: catches a force (or a publish) that replaces a same-named folder poolkit did
+    # not write, and a publish that would remove a folder parked under .old
+    out = tmp_path / "out"
+    (out / "sst2").mkdir(parents=True)
+    (out / "sst2" / "data.csv").write_text("mine")
+    with pytest.raises(PoolkitError, match="holds sst2, which poolkit did not write there"):
+        RunFolder(out, ("sst2", "merge.json"), exclusive=True).check(force=True)
+    tmp = tmp_path / "new"
+    (tmp / "task").mkdir(parents=True)
+    (out / "task.old").mkdir()
+    with pytest.raises(PoolkitError, match="holds task.old: move it away"):
+        publish(tmp, out)
+    assert (out / "sst2" / "data.csv").read_text() == "mine" and (out / "task.old").is_dir()
 
 
 def test_force_removes_only_what_earlier_runs_of_this_kind_listed(tmp_path):
@@ -57,10 +92,11 @@ def test_force_removes_only_what_earlier_runs_of_this_kind_listed(tmp_path):
     (tmp_path / "outside.txt").write_text("keep")
     (out / MANIFEST).write_text(json.dumps({"outputs": ["fold_0", "fold_1", "metrics.json", "notes.txt",
                                                         "../outside.txt"]}))
-    folder = RunFolder(out, ("fold_0", "metrics.json"), exclusive=True, owns=lambda e: e.name.startswith("fold_"))
+    folder = RunFolder(out, ("fold_0", "metrics.json"), exclusive=True, resumable=True,
+                       owns=lambda e: e.name.startswith("fold_"))
     with folder.claim(force=True):
         pass
-    assert _names(out) == [MANIFEST, "fold_data.csv", "notes.txt"]
+    assert _names(out) == [MANIFEST, "fold_data.csv", "notes.txt"]  # listed but another kind / of its kind, unlisted
     assert (tmp_path / "outside.txt").read_text() == "keep"
     assert json.loads((out / MANIFEST).read_text())["outputs"] == ["fold_0", "metrics.json"]
 
@@ -72,7 +108,8 @@ def test_without_a_manifest_force_removes_the_entries_of_its_kind(tmp_path):
     out.mkdir()
     for name in ("fold_3", "notes.txt", "metrics.json"):
         (out / name).write_text("x")
-    with RunFolder(out, ("metrics.json",), exclusive=True, owns=lambda e: e.name == "fold_3").claim(force=True):
+    with RunFolder(out, ("metrics.json",), exclusive=True, resumable=True,
+                   owns=lambda e: e.name == "fold_3").claim(force=True):
         pass
     assert _names(out) == [MANIFEST, "notes.txt"]
 
@@ -91,7 +128,7 @@ def test_one_run_per_folder(tmp_path):
 def test_resume_takes_only_a_run_with_the_same_settings(tmp_path):
     # catches a resume that continues a run made with other settings, or one whose settings were never recorded
     out = tmp_path / "partial"
-    folder = RunFolder(out, ("window-*",), exclusive=True)
+    folder = RunFolder(out, ("window-*",), exclusive=True, resumable=True)
     with folder.claim(settings={"window": 8, "model": "m"}):
         (out / "window-000.npy").write_text("x")
     with folder.claim(resume=True, settings={"model": "m", "window": 8}):
@@ -134,3 +171,51 @@ def test_clear_leaves_what_poolkit_did_not_write(tmp_path):
     (out / "mine.txt").write_text("keep")
     folder.clear()
     assert _names(out) == ["mine.txt"]
+
+
+def test_a_resume_never_drops_a_name_from_the_manifest(tmp_path):
+    # catches a claim that rewrites the manifest to this run's outputs alone: a later --force would then miss the
+    # entries of the earlier run (fold_3 of a 4-fold run resumed as 3 folds)
+    out = tmp_path / "run"
+    owns = lambda e: e.name.startswith("fold_")  # noqa: E731
+    with RunFolder(out, ("fold_0", "fold_3"), exclusive=True, resumable=True, owns=owns).claim():
+        (out / "fold_3").write_text("x")
+    with RunFolder(out, ("fold_0",), exclusive=True, resumable=True, owns=owns).claim(resume=True):
+        pass
+    assert json.loads((out / MANIFEST).read_text())["outputs"] == ["fold_0", "fold_3"]
+    with RunFolder(out, ("fold_0",), exclusive=True, resumable=True, owns=owns).claim(force=True):
+        pass
+    assert _names(out) == [MANIFEST]
+
+
+def test_fold_models_refuses_the_folds_of_two_runs(tmp_path):
+    # stale folds of an earlier run with more folds would be averaged in silently
+    from poolkit.io import fold_models
+
+    for k, n in ((0, 2), (1, 2), (2, 3)):
+        (tmp_path / f"fold_{k}").mkdir()
+        (tmp_path / f"fold_{k}" / "poolkit_train.json").write_text(json.dumps({"n_folds": n}))
+    (tmp_path / "metrics.json").write_text("{}")
+    with pytest.raises(PoolkitError, match="more than one run .*fold_2 3"):
+        fold_models(tmp_path)
+    (tmp_path / "fold_2" / "poolkit_train.json").write_text(json.dumps({"n_folds": 2}))
+    assert [p.name for p in fold_models(tmp_path)] == ["fold_0", "fold_1", "fold_2"]
+
+
+def test_an_embed_partial_folder_of_poolkit_02_resumes_with_the_same_settings(tmp_path):
+    # 0.2 kept the settings in manifest.json: catches finished windows thrown away (or refused) although the settings
+    # are the same, and windows of other settings reused
+    from poolkit.training.streaming import _claim_partial
+
+    partial = tmp_path / "out.npy.partial"
+    partial.mkdir()
+    (partial / "manifest.json").write_text(json.dumps({"window": 8}))
+    (partial / "window-000000.npy").write_text("x")
+    with _claim_partial(partial, {"window": 8}, force=False):
+        assert (partial / "window-000000.npy").exists()
+    (partial / MANIFEST).unlink()
+    with pytest.raises(PoolkitError, match="other settings"):
+        with _claim_partial(partial, {"window": 16}, force=False):
+            pass
+    with _claim_partial(partial, {"window": 16}, force=True):
+        assert _names(partial) == [MANIFEST]

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PoolkitError
-from .files import atomic_write_json, fsync_dir, replace_dir
+from .files import OLD_SUFFIX, atomic_write_json, fsync_dir, replace_dir
 
 try:
     import fcntl
@@ -66,11 +66,14 @@ def locked_dir(folder: str | os.PathLike, flag: str = "--out") -> Iterator[Path]
 class RunFolder:
     """The folder ``path`` of one run, which writes the entries named by ``outputs`` (glob patterns of names in
     it). ``exclusive``: the run wants the folder to itself (refused when it holds anything). ``resumable``: the run
-    can be continued (its refusal says so). ``owns``: which other entries a run of this kind writes (a train run's
-    fold folders beyond this run's folds). ``flag``: the option the folder was given by, named in the errors.
+    can be continued, and forced it starts over in place (its earlier entries go first); a run that is not
+    resumable keeps them until it has written its own, so a failed run loses nothing. ``owns``: which entries a run
+    of this kind writes, read from their content (a train run's fold folders hold poolkit_train.json); a file whose
+    name matches ``outputs`` is this kind's too. ``flag``: the option the folder was given by, named in errors.
 
-    Forced, a run removes an entry only when it is of this kind (matches ``outputs`` or ``owns``) and an earlier
-    run's manifest lists it (a folder without one, from a poolkit that kept none: every entry of this kind)."""
+    Forced, a run removes an entry only when it is of this kind and an earlier run's manifest lists it (a folder
+    without a manifest, from a poolkit that kept none: every entry of this kind). A folder in the way that is not
+    of this kind is refused, even forced: nothing poolkit did not write is deleted."""
 
     path: Path
     outputs: tuple[str, ...]
@@ -90,12 +93,16 @@ class RunFolder:
             again = ", --resume to continue the run in it" if self.resumable else ""
             raise PoolkitError(f"{self.flag} {self.path} already holds {shown}: pass --force to start over{again}, "
                                f"or choose another {self.flag}")
+        if force:
+            foreign = [e.name for e in self._entries() if e.is_dir() and self._matches(e.name, self.outputs)
+                       and e not in self.written()]
+            if foreign:
+                raise PoolkitError(f"{self.flag} {self.path} holds {', '.join(sorted(foreign))}, which poolkit did not "
+                                   f"write there: move it away, or choose another {self.flag}")
 
     def in_the_way(self) -> list[str]:
         """The names in the folder this run would overwrite: its outputs (an exclusive run: every entry)."""
-        if not self.path.is_dir():
-            return []
-        names = sorted(entry.name for entry in self.path.iterdir())
+        names = sorted(e.name for e in self._entries())
         return names if self.exclusive else [n for n in names if self._matches(n, self.outputs)]
 
     def manifest(self) -> dict[str, Any] | None:
@@ -108,26 +115,22 @@ class RunFolder:
         return found if isinstance(found, dict) and isinstance(found.get("outputs"), list) else None
 
     def written(self) -> list[Path]:
-        """What earlier runs of this kind wrote here (see the class): entries, their temporary files, the
-        manifest. A damaged or planted manifest reaches nothing outside the folder and nothing of another kind."""
-        if not self.path.is_dir():
-            return []
+        """What earlier runs of this kind wrote here (see the class): entries and their temporary files. A damaged
+        or planted manifest reaches nothing outside the folder and nothing of another kind."""
         found = self.manifest()
-        listed = [p for p in (found or {}).get("outputs", []) if isinstance(p, str) and _inside(p)]
-        entries = [e for e in self.path.iterdir() if e.name != MANIFEST]
-        owned = [e for e in entries if (self._matches(e.name, self.outputs) or (self.owns is not None and self.owns(e)))
-                 and (found is None or self._matches(e.name, listed))]
+        listed = self._listed(found)
+        entries = self._entries()
+        owned = [e for e in entries if self._of_kind(e) and (found is None or self._matches(e.name, listed))]
         names = {e.name for e in owned} | {MANIFEST}
-        temps = [e for e in entries if e not in owned and any(
+        return owned + [e for e in entries if e not in owned and any(
             fnmatch.fnmatchcase(e.name, f".{glob.escape(n)}.*.tmp") for n in names)]
-        return owned + temps + ([self.path / MANIFEST] if (self.path / MANIFEST).exists() else [])
 
     @contextmanager
     def claim(self, *, force: bool = False, resume: bool = False,
               settings: dict[str, Any] | None = None) -> Iterator[Path]:
         """The folder, made and locked for the ``with`` block: refused as :meth:`check` says; ``resume`` refuses
-        ``settings`` other than the manifest's; ``force`` first removes what earlier runs wrote; the manifest
-        then names this run's outputs and ``settings``."""
+        ``settings`` other than the manifest's; forced, what earlier runs wrote is removed (see the class). The
+        manifest names every entry of this kind still there and this run's outputs, and ``settings``."""
         self.check(force=force, resume=resume)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -144,21 +147,44 @@ class RunFolder:
                 raise PoolkitError(f"{self.path} holds a run with other settings ({', '.join(changed) or 'some'} "
                                    "differ): rerun with the same settings to resume it, or pass --force to start "
                                    "over")
-            if force:
-                _remove(self.written())
-                found = None
-            record = {"outputs": list(self.outputs), **({"settings": settings} if settings is not None else {})}
-            if found != record:
-                atomic_write_json(self.path / MANIFEST, record)
+            stale = self.written() if force else []
+            if force and self.resumable:
+                _remove(stale)
+                found, stale = None, []
+            listed = [] if found is None else self._listed(found)
+            self._record([*listed, *(p for p in self.outputs if p not in listed)], settings if settings is not None
+                         else before)
             yield self.path
+            if stale:  # this run is done: what the earlier one wrote and this one did not write again goes now
+                _remove([e for e in stale if not self._matches(e.name, self.outputs)])
+                left = [n for n in self._listed(self.manifest()) if n not in self.outputs and any(
+                    fnmatch.fnmatchcase(e.name, n) for e in self._entries())]
+                self._record([*left, *self.outputs], settings)
 
     def clear(self) -> None:
-        """Remove what runs of this kind wrote here (:meth:`written`), then the folder when nothing else is left."""
-        _remove(self.written())
+        """Remove what runs of this kind wrote here (:meth:`written`) and the manifest, then the folder when nothing
+        else is left."""
+        _remove([*self.written(), self.path / MANIFEST])
         try:
             self.path.rmdir()
         except OSError:  # not empty (files poolkit did not write stay) or already gone
             pass
+
+    def _record(self, outputs: list[str], settings: Any) -> None:
+        record = {"outputs": outputs, **({"settings": settings} if settings is not None else {})}
+        if self.manifest() != record:
+            atomic_write_json(self.path / MANIFEST, record)
+
+    def _entries(self) -> list[Path]:
+        return [e for e in self.path.iterdir() if e.name != MANIFEST] if self.path.is_dir() else []
+
+    def _of_kind(self, entry: Path) -> bool:
+        return (self.owns is not None and self.owns(entry)) or (
+            entry.is_file() and not entry.is_symlink() and self._matches(entry.name, self.outputs))
+
+    @staticmethod
+    def _listed(found: dict[str, Any] | None) -> list[str]:
+        return [p for p in (found or {}).get("outputs", []) if isinstance(p, str) and _inside(p)]
 
     @staticmethod
     def _matches(name: str, patterns) -> bool:
@@ -191,7 +217,12 @@ def publish(tmp: Path, folder: Path) -> None:
     """Move each entry of the finished folder ``tmp`` into ``folder``, each replacing its namesake atomically
     (folders through :func:`~poolkit.io.files.replace_dir`), folders first and files last (a run's record marks it
     whole), then remove ``tmp``; other entries of ``folder`` stay."""
-    for entry in sorted(tmp.iterdir(), key=lambda e: (not e.is_dir(), e.name)):
+    entries = sorted(tmp.iterdir(), key=lambda e: (not e.is_dir(), e.name))
+    parked = [f"{e.name}{OLD_SUFFIX}" for e in entries if e.is_dir() and (folder / f"{e.name}{OLD_SUFFIX}").exists()]
+    if parked:
+        raise PoolkitError(f"{folder} holds {', '.join(parked)}: move it away (poolkit parks an old folder there "
+                           "while it replaces it)")
+    for entry in entries:
         if entry.is_dir():
             replace_dir(entry, folder / entry.name)
         else:
@@ -211,9 +242,14 @@ def fold_models(run: str | Path, allow_incomplete: bool = False) -> list[Path]:
     if not folds:
         raise PoolkitError(f"no trained model in {run}: expected fold_*/ folders written by poolkit train "
                            "(pass its --out folder or one fold_K folder)")
+    planned = [json.loads((fold / TRAIN_META).read_text()).get("n_folds") for fold in folds]
+    if len(set(planned)) > 1:  # folds of two runs (one with more folds left behind): averaging them is wrong
+        raise PoolkitError(f"{run} holds the folds of more than one run (their n_folds: "
+                           f"{', '.join(f'{f.name} {n}' for f, n in zip(folds, planned))}): train into a new folder, "
+                           "or again with --force")
+    planned = planned[0] if planned[0] is not None else "?"
     partial = sorted(p.name for p in run.glob("fold_*.partial"))
     if not allow_incomplete and (partial or not (run / TRAIN_METRICS).is_file()):
-        planned = json.loads((folds[0] / TRAIN_META).read_text()).get("n_folds", "?")
         why = f"{partial[0]} unfinished" if partial else f"no {TRAIN_METRICS}"
         raise PoolkitError(f"{run} is an unfinished run ({len(folds)} of {planned} folds trained, {why}): "
                            "finish it with poolkit train --resume, pass one fold_K folder, or --allow-incomplete "

@@ -204,8 +204,9 @@ def compare(data: str | Path | TableData | None = None, *, text_col: str = "text
 
 
 def compare_folder(out: str | Path) -> RunFolder:
-    """compare's output folder: the leaderboard files, report.html, and finetuned/ (the fine-tuned runs)."""
-    return RunFolder(Path(out), (*OUTPUTS, "finetuned"))
+    """compare's output folder: the leaderboard files and report.html (each fine-tuned run under finetuned/ is a
+    train folder of its own)."""
+    return RunFolder(Path(out), OUTPUTS)
 
 
 def explain_best(results: Sequence[Any], features: Any, table: TableData, model: str | None, max_length: int,

@@ -154,6 +154,11 @@ class TaskArithmetic:
         names = list(names) if names is not None else [_run_name(r) for r in runs]
         if len(names) != len(runs) or len(set(names)) != len(names):
             raise PoolkitError(f"the runs need distinct names, one each (got {names}): pass --names A B ...")
+        bad = [n for n in names if not isinstance(n, str) or n in ("", ".", "..", RECORD) or "/" in n or "\\" in n
+               or n.startswith(".") or n.endswith((".tmp", ".old"))]
+        if bad:
+            raise PoolkitError(f"task names {bad} cannot name a folder in --out (no '/', no leading '.', not {RECORD}, "
+                               "not ending in .tmp or .old): pass --names A B ...")
         if data is not None and len(data) != len(runs):
             raise PoolkitError(f"--data needs one table per run: {len(data)} given for {len(runs)} runs")
         self.base_path = resolve_model(base)

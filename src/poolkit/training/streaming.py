@@ -42,6 +42,8 @@ FORMAT_VERSION = 1
 PARTIAL_SUFFIX = ".partial"
 #: what a partial folder holds: each window's vectors and record, each process's done-mark
 PARTIAL_FILES = ("window-*.npy", "window-*.json", "rank-*.done")
+#: where poolkit 0.2 kept a partial folder's settings
+LEGACY_MANIFEST = "manifest.json"
 #: glibc's mallopt parameter (malloc.h) and the block size from which :func:`return_freed_memory` maps blocks.
 M_MMAP_THRESHOLD, MMAP_FROM = -3, 1 << 20
 
@@ -172,17 +174,24 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
 
 
 def _partial_folder(partial: Path) -> RunFolder:
-    """A partial folder as a run folder; ``manifest.json``: the settings record of poolkit 0.2's partial folders."""
-    return RunFolder(partial, PARTIAL_FILES, exclusive=True, owns=lambda entry: entry.name == "manifest.json")
+    """A partial folder as a run folder that starts over in place; ``manifest.json``: the settings record of
+    poolkit 0.2's partial folders."""
+    return RunFolder(partial, PARTIAL_FILES, exclusive=True, resumable=True,
+                     owns=lambda entry: entry.name == LEGACY_MANIFEST)
 
 
 def _claim_partial(partial: Path, settings: dict[str, Any], force: bool):
     """The partial folder (:class:`poolkit.io.RunFolder`), locked for the run: resumed when it holds a run with
     ``settings``, else refused (``force``: started over)."""
     folder = _partial_folder(partial)
-    recorded = (folder.manifest() or {}).get("settings")
-    same = recorded == json.loads(json.dumps(settings))
-    return folder.claim(force=force and not same, resume=not force or same, settings=settings)
+    settings = json.loads(json.dumps(settings))  # as read back: tuples become lists
+    if folder.manifest() is None and read_json(partial / LEGACY_MANIFEST) == settings:
+        atomic_write_json(partial / MANIFEST, {"outputs": list(PARTIAL_FILES), "settings": settings})  # 0.2's
+    if (folder.manifest() or {}).get("settings") == settings:
+        return folder.claim(resume=True, settings=settings)  # the same run: continue it, forced or not
+    if force:
+        return folder.claim(force=True, settings=settings)
+    return folder.claim(resume=True, settings=settings)  # a fresh folder, or refused naming what differs
 
 
 def _finished_window(partial: Path, index: int, rows: int) -> bool:
