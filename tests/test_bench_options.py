@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import typing
 
 import pytest
 
 from poolkit.io import MANIFEST
 from poolkit_bench.commands import BENCHMARKS, command, parser_for
-from poolkit_bench.options import (Preset, Presets, _flags, _parts, _value, add_config_arguments, config_from_args,
-                                   given_flags, option)
+from poolkit.cli.options import _flags, _parts, _value, config_from_args, given_flags
+from poolkit.settings import Presets
 
 #: The flags of each command in poolkit 0.2, when each one's argparse was written by hand.
 FLAGS_02 = {
@@ -124,37 +123,6 @@ def test_given_flags_are_the_ones_on_the_command_line():
     assert given_flags(parser.parse_args(["--extend", "d", "--poolers", "mean"]), presets) == ["--poolers"]
     assert given_flags(parser.parse_args(["--quick", "--epochs", "3", "--out", "o", "--force"]), presets) == [
         "--epochs", "--quick", "--out", "--force"]
-
-
-@dataclasses.dataclass(frozen=True)
-class _Inner:
-    workers: int = option(2, "processes")
-    hidden: int = option(5, "not asked for")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Outer:
-    inner: _Inner = option(_Inner(), "", nested=("workers",))
-    fast: bool = option(False, "go fast")
-    slow: bool = option(True, "skip the slow part", flag="--no-slow")
-    sizes: tuple[int, ...] = option((1, 2), "sizes", empty=True)
-
-
-def test_nested_options_booleans_and_empty_lists():
-    # catches nested options set on the outer config, nested fields exposed that were not asked for, booleans that
-    # do not invert their default, and a tuple option that cannot be emptied
-    import argparse
-
-    presets = Presets("plain", {"plain": Preset(_Outer()), "big": Preset(_Outer(sizes=(9,)), "bigger")})
-    parser = argparse.ArgumentParser()
-    add_config_arguments(parser, presets)
-    assert {f for a in parser._actions for f in a.option_strings} == {"-h", "--help", "--big", "--workers", "--fast",
-                                                                     "--no-slow", "--sizes"}
-    config = config_from_args(parser.parse_args(["--workers", "7", "--fast", "--no-slow", "--sizes"]), presets)
-    assert config == _Outer(inner=_Inner(workers=7), fast=True, slow=False, sizes=())
-    assert config_from_args(parser.parse_args(["--big"]), presets).sizes == (9,)
-    assert "(default: 1 2; --big: 9)" in " ".join(parser.format_help().split())
-    assert typing.get_type_hints(_Outer)["sizes"] == tuple[int, ...]
 
 
 #: A tiny run of each command (task-arithmetic's is in test_bench_task_arithmetic.py), each a few seconds.

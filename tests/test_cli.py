@@ -12,7 +12,7 @@ import pytest
 from poolkit import PoolkitError
 
 from poolkit_bench.commands import parser_for
-from poolkit_bench.options import config_from_args
+from poolkit.cli.options import config_from_args
 from poolkit_bench.snr import PRESETS as SNR_PRESETS
 from poolkit.cli import main
 from poolkit.cli.common import parse_options, pooler_specs

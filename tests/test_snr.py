@@ -12,7 +12,7 @@ import torch
 import poolkit
 from poolkit_bench import snr
 from poolkit_bench.commands import parser_for
-from poolkit_bench.options import config_from_args
+from poolkit.cli.options import config_from_args
 from poolkit_bench.snr_data import (
     PAPER_KS,
     PUBLISHED_BASELINES,

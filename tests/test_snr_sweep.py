@@ -10,7 +10,7 @@ import pytest
 
 from poolkit_bench import snr, snr_sweep
 from poolkit_bench.commands import parser_for
-from poolkit_bench.options import config_from_args
+from poolkit.cli.options import config_from_args
 from poolkit.errors import PoolkitError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -73,23 +73,21 @@ from tqdm.auto import tqdm
 from transformers import get_scheduler
 
 from ..data import LengthGroupedBatchSampler, TableData, TextCollator, TextDataset, fold_splits
+from ..data.batching import sorted_token_batches
 from ..data.tables import split_rows
-from ..data.batching import PADDINGS, sorted_token_batches
 from ..errors import PoolkitError
-from ..models import PooledModel
-from ..models.heads import head_scores
-from ..models.encoders import (AUTOCAST, PRECISIONS, check_max_length, hf_bars_off, load_tokenizer, resolve_model,
-                               resolve_precision)
-from ..pooling import pooler_spec
 from ..io import RunFolder, atomic_write_content, existing_dir, replace_dir, temp_dir
 from ..io.runs import FOLD_DIR, TRAIN_META, fold_models
+from ..models import PooledModel
+from ..models.encoders import AUTOCAST, check_max_length, hf_bars_off, load_tokenizer, resolve_model, resolve_precision
+from ..models.heads import head_scores
 from ..provenance import run_provenance
+from .config import TrainConfig
 from .leaderboard import leaderboard_row
 from .metrics import compute_metrics, primary_metric
-from .optim import TRAIN_ONLY, freeze, param_groups
+from .optim import freeze, param_groups
 from .probing import _Targets
 
-SCHEDULERS = ("linear", "cosine")
 META = TRAIN_META
 TEST_OUTPUTS = "test_outputs.npz"
 RESULTS = ("oof.csv", "metrics.json", "train.log")
@@ -99,75 +97,6 @@ FOLD_KEYS = ("fold", "metrics", "best_epoch", "best_step", "epochs_run", "stoppe
 CV_PROTOCOL = 2
 
 logger = get_logger(__name__)
-
-
-@dataclass
-class TrainConfig:
-    """Every setting of a fine-tuning run (``poolkit train`` options); ``patience=0`` never stops early."""
-
-    model: str | None = None
-    #: the pooler spec ``{"name": ..., **options}`` (a name is turned into one): see ``poolkit.pooling.pooler_spec``
-    pooler: dict[str, Any] = field(default_factory=lambda: {"name": "mean"})
-    folds: int = 1
-    #: share of each fold's training rows held out (stratified) to choose the checkpoint and stop early; with
-    #: folds = 1, also the share of all rows held out as the test split
-    val_fraction: float = 0.2
-    epochs: int = 3
-    batch_size: int = 32
-    encoder_lr: float = 5e-5
-    pooler_lr: float = 1e-3
-    layer_decay: float = 0.9
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    scheduler: str = "linear"
-    grad_accum: int = 1
-    max_grad_norm: float = 1.0
-    precision: str = "auto"
-    max_length: int = 256
-    patience: int = 2
-    eval_every: int | None = None
-    seed: int = 42
-    train_only: str = "all"
-    #: > 0: a frozen-head run (LP-FT, Kumar et al. 2022): the pooler and head first train this many epochs on the
-    #: frozen encoder, then stay fixed while ``train_only`` trains the encoder (Jin et al. 2024 find that heads
-    #: trained together with the encoder hinder the decoupling of task vectors)
-    frozen_head: int = 0
-    head_dropout: float = 0.1
-    padding: str = "longest"
-
-    def __post_init__(self) -> None:
-        self.pooler = pooler_spec(self.pooler)  # an unknown pooler or option fails here, before any data is read
-
-    def to_dict(self) -> dict[str, Any]:
-        """The settings, JSON-ready."""
-        return json.loads(json.dumps(asdict(self)))
-
-    def check(self) -> None:
-        """Raise a one-line PoolkitError naming the first bad setting."""
-        rules = [("folds", self.folds >= 1, "at least 1"), ("epochs", self.epochs >= 1, "at least 1"),
-                 ("batch_size", self.batch_size >= 1, "at least 1"), ("grad_accum", self.grad_accum >= 1, "at least 1"),
-                 ("max_length", self.max_length >= 1, "at least 1"), ("patience", self.patience >= 0, "0 or more"),
-                 ("frozen_head", self.frozen_head >= 0, "0 or more"),
-                 ("eval_every", self.eval_every is None or self.eval_every >= 1, "at least 1 step"),
-                 ("warmup_ratio", 0 <= self.warmup_ratio < 1, "in [0, 1)"),
-                 ("layer_decay", 0 < self.layer_decay <= 1, "in (0, 1]"),
-                 ("encoder_lr", math.isfinite(self.encoder_lr) and self.encoder_lr > 0, "a finite number > 0"),
-                 ("pooler_lr", math.isfinite(self.pooler_lr) and self.pooler_lr > 0, "a finite number > 0"),
-                 ("weight_decay", math.isfinite(self.weight_decay) and self.weight_decay >= 0, "a finite number >= 0"),
-                 ("max_grad_norm", math.isfinite(self.max_grad_norm) and self.max_grad_norm >= 0,
-                  "a finite number >= 0 (0: no clipping)"),
-                 ("val_fraction", 0 < self.val_fraction < 1, "in (0, 1)"),
-                 ("head_dropout", 0 <= self.head_dropout < 1, "in [0, 1)"),
-                 ("scheduler", self.scheduler in SCHEDULERS, f"one of {', '.join(SCHEDULERS)}"),
-                 ("precision", self.precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
-                 ("train_only", self.train_only in TRAIN_ONLY, f"one of {', '.join(TRAIN_ONLY)}"),
-                 ("padding", self.padding in PADDINGS, f"one of {', '.join(PADDINGS)}")]
-        for name, ok, rule in rules:
-            if not ok:
-                raise PoolkitError(f"--{name.replace('_', '-')} must be {rule}, got {getattr(self, name)!r}")
-        if self.frozen_head and self.train_only == "head":
-            raise PoolkitError("--frozen-head with --train-only head leaves nothing to train after the head: "
-                               "use --train-only attention or all")
 
 
 @dataclass

@@ -26,8 +26,8 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from ..errors import PoolkitError
+from .config import TRAIN_ONLY
 
-TRAIN_ONLY = ("all", "attention", "head")
 _LAYER = re.compile(r"\.(?:layer|layers|h|block|blocks)\.(\d+)\.")
 _ATTENTION = re.compile(r"attention|attn", re.IGNORECASE)
 

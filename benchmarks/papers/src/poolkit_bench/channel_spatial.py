@@ -27,11 +27,12 @@ import torch
 
 from poolkit.blocks import block_options, get_block, list_blocks
 from poolkit.blocks.registry import resolve_block
+from poolkit.cli.options import config_from_args
 from poolkit.errors import PoolkitError
 from poolkit.pooling import get_pooler
+from poolkit.settings import Preset, Presets, check_counts, option
 
 from .harness import Execution, Stopwatch, restored_threads, results_folder, torch_device
-from .options import Preset, Presets, check_counts, config_from_args, option
 from .reporting import print_table, pyplot, run_record, save_figure, versus_baseline, write_outputs
 from .vision import VisionConfig, run_all, summarize
 from .vision_data import Images, augment, load_images, split_pool

@@ -8,13 +8,13 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .options import add_config_arguments, add_output_arguments
+from poolkit.cli.options import add_config_arguments
 
 
 @dataclass(frozen=True)
 class BenchCommand:
     """``poolkit bench NAME``: its help line and the module of this package that runs it. The module declares its
-    ``PRESETS`` (:class:`~poolkit_bench.options.Presets`: the options come from their config's fields),
+    ``PRESETS`` (:class:`~poolkit.settings.Presets`: the options come from their config's fields),
     ``RESULT_FILES`` and ``run_<module>_command(args)``, and may add arguments of its own in
     ``add_extra_arguments(parser)``."""
 
@@ -51,6 +51,13 @@ BENCHMARKS = (
     BenchCommand("task-arithmetic", "task_arithmetic", "merging task vectors of full vs attention-only fine-tuning "
                  "on built-in text tasks (Jin et al. 2024)"),
 )
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, result_files: tuple[str, ...]) -> None:
+    """--out DIR (naming the files the run writes there), --force and --no-progress."""
+    parser.add_argument("--out", metavar="DIR", help=f"write {', '.join(result_files)} here")
+    parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def command(name: str) -> BenchCommand:

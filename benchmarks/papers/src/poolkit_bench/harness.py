@@ -20,8 +20,8 @@ import torch
 
 from poolkit.errors import PoolkitError
 from poolkit.io import RunFolder
+from poolkit.settings import option
 
-from .options import option
 
 
 @contextmanager

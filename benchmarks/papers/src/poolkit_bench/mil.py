@@ -28,14 +28,15 @@ import numpy as np
 import pandas as pd
 import torch
 
+from poolkit.cli.options import config_from_args, given_flags
 from poolkit.errors import PoolkitError
 from poolkit.pooling.base import pooler_class, pooler_from_label
 from poolkit.provenance import git_commit
+from poolkit.settings import Preset, Presets, check_counts, option
 
 from .harness import Stopwatch, restored_threads, results_folder, run_tasks
 from .mil_data import DATASETS, Bags, load_bags, standardize, stratified_folds
 from .mil_model import MILModel, auc, fit, predict, score
-from .options import Preset, Presets, check_counts, config_from_args, given_flags, option
 from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 
 #: The token poolers of the issue, and the scorer ablation on gated_attention (the same width and init as its

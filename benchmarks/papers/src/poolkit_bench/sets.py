@@ -35,13 +35,14 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from poolkit.cli.options import config_from_args
 from poolkit.errors import PoolkitError
 from poolkit.pooling import get_pooler
 from poolkit.pooling.sets import ZonotopeSetAttention
+from poolkit.settings import Preset, Presets, check_counts, option
 
 from . import quadrature
 from .harness import Stopwatch, restored_threads, results_folder
-from .options import Preset, Presets, check_counts, config_from_args, option
 from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 
 TASKS = ("statistics", "typed", "pairs")

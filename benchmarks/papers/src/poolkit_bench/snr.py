@@ -27,12 +27,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from poolkit.cli.options import config_from_args
 from poolkit.errors import PoolkitError
 from poolkit.pooling import get_pooler, list_poolers
 from poolkit.pooling.base import pooler_class, resolve_name
+from poolkit.settings import Preset, Presets, check_counts, option
 
 from .harness import Execution, Stopwatch, results_folder, run_tasks, torch_device
-from .options import Preset, Presets, check_counts, config_from_args, option
 from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 from .snr_data import PAPER_KS, PUBLISHED_BASELINES, KnnCentroidData, baseline_mse, check_ks, make_knn_centroid
 from .snr_model import SNRModel, fit

@@ -29,11 +29,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from poolkit.cli.options import config_from_args, given_flags
 from poolkit.errors import PoolkitError
 from poolkit.provenance import run_provenance
+from poolkit.settings import Preset, Presets, option
 
 from .harness import Stopwatch, results_folder
-from .options import Preset, Presets, config_from_args, given_flags, option
 from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 from .snr import BASELINES, PAPER_COLORS, QUICK, SNRConfig, baselines, release_data, resolve_snr_name, run_jobs, tasks
 

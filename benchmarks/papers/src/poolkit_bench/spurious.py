@@ -32,11 +32,12 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from poolkit.cli.options import config_from_args
 from poolkit.errors import PoolkitError
 from poolkit.pooling import get_pooler
+from poolkit.settings import Preset, Presets, check_counts, option
 
 from .harness import Stopwatch, check_execution, restored_threads, results_folder
-from .options import Preset, Presets, check_counts, config_from_args, option
 from .reporting import draw_map, paired_difference, print_table, pyplot, run_record, save_figure, write_outputs
 from .spurious_data import CUE_NAMES, LABEL_NAMES, SpuriousData, SpuriousSet, make_spurious_data, planned_counts
 from .vision_data import load_images

@@ -37,10 +37,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from poolkit.cli.options import config_from_args
 from poolkit.errors import PoolkitError
+from poolkit.settings import Preset, Presets, check_counts, option
 
 from .harness import Stopwatch, check_execution, restored_threads, results_folder
-from .options import Preset, Presets, check_counts, config_from_args, option
 from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 
 #: mode -> (train_only, whether the pooler + head are trained first on the frozen encoder and then fixed)

@@ -23,12 +23,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from poolkit.cli.options import config_from_args
 from poolkit.errors import PoolkitError
 from poolkit.pooling import AuxiliaryClassifiers, get_pooler
 from poolkit.pooling.base import pooler_class, resolve_name
+from poolkit.settings import Preset, Presets, check_counts, option
 
 from .harness import Execution, Stopwatch, restored_threads, results_folder, run_tasks, torch_device
-from .options import Preset, Presets, check_counts, config_from_args, option
 from .reporting import (draw_map, paired_difference, print_table, pyplot, run_record, save_figure, versus_baseline,
                         write_outputs)
 from .vision_data import DATASETS, Images, augment, load_images, split_pool

@@ -1,7 +1,6 @@
-"""A benchmark's settings are one frozen dataclass; the fields made with :func:`option` are also the options of its
-``poolkit bench`` command. Its presets (``--quick``, ``--full``, ...) are instances of that dataclass. The flags,
-their types and their ``(default: ...)`` notes are read from the dataclass and the presets, so no default is written
-twice, and the config a command runs is the preset chosen with the options given on top."""
+"""Command-line options generated from a settings dataclass (:mod:`poolkit.settings`): a flag per field made with
+``option()``, its type, choices and ``(default: ...)`` note read from the dataclass and its presets, so no default
+is written twice; the config a command runs is the preset chosen with the options given on top."""
 
 from __future__ import annotations
 
@@ -9,67 +8,11 @@ import argparse
 import dataclasses
 import types
 import typing
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from poolkit.cli.common import split_names  # poolkit_bench's commands are a plugin of poolkit's CLI
-from poolkit.errors import PoolkitError
-
-
-@dataclass(frozen=True)
-class Option:
-    """How a config field reads from the command line: ``help``, the flag (default ``--field-name``), a metavar, a
-    ``parse`` function for each value (an argparse ``type``), ``choices``, ``names`` (values split on commas and
-    spaces, ``drop`` removed), ``empty`` (a tuple field may be given no values), how a default ``show``s in the help,
-    what ``None`` means there, and ``nested`` (this field is a config itself; these of its fields are options)."""
-
-    help: str
-    flag: str | None = None
-    metavar: str | None = None
-    parse: Callable[[str], Any] | None = None
-    choices: tuple | None = None
-    names: bool = False
-    drop: tuple[str, ...] = ()
-    empty: bool = False
-    show: Callable[[Any], str] | None = None
-    none: str | None = None
-    nested: tuple[str, ...] = ()
-
-
-def option(default: Any, help: str, **how: Any) -> Any:
-    """A config field with ``default`` that is also a command-line option (``how``: the fields of :class:`Option`)."""
-    return dataclasses.field(default=default, metadata={"option": Option(help, **how)})
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A named config; with ``help`` it has a flag ``--NAME`` of its own."""
-
-    config: Any
-    help: str | None = None
-
-
-@dataclass(frozen=True)
-class Presets(Mapping):
-    """A benchmark's presets (``choices``) and the one run when no preset flag is given; as a mapping, name -> its
-    config."""
-
-    default: str
-    choices: Mapping[str, Preset]
-
-    @property
-    def base(self) -> Any:
-        return self[self.default]
-
-    def __getitem__(self, name: str) -> Any:
-        return self.choices[name].config
-
-    def __iter__(self):
-        return iter(self.choices)
-
-    def __len__(self) -> int:
-        return len(self.choices)
+from ..settings import Option, Presets
+from .common import positive, split_names
 
 
 @dataclass(frozen=True)
@@ -154,10 +97,11 @@ def add_config_arguments(parser: argparse.ArgumentParser, presets: Presets) -> N
         how = flag.option
         if kind is bool:
             on = not _value(presets.base, flag.path)
-            parser.add_argument(flag.flag, dest=flag.dest, action="store_true" if on else "store_false", default=None,
-                                help=_escaped(how.help))
+            parser.add_argument(flag.flag, *how.aliases, dest=flag.dest, action="store_true" if on else "store_false",
+                                default=None, help=_escaped(how.help))
             continue
-        parser.add_argument(flag.flag, dest=flag.dest, type=how.parse or kind, choices=how.choices,
+        parser.add_argument(flag.flag, *how.aliases, dest=flag.dest,
+                            type=how.parse or (positive(kind) if how.positive else kind), choices=how.choices,
                             nargs=("*" if how.empty else "+") if many else None,
                             metavar=None if how.choices else how.metavar, help=_escaped(_help(flag, presets)))
 
@@ -189,6 +133,13 @@ def _replaced(config: Any, changes: dict[tuple[str, ...], Any]) -> Any:
     return dataclasses.replace(config, **here)
 
 
+def given_settings(args: argparse.Namespace, presets: Presets) -> dict[str, Any]:
+    """{field: value} of the options given on the command line (top-level fields; the others keep their
+    defaults)."""
+    return {flag.path[0]: value for flag in _flags(type(presets.base)) if len(flag.path) == 1
+            and (value := _given(args, flag)) is not None}
+
+
 def given_flags(args: argparse.Namespace, presets: Presets) -> list[str]:
     """The flags given on the command line: the config's options, a preset other than the default, --out, --force."""
     given = [flag.flag for flag in _flags(type(presets.base)) if _given(args, flag) is not None]
@@ -196,18 +147,3 @@ def given_flags(args: argparse.Namespace, presets: Presets) -> list[str]:
         given.append(f"--{args.preset}")
     return given + [name for name, on in (("--out", getattr(args, "out", None)), ("--force", getattr(args, "force",
                                                                                                      False))) if on]
-
-
-def add_output_arguments(parser: argparse.ArgumentParser, result_files: tuple[str, ...]) -> None:
-    """--out DIR (naming the files the run writes there), --force and --no-progress."""
-    parser.add_argument("--out", metavar="DIR", help=f"write {', '.join(result_files)} here")
-    parser.add_argument("--force", action="store_true", help="overwrite existing results in --out")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def check_counts(config: Any, names: tuple[str, ...], least: int = 1) -> None:
-    """Each named setting of ``config`` is an int of at least ``least``, else a PoolkitError naming it."""
-    for name in names:
-        value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise PoolkitError(f"{name} must be an int >= {least}, got {value!r}")

@@ -1,0 +1,98 @@
+"""The settings of a fine-tuning run (``poolkit train``): one dataclass, the source of the Python API's defaults and
+of the command's flags and help (:mod:`poolkit.settings`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..data.batching import PADDINGS
+from ..errors import PoolkitError
+from ..pooling import pooler_spec
+from ..settings import Preset, Presets, option
+
+SCHEDULERS = ("linear", "cosine")
+#: which weights a run trains: all; the encoder's self-attention projections + pooler + head; pooler + head
+TRAIN_ONLY = ("all", "attention", "head")
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of a fine-tuning run (``poolkit train`` options); ``patience=0`` never stops early."""
+
+    model: str | None = None
+    #: the pooler spec ``{"name": ..., **options}`` (a name is turned into one): see ``poolkit.pooling.pooler_spec``
+    pooler: dict[str, Any] = field(default_factory=lambda: {"name": "mean"})
+    folds: int = option(1, "K-fold CV, one model per fold (1: one train/test split)", positive=True)
+    #: share of each fold's training rows held out (stratified) to choose the checkpoint and stop early; with
+    #: folds = 1, also the share of all rows held out as the test split
+    val_fraction: float = option(0.2, "share of each fold's training rows that chooses the checkpoint and stops "
+                                 "early; with --folds 1 also the share of all rows held out for testing")
+    epochs: int = option(3, "epochs", positive=True)
+    batch_size: int = option(32, "texts per optimizer step (split across processes)", positive=True)
+    encoder_lr: float = option(5e-5, "encoder learning rate, top layer", positive=True)
+    pooler_lr: float = option(1e-3, "pooler + head learning rate", positive=True)
+    layer_decay: float = option(0.9, "layer-wise learning-rate decay per layer", positive=True)
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    warmup_ratio: float = option(0.1, "share of the steps that warm the learning rate up")
+    scheduler: str = option("linear", "learning-rate schedule after the warm-up", choices=SCHEDULERS)
+    grad_accum: int = option(1, "batches accumulated per optimizer step", positive=True)
+    max_grad_norm: float = option(1.0, "gradient clipping norm", positive=True)
+    precision: str = option("auto", "autocast dtype: auto is bf16 or fp16 on CUDA, float32 on CPU",
+                            aliases=("--mixed-precision",), metavar="{auto,no,bf16,fp16}")
+    max_length: int = option(256, "token limit", positive=True)
+    patience: int = option(2, "evaluations without improvement before stopping", positive=True)
+    eval_every: int | None = None
+    seed: int = option(42, "seed of the splits, the weights and the batches")
+    train_only: str = option("all", "attention: only self-attention projections + pooler + head (Jin et al. "
+                             "2024); head: frozen encoder", choices=TRAIN_ONLY)
+    #: > 0: a frozen-head run (LP-FT, Kumar et al. 2022): the pooler and head first train this many epochs on the
+    #: frozen encoder, then stay fixed while ``train_only`` trains the encoder (Jin et al. 2024 find that heads
+    #: trained together with the encoder hinder the decoupling of task vectors)
+    frozen_head: int = option(0, "train the pooler + head EPOCHS epochs on the frozen encoder first, then keep them "
+                              "fixed while the encoder trains (LP-FT; for task arithmetic, poolkit merge)",
+                              positive=True, metavar="EPOCHS")
+    head_dropout: float = option(0.1, "dropout before the head")
+    padding: str = "longest"
+
+    def __post_init__(self) -> None:
+        self.pooler = pooler_spec(self.pooler)  # an unknown pooler or option fails here, before any data is read
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings, JSON-ready."""
+        return json.loads(json.dumps(asdict(self)))
+
+    def check(self) -> None:
+        """Raise a one-line PoolkitError naming the first bad setting."""
+        from ..models.encoders import PRECISIONS
+
+        rules = [("folds", self.folds >= 1, "at least 1"), ("epochs", self.epochs >= 1, "at least 1"),
+                 ("batch_size", self.batch_size >= 1, "at least 1"), ("grad_accum", self.grad_accum >= 1, "at least 1"),
+                 ("max_length", self.max_length >= 1, "at least 1"), ("patience", self.patience >= 0, "0 or more"),
+                 ("frozen_head", self.frozen_head >= 0, "0 or more"),
+                 ("eval_every", self.eval_every is None or self.eval_every >= 1, "at least 1 step"),
+                 ("warmup_ratio", 0 <= self.warmup_ratio < 1, "in [0, 1)"),
+                 ("layer_decay", 0 < self.layer_decay <= 1, "in (0, 1]"),
+                 ("encoder_lr", math.isfinite(self.encoder_lr) and self.encoder_lr > 0, "a finite number > 0"),
+                 ("pooler_lr", math.isfinite(self.pooler_lr) and self.pooler_lr > 0, "a finite number > 0"),
+                 ("weight_decay", math.isfinite(self.weight_decay) and self.weight_decay >= 0, "a finite number >= 0"),
+                 ("max_grad_norm", math.isfinite(self.max_grad_norm) and self.max_grad_norm >= 0,
+                  "a finite number >= 0 (0: no clipping)"),
+                 ("val_fraction", 0 < self.val_fraction < 1, "in (0, 1)"),
+                 ("head_dropout", 0 <= self.head_dropout < 1, "in [0, 1)"),
+                 ("scheduler", self.scheduler in SCHEDULERS, f"one of {', '.join(SCHEDULERS)}"),
+                 ("precision", self.precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
+                 ("train_only", self.train_only in TRAIN_ONLY, f"one of {', '.join(TRAIN_ONLY)}"),
+                 ("padding", self.padding in PADDINGS, f"one of {', '.join(PADDINGS)}")]
+        for name, ok, rule in rules:
+            if not ok:
+                raise PoolkitError(f"--{name.replace('_', '-')} must be {rule}, got {getattr(self, name)!r}")
+        if self.frozen_head and self.train_only == "head":
+            raise PoolkitError("--frozen-head with --train-only head leaves nothing to train after the head: "
+                               "use --train-only attention or all")
+
+
+#: the defaults, as the presets the command's flags are generated from
+TRAIN_PRESETS = Presets("default", {"default": Preset(TrainConfig())})

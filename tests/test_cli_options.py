@@ -1,0 +1,81 @@
+"""Command-line options generated from settings dataclasses (poolkit.settings, poolkit.cli.options): nested
+configs, booleans, empty lists, aliases, positive numbers, presets in the help."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+
+import pytest
+
+from poolkit.cli.options import add_config_arguments, config_from_args, given_settings
+from poolkit.settings import Preset, Presets, option
+
+
+@dataclasses.dataclass(frozen=True)
+class _Inner:
+    workers: int = option(2, "processes")
+    hidden: int = option(5, "not asked for")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Outer:
+    inner: _Inner = option(_Inner(), "", nested=("workers",))
+    fast: bool = option(False, "go fast")
+    slow: bool = option(True, "skip the slow part", flag="--no-slow")
+    sizes: tuple[int, ...] = option((1, 2), "sizes", empty=True)
+
+
+def test_nested_options_booleans_and_empty_lists():
+    # catches nested options set on the outer config, nested fields exposed that were not asked for, booleans that
+    # do not invert their default, and a tuple option that cannot be emptied
+    presets = Presets("plain", {"plain": Preset(_Outer()), "big": Preset(_Outer(sizes=(9,)), "bigger")})
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, presets)
+    assert {f for a in parser._actions for f in a.option_strings} == {"-h", "--help", "--big", "--workers", "--fast",
+                                                                     "--no-slow", "--sizes"}
+    config = config_from_args(parser.parse_args(["--workers", "7", "--fast", "--no-slow", "--sizes"]), presets)
+    assert config == _Outer(inner=_Inner(workers=7), fast=True, slow=False, sizes=())
+    assert config_from_args(parser.parse_args(["--big"]), presets).sizes == (9,)
+    assert "(default: 1 2; --big: 9)" in " ".join(parser.format_help().split())
+    assert typing.get_type_hints(_Outer)["sizes"] == tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rates:
+    lr: float = option(1e-3, "learning rate", positive=True, aliases=("--learning-rate",))
+    steps: int = option(10, "steps", positive=True)
+    name: str = "unflagged"
+
+
+def test_aliases_positive_numbers_and_given_settings():
+    # catches an alias that does not reach its field, a positive option taking 0 / nan, and given_settings reporting
+    # options that were not given (they would override the Python API's own defaults)
+    presets = Presets("plain", {"plain": Preset(_Rates())})
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, presets)
+    assert given_settings(parser.parse_args(["--learning-rate", "0.5"]), presets) == {"lr": 0.5}
+    assert given_settings(parser.parse_args([]), presets) == {}
+    for bad in (["--steps", "0"], ["--lr", "nan"], ["--name", "x"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
+
+
+def test_train_flags_come_from_train_config():
+    # catches a TrainConfig default the help does not show (or shows stale), a flag whose value does not reach the
+    # API under its field's name, an alias that is lost, and an unset flag overriding the API's own default
+    from poolkit.cli import build_parser
+    from poolkit.training.config import TRAIN_PRESETS, TrainConfig
+
+    parser = build_parser()
+    base = ["train", "--data", "x.csv", "--out", "o"]
+    assert given_settings(parser.parse_args(base), TRAIN_PRESETS) == {}
+    args = parser.parse_args([*base, "--epochs", "5", "--mixed-precision", "bf16", "--train-only", "attention"])
+    assert given_settings(args, TRAIN_PRESETS) == {"epochs": 5, "precision": "bf16", "train_only": "attention"}
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["train"]
+    helps = {action.dest: action.help for action in sub._actions}
+    flagged = [f for f in dataclasses.fields(TrainConfig) if "option" in f.metadata]
+    assert len(flagged) == 19
+    for field in flagged:
+        assert helps[field.name].endswith(f"(default: {getattr(TrainConfig(), field.name)})"), field.name
