@@ -229,3 +229,19 @@ def test_a_one_fold_board_has_no_std_rather_than_a_zero_one(tmp_path):
     board.save(tmp_path)  # the plot draws no error bar, the files say null / empty
     assert json.loads((tmp_path / "leaderboard.json").read_text())["rows"][0]["std"] is None
     assert pd.read_csv(tmp_path / "leaderboard.csv")["std"].isna().all()
+
+
+def test_compare_reports_each_step_through_its_callback_and_prints_nothing(glosses, tmp_path, capsys):
+    # the library never prints: catches a print left in a step, a step that does not report (the poolers' lines, the
+    # baseline's), and settings that are not CompareConfig's refused late or silently dropped
+    data, bert = glosses
+    lines = []
+    board = api.compare(data, poolers="mean,max", model=bert, folds=2, epochs=1, cache_dir=tmp_path / "cache",
+                        progress=False, report=lines.append)
+    assert capsys.readouterr().out == ""
+    assert lines[0] == "task: classification, inferred from 'label' (2 classes); pass --task to choose"
+    assert lines[1].startswith("poolkit compare: 2 poolers on") and "ranked by accuracy" in lines[1]
+    assert sorted(line.split()[0] for line in lines[2:]) == sorted(board.frame["pooler"])  # one line per row
+    with pytest.raises(PoolkitError, match="unknown compare setting 'epoch'.*Did you mean 'epochs'"):
+        api.compare(data, poolers="mean", epoch=3)
+    assert api.compare_config(folds=4).for_data(quick=True) == api.compare_config(folds=4, epochs=8)

@@ -79,3 +79,22 @@ def test_train_flags_come_from_train_config():
     assert len(flagged) == 19
     for field in flagged:
         assert helps[field.name].endswith(f"(default: {getattr(TrainConfig(), field.name)})"), field.name
+
+
+def test_compare_flags_come_from_compare_config():
+    # the same for poolkit compare: catches a --no-cache / --no-baseline that does not reach its field inverted, an
+    # alias lost (--finetune-lr), a note for a None default missing, and unset flags overriding the API
+    from poolkit.cli import build_parser
+    from poolkit.training.compare import COMPARE_PRESETS, CompareConfig
+
+    parser = build_parser()
+    assert given_settings(parser.parse_args(["compare"]), COMPARE_PRESETS) == {}
+    args = parser.parse_args(["compare", "--no-cache", "--no-baseline", "--finetune-lr", "1e-4", "--folds", "4"])
+    assert given_settings(args, COMPARE_PRESETS) == {"cache": False, "baseline": False, "encoder_lr": 1e-4,
+                                                     "folds": 4}
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["compare"]
+    helps = {action.dest: action.help for action in sub._actions}
+    assert helps["folds"].endswith("(default: 5; 3 on the embedded default data)")
+    for field in dataclasses.fields(CompareConfig):
+        if "option" in field.metadata and field.type not in ("bool",) and getattr(CompareConfig(), field.name) is not None:
+            assert helps[field.name].endswith(f"(default: {getattr(CompareConfig(), field.name)})"), field.name

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = single_pooler_spec(args.pooler, args.pooler_opt)
     metrics = train(args.data, args.out, pooler=spec, model=args.model, resume=args.resume, force=args.force,
-                    trust_remote_code=args.trust_remote_code,
+                    trust_remote_code=args.trust_remote_code, report=print,
                     **data_kwargs(args), **given_settings(args, TRAIN_PRESETS))
     metric, std = metrics["primary_metric"], metrics["std_ddof1"][metrics["primary_metric"]]
     spread = f" ± {std:.4f} (sample std)" if std is not None else ""

@@ -39,7 +39,7 @@ class Leaderboard:
     ``rows``: list of dicts (spec under ``config``, per-fold metrics under ``fold_metrics``); ``frame``: the same
     as a DataFrame without the per-fold detail; ``folds``: one line per (pooler, mode, fold) and metric values;
     ``settings``: the run's settings; ``explanation``: the best learned pooler's explained texts, shown in the
-    report (:func:`poolkit.training.api.explain_best`; None: none). ``str(board)`` is the table; ``to_csv`` /
+    report (:func:`poolkit.training.compare.explain_best`; None: none). ``str(board)`` is the table; ``to_csv`` /
     ``to_json`` / ``plot`` / ``save``.
     """
 

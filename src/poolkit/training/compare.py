@@ -1,0 +1,317 @@
+"""``compare``: which pooling for this data and this encoder, as a pipeline of named steps over one
+:class:`CompareConfig`: load (the table, the folds), encode (once, into the feature cache), probe (every pooler +
+head on the cache, the same K folds), baseline (the tuned linear row), explain (the best learned pooler's weights on
+held-out texts), publish (the leaderboard, on disk before any fine-tuning) and fine-tune (the encoder with the K
+best poolers). Each step reports through ``report``, a callable taking one line (the CLI passes ``print``); the
+library prints nothing.
+
+Under ``torchrun`` / ``accelerate launch -m poolkit.cli compare ...`` every process encodes its share of the texts
+into the feature cache (:mod:`poolkit.training.features`); rank 0 joins them, trains the heads alone and returns the
+leaderboard; the others return None once their share is written. Fine-tuning and ``cache=False`` are refused there.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..data import TableData, fold_splits
+from ..errors import PoolkitError, suggest
+from ..io import RunFolder
+from ..settings import Preset, Presets, option
+from .inputs import check_rates, fit_to_encoder, load, resolve_poolers
+from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row, mean_std
+from .processes import process_rank
+
+DEFAULT_DATA = "builtin:embedded"
+#: ``compare`` without data: the embedded WordNet subset, sized to fit in 10 minutes on 2 CPU cores.
+QUICK_DEFAULTS = {"folds": 3, "epochs": 8}
+#: ``compare``'s report explains this many of fold 0's held-out texts per class (other tasks: EXPLAINED_TEXTS).
+EXPLAINED_PER_CLASS = 3
+EXPLAINED_TEXTS = 30
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """Every setting of ``compare`` beside its data and poolers: the source of the Python API's defaults and of
+    ``poolkit compare``'s flags and help."""
+
+    model: str | None = None
+    folds: int | None = option(None, "K-fold CV", positive=True, none="5; 3 on the embedded default data")
+    epochs: int | None = option(None, "max epochs per fold", positive=True, none="20; 8 on the embedded default")
+    batch_size: int = option(64, "texts per batch of a pooler + head", positive=True)
+    pooler_lr: float = option(1e-3, "pooler + head learning rate (frozen rows and fine-tuning)", positive=True)
+    patience: int = option(3, "epochs without improvement before a fold stops", positive=True)
+    max_length: int | None = option(None, "token limit", positive=True, none="256, or the model's positions when "
+                                    "fewer")
+    seed: int = option(0, "seed of the folds, the heads and the explained texts")
+    cache_dir: str | None = option(None, "feature cache folder", none="$POOLKIT_CACHE/features or "
+                                   "~/.cache/poolkit/features")
+    cache: bool = option(True, "encode afresh: read and write no feature cache", flag="--no-cache")
+    cache_dtype: str = option("float16", "dtype of the cached token states (int8: half the bytes, at the accuracy "
+                              "cost measured in docs/scale.md)", choices=("float16", "int8"))
+    cache_max_tokens: int | None = option(None, "cache the token states of each text's first N tokens only (max, "
+                                          "gem, attention, ... see those; cls / mean / layer poolers over them still "
+                                          "pool every token); the accuracy cost is measured in docs/scale.md",
+                                          positive=True, metavar="N", none="every token")
+    baseline: bool = option(True, "leave out the tuned linear baseline row (logistic / ridge regression on "
+                            "mean-pooled features, regularisation chosen on each fold's inner split)",
+                            flag="--no-baseline")
+    finetune_top: int = option(0, "then fine-tune the encoder end-to-end with the K best poolers", metavar="K")
+    finetune_epochs: int = option(3, "epochs of each fine-tuning", positive=True)
+    encoder_lr: float = option(5e-5, "encoder learning rate when fine-tuning", positive=True,
+                               aliases=("--finetune-lr",))
+    trust_remote_code: bool = False
+
+    def for_data(self, quick: bool) -> CompareConfig:
+        """With folds and epochs settled: the embedded default data's (quick) or a table's."""
+        return replace(self, folds=self.folds or (QUICK_DEFAULTS["folds"] if quick else 5),
+                       epochs=self.epochs or (QUICK_DEFAULTS["epochs"] if quick else 20))
+
+
+COMPARE_PRESETS = Presets("default", {"default": Preset(CompareConfig())})
+
+
+def compare_config(**settings: Any) -> CompareConfig:
+    """A CompareConfig from keyword settings; unknown names raise naming the known ones, bad rates fail."""
+    known = {f.name for f in fields(CompareConfig)}
+    for key in settings:
+        if key not in known:
+            raise PoolkitError(f"unknown compare setting {key!r}.{suggest(key, known)} Known: {', '.join(sorted(known))}")
+    config = CompareConfig(**settings)
+    check_rates(pooler_lr=config.pooler_lr, encoder_lr=config.encoder_lr)
+    return config
+
+
+def compare_folder(out: str | Path) -> RunFolder:
+    """compare's output folder: the leaderboard files and report.html (each fine-tuned run under finetuned/ is a
+    train folder of its own)."""
+    return RunFolder(Path(out), OUTPUTS)
+
+
+@dataclass
+class Comparison:
+    """What the steps of one compare hand on: the settings, the table and its folds, then each step's result."""
+
+    config: CompareConfig
+    specs: list[dict[str, Any]]
+    table: TableData
+    probe: Any  # ProbeConfig
+    report: Callable[[str], None]
+    progress: bool
+    metric: Any = None
+    features: Any = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    results: list[Any] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    explained: Any = None
+    started: float = field(default_factory=time.perf_counter)
+
+
+def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequence[str | dict[str, Any]] = "default",
+            text_col: str = "text", target_col: str | Sequence[str] = "label", task: str | None = None,
+            limit: int | None = None, out: str | Path | None = None, force: bool = False, progress: bool = True,
+            report: Callable[[str], None] | None = None, **settings: Any) -> Leaderboard | None:
+    """Encode ``data`` once with the frozen encoder, train every pooler + head on the cached layers with the same
+    K folds, then (``finetune_top`` K > 0) fine-tune the encoder with the K best poolers; the steps are those of the
+    module doc. ``settings``: the fields of :class:`CompareConfig` (model, folds, epochs, pooler_lr, ...).
+
+    Without ``data``: the embedded WordNet subset, 3 folds and 8 epochs unless given (else 5 folds, 20 epochs).
+    With ``out`` (locked for the run), leaderboard.csv / .json / .png and report.html are written there (the frozen
+    board before fine-tuning starts) and the fine-tuned models under ``out/finetuned/``; without, fine-tuned models
+    are discarded. ``report``: told each step's line (None: nothing is said); ``progress``: progress bars.
+    """
+    config = compare_config(**settings)
+    specs = resolve_poolers(poolers)  # bad names fail before the data is read
+    rank, world = process_rank()
+    if world > 1 and config.finetune_top > 0:
+        raise PoolkitError("--finetune-top cannot be used under torchrun / accelerate launch (the processes share "
+                           "only the encoding): compare with several processes, then fine-tune with `poolkit train`")
+    out = out if rank == 0 else None  # the other processes only encode their share
+    if out is not None:
+        compare_folder(out).check(force=force)
+    say = report if report is not None and rank == 0 else _quiet
+    run = load_step(data, specs, config, text_col, target_col, task, limit, say, progress and rank == 0)
+    with ExitStack() as held:
+        if out is not None:  # one run per folder: locked for the whole run
+            out = held.enter_context(compare_folder(out).claim(force=force))
+        if not encode_step(run):
+            return None  # not rank 0: its share of the encoding is written
+        probe_step(run)
+        baseline_step(run)
+        explain_step(run)
+        board = publish_step(run, out)  # on disk before any (long) fine-tuning starts
+        if config.finetune_top > 0:
+            finetune_step(run, out, force)
+            board = publish_step(run, out)
+        return board
+
+
+def _quiet(line: str) -> None:
+    pass
+
+
+def load_step(data, specs: list[dict[str, Any]], config: CompareConfig, text_col: str, target_col, task: str | None,
+              limit: int | None, report: Callable[[str], None], progress: bool) -> Comparison:
+    """load: the encoder's fit for every pooler and the token limit, the table, and its folds checked (too few rows
+    per class fails here, before encoding)."""
+    from .probing import ProbeConfig
+
+    max_length = fit_to_encoder(config.model, config.max_length, 256, config.trust_remote_code, specs)
+    config = replace(config.for_data(quick=data is None), max_length=max_length)
+    table = load(DEFAULT_DATA if data is None else data, text_col, target_col, task, limit, config.seed, report)
+    probe = ProbeConfig(folds=config.folds, epochs=config.epochs, batch_size=config.batch_size,
+                        pooler_lr=config.pooler_lr, patience=config.patience, seed=config.seed)
+    fold_splits(table, probe.folds, probe.val_fraction, probe.seed)
+    return Comparison(config, specs, table, probe, report, progress)
+
+
+def encode_step(run: Comparison) -> bool:
+    """encode: the table's texts through the frozen encoder once, into the feature cache (what the poolers read);
+    False on a process that only encodes its share."""
+    from ..models.encoders import model_label, resolve_model
+    from ..provenance import run_provenance
+    from .features import encode_features
+    from .metrics import primary_metric
+
+    config, table = run.config, run.table
+    run.metric = primary_metric(table.task, table.n_outputs)
+    run.report(f"poolkit compare: {len(run.specs)} poolers on {table.source} ({len(table)} rows, {table.task}, "
+               f"{config.folds} folds, up to {config.epochs} epochs), ranked by {run.metric.name}")
+    run.started = time.perf_counter()
+    run.features = encode_features(table.texts, config.model, max_length=config.max_length, cache_dir=config.cache_dir,
+                                   progress=run.progress, cache=config.cache, trust_remote_code=config.trust_remote_code,
+                                   poolers=run.specs, summaries=["mean"] if config.baseline else [],  # the baseline's
+                                   token_dtype=config.cache_dtype, token_cap=config.cache_max_tokens)
+    if run.features is None:
+        return False
+    # the model asked for now (a reused feature cache records the path of whichever install first wrote it)
+    run.settings = {"data": table.source, "rows": len(table), "task": table.task, "model": resolve_model(config.model),
+                    "model_label": model_label(config.model), "metric": run.metric.name,
+                    "higher_is_better": run.metric.higher_is_better, "folds": config.folds, "probe": asdict(run.probe),
+                    "encode_seconds": round(time.perf_counter() - run.started, 2),
+                    "cache_bytes_per_text": round(run.features.bytes_per_text()), "cache_dtype": config.cache_dtype,
+                    "cache_max_tokens": config.cache_max_tokens, "poolers": run.specs,
+                    "finetune_top": config.finetune_top,
+                    **({"finetune_epochs": config.finetune_epochs, "encoder_lr": config.encoder_lr}
+                       if config.finetune_top > 0 else {}),
+                    "provenance": run_provenance()}
+    return True
+
+
+def _said(run: Comparison, result, label: str | None = None) -> None:
+    summary = result.summary()
+    run.report(f"  {label or result.label:<22} {run.metric.name} {mean_std(summary['mean'], summary['std'])}  "
+               f"({result.seconds:.1f}s)")
+
+
+def probe_step(run: Comparison) -> None:
+    """probe: every pooler + head trained on the cache with the same folds, ranked best first."""
+    from .probing import compare_poolers
+
+    run.results = compare_poolers(run.specs, run.features, run.table, run.probe,
+                                  on_result=lambda result: _said(run, result))
+    run.rows = [leaderboard_row(r.label, r.spec, "frozen", r.metric, r.fold_metrics, r.params, r.seconds,
+                                r.fold_detail) for r in run.results]
+
+
+def baseline_step(run: Comparison) -> None:
+    """baseline: the tuned linear baseline's row (logistic / ridge regression on mean-pooled features)."""
+    from .baseline import baseline_label, linear_baseline
+
+    if not run.config.baseline:
+        return
+    linear = linear_baseline(run.features, run.table, run.probe)
+    label = baseline_label(run.table.task)
+    _said(run, linear, label)
+    run.rows.append(leaderboard_row(label, linear.spec, "frozen", linear.metric, linear.fold_metrics, linear.params,
+                                    linear.seconds, linear.fold_detail))
+
+
+def explain_step(run: Comparison) -> None:
+    """explain: the best learned pooler's weights over a few of fold 0's held-out texts (see :func:`explain_best`)."""
+    config = run.config
+    run.explained = explain_best(run.results, run.features, run.table, config.model, config.max_length,
+                                 config.trust_remote_code, config.seed)
+
+
+def publish_step(run: Comparison, out: Path | None) -> Leaderboard:
+    """publish: the leaderboard of the rows so far, written to ``out`` when given."""
+    board = Leaderboard(run.rows, {**run.settings, "total_seconds": round(time.perf_counter() - run.started, 2)},
+                        run.explained)
+    if out is not None:
+        board.save(out)
+    return board
+
+
+def finetune_step(run: Comparison, out: Path | None, force: bool) -> None:
+    """fine-tune: the encoder end-to-end with each of the ``finetune_top`` best poolers, on the probes' folds; the
+    runs go to ``out/finetuned/<pooler>`` (without ``out``: a temporary folder)."""
+    from ..models.encoders import remote_code
+    from . import finetune
+    from .config import TrainConfig
+
+    config = run.config
+    with tempfile.TemporaryDirectory(prefix="poolkit-finetune-") as scratch:
+        root = (out or Path(scratch)) / "finetuned"
+        for result in run.results[:config.finetune_top]:
+            run.report(f"fine-tuning the encoder with {result.label} ({config.folds} folds, {config.finetune_epochs} "
+                       "epochs)")
+            trained = TrainConfig(model=config.model, pooler=result.spec, folds=config.folds,
+                                  epochs=config.finetune_epochs, encoder_lr=config.encoder_lr,
+                                  pooler_lr=config.pooler_lr, max_length=config.max_length,
+                                  val_fraction=run.probe.val_fraction, seed=config.seed)  # the probes' splits
+            started = time.perf_counter()
+            with remote_code(config.trust_remote_code):
+                metrics = finetune.fit(trained, run.table, root / result.label, force=force, progress=run.progress)
+            run.rows.append(finetune.finetuned_row(result.label, result.spec, metrics, time.perf_counter() - started))
+
+
+def explain_best(results: Sequence[Any], features: Any, table: TableData, model: str | None, max_length: int,
+                 trust_remote_code: bool = False, seed: int = 0) -> Any:
+    """The best pooler with learned weights (``results`` ranked best first) explaining, with its fold-0 model, a
+    few of fold 0's held-out texts: up to :data:`EXPLAINED_PER_CLASS` per class (other tasks:
+    :data:`EXPLAINED_TEXTS`), drawn with ``seed``. Their hidden states come from the feature cache ``features``
+    when it keeps the token states that pooler reads; otherwise these texts alone are encoded again. An
+    :class:`~poolkit.explain.Explanation`, or None when no pooler has learned weights."""
+    from ..explain import Explainer
+    from ..models.encoders import load_tokenizer
+    from .features import encode_features
+
+    best = next((r for r in results if r.first_fold is not None
+                 and any(True for _ in r.first_fold.model.pooler.parameters())), None)
+    if best is None:
+        return None
+    fold = best.first_fold
+    rng = np.random.default_rng(seed)
+    if table.task == "classification":
+        rows = np.concatenate([rng.choice(found, size=min(EXPLAINED_PER_CLASS, len(found)), replace=False)
+                               for c in range(len(table.label_names))
+                               if len(found := fold.test_rows[table.targets[fold.test_rows] == c])])
+        targets, sample = [table.label_names[table.targets[i]] for i in rows], f"up to {EXPLAINED_PER_CLASS} per class"
+    else:
+        rows = np.sort(rng.choice(fold.test_rows, size=min(EXPLAINED_TEXTS, len(fold.test_rows)), replace=False))
+        targets = [float(table.targets[i, 0]) for i in rows] if table.task == "regression" else None
+        sample = "drawn at random"
+    texts = [table.texts[i] for i in rows]
+    layered = fold.model.pooler.kind == "layer"
+    if not features.has_token_states(all_layers=layered):
+        features, rows = encode_features(texts, model, max_length, cache=False, progress=False,
+                                         trust_remote_code=trust_remote_code), np.arange(len(rows))
+        read = "these texts encoded again (the feature cache keeps no token states for this pooler)"
+    else:
+        read = "read from the feature cache (no second encoder pass)"
+    source = (f"{best.label}'s fold-0 model (pooler + head trained without fold 0's held-out rows, its epoch chosen "
+              f"on an inner split of its training rows) on {len(texts)} of fold 0's held-out texts, {sample}; hidden "
+              f"states {read}")
+    explainer = Explainer.on_cached_states(fold, lambda at: features.batch(rows[at], all_layers=layered),
+                                           load_tokenizer(model, trust_remote_code), max_length,
+                                           table.label_names, source, list(table.target_cols))
+    return explainer.explain(texts, targets)
