@@ -239,7 +239,7 @@ def test_compare_reports_each_step_through_its_callback_and_prints_nothing(gloss
     board = api.compare(data, poolers="mean,max", model=bert, folds=2, epochs=1, cache_dir=tmp_path / "cache",
                         progress=False, report=lines.append)
     assert capsys.readouterr().out == ""
-    assert lines[0] == "task: classification, inferred from 'label' (2 classes); pass --task to choose"
+    assert lines[0] == "task: classification, inferred from 'label' (2 classes); pass `task` to choose"
     assert lines[1].startswith("poolkit compare: 2 poolers on") and "ranked by accuracy" in lines[1]
     assert sorted(line.split()[0] for line in lines[2:]) == sorted(board.frame["pooler"])  # one line per row
     with pytest.raises(PoolkitError, match="unknown compare setting 'epoch'.*Did you mean 'epochs'"):

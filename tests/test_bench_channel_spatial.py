@@ -116,7 +116,7 @@ def test_a_tiny_run_writes_its_files_and_the_same_seed_gives_the_same_numbers(tm
     assert again["accuracy"] == first["accuracy"]
     assert np.allclose(again["train_loss"], [r for r in meta["runs"] if r["task"] == "fine" and r["block"] == "sa_ca"
                                              and r["seed"] == TINY.seed + 1][0]["train_loss"])
-    with pytest.raises(PoolkitError, match="--force"):
+    with pytest.raises(PoolkitError, match="force=True"):
         cs.run_channel_spatial(TINY, tmp_path, progress=False)
 
 

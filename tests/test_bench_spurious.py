@@ -233,7 +233,7 @@ def test_a_tiny_run_writes_its_files_repeats_itself_and_refuses_to_overwrite(tmp
     assert "commit" in saved["provenance"] and saved["settings"]["seeds"] == 2
     again, _ = spurious.run_spurious(TINY, None, progress=False)
     pd.testing.assert_frame_equal(frame, again)
-    with pytest.raises(PoolkitError, match="--force"):
+    with pytest.raises(PoolkitError, match="force=True"):
         spurious.run_spurious(TINY, tmp_path, progress=False)
 
 

@@ -197,7 +197,7 @@ def test_a_tiny_run_writes_its_files_and_refuses_to_overwrite(tmp_path):
     np.testing.assert_allclose(maps["gap"], 1 / maps["gap"][0].size, rtol=1e-3)
     assert not np.allclose(maps["gmp+sac"], maps["gap"]) and np.allclose(maps["flex"].sum(axis=(1, 2)), 1, atol=1e-3)
     assert "maps" not in json.dumps(meta["runs"]) and (tmp_path / "report.html").read_text().count("<img") == 2
-    with pytest.raises(PoolkitError, match="--force"):
+    with pytest.raises(PoolkitError, match="force=True"):
         vision.run_vision(TINY, tmp_path, progress=False)
 
 

@@ -263,7 +263,7 @@ def test_a_token_cap_keeps_each_texts_first_tokens_and_whole_summaries(bert, tmp
     torch.testing.assert_close(kept[0][mask], first[0][:, :3][mask])
     (key,) = whole.summaries
     np.testing.assert_array_equal(capped.summaries[key], whole.summaries[key])
-    with pytest.raises(PoolkitError, match="--cache-max-tokens must be at least 1"):
+    with pytest.raises(PoolkitError, match="`cache_max_tokens` must be at least 1"):
         encode(bert, tmp_path / "zero", texts=texts, poolers=poolers, token_cap=0)
 
 

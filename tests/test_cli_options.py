@@ -98,3 +98,19 @@ def test_compare_flags_come_from_compare_config():
     for field in dataclasses.fields(CompareConfig):
         if "option" in field.metadata and field.type not in ("bool",) and getattr(CompareConfig(), field.name) is not None:
             assert helps[field.name].endswith(f"(default: {getattr(CompareConfig(), field.name)})"), field.name
+
+
+def test_library_messages_name_parameters_and_the_cli_shows_its_flags():
+    # catches a mapping that misses a switch (force=True -> --force), an inverted switch (cache=False -> --no-cache),
+    # a value flag, an alias chosen over the long name, or a name the command does not have left in backticks
+    from poolkit.cli import build_parser, in_flags
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["compare"]
+    message = ("`out` /x already holds a.csv: pass `force=True`; `cache=False` needs one process; `max_length` 512 "
+               "is too many; `target_col` 'y'; `resume=True` means nothing here")
+    assert in_flags(message, sub) == ("--out /x already holds a.csv: pass --force; --no-cache needs one process; "
+                                      "--max-length 512 is too many; --target-col 'y'; resume=True means nothing "
+                                      "here")
+    assert in_flags("`encoder_lr` must be > 0", sub) == "--encoder-lr must be > 0"
+    assert in_flags("`epochs=3`", sub) == "--epochs 3"

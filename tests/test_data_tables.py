@@ -200,12 +200,12 @@ def test_no_rows(tmp_path, name, content):
 
 def test_misspelled_text_column(tmp_path):
     path = csv(tmp_path, {"txt": TEXTS, "label": LABELS})
-    error(path, "column 'text' not found", "columns: txt, label", "--text-col", "Did you mean 'txt'?")
+    error(path, "column 'text' not found", "columns: txt, label", "`text_col`", "Did you mean 'txt'?")
 
 
 def test_misspelled_target_column(tmp_path):
     path = csv(tmp_path, {"text": TEXTS, "labels": LABELS})
-    error(path, "column 'label' not found", "--target-col", "Did you mean 'labels'?")
+    error(path, "column 'label' not found", "`target_col`", "Did you mean 'labels'?")
 
 
 def test_wrong_delimiter_hint(tmp_path):
@@ -217,7 +217,7 @@ def test_text_column_is_not_a_target(tmp_path):
 
 
 def test_numeric_text_column(tmp_path):
-    error(csv(tmp_path, {"text": range(12), "label": LABELS}), "holds numbers", "--text-col")
+    error(csv(tmp_path, {"text": range(12), "label": LABELS}), "holds numbers", "`text_col`")
 
 
 def test_empty_texts_are_counted_with_rows(tmp_path):
@@ -240,7 +240,7 @@ def test_non_numeric_regression_targets(tmp_path):
 def test_mostly_numeric_labels_are_flagged_before_becoming_classes(tmp_path):
     y = [str(i + 0.5) for i in range(11)] + ["n/a"]
     path = csv(tmp_path, {"text": TEXTS, "y": y})
-    error(path, "numeric except 1 row (12;", "'n/a'", "--task classification", target_cols="y")
+    error(path, "numeric except 1 row (12;", "'n/a'", "`task` classification", target_cols="y")
 
 
 def test_single_class(tmp_path):

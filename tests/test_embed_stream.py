@@ -111,14 +111,14 @@ def test_a_partial_run_with_other_settings_is_refused_unless_forced(tmp_path, ta
         patch.setattr(TextEncoder, "encode", fail_on_second_window)
         with pytest.raises(Killed):
             embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False)
-    with pytest.raises(PoolkitError, match=r"other settings \(normalize differ\).*--force"):
+    with pytest.raises(PoolkitError, match=r"other settings \(normalize differ\).*force=True"):
         embed_to_file(table, out, model=model_dir, window=WINDOW, normalize=True, progress=False)
     with pytest.raises(PoolkitError, match=r"other settings \(window differ\)"):
         embed_to_file(table, out, model=model_dir, window=WINDOW + 1, progress=False)
     done = embed_to_file(table, out, model=model_dir, window=WINDOW, normalize=True, force=True, progress=False)
     assert done["reused"] == 0
     np.testing.assert_allclose(np.linalg.norm(np.load(out), axis=1), 1.0, atol=1e-5)
-    with pytest.raises(PoolkitError, match="--force"):  # a finished output is not overwritten without --force
+    with pytest.raises(PoolkitError, match="force=True"):  # a finished output is not overwritten without force
         embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False)
 
 

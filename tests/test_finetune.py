@@ -132,7 +132,7 @@ def test_resume_refuses_a_run_that_chose_checkpoints_on_its_scored_rows(referenc
     del meta["cv_protocol"]  # as poolkit wrote it before the inner validation split
     (out / "fold_0" / META).write_text(json.dumps(meta))
     with pytest.raises(PoolkitError, match=r"^cannot resume .*fold_0: an earlier poolkit trained it, choosing "
-                                           r"checkpoints on the rows it scored; --force to start over[^\n]*$"):
+                                           r"checkpoints on the rows it scored; `force=True` to start over[^\n]*$"):
         fit(toy_config(model_dir, folds=2), toy_data(), out, resume=True, progress=False)
 
 
@@ -163,7 +163,7 @@ def test_resume_ends_like_the_uninterrupted_run(reference, model_dir, tmp_path, 
         fit(config, data, out, progress=False)
     assert (out / "fold_0" / META).is_file() and not (out / "fold_1").exists()
     assert json.loads((out / "fold_1.partial" / ".state" / "progress.json").read_text())["epoch"] == 2
-    with pytest.raises(PoolkitError, match="--force.*--resume"):
+    with pytest.raises(PoolkitError, match="force=True.*resume=True"):
         fit(config, data, out, progress=False)
     finished = (out / "fold_0" / "model.safetensors").stat().st_mtime_ns
 
@@ -237,7 +237,7 @@ def test_resumed_regression_run_ends_like_the_uninterrupted_one(regression_refer
     del progress["target_mean"], progress["target_std"]
     (old / "fold_0.partial" / ".state" / "progress.json").write_text(json.dumps(progress))
     with pytest.raises(PoolkitError, match=r"^cannot resume .*fold_0.partial: an earlier poolkit trained it on "
-                                           r"unstandardised regression targets; --force to start over$"):
+                                           r"unstandardised regression targets; `force=True` to start over$"):
         fit(config, data, old, resume=True, progress=False)
     resumed = fit(config, data, out, resume=True, progress=False)
     assert "fold 0: resumed after epoch 1" in (out / "train.log").read_text()
@@ -246,7 +246,8 @@ def test_resumed_regression_run_ends_like_the_uninterrupted_one(regression_refer
 
 
 def test_non_empty_out_dir_needs_force(reference, model_dir, tmp_path):
-    with pytest.raises(PoolkitError, match="already holds .*: pass --force to start over, --resume to continue"):
+    with pytest.raises(PoolkitError, match="already holds .*: pass `force=True` to start over, `resume=True` to "
+                       "continue"):
         fit(toy_config(model_dir), toy_data(), reference[0], progress=False)
     out = tmp_path / "forced"
     (out / "fold_3").mkdir(parents=True)  # a fold of an earlier poolkit run (before manifests)

@@ -23,7 +23,7 @@ def test_a_file_in_the_way_is_refused_before_anything_is_made(tmp_path):
     with pytest.raises(PoolkitError, match="cannot be created: .*file is a file"):
         with RunFolder(tmp_path / "file" / "below", ("a",)).claim():
             pass
-    with pytest.raises(PoolkitError, match="either --resume .* or --force"):
+    with pytest.raises(PoolkitError, match="either `resume=True` .* or `force=True`"):
         RunFolder(tmp_path / "new", ("a",)).check(force=True, resume=True)
     assert _names(tmp_path) == ["file"]
 
@@ -38,9 +38,9 @@ def test_outputs_in_the_way_need_force_and_other_files_stay(tmp_path):
     with folder.claim() as claimed:  # notes.txt is not in the way of a non-exclusive run
         (claimed / "results.csv").write_text("1")
     assert json.loads((out / MANIFEST).read_text()) == {"outputs": ["results.csv", "plot.png"]}
-    with pytest.raises(PoolkitError, match=r"already holds results.csv: pass --force to start over, or choose"):
+    with pytest.raises(PoolkitError, match=r"already holds results.csv: pass `force=True` to start over, or choose"):
         folder.check()
-    with pytest.raises(PoolkitError, match=r"already holds notes\.txt, results\.csv: pass --force"):  # no manifest
+    with pytest.raises(PoolkitError, match=r"already holds notes\.txt, results\.csv: pass `force=True`"):  # no manifest
         RunFolder(out, ("results.csv",), exclusive=True).check()
 
 
@@ -133,7 +133,7 @@ def test_resume_takes_only_a_run_with_the_same_settings(tmp_path):
         (out / "window-000.npy").write_text("x")
     with folder.claim(resume=True, settings={"model": "m", "window": 8}):
         assert (out / "window-000.npy").exists()
-    with pytest.raises(PoolkitError, match=r"other settings \(window differ\).*--force to start over"):
+    with pytest.raises(PoolkitError, match=r"other settings \(window differ\).*`force=True` to start over"):
         with folder.claim(resume=True, settings={"window": 16, "model": "m"}):
             pass
     (out / MANIFEST).unlink()

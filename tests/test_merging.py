@@ -143,7 +143,7 @@ def test_runs_of_another_base_are_refused_in_one_line(runs, tmp_path, capsys, ot
 def test_merge_refuses_bad_requests(runs, model_dir, tmp_path, capsys):
     # catches a search without the validation data, data that is not the run's, a folder of the user's taken without
     # --force, and --force deleting what poolkit did not write
-    with pytest.raises(PoolkitError, match="pass --data"):
+    with pytest.raises(PoolkitError, match="pass `data`"):
         merge([runs["good"]], base=model_dir, search="shared")
     with pytest.raises(PoolkitError, match="is not the table"):
         merge([runs["good"]], base=model_dir, search="shared", data=[toy_data(40, seed=5)])

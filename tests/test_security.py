@@ -46,7 +46,7 @@ def with_code(bert: str, folder: Path, file: str = "config.json") -> Path:
 @pytest.mark.parametrize("file", ["config.json", "tokenizer_config.json"])
 def test_model_folder_code_is_refused_by_every_loader(bert, tmp_path, file):
     folder = with_code(bert, tmp_path / "evil", file)
-    named = rf"{file} maps auto_map classes to code in the folder.*--trust-remote-code"
+    named = rf"{file} maps auto_map classes to code in the folder.*trust_remote_code=True"
     for load in (TextEncoder, load_tokenizer, load_encoder, PooledModel.from_encoder, PooledModel.from_pretrained):
         with pytest.raises(PoolkitError, match=named):
             load(str(folder))

@@ -216,7 +216,7 @@ def test_run_snr_table_files_and_overwrite_guard(tmp_path):
     assert (out / "mse_vs_snr.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(out.glob(".*tmp"))
 
-    with pytest.raises(PoolkitError, match="--force"):
+    with pytest.raises(PoolkitError, match="force=True"):
         snr.run_snr(TINY, out, progress=False)
     again = snr.run_snr(TINY, out, force=True, progress=False)
     pd.testing.assert_frame_equal(again, frame)  # seeded: bit-for-bit the same

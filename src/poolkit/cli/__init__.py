@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from ..errors import PoolkitError
@@ -62,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                          ("compare", compare), ("explain", explain)):
         command = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP))
         module.add_arguments(command)
-        command.set_defaults(func=module.run)
+        command.set_defaults(func=module.run, command_parser=command)
 
     data_parser = sub.add_parser("data", help="built-in datasets")
     data_sub = data_parser.add_subparsers(dest="data_command", required=True, metavar="ACTION")
@@ -76,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         for benchmark in commands:
             command = bench_sub.add_parser(benchmark.name, help=benchmark.help)
             benchmark.add_arguments(command)
-            command.set_defaults(func=benchmark.run())
+            command.set_defaults(func=benchmark.run(), command_parser=command)
     else:
         bench.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
         bench.set_defaults(func=run_bench_missing)
@@ -84,6 +85,29 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("zoo", help="every pooler on the packaged MiniLM's hidden states: dims, params, time"
                    ).set_defaults(func=run_zoo)
     return parser
+
+
+#: How the library names a parameter in its messages: `name` or `name=value` (poolkit.errors).
+PARAMETER = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)(?:=([^`]*))?`")
+
+
+def in_flags(message: str, parser: argparse.ArgumentParser | None) -> str:
+    """A library message in the command's own terms: each `name` / `name=value` that is an option of ``parser``
+    becomes its flag (a switch alone, ``--no-x`` for ``x=False``; a value after its flag), any other loses its
+    backticks."""
+    options = {action.dest: action for action in (parser._actions if parser is not None else [])
+               if action.option_strings}
+
+    def flag(match: re.Match) -> str:
+        name, value = match.group(1), match.group(2)
+        action = options.get(name)
+        if action is None:
+            return match.group(0)[1:-1]
+        long = next((o for o in action.option_strings if o.startswith("--")), action.option_strings[0])
+        if action.nargs == 0:  # a switch: store_true / store_false / store_const
+            return long
+        return long if value is None else f"{long} {value.strip(chr(39) + chr(34))}"
+    return PARAMETER.sub(flag, message)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     except PoolkitError as err:
         if args.debug:
             raise
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {in_flags(str(err), getattr(args, 'command_parser', None))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -127,6 +127,8 @@ def add_text_input_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-col", default="text", help="column holding the texts (default: text)")
 
 
-def given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
-    """The options among ``names`` given on the command line (the others keep the Python API's defaults)."""
-    return {name: getattr(args, name) for name in names if hasattr(args, name)}
+def said(args: argparse.Namespace):
+    """A ``report`` callable for the library: each line printed in the command's terms (its flags)."""
+    from . import in_flags
+
+    return lambda line: print(in_flags(line, getattr(args, "command_parser", None)), flush=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..training.compare import COMPARE_PRESETS
 from .common import POOLER_OPT_HELP, Renamed, add_data_arguments, add_trust_remote_code_argument, data_kwargs
-from .common import pooler_specs
+from .common import pooler_specs, said
 from .options import add_config_arguments, given_settings
 
 HELP = "leaderboard of poolers on a frozen encoder (encode once), K-fold"
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out or time.strftime("runs/compare-%Y%m%d-%H%M%S"))
     board = compare(args.data, poolers=pooler_specs(args.poolers, args.pooler_opt), model=args.model, out=out,
-                    force=args.force, trust_remote_code=args.trust_remote_code, report=_say, **data_kwargs(args),
+                    force=args.force, trust_remote_code=args.trust_remote_code, report=said(args), **data_kwargs(args),
                     **given_settings(args, COMPARE_PRESETS))
     if board is None:  # a process of several: rank 0 trains and writes the leaderboard
         from ..training.processes import process_rank
@@ -50,7 +50,3 @@ def run(args: argparse.Namespace) -> int:
     print(board)
     print(f"\nencoded once in {board.settings['encode_seconds']:.1f}s; leaderboard.csv / .json / .png and report.html in {out}")
     return 0
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)

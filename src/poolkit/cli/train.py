@@ -6,7 +6,7 @@ import argparse
 
 from ..training.config import TRAIN_PRESETS
 from .common import Renamed, add_data_arguments, add_pooler_arguments, add_trust_remote_code_argument, data_kwargs
-from .common import single_pooler_spec
+from .common import said, single_pooler_spec
 from .options import add_config_arguments, given_settings
 
 HELP = "fine-tune encoder + pooler + head on a table of texts"
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = single_pooler_spec(args.pooler, args.pooler_opt)
     metrics = train(args.data, args.out, pooler=spec, model=args.model, resume=args.resume, force=args.force,
-                    trust_remote_code=args.trust_remote_code, report=print,
+                    trust_remote_code=args.trust_remote_code, report=said(args),
                     **data_kwargs(args), **given_settings(args, TRAIN_PRESETS))
     metric, std = metrics["primary_metric"], metrics["std_ddof1"][metrics["primary_metric"]]
     spread = f" ± {std:.4f} (sample std)" if std is not None else ""

@@ -74,7 +74,7 @@ def load_table(
     if task is not None and task not in TASKS:
         raise PoolkitError(f"unknown task {task!r}: use one of {', '.join(TASKS)}.{suggest(task, TASKS)}")
     if not target_cols:
-        raise PoolkitError("no target column given: name at least one with --target-col")
+        raise PoolkitError("no target column given: name at least one with `target_col`")
     df = read_frame(path)
     _check_columns(df, path, text_col, target_cols)
     texts = text_list(df[text_col], text_col)
@@ -86,7 +86,7 @@ def load_table(
         if len(target_cols) > 1:
             raise PoolkitError(
                 f"classification takes one target column, got {len(target_cols)} ({', '.join(target_cols)}): "
-                "pass one --target-col, or --task multilabel / regression"
+                "pass one `target_col`, or `task` multilabel / regression"
             )
         targets, names = _classes(df[target_cols[0]], target_cols[0], label_names)
     else:
@@ -209,7 +209,7 @@ def _read(path: Path, fmt: str) -> pd.DataFrame:
 def _check_columns(df: pd.DataFrame, path: Path, text_col: str, target_cols: tuple[str, ...]) -> None:
     """Every named column exists, and the text column is not also a target."""
     available = list(df.columns)
-    for col, flag in [(text_col, "--text-col"), *((c, "--target-col") for c in target_cols)]:
+    for col, flag in [(text_col, "`text_col`"), *((c, "`target_col`") for c in target_cols)]:
         if col in available:
             continue
         hint = suggest(col, available)
@@ -219,8 +219,8 @@ def _check_columns(df: pd.DataFrame, path: Path, text_col: str, target_cols: tup
             f"column {col!r} not found in {path.name} (columns: {', '.join(available)}): pass the right {flag}.{hint}"
         )
     if text_col in target_cols:
-        raise PoolkitError(f"column {text_col!r} is both the text and a target: pick different --text-col / "
-                           "--target-col")
+        raise PoolkitError(f"column {text_col!r} is both the text and a target: pick different `text_col` / "
+                           "`target_col`")
 
 
 def _rows(mask: np.ndarray) -> str:
@@ -234,12 +234,12 @@ def text_list(col: pd.Series, name: str, allow_empty: bool = False) -> list[str]
     """Texts as str: values that are not strings (numbers, dicts, lists) are an error, and so are missing, blank or
     zero-width-only texts unless ``allow_empty`` (missing ones then read as "")."""
     if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
-        raise PoolkitError(f"text column {name!r} holds numbers, not text: pass the text column with --text-col")
+        raise PoolkitError(f"text column {name!r} holds numbers, not text: pass the text column with `text_col`")
     other = np.array([not isinstance(t, str) and not (np.ndim(t) == 0 and pd.isna(t)) for t in col])
     if other.any():
         kind = type(col[other].iloc[0]).__name__
         raise PoolkitError(f"text column {name!r} holds non-text values ({kind}) in {_rows(other)}: "
-                           "store the texts as strings, or pass the text column with --text-col")
+                           "store the texts as strings, or pass the text column with `text_col`")
     texts = ["" if not isinstance(t, str) else t for t in col]
     empty = np.array([not t.translate(_ZERO_WIDTH).strip() for t in texts])
     if empty.any() and not allow_empty:
@@ -252,7 +252,7 @@ def frame_texts(frame: pd.DataFrame, text_col: str, source: str | Path) -> list[
     """The texts of ``frame[text_col]`` (missing ones as ""); a missing column is a one-line error naming --text-col."""
     if text_col not in frame.columns:
         raise PoolkitError(f"column {text_col!r} not found in {source}.{suggest(text_col, frame.columns)} "
-                           f"Columns: {', '.join(map(str, frame.columns))}; pass the text column with --text-col")
+                           f"Columns: {', '.join(map(str, frame.columns))}; pass the text column with `text_col`")
     return text_list(frame[text_col], text_col, allow_empty=True)
 
 
@@ -278,7 +278,7 @@ def _reject_numeric_looking(col: pd.Series) -> None:
         example = col[bad].iloc[0]
         raise PoolkitError(
             f"target column {col.name!r} is numeric except {_rows(bad)}, e.g. {example!r}: "
-            "fix those values, or pass --task classification to treat every value as a label"
+            "fix those values, or pass `task` classification to treat every value as a label"
         )
 
 
@@ -289,7 +289,7 @@ def _numeric(col: pd.Series, name: str) -> np.ndarray:
     if bad.any():
         raise PoolkitError(
             f"regression target {name!r} is missing or not a finite number in {_rows(bad)}: "
-            "fix or drop those rows, or pass --task classification"
+            "fix or drop those rows, or pass `task` classification"
         )
     return values.astype(np.float32)
 
@@ -315,7 +315,7 @@ def _classes(col: pd.Series, name: str, label_names: Sequence[str] | None) -> tu
     if label_names is None and len(names) < 2:
         raise PoolkitError(
             f"label column {name!r} has a single class ({names[0]!r}): classification needs at least two; "
-            "check --target-col, or pass --task regression"
+            "check `target_col`, or pass `task` regression"
         )
     index = {n: i for i, n in enumerate(names)}
     _reject_unknown([lab for lab in labels if lab not in index], name, names)
@@ -352,7 +352,7 @@ def _multilabel(
     if label_names is None and len(names) < 2:
         raise PoolkitError(
             f"multilabel column {cols[0]!r} has fewer than two labels ({', '.join(names) or 'none'}): "
-            f"separate labels with '|' or ',', or check --target-col"
+            f"separate labels with '|' or ',', or check `target_col`"
         )
     targets = np.zeros((len(sets), len(names)), dtype=np.float32)
     for row, s in enumerate(sets):
@@ -445,7 +445,7 @@ def fold_splits(data: TableData, folds: int, val_fraction: float = 0.2,
     ``folds == 1``: one split holding out ``val_fraction``.
     """
     if not isinstance(folds, int) or folds < 1:
-        raise PoolkitError(f"--folds must be a positive integer, got {folds!r}")
+        raise PoolkitError(f"`folds` must be a positive integer, got {folds!r}")
     if folds == 1:
         if not 0.0 < val_fraction < 1.0:
             raise PoolkitError(f"validation fraction must be between 0 and 1, got {val_fraction}")
@@ -455,16 +455,16 @@ def fold_splits(data: TableData, folds: int, val_fraction: float = 0.2,
             raise PoolkitError(f"{len(data)} rows are too few to hold out {val_fraction:.0%} for validation: add rows")
         return [(np.setdiff1d(np.arange(len(data)), val), val)]
     if len(data) < 2 * folds:
-        raise PoolkitError(f"{len(data)} rows are too few for {folds} folds: use fewer --folds or add rows")
+        raise PoolkitError(f"{len(data)} rows are too few for {folds} folds: use fewer `folds` or add rows")
     if data.task == "classification":  # every fold validates every class
         counts = np.bincount(data.targets, minlength=len(data.label_names))
         rare = int(np.argmin(counts))
         if counts[rare] == 0:
-            raise PoolkitError(f"class {data.label_names[rare]!r} has no row in the data used (a --limit too small?): "
+            raise PoolkitError(f"class {data.label_names[rare]!r} has no row in the data used (a `limit` too small?): "
                                "use more rows")
         if counts[rare] < folds:
-            raise PoolkitError(f"class {data.label_names[rare]!r} has {counts[rare]} row(s), fewer than --folds "
-                               f"{folds}: use --folds {counts[rare]} or fewer, or add rows of that class")
+            raise PoolkitError(f"class {data.label_names[rare]!r} has {counts[rare]} row(s), fewer than `folds` "
+                               f"{folds}: use `folds` {counts[rare]} or fewer, or add rows of that class")
     fold_of = np.empty(len(data), dtype=np.int64)
     offset = 0
     for group in _shuffled_groups(data, seed):  # deal each stratum round-robin over the folds

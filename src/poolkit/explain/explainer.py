@@ -441,7 +441,7 @@ def _score_error(item: TextExplanation, target: Any, task: str | None, label_nam
         item.target = str(target)
         if item.target not in item.scores:
             raise PoolkitError(f"target {target!r} is not one of the model's labels ({', '.join(label_names[:8])}, "
-                               "...): check --target-col")
+                               "...): check `target_col`")
         item.error = 1.0 - item.scores[item.target]
     elif task == "regression":
         item.target = float(target)

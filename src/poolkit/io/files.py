@@ -75,11 +75,11 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-def refuse_overwrite(path: str | os.PathLike, force: bool, flag: str = "--out") -> Path:
+def refuse_overwrite(path: str | os.PathLike, force: bool, flag: str = "`out`") -> Path:
     """A file path that may be written: refuse an existing file unless ``force``."""
     path = Path(path)
     if path.exists() and not force:
-        raise PoolkitError(f"{path} already exists: pass --force to overwrite it, or choose another {flag}")
+        raise PoolkitError(f"{path} already exists: pass `force=True` to overwrite it, or choose another {flag}")
     if not path.parent.exists():
         raise PoolkitError(f"the folder of {flag} {path} does not exist: create {path.parent} first")
     return path

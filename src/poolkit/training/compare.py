@@ -132,7 +132,7 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     specs = resolve_poolers(poolers)  # bad names fail before the data is read
     rank, world = process_rank()
     if world > 1 and config.finetune_top > 0:
-        raise PoolkitError("--finetune-top cannot be used under torchrun / accelerate launch (the processes share "
+        raise PoolkitError("`finetune_top` cannot be used under torchrun / accelerate launch (the processes share "
                            "only the encoding): compare with several processes, then fine-tune with `poolkit train`")
     out = out if rank == 0 else None  # the other processes only encode their share
     if out is not None:

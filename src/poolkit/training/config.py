@@ -90,8 +90,8 @@ class TrainConfig:
             if not ok:
                 raise PoolkitError(f"--{name.replace('_', '-')} must be {rule}, got {getattr(self, name)!r}")
         if self.frozen_head and self.train_only == "head":
-            raise PoolkitError("--frozen-head with --train-only head leaves nothing to train after the head: "
-                               "use --train-only attention or all")
+            raise PoolkitError("`frozen_head` with `train_only` head leaves nothing to train after the head: "
+                               "use `train_only` attention or all")
 
 
 #: the defaults, as the presets the command's flags are generated from

@@ -123,9 +123,9 @@ def cache_plan(poolers: Sequence[str | dict], hidden_size: int, num_layers: int,
 def check_token_options(token_dtype: str, token_cap: int | None) -> None:
     """Refuse a token dtype not in :data:`TOKEN_DTYPES` and a cap below one token."""
     if token_dtype not in TOKEN_DTYPES:
-        raise PoolkitError(f"--cache-dtype must be one of {', '.join(TOKEN_DTYPES)}, got {token_dtype!r}")
+        raise PoolkitError(f"`cache_dtype` must be one of {', '.join(TOKEN_DTYPES)}, got {token_dtype!r}")
     if token_cap is not None and token_cap < 1:
-        raise PoolkitError(f"--cache-max-tokens must be at least 1, got {token_cap}")
+        raise PoolkitError(f"`cache_max_tokens` must be at least 1, got {token_cap}")
 
 
 def cache_key(model_path: str, texts: Sequence[str], max_length: int, plan: dict = FULL_PLAN) -> str:
@@ -306,8 +306,8 @@ def _cached(texts: list[str], model_path: str, max_length: int, batch_size: int,
 
     rank, world = process_rank()
     if world > 1 and not cache:
-        raise PoolkitError("--no-cache cannot be used under torchrun / accelerate launch: the processes share "
-                           "their encoding through the feature cache; drop --no-cache (or run one process)")
+        raise PoolkitError("`cache=False` cannot be used under torchrun / accelerate launch: the processes share "
+                           "their encoding through the feature cache; drop `cache=False` (or run one process)")
     device = process_device(world) if world > 1 else device
     if not cache:
         scratch = Path(tempfile.mkdtemp(prefix="poolkit-features-"))

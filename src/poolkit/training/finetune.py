@@ -206,16 +206,16 @@ def _check_same(saved: dict[str, Any], current: dict[str, Any], where: Path) -> 
     """Refuse to resume a run made under another protocol, with other settings or other data."""
     if saved.get("cv_protocol") != current["cv_protocol"]:
         raise PoolkitError(f"cannot resume {where}: an earlier poolkit trained it, choosing checkpoints on the rows "
-                           "it scored; --force to start over without that leakage")
+                           "it scored; `force=True` to start over without that leakage")
     if saved["data_sha1"] != current["data_sha1"]:
         raise PoolkitError(f"cannot resume {where}: it was trained on different data; "
-                           "use the same table, or --force to start over")
+                           "use the same table, or `force=True` to start over")
     defaults = TrainConfig().to_dict()  # a setting added since the saved run was made had its default then
     changed = [f"--{k.replace('_', '-')} {saved['config'].get(k, defaults.get(k))!r} -> {v!r}"
                for k, v in current["config"].items() if saved["config"].get(k, defaults.get(k)) != v]
     if changed:
         raise PoolkitError(f"cannot resume {where}: settings differ ({'; '.join(changed)}); "
-                           "resume with the same options, or --force to start over")
+                           "resume with the same options, or `force=True` to start over")
 
 
 def _run_folder(out: Path, outputs: list[str]) -> RunFolder:
@@ -313,7 +313,7 @@ def fit(config: TrainConfig, data: TableData, out_dir: str | Path, resume: bool 
     config.check()
     state = _state()
     if config.batch_size % state.num_processes:
-        raise PoolkitError(f"--batch-size {config.batch_size} must be a multiple of the {state.num_processes} "
+        raise PoolkitError(f"`batch_size` {config.batch_size} must be a multiple of the {state.num_processes} "
                            "processes: each global batch is split across them")
     out = Path(out_dir)
     run = _Run(config, data, out, progress and state.is_main_process, state)  # checks model and splits first
@@ -478,7 +478,7 @@ class _Fold:
             _check_same(loaded.pop("fingerprint"), self.run.fingerprint, self.work)
             if {key: loaded.pop(key) for key in ("target_mean", "target_std") if key in loaded} != self.target_stats:
                 raise PoolkitError(f"cannot resume {self.work}: an earlier poolkit trained it on unstandardised "
-                                   "regression targets; --force to start over")
+                                   "regression targets; `force=True` to start over")
             self.accelerator.load_state(str(saved))
             self.progress = progress = Progress(**loaded)
             logger.info(f"fold {self.k}: resumed after epoch {progress.epoch} (step {progress.step})")
@@ -544,7 +544,7 @@ class _Fold:
                     else "no checkpoint")
             raise PoolkitError(f"fold {self.k} epoch {epoch:g}: training with the {self.config.pooler['name']} "
                                f"pooler gave non-finite outputs (train loss {train_loss:.4g}); the learning rate is "
-                               f"likely too high: lower --encoder-lr / --pooler-lr ({kept})")
+                               f"likely too high: lower `encoder_lr` / `pooler_lr` ({kept})")
         metrics = compute_metrics(self.run.data.task, outputs, self.run.data.targets[self.val_rows], self.run.n_classes)
         score = metrics[metric.name]
         improved = progress.best is None or math.isnan(progress.best) or metric.better(score, progress.best)

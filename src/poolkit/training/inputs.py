@@ -49,7 +49,7 @@ def load(data: str | Path | TableData, text_col: str = "text", target_col: str |
     table = load_data(str(data), limit=limit, seed=seed, text_col=text_col, target_cols=targets, task=task)
     if report is not None and task is None and not str(data).startswith("builtin:"):
         kind = f"{len(table.label_names)} classes" if table.label_names else f"{len(targets)} numeric target(s)"
-        report(f"task: {table.task}, inferred from {', '.join(map(repr, targets))} ({kind}); pass --task to choose")
+        report(f"task: {table.task}, inferred from {', '.join(map(repr, targets))} ({kind}); pass `task` to choose")
     return table
 
 

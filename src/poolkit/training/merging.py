@@ -127,7 +127,7 @@ def _matching_data(data: str | Path | TableData, meta: dict[str, Any], run: Path
             return sample
     name = data.source if isinstance(data, TableData) else data
     raise PoolkitError(f"{name} is not the table {run} was trained on (its texts or targets differ): pass the data "
-                       "file each run was trained on, in the order of --runs")
+                       "file each run was trained on, in the order of `runs`")
 
 
 def _run_name(run: Path) -> str:
@@ -147,20 +147,20 @@ class TaskArithmetic:
                  names: Sequence[str] | None = None, folds: str = "per-fold", batch_size: int = 64,
                  progress: bool = False) -> None:
         if folds not in FOLD_MODES:
-            raise PoolkitError(f"unknown --folds {folds!r}: use one of {', '.join(FOLD_MODES)}")
+            raise PoolkitError(f"unknown `folds` {folds!r}: use one of {', '.join(FOLD_MODES)}")
         if not runs:
-            raise PoolkitError("no runs to merge: pass --runs RUN_A RUN_B ... (poolkit train --out folders)")
+            raise PoolkitError("no runs to merge: pass `runs` RUN_A RUN_B ... (poolkit train `out` folders)")
         runs = [Path(r) for r in runs]
         names = list(names) if names is not None else [_run_name(r) for r in runs]
         if len(names) != len(runs) or len(set(names)) != len(names):
-            raise PoolkitError(f"the runs need distinct names, one each (got {names}): pass --names A B ...")
+            raise PoolkitError(f"the runs need distinct names, one each (got {names}): pass `names` A B ...")
         bad = [n for n in names if not isinstance(n, str) or n in ("", ".", "..", RECORD) or "/" in n or "\\" in n
                or n.startswith(".") or n.endswith((".tmp", ".old"))]
         if bad:
-            raise PoolkitError(f"task names {bad} cannot name a folder in --out (no '/', no leading '.', not {RECORD}, "
-                               "not ending in .tmp or .old): pass --names A B ...")
+            raise PoolkitError(f"task names {bad} cannot name a folder in `out` (no '/', no leading '.', not {RECORD}, "
+                               "not ending in .tmp or .old): pass `names` A B ...")
         if data is not None and len(data) != len(runs):
-            raise PoolkitError(f"--data needs one table per run: {len(data)} given for {len(runs)} runs")
+            raise PoolkitError(f"`data` needs one table per run: {len(data)} given for {len(runs)} runs")
         self.base_path = resolve_model(base)
         self.fold_mode, self.batch_size, self.progress = folds, batch_size, progress
         with hf_bars_off():
@@ -188,7 +188,7 @@ class TaskArithmetic:
         counts = {t.name: len(t.folds) for t in self.tasks}
         if folds == "per-fold" and len(set(counts.values())) > 1:
             raise PoolkitError(f"the runs have different fold counts ({counts}): merge fold K with fold K needs the "
-                               "same count; use --folds average")
+                               "same count; use `folds` average")
         if folds == "average":
             for task in self.tasks:  # the mean of the fold encoders: theta_0 + the mean task vector
                 task.tuned = [{k: torch.stack([s[k].double() for s in task.tuned]).mean(0).to(v.dtype)
@@ -202,7 +202,7 @@ class TaskArithmetic:
                 else resolve_model(meta["config"].get("model")) == self.base_path)
         if not same:
             was = meta.get("base_model") or resolve_model(meta["config"].get("model"))
-            raise PoolkitError(f"{run} was fine-tuned from a different base encoder ({was}) than --base "
+            raise PoolkitError(f"{run} was fine-tuned from a different base encoder ({was}) than `base` "
                                f"{self.base_path} (its base weights differ): pass the encoder it was trained from")
 
     def _check_architecture(self, run: Path, model: PooledModel) -> None:
@@ -210,16 +210,16 @@ class TaskArithmetic:
         ours, theirs = self.encoder.config.to_dict(), model.encoder.config.to_dict()
         for key in ARCHITECTURE:
             if ours.get(key) != theirs.get(key):
-                raise PoolkitError(f"{run} has a different encoder architecture from --base {self.base_path}: "
+                raise PoolkitError(f"{run} has a different encoder architecture from `base` {self.base_path}: "
                                    f"{key} {theirs.get(key)!r} vs {ours.get(key)!r}; merge runs of one base")
         state = model.encoder.state_dict()
         shapes = {k: tuple(v.shape) for k, v in state.items()}
         if shapes != {k: tuple(v.shape) for k, v in self.base.items()}:
-            raise PoolkitError(f"{run} has a different encoder architecture from --base {self.base_path}: its "
+            raise PoolkitError(f"{run} has a different encoder architecture from `base` {self.base_path}: its "
                                "parameter names or shapes differ; merge runs of one base")
         changed = [k for k, v in state.items() if not v.is_floating_point() and not torch.equal(v, self.base[k])]
         if changed:
-            raise PoolkitError(f"{run} has a different encoder from --base {self.base_path}: its non-float buffer "
+            raise PoolkitError(f"{run} has a different encoder from `base` {self.base_path}: its non-float buffer "
                                f"{changed[0]} differs; merge runs of one base")
 
     @property
@@ -230,7 +230,7 @@ class TaskArithmetic:
         """One alpha per task from a shared one or a list of one per task."""
         alphas = [float(alpha)] * len(self.tasks) if np.isscalar(alpha) else [float(a) for a in alpha]
         if len(alphas) != len(self.tasks) or not all(np.isfinite(alphas)):
-            raise PoolkitError(f"--alpha takes one finite number or one per run ({len(self.tasks)}), got {alpha!r}")
+            raise PoolkitError(f"`alpha` takes one finite number or one per run ({len(self.tasks)}), got {alpha!r}")
         return alphas
 
     def load_merged(self, alphas: Sequence[float], k: int = 0) -> None:
@@ -244,7 +244,7 @@ class TaskArithmetic:
         encoder merged by ``alphas``."""
         chosen = range(len(self.tasks)) if tasks is None else tasks
         if any(self.tasks[t].data is None for t in chosen):
-            raise PoolkitError("scoring merged models needs each run's data: pass --data, one table per run")
+            raise PoolkitError("scoring merged models needs each run's data: pass `data`, one table per run")
         result: dict[int, list[np.ndarray]] = {t: [] for t in chosen}
         for k in range(self.n_folds):
             self.load_merged(alphas, k)
@@ -347,12 +347,12 @@ def merge(runs: Sequence[str | Path], out: str | Path | None = None, *, base: st
     from ..provenance import run_provenance
 
     if (alpha is None) == (search is None):
-        raise PoolkitError("give either --alpha (one, or one per run) or --alpha-search, not both or neither")
+        raise PoolkitError("give either `alpha` (one, or one per run) or `alpha_search`, not both or neither")
     if search is not None and search not in SEARCHES:
-        raise PoolkitError(f"unknown --alpha-search {search!r}: use one of {', '.join(SEARCHES)}")
+        raise PoolkitError(f"unknown `alpha_search` {search!r}: use one of {', '.join(SEARCHES)}")
     if search is not None and data is None:
-        raise PoolkitError("--alpha-search scores alphas on each run's inner validation rows: pass --data, the table "
-                           "each run was trained on, in the order of --runs")
+        raise PoolkitError("`alpha_search` scores alphas on each run's inner validation rows: pass `data`, the table "
+                           "each run was trained on, in the order of `runs`")
     if out is not None:
         out = Path(out)
         RunFolder(out, (), exclusive=True).check(force=force)  # before any model is read

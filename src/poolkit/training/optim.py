@@ -50,12 +50,12 @@ def freeze(model: nn.Module, train_only: str = "all", train_head: bool = True) -
     """Set ``requires_grad`` by ``train_only`` (all | attention | head) and ``train_head`` (the pooler and the head);
     returns (trainable, total) parameter counts."""
     if train_only not in TRAIN_ONLY:
-        raise PoolkitError(f"unknown --train-only {train_only!r}: use one of {', '.join(TRAIN_ONLY)}")
+        raise PoolkitError(f"unknown `train_only` {train_only!r}: use one of {', '.join(TRAIN_ONLY)}")
     keep = set()
     if train_only == "attention":
         keep = attention_parameters(model.encoder)
         if not keep:
-            raise PoolkitError("--train-only attention found no attention projections in this encoder "
+            raise PoolkitError("`train_only` attention found no attention projections in this encoder "
                                "(no Linear layer under a module named *attention* / *attn*): use all or head")
     for name, param in model.encoder.named_parameters():
         param.requires_grad_(train_only == "all" or name in keep)

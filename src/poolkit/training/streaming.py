@@ -112,7 +112,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     out = Path(out)
     kind, compression = table_format(out, others=(".npy",))
     if window < 1:
-        raise PoolkitError(f"--window must be at least 1 row, got {window}")
+        raise PoolkitError(f"`window` must be at least 1 row, got {window}")
     rank, world = process_rank()
     refuse_overwrite(out, force)
     return_freed_memory()
@@ -230,7 +230,7 @@ def check_finite(vectors: np.ndarray, first_row: int, allow_nonfinite: bool) -> 
     if bad.any() and not allow_nonfinite:
         rows = ", ".join(map(str, np.flatnonzero(bad)[:5] + first_row + 1))
         raise PoolkitError(f"{int(bad.sum())} of {len(vectors)} vectors hold NaN or inf (rows {rows}; row 1 = first): "
-                           "check the model's weights or --precision, or pass --allow-nonfinite to write them anyway")
+                           "check the model's weights or `precision`, or pass `allow_nonfinite=True` to write them anyway")
 
 
 def _write_npy(tmp: str, parts: Iterator[np.ndarray], rows: int, dim: int) -> None:
