@@ -40,7 +40,7 @@ system-data:
 	  else echo "note: run 'sudo apt-get install wordnet-base fortunes dataset-fashion-mnist' for builtin:wordnet-*, builtin:fortunes and bench vision"; fi; \
 	fi
 
-# Headless Chromium for the report tests (tests/test_reports_browser.py, driven by Playwright); best effort. Run
+# Headless Chromium for the report tests (tests/explain/test_reports_browser.py, driven by Playwright); best effort. Run
 # directly, those tests fail naming the fix while it is missing; `make test` skips them there, loudly (below).
 browser:
 	@if ! command -v chromium >/dev/null; then \
@@ -60,7 +60,7 @@ zoo: install
 
 # Where chromium could not be installed, the browser tests are skipped with a banner here and in pytest's summary.
 test: dev system-data browser
-	@command -v chromium >/dev/null || echo "!!! chromium is missing: the browser tests (tests/test_reports_browser.py) are SKIPPED !!!"
+	@command -v chromium >/dev/null || echo "!!! chromium is missing: the browser tests (tests/explain/test_reports_browser.py) are SKIPPED !!!"
 	POOLKIT_ALLOW_NO_BROWSER=$$(command -v chromium >/dev/null && echo 0 || echo 1) $(PY) -m pytest -q -n 2
 
 test-fast: dev
@@ -70,7 +70,7 @@ test-fast: dev
 # make test-deep SEED=<seed>.
 test-deep: dev
 	@seed=$${SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; echo "hypothesis seed $$seed (make test-deep SEED=$$seed)"; \
-	POOLKIT_HYPOTHESIS=deep $(PY) -m pytest -q -n 2 --hypothesis-seed=$$seed $$(grep -l "@given" tests/*.py)
+	POOLKIT_HYPOTHESIS=deep $(PY) -m pytest -q -n 2 --hypothesis-seed=$$seed $$(grep -rl --include="*.py" "@given" tests)
 
 # timm only for perf_spatial's comparison (optional, never a poolkit dependency): its wheel unpacked beside the venv,
 # not installed, since an installed timm without torchvision breaks the accelerate command (and torchvision would

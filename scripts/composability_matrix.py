@@ -1,6 +1,6 @@
 """The composability matrix (pooler x PyTorch transform: pass / fail), from a run of the transform tests.
 
-Runs tests/test_pooling_transforms.py (slow tests included) with a JUnit report, records every outcome
+Runs tests/pooling/test_pooling_transforms.py (slow tests included) with a JUnit report, records every outcome
 in docs/composability/results.json (commit, torch version, machine) and renders docs/composability/matrix.md
 from that file. The tests compare each transform's answer with plain autograd / eager PyTorch, so a cell
 passes only if the transform runs *and* answers alike, on the fast and on the plain code path.
@@ -46,7 +46,7 @@ def run_tests() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.xml"
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
-                        "tests/test_pooling_transforms.py", f"--junitxml={report}"], cwd=ROOT, check=False)
+                        "tests/pooling/test_pooling_transforms.py", f"--junitxml={report}"], cwd=ROOT, check=False)
         cases = ET.parse(report).getroot().iter("testcase")
         outcomes = []
         for case in cases:

@@ -32,7 +32,7 @@ def test_padding_is_never_read_on_the_narrowest_instruction_sets():
              "sys.exit(pytest.main(['-q', '-p', 'no:xdist', '-p', 'no:cacheprovider', '-p', 'no:randomly',\n"
              f"                     {str(TESTS / 'test_pooling_robustness.py')!r},\n"
              "                     '-k', 'padding_never_changes and (3e+38-as-built or nan)']))\n")
-    result = subprocess.run([sys.executable, "-c", child], cwd=TESTS.parent, env={**os.environ, **NARROW_KERNELS},
+    result = subprocess.run([sys.executable, "-c", child], cwd=TESTS.parents[1], env={**os.environ, **NARROW_KERNELS},
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     summary = result.stdout.strip().splitlines()[-1]  # "136 passed, 848 deselected in 5.1s": a selection that ran

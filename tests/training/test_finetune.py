@@ -28,7 +28,7 @@ from poolkit.training import finetune
 from poolkit.training.finetune import META, TrainConfig, fit, predict
 from poolkit.training.optim import freeze, param_groups
 
-WORKER = Path(__file__).with_name("dist_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "dist_worker.py"
 #: 1 fold (26 fit / 6 validation / 8 test rows of 40), 3 epochs: the regression runs
 REGRESSION = toy_config(None, epochs=3)
 ATTENTION = re.compile(r"encoder\.encoder\.layer\.\d+\.attention\.(self\.(query|key|value)|output\.dense)\.")

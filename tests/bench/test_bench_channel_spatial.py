@@ -148,7 +148,7 @@ def test_the_verdict_follows_the_paired_differences():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     import render_channel_spatial as render
 
     def verdict(pick_accuracy):

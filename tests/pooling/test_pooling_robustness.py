@@ -1,5 +1,5 @@
 """The padding contract whatever the padding holds (NaN, inf, huge values), on the kernel paths torch lets a process
-choose (tests/test_pooling_kernels.py: the instruction sets chosen at start-up), edge shapes, and stable gem."""
+choose (tests/pooling/test_pooling_kernels.py: the instruction sets chosen at start-up), edge shapes, and stable gem."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def switched(get, put, value):
 
 
 #: The kernel choices torch lets a running process make (the instruction sets are chosen at start-up:
-#: tests/test_pooling_kernels.py): oneDNN on / off, one thread or two (blocked reductions split differently), and
+#: tests/pooling/test_pooling_kernels.py): oneDNN on / off, one thread or two (blocked reductions split differently), and
 #: the float32 matmul precision (oneDNN may use bf16 / tf32 kernels where the CPU has them). (Not
 #: torch.backends.mkldnn.flags(): it also resets oneDNN's TF32 switch, with a warning on CPU-only builds.)
 KERNELS = {"oneDNN off": lambda: switched(lambda: torch.backends.mkldnn.enabled,
