@@ -85,7 +85,7 @@ def test_compare_flags_come_from_compare_config():
     # the same for poolkit compare: catches a --no-cache / --no-baseline that does not reach its field inverted, an
     # alias lost (--finetune-lr), a note for a None default missing, and unset flags overriding the API
     from poolkit.cli import build_parser
-    from poolkit.training.compare import COMPARE_PRESETS, CompareConfig
+    from poolkit.training.config import COMPARE_PRESETS, CompareConfig
 
     parser = build_parser()
     assert given_settings(parser.parse_args(["compare"]), COMPARE_PRESETS) == {}

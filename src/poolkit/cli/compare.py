@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ..training.compare import COMPARE_PRESETS
+from ..training.config import COMPARE_PRESETS
 from .common import POOLER_OPT_HELP, Renamed, add_data_arguments, add_trust_remote_code_argument, data_kwargs
 from .common import pooler_specs, said
 from .options import add_config_arguments, given_settings
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "NAME:KEY=VALUE[:KEY=VALUE] for one with options (attention:scorer=glu)")
     parser.add_argument("--pooler-opt", "--pooling-opt", dest="pooler_opt", action="append",
                         metavar="[POOLER:]KEY=VALUE", help=POOLER_OPT_HELP)
-    settings = parser.add_argument_group("settings (poolkit.training.compare.CompareConfig; unset: its defaults)")
+    settings = parser.add_argument_group("settings (poolkit.training.config.CompareConfig; unset: its defaults)")
     add_config_arguments(settings, COMPARE_PRESETS)
     settings.add_argument("--lr", action=Renamed, use="--pooler-lr")
     add_trust_remote_code_argument(parser)

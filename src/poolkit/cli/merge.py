@@ -14,7 +14,7 @@ DESCRIPTION = ("Task arithmetic (Ilharco et al. 2023): add the runs' task vector
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..training.merging import FOLD_MODES, GRID, SEARCHES
+    from ..training.config import FOLD_MODES, GRID, SEARCHES
 
     parser.add_argument("--base", help="the encoder every run was fine-tuned from (default: packaged all-MiniLM-L6-v2)")
     parser.add_argument("--runs", nargs="+", required=True, metavar="RUN",

@@ -25,58 +25,15 @@ import numpy as np
 from ..data import TableData, fold_splits
 from ..errors import PoolkitError, suggest
 from ..io import RunFolder
-from ..settings import Preset, Presets, option
+from .config import CompareConfig
 from .inputs import check_rates, fit_to_encoder, load, resolve_poolers
 from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row, mean_std
 from .processes import process_rank
 
 DEFAULT_DATA = "builtin:embedded"
-#: ``compare`` without data: the embedded WordNet subset, sized to fit in 10 minutes on 2 CPU cores.
-QUICK_DEFAULTS = {"folds": 3, "epochs": 8}
 #: ``compare``'s report explains this many of fold 0's held-out texts per class (other tasks: EXPLAINED_TEXTS).
 EXPLAINED_PER_CLASS = 3
 EXPLAINED_TEXTS = 30
-
-
-@dataclass(frozen=True)
-class CompareConfig:
-    """Every setting of ``compare`` beside its data and poolers: the source of the Python API's defaults and of
-    ``poolkit compare``'s flags and help."""
-
-    model: str | None = None
-    folds: int | None = option(None, "K-fold CV", positive=True, none="5; 3 on the embedded default data")
-    epochs: int | None = option(None, "max epochs per fold", positive=True, none="20; 8 on the embedded default")
-    batch_size: int = option(64, "texts per batch of a pooler + head", positive=True)
-    pooler_lr: float = option(1e-3, "pooler + head learning rate (frozen rows and fine-tuning)", positive=True)
-    patience: int = option(3, "epochs without improvement before a fold stops", positive=True)
-    max_length: int | None = option(None, "token limit", positive=True, none="256, or the model's positions when "
-                                    "fewer")
-    seed: int = option(0, "seed of the folds, the heads and the explained texts")
-    cache_dir: str | None = option(None, "feature cache folder", none="$POOLKIT_CACHE/features or "
-                                   "~/.cache/poolkit/features")
-    cache: bool = option(True, "encode afresh: read and write no feature cache", flag="--no-cache")
-    cache_dtype: str = option("float16", "dtype of the cached token states (int8: half the bytes, at the accuracy "
-                              "cost measured in docs/scale.md)", choices=("float16", "int8"))
-    cache_max_tokens: int | None = option(None, "cache the token states of each text's first N tokens only (max, "
-                                          "gem, attention, ... see those; cls / mean / layer poolers over them still "
-                                          "pool every token); the accuracy cost is measured in docs/scale.md",
-                                          positive=True, metavar="N", none="every token")
-    baseline: bool = option(True, "leave out the tuned linear baseline row (logistic / ridge regression on "
-                            "mean-pooled features, regularisation chosen on each fold's inner split)",
-                            flag="--no-baseline")
-    finetune_top: int = option(0, "then fine-tune the encoder end-to-end with the K best poolers", metavar="K")
-    finetune_epochs: int = option(3, "epochs of each fine-tuning", positive=True)
-    encoder_lr: float = option(5e-5, "encoder learning rate when fine-tuning", positive=True,
-                               aliases=("--finetune-lr",))
-    trust_remote_code: bool = False
-
-    def for_data(self, quick: bool) -> CompareConfig:
-        """With folds and epochs settled: the embedded default data's (quick) or a table's."""
-        return replace(self, folds=self.folds or (QUICK_DEFAULTS["folds"] if quick else 5),
-                       epochs=self.epochs or (QUICK_DEFAULTS["epochs"] if quick else 20))
-
-
-COMPARE_PRESETS = Presets("default", {"default": Preset(CompareConfig())})
 
 
 def compare_config(**settings: Any) -> CompareConfig:

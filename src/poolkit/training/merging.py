@@ -41,13 +41,11 @@ from ..errors import PoolkitError
 from ..io import RunFolder, atomic_write_json, fold_models, publish, temp_dir
 from ..models import PooledModel
 from ..models.encoders import hf_bars_off, load_encoder, load_tokenizer, resolve_model
+from .config import FOLD_MODES, GRID, SEARCHES
 from .finetune import META, TEST_OUTPUTS, data_sha1, model_outputs, weights_digest
 from .metrics import compute_metrics
 
 #: alphas tried by a search (Ilharco et al. search 0.05 ... 1 in steps of 0.05 on held-out validation data)
-GRID = tuple(round(0.1 * i, 1) for i in range(1, 11))
-SEARCHES = ("shared", "per-task")
-FOLD_MODES = ("per-fold", "average")
 RECORD = "merge.json"
 #: encoder config fields that must agree between the base and every run
 ARCHITECTURE = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
