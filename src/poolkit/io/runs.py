@@ -94,8 +94,9 @@ class RunFolder:
             raise PoolkitError(f"{self.flag} {self.path} already holds {shown}: pass `force=True` to start over{again}, "
                                f"or choose another {self.flag}")
         if force:
+            written = set(self.written())
             foreign = [e.name for e in self._entries() if e.is_dir() and self._matches(e.name, self.outputs)
-                       and e not in self.written()]
+                       and e not in written]
             if foreign:
                 raise PoolkitError(f"{self.flag} {self.path} holds {', '.join(sorted(foreign))}, which poolkit did not "
                                    f"write there: move it away, or choose another {self.flag}")
