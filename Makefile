@@ -7,7 +7,7 @@ TORCH_PIN := torch==2.13.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install dev system-data browser demo zoo test test-fast test-deep bench clean
+.PHONY: install dev system-data browser demo zoo docs test test-fast test-deep bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -54,12 +54,18 @@ browser:
 demo: install
 	$(VENV)/bin/poolkit compare --out runs/demo --force
 
+# Render every docs page from its committed result files (scripts/docs.py --write; `make test` checks them).
+docs: install
+	$(PY) scripts/docs.py --write
+
 # Every pooler on the packaged MiniLM's hidden states: output dims, parameters, time per call.
 zoo: install
 	$(VENV)/bin/poolkit zoo
 
-# Where chromium could not be installed, the browser tests are skipped with a banner here and in pytest's summary.
+# First every rendered docs page against its committed result files (scripts/docs.py), then the suite. Where chromium
+# could not be installed, the browser tests are skipped with a banner here and in pytest's summary.
 test: dev system-data browser
+	$(PY) scripts/docs.py --check
 	@command -v chromium >/dev/null || echo "!!! chromium is missing: the browser tests (tests/explain/test_reports_browser.py) are SKIPPED !!!"
 	POOLKIT_ALLOW_NO_BROWSER=$$(command -v chromium >/dev/null && echo 0 || echo 1) $(PY) -m pytest -q -n 2
 

@@ -22,7 +22,7 @@ CPU seconds (steadier when other processes share the cores). One torch thread by
 
 ``--json`` writes every measured cell (per round, wall and CPU seconds), the medians and ratios printed, and
 where it ran (commit, machine, load average, torch version, threads): docs/benchmarks-compare.md is rendered
-from that file by scripts/render_benchmarks_compare.py.
+from that file by scripts/docs.py benchmarks-compare.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ examples per wall second and per CPU second of this process. One torch thread by
 
 ``--json`` writes every repeat of every variant (examples, wall and CPU seconds, tokens), the medians and
 ratios printed, and where it ran (commit, machine, load average, torch version, threads):
-docs/benchmarks-compare.md is rendered from that file by scripts/render_benchmarks_compare.py.
+docs/benchmarks-compare.md is rendered from that file by scripts/docs.py benchmarks-compare.
 """
 
 from __future__ import annotations

@@ -15,8 +15,10 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 from poolkit.provenance import cpu_capability, cpu_model  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import rendering  # noqa: E402  (the docs tool's shared Markdown)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -147,25 +152,8 @@ def median_ms(times: dict[str, list[float]], name: str) -> float:
     return statistics.median(times[name]) * 1e3
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> str:
-    """A compact Markdown table (also readable in a terminal)."""
-    cells = [[_fmt(c) for c in row] for row in rows]
-    widths = [max(len(str(h)), *(len(r[i]) for r in cells)) if cells else len(str(h))
-              for i, h in enumerate(headers)]
-    lines = [] if title is None else [f"\n{title}\n"]
-    lines.append("| " + " | ".join(str(h).ljust(w) for h, w in zip(headers, widths)) + " |")
-    lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in cells:
-        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
-    return "\n".join(lines)
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        if value >= 100:
-            return f"{value:.0f}"
-        return f"{value:.2f}"
-    return str(value)
+#: The suite's Markdown tables: padded, since they are read in a terminal as well as in docs/performance.md.
+table = partial(rendering.table, padded=True)
 
 
 def verdict(ok: bool) -> str:

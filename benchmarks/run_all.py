@@ -14,7 +14,8 @@ Default: the quick grid (about 8 minutes on a shared 2-core CPU). ``--full``: th
 repeats. ``--device cuda`` runs the same scripts on a GPU. ``--only tokens,memory`` runs a subset. Every
 run writes a JSON of every cell (commit, machine, torch version, threads, per-repeat ratios) to
 ``--json`` (default ``benchmarks/results/bench-<device>-<quick|full>[-<subset>].json``), which
-``scripts/render_perf_tables.py`` renders into docs/performance.md; ``--out DIR`` also writes that JSON
+``scripts/docs.py --write performance`` renders into docs/performance.md (once ``scripts/pages/performance.py``
+lists it); ``--out DIR`` also writes that JSON
 (results.json) and the printed tables (results.md) there.
 
     .venv/bin/python benchmarks/run_all.py [--full] [--device cuda] [--out DIR] [--only NAMES] [--json FILE]

@@ -2,11 +2,10 @@
 
 Two fresh venvs in a temp dir, the CPU torch pin installed first in both (as ``make install`` does), then
 poolkit from a clean ``git archive`` of ``--rev``. Per venv: installed distributions (``pip list``) and the
-size of site-packages, with and without torch, before and after poolkit. Writes docs/install/footprint.json
-and renders docs/install/footprint.md from it.
+size of site-packages, with and without torch, before and after poolkit. Writes docs/install/footprint.json;
+``scripts/docs.py --write install`` renders docs/install/footprint.md from it.
 
-    python scripts/install_footprint.py              # measure (several minutes), then render
-    python scripts/install_footprint.py --render     # render footprint.md from the existing JSON only
+    python scripts/install_footprint.py && python scripts/docs.py --write install    # several minutes
 """
 
 from __future__ import annotations
@@ -21,6 +20,8 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+
+from poolkit.io import atomic_write_content
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "install"
@@ -89,47 +90,12 @@ def footprint(rev: str) -> dict:
     return result
 
 
-def render(data: dict) -> str:
-    """footprint.md: a table of the numbers in ``data``."""
-    core, full = data["installs"]["core"], data["installs"]["all"]
-    base = core["torch_pin_alone"]
-    torch = next(name for name in core["installed"] if name.startswith("torch=="))
-    rows = [("the torch pin alone", base["distributions"], base["site_packages_mb"],
-             round(base["site_packages_mb"] - core["torch_mb"], 1), ""),
-            *[(label, d["distributions"], d["site_packages_mb"], d["without_torch_mb"],
-               round(d["site_packages_mb"] - d["torch_pin_alone"]["site_packages_mb"], 1))
-              for label, d in (("`pip install poolkit`", core), ("`pip install 'poolkit[all]'`", full))]]
-    lines = [
-        "# Install footprint",
-        "",
-        f"Fresh venvs, `{data['torch_pin']}` installed first (`{torch}`), then poolkit at commit",
-        f"`{data['commit'][:12]}`; Python {data['python']}, {data['machine']}, {data['date']}. Written by",
-        "`scripts/install_footprint.py` from `footprint.json`; do not edit by hand.",
-        "",
-        "| install | distributions | site-packages MB | without torch MB | added over the torch pin MB |",
-        "|---|---:|---:|---:|---:|",
-        *[f"| {' | '.join(str(cell) for cell in row)} |" for row in rows],
-        "",
-        f"torch's own files: {core['torch_mb']} MB; \"without torch\" keeps its dependencies (sympy, networkx, ...).",
-        f"{data['units']}.",
-        "",
-        f"The core adds: {', '.join(core['added'])}.",
-        "",
-        f"`[all]` adds: {', '.join(full['added'])}.",
-        "",
-    ]
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rev", default="HEAD", help="the commit to install (default: HEAD)")
-    parser.add_argument("--render", action="store_true", help="only render footprint.md from footprint.json")
     args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
-    if not args.render:
-        (OUT / "footprint.json").write_text(json.dumps(footprint(args.rev), indent=2) + "\n")
-    (OUT / "footprint.md").write_text(render(json.loads((OUT / "footprint.json").read_text())))
+    atomic_write_content(OUT / "footprint.json", json.dumps(footprint(args.rev), indent=2) + "\n")
+    print(f"wrote {OUT / 'footprint.json'}: now run scripts/docs.py --write install")
 
 
 if __name__ == "__main__":

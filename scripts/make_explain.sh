@@ -18,4 +18,4 @@ $POOLKIT train --data builtin:embedded --pooler adapool --folds 1 --epochs 2 --e
 $POOLKIT compare --data builtin:embedded --poolers mean,attention,adapool --folds 3 --epochs 12 --seed 0 \
   --out "$RUN/compare" --force
 $PYTHON scripts/explain_wordnet.py --run "$RUN" --texts 300 --ks 1 2 3 4 5 --draws 2 ${EXPLAIN_ARGS:-}
-$PYTHON scripts/render_explain.py --write
+$PYTHON scripts/docs.py --write explain

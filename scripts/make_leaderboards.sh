@@ -28,4 +28,4 @@ run() {
 for name in "${@:-wordnet-supersense wordnet-depth fortunes scorers}"; do
   for one in $name; do run "$one"; done
 done
-$PYTHON scripts/render_leaderboards.py --write
+$PYTHON scripts/docs.py --write leaderboards

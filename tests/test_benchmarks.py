@@ -81,21 +81,18 @@ def test_per_repeat_ratios_and_run_info():
 def test_paths_times_plain_against_fast_forms_and_renders(tmp_path):
     import perf_paths
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import render_perf_tables
+    from pages import performance
 
     out = tmp_path / "paths.json"
     result = perf_paths.main(["--poolers", "mean,max", "--repeats", "2", "--threads", "0", "--json", str(out)])
     assert len(result["rows"]) == 8 and result["kind"] == "paths"
     for row in result["rows"]:
         assert len(row["per_repeat"]["max"]) == 2 and row["max_abs_diff"]["mean"] < 1e-2
-    text = render_perf_tables.render(out, 0.05)
+    text = performance.render(out, 0.05)
     assert "| max " in text and "T512 D768 bf16 fwd+bwd" in text
-    doc = tmp_path / "doc.md"
-    doc.write_text("a\n<!-- rendered: paths.json -->\nold\n<!-- end rendered: paths.json -->\nb\n")
-    render_perf_tables.write_into(doc, {"paths.json": text})
-    assert "old" not in doc.read_text() and text in doc.read_text() and doc.read_text().endswith("b\n")
-    assert render_perf_tables.group_name(result) == "agreement: paths"
-    both = render_perf_tables.agreement([out, out], 0.05)  # one run twice: every listed cell agrees with itself
+    assert performance.blocks([out]) == {"paths.json": text}
+    assert performance.group_name(result) == "agreement: paths"
+    both = performance.agreement([out, out], 0.05)  # one run twice: every listed cell agrees with itself
     assert "`paths.json` (2 repeats), `paths.json` (2 repeats)" in both
 
 
@@ -144,7 +141,8 @@ def test_attention_floors_do_the_poolers_work():
 def test_token_floors_run_and_render(tmp_path):
     import perf_tokens
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import render_perf_tables
+    import rendering
+    from pages import performance
 
     rows = perf_tokens.run_config(8, 8, "fp32", "fwd+bwd", torch.device("cpu"), repeats=1, min_sample_s=0)
     assert [r["pooler"] for r in rows] == perf_tokens.STAT_POOLERS + perf_tokens.ATTENTION_POOLERS
@@ -160,11 +158,9 @@ def test_token_floors_run_and_render(tmp_path):
               "settings": {"threads": 1, "batch": perf_tokens.BATCH, "repeats": 1}}
     path = tmp_path / "bench.json"
     path.write_text(json.dumps({"kind": "bench", "suites": {"tokens": result}}))
-    doc = tmp_path / "doc.md"
-    doc.write_text("".join(f"<!-- rendered: {n} -->\nold\n<!-- end rendered: {n} -->\n"
-                           for n in ("bench.json", "bench.json targets")))
-    assert render_perf_tables.main([str(path), "--write", str(doc)]) == 0
-    text = doc.read_text()
+    blocks = performance.blocks([path])
+    assert list(blocks) == ["bench.json", "bench.json targets"]
+    text = rendering.replace_blocks("".join(f"<!-- begin:{n} -->\nold\n<!-- end:{n} -->\n" for n in blocks), blocks)
     assert "old" not in text and "| mean   | 0.90 ! " in text and "Not a floor (ratio under 0.95): `mean` T8 D8" in text
     verdicts = [line.rsplit("|", 2)[1].strip() for line in text.splitlines() if "<= 1." in line and "cells" in line]
     assert verdicts == ["**missed**" if any(r["ratio"] > 1.3 for r in rows[:3]) else "met", "**missed**", "met"]
@@ -197,61 +193,61 @@ def _verdicts(block: str) -> list[str]:
 
 def test_suites_2_to_5_targets_judge_every_cell():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import render_perf_tables
+    from pages import performance
 
     memory = {"snippet: stack": (1.7, 1.7), "poolkit weighted_layer + cls": (0.005, 0.006),
               "poolkit weighted_layer + attention": (0.04, 0.15), "reference: attention": (0.2, 0.2)}
     met = _suites([("fwd", 1.0, 1.1), ("fwd", 100.0, 150.0)], {k: (0.05, 0.05) if k.startswith("poolkit") else v
                                                              for k, v in memory.items()},
                   [(0.01, 0.019), (0.01, 0.019)], 1.25)
-    assert _verdicts(render_perf_tables.suites_targets(met)) == ["met"] * 4
+    assert _verdicts(performance.suites_targets(met)) == ["met"] * 4
     # Each target fails on one cell alone: a snippet comparison under 1x in fwd+bwd; a poolkit layer pooler in
     # training over 10% (the snippet and reference rows, over it too, are not poolkit's and do not count); one
     # pooler over 2% of the forward + backward only; 1.1x embedding throughput is the target met, the aim missed.
     missed = _suites([("fwd+bwd", 1.0, 0.9), ("fwd", 100.0, 150.0)], memory, [(0.01, 0.019), (0.01, 0.021)], 1.1)
-    block = render_perf_tables.suites_targets(missed)
+    block = performance.suites_targets(missed)
     assert _verdicts(block) == ["**missed**", "**missed**", "**missed**", "met"]
     assert "lowest against its target: c0 fwd+bwd 0.90x" in block and "1.10x (per repeat 1.10x)" in block
     assert "3 of 4 poolkit cells within; highest: poolkit weighted_layer + attention (train) 15.0%" in block
     assert "aim missed" in block and "forward + backward: highest `attention` 2.10%" in block
     # The 100x target binds the weighted-layer forward: 99x misses it although it is >= 1x.
-    assert _verdicts(render_perf_tables.suites_targets(_suites([("fwd", 100.0, 99.0)], memory,
+    assert _verdicts(performance.suites_targets(_suites([("fwd", 100.0, 99.0)], memory,
                                                                [(0.01, 0.01)] * 2, 1.3)))[0] == "**missed**"
 
 
 def test_padding_target_row_is_read_from_the_dynamic_padding_file():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import render_perf_tables
+    from pages import performance
 
     results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     data = json.loads((results / "dynamic_padding.json").read_text())
     first = data["datasets"][0]["summary"]
-    row = render_perf_tables.padding_target(data).splitlines()[2]
+    row = performance.padding_target(data).splitlines()[2]
     assert f"{first['cpu_speedup']:.2f}x per CPU s ({first['speedup']:.2f}x wall)" in row
     assert row.endswith("| met |") == all(d["summary"]["target_met"] for d in data["datasets"])
     data["datasets"][-1]["summary"]["target_met"] = False  # one dataset under target: the row is missed
-    assert render_perf_tables.padding_target(data).splitlines()[2].endswith("| **missed** |")
+    assert performance.padding_target(data).splitlines()[2].endswith("| **missed** |")
 
 
-def test_performance_page_is_rendered_from_its_committed_results(tmp_path, capsys):
+def test_performance_page_is_rendered_from_its_committed_results(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import render_perf_tables
+    from pages import performance
 
-    root = Path(__file__).resolve().parents[1]
-    text = (root / "docs" / "performance.md").read_text()
-    names = dict.fromkeys(re.findall(r"<!-- rendered: (\S+\.json)", text))
-    assert {"bench-cpu-quick-snippets-memory-model-model_train-embed.json", "dynamic_padding.json"} <= set(names)
-    results = [str(root / "benchmarks" / "results" / name) for name in names]
-    assert render_perf_tables.main([*results, "--check", str(root / "docs" / "performance.md")]) == 0
+    from poolkit.errors import PoolkitError
+
+    text = performance.PAGE.file().read_text()
+    marked = dict.fromkeys(re.findall(r"<!-- begin:(\S+\.json)", text))
+    assert list(marked) == list(dict.fromkeys(performance.FILES))  # every file the page marks is rendered, in order
+    assert performance.PAGE.update(text)[1] == []
     # A figure typed over the render is caught, and the block named.
-    page = tmp_path / "performance.md"
-    page.write_text(text.replace("Not a floor (ratio under 0.95): none", "Not a floor (ratio under 0.95): many"))
-    assert render_perf_tables.main([*results, "--check", str(page)]) == 1
-    assert "stale block(s) ['bench-cpu-quick-tokens.json']" in capsys.readouterr().out
+    edited = text.replace("Not a floor (ratio under 0.95): none", "Not a floor (ratio under 0.95): many")
+    assert edited != text and performance.PAGE.update(edited)[1] == ["bench-cpu-quick-tokens.json"]
     # So is a block whose suite the file no longer holds (a result re-run without it).
-    suites = tmp_path / "bench-cpu-quick-snippets-memory-model-model_train-embed.json"
-    data = json.loads((root / "benchmarks" / "results" / suites.name).read_text())
+    name = "bench-cpu-quick-snippets-memory-model-model_train-embed.json"
+    data = json.loads((performance.RESULTS / name).read_text())
     del data["suites"]["embed"]
-    suites.write_text(json.dumps(data))
-    assert render_perf_tables.main([str(suites), "--check", str(root / "docs" / "performance.md")]) == 1
-    assert "'bench-cpu-quick-snippets-memory-model-model_train-embed.json embed'" in capsys.readouterr().out
+    (tmp_path / name).write_text(json.dumps(data))
+    paths = [tmp_path / name if f == name else performance.RESULTS / f for f in performance.FILES]
+    page = performance.PAGE.__class__(performance.PAGE.path, lambda: performance.blocks(paths))
+    with pytest.raises(PoolkitError, match=f"marked but not rendered: \\['{name} embed'\\]"):
+        page.update(text)

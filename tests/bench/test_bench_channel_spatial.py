@@ -149,7 +149,7 @@ def test_the_verdict_follows_the_paired_differences():
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    import render_channel_spatial as render
+    from pages import channel_spatial as render
 
     def verdict(pick_accuracy):
         accuracy = {"none": (.70, .80, .90), "residual": (.71, .81, .91), "ca_msa": pick_accuracy}

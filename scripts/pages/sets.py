@@ -1,22 +1,12 @@
 """docs/sets.md's numbers, rendered from the committed result files in docs/sets/ (``poolkit bench sets``).
-
-    .venv/bin/python scripts/render_sets.py --check        # exit 1 when the page differs from the files
-    .venv/bin/python scripts/render_sets.py --write        # update the page's marked blocks
 """
 
 from __future__ import annotations
 
 import csv
-import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rendering import ROOT, Page, read_json, table
 
-import markers  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "sets.md"
 FOLDER = ROOT / "docs" / "sets"
 
 
@@ -30,7 +20,7 @@ def load() -> tuple[dict, list[dict]]:
     with open(FOLDER / "results.csv", newline="") as f:
         rows = [{**row, "depth": int(row["depth"]), "params": int(row["params"]), "mse_mean": float(row["mse_mean"]),
                  "mse_std": float(row["mse_std"]), "seeds": int(row["seeds"])} for row in csv.DictReader(f)]
-    return json.loads((FOLDER / "results.json").read_text()), rows
+    return read_json(FOLDER / "results.json"), rows
 
 
 def cell(rows: list[dict], task: str, model: str, target: str = "all") -> dict:
@@ -63,15 +53,15 @@ def render_table(results: dict, rows: list[dict]) -> str:
         targets = list(dict.fromkeys(r["target"] for r in rows if r["task"] == task and r["target"] != "all"))
         per_target = task == "statistics"
         head = ["model", "depth", "parameters", "test MSE", *([f"MSE {t}" for t in targets] if per_target else [])]
-        lines += [f"**{task}**", "", "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+        body = []
         for model in results["settings"]["models"]:
             row = cell(rows, task, model)
             shown = [f"`{model}`", str(row["depth"]), f"{row['params']:,}",
                      f"{number(row['mse_mean'])} ± {number(row['mse_std'])}"]
             if per_target:
                 shown += [number(cell(rows, task, model, t)["mse_mean"]) for t in targets]
-            lines.append("| " + " | ".join(shown) + " |")
-        lines.append("")
+            body.append(shown)
+        lines += [f"**{task}**", "", table(head, body, align="l" + "r" * (len(head) - 1)), ""]
     return "\n".join(lines)
 
 
@@ -102,9 +92,8 @@ def render_quadrature(results: dict) -> str:
     largest = max(r["n"] for r in rows)
     lines = [f"Slope of log error against log n (n = {min(r['n'] for r in rows)}-{largest}; the trapezoid rule's "
              "rate is -2) and the error at the largest n, with the trapezoid weights and without "
-             "(`docs/sets/results.json`, `quadrature`):", "",
-             "| pooler | grid | slope, weighted | error at n = {0}, weighted | slope, unweighted | error at n = {0}, "
-             "unweighted |".format(largest), "|---|---|---:|---:|---:|---:|"]
+             "(`docs/sets/results.json`, `quadrature`):", ""]
+    body = []
     for pooler in dict.fromkeys(r["pooler"] for r in rows):
         for grid in GRIDS:
             shown = [f"`{pooler}`", grid]
@@ -112,8 +101,9 @@ def render_quadrature(results: dict) -> str:
                 final = next(r["error"] for r in rows if (r["pooler"], r["grid"], r["weighted"], r["n"])
                              == (pooler, grid, weighted, largest))
                 shown += [f"{convergence_rate(rows, pooler, grid, weighted):.2f}", f"{final:.1e}"]
-            lines.append("| " + " | ".join(shown) + " |")
-    return "\n".join(lines)
+            body.append(shown)
+    return "\n".join([*lines, table(["pooler", "grid", "slope, weighted", f"error at n = {largest}, weighted",
+                                     "slope, unweighted", f"error at n = {largest}, unweighted"], body, align="llrrrr")])
 
 
 def render() -> dict[str, str]:
@@ -122,9 +112,4 @@ def render() -> dict[str, str]:
             "quadrature": render_quadrature(results)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    return markers.main(DOC, lambda _: render(), __doc__.splitlines()[0], argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+PAGE = Page("docs/sets.md", render)

@@ -1,23 +1,11 @@
 """docs/benchmarks-compare.md's numbers, rendered from benchmarks/results/compare_cost.json and dynamic_padding.json
 (written by ``benchmarks/compare_cost.py --json`` and ``benchmarks/dynamic_padding.py --json``).
-
-    .venv/bin/python scripts/render_benchmarks_compare.py --check   # exit 1 when the page differs from the files
-    .venv/bin/python scripts/render_benchmarks_compare.py --write   # update the page's marked blocks
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
+from rendering import ROOT, Page, read_json, span, table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import markers  # noqa: E402
-from markers import span  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "benchmarks-compare.md"
 RESULTS = ROOT / "benchmarks" / "results"
 NAMES = {"longest": "dynamic (sorted + longest)", "max_length": "fixed (max_length)"}
 
@@ -49,24 +37,19 @@ def render_compare(result: dict) -> dict[str, str]:
              f"interleaved rounds; (d) measured for {len(s['reencode_measured'])} of the {len(poolers)} poolers"
              + ("" if not summary["extrapolated"] else ", the others EXTRAPOLATED (their head time + the mean encoder "
                 "overhead of the measured ones)") + ".")
-    rows = ["| pooler | heads on cache (b), CPU s | re-encode (d), CPU s | (d) / (b) |", "|---|---:|---:|---:|"]
-    for p, cell in summary["poolers"].items():
-        star = "" if cell["measured"] else " (extrapolated)"
-        rows.append(f"| {p} | {cell['heads']['cpu']:.2f} | {cell['reencode']['cpu']:.2f}{star} | "
-                    f"{cell['reencode_over_heads']['cpu']:.1f}x |")
-    cost = lambda key: f"{summary[key]['wall']:.1f} | {summary[key]['cpu']:.1f}"  # noqa: E731
-    ratio = lambda key, d=1: f"{summary[key]['wall']:.{d}f}x | {summary[key]['cpu']:.{d}f}x"  # noqa: E731
+    pooler_rows = [[p, f"{cell['heads']['cpu']:.2f}",
+                    f"{cell['reencode']['cpu']:.2f}" + ("" if cell["measured"] else " (extrapolated)"),
+                    f"{cell['reencode_over_heads']['cpu']:.1f}x"] for p, cell in summary["poolers"].items()]
+    cost = lambda key: [f"{summary[key]['wall']:.1f}", f"{summary[key]['cpu']:.1f}"]  # noqa: E731
+    ratio = lambda key, d=1: [f"{summary[key]['wall']:.{d}f}x", f"{summary[key]['cpu']:.{d}f}x"]  # noqa: E731
     per_round = summary["cli_over_components_per_round"]
-    table = ["| medians of the rounds | wall s | CPU s |", "|---|---:|---:|",
-             f"| (a) T_encode (all layers, fresh cache) | {cost('encode')} |",
-             f"| (b) T_heads (sum over poolers) | {cost('heads')} |", f"| (a) + (b) | {cost('components')} |",
-             f"| (c) poolkit compare end to end | {cost('cli')} |",
-             f"| (d) re-encode total, {len(poolers)} poolers | {cost('reencode')} |",
-             f"| (c) / ((a) + (b)), target <= {summary['target_cli_over_components']}x | "
-             f"{ratio('cli_over_components', 2)} |",
-             f"| speed-up (d) / ((a) + (b)) | {ratio('reencode_over_components')} |",
-             f"| speed-up (d) / (c) | {ratio('reencode_over_cli')} |",
-             "", "(c) / ((a) + (b)) per round, CPU: " + ", ".join(f"{r['cpu']:.2f}x" for r in per_round) + "."]
+    medians = table(["medians of the rounds", "wall s", "CPU s"], [
+        ["(a) T_encode (all layers, fresh cache)", *cost("encode")], ["(b) T_heads (sum over poolers)", *cost("heads")],
+        ["(a) + (b)", *cost("components")], ["(c) poolkit compare end to end", *cost("cli")],
+        [f"(d) re-encode total, {len(poolers)} poolers", *cost("reencode")],
+        [f"(c) / ((a) + (b)), target <= {summary['target_cli_over_components']}x", *ratio("cli_over_components", 2)],
+        ["speed-up (d) / ((a) + (b))", *ratio("reencode_over_components")],
+        ["speed-up (d) / (c)", *ratio("reencode_over_cli")]], align="lrr")
     cells = summary["poolers"].values()
     reading = [
         f"* **End to end vs components: {summary['cli_over_components']['cpu']:.2f}x CPU "
@@ -80,8 +63,12 @@ def render_compare(result: dict) -> dict[str, str]:
         f"at this size, against {span([c['heads']['cpu'] for c in cells], '{:.2f}')} s for the pooler + head on "
         "the cache."]
     return {"compare-cost-run": provenance(result, "benchmarks/results/compare_cost.json"),
-            "compare-cost-setup": setup, "compare-cost-poolers": "\n".join(rows),
-            "compare-cost-summary": "\n".join(table), "compare-cost-reading": "\n".join(reading)}
+            "compare-cost-setup": setup,
+            "compare-cost-poolers": table(["pooler", "heads on cache (b), CPU s", "re-encode (d), CPU s", "(d) / (b)"],
+                                          pooler_rows, align="lrrr"),
+            "compare-cost-summary": "\n".join([medians, "", "(c) / ((a) + (b)) per round, CPU: "
+                                               + ", ".join(f"{r['cpu']:.2f}x" for r in per_round) + "."]),
+            "compare-cost-reading": "\n".join(reading)}
 
 
 def render_padding(result: dict) -> dict[str, str]:
@@ -91,14 +78,11 @@ def render_padding(result: dict) -> dict[str, str]:
              f"untimed warm-up steps per variant {o['warmup']}, then interleaved repeats {o['repeats']} of "
              f"timed steps {o['steps']} per variant; the median repeat is reported."
              + (f" Skipped: {'; '.join(result['skipped'])}." if result["skipped"] else ""))
-    rows = ["| dataset | variant | examples / wall s | examples / CPU s | padded tok / batch | real tok / batch | "
-            "pad share |", "|---|---|---:|---:|---:|---:|---:|"]
-    for d in datasets:
-        for v, name in NAMES.items():
-            r = d[v]
-            rows.append(f"| {d['name']} | {name} | {r['median']:.1f} | {r['cpu_median']:.1f} | {r['padded']:.0f} | "
-                        f"{r['real']:.0f} | {1 - r['real'] / r['padded']:.0%} |")
-    rows.append("")
+    cells = [[d["name"], name, f"{d[v]['median']:.1f}", f"{d[v]['cpu_median']:.1f}", f"{d[v]['padded']:.0f}",
+              f"{d[v]['real']:.0f}", f"{1 - d[v]['real'] / d[v]['padded']:.0%}"]
+             for d in datasets for v, name in NAMES.items()]
+    rows = [table(["dataset", "variant", "examples / wall s", "examples / CPU s", "padded tok / batch",
+                   "real tok / batch", "pad share"], cells, align="llrrrrr"), ""]
     for d in datasets:
         s = d["summary"]
         rows.append(f"- {d['name']}: dynamic / fixed throughput {s['speedup']:.2f}x wall, {s['cpu_speedup']:.2f}x "
@@ -130,32 +114,24 @@ def render_padding(result: dict) -> dict[str, str]:
 
 def render_targets(compare: dict, padding: dict) -> str:
     s = compare["summary"]
-    rows = ["| benchmark | target | measured (CPU s / wall) | |", "|---|---|---|---|",
-            f"| compare end to end vs (a) + (b) | <= {s['target_cli_over_components']}x | "
-            f"{s['cli_over_components']['cpu']:.2f}x / {s['cli_over_components']['wall']:.2f}x | "
-            f"{verdict(s['target_met'])} |",
-            f"| compare vs re-encoding per pooler | (speed-up) | {s['reencode_over_components']['cpu']:.1f}x / "
-            f"{s['reencode_over_components']['wall']:.1f}x vs (a)+(b); {s['reencode_over_cli']['cpu']:.1f}x / "
-            f"{s['reencode_over_cli']['wall']:.1f}x vs the CLI run | |"]
-    for d in padding["datasets"]:
-        t = d["summary"]
-        rows.append(f"| dynamic vs fixed padding, {d['name']} ({d['rows']} rows) | >= {t['target']}x | "
-                    f"{t['cpu_speedup']:.2f}x / {t['speedup']:.2f}x | {verdict(t['target_met'])} |")
-    missed = [r for r in rows[2:] if r.endswith("| MISSED |")]
-    rows += ["", f"Targets missed: {len(missed)}. Each figure comes from one run of each script "
-             "(the files above); repeated runs differ in the absolute seconds and, less, in the ratios."]
-    return "\n".join(rows)
+    rows = [["compare end to end vs (a) + (b)", f"<= {s['target_cli_over_components']}x",
+             f"{s['cli_over_components']['cpu']:.2f}x / {s['cli_over_components']['wall']:.2f}x", s["target_met"]],
+            ["compare vs re-encoding per pooler", "(speed-up)", f"{s['reencode_over_components']['cpu']:.1f}x / "
+             f"{s['reencode_over_components']['wall']:.1f}x vs (a)+(b); {s['reencode_over_cli']['cpu']:.1f}x / "
+             f"{s['reencode_over_cli']['wall']:.1f}x vs the CLI run", None]]
+    rows += [[f"dynamic vs fixed padding, {d['name']} ({d['rows']} rows)", f">= {d['summary']['target']}x",
+              f"{d['summary']['cpu_speedup']:.2f}x / {d['summary']['speedup']:.2f}x", d["summary"]["target_met"]]
+             for d in padding["datasets"]]
+    missed = sum(met is False for *_, met in rows)
+    return "\n".join([table(["benchmark", "target", "measured (CPU s / wall)", ""],
+                            [[*row, "" if met is None else verdict(met)] for *row, met in rows]), "",
+                      f"Targets missed: {missed}. Each figure comes from one run of each script (the files above); "
+                      "repeated runs differ in the absolute seconds and, less, in the ratios."])
 
 
-def render(_args=None) -> dict[str, str]:
-    compare = json.loads((RESULTS / "compare_cost.json").read_text())
-    padding = json.loads((RESULTS / "dynamic_padding.json").read_text())
+def render() -> dict[str, str]:
+    compare, padding = read_json(RESULTS / "compare_cost.json"), read_json(RESULTS / "dynamic_padding.json")
     return {**render_compare(compare), **render_padding(padding), "targets": render_targets(compare, padding)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    return markers.main(DOC, render, __doc__.split("\n\n")[0], argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+PAGE = Page("docs/benchmarks-compare.md", render)

@@ -1,31 +1,80 @@
-"""The docs pages whose numbers are rendered from committed result files stay in sync with them."""
+"""The docs tool (scripts/docs.py): a page whose rendered blocks differ from its committed result files fails
+``--check`` (which ``make test`` runs over every page), naming the block; ``--write`` renders it back; and the claims
+some pages compute from their files."""
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-sys.path.insert(0, str(SCRIPTS))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-import markers  # noqa: E402
-import render_benchmarks_compare  # noqa: E402
-import render_snr  # noqa: E402
+import docs  # noqa: E402
+import rendering  # noqa: E402
+from pages import benchmarks_compare, snr  # noqa: E402
 
 from poolkit.errors import PoolkitError  # noqa: E402
 
-#: Every docs renderer that checks its pages with no arguments (render_perf_tables takes its result files and has
-#: its own test, tests/test_benchmarks.py).
-RENDERERS = sorted(path.stem for path in SCRIPTS.glob("render_*.py") if path.stem != "render_perf_tables")
+
+def test_every_page_module_registers_a_page_whose_file_exists():
+    # catches a page module without PAGE, or one pointing at a file that is not there (docs.py would crash on it)
+    names = docs.registered()
+    assert {"snr", "performance", "leaderboards", "task-arithmetic", "reliability"} <= set(names)
+    for name in names:
+        page = docs.load(name)
+        assert isinstance(page, rendering.Page) and page.file().is_file(), name
 
 
-@pytest.mark.parametrize("renderer", RENDERERS)
-def test_page_matches_its_result_files(renderer, capsys):
-    # fails when a number in a rendered docs page was typed or left stale
-    assert importlib.import_module(renderer).main(["--check"]) == 0, capsys.readouterr().out
+def test_a_hand_edited_block_fails_check_naming_it_and_write_renders_it_back(tmp_path, capsys):
+    # the real page and its committed result files: a typed-over number inside a rendered block must fail --check
+    page = docs.load("spurious")
+    text = page.file().read_text()
+    block = rendering.current(text, "paper")
+    edited = text.replace(block, block.replace("| ours |", "| ours (edited) |", 1))
+    assert edited != text
+    copy = tmp_path / "spurious.md"
+    copy.write_text(edited)
+    pages = {"spurious": dataclasses.replace(page, path=str(copy))}
+    assert docs.main(["--check"], pages) == 1
+    assert "differs from its result files in paper" in capsys.readouterr().out
+    assert docs.main(["--write", "spurious"], pages) == 0
+    assert copy.read_text() == text  # only the block changed back; the hand-written text around it is kept
+    assert docs.main(["--check", "spurious"], pages) == 0
+
+
+def test_check_fails_when_a_page_marks_a_block_its_files_no_longer_give(tmp_path, capsys):
+    # e.g. a suite left out of a re-run: the page keeps a block nobody renders
+    copy = tmp_path / "page.md"
+    copy.write_text("x\n<!-- begin:a -->\n1\n<!-- end:a -->\n<!-- begin:gone -->\n2\n<!-- end:gone -->\n")
+    pages = {"page": rendering.Page(str(copy), lambda: {"a": "1"})}
+    assert docs.main(["--check"], pages) == 1
+    assert "marked but not rendered: ['gone']" in capsys.readouterr().out
+
+
+def test_a_page_rendered_whole_is_compared_whole(tmp_path):
+    copy = tmp_path / "page.md"
+    copy.write_text("# title\n")
+    pages = {"page": rendering.Page(str(copy), lambda: "# title\n")}
+    assert docs.main(["--check"], pages) == 0
+    copy.write_text("# title, edited\n")
+    assert docs.main(["--check"], pages) == 1
+    assert docs.main(["--write"], pages) == 0 and copy.read_text() == "# title\n"
+
+
+def test_an_unknown_page_is_refused_naming_the_pages(capsys):
+    with pytest.raises(SystemExit) as stop:
+        docs.main(["--check", "no-such-page"])
+    assert stop.value.code == 2 and "no page no-such-page: choose from" in capsys.readouterr().err
+
+
+def test_table_aligns_columns_and_writes_empty_cells_as_one_space():
+    # catches a rule that ignores align, columns that do not line up in the padded form, and '|  |' for empty cells
+    assert rendering.table(["a", "b", ""], [["x", 1, ""]], align="lr") == "| a | b | |\n|---|---:|---|\n| x | 1 | |"
+    assert rendering.table(["name", "v"], [["x", 0.5], ["long", 123.4]], padded=True) == (
+        "| name | v    |\n|------|------|\n| x    | 0.50 |\n| long | 123  |")
 
 
 PAGE = "intro 1.5x\n<!-- begin:a -->\nold a\n<!-- end:a -->\nmiddle\n<!-- begin:b -->\n<!-- end:b -->\ntail\n"
@@ -34,35 +83,23 @@ PAGE = "intro 1.5x\n<!-- begin:a -->\nold a\n<!-- end:a -->\nmiddle\n<!-- begin:
 def test_replace_blocks_keeps_the_text_outside_and_fills_each_block_once():
     # catches a replacement that drops the hand-written text, appends instead of replacing, or duplicates a block
     want = "intro 1.5x\n<!-- begin:a -->\nnew a\n<!-- end:a -->\nmiddle\n<!-- begin:b -->\nB\n1\n<!-- end:b -->\ntail\n"
-    got = markers.replace_blocks(PAGE, {"a": "new a\n", "b": "B\n1"})
+    got = rendering.replace_blocks(PAGE, {"a": "new a\n", "b": "B\n1"})
     assert got == want
-    assert markers.replace_blocks(got, {"a": "new a", "b": "B\n1"}) == want  # idempotent
+    assert rendering.replace_blocks(got, {"a": "new a", "b": "B\n1"}) == want  # idempotent
 
 
-@pytest.mark.parametrize("page, blocks, match", [
-    (PAGE, {"a": "x"}, "do not pair up"),                            # the page has a block the renderer lacks
-    (PAGE, {"a": "x", "b": "y", "c": "z"}, "do not pair up"),        # the renderer has a block the page lacks
-    (PAGE + "<!-- begin:a -->\n<!-- end:a -->\n", {"a": "x", "b": "y"}, "do not pair up"),  # twice
-    (PAGE.replace("<!-- end:a -->\nmiddle\n", "middle\n") + "<!-- end:a -->\n", {"a": "x", "b": "y"}, "do not pair up"),
+@pytest.mark.parametrize("page, blocks", [
+    (PAGE, {"a": "x"}),                            # the page has a block the renderer lacks
+    (PAGE, {"a": "x", "b": "y", "c": "z"}),        # the renderer has a block the page lacks
+    (PAGE + "<!-- begin:a -->\n<!-- end:a -->\n", {"a": "x", "b": "y"}),  # twice
+    (PAGE.replace("<!-- end:a -->\nmiddle\n", "middle\n") + "<!-- end:a -->\n", {"a": "x", "b": "y"}),
 ])
-def test_replace_blocks_refuses_markers_that_do_not_pair_up(page, blocks, match):
-    with pytest.raises(PoolkitError, match=match):
-        markers.replace_blocks(page, blocks)
+def test_replace_blocks_refuses_markers_that_do_not_pair_up(page, blocks):
+    with pytest.raises(PoolkitError, match="do not pair up"):
+        rendering.replace_blocks(page, blocks)
 
 
-def test_check_fails_on_a_changed_number_and_write_restores_it(tmp_path, capsys):
-    doc = tmp_path / "page.md"
-    doc.write_text(PAGE.replace("old a", "2.05"))
-    blocks = {"a": "2.05", "b": ""}
-    assert markers.main(doc, lambda _: blocks, "", ["--check"]) == 0
-    doc.write_text(PAGE.replace("old a", "2.06"))
-    assert markers.main(doc, lambda _: blocks, "", ["--check"]) == 1
-    assert "['a']" in capsys.readouterr().out  # names the stale block
-    assert markers.main(doc, lambda _: blocks, "", ["--write"]) == 0
-    assert doc.read_text() == PAGE.replace("old a", "2.05")
-
-
-def _sweep(mse_std: dict, small_mean: float, extended: dict | None = None) -> render_snr.Sweep:
+def _sweep(mse_std: dict, small_mean: float, extended: dict | None = None) -> snr.Sweep:
     """A two-budget sweep: (mean, std) per (pooler, K) at the larger budget; mean pooling at ``small_mean`` x
     adapool's MSE at the smaller one; ``extended``: {(pooler, K): mean} of an extension to budget 400 x 1."""
     settings = {"poolers": ["mean", "max", "cls", "adapool"], "ks": [4, 64], "budgets": [[100, 1], [200, 1]],
@@ -83,7 +120,7 @@ def _sweep(mse_std: dict, small_mean: float, extended: dict | None = None) -> re
         poolers = sorted({p for p, _ in extended})
         meta["extensions"] = [{"budgets": [[400, 1]], "poolers": poolers, "lrs": dict.fromkeys(poolers, 0.01)}]
         rows += [{**rows[0], "samples": 400, "pooler": p, "K": k, "mse_mean": v} for (p, k), v in extended.items()]
-    return render_snr.Sweep(meta, rows)
+    return snr.Sweep(meta, rows)
 
 
 def test_snr_claims_and_verdicts_are_computed_from_the_cells():
@@ -94,7 +131,7 @@ def test_snr_claims_and_verdicts_are_computed_from_the_cells():
              ("max", 64): (0.5, 0.01), ("cls", 64): (0.3, 0.01), ("baseline_mean", 4): (0.05, 0.0),
              ("baseline_x0", 4): (0.04, 0.0), ("baseline_mean", 64): (0.008, 0.0), ("baseline_x0", 64): (0.08, 0.0)}
     before = ({"settings": {"lr": 0.01}}, {})
-    text = render_snr.render_claims(_sweep(cells, small_mean=5.0), before)
+    text = snr.render_claims(_sweep(cells, small_mean=5.0), before)
     assert "at SNR 0.03-0.25: reproduced.** Each at the largest budget it was run at, over K = 4: mean / adapool " \
            "20.00x (2×), max / adapool 50.00x (2×), cls / adapool 15.00x (2×)." in text
     assert "at K = 4 5.00 → 20.00 (rising at every step; steps +300%; highest at 2×)" in text
@@ -104,9 +141,9 @@ def test_snr_claims_and_verdicts_are_computed_from_the_cells():
     assert "adapool beats both at K = 4; it is worse than predicting vector 0 at no K and worse than predicting " \
            "the mean of all vectors at K = 64." in text
     cells["cls", 4] = (0.05, 0.003)  # 5x: the direction holds, not the size
-    assert "at SNR 0.03-0.25: partly reproduced.**" in render_snr.render_claims(_sweep(cells, 5.0), before)
+    assert "at SNR 0.03-0.25: partly reproduced.**" in snr.render_claims(_sweep(cells, 5.0), before)
     cells["mean", 4] = (0.009, 0.004)  # mean beats adapool
-    text = render_snr.render_claims(_sweep(cells, 25.0), before)
+    text = snr.render_claims(_sweep(cells, 25.0), before)
     assert "at SNR 0.03-0.25: not reproduced.**" in text and "mean is as good or better at K = 4" in text
     assert "at K = 4 25.00 → 0.90 (not rising at every step" in text
 
@@ -119,7 +156,7 @@ def test_snr_claims_read_an_extension_s_budgets():
              ("baseline_x0", 4): (0.04, 0.0), ("baseline_mean", 64): (0.008, 0.0), ("baseline_x0", 64): (0.08, 0.0)}
     extended = {("adapool", 4): 0.01, ("mean", 4): 0.05, ("adapool", 64): 0.02, ("mean", 64): 0.02}
     sweep = _sweep(cells, 5.0, extended)
-    text = render_snr.render_claims(sweep, ({"settings": {"lr": 0.01}}, {}))
+    text = snr.render_claims(sweep, ({"settings": {"lr": 0.01}}, {}))
     assert "mean / adapool 5.00x (4×), max / adapool 50.00x (2×), cls / adapool 15.00x (2×)" in text
     assert "at K = 4 5.00 → 20.00 → 5.00 (not rising at every step; steps +300%, -75%; highest at 2×)" in text
     # the rate choice made again at 400 x 1: a pooler whose choice differs from the extension's rate is named
@@ -127,9 +164,9 @@ def test_snr_claims_read_an_extension_s_budgets():
              "provenance": {"commit": "abcdef0"}, "runs": [],
              "lr_choice": {"mean": {"lr": 0.01, "val_mse": {"0.003": 0.2, "0.01": 0.1}},
                            "adapool": {"lr": 0.003, "val_mse": {"0.003": 0.01, "0.01": 0.02}}}}
-    assert "another rate for adapool:" in render_snr.render_lr_check(sweep, check)
+    assert "another rate for adapool:" in snr.render_lr_check(sweep, check)
     check["lr_choice"]["adapool"]["lr"] = 0.01
-    assert "the rates the extension used for every pooler" in render_snr.render_lr_check(sweep, check)
+    assert "the rates the extension used for every pooler" in snr.render_lr_check(sweep, check)
 
 
 def test_benchmark_targets_say_when_one_is_missed():
@@ -139,6 +176,6 @@ def test_benchmark_targets_say_when_one_is_missed():
                            "reencode_over_components": ratio, "reencode_over_cli": ratio}}
     padding = {"datasets": [{"name": "embedded", "rows": 10, "summary": {"target": 1.5, "cpu_speedup": 3.0,
                                                                          "speedup": 2.0, "target_met": True}}]}
-    text = render_benchmarks_compare.render_targets(compare, padding)
+    text = benchmarks_compare.render_targets(compare, padding)
     assert "| <= 2.0x | 2.20x / 2.50x | MISSED |" in text and "| >= 1.5x | 3.00x / 2.00x | met |" in text
     assert "Targets missed: 1." in text

@@ -1,27 +1,15 @@
 """docs/spurious.md's numbers, rendered from the committed run in docs/spurious/ (``poolkit bench spurious --out
-docs/spurious``) and the presets in ``poolkit_bench.spurious``.
-
-    .venv/bin/python scripts/render_spurious.py --check     # exit 1 when the page differs from the files
-    .venv/bin/python scripts/render_spurious.py --write     # update the page's marked blocks
-"""
+docs/spurious``) and the presets in ``poolkit_bench.spurious``."""
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 
 import pandas as pd
+from rendering import ROOT, Page, changed_settings, load_and_machine, presets_table, run_files, table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from poolkit_bench.spurious import METHODS, PAPER, PRESETS, SANITY_POINTS, summarize
+from poolkit_bench.spurious_data import CUE_NAMES, LABEL_CLASSES, LABEL_NAMES
 
-import markers  # noqa: E402
-
-from poolkit_bench.spurious import METHODS, PAPER, PRESETS, SANITY_POINTS, summarize  # noqa: E402
-from poolkit_bench.spurious_data import CUE_NAMES, LABEL_CLASSES, LABEL_NAMES  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "spurious.md"
 FOLDER = ROOT / "docs" / "spurious"
 DESCRIBE = {"erm": "ERM (GAP + linear, as trained)", "dfr": "DFR (L1 logistic on standardised GAP features)",
             "attention2d": "attention2d + head, retrained", "adapool2d": "adapool2d + head, retrained",
@@ -45,11 +33,7 @@ def render_presets() -> str:
     names = ["training agreements", "training images", "validation images (training distribution)",
              "reweighting images (balanced)", "test images (balanced)", "CNN widths", "ERM epochs", "DFR",
              "retrained pooler + head", "seeds"]
-    rows = ["Rendered from `poolkit_bench.spurious.PRESETS`:", "", "| setting | default | `--full` | `--quick` |",
-            "|---|---|---|---|"]
-    cols = [column(PRESETS[p]) for p in ("default", "full", "quick")]
-    rows += [f"| {n} | " + " | ".join(c[i] for c in cols) + " |" for i, n in enumerate(names)]
-    return "\n".join(rows)
+    return presets_table("poolkit_bench.spurious", PRESETS, column, names)
 
 
 def render_data(results: dict) -> str:
@@ -58,12 +42,11 @@ def render_data(results: dict) -> str:
              f"1 = {LABEL_NAMES[1]} (classes {', '.join(map(str, LABEL_CLASSES[1]))}); cue 0 = {CUE_NAMES[0]}, "
              f"1 = {CUE_NAMES[1]}, in a {s['patch']} px patch; the 28 px garment and the patch at random, "
              f"non-overlapping places on a {s['canvas']} px canvas. Group = 2 × label + cue (groups 1 and 2: the cue "
-             "disagrees with the label). Exact rows per group 0 / 1 / 2 / 3 in the committed run:", "",
-             "| training agreement | train | validation | reweighting | test |", "|---|---|---|---|---|"]
-    for agreement, counts in results["group_counts"].items():
-        lines.append(f"| {float(agreement):g} | " + " | ".join(" / ".join(map(str, counts[split]))
-                                                            for split in ("train", "val", "reweight", "test")) + " |")
-    return "\n".join(lines)
+             "disagrees with the label). Exact rows per group 0 / 1 / 2 / 3 in the committed run:", ""]
+    rows = [[f"{float(agreement):g}", *(" / ".join(map(str, counts[split]))
+                                       for split in ("train", "val", "reweight", "test"))]
+            for agreement, counts in results["group_counts"].items()]
+    return "\n".join([*lines, table(["training agreement", "train", "validation", "reweighting", "test"], rows)])
 
 
 def render_results(summary: pd.DataFrame) -> str:
@@ -71,17 +54,17 @@ def render_results(summary: pd.DataFrame) -> str:
     for agreement in dict.fromkeys(summary["agreement"]):
         part = summary[summary["agreement"] == agreement].set_index("method")
         seeds = int(part["seeds"].iloc[0])
-        lines += [f"**Training agreement {agreement:g}** (test agreement 0.5; {seeds} seeds, mean ± sample std):", "",
-                  "| method | worst-group acc. % | average acc. % | worst group vs DFR (points, paired) | "
-                  "weight on cue | weight on garment |", "|---|---:|---:|---:|---:|---:|"]
+        rows = []
         for method in METHODS:
             row = part.loc[method]
             diff = "—" if method == "dfr" else (f"{100 * row['vs_dfr_mean']:+.1f} ± {100 * row['vs_dfr_std']:.1f}"
                                                 + (" *(noise)*" if row["inside_noise"] else ""))
-            lines.append(f"| {DESCRIBE[method]} | {pct(row['worst_group_mean'], row['worst_group_std'])} | "
-                         f"{pct(row['average_mean'], row['average_std'])} | {diff} | {row['cue_mass_mean']:.3f} | "
-                         f"{row['garment_mass_mean']:.3f} |")
-        lines.append("")
+            rows.append([DESCRIBE[method], pct(row["worst_group_mean"], row["worst_group_std"]),
+                         pct(row["average_mean"], row["average_std"]), diff, f"{row['cue_mass_mean']:.3f}",
+                         f"{row['garment_mass_mean']:.3f}"])
+        lines += [f"**Training agreement {agreement:g}** (test agreement 0.5; {seeds} seeds, mean ± sample std):", "",
+                  table(["method", "worst-group acc. %", "average acc. %", "worst group vs DFR (points, paired)",
+                         "weight on cue", "weight on garment"], rows, align="lrrrrr"), ""]
     return "\n".join(lines)
 
 
@@ -99,13 +82,11 @@ def render_sanity(results: dict) -> str:
 
 def render_paper(summary: pd.DataFrame) -> str:
     published = PAPER["dfr_worst_group"]
-    lines = ["| data set | DFR worst-group acc. % | source |", "|---|---:|---|",
-             f"| Waterbirds | {published['waterbirds']} | the paper's (Kirichenko et al. 2023) |",
-             f"| CelebA hair colour | {published['celeba']} | the paper's (Kirichenko et al. 2023) |"]
-    for row in summary[summary["method"] == "dfr"].itertuples(index=False):
-        lines.append(f"| this benchmark, training agreement {row.agreement:g} | "
-                     f"{pct(row.worst_group_mean, row.worst_group_std)} | ours |")
-    return "\n".join(lines)
+    rows = [["Waterbirds", published["waterbirds"], "the paper's (Kirichenko et al. 2023)"],
+            ["CelebA hair colour", published["celeba"], "the paper's (Kirichenko et al. 2023)"]]
+    rows += [[f"this benchmark, training agreement {row.agreement:g}", pct(row.worst_group_mean, row.worst_group_std),
+              "ours"] for row in summary[summary["method"] == "dfr"].itertuples(index=False)]
+    return table(["data set", "DFR worst-group acc. %", "source"], rows, align="lrl")
 
 
 def paired_to_flex(frame: pd.DataFrame, agreement: float, method: str) -> str:
@@ -141,23 +122,18 @@ def render_findings(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
 def render_cost(results: dict) -> str:
     s, prov = results["settings"], results["provenance"]
     default = PRESETS["default"]
-    changed = [f"{key} {value}" for key, value in s.items()
-               if key != "preset" and json.loads(json.dumps(getattr(default, key))) != value]
+    changed = changed_settings(s, default)
     runs = results["runs"]
     return (f"The committed run (`docs/spurious/results.json`; settings that differ from the default preset: "
-            f"{'; '.join(changed) or 'none'}): {len(s['agreements'])} agreements × {s['seeds']} seeds. It took "
+            f"{changed}): {len(s['agreements'])} agreements × {s['seeds']} seeds. It took "
             f"{results['runtime_seconds'] / 60:.1f} minutes of wall time and {results['cpu_seconds'] / 60:.1f} "
             f"CPU-minutes with {s['threads']} torch threads on {prov['cores']} cores that other jobs shared (ERM "
             f"training {sum(r['erm_seconds'] for r in runs) / 60:.1f} min, everything fitted on the reweighting set "
-            f"{sum(r['reweight_seconds'] for r in runs) / 60:.1f} min). Load average (1 min) "
-            f"{results['load_average_start_end'][0][0]:.1f} at the start, "
-            f"{results['load_average_start_end'][1][0]:.1f} at the end. Commit "
-            f"{prov['commit'][:10] if prov.get('commit') else 'unknown'}, torch {prov['torch']}, {prov['cpu']}.")
+            f"{sum(r['reweight_seconds'] for r in runs) / 60:.1f} min). " + load_and_machine(results))
 
 
-def render(folder: Path = FOLDER) -> dict[str, str]:
-    results = json.loads((folder / "results.json").read_text())
-    frame = pd.read_csv(folder / "results.csv")
+def render() -> dict[str, str]:
+    results, frame = run_files(FOLDER)
     summary = summarize(frame)
     return {"presets": render_presets(), "data": render_data(results), "results": render_results(summary),
             "sanity": render_sanity(results), "paper": render_paper(summary),
@@ -165,9 +141,4 @@ def render(folder: Path = FOLDER) -> dict[str, str]:
             "cost": render_cost(results)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    return markers.main(DOC, lambda _: render(), __doc__.splitlines()[0], argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+PAGE = Page("docs/spurious.md", render)

@@ -1,42 +1,30 @@
-"""Render the performance suite's saved ratio results (``benchmarks/results/*.json``) as markdown.
+"""docs/performance.md's tables, rendered from the performance suite's result files (``FILES``, in
+``benchmarks/results/``).
 
-Reads what ``benchmarks/perf_revisions.py --json`` (old time / new time) and ``benchmarks/perf_paths.py
---json`` (plain time / fast time) write: one table per file, a pooler per row, a column per
-(T, D, dtype, mode), each cell the median over repeats of the per-repeat ratio; under it the run's
-provenance and the cells whose median is more than ``--threshold`` away from 1 (either way), each with
-how many of its repeats fall on the same side of 1. Token poolers against their floors
-(``benchmarks/run_all.py``'s JSON, or ``perf_tokens.py --json``) give two blocks: NAME (provenance and
-the family tables, ``perf_tokens.render``) and ``NAME targets`` (the target rows, ``perf_tokens.targets``).
-Spatial poolers vs their floors and timm (run_all's ``spatial`` suite, or ``perf_spatial.py --json``) give
-``NAME spatial`` (provenance and ``perf_spatial.render``).
-run_all's suites 2-5 give ``NAME run`` (provenance, each suite's load), ``NAME targets 2-5`` and one block per
-section (``NAME snippets`` / ``memory`` / ``model`` (with ``model_train``) / ``embed``, each its script's
-``render``); ``dynamic_padding.json`` gives ``NAME targets`` (target row 6). No figure is typed by hand: the
-docs' blocks are this script's output.
+What ``benchmarks/perf_revisions.py --json`` (old time / new time) and ``benchmarks/perf_paths.py --json`` (plain
+time / fast time) write gives one block per file, named after it: a table with a pooler per row, a column per
+(T, D, dtype, mode), each cell the median over repeats of the per-repeat ratio; under it the run's provenance and
+the cells whose median is more than ``THRESHOLD`` away from 1 (either way), each with how many of its repeats fall
+on the same side of 1. Several runs of one comparison (the same kind, the same earlier revision) also give an
+agreement block (``agreement: revisions 55de4ff`` / ``agreement: paths``): the cells beyond the threshold in the
+same direction in every run; on a shared machine, a change that one run shows and another does not is noise.
 
-    .venv/bin/python scripts/render_perf_tables.py benchmarks/results/revisions-55de4ff.json   # print
-    .venv/bin/python scripts/render_perf_tables.py benchmarks/results/*.json --write docs/performance.md
-
-Given several runs of one comparison (the same kind, the same earlier revision), it also lists the cells
-beyond the threshold in the same direction in every run (block name ``agreement: revisions 55de4ff`` /
-``agreement: paths``): on a shared machine, a change that one run shows and another does not is noise.
-
-``--write FILE`` replaces, for each block, the text between ``<!-- rendered: NAME -->`` and
-``<!-- end rendered: NAME -->`` in FILE (NAME: the JSON file's name, or the agreement block's; the markers
-must already be there and are kept). ``--check FILE`` exits 1, naming the blocks of FILE that differ from
-this script's render (a hand edit, or a result re-run and not re-rendered), or that a given file no longer
-gives (a suite left out of a re-run).
+Token poolers against their floors (``benchmarks/run_all.py``'s JSON, or ``perf_tokens.py --json``) give NAME
+(provenance and the family tables, ``perf_tokens.render``) and ``NAME targets`` (``perf_tokens.targets``); spatial
+poolers against their floors and timm give ``NAME spatial``; run_all's suites 2-5 give ``NAME run`` (provenance,
+each suite's load), ``NAME targets 2-5`` and one block per section (``NAME snippets`` / ``memory`` / ``model``
+(with ``model_train``) / ``embed``, each its script's ``render``); ``dynamic_padding.json`` gives ``NAME targets``
+(target row 6). A new result file goes into ``FILES`` and its blocks' markers into the page; a block the page marks
+that the files no longer give (a suite left out of a re-run) fails ``scripts/docs.py --check``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from rendering import ROOT, Page, read_json, span, table
+
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import perf_embed  # noqa: E402
@@ -45,11 +33,17 @@ import perf_model  # noqa: E402
 import perf_snippets  # noqa: E402
 import perf_spatial  # noqa: E402
 import perf_tokens  # noqa: E402
-from perf_common import table  # noqa: E402
 
-sys.path.insert(0, str(ROOT / "scripts"))
-import render_benchmarks_compare  # noqa: E402
-from markers import span  # noqa: E402
+from pages.benchmarks_compare import provenance as result_provenance  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+#: The result files on the page, in its order.
+FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-model_train-embed.json",
+         "dynamic_padding.json", "bench-cpu-quick-spatial.json", "revisions-55de4ff-head-r11.json",
+         "revisions-55de4ff.json", "paths-fast-vs-plain.json", "revisions-cdccd85-nonfinite.json",
+         "revisions-6d8be67-padding-t1.json", "revisions-6d8be67-padding-t2.json"]
+#: Cells further than this from 1.00x are listed under each table.
+THRESHOLD = 0.05
 
 #: What each result kind's ratio means: (above 1, below 1).
 MEANING = {"revisions": ("faster now", "slower now"),
@@ -111,12 +105,12 @@ def changes(result: dict, threshold: float) -> list[str]:
     return lines
 
 
-def render(path: Path, threshold: float) -> str:
-    result = json.loads(path.read_text())
+def render(path: Path, threshold: float = THRESHOLD) -> str:
+    result = read_json(path)
     rows, names = result["rows"], result["settings"]["poolers"]
     headers = ["pooler"] + [config_label(r) for r in rows]
     body = [[name] + [f"{r['speedup'][name]:.2f}x" for r in rows] for name in names]
-    out = [provenance(result, path), "", table(headers, body), "",
+    out = [provenance(result, path), "", table(headers, body, padded=True), "",
            f"Cells more than {threshold:.0%} from 1.00x (median; in brackets, repeats on the same side of 1):", ""]
     out += changes(result, threshold) or ["* none"]
     if all("max_abs_diff" in r for r in rows):
@@ -134,7 +128,7 @@ def group_name(result: dict) -> str:
 
 def agreement(paths: list[Path], threshold: float) -> str:
     """Cells beyond ``threshold`` (as rendered) in the same direction in every run of one comparison."""
-    results = [json.loads(path.read_text()) for path in paths]
+    results = [read_json(path) for path in paths]
     up_word, down_word = MEANING[results[0]["kind"]]
     lines = []
     for name in results[0]["settings"]["poolers"]:
@@ -190,10 +184,10 @@ def snippets_block(suite: dict) -> str:
 
 def suites_targets(suites: dict) -> str:
     """Targets rows 2-5: each stated target, the figures that judge it, met or missed."""
-    lines = ["| # | target | result | |", "|---|---|---|---|"]
+    judged = []
 
     def row(item: str, target: str, result: str, met: bool) -> None:
-        lines.append(f"| {item} | {target} | {result} | {'met' if met else '**missed**'} |")
+        judged.append([item, target, result, "met" if met else "**missed**"])
 
     if "snippets" in suites:
         rows = suites["snippets"]["rows"]
@@ -236,7 +230,7 @@ def suites_targets(suites: dict) -> str:
                  f"{perf_embed.AIM:g}x",
             f"{embed['speedup']:.2f}x (per repeat {span(embed['per_repeat'], unit='x')}), {embed['texts']} texts, "
             f"through `poolkit.TextEncoder`; {aim}", embed["speedup"] >= perf_embed.TARGET)
-    return "\n".join(lines)
+    return table(["#", "target", "result", ""], judged)
 
 
 def padding_target(result: dict) -> str:
@@ -246,10 +240,10 @@ def padding_target(result: dict) -> str:
     figures = "; ".join(f"{name}: {s['cpu_speedup']:.2f}x per CPU s ({s['speedup']:.2f}x wall), fixed padding pads "
                         f"{s['tokens']:.1f}x more tokens" for name, s in sums.items())
     met = all(s["target_met"] for s in sums.values())
-    return "\n".join(["| # | target | result | |", "|---|---|---|---|",
-                      f"| 6 | training throughput, dynamic vs fixed max-length padding >= {target}x | {figures} | "
-                      f"{'met' if met else '**missed**'} |", "",
-                      render_benchmarks_compare.provenance(result, "benchmarks/results/dynamic_padding.json")])
+    return "\n".join([table(["#", "target", "result", ""],
+                                     [["6", f"training throughput, dynamic vs fixed max-length padding >= {target}x",
+                                       figures, "met" if met else "**missed**"]]), "",
+                      result_provenance(result, "benchmarks/results/dynamic_padding.json")])
 
 
 def file_blocks(path: Path, data: dict) -> dict[str, str]:
@@ -294,57 +288,18 @@ SUITE_BLOCKS = {"snippets": lambda suites: snippets_block(suites["snippets"]),
                 "embed": lambda suites: perf_embed.render(suites["embed"]).lstrip("\n")}
 
 
-def rendered_into(target: Path, blocks: dict[str, str]) -> str:
-    """``target``'s text with each block's marked span replaced by the block."""
-    text = target.read_text()
-    for name, block in blocks.items():
-        pattern = re.compile(rf"(<!-- rendered: {re.escape(name)} -->\n).*?(<!-- end rendered: {re.escape(name)} -->)",
-                             re.DOTALL)
-        if not pattern.search(text):
-            raise SystemExit(f"{target}: no '<!-- rendered: {name} -->' ... '<!-- end rendered: {name} -->' block")
-        text = pattern.sub(lambda m: m.group(1) + block + "\n" + m.group(2), text)
-    return text
-
-
-def write_into(target: Path, blocks: dict[str, str]) -> None:
-    target.write_text(rendered_into(target, blocks))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results", type=Path, nargs="+",
-                        help="JSON files of run_all / perf_tokens / perf_revisions / perf_paths / dynamic_padding")
-    parser.add_argument("--threshold", type=float, default=0.05, help="list cells further than this from 1 (0.05)")
-    parser.add_argument("--write", type=Path, default=None, help="replace the files' marked blocks in this file")
-    parser.add_argument("--check", type=Path, default=None,
-                        help="exit 1, naming the stale blocks, when this file's marked blocks differ from the render")
-    args = parser.parse_args(argv)
-    blocks, groups = {}, {}
-    for path in args.results:
-        data = json.loads(path.read_text())
+def blocks(paths: list[Path], threshold: float = THRESHOLD) -> dict[str, str]:
+    """Every block the result files at ``paths`` give, with an agreement block per comparison run more than once."""
+    found, groups = {}, {}
+    for path in paths:
+        data = read_json(path)
         if data.get("kind") in MEANING:
-            blocks[path.name] = render(path.resolve(), args.threshold)
+            found[path.name] = render(path, threshold)
             groups.setdefault(group_name(data), []).append(path)
-        elif given := file_blocks(path, data):
-            blocks.update(given)
-        else:  # another renderer's file (a shared folder)
-            print(f"skipped {path.name}: not a result of the performance suite")
-    blocks.update({name: agreement(paths, args.threshold) for name, paths in groups.items() if len(paths) > 1})
-    if args.check:
-        current = args.check.read_text()
-        stale = [name for name, block in blocks.items() if rendered_into(args.check, {name: block}) != current]
-        # A block the page holds for a given file that the file no longer gives (a suite not re-run) is stale too.
-        stale += [name for name in re.findall(r"<!-- rendered: (.+?) -->", current) if name not in blocks
-                  and any(name.startswith(path.name + " ") or name == path.name for path in args.results)]
-        print(f"{args.check}: stale block(s) {stale}: run --write" if stale else f"{args.check}: up to date")
-        return 1 if stale else 0
-    if args.write:
-        write_into(args.write, blocks)
-        print(f"updated {len(blocks)} block(s) in {args.write}")
-    else:
-        print("\n\n".join(blocks.values()))
-    return 0
+        else:
+            found.update(file_blocks(path, data))
+    found.update({name: agreement(group, threshold) for name, group in groups.items() if len(group) > 1})
+    return found
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+PAGE = Page("docs/performance.md", lambda: blocks([RESULTS / name for name in FILES]))

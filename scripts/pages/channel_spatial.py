@@ -1,40 +1,25 @@
 """docs/channel-spatial.md's numbers, rendered from the committed run in docs/channel-spatial/ (``poolkit bench
 channel-spatial --out docs/channel-spatial``), the presets in ``poolkit_bench.channel_spatial`` and the block registry.
-
-    .venv/bin/python scripts/render_channel_spatial.py --check     # exit 1 when the page differs from the files
-    .venv/bin/python scripts/render_channel_spatial.py --write     # update the page's marked blocks
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
-
 import pandas as pd
+from rendering import (ROOT, Page, changed_settings, difference, load_and_machine, points, presets_table, run_files,
+                       table)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from poolkit_bench.channel_spatial import BASELINE, PAPER, PRESETS, summarize_runs
+from poolkit_bench.vision import summarize
+from poolkit.blocks import block_class, block_options, get_block, list_blocks
 
-import markers  # noqa: E402
-
-from poolkit_bench.channel_spatial import BASELINE, PAPER, PRESETS, summarize_runs  # noqa: E402
-from poolkit_bench.vision import summarize  # noqa: E402
-from poolkit.blocks import block_class, block_options, get_block, list_blocks  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "channel-spatial.md"
 FOLDER = ROOT / "docs" / "channel-spatial"
 #: The channel count at which the catalogue counts parameters (a typical last stage).
 CATALOGUE_CHANNELS = 64
 
 
-def points(value: float) -> str:
-    return f"{100 * value:.2f}"
-
-
 def diff_text(row) -> str:
-    """'+0.12 ± 0.30' points, with *(noise)* when the 95% t-interval of the paired differences contains 0."""
-    return f"{100 * row['diff_mean']:+.2f} ± {points(row['diff_std'])}" + (" *(noise)*" if row["inside_noise"] else "")
+    """A summary row's paired difference from its baseline, in points (*(noise)*: its 95% t-interval contains 0)."""
+    return difference(row["diff_mean"], row["diff_std"], row["inside_noise"])
 
 
 def family(name: str) -> str:
@@ -45,13 +30,11 @@ def render_catalogue() -> str:
     """Every registered block: family, formula (its docstring) and parameters at 64 channels, default options."""
     lines = ["Rendered from the registry (`poolkit.list_blocks()`); parameters of one block at "
              f"C = {CATALOGUE_CHANNELS} with the default options (reduction r = {block_options('ca')['reduction']}, "
-             f"kernel {block_options('sa')['kernel_size']}).", "",
-             "| block | family | formula | parameters |", "|---|---|---|---:|"]
-    for name in list_blocks():
-        doc = " ".join(block_class(name).__doc__.split())
-        params = sum(p.numel() for p in get_block(name, channels=CATALOGUE_CHANNELS).parameters())
-        lines.append(f"| `{name}` | {block_class(name).family} | {doc.replace('|', '&#124;')} | {params:,} |")
-    return "\n".join(lines)
+             f"kernel {block_options('sa')['kernel_size']}).", ""]
+    rows = [[f"`{name}`", block_class(name).family, " ".join(block_class(name).__doc__.split()).replace("|", "&#124;"),
+             f"{sum(p.numel() for p in get_block(name, channels=CATALOGUE_CHANNELS).parameters()):,}"]
+            for name in list_blocks()]
+    return "\n".join([*lines, table(["block", "family", "formula", "parameters"], rows, align="lllr")])
 
 
 def render_presets() -> str:
@@ -66,18 +49,13 @@ def render_presets() -> str:
                 f"{c.workers} worker(s), `--device {c.device}`, {threads}"]
     names = ["data", "training images per run", "epochs (per size)", "validation images", "blocks",
              "fine-grained task", "CNN widths", "blocks after stages", "reduction r", "optimiser", "seeds", "execution"]
-    rows = ["Rendered from `poolkit_bench.channel_spatial.PRESETS`:", "",
-            "| setting | default | `--full` | `--quick` |", "|---|---|---|---|"]
-    cols = [column(PRESETS[p]) for p in ("default", "full", "quick")]
-    rows += [f"| {n} | " + " | ".join(c[i] for c in cols) + " |" for i, n in enumerate(names)]
-    return "\n".join(rows)
+    return presets_table("poolkit_bench.channel_spatial", PRESETS, column, names)
 
 
 def render_cost(results: dict) -> str:
     s, runs, prov = results["settings"], results["runs"], results["provenance"]
     default = PRESETS["default"]
-    changed = [f"{key} {value}" for key, value in s.items()
-               if key != "preset" and json.loads(json.dumps(getattr(default, key))) != value]
+    changed = changed_settings(s, default)
     fits = sum(r["cpu_seconds"] for r in runs)
     tasks = (f"{len(s['blocks'])} variants × {len(s['sizes'])} sizes ({', '.join(f'{n:,}' for n in s['sizes'])} "
              f"images, {', '.join(map(str, s['epochs']))} epochs) × {s['seeds']} seeds on all ten classes")
@@ -85,31 +63,28 @@ def render_cost(results: dict) -> str:
         tasks += (f", plus {len(s['fine_blocks'])} variants × {s['seeds']} seeds on the fine-grained subset "
                   f"({s['fine_size']:,} images, {s['fine_epochs']} epochs)")
     return (f"The committed run (`docs/channel-spatial/results.json`; settings that differ from the default preset: "
-            f"{'; '.join(changed) or 'none'}): {tasks}, {len(runs)} runs in all. It took "
+            f"{changed}): {tasks}, {len(runs)} runs in all. It took "
             f"{results['runtime_seconds'] / 60:.1f} minutes of wall time and {results['cpu_seconds'] / 60:.1f} "
             f"CPU-minutes ({fits / 60:.1f} of them in the runs' training and scoring) with {s['workers']} worker "
             f"process(es) of {s['threads']} torch thread each, on {prov['cores']} cores that other jobs shared; "
             f"CPU-minutes / 2 = {results['cpu_seconds'] / 2 / 60:.1f} minutes is the wall time to expect on 2 idle "
-            f"cores. Load average (1 min) {results['load_average_start_end'][0][0]:.1f} at the start, "
-            f"{results['load_average_start_end'][1][0]:.1f} at the end. Commit "
-            f"{prov['commit'][:10] if prov.get('commit') else 'unknown'}, torch {prov['torch']}, {prov['cpu']}.")
+            "cores. " + load_and_machine(results))
 
 
 def render_table(summary: pd.DataFrame, speed: pd.DataFrame, task: str) -> str:
     part = summary[summary["task"] == task]
     sizes = sorted(part["size"].unique())
-    head = ("| block | family | " + " | ".join(f"{n:,} images: accuracy % | vs none (points)" for n in sizes)
-            + " | block parameters | forward time (× none) |")
-    lines = [head, "|---|---|" + "---:|---:|" * len(sizes) + "---:|---:|"]
+    header = ["block", "family", *(part for n in sizes for part in (f"{n:,} images: accuracy %", "vs none (points)")),
+              "block parameters", "forward time (× none)"]
+    rows = []
     for name in dict.fromkeys(part["block"]):
-        cells = []
+        cells = [f"`{name}`", family(name)]
         for size in sizes:
             row = part[(part["block"] == name) & (part["size"] == size)].iloc[0]
             cells += [f"{points(row['mean'])} ± {points(row['std'])}", "—" if name == BASELINE else diff_text(row)]
         cost = speed.loc[name]
-        lines.append(f"| `{name}` | {family(name)} | " + " | ".join(cells)
-                     + f" | {int(cost['block_params']):,} | {cost['forward_ms']:.1f} ms ({cost['vs_none']:.2f}×) |")
-    return "\n".join(lines)
+        rows.append([*cells, f"{int(cost['block_params']):,}", f"{cost['forward_ms']:.1f} ms ({cost['vs_none']:.2f}×)"])
+    return table(header, rows, align="ll" + "r" * (len(header) - 2))
 
 
 def pick_for(size: int) -> tuple[str, dict]:
@@ -122,14 +97,13 @@ def pick_for(size: int) -> tuple[str, dict]:
 
 def render_guidance() -> str:
     small, medium = PAPER["small"]["below"], PAPER["medium"]["below"]
-    return "\n".join([
-        "| data size (the paper's regimes) | the paper's pick | poolkit block |", "|---|---|---|",
-        f"| small, < {small:,} images | {PAPER['small']['words']} | `{PAPER['small']['block']}` |",
-        f"| medium, {small:,}-{medium:,} | {PAPER['medium']['words']} | `{PAPER['medium']['block']}` |",
-        f"| large, > {medium:,} | {PAPER['large']['words']} | `{PAPER['large']['block']}` |",
-        f"| fine-grained classes | \"Spatial-Channel\" order, more stable and effective | `{PAPER['fine']['better']}` "
-        f"over `{PAPER['fine']['than']}` |",
-        "| every scale | residual connections help | `residual` over `ca_sa` (the same chain without the identity) |"])
+    return table(["data size (the paper's regimes)", "the paper's pick", "poolkit block"], [
+        [f"small, < {small:,} images", PAPER["small"]["words"], f"`{PAPER['small']['block']}`"],
+        [f"medium, {small:,}-{medium:,}", PAPER["medium"]["words"], f"`{PAPER['medium']['block']}`"],
+        [f"large, > {medium:,}", PAPER["large"]["words"], f"`{PAPER['large']['block']}`"],
+        ["fine-grained classes", '"Spatial-Channel" order, more stable and effective',
+         f"`{PAPER['fine']['better']}` over `{PAPER['fine']['than']}`"],
+        ["every scale", "residual connections help", "`residual` over `ca_sa` (the same chain without the identity)"]])
 
 
 def render_verdicts(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
@@ -187,16 +161,16 @@ def render_fine(results: dict, summary: pd.DataFrame, speed: pd.DataFrame) -> st
     s, order = results["settings"], results["ordering"]
     if not s["fine_blocks"]:
         return "The committed run skipped the fine-grained task."
-    table = render_table(summary, speed, "fine")
+    blocks = render_table(summary, speed, "fine")
     part = summary[summary["task"] == "fine"].set_index("block")
     text = (f"Classes {', '.join(map(str, s['fine_classes']))} of {s['dataset']} (T-shirt/top, pullover, coat, shirt "
             f"for Fashion-MNIST), relabelled 0-{len(s['fine_classes']) - 1}; {s['fine_size']:,} training images, "
-            f"{s['fine_epochs']} epochs, {s['seeds']} seeds.\n\n{table}\n\n")
+            f"{s['fine_epochs']} epochs, {s['seeds']} seeds.\n\n{blocks}\n\n")
     if order is None:
         return text + "The run did not include both orders."
     better, than = order["better"], order["than"]
-    return text + (f"`{better}` − `{than}`, paired per seed: {100 * order['diff_mean']:+.2f} ± "
-                   f"{points(order['diff_std'])} points (95% interval ± {points(order['diff_ci95'])}): "
+    return text + (f"`{better}` − `{than}`, paired per seed: "
+                   f"{difference(order['diff_mean'], order['diff_std'], False)} points (95% interval ± {points(order['diff_ci95'])}): "
                    + ("**no detectable difference**" if order["inside_noise"] else
                       "**spatial-first is detectably better**" if order["diff_mean"] > 0 else
                       "**spatial-first is detectably worse**, against the paper")
@@ -205,9 +179,8 @@ def render_fine(results: dict, summary: pd.DataFrame, speed: pd.DataFrame) -> st
                      "itself noisy).")
 
 
-def render(folder: Path = FOLDER) -> dict[str, str]:
-    results = json.loads((folder / "results.json").read_text())
-    frame = pd.read_csv(folder / "results.csv")
+def render() -> dict[str, str]:
+    results, frame = run_files(FOLDER)
     summary = summarize_runs(frame)
     speed = pd.DataFrame(results["speed"]).set_index("block")
     return {"catalogue": render_catalogue(), "presets": render_presets(), "guidance": render_guidance(),
@@ -215,9 +188,4 @@ def render(folder: Path = FOLDER) -> dict[str, str]:
             "verdicts": render_verdicts(frame, summary), "fine": render_fine(results, summary, speed)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    return markers.main(DOC, lambda _: render(), __doc__.splitlines()[0], argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+PAGE = Page("docs/channel-spatial.md", render)

@@ -1,26 +1,14 @@
 """docs/mil.md's numbers, rendered from the committed run in docs/mil/ (``poolkit bench mil --out docs/mil``) and the
 presets in ``poolkit_bench.mil``.
-
-    .venv/bin/python scripts/render_mil.py --check     # exit 1 when the page differs from the files
-    .venv/bin/python scripts/render_mil.py --write     # update the page's marked blocks
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
-
 import pandas as pd
+from rendering import ROOT, Page, changed_settings, presets_table, run_files, table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from poolkit_bench.mil import ABLATION_BASE, PAPER, PRESETS, paired_differences, summarize
 
-import markers  # noqa: E402
-
-from poolkit_bench.mil import ABLATION_BASE, PAPER, PRESETS, paired_differences, summarize  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "mil.md"
 FOLDER = ROOT / "docs" / "mil"
 SCORER = f"{ABLATION_BASE}:scorer="
 
@@ -34,19 +22,13 @@ def render_presets() -> str:
                 f"{c.workers} worker(s) × {c.threads} torch thread"]
     names = ["datasets", "cross-validation", "poolers", "instance MLP", "learning-rate grid", "most epochs",
              "inner hold-outs of the training fold", "optimiser", "execution"]
-    rows = ["Rendered from `poolkit_bench.mil.PRESETS`:", "", "| setting | default | `--full` | `--quick` |",
-            "|---|---|---|---|"]
-    cols = [column(PRESETS[p]) for p in ("default", "full", "quick")]
-    rows += [f"| {n} | " + " | ".join(c[i] for c in cols) + " |" for i, n in enumerate(names)]
-    return "\n".join(rows)
+    return presets_table("poolkit_bench.mil", PRESETS, column, names)
 
 
 def render_data(results: dict) -> str:
-    lines = ["| dataset | bags | positive | instances | largest bag | features |", "|---|---:|---:|---:|---:|---:|"]
-    for name, d in results["data"].items():
-        lines.append(f"| {name} | {d['bags']} | {d['positive']} | {d['instances']:,} | {d['largest_bag']:,} | "
-                     f"{d['features']} |")
-    return "\n".join(lines)
+    return table(["dataset", "bags", "positive", "instances", "largest bag", "features"],
+                 [[name, d["bags"], d["positive"], f"{d['instances']:,}", f"{d['largest_bag']:,}", d["features"]]
+                  for name, d in results["data"].items()], align="lrrrrr")
 
 
 def render_accuracy(summary: pd.DataFrame, results: dict) -> str:
@@ -58,19 +40,18 @@ def render_accuracy(summary: pd.DataFrame, results: dict) -> str:
             "cross-validations)")
     datasets = list(dict.fromkeys(summary["dataset"]))
     lines = [f"Test accuracy, mean {what}; AUC in brackets. Rows marked *paper* are Ilse et al.'s Table 1 (mean ± "
-             "standard error over five repetitions of 10-fold cross-validation), not ours.", "",
-             "| pooler | " + " | ".join(datasets) + " |", "|---|" + "---:|" * len(datasets)]
+             "standard error over five repetitions of 10-fold cross-validation), not ours.", ""]
+    rows = []
     for label in dict.fromkeys(summary["pooler"]):
         cells = []
         for dataset in datasets:
             row = summary[(summary["pooler"] == label) & (summary["dataset"] == dataset)].iloc[0]
             cells.append(f"{row['accuracy']:.3f} ± {row[spread]:.3f} ({row['auc']:.3f})")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        rows.append([label, *cells])
         if label in PAPER:
             paper = [PAPER[label].get(d) for d in datasets]
-            lines.append(f"| *{label}, paper* | " + " | ".join(f"*{p[0]:.3f} ± {p[1]:.3f}*" if p else "—"
-                                                                    for p in paper) + " |")
-    return "\n".join(lines)
+            rows.append([f"*{label}, paper*", *(f"*{p[0]:.3f} ± {p[1]:.3f}*" if p else "—" for p in paper)])
+    return "\n".join([*lines, table(["pooler", *datasets], rows, align="l" + "r" * len(datasets))])
 
 
 def difference_cell(r) -> str:
@@ -84,13 +65,12 @@ def render_ablation(frame: pd.DataFrame, results: dict) -> str:
     part = diffs[diffs["pooler"].str.startswith(SCORER) | (diffs["pooler"] == "attention")]
     lines = [f"Accuracy of each scorer minus abmil's (`{ABLATION_BASE}`, tanh and sigmoid) on the same test folds, in "
              "points: mean, its 95% interval (corrected resampled t, Nadeau & Bengio 2003), folds won / lost; *noise* "
-             "when the interval holds 0.", "",
-             "| scorer | " + " | ".join(dict.fromkeys(part["dataset"])) + " |",
-             "|---|" + "---:|" * part["dataset"].nunique()]
-    for label in dict.fromkeys(part["pooler"]):
-        cells = [difference_cell(r) for r in part[part["pooler"] == label].itertuples()]
-        name = label.removeprefix(SCORER) if label.startswith(SCORER) else "attention (tanh; a = 512, Xavier init)"
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+             "when the interval holds 0.", ""]
+    datasets = list(dict.fromkeys(part["dataset"]))
+    rows = [[label.removeprefix(SCORER) if label.startswith(SCORER) else "attention (tanh; a = 512, Xavier init)",
+             *(difference_cell(r) for r in part[part["pooler"] == label].itertuples())]
+            for label in dict.fromkeys(part["pooler"])]
+    lines.append(table(["scorer", *datasets], rows, align="l" + "r" * len(datasets)))
     overall = part[(part["dataset"] == "all") & part["pooler"].str.startswith(SCORER)].set_index("pooler")
     glu = overall.loc[f"{SCORER}glu"] if f"{SCORER}glu" in overall.index else None
     if glu is not None:
@@ -119,19 +99,17 @@ def render_zonotope(frame: pd.DataFrame, results: dict) -> str:
     return "\n".join([
         "Accuracy of `zonotope_attention` minus `attention`'s on the same test folds, in points: mean, its 95% "
         "interval (corrected resampled t), folds won / lost; *noise* when the interval holds 0.", "",
-        "| | " + " | ".join(rows["dataset"]) + " |", "|---|" + "---:|" * len(rows),
-        "| zonotope_attention − attention | " + " | ".join(cells) + " |", "",
+        table(["", *rows["dataset"]], [["zonotope_attention − attention", *cells]], align="l" + "r" * len(rows)), "",
         f"Over all datasets: {100 * overall['diff_mean']:+.1f} ± {100 * overall['ci95']:.1f} points, {verdict}."])
 
 
 def render_cost(results: dict) -> str:
     s, prov, runs = results["settings"], results["provenance"], results["runs"]
     default = PRESETS["default"]
-    changed = [f"{key} {value}" for key, value in s.items()
-               if key != "preset" and json.loads(json.dumps(getattr(default, key))) != value]
+    changed = changed_settings(s, default)
     fits = sum(r["cpu_seconds"] for r in runs)
     return (f"The committed run (`docs/mil/results.json`; settings that differ from the default preset: "
-            f"{'; '.join(changed) or 'none'}): {len(s['datasets'])} datasets × {len(s['poolers'])} poolers × "
+            f"{changed}): {len(s['datasets'])} datasets × {len(s['poolers'])} poolers × "
             f"{s['folds']} folds × {s['repeats']} repetition(s) = {len(runs)} outer folds, each with "
             f"{len(s['lrs']) * s['inner_splits']} inner fits and one final fit. It took "
             f"{results['runtime_seconds'] / 60:.1f} minutes of wall time and {results['cpu_seconds'] / 60:.1f} "
@@ -180,18 +158,12 @@ def render_extended(results: dict) -> str:
             f"re-run folds). {checked}")
 
 
-def render(folder: Path = FOLDER) -> dict[str, str]:
-    results = json.loads((folder / "results.json").read_text())
-    frame = pd.read_csv(folder / "results.csv")
+def render() -> dict[str, str]:
+    results, frame = run_files(FOLDER)
     summary = summarize(frame)
     return {"presets": render_presets(), "data": render_data(results), "accuracy": render_accuracy(summary, results),
             "ablation": render_ablation(frame, results), "zonotope": render_zonotope(frame, results),
             "cost": render_cost(results)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    return markers.main(DOC, lambda _: render(), __doc__.splitlines()[0], argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+PAGE = Page("docs/mil.md", render)

@@ -1,4 +1,4 @@
-"""docs/scale.md's claims are computed from the cells of benchmarks/results/scale.json (scripts/render_scale.py)."""
+"""docs/scale.md's claims are computed from the cells of benchmarks/results/scale.json (scripts/pages/scale.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-import render_scale  # noqa: E402
+from pages import scale as render_scale  # noqa: E402
 
 
 def cell(model, n, rss, speed):

@@ -1,23 +1,13 @@
 """docs/scale.md's numbers, rendered from benchmarks/results/scale.json (written by
 ``benchmarks/perf_scale.py --json``).
-
-    .venv/bin/python scripts/render_scale.py --check   # exit 1 when the page differs from the file
-    .venv/bin/python scripts/render_scale.py --write   # update the page's marked blocks
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
+from rendering import ROOT, Page, read_json, table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pages.benchmarks_compare import provenance
 
-import markers  # noqa: E402
-from render_benchmarks_compare import provenance  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "scale.md"
 RESULT = ROOT / "benchmarks" / "results" / "scale.json"
 
 
@@ -32,11 +22,9 @@ def render_provenance(result: dict) -> str:
 
 
 def render_embed(result: dict) -> str:
-    rows = ["| model | N | wall s | CPU s | texts/s | peak RSS MiB |", "|---|---:|---:|---:|---:|---:|"]
-    for cell in result["scaling"]:
-        rows.append(f"| {cell['model']} | {cell['n']:,} | {cell['wall_s']:.1f} | {cell['cpu_s']:.1f} | "
-                    f"{cell['texts_per_s']:,.0f} | {cell['peak_rss_mib']:,.0f} |")
-    lines = ["\n".join(rows), ""]
+    rows = [[cell["model"], f"{cell['n']:,}", f"{cell['wall_s']:.1f}", f"{cell['cpu_s']:.1f}",
+             f"{cell['texts_per_s']:,.0f}", f"{cell['peak_rss_mib']:,.0f}"] for cell in result["scaling"]]
+    lines = [table(["model", "N", "wall s", "CPU s", "texts/s", "peak RSS MiB"], rows, align="lrrrrr"), ""]
     for model in dict.fromkeys(cell["model"] for cell in result["scaling"]):
         cells = [c for c in result["scaling"] if c["model"] == model and c["n"] >= 10_000]
         if len(cells) < 2:
@@ -64,29 +52,27 @@ def apart(values: list[float]) -> str:
 def render_processes(result: dict) -> str:
     runs = result["processes"]["runs"]
     base = runs["1 process, 1 thread"]["wall_s"]
-    rows = ["| run | wall s (start-up included) | texts/s | speed-up vs 1 process, 1 thread |", "|---|---:|---:|---:|"]
-    for name, run in runs.items():
-        rows.append(f"| {name} | {run['wall_s']:.1f} | {run['texts_per_s']:.0f} | {base / run['wall_s']:.2f}x |")
-    return ("\n".join(rows) + f"\n\nN = {result['processes']['n']:,} glosses, {result['processes']['model']}; the two "
+    rows = table(["run", "wall s (start-up included)", "texts/s", "speed-up vs 1 process, 1 thread"],
+                 [[name, f"{run['wall_s']:.1f}", f"{run['texts_per_s']:.0f}", f"{base / run['wall_s']:.2f}x"]
+                  for name, run in runs.items()], align="lrrr")
+    return (rows + f"\n\nN = {result['processes']['n']:,} glosses, {result['processes']['model']}; the two "
             f"outputs differ by at most {result['processes']['max_abs_difference']:.1e} (absolute).")
 
 
 def render_cache(result: dict) -> str:
     cap = result["cache"][0]["token_cap"]
-    rows = ["| model | layers x hidden | tokens per text | before: bytes per text | after | before / after | "
-            f"after, int8 token states | after, first {cap} token states | at 100 tokens per text: before | after |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for cell in result["cache"]:
-        rows.append(f"| {cell['model']} | {cell['layers']} x {cell['hidden_size']} | {cell['tokens_per_text']:.1f} | "
-                    f"{cell['full_bytes_per_text'] / 1024:,.1f} KiB | {cell['lean_bytes_per_text'] / 1024:,.1f} KiB | "
-                    f"{cell['full_bytes_per_text'] / cell['lean_bytes_per_text']:.1f}x | "
-                    f"{cell['lean_int8_bytes_per_text'] / 1024:,.1f} KiB | "
-                    f"{cell['lean_capped_bytes_per_text'] / 1024:,.1f} KiB | "
-                    f"{cell['full_bytes_at_100_tokens'] / 1024:,.0f} KiB | "
-                    f"{cell['lean_bytes_at_100_tokens'] / 1024:,.0f} KiB |")
+    rows = [[cell["model"], f"{cell['layers']} x {cell['hidden_size']}", f"{cell['tokens_per_text']:.1f}",
+             f"{cell['full_bytes_per_text'] / 1024:,.1f} KiB", f"{cell['lean_bytes_per_text'] / 1024:,.1f} KiB",
+             f"{cell['full_bytes_per_text'] / cell['lean_bytes_per_text']:.1f}x",
+             f"{cell['lean_int8_bytes_per_text'] / 1024:,.1f} KiB", f"{cell['lean_capped_bytes_per_text'] / 1024:,.1f} KiB",
+             f"{cell['full_bytes_at_100_tokens'] / 1024:,.0f} KiB", f"{cell['lean_bytes_at_100_tokens'] / 1024:,.0f} KiB"]
+            for cell in result["cache"]]
+    rows = table(["model", "layers x hidden", "tokens per text", "before: bytes per text", "after", "before / after",
+                  "after, int8 token states", f"after, first {cap} token states", "at 100 tokens per text: before",
+                  "after"], rows, align="llrrrrrrrr")
     plan = result["cache"][0]["lean_plan"]
     names = ", ".join(s["name"] for s in plan["summaries"])
-    return ("\n".join(rows) + f"\n\nAfter: per-layer summaries of {names}, and token states of the "
+    return (rows + f"\n\nAfter: per-layer summaries of {names}, and token states of the "
             f"{plan['token_layers']} layer(s), for compare's default poolers and the linear baseline; "
             f"{result['cache'][0]['texts']} embedded WordNet glosses, max_length 256.")
 
@@ -95,11 +81,9 @@ def render_leaderboard(result: dict) -> str:
     board = result["leaderboard"]
     boards, metric = board["boards"], board["metric"]
     names = list(boards)
-    rows = ["| pooler | " + " | ".join(f"{name}: {metric} (± fold std)" for name in names) + " |",
-            "|---|" + "---:|" * len(names)]
-    for label in boards["full"]:
-        rows.append(f"| {label} | " + " | ".join(f"{boards[n][label]['mean']:.4f} ± {boards[n][label]['std']:.4f}"
-                                                for n in names) + " |")
+    rows = table(["pooler", *(f"{name}: {metric} (± fold std)" for name in names)],
+                 [[label, *(f"{boards[n][label]['mean']:.4f} ± {boards[n][label]['std']:.4f}" for n in names)]
+                  for label in boards["full"]], align="l" + "r" * len(names))
     lines = [f"{board['rows']} rows of builtin:embedded, {board['folds']} folds, {board['epochs']} epochs, the same "
              "folds and seeds on every cache, best first."]
     for name in names[1:]:
@@ -112,17 +96,16 @@ def render_leaderboard(result: dict) -> str:
         lines.append(f"{name}: largest difference from the full cache {worst:.4f}"
                      + (f" ({moved})" if worst >= 5e-5 else "") + "; ranking "
                      + ("the same." if same else f"DIFFERENT ({', '.join(boards[name])})."))
-    return "\n".join(rows) + "\n\n" + " ".join(lines)
+    return rows + "\n\n" + " ".join(lines)
 
 
 def render_quantisation(result: dict) -> str:
     found = result["quantisation"]
-    rows = ["| layer | int8: relative error | float8 e4m3: relative error | float8 / int8 |", "|---:|---:|---:|---:|"]
-    for cell in found["layers"]:
-        rows.append(f"| {cell['layer']} | {cell['int8']:.4f} | {cell['float8_e4m3']:.4f} | "
-                    f"{cell['float8_e4m3'] / cell['int8']:.2f}x |")
+    rows = table(["layer", "int8: relative error", "float8 e4m3: relative error", "float8 / int8"],
+                 [[cell["layer"], f"{cell['int8']:.4f}", f"{cell['float8_e4m3']:.4f}",
+                   f"{cell['float8_e4m3'] / cell['int8']:.2f}x"] for cell in found["layers"]], align="rrrr")
     ratios = [cell["float8_e4m3"] / cell["int8"] for cell in found["layers"]]
-    return ("\n".join(rows) + f"\n\n{found['model']}, the {found['tokens']:,} real tokens of {found['texts']} embedded "
+    return (rows + f"\n\n{found['model']}, the {found['tokens']:,} real tokens of {found['texts']} embedded "
             "WordNet glosses (layer 0: the embeddings); the mean over tokens of |stored - float16| / |float16| (L2 "
             f"norms of each token vector). float8's error is {min(ratios):.2f}x to {max(ratios):.2f}x int8's, at the "
             f"same byte per value and scale per vector; float8 is the more accurate on {sum(r < 1 for r in ratios)} of "
@@ -132,8 +115,8 @@ def render_quantisation(result: dict) -> str:
 NOT_MEASURED = "Not measured: the committed run stopped before this part (see Provenance)."
 
 
-def render(_args=None) -> dict[str, str]:
-    result = json.loads(RESULT.read_text())
+def render() -> dict[str, str]:
+    result = read_json(RESULT)
     parts = {"embed": ("scaling", render_embed), "processes": ("processes", render_processes),
              "cache": ("cache", render_cache), "quantisation": ("quantisation", render_quantisation),
              "leaderboard": ("leaderboard", render_leaderboard)}
@@ -141,9 +124,4 @@ def render(_args=None) -> dict[str, str]:
     return {"provenance": render_provenance(result), **blocks}
 
 
-def main(argv: list[str] | None = None) -> int:
-    return markers.main(DOC, render, __doc__, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+PAGE = Page("docs/scale.md", render)

@@ -1,10 +1,6 @@
 """docs/snr.md's numbers, rendered from the committed result files in docs/snr/.
 
-    .venv/bin/python scripts/render_snr.py --baselines    # measure the analytic baselines -> docs/snr/baselines.json
-    .venv/bin/python scripts/render_snr.py --check        # exit 1 when the page differs from the files
-    .venv/bin/python scripts/render_snr.py --write        # update the page's marked blocks
-
-Sources: ``baselines.json`` (this script's ``--baselines``); ``sweep/results.csv`` and ``sweep/results.json`` (the
+Sources: ``baselines.json`` (``scripts/snr_baselines.py``); ``sweep/results.csv`` and ``sweep/results.json`` (the
 committed ``poolkit bench snr-sweep`` run and its ``--extend`` runs, listed under ``extensions``);
 ``sweep-lr-4x/results.json`` (the learning-rate stage again, at the largest extended budget);
 ``quick-vector0/results.csv`` and ``results.json`` (the earlier ``poolkit bench snr --quick`` run, whose pooler
@@ -13,21 +9,15 @@ committed ``poolkit bench snr-sweep`` run and its ``--extend`` runs, listed unde
 
 from __future__ import annotations
 
-import argparse
 import csv
-import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rendering import ROOT, Page, read_json, span, table
 
-import markers  # noqa: E402
-from markers import span  # noqa: E402
+from poolkit_bench.snr import FULL, QUICK
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "snr.md"
 FOLDER = ROOT / "docs" / "snr"
 SWEEP = FOLDER / "sweep"
 BEFORE = FOLDER / "quick-vector0"
@@ -40,29 +30,6 @@ ORDER_OF_MAGNITUDE = 10.0  # the paper: adaptive pooling's error about an order 
 PAPER_STD_RATIO = 0.5  # the paper: adaptive pooling's seed variance "over 50%" below the others'
 
 
-def measure_baselines(samples: int = 100_000, seed: int = 42) -> None:
-    """The two analytic baselines (and the mean without vector 0) on ``samples`` generated samples -> baselines.json."""
-    import torch
-
-    from poolkit_bench.snr_data import PAPER_KS, PUBLISHED_BASELINES, baseline_mse, make_knn_centroid
-    from poolkit.io import atomic_write_json
-    from poolkit.provenance import run_provenance
-
-    data = make_knn_centroid(samples, seed=seed)
-    measured: dict[str, dict[int, float]] = {name: {} for name in (*BASELINES, "baseline_mean_without_x0")}
-    for k in PAPER_KS:
-        target = data.targets[k].double()
-        for name, value in baseline_mse(data.x, data.targets[k]).items():
-            measured[name][k] = value
-        measured["baseline_mean_without_x0"][k] = torch.mean((data.x[:, 1:].double().mean(1) - target) ** 2).item()
-    atomic_write_json(FOLDER / "baselines.json", {
-        "script": "scripts/render_snr.py --baselines", "provenance": run_provenance(),
-        "settings": {"samples": samples, "data_seed": seed, "num_vectors": data.x.shape[1], "dim": data.x.shape[2]},
-        "measured": measured, "published": PUBLISHED_BASELINES})
-    print(f"wrote {FOLDER / 'baselines.json'}")
-
-
-# -- formatting ---------------------------------------------------------------------------------------
 def snr(k: int, n: int) -> str:
     return f"{k / n:.4f}".rstrip("0").rstrip(".")
 
@@ -84,7 +51,7 @@ def load_before() -> tuple[dict, dict]:
         for row in csv.DictReader(f):
             name = BEFORE_NAMES.get(row["pooler"], row["pooler"])
             cells.setdefault(name, {})[int(row["K"])] = (float(row["mse_mean"]), float(row["mse_std"]))
-    results = json.loads((BEFORE / "results.json").read_text())
+    results = read_json(BEFORE / "results.json")
     results["settings"]["poolers"] = [BEFORE_NAMES.get(p, p) for p in results["settings"]["poolers"]]
     return results, cells
 
@@ -123,7 +90,7 @@ class Sweep:
     def load(cls, folder: Path = SWEEP) -> Sweep:
         with open(folder / "results.csv", newline="") as f:
             rows = list(csv.DictReader(f))
-        return cls(json.loads((folder / "results.json").read_text()), rows)
+        return cls(read_json(folder / "results.json"), rows)
 
     def cell(self, pooler: str, k: int, budget: tuple[int, int] | None = None, layers: int | None = None) -> dict:
         """One pooler's cell (mean, std, seeds, ... as floats) at ``budget`` (default: the largest) and ``layers``."""
@@ -171,17 +138,16 @@ def render_sweep_settings(sweep: Sweep) -> str:
              f"{base['folds']} folds; {s['seeds']} runs per cell, {s['largest_seeds']} at the largest budget. Budgets "
              f"are samples × epochs, also given as multiples of `--quick`'s "
              f"{sweep.meta['quick_budget'][0]:,} × {sweep.meta['quick_budget'][1]}. CPU seconds are the runs' own "
-             "(`runs[].cpu_seconds`, training and validation of every epoch and the test):", "",
-             "| stage | budget | layers | runs | CPU-s, all runs | CPU-s per run (median) |",
-             "|---|---|---:|---:|---:|---:|"]
+             "(`runs[].cpu_seconds`, training and validation of every epoch and the test):", ""]
     groups: dict[tuple, list[float]] = {}
     for r in sweep.runs:
         groups.setdefault((r["stage"], r["samples"], r["epochs"], r["layers"]), []).append(r["cpu_seconds"])
     order = {"lr": 0, "budget": 1, "depth": 2}
-    for (stage, samples, epochs, layers), cpu in sorted(groups.items(), key=lambda g: (order[g[0][0]], g[0][1] *
-                                                                                            g[0][2], g[0][3])):
-        lines.append(f"| {stage} | {budget_name(sweep, (samples, epochs))} | {layers} | {len(cpu)} | {sum(cpu):,.0f} | "
-                     f"{statistics.median(cpu):.1f} |")
+    ordered = sorted(groups.items(), key=lambda g: (order[g[0][0]], g[0][1] * g[0][2], g[0][3]))
+    lines.append(table(["stage", "budget", "layers", "runs", "CPU-s, all runs", "CPU-s per run (median)"],
+                       [[stage, budget_name(sweep, (samples, epochs)), layers, len(cpu), f"{sum(cpu):,.0f}",
+                         f"{statistics.median(cpu):.1f}"] for (stage, samples, epochs, layers), cpu in ordered],
+                       align="llrrrr"))
     own = [r["cpu_seconds"] for r in sweep.runs if not sweep.is_added(r)]
     lines += ["", f"The sweep's own {len(own)} runs used {sum(own):,.0f} CPU-seconds; the command took "
               f"{sweep.meta['runtime_seconds'] / 60:.1f} minutes of wall time with {base['workers']} worker processes "
@@ -196,38 +162,36 @@ def render_lr(sweep: Sweep) -> str:
     lines = [f"Each pooler trained once per rate (run 0, K = {s['lr_k']}, budget "
              f"{budget_name(sweep, sweep.reference)}); "
              "its rate is the one with the lowest best-epoch MSE on fold 0's validation rows (`lr_choice` in "
-             "`results.json`), and every later run of that pooler uses it. The test rows play no part.", "",
-             "| pooler | " + " | ".join(f"val MSE at lr {lr:g}" for lr in s["lrs"]) + " | chosen |",
-             "|---|" + "---:|" * (len(lrs) + 1)]
-    for pooler in sweep.poolers:
-        choice = sweep.meta["lr_choice"][pooler]
-        lines.append(f"| {pooler} | " + " | ".join(mse(choice["val_mse"][lr]) for lr in lrs) + f" | {choice['lr']:g} |")
-    return "\n".join(lines)
+             "`results.json`), and every later run of that pooler uses it. The test rows play no part.", ""]
+    choices = [sweep.meta["lr_choice"][pooler] for pooler in sweep.poolers]
+    rows = [[pooler, *(mse(choice["val_mse"][lr]) for lr in lrs), f"{choice['lr']:g}"]
+            for pooler, choice in zip(sweep.poolers, choices)]
+    header = ["pooler", *(f"val MSE at lr {lr:g}" for lr in s["lrs"]), "chosen"]
+    return "\n".join([*lines, table(header, rows, align="l" + "r" * (len(header) - 1))])
 
 
 def render_budget_results(sweep: Sweep) -> str:
     columns = [*sweep.poolers, *BASELINES]
     lines = ["Test MSE, mean ± sample std over the runs of each cell (`docs/snr/sweep/results.csv`, stage `budget`); "
-             "the baselines are analytic, on each budget's own test rows (the last 10% of its samples).", "",
-             "| budget | K | " + " | ".join(columns) + " |", "|---|---:|" + "---:|" * len(columns)]
+             "the baselines are analytic, on each budget's own test rows (the last 10% of its samples).", ""]
+    rows = []
     for budget in sorted(sweep.budgets, key=lambda b: b[0] * b[1]):
         for k in sweep.ks:
-            cells = []
-            for name in columns:
-                c = sweep.cell(name, k, budget)
-                cells.append(mse(c["mse_mean"]) + ("" if name in BASELINES else f" ± {mse(c['mse_std'])}"))
-            lines.append(f"| {budget_name(sweep, budget)} | {k} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            cells = [sweep.cell(name, k, budget) for name in columns]
+            rows.append([budget_name(sweep, budget), k, *(mse(c["mse_mean"]) + ("" if name in BASELINES else
+                                                                                f" ± {mse(c['mse_std'])}")
+                                                          for name, c in zip(columns, cells))])
+    return "\n".join([*lines, table(["budget", "K", *columns], rows, align="l" + "r" * (len(columns) + 1))])
 
 
 def render_ratios(sweep: Sweep) -> str:
     others = [p for p in sweep.poolers if p != "adapool"]
     lines = ["Each pooler's test MSE over adapool's, at K = " + " / ".join(map(str, sweep.ks)) + " (above 1: adapool "
-             "is better):", "", "| budget | " + " | ".join(others) + " |", "|---|" + "---:|" * len(others)]
-    for budget in sorted(sweep.budgets, key=lambda b: b[0] * b[1]):
-        lines.append(f"| {budget_name(sweep, budget)} | " + " | ".join(
-            " / ".join(f"{sweep.ratio(p, k, budget):.2f}" for k in sweep.ks) for p in others) + " |")
-    return "\n".join(lines)
+             "is better):", ""]
+    rows = [[budget_name(sweep, budget), *(" / ".join(f"{sweep.ratio(p, k, budget):.2f}" for k in sweep.ks)
+                                          for p in others)]
+            for budget in sorted(sweep.budgets, key=lambda b: b[0] * b[1])]
+    return "\n".join([*lines, table(["budget", *others], rows, align="l" + "r" * len(others))])
 
 
 def render_extension(sweep: Sweep) -> str:
@@ -254,10 +218,10 @@ def render_extension(sweep: Sweep) -> str:
     lines += ["", "At every budget, for the extended poolers: each one's test MSE over adapool's at K = "
               + " / ".join(map(str, sweep.ks)) + "; the runs whose best validation epoch was the last, over all K; "
               "and the CPU seconds of these poolers' runs at that budget (`results.csv`: `mse_mean`, `best_last`, "
-              "`seeds`, `cpu_seconds`):", "",
-              "| budget | " + " | ".join(f"{p} / adapool" for p in others) + " | "
-              + " | ".join(f"best epoch last: {p}" for p in shown) + " | CPU-s per run (median) | CPU-s, all |",
-              "|---|" + "---:|" * (len(others) + len(shown) + 2)]
+              "`seeds`, `cpu_seconds`):", ""]
+    header = ["budget", *(f"{p} / adapool" for p in others), *(f"best epoch last: {p}" for p in shown),
+              "CPU-s per run (median)", "CPU-s, all"]
+    rows = []
     for budget in sweep.all_budgets:
         ratios = [" / ".join(f"{sweep.ratio(p, k, budget):.2f}" for k in sweep.ks) if sweep.has(p, budget)
                   and sweep.has("adapool", budget) else "" for p in others]
@@ -267,10 +231,10 @@ def render_extension(sweep: Sweep) -> str:
             last.append(f"{sum(c['best_last'] for c in cells):.0f} of {sum(c['seeds'] for c in cells):.0f}"
                         if cells else "")
         cpu = [r["cpu_seconds"] for r in sweep.stage_runs("budget", budget) if r["pooler"] in shown]
-        lines.append(f"| {budget_name(sweep, budget)} | " + " | ".join(ratios + last)
-                     + f" | {statistics.median(cpu):.1f} | {sum(cpu):,.0f} |")
+        rows.append([budget_name(sweep, budget), *ratios, *last, f"{statistics.median(cpu):.1f}", f"{sum(cpu):,.0f}"])
+    lines.append(table(header, rows, align="l" + "r" * (len(header) - 1)))
     if (LR_CHECK / "results.json").is_file():
-        lines += ["", render_lr_check(sweep, json.loads((LR_CHECK / "results.json").read_text()))]
+        lines += ["", render_lr_check(sweep, read_json(LR_CHECK / "results.json"))]
     return "\n".join(lines)
 
 
@@ -302,17 +266,17 @@ def render_depth(sweep: Sweep) -> str:
     depths = sorted({sweep.layers, *s["depths"]})
     lines = [f"At budget {budget_name(sweep, sweep.reference)} and K = {k}, test MSE (mean ± std over "
              f"{s['seeds']} runs) by encoder depth; the {sweep.layers}-layer row is the budget stage's. Only "
-             f"{', '.join(poolers)} and one K, to fit the CPU time.", "",
-             "| layers | " + " | ".join(poolers) + " | mean / adapool | CPU-s per run (median) |",
-             "|---:|" + "---:|" * (len(poolers) + 2)]
+             f"{', '.join(poolers)} and one K, to fit the CPU time.", ""]
+    rows = []
     for layers in depths:
         cells = [sweep.cell(p, k, sweep.reference, layers) for p in poolers]
         stage = "budget" if layers == sweep.layers else "depth"
         cpu = [r["cpu_seconds"] for r in sweep.stage_runs(stage, sweep.reference) if r["layers"] == layers]
         ratio = f"{sweep.ratio('mean', k, sweep.reference, layers):.2f}" if {"mean", "adapool"} <= set(poolers) else ""
-        lines.append(f"| {layers} | " + " | ".join(f"{mse(c['mse_mean'])} ± {mse(c['mse_std'])}" for c in cells)
-                     + f" | {ratio} | {statistics.median(cpu):.1f} |")
-    return "\n".join(lines)
+        rows.append([layers, *(f"{mse(c['mse_mean'])} ± {mse(c['mse_std'])}" for c in cells), ratio,
+                     f"{statistics.median(cpu):.1f}"])
+    header = ["layers", *poolers, "mean / adapool", "CPU-s per run (median)"]
+    return "\n".join([*lines, table(header, rows, align="r" * len(header))])
 
 
 def std_ratios(sweep: Sweep) -> dict[str, list[float]]:
@@ -325,31 +289,28 @@ def render_variance(sweep: Sweep) -> str:
     seeds = int(sweep.cell("adapool", sweep.ks[0])["seeds"])
     lines = [f"At the largest budget ({budget_name(sweep, sweep.largest)}), the sample std of the test MSE over "
              f"{seeds} runs (each with its own seed and validation fold), and adapool's std over each other pooler's:",
-             "",
-             "| K | " + " | ".join(f"std {p}" for p in sweep.poolers) + " | "
-             + " | ".join(f"adapool / {p}" for p in sweep.poolers if p != "adapool") + " |",
-             "|---:|" + "---:|" * (2 * len(sweep.poolers) - 1)]
+             ""]
     ratios = std_ratios(sweep)
-    for i, k in enumerate(sweep.ks):
-        lines.append(f"| {k} | " + " | ".join(mse(sweep.cell(p, k)["mse_std"]) for p in sweep.poolers) + " | "
-                     + " | ".join(f"{r[i]:.2f}" for r in ratios.values()) + " |")
-    return "\n".join(lines)
+    header = ["K", *(f"std {p}" for p in sweep.poolers), *(f"adapool / {p}" for p in ratios)]
+    rows = [[k, *(mse(sweep.cell(p, k)["mse_std"]) for p in sweep.poolers), *(f"{r[i]:.2f}" for r in ratios.values())]
+            for i, k in enumerate(sweep.ks)]
+    return "\n".join([*lines, table(header, rows, align="r" * len(header))])
 
 
 def render_baselines(base: dict) -> dict[str, str]:
     got, pub, n = base["measured"], base["published"], base["settings"]["num_vectors"]
     lines = [f"Ours: {base['settings']['samples']:,} samples, data seed {base['settings']['data_seed']} "
-             f"(`docs/snr/baselines.json`, made by `scripts/render_snr.py --baselines`); published: the paper's code, "
-             "the last 10% of its 1M samples.", "",
-             "| K | SNR | mean-of-all (ours) | published | diff | vector 0 (ours) | published | diff |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    diffs = []
+             f"(`docs/snr/baselines.json`, made by `scripts/snr_baselines.py`); published: the paper's code, "
+             "the last 10% of its 1M samples.", ""]
+    diffs, rows = [], []
     for k in got["baseline_mean"]:
         row = [k, snr(int(k), n)]
         for name in BASELINES:
             diffs.append(got[name][k] / pub[name][k] - 1)
             row += [mse(got[name][k], 5), mse(pub[name][k], 5), f"{diffs[-1]:+.1%}"]
-        lines.append("| " + " | ".join(str(c) for c in row) + " |")
+        rows.append(row)
+    lines.append(table(["K", "SNR", "mean-of-all (ours)", "published", "diff", "vector 0 (ours)", "published", "diff"],
+                       rows, align="r" * 8))
     within = math.ceil(max(abs(d) for d in diffs) * 1000) / 10
     lines += ["", f"All {len(diffs)} values are within {within:.1f}% of the published ones."]
     without = got["baseline_mean_without_x0"]
@@ -386,10 +347,9 @@ def render_settings(full, quick) -> str:
                 f"{c.seeds} (folds 1-{c.seeds} of {c.folds})", " ".join(c.poolers),
                 f"{c.workers} worker process(es), `--device {c.device}`, {threads}"]
     names = ["samples", "encoder", "optimiser", "epochs", "runs per cell", "poolers", "execution"]
-    rows = ["Rendered from `poolkit_bench.FULL` and `QUICK`:", "", "| setting | `--full` (the paper) | `--quick` |",
-            "|---|---|---|"]
-    rows += [f"| {n} | {a} | {b} |" for n, a, b in zip(names, column(full), column(quick))]
-    return "\n".join(rows)
+    return "\n".join(["Rendered from `poolkit_bench.FULL` and `QUICK`:", "",
+                      table(["setting", "`--full` (the paper)", "`--quick`"],
+                            [list(row) for row in zip(names, column(full), column(quick))])])
 
 
 def render_full(full) -> str:
@@ -409,15 +369,11 @@ def render_results(results: dict, cells: dict) -> str:
              f"`results.json`; made before the paper's CLS token existed here), with its `cls` shown as `vector0`: "
              "each "
              f"pooler cell is the mean ± sample std over {s['seeds']} seeds; the baselines are analytic, on the same "
-             f"{test} test samples.", "",
-             "| K | SNR | " + " | ".join(columns) + " |", "|---:|---:|" + "---:|" * len(columns)]
-    for k in s["ks"]:
-        row = [str(k), snr(k, s["num_vectors"])]
-        for name in columns:
-            m, sd = cells[name][k]
-            row.append(mse(m) + ("" if name in BASELINES else f" ± {mse(sd)}"))
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+             f"{test} test samples.", ""]
+    rows = [[k, snr(k, s["num_vectors"]), *(mse(cells[name][k][0]) + ("" if name in BASELINES else
+                                                                      f" ± {mse(cells[name][k][1])}")
+                                           for name in columns)] for k in s["ks"]]
+    return "\n".join([*lines, table(["K", "SNR", *columns], rows, align="r" * (len(columns) + 2))])
 
 
 def verdict(reproduced: bool, partly: bool) -> str:
@@ -536,13 +492,8 @@ def render_claims(sweep: Sweep, before: tuple[dict, dict]) -> str:
     return "\n".join([*lines, claim_budget(sweep), claim_baselines(sweep)])
 
 
-def render(args: argparse.Namespace) -> dict[str, str] | None:
-    if args.baselines:
-        measure_baselines()
-        return None
-    from poolkit_bench.snr import FULL, QUICK
-
-    base = json.loads((FOLDER / "baselines.json").read_text())
+def render() -> dict[str, str]:
+    base = read_json(FOLDER / "baselines.json")
     before = load_before()
     sweep = Sweep.load()
     return {**render_baselines(base), "runtime": render_runtime(before[0]), "full": render_full(FULL),
@@ -553,10 +504,4 @@ def render(args: argparse.Namespace) -> dict[str, str] | None:
             "depth": render_depth(sweep), "variance": render_variance(sweep), "claims": render_claims(sweep, before)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    return markers.main(DOC, render, __doc__.split("\n\n")[0], argv, lambda parser: parser.add_argument(
-        "--baselines", action="store_true", help="measure the analytic baselines into docs/snr/baselines.json"))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+PAGE = Page("docs/snr.md", render)

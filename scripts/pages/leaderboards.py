@@ -1,38 +1,31 @@
-"""Render docs/leaderboards.md from the runs under docs/leaderboards/ (written by scripts/make_leaderboards.sh).
+"""docs/leaderboards.md, rendered whole from the runs under docs/leaderboards/ (written by
+scripts/make_leaderboards.sh).
 
 Every number on the page comes from a leaderboard.json (and, for fine-tuned runs, finetuned/*/metrics.json) next
 to it; each section names its files, commit and machine. Runs made before poolkit 0.2's protocol (epoch chosen
 on the fold it is scored on) live in docs/leaderboards/before-0.2/ and appear only in the old-vs-new table.
-
-    python scripts/render_leaderboards.py                     # print the page
-    python scripts/render_leaderboards.py --write docs/leaderboards.md
-    python scripts/render_leaderboards.py --check docs/leaderboards.md     # exit 1 when the page is stale
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
 
 import numpy as np
+from rendering import ROOT, Page, read_json, table
 
-from poolkit.io import atomic_write_content
+from poolkit.errors import PoolkitError
 from poolkit.models.encoders import model_label
 from poolkit.training.baseline import baseline_label
 from poolkit.training.finetune import finetuned_row
 from poolkit.training.leaderboard import rank_key
 
-ROOT = Path(__file__).resolve().parent.parent
 BOARDS = ROOT / "docs" / "leaderboards"
 OLD = BOARDS / "before-0.2"
 SCORERS = BOARDS / "scorers"
-PAGE = ROOT / "docs" / "leaderboards.md"
 
 
 def load(folder: Path) -> dict:
-    return json.loads((folder / "leaderboard.json").read_text())
+    return read_json(folder / "leaderboard.json")
 
 
 def relative(path: Path) -> str:
@@ -68,7 +61,7 @@ def finished_finetuning(folder: Path, s: dict, rows: list[dict]) -> list[dict]:
     listed = {r["pooler"] for r in rows if r["mode"] == "finetuned"}
     found = []
     for path in sorted((folder / "finetuned").glob("*/metrics.json")):
-        run = json.loads(path.read_text())
+        run = read_json(path)
         if path.parent.name in listed or "std_ddof1" not in run:  # listed already, or the old protocol
             continue
         found.append(finetuned_row(path.parent.name, run["config"]["pooler"], run, run["seconds"]))
@@ -92,14 +85,12 @@ def render_board(folder: Path) -> list[str]:
              f"{s['total_seconds'] / 60:.0f} min. From `{relative(folder / 'leaderboard.json')}`: "
              f"{provenance(s)}.", "",
              f"![leaderboard](leaderboards/{folder.name}/leaderboard.png)", "",
-             f"| # | pooler | mode | {s['metric']} (mean ± sample std over folds) | params | seconds | "
-             "chosen per fold (best epoch / epochs run; baseline: regularisation) |",
-             "|---:|---|---|---:|---:|---:|---|"]
-    for r in rows:
-        lines.append(f"| {r['rank']} | `{r['pooler']}` | {r['mode']} | {r['mean']:.4f} ± {r['std']:.4f} | "
-                     f"{r['params']:,} | {r['seconds']:.0f} | {how_chosen(r)} |")
+             table(["#", "pooler", "mode", f"{s['metric']} (mean ± sample std over folds)", "params", "seconds",
+                    "chosen per fold (best epoch / epochs run; baseline: regularisation)"],
+                   [[r["rank"], f"`{r['pooler']}`", r["mode"], f"{r['mean']:.4f} ± {r['std']:.4f}", f"{r['params']:,}",
+                     f"{r['seconds']:.0f}", how_chosen(r)] for r in rows], align="rllrrrl")]
     if tuned:
-        settings = {r["pooler"]: json.loads((folder / "finetuned" / r["pooler"] / "metrics.json").read_text())["config"]
+        settings = {r["pooler"]: read_json(folder / "finetuned" / r["pooler"] / "metrics.json")["config"]
                     for r in tuned}
         described = sorted({f"{c['epochs']} epochs, encoder learning rate {c['encoder_lr']:g}, pooler + head "
                             f"{c['pooler_lr']:g}" for c in settings.values()})
@@ -174,9 +165,9 @@ def render_old_vs_new(names: list[str]) -> list[str]:
         diffs = np.array([n["mean"] - o["mean"] for n, o in pairs])
         lines += [f"#### {name} ({metric}; old: `{relative(OLD / name / 'leaderboard.json')}`, "
                   f"{old['settings']['probe']['epochs']} epochs)", "",
-                  f"| pooler | old protocol | new protocol | new - old |", "|---|---:|---:|---:|"]
-        lines += [f"| `{n['pooler']}` | {o['mean']:.4f} | {n['mean']:.4f} | {n['mean'] - o['mean']:+.4f} |"
-                  for n, o in pairs]
+                  table(["pooler", "old protocol", "new protocol", "new - old"],
+                        [[f"`{n['pooler']}`", f"{o['mean']:.4f}", f"{n['mean']:.4f}", f"{n['mean'] - o['mean']:+.4f}"]
+                         for n, o in pairs], align="lrrr")]
         lines += ["", f"Median change {np.median(diffs):+.4f}, range {diffs.min():+.4f} to {diffs.max():+.4f} over "
                       f"{len(pairs)} poolers ({'lower' if new['settings']['higher_is_better'] else 'higher'} is worse). The "
                       "runs differ in more than where the epoch is chosen: the new one fits on the rows its inner "
@@ -208,13 +199,11 @@ def render_scorers(folder: Path) -> list[str]:
              f"and epoch selection as the boards above (up to {s['probe']['epochs']} epochs, patience "
              f"{s['probe']['patience']}); the whole run {s['total_seconds'] / 60:.0f} min. From "
              f"`{relative(folder / 'leaderboard.json')}`: {provenance(s)}.", "",
-             f"| scorer | {s['metric']} (mean ± sample std over folds) | per fold | − tanh, mean over folds | "
-             "params | seconds |", "|---|---:|---:|---:|---:|---:|"]
-    for name, r in rows.items():
-        diff = "" if name == "tanh" else f"{sign * against(name, 'tanh')[0]:+.4f}"
-        lines.append(f"| `{name}` | {r['mean']:.4f} ± {r['std']:.4f} | "
-                     f"{', '.join(f'{v:.3f}' for v in per_fold[name])} | {diff} | {r['params']:,} | "
-                     f"{r['seconds']:.0f} |")
+             table(["scorer", f"{s['metric']} (mean ± sample std over folds)", "per fold", "− tanh, mean over folds",
+                    "params", "seconds"],
+                   [[f"`{name}`", f"{r['mean']:.4f} ± {r['std']:.4f}", ", ".join(f"{v:.3f}" for v in per_fold[name]),
+                     "" if name == "tanh" else f"{sign * against(name, 'tanh')[0]:+.4f}", f"{r['params']:,}",
+                     f"{r['seconds']:.0f}"] for name, r in rows.items()], align="lrrrrr")]
     lines += ["", "Reading (computed from the rows above; a difference *within* the larger of the two fold stds is "
                   f"not told apart from fold-to-fold noise with {s['folds']} folds):", ""]
     main = BOARDS / folder.name / "leaderboard.json"
@@ -236,10 +225,10 @@ def render_scorers(folder: Path) -> list[str]:
 def render() -> str:
     folders = sorted(p for p in BOARDS.iterdir() if (p / "leaderboard.json").exists())
     if not folders:
-        sys.exit("no leaderboards yet: run scripts/make_leaderboards.sh")
+        raise PoolkitError("no leaderboards yet: run scripts/make_leaderboards.sh")
     datasets = ", ".join(f"`{load(f)['settings']['data'].split(' ')[0]}`" for f in folders)
     lines = ["# Leaderboards on real data", "",
-             "Rendered by `scripts/render_leaderboards.py` from the runs that `scripts/make_leaderboards.sh` writes "
+             "Rendered by `scripts/docs.py --write leaderboards` from the runs that `scripts/make_leaderboards.sh` writes "
              f"under `docs/leaderboards/` ({datasets}). Every pooler runs with its defaults on the same folds, seeds, "
              "optimiser and early stopping; nothing is tuned per pooler. The `mean+logistic` / `mean+ridge` row is "
              "the strongest cheap baseline: scikit-learn's logistic / ridge regression on mean-pooled features, its "
@@ -266,24 +255,4 @@ def render() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", type=Path, nargs="?", const=PAGE, help=f"write the page (default {PAGE.name})")
-    parser.add_argument("--check", type=Path, nargs="?", const=PAGE,
-                        help="exit 1 when the page differs from what the runs give")
-    args = parser.parse_args(argv)
-    page = render()
-    if args.check:
-        if args.check.read_text() != page:
-            print(f"{args.check} is out of date: run scripts/render_leaderboards.py --write {args.check}",
-                  file=sys.stderr)
-            return 1
-    elif args.write:
-        atomic_write_content(args.write, page)
-    else:
-        sys.stdout.write(page)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+PAGE = Page("docs/leaderboards.md", render)

@@ -1,23 +1,12 @@
 """docs/explain.md's numbers, rendered from the committed result file docs/explain/results.json.
 
-    .venv/bin/python scripts/render_explain.py --check        # exit 1 when the page differs from the file
-    .venv/bin/python scripts/render_explain.py --write        # update the page's marked blocks
-
 Source: ``results.json``, written by scripts/explain_wordnet.py (run by scripts/make_explain.sh).
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
+from rendering import ROOT, Page, read_json, table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import markers  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "explain.md"
 FOLDER = ROOT / "docs" / "explain"
 SHOWN_CLASSES = 8  # the most often predicted classes get a line of top words each
 
@@ -41,25 +30,23 @@ def render_setup(results: dict) -> str:
 
 def render_curve(results: dict) -> str:
     curve = results["faithfulness"]
-    lines = [f"Measure: {curve['measure']}, mean ± standard error over the texts with more than k words.", "",
-             "| k | texts | top-k weighted words | k random words | ratio | texts where top-k moved it more |",
-             "|---:|---:|---:|---:|---:|---:|"]
-    for row in curve["rows"]:
-        ratio = f"{row['top_mean'] / row['random_mean']:.1f}x" if row["random_mean"] > 0 else "—"
-        lines.append(f"| {row['k']} | {row['texts']} | {row['top_mean']:.3f} ± {row['top_sem']:.3f} | "
-                     f"{row['random_mean']:.3f} ± {row['random_sem']:.3f} | {ratio} | {100 * row['top_wins']:.0f}% |")
-    return "\n".join(lines)
+    rows = [[row["k"], row["texts"], f"{row['top_mean']:.3f} ± {row['top_sem']:.3f}",
+             f"{row['random_mean']:.3f} ± {row['random_sem']:.3f}",
+             f"{row['top_mean'] / row['random_mean']:.1f}x" if row["random_mean"] > 0 else "—",
+             f"{100 * row['top_wins']:.0f}%"] for row in curve["rows"]]
+    return "\n".join([f"Measure: {curve['measure']}, mean ± standard error over the texts with more than k words.", "",
+                      table(["k", "texts", "top-k weighted words", "k random words", "ratio",
+                             "texts where top-k moved it more"], rows, align="rrrrrr")])
 
 
 def render_words(results: dict) -> str:
     counts = results["predicted_per_class"]
     shown = sorted((label for label in results["top_words"] if results["top_words"][label]),
                    key=lambda label: -counts[label])[:SHOWN_CLASSES]
-    lines = ["| predicted class | held-out texts | words with the highest lift (lift, occurrences) |", "|---|---:|---|"]
-    for label in shown:
-        words = ", ".join(f"{w} ({lift:.1f}, {n})" for w, lift, n in results["top_words"][label])
-        lines.append(f"| {label} | {counts[label]} | {words} |")
-    return "\n".join(lines)
+    rows = [[label, counts[label], ", ".join(f"{w} ({lift:.1f}, {n})" for w, lift, n in results["top_words"][label])]
+            for label in shown]
+    return table(["predicted class", "held-out texts", "words with the highest lift (lift, occurrences)"], rows,
+                 align="lrl")
 
 
 def render_reading(results: dict) -> str:
@@ -80,15 +67,10 @@ def render_reading(results: dict) -> str:
             f"{min(lifts):.1f} to {max(lifts):.1f} times a uniform share of the weight.")
 
 
-def render(folder: Path = FOLDER) -> dict[str, str]:
-    results = json.loads((folder / "results.json").read_text())
+def render() -> dict[str, str]:
+    results = read_json(FOLDER / "results.json")
     return {"setup": render_setup(results), "curve": render_curve(results), "words": render_words(results),
             "reading": render_reading(results)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    return markers.main(DOC, lambda _: render(), __doc__.splitlines()[0], argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+PAGE = Page("docs/explain.md", render)
