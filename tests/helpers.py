@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from poolkit.pooling.base import get_pooler, list_poolers, pooler_class, pooler_options
+from poolkit.pooling.spec import get_pooler, list_poolers, pooler_class, pooler_options
 
 HIDDEN = 16
 NUM_LAYERS = 5  # transformer layers: 6 hidden states with the embeddings
@@ -13,9 +13,6 @@ ALL_POOLERS = list_poolers()
 TOKEN_POOLERS = list_poolers("token")
 LAYER_POOLERS = list_poolers("layer")
 # Poolers whose output must not change when the real tokens of a row are permuted.
-SET_POOLERS = ["mean", "sum", "mean_sqrt_len", "max", "min", "mean_max", "gem", "lse", "attention",
-               "attention_head", "multihead_attention", "gated_attention", "latent", "adapool", "concat",
-               "zonotope_attention"]
 # Option variants that the contract suite checks like registered poolers: test id -> (name, options).
 POOLER_VARIANTS = {**{f"attention[scorer={scorer}]": ("attention", {"scorer": scorer})
                       for scorer in ("linear", "bilinear", "glu")},
@@ -75,3 +72,8 @@ def to_left_padding(layers: list[torch.Tensor], lengths: list[int]):
 
 def pooled_only(result):
     return result[0] if isinstance(result, tuple) else result
+
+
+#: The set poolers: those whose ``order_invariant`` says the order of the real tokens does not matter (the contract
+#: suite checks both ways: these ignore a shuffle, the other token poolers do not).
+SET_POOLERS = [name for name in TOKEN_POOLERS if make_pooler(name).order_invariant]

@@ -7,9 +7,9 @@ import importlib
 
 from .blocks import get_block, list_blocks
 from .errors import PoolkitError
-from .pooling import AuxiliaryClassifiers, Pooler, get_pooler, list_poolers, pooler_options, register_pooler
+from .nn import AuxiliaryClassifiers, ZonotopeSetAttention, tdof
+from .pooling import Pooler, get_pooler, list_poolers, pooler_options, register_pooler
 from .pooling.quadrature import trapezoid_weights
-from .pooling.sets import ZonotopeSetAttention, tdof
 
 #: Names that need an extra, and the module each comes from.
 _LAZY = {

@@ -9,8 +9,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import (ALL_POOLERS, HIDDEN, POOLER_VARIANTS, SET_POOLERS, make_pooler, mask_from_lengths,
-                     random_layers, states_for, to_left_padding)
+from helpers import (ALL_POOLERS, HIDDEN, POOLER_VARIANTS, SET_POOLERS, TOKEN_POOLERS, make_pooler,
+                     mask_from_lengths, random_layers, states_for, to_left_padding)
 from poolkit import PoolkitError
 
 # The attention poolers' scorer options go through the same contract.
@@ -73,6 +73,26 @@ def test_set_poolers_ignore_token_order(name, lengths, seed):
     mask = mask_from_lengths(lengths, length)
     with torch.no_grad():
         assert close(pooler(x, mask), pooler(shuffled, mask))
+
+
+@pytest.mark.parametrize("name", sorted(set(TOKEN_POOLERS) - set(SET_POOLERS)))
+def test_poolers_not_marked_order_invariant_do_see_token_order(name):
+    # catches order_invariant left False on a set pooler (the test above would then skip it); the test above catches
+    # it set on a pooler that reads positions (cls, last, flex)
+    torch.manual_seed(0)
+    pooler = make_pooler(name)
+    x = torch.randn(2, 5, HIDDEN)
+    with torch.no_grad():
+        for parameter in pooler.parameters():  # flex starts uniform (the mean): its learned map is what reads order
+            parameter.normal_()
+        assert not close(pooler(x), pooler(x.flip(1)))
+
+
+def test_the_set_poolers_include_every_family_that_ignores_order():
+    # the attribute, read from the classes, marks the poolers the contract expects to be sets
+    assert {"mean", "max", "gem", "lse", "attention", "gated_attention", "latent", "adapool",
+            "zonotope_attention"} <= set(SET_POOLERS)
+    assert not {"cls", "last", "flex"} & set(SET_POOLERS)
 
 
 @pytest.mark.parametrize("name", ALL_POOLERS)

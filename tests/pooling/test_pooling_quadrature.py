@@ -9,7 +9,7 @@ import torch
 from helpers import HIDDEN, make_pooler, mask_from_lengths
 from poolkit import PoolkitError, trapezoid_weights
 from poolkit_bench import quadrature
-from poolkit.pooling.base import quadrature_poolers
+from poolkit.pooling.spec import quadrature_poolers
 
 pytestmark = pytest.mark.usefixtures("path")  # on the fast and on the plain forms
 

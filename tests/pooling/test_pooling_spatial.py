@@ -12,7 +12,7 @@ from torch.nn import functional as F
 
 from helpers import HIDDEN, TOKEN_POOLERS, make_pooler, mask_from_lengths, to_left_padding
 from poolkit import AuxiliaryClassifiers, PoolkitError, get_pooler, list_poolers
-from poolkit.pooling.base import resolve_name
+from poolkit.pooling.spec import resolve_name
 
 #: The spatial names (aliases included) and flex with per-channel logits.
 SPATIAL = ["gap", "gmp", "gem", "lse", "avgmax", "catavgmax", "flex", "flex_per_channel", "attention2d", "adapool2d"]

@@ -12,7 +12,8 @@ import torch
 from helpers import ALL_POOLERS, HIDDEN, NUM_LAYERS, make_pooler, mask_from_lengths, random_layers, states_for
 from poolkit import PoolkitError
 from poolkit.pooling import build_pooler, describe_options, get_pooler, pooler_options, pooler_spec
-from poolkit.pooling.base import OPTION_DOCS, pooler_class
+from poolkit.pooling.registry import docs_of
+from poolkit.pooling.spec import pooler_class
 
 
 @pytest.mark.parametrize("name", ALL_POOLERS)
@@ -53,8 +54,9 @@ def test_listed_options_are_exactly_what_the_constructor_takes(name):
 @pytest.mark.parametrize("name", ALL_POOLERS)
 def test_every_option_has_a_one_line_doc(name):
     for key, (_, doc) in describe_options(name).items():
-        assert doc and "\n" not in doc, f"{name}: option {key!r} has no doc in OPTION_DOCS"
-    assert set(OPTION_DOCS) <= {k for n in ALL_POOLERS for k in pooler_options(n)}  # no stale docs
+        assert doc and "\n" not in doc, f"{name}: option {key!r} has no line in the option_docs of its classes"
+    # no stale doc: every documented option is one that some pooler takes (a subclass may drop a base's option)
+    assert set(docs_of(pooler_class(name))) <= {k for n in ALL_POOLERS for k in pooler_options(n)}
 
 
 def test_options_changed_after_construction_do_not_leak_into_the_spec():
@@ -91,3 +93,28 @@ def test_a_pooler_given_as_an_argument_is_recorded_as_its_spec():
     assert pooler.get_config()["poolers"] == [part.get_config(), "mean"]
     assert layered.get_config()["token_pooler"] == part.get_config()
     json.dumps([pooler.get_config(), layered.get_config()])  # plain data, savable
+
+
+def test_poolkit_pooling_exports_every_registered_pooler_class():
+    # PyG-style: `from poolkit.pooling import AttentionPooler` builds what get_pooler("attention", ...) builds
+    import poolkit.pooling
+
+    for name in ALL_POOLERS:
+        cls = pooler_class(name)
+        assert getattr(poolkit.pooling, cls.__name__) is cls and cls.__name__ in poolkit.pooling.__all__, name
+    pooler = poolkit.pooling.AttentionPooler(HIDDEN, attn_size=8)
+    assert pooler.get_config() == get_pooler("attention", HIDDEN, attn_size=8).get_config()
+
+
+def test_poolers_and_blocks_share_one_registry_and_one_config_mechanism():
+    # catches a second registry or config path creeping back for blocks: both record their constructor arguments
+    from poolkit.blocks import Block, get_block
+    from poolkit.blocks.registry import BLOCKS
+    from poolkit.pooling.registry import POOLERS, Configurable, Registry
+
+    assert isinstance(POOLERS, Registry) and isinstance(BLOCKS, Registry)
+    assert issubclass(Block, Configurable) and issubclass(pooler_class("mean"), Configurable)
+    block = get_block("cbam", channels=16, reduction=4)
+    # cbam is an alias of ca_sa: the config carries the canonical name
+    assert block.get_config() == {"name": "ca_sa", "channels": 16, **{**BLOCKS.options("cbam"), "reduction": 4}}
+    assert get_block(**block.get_config()).get_config() == block.get_config()

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import PoolkitError
-from ..pooling.base import check_positive_int
+from ..pooling.registry import check_positive_int
 from .primitives import ChannelAttention, Gate, SpatialAttention, channel_pool, check_kernel
 from .registry import Block, register_block
 

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import PoolkitError
-from ..pooling.base import check_positive_int
+from ..pooling.registry import check_positive_int
 from .registry import Block, register_block
 
 

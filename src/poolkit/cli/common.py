@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from typing import Any
 
@@ -41,8 +42,6 @@ def split_names(tokens: list[str]) -> list[str]:
 def parse_options(pairs: list[str] | None) -> list[tuple[str | None, str, Any]]:
     """``["attn_size=256", "weighted_layer:token_pooler=mean"]`` -> [(None, "attn_size", 256),
     ("weighted_layer", "token_pooler", "mean")]: (pooler or None, key, JSON value or the text)."""
-    from ..pooling.base import option_value
-
     parsed = []
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
@@ -51,6 +50,29 @@ def parse_options(pairs: list[str] | None) -> list[tuple[str | None, str, Any]]:
             raise PoolkitError(f"--pooler-opt takes [POOLER:]KEY=VALUE, got {pair!r} (e.g. --pooler-opt attn_size=256)")
         parsed.append((target or None, key, option_value(value)))
     return parsed
+
+
+def pooler_from_label(label: str) -> dict:
+    """``"gated_attention:scorer=glu"`` -> the checked spec {"name": "gated_attention", "scorer": "glu"} (values
+    read as JSON where they parse, else kept as text)."""
+    name, *pairs = label.split(":")
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise PoolkitError(f"pooler {label!r}: options go as NAME:KEY=VALUE, e.g. gated_attention:scorer=glu")
+        options[key] = option_value(value)
+    from ..pooling import pooler_spec
+
+    return pooler_spec(name, **options)
+
+
+def option_value(text: str) -> Any:
+    """An option's value as typed on a command line: JSON where it parses (256, 0.5, true, [1, 2]), else the text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def single_pooler_spec(name: str, pairs: list[str] | None) -> dict[str, Any]:
@@ -66,7 +88,7 @@ def pooler_specs(poolers: list[str], pairs: list[str] | None) -> list[dict[str, 
     """Specs from --poolers / --pooler names (commas and/or spaces, 'default', 'all', NAME:KEY=VALUE for a pooler
     with options, e.g. attention:scorer=glu) and --pooler-opt options."""
     from ..pooling import pooler_options, pooler_spec
-    from ..pooling.base import pooler_from_label, resolve_name
+    from ..pooling.spec import resolve_name
     from ..training.api import resolve_poolers
 
     specs = resolve_poolers([pooler_from_label(n) if ":" in n else n for n in split_names(poolers)])

@@ -22,26 +22,11 @@ import torch
 from ..errors import PoolkitError
 from ..io.runs import TRAIN_META, fold_models
 from ..models.heads import head_scores
-from ..pooling import Pooler, build_pooler, pooler_spec
+from ..pooling import Pooler, build_pooler
 
 MERGE_NOTE = ("sub-word pieces merged into words by summing their weights (the tokenizer's word_ids); special "
               "tokens kept as entries of their own")
 
-#: What a pooler's weights mean, by pooler name; the attention family's are the learned softmax over tokens.
-WEIGHT_MEANINGS = {
-    "mean": "uniform: every real token counts the same (mean pooling has no weights of its own)",
-    "sum": "uniform: every real token counts the same (sum pooling has no weights of its own)",
-    "mean_sqrt_len": "uniform: every real token counts the same (the sum is scaled by 1/sqrt(length))",
-    "max": "the share of the feature dimensions whose maximum this token holds",
-    "min": "the share of the feature dimensions whose minimum this token holds",
-    "mean_max": "half uniform (the mean part), half the share of feature maxima each token holds (the max part)",
-    "cls": "one-hot: the pooled vector is the first token's ([CLS]) hidden state",
-    "last": "one-hot: the pooled vector is the last real token's hidden state",
-    "gem": "each token's share of the generalised-mean power sum, averaged over the features",
-    "lse": "each token's softmax share per feature at the learned temperature, averaged over the features",
-    "concat": "the mean of the concatenated poolers' weights",
-}
-LEARNED = "the pooler's attention weights over the tokens (a softmax: they sum to 1)"
 
 
 @dataclass
@@ -216,14 +201,11 @@ class Explainer:
         first = self.members[0]
         self.task, self.label_names = first.task, first.label_names
         self.pooler_spec = first.pooler.get_config()
-        name = self.pooler_spec["name"]
-        self.meaning = WEIGHT_MEANINGS.get(name, LEARNED)
+        self.meaning = first.pooler.weight_meaning
         if first.pooler.kind == "layer":
-            token = self.pooler_spec.get("token_pooler")
-            token_name = pooler_spec(token)["name"] if token else None
-            self.meaning = (f"token weights of the layer pooler's token pooler ({token_name}: "
-                            f"{WEIGHT_MEANINGS.get(token_name, LEARNED)}), combined over the layers it mixes"
-                            if token_name else "token weights of the layer pooler")
+            token = first.pooler.token
+            self.meaning = (f"token weights of the layer pooler's token pooler ({token.name}: {token.weight_meaning}), "
+                            "combined over the layers it mixes")
 
     def explain(self, texts: Sequence[str], targets: Sequence[Any] | None = None) -> Explanation:
         texts = _checked_texts(texts)

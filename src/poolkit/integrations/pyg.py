@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ..errors import PoolkitError
 from ..extras import require
-from ..pooling.base import Pooler, build_pooler
+from ..pooling import Pooler, build_pooler
 
 require("pyg")
 from torch_geometric.nn.aggr import Aggregation  # noqa: E402

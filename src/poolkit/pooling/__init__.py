@@ -1,9 +1,24 @@
-"""The pooling zoo: every pooler registered by name behind one contract (see base.Pooler)."""
+"""The pooling zoo: every pooler registered by name behind one contract (see base.Pooler), and each pooler's class,
+importable from here (``from poolkit.pooling import AttentionPooler``), PyG-style."""
 
 from . import statistics, attention, composite, spatial, layers, sets  # noqa: F401,I001  (registers, in this order)
-from .base import (Pooler, build_pooler, describe_options, get_pooler, list_poolers, pooler_options, pooler_spec,
-                   register_pooler)
-from .spatial import AuxiliaryClassifiers
+from .attention import (AdaptiveAttentionPooler, AttentionHeadPooler, AttentionPooler, GatedAttentionPooler,
+                        LatentAttentionPooler, MultiHeadAttentionPooler)
+from .base import Pooler
+from .composite import ConcatPooler
+from .layers import (AttentionLayersPooler, ConcatLayersPooler, GRULayersPooler, LayerPooler, LSTMLayersPooler,
+                     MeanLayersPooler, WeightedLayerPooler)
+from .sets import ZonotopeAttentionPooler
+from .spatial import AvgMaxPooler, FlexPooler
+from .spec import (build_pooler, describe_options, get_pooler, list_poolers, pooler_class, pooler_options, pooler_spec,
+                   register_aliases, register_pooler)
+from .statistics import (ClsPooler, GeMPooler, LastPooler, LSEPooler, MaxPooler, MeanMaxPooler, MeanPooler,
+                         MeanSqrtLenPooler, MinPooler, SumPooler)
 
-__all__ = ["AuxiliaryClassifiers", "Pooler", "build_pooler", "describe_options", "get_pooler", "list_poolers",
-           "pooler_options", "pooler_spec", "register_pooler"]
+__all__ = ["AdaptiveAttentionPooler", "AttentionHeadPooler", "AttentionLayersPooler", "AttentionPooler",
+           "AvgMaxPooler", "ClsPooler", "ConcatLayersPooler", "ConcatPooler", "FlexPooler",
+           "GRULayersPooler", "GatedAttentionPooler", "GeMPooler", "LSEPooler", "LSTMLayersPooler", "LastPooler",
+           "LatentAttentionPooler", "LayerPooler", "MaxPooler", "MeanLayersPooler", "MeanMaxPooler", "MeanPooler",
+           "MeanSqrtLenPooler", "MinPooler", "MultiHeadAttentionPooler", "Pooler", "SumPooler", "WeightedLayerPooler",
+           "ZonotopeAttentionPooler", "build_pooler", "describe_options", "get_pooler", "list_poolers", "pooler_class",
+           "pooler_options", "pooler_spec", "register_aliases", "register_pooler"]

@@ -15,7 +15,9 @@ from torch.nn import functional as F
 
 from ..errors import PoolkitError
 from . import masking
-from .base import Pooler, check_positive_int, register_pooler
+from .base import Pooler
+from .registry import check_positive_int
+from .spec import register_pooler
 
 
 def _check_heads(hidden_size: int, num_heads: int, who: str) -> int:
@@ -111,6 +113,12 @@ class AttentionPooler(Pooler):
     Linear has no bias: a softmax ignores a constant shift, so the recipes' bias never learns.
     ``scorer`` swaps the scoring function for another of :data:`SCORERS` (the softmax and sum stay).
     """
+    option_docs = {
+        "attn_size": "width of the attention scoring layer",
+        "scorer": "token logit 'tanh', 'linear', 'bilinear', 'glu' or 'abmil' (pooling/attention.py SCORERS)",
+        "init": "weight init, 'xavier' (Glorot, zero biases) or 'default' (PyTorch's)",
+    }
+    order_invariant = True
 
     quadrature = True  # softmax_j(s_j + log w_j): continuum attention
 
@@ -168,6 +176,12 @@ class MultiHeadAttentionPooler(Pooler):
     (B, T, D) -> (B, H * D) with ``combine="concat"`` or (B, D) with ``combine="project"`` (a
     Linear(H * D, D)). Lin et al., "A Structured Self-attentive Sentence Embedding" (ICLR 2017).
     """
+    option_docs = {
+        "attn_size": "width of the attention scoring layer",
+        "num_heads": "attention heads (must divide hidden_size for latent / adapool)",
+        "combine": "how heads / queries are joined: 'concat', or 'project' (multihead) / 'mean' (latent)",
+    }
+    order_invariant = True
 
     quadrature = True  # softmax_j(s_j + log w_j): continuum attention
     headed = True
@@ -257,6 +271,14 @@ class LatentAttentionPooler(Pooler):
     Transformer's Pooling by Multihead Attention (Lee et al., ICML 2019) and the attention-pooling
     "MAP" head of SigLIP / timm.
     """
+    option_docs = {
+        "num_heads": "attention heads (must divide hidden_size for latent / adapool)",
+        "combine": "how heads / queries are joined: 'concat', or 'project' (multihead) / 'mean' (latent)",
+        "num_queries": "number of learned queries",
+        "mlp": "add the residual MLP after attention",
+        "mlp_ratio": "the MLP's inner width as a multiple of hidden_size",
+    }
+    order_invariant = True
 
     quadrature = True  # softmax_j(s_j + log w_j): continuum attention
     headed = True
@@ -301,6 +323,11 @@ class AdaptiveAttentionPooler(Pooler):
     residual. (B, T, D) -> (B, D). Brothers, "Robust Noise Attenuation via Adaptive Pooling of
     Transformer Outputs" (ICML 2025).
     """
+    option_docs = {
+        "num_heads": "attention heads (must divide hidden_size for latent / adapool)",
+        "query_index": "the query token (int, negative from the end), several (list, averaged) or None (mean)",
+        "residual": "add the query token back (default: when the query is one token)",
+    }
 
     quadrature = True  # softmax_j(s_j + log w_j): continuum attention
     headed = True
@@ -315,6 +342,7 @@ class AdaptiveAttentionPooler(Pooler):
                                    f"ints, got {query_index!r}")
             query_index = list(query_index)
         self.query_index = query_index
+        self.order_invariant = query_index is None  # the mean of the real tokens as the query
         self.num_heads = _check_heads(hidden_size, num_heads, self.name)
         self.residual = isinstance(query_index, int) if residual is None else bool(residual)
         self.query = nn.Linear(hidden_size, hidden_size, bias=False)

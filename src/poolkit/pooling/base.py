@@ -1,20 +1,17 @@
-"""The pooler contract, its input checks, and the registry (register / get_pooler / list_poolers)."""
+"""The pooler contract and its input checks (the registry and specs: registry.py and spec.py)."""
 
 from __future__ import annotations
 
-import copy
-import functools
-import inspect
-import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Union
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from ..errors import PoolkitError, suggest
+from ..errors import PoolkitError
 from . import fast, masking, quadrature
+from .registry import POOLERS, Configurable, check_positive_int
 
 Weights = Union[Tensor, dict[str, Tensor]]
 HiddenStates = Union[Tensor, Sequence[Tensor]]
@@ -24,7 +21,7 @@ EMPTY_POLICIES = ("zeros", "raise")
 MAP_FORMATS = ("NCHW", "NHWC")
 
 
-class Pooler(nn.Module):
+class Pooler(Configurable):
     """Base class: turns hidden states (B, T, D) -- or all layers -- into one vector per row (B, output_dim).
 
     Token poolers also take an image map (B, C, H, W), or (B, H, W, C) with ``input_format="NHWC"``, with an
@@ -41,7 +38,7 @@ class Pooler(nn.Module):
     :meth:`pool_without_weights`, which ``forward`` calls when no weights are asked for.
     """
 
-    name: str = ""
+    option_docs = {"on_empty": "rows with no real token: 'zeros' (zeros and zero weights) or 'raise'"}
     #: "token" poolers reduce one (B, T, D) tensor; "layer" poolers need all hidden states.
     kind: str = "token"
     #: True when the output is linear in the hidden states (cls, mean, ...): layer poolers then pool
@@ -61,10 +58,13 @@ class Pooler(nn.Module):
     #: True when the weights are the mean of several softmax rows (heads, queries): ``pool`` then takes
     #: ``heads=True`` and returns the rows themselves, (B, R, T), for ``return_weights="heads"``.
     headed: bool = False
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        _record_arguments(cls)
+    #: True when the output ignores the order of the real tokens: a set pooler (mean, max, attention, ...).
+    order_invariant: bool = False
+    #: True when per-layer summaries (each layer's pooled vector) can stand in for the token states: linear,
+    #: parameter-free, and a one-token sequence pools to that token (cls, last, mean, sum, mean_sqrt_len).
+    summarises: bool = False
+    #: What the weights it returns (``return_weights=True``) mean, as explanations say it.
+    weight_meaning: str = "the pooler's attention weights over the tokens (a softmax: they sum to 1)"
 
     def __init__(self, hidden_size: int, *, on_empty: str = "zeros") -> None:
         super().__init__()
@@ -74,11 +74,6 @@ class Pooler(nn.Module):
         self.hidden_size = hidden_size
         self.on_empty = on_empty
         self.output_dim = hidden_size
-
-    def get_config(self) -> dict[str, Any]:
-        """The pooler's spec, a plain dict: ``get_pooler(**pooler.get_config())`` builds the same pooler (the same
-        output for the same weights). Holds the name, hidden_size and every constructor option."""
-        return {"name": self.name, **copy.deepcopy(self._spec)}
 
     # -- the contract -------------------------------------------------------------------------
     def forward(
@@ -97,7 +92,7 @@ class Pooler(nn.Module):
         if quadrature_weights is not None:  # zero weights become padding
             if not type(self).quadrature:
                 raise PoolkitError(f"{self.name} does not take quadrature_weights; the poolers that do: "
-                                   f"{', '.join(quadrature_poolers())}")
+                                   f"{', '.join(POOLERS.names(lambda cls: cls.quadrature))}")
             quadrature_weights, mask = quadrature.checked_weights(self, quadrature_weights, mask)
         if self.on_empty == "raise" and not bool(mask.any(dim=1).all()):
             rows = (~mask.any(dim=1)).nonzero().flatten().tolist()
@@ -252,13 +247,6 @@ class Pooler(nn.Module):
         return x.to(dtype)
 
 
-def check_positive_int(value: Any, what: str) -> int:
-    """``value`` when it is a positive int (not a bool), else a one-line PoolkitError naming ``what``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise PoolkitError(f"{what} must be a positive int, got {value!r}")
-    return value
-
-
 def _shape_of(value: Any) -> tuple[int, ...] | str:
     """A tensor's shape, or the type name of anything else (for error messages)."""
     return tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
@@ -284,231 +272,3 @@ def _map_weights(weights: Weights, change: Callable[[Tensor, bool], Tensor]) -> 
     if isinstance(weights, dict):
         return {key: change(value, key == "token") for key, value in weights.items()}
     return change(weights, True)
-
-
-def _plain(value: Any) -> Any:
-    """A constructor argument as spec data: a pooler given as an argument becomes its own spec; the rest is copied."""
-    if isinstance(value, Pooler):
-        return value.get_config()
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    return copy.deepcopy(value)
-
-
-def _record_arguments(cls: type[Pooler]) -> None:
-    """Make ``cls``'s own constructor (if it has one) record the arguments it is called with, defaults filled
-    in, as the pooler's spec (what get_config returns). The most derived constructor, the outermost call,
-    records; the base constructors it calls do not."""
-    init = cls.__dict__.get("__init__")
-    if init is None:
-        return
-    signature = inspect.signature(init)
-
-    @functools.wraps(init)
-    def recording_init(self, *args: Any, **options: Any) -> None:
-        if "_spec" not in self.__dict__:
-            try:
-                bound = signature.bind(self, *args, **options)
-            except TypeError as err:  # e.g. an unknown option, given to the class directly
-                raise PoolkitError(f"{type(self).name or type(self).__name__}: {err}") from None
-            bound.apply_defaults()
-            self.__dict__["_spec"] = {key: _plain(value) for key, value in list(bound.arguments.items())[1:]}
-        init(self, *args, **options)
-
-    cls.__init__ = recording_init
-
-
-_record_arguments(Pooler)
-
-
-# -- registry ---------------------------------------------------------------------------------
-_REGISTRY: dict[str, type[Pooler]] = {}
-_ALIASES: dict[str, str] = {}
-
-
-def register_pooler(name: str, *aliases: str) -> Callable[[type[Pooler]], type[Pooler]]:
-    """Class decorator: make a Pooler buildable by ``name`` (and its aliases) with get_pooler."""
-
-    def decorate(cls: type[Pooler]) -> type[Pooler]:
-        _check_free(name)
-        cls.name = name
-        _REGISTRY[name] = cls
-        register_aliases(name, *aliases)
-        return cls
-
-    return decorate
-
-
-def register_aliases(name: str, *aliases: str) -> None:
-    """More names for the registered pooler ``name`` (e.g. ``gap`` for ``mean``, its name on image maps)."""
-    if name not in _REGISTRY:
-        raise ValueError(f"pooler {name!r} is not registered")
-    for alias in aliases:
-        _check_free(alias)
-        _ALIASES[alias] = name
-
-
-def _check_free(name: str) -> None:
-    if name in _REGISTRY or name in _ALIASES:
-        raise ValueError(f"pooler name {name!r} is already registered")
-
-
-def resolve_name(name: str) -> str:
-    """Canonical name for a pooler name or alias; unknown names raise with close suggestions."""
-    key = str(name).strip().lower().replace("-", "_")
-    if key in _REGISTRY:
-        return key
-    if key in _ALIASES:
-        return _ALIASES[key]
-    known = sorted(_REGISTRY) + sorted(_ALIASES)
-    raise PoolkitError(f"unknown pooler {name!r}.{suggest(key, known)} Known: {', '.join(sorted(_REGISTRY))}")
-
-
-def pooler_class(name: str) -> type[Pooler]:
-    return _REGISTRY[resolve_name(name)]
-
-
-def pooler_options(name: str) -> dict[str, Any]:
-    """The options a pooler accepts, read from its own constructor's signature: {option: default}
-    (hidden_size excluded; options without a default map to ``inspect.Parameter.empty``)."""
-    cls = pooler_class(name)
-    parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
-    return {p.name: p.default for p in parameters if p.name != "hidden_size"}
-
-
-#: One line for every option a registered pooler takes (a test keeps this complete).
-OPTION_DOCS = {
-    "on_empty": "rows with no real token: 'zeros' (zeros and zero weights) or 'raise'",
-    "p": "gem: the starting power p >= 1 (1: mean; large: max of magnitudes)",
-    "learn_p": "gem: learn p with the rest (True) or keep it fixed",
-    "signed": "gem: odd power sign(x)|x|^p for signed features (True) or the classic clamp to eps",
-    "eps": "gem: the clamp floor of the classic form (signed=False), and of its weights' denominators",
-    "temperature": "lse: the starting temperature t > 0 (small: max; large: mean)",
-    "learn_temperature": "lse: learn t with the rest (True) or keep it fixed",
-    "attn_size": "width of the attention scoring layer",
-    "init": "attention, attention_head, gated_attention: weight init, 'xavier' (Glorot, zero biases) or 'default' (PyTorch's)",
-    "scorer": "attention, attention_head, gated_attention: token logit 'tanh', 'linear', 'bilinear', 'glu' or 'abmil' (pooling/attention.py SCORERS)",
-    "num_heads": "attention heads (must divide hidden_size for latent / adapool)",
-    "combine": "how heads / queries are joined: 'concat', or 'project' (multihead) / 'mean' (latent)",
-    "num_queries": "latent: number of learned queries",
-    "mlp": "latent: add the residual MLP after attention",
-    "mlp_ratio": "latent: the MLP's inner width as a multiple of hidden_size",
-    "query_index": "adapool: the query token (int, negative from the end), several (list, averaged) or None (mean)",
-    "residual": "adapool: add the query token back (default: when the query is one token)",
-    "poolers": "concat: the token poolers (names or spec dicts) whose outputs are concatenated",
-    "num_layers": "the encoder's transformer layers (config.num_hidden_layers); build_pooler fills it in",
-    "layer_start": "first hidden state used (0 = embeddings, negative from the end)",
-    "weighting": "weighted_layer: normalise the layer weights by their 'sum' or a 'softmax'",
-    "token_pooler": "the token pooler applied to the layers (a name or spec dict)",
-    "last_n": "how many of the last hidden states are used (default: 4, or all on a shallower encoder)",
-    "rnn_hidden": "hidden size of the recurrence over layers (per direction)",
-    "bidirectional": "run the recurrence in both directions (final states concatenated)",
-    "dropout": "dropout on the recurrence's output (training only)",
-    "height": "flex: the height of the learned logit map (maps of another size get it resized bilinearly)",
-    "width": "flex: the width of the learned logit map (tokens (B, T, D) are read as a 1 x T map)",
-    "per_channel": "flex: one logit map per channel (True) or one shared by all channels",
-    "num_generators": "zonotope_attention: K generator matrices of W_V(c) = C + sum_k g_k(c) G_k (0: plain attention)",
-    "gate": "zonotope_attention: what gates g_k(c) read: 'element' (x_j), 'context' (the set's mean) or 'both'",
-    "rank": "zonotope_attention: rank r of each generator G_k = L_k R_k^T (None: full D x D matrices)",
-    "l2": "flex: the coefficient of the L2 penalty on the logits that regularization() returns",
-    "weight_dropout": "flex: dropout on the softmax weights (training only)",
-}
-
-
-def describe_options(name: str) -> dict[str, tuple[Any, str]]:
-    """{option: (default, one-line doc)} for a pooler: what ``pooler_options`` lists, explained."""
-    return {key: (default, OPTION_DOCS.get(key, "")) for key, default in pooler_options(name).items()}
-
-
-def check_options(name: str, options: dict[str, Any]) -> str:
-    """The canonical name, after checking that every option is one the pooler accepts (values are checked
-    when the pooler is built)."""
-    canonical = resolve_name(name)
-    accepted = pooler_options(canonical)
-    for key in options:
-        if key not in accepted:
-            raise PoolkitError(f"pooler {canonical!r} has no option {key!r}.{suggest(key, accepted)} "
-                               f"Its options: {', '.join(accepted) or 'none'}")
-    return canonical
-
-
-def get_pooler(name: str, hidden_size: int, **options: Any) -> Pooler:
-    """Build a registered pooler: ``get_pooler("attention", hidden_size=384, attn_size=256)``;
-    ``get_pooler(**pooler.get_config())`` rebuilds one."""
-    canonical = check_options(name, options)
-    try:
-        return _REGISTRY[canonical](hidden_size, **options)
-    except (TypeError, ValueError) as err:  # a value of the wrong kind, e.g. p="3" (PoolkitError passes through)
-        if isinstance(err, PoolkitError):
-            raise
-        raise PoolkitError(f"pooler {canonical!r}: options do not fit ({err}); see "
-                           f"poolkit.pooling.describe_options({canonical!r})") from None
-
-
-def pooler_spec(spec: str | dict[str, Any] | Pooler, **options: Any) -> dict[str, Any]:
-    """A checked ``{"name": canonical, **options}`` from a name (plus ``options``), a spec dict or a pooler.
-
-    The one form every consumer (PooledModel, the sentence-transformers module, train, compare, the CLI)
-    carries; ``hidden_size`` / ``num_layers`` are kept when the spec has them, else filled by build_pooler.
-    """
-    if isinstance(spec, Pooler):
-        return {**spec.get_config(), **options}
-    if isinstance(spec, str):
-        spec = {"name": spec}
-    if not isinstance(spec, dict) or "name" not in spec:
-        raise PoolkitError(f"a pooler spec must be a name or a dict with 'name', got {spec!r}")
-    rest = {k: v for k, v in {**spec, **options}.items() if k != "name"}
-    canonical = check_options(spec["name"], {k: v for k, v in rest.items() if k != "hidden_size"})
-    return {"name": canonical, **copy.deepcopy(rest)}
-
-
-def pooler_from_label(label: str) -> dict:
-    """``"gated_attention:scorer=glu"`` -> the checked spec {"name": "gated_attention", "scorer": "glu"} (values
-    read as JSON where they parse, else kept as text)."""
-    name, *pairs = label.split(":")
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise PoolkitError(f"pooler {label!r}: options go as NAME:KEY=VALUE, e.g. gated_attention:scorer=glu")
-        options[key] = option_value(value)
-    return pooler_spec(name, **options)
-
-
-def option_value(text: str) -> Any:
-    """An option's value as typed on a command line: JSON where it parses (256, 0.5, true, [1, 2]), else the text."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def build_pooler(spec: str | dict[str, Any] | Pooler, hidden_size: int | None = None,
-                 num_layers: int | None = None) -> Pooler:
-    """A pooler for an encoder of ``hidden_size`` (and ``num_layers`` transformer layers, which every layer
-    pooler needs) from a name, a spec dict (``{"name": ..., **options}``, e.g. a ``get_config()``) or an
-    already built pooler (returned as it is). Values in the spec win over the encoder's."""
-    if isinstance(spec, Pooler):
-        return spec
-    spec = pooler_spec(spec)
-    options = {k: v for k, v in spec.items() if k not in ("name", "hidden_size")}
-    if num_layers is not None and "num_layers" in pooler_options(spec["name"]):
-        options.setdefault("num_layers", num_layers)
-    size = spec.get("hidden_size", hidden_size)
-    if size is None:
-        raise PoolkitError(f"pooler {spec['name']!r}: hidden_size is needed (the encoder's hidden size)")
-    return get_pooler(spec["name"], size, **options)
-
-
-def quadrature_poolers() -> list[str]:
-    """Registered poolers that take ``quadrature_weights`` (see :mod:`.quadrature`)."""
-    return [name for name, cls in _REGISTRY.items() if cls.quadrature]
-
-
-def list_poolers(kind: str | None = None) -> list[str]:
-    """Registered pooler names, optionally only one kind ("token" or "layer")."""
-    if kind not in (None, "token", "layer"):
-        raise PoolkitError(f"kind must be 'token', 'layer' or None, got {kind!r}")
-    return [n for n, cls in _REGISTRY.items() if kind is None or cls.kind == kind]

@@ -8,7 +8,8 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import PoolkitError
-from .base import Pooler, build_pooler, register_pooler
+from .base import Pooler
+from .spec import build_pooler, register_pooler
 
 
 @register_pooler("concat", "concatenate")
@@ -20,6 +21,10 @@ class ConcatPooler(Pooler):
     Parts are token poolers (layer poolers take all hidden states and are composed the other way:
     give them a token pooler).
     """
+    option_docs = {
+        "poolers": "the token poolers (names or spec dicts) whose outputs are concatenated",
+    }
+    weight_meaning = "the mean of the concatenated poolers' weights"
 
     def __init__(self, hidden_size: int, *, poolers: list[str | dict[str, Any]] | None = None,
                  on_empty: str = "zeros") -> None:
@@ -35,6 +40,7 @@ class ConcatPooler(Pooler):
         self.linear = all(part.linear for part in self.parts)
         self.reads_padding = any(part.reads_padding for part in self.parts)
         self.positional = any(part.positional for part in self.parts)  # flex: the map's size is passed on
+        self.order_invariant = all(part.order_invariant for part in self.parts)
         self.output_dim = sum(part.output_dim for part in self.parts)
 
     def pool(self, x: Tensor, mask: Tensor, **where):

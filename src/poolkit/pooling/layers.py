@@ -20,7 +20,9 @@ from torch.nn import functional as F
 from ..errors import PoolkitError
 
 from . import fast, masking
-from .base import Pooler, build_pooler, check_positive_int, pooler_class, pooler_spec, register_pooler
+from .base import Pooler
+from .registry import check_positive_int
+from .spec import build_pooler, pooler_class, pooler_spec, register_pooler
 
 #: Inference mixes and pools a non-linear token pooler's rows in this many chunks (see LayerPooler.mix).
 MIX_CHUNKS = 8
@@ -35,6 +37,10 @@ class LayerPooler(Pooler):
     hidden states (embeddings first). ``token_pooler`` is a token pooler's name or spec dict, e.g.
     ``{"name": "attention", "attn_size": 64}``.
     """
+    option_docs = {
+        "num_layers": "the encoder's transformer layers (config.num_hidden_layers); build_pooler fills it in",
+        "token_pooler": "the token pooler applied to the layers (a name or spec dict)",
+    }
 
     kind = "layer"
 
@@ -132,6 +138,10 @@ class WeightedLayerPooler(LayerPooler):
     or by a softmax (``"softmax"``, ELMo's scalar mix, Peters et al. 2018). ``layer_start`` indexes the
     hidden states (0 = embeddings) and defaults to the recipe's 4, or the last layer on shallower models.
     """
+    option_docs = {
+        "layer_start": "first hidden state used (0 = embeddings, negative from the end)",
+        "weighting": "normalise the layer weights by their 'sum' or a 'softmax'",
+    }
 
     def __init__(self, hidden_size: int, *, num_layers: int | None = None, layer_start: int | None = None,
                  weighting: str = "sum", token_pooler: str | dict[str, Any] = "cls",
@@ -157,6 +167,9 @@ class WeightedLayerPooler(LayerPooler):
 class _LastLayersPooler(LayerPooler):
     """The last ``last_n`` hidden states (default 4, or all of them on a shallower encoder), combined, then a token
     pooler."""
+    option_docs = {
+        "last_n": "how many of the last hidden states are used (default: 4, or all on a shallower encoder)",
+    }
 
     #: True when the layers are concatenated feature-wise: the token pooler then sees last_n * D features.
     concatenates = False
@@ -216,6 +229,12 @@ class _RecurrentLayersPooler(LayerPooler):
     whole sequence down to the first layer, unlike the ``out[:, -1]`` of the snippets, whose backward
     half has seen one step.
     """
+    option_docs = {
+        "layer_start": "first hidden state used (0 = embeddings, negative from the end)",
+        "rnn_hidden": "hidden size of the recurrence over layers (per direction)",
+        "bidirectional": "run the recurrence in both directions (final states concatenated)",
+        "dropout": "dropout on the recurrence's output (training only)",
+    }
 
     rnn_type: type[nn.RNNBase] = nn.LSTM
 
@@ -291,6 +310,9 @@ class AttentionLayersPooler(LayerPooler):
     Per-example layer weights, in the spirit of ELMo's scalar mix (Peters et al., 2018) made
     input-dependent.
     """
+    option_docs = {
+        "layer_start": "first hidden state used (0 = embeddings, negative from the end)",
+    }
 
     def __init__(self, hidden_size: int, *, num_layers: int | None = None, layer_start: int = 1,
                  token_pooler: str | dict[str, Any] = "cls", on_empty: str = "zeros") -> None:

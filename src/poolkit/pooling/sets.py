@@ -9,8 +9,9 @@ a centre C plus K generator matrices whose coefficients are gated by c = the ele
 the set's (masked, or quadrature-weighted) mean (``"context"``) or both concatenated (``"both"``); the maps
 lie in a matrix zonotope. Gating by the element or by a permutation-invariant summary keeps the pooler
 permutation invariant and the set layer permutation equivariant. Generators may be low rank, G_k = L_k R_k^T.
-The Transform Degrees of Freedom (:func:`tdof`) count how many independent linear maps a layer applies: 1 for
-standard attention, up to K + 1 here.
+The Transform Degrees of Freedom (``poolkit.nn.tdof``) count how many independent linear maps a layer applies: 1
+for standard attention, up to K + 1 here. The set-to-set layer (``poolkit.nn.ZonotopeSetAttention``) uses the same
+value maps.
 
 Initialisation: C = I, the gate's weights and bias 0 (so g = 0 and W_V = C = I: the pooler starts as the
 ``attention`` pooler with the same scorer, exactly), generators random N(0, 1/D) entries (full rank) or
@@ -28,7 +29,8 @@ from torch.nn import functional as F
 from ..errors import PoolkitError
 from . import masking
 from .attention import AttentionPooler
-from .base import Pooler, check_positive_int, register_pooler
+from .registry import check_positive_int
+from .spec import register_pooler
 
 GATE_SOURCES = ("element", "context", "both")
 
@@ -122,6 +124,11 @@ class ZonotopeAttentionPooler(AttentionPooler):
     equals that pooler with the same scorer weights (W_V = I). See the module docstring for the formula, the
     gate sources and the initialisation; :func:`tdof` counts the maps it applies.
     """
+    option_docs = {
+        "num_generators": "K generator matrices of W_V(c) = C + sum_k g_k(c) G_k (0: plain attention)",
+        "gate": "what gates g_k(c) read: 'element' (x_j), 'context' (the set's mean) or 'both'",
+        "rank": "rank r of each generator G_k = L_k R_k^T (None: full D x D matrices)",
+    }
 
     def __init__(self, hidden_size: int, *, num_generators: int = 4, gate: str = "element", rank: int | None = None,
                  attn_size: int = 512, init: str = "xavier", on_empty: str = "zeros") -> None:
@@ -134,39 +141,10 @@ class ZonotopeAttentionPooler(AttentionPooler):
 
     def value_maps(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """W_V(c_j) for every element (B, T, D) -> (B, T, D, D) (for :func:`tdof`)."""
-        return self.values.maps(x, _mask_for(x, mask))
+        return self.values.maps(x, set_mask(x, mask))
 
 
-class ZonotopeSetAttention(nn.Module):
-    """A set-to-set layer: self-attention with zonotope values, y_i = sum_j softmax_j(q_i . k_j / sqrt(D)) W_V(c_j) x_j.
-
-    (B, T, D), mask (B, T) -> (B, T, D), permutation equivariant; padded positions give 0 and are never read.
-    One head, query and key Linear(D, D) without bias; ``num_generators=0`` is standard single-head
-    self-attention with value map C (initialised to I). Formula and init: see the module docstring.
-    """
-
-    def __init__(self, hidden_size: int, *, num_generators: int = 4, gate: str = "element",
-                 rank: int | None = None) -> None:
-        super().__init__()
-        self.hidden_size = check_positive_int(hidden_size, "ZonotopeSetAttention: hidden_size")
-        self.query = nn.Linear(hidden_size, hidden_size, bias=False)
-        self.key = nn.Linear(hidden_size, hidden_size, bias=False)
-        self.values = ZonotopeValues(hidden_size, num_generators, gate, rank, who="ZonotopeSetAttention")
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        mask = _mask_for(x, mask, self.hidden_size)
-        x = masking.zero_padding(x, mask)
-        scores = torch.bmm(self.query(x), self.key(x).transpose(1, 2)) * self.hidden_size ** -0.5  # (B, T, T)
-        weights = masking.masked_softmax(scores, mask[:, None, :])
-        weights = torch.where(mask[:, :, None], weights, 0)  # padded queries: 0
-        return masking.masked_weighted_sum(self.values.transform(x, mask), weights).to(x.dtype)
-
-    def value_maps(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """W_V(c_j) for every element (B, T, D) -> (B, T, D, D) (for :func:`tdof`)."""
-        return self.values.maps(x, _mask_for(x, mask, self.hidden_size))
-
-
-def _mask_for(x: Tensor, mask: Tensor | None, hidden_size: int | None = None) -> Tensor:
+def set_mask(x: Tensor, mask: Tensor | None, hidden_size: int | None = None) -> Tensor:
     """A checked boolean mask (B, T) for a set x (B, T, D): all True when None."""
     if not isinstance(x, Tensor) or x.dim() != 3 or (hidden_size is not None and x.shape[-1] != hidden_size):
         raise PoolkitError(f"a set must be a tensor (B, T, D={hidden_size or 'D'}), got "
@@ -176,26 +154,3 @@ def _mask_for(x: Tensor, mask: Tensor | None, hidden_size: int | None = None) ->
     if tuple(mask.shape) != tuple(x.shape[:2]):
         raise PoolkitError(f"mask shape {tuple(mask.shape)} does not match the set (B, T) = {tuple(x.shape[:2])}")
     return mask.bool()
-
-
-def tdof(layer: nn.Module, x: Tensor, mask: Tensor | None = None, *, rtol: float = 1e-5) -> int:
-    """Transform Degrees of Freedom: the numerical rank of the value maps W_V(c_j) a layer applies to the real
-    elements of a sample of sets x (B, T, D).
-
-    The maps are flattened to vectors (N real elements, D * D) and their singular values sigma counted above
-    ``rtol`` * sigma_max (in float64): 1 for standard attention (one map), K + 1 for K independent generators
-    whose gates vary over the sample, fewer when generators coincide or their gates do not vary (at init, with
-    the gates 0: 1). The sample must hold at least K + 1 elements with independent gate values (with
-    ``gate="context"``: that many sets).
-    """
-    if not hasattr(layer, "value_maps"):
-        name = layer.name if isinstance(layer, Pooler) else type(layer).__name__
-        raise PoolkitError(f"tdof needs a layer with input-dependent value maps (zonotope_attention, "
-                           f"ZonotopeSetAttention), got {name}; standard attention applies one map: TDOF 1")
-    mask = _mask_for(x, mask)
-    with torch.no_grad():
-        maps = layer.value_maps(x, mask)[mask].flatten(1).double()
-    if maps.shape[0] == 0:
-        raise PoolkitError("tdof: the sample has no real element")
-    singular = torch.linalg.svdvals(maps)
-    return int((singular > rtol * singular[0]).sum())

@@ -1,4 +1,5 @@
-"""Poolers for image feature maps (B, C, H, W): avgmax, flex, and Simple Auxiliary Classifiers.
+"""Poolers for image feature maps (B, C, H, W): avgmax and flex (Simple Auxiliary Classifiers, the loss flex comes
+with: ``poolkit.nn.AuxiliaryClassifiers``).
 
 Every token pooler takes a map through Pooler's adapter (the H*W positions are its tokens), so the classic
 spatial poolers are registry names of token poolers, not classes of their own: ``gap`` = mean, ``gmp`` = max,
@@ -8,16 +9,15 @@ spatial poolers are registry names of token poolers, not classes of their own: `
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..errors import PoolkitError
 from . import masking
-from .base import Pooler, check_positive_int, get_pooler, register_aliases, register_pooler
+from .base import Pooler
+from .registry import check_positive_int
+from .spec import register_aliases, register_pooler
 from .statistics import MeanMaxPooler
 
 register_aliases("mean", "gap", "global_avg")
@@ -67,6 +67,13 @@ class FlexPooler(Pooler):
     spanning the logit map's width). ``l2`` sets the penalty :meth:`regularization` returns (the trainer
     adds it to the loss); ``weight_dropout`` drops softmax weights in training.
     """
+    option_docs = {
+        "height": "the height of the learned logit map (maps of another size get it resized bilinearly)",
+        "width": "the width of the learned logit map (tokens (B, T, D) are read as a 1 x T map)",
+        "per_channel": "one logit map per channel (True) or one shared by all channels",
+        "l2": "the coefficient of the L2 penalty on the logits that regularization() returns",
+        "weight_dropout": "dropout on the softmax weights (training only)",
+    }
 
     positional = True
 
@@ -121,56 +128,3 @@ def _source_points(valid: Tensor, size: int, dtype: torch.dtype) -> tuple[Tensor
     source = ((rank + 0.5) * (size / count.to(dtype)) - 0.5).clamp(min=0)
     lower = source.long().clamp(max=size - 1)
     return lower, (lower + 1).clamp(max=size - 1), source - lower
-
-
-class AuxiliaryClassifiers(nn.Module):
-    """Simple Auxiliary Classifiers (SAC, Ali et al. 2023): extra supervision on a CNN's earlier stages.
-
-    Each earlier stage's map (B, C_i, H_i, W_i) is flex-pooled to (B, C_i) and classified by its own
-    Linear(C_i, num_classes); calling the module with the maps, the targets and ``progress`` (the fraction
-    of training done, in [0, 1]) returns sum_i weight_i * s(progress) * cross_entropy(logits_i, targets),
-    to add to the main head's loss. ``schedule``: "constant" (s = 1) or "linear" (s = 1 - progress, 0 at
-    the end of training). ``weights``: one for all stages or one per stage (default 0.3, GoogLeNet's).
-    Training only: inference uses the main head, and this module is not called. ``flex_options`` go to
-    every flex pooler (e.g. ``l2``); :meth:`regularization` sums their penalties.
-    """
-
-    SCHEDULES = ("constant", "linear")
-
-    def __init__(self, channels: Sequence[int], sizes: Sequence[tuple[int, int]], num_classes: int, *,
-                 weights: float | Sequence[float] = 0.3, schedule: str = "constant",
-                 flex_options: dict[str, Any] | None = None) -> None:
-        super().__init__()
-        if len(channels) != len(sizes) or not channels:
-            raise PoolkitError(f"AuxiliaryClassifiers: give one (H, W) size per stage: {len(channels)} channel counts "
-                               f"but {len(sizes)} sizes")
-        weights = [float(weights)] * len(channels) if isinstance(weights, (int, float)) else list(weights)
-        if len(weights) != len(channels) or any(not w >= 0 for w in weights):
-            raise PoolkitError(f"AuxiliaryClassifiers: weights must be one number >= 0 or one per stage "
-                               f"({len(channels)}), got {weights!r}")
-        if schedule not in self.SCHEDULES:
-            raise PoolkitError(f"AuxiliaryClassifiers: schedule must be one of {self.SCHEDULES}, got {schedule!r}")
-        check_positive_int(num_classes, "AuxiliaryClassifiers: num_classes")
-        self.poolers = nn.ModuleList(get_pooler("flex", c, height=h, width=w, **(flex_options or {}))
-                                     for c, (h, w) in zip(channels, sizes))
-        self.heads = nn.ModuleList(nn.Linear(c, num_classes) for c in channels)
-        self.weights = weights
-        self.schedule = schedule
-
-    def logits(self, maps: Sequence[Tensor]) -> list[Tensor]:
-        """Each stage's class logits: maps (B, C_i, H_i, W_i) -> [(B, num_classes)]."""
-        if len(maps) != len(self.heads):
-            raise PoolkitError(f"AuxiliaryClassifiers was built for {len(self.heads)} stages but got {len(maps)} maps")
-        return [head(pooler(m)) for pooler, head, m in zip(self.poolers, self.heads, maps)]
-
-    def forward(self, maps: Sequence[Tensor], targets: Tensor, progress: float = 0.0) -> Tensor:
-        if not 0 <= progress <= 1:
-            raise PoolkitError(f"AuxiliaryClassifiers: progress is the fraction of training done, in [0, 1]; "
-                               f"got {progress!r}")
-        scale = 1 - progress if self.schedule == "linear" else 1.0
-        losses = [F.cross_entropy(logits, targets) for logits in self.logits(maps)]
-        return sum(w * scale * loss for w, loss in zip(self.weights, losses))
-
-    def regularization(self) -> Tensor:
-        """The flex poolers' L2 penalties, summed."""
-        return sum(pooler.regularization() for pooler in self.poolers)

@@ -14,12 +14,15 @@ from torch import Tensor, nn
 
 from ..errors import PoolkitError
 from . import masking
-from .base import Pooler, register_pooler
+from .base import Pooler
+from .spec import register_pooler
 
 
 @register_pooler("cls", "first")
 class ClsPooler(Pooler):
     """The first *real* token (B, T, D) -> (B, D), under left or right padding (BERT's [CLS])."""
+    summarises = True
+    weight_meaning = "one-hot: the pooled vector is the first token's ([CLS]) hidden state"
 
     linear = True
     zero_when_empty = True
@@ -35,6 +38,8 @@ class ClsPooler(Pooler):
 @register_pooler("last", "eos")
 class LastPooler(Pooler):
     """The last *real* token (B, T, D) -> (B, D) (decoder models' EOS), under left or right padding."""
+    summarises = True
+    weight_meaning = "one-hot: the pooled vector is the last real token's hidden state"
 
     linear = True
     zero_when_empty = True
@@ -50,6 +55,9 @@ class LastPooler(Pooler):
 @register_pooler("mean", "avg", "average")
 class MeanPooler(Pooler):
     """Mean over the real tokens (B, T, D) -> (B, D) (sentence-transformers' default)."""
+    summarises = True
+    order_invariant = True
+    weight_meaning = "uniform: every real token counts the same (mean pooling has no weights of its own)"
 
     linear = True
     zero_when_empty = True
@@ -64,6 +72,9 @@ class MeanPooler(Pooler):
 @register_pooler("sum")
 class SumPooler(Pooler):
     """Sum over the real tokens (B, T, D) -> (B, D)."""
+    summarises = True
+    order_invariant = True
+    weight_meaning = "uniform: every real token counts the same (sum pooling has no weights of its own)"
 
     linear = True
     zero_when_empty = True
@@ -78,6 +89,9 @@ class SumPooler(Pooler):
 @register_pooler("mean_sqrt_len", "mean_sqrt_len_tokens")
 class MeanSqrtLenPooler(Pooler):
     """Sum over the real tokens divided by sqrt(n) (sentence-transformers' mean_sqrt_len_tokens)."""
+    summarises = True
+    order_invariant = True
+    weight_meaning = "uniform: every real token counts the same (the sum is scaled by 1/sqrt(length))"
 
     linear = True
     zero_when_empty = True
@@ -92,6 +106,7 @@ class MeanSqrtLenPooler(Pooler):
 
 class _ExtremePooler(Pooler):
     """Masked max or min over the real tokens, filled with the dtype's own extreme (no -1e9)."""
+    order_invariant = True
 
     largest = True
     zero_when_empty = True
@@ -109,11 +124,13 @@ class _ExtremePooler(Pooler):
 @register_pooler("max")
 class MaxPooler(_ExtremePooler):
     """Feature-wise max over the real tokens (B, T, D) -> (B, D)."""
+    weight_meaning = "the share of the feature dimensions whose maximum this token holds"
 
 
 @register_pooler("min")
 class MinPooler(_ExtremePooler):
     """Feature-wise min over the real tokens (B, T, D) -> (B, D)."""
+    weight_meaning = "the share of the feature dimensions whose minimum this token holds"
 
     largest = False
 
@@ -121,6 +138,8 @@ class MinPooler(_ExtremePooler):
 @register_pooler("mean_max", "mean_and_max")
 class MeanMaxPooler(Pooler):
     """Mean and max side by side (B, T, D) -> (B, 2D), the Kaggle "mean-max" head."""
+    order_invariant = True
+    weight_meaning = "half uniform (the mean part), half the share of feature maxima each token holds (the max part)"
 
     zero_when_empty = True
 
@@ -157,6 +176,14 @@ class GeMPooler(Pooler):
     the mean and large p tends to the largest-magnitude value. Computed in float32 at least, and without
     overflow at any p (powers of values scaled by each feature's largest).
     """
+    option_docs = {
+        "p": "the starting power p >= 1 (1: mean; large: max of magnitudes)",
+        "learn_p": "learn p with the rest (True) or keep it fixed",
+        "signed": "odd power sign(x)|x|^p for signed features (True) or the classic clamp to eps",
+        "eps": "the clamp floor of the classic form (signed=False), and of its weights' denominators",
+    }
+    order_invariant = True
+    weight_meaning = "each token's share of the generalised-mean power sum, averaged over the features"
 
     def __init__(self, hidden_size: int, *, p: float = 3.0, learn_p: bool = True, signed: bool = True,
                  eps: float = 1e-6, on_empty: str = "zeros") -> None:
@@ -209,6 +236,12 @@ class LSEPooler(Pooler):
     Small t tends to max pooling, large t to mean pooling (Pinheiro & Collobert, CVPR 2015; the
     "softmax pooling" of sound event detection). Computed in float32.
     """
+    option_docs = {
+        "temperature": "the starting temperature t > 0 (small: max; large: mean)",
+        "learn_temperature": "learn t with the rest (True) or keep it fixed",
+    }
+    order_invariant = True
+    weight_meaning = "each token's softmax share per feature at the learned temperature, averaged over the features"
 
     def __init__(self, hidden_size: int, *, temperature: float = 1.0, learn_temperature: bool = True,
                  on_empty: str = "zeros") -> None:

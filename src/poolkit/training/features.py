@@ -62,9 +62,6 @@ LOCK = ".lock"
 LAUNCH = ".launch.json"
 #: Positions copied at a time when the processes' parts are joined (memory holds one such slice)
 JOIN_CHUNK = 4096
-#: Token poolers that map a one-token sequence to that token and are linear and parameter-free: a pooler
-#: whose token stage is one of them is served by per-layer summaries instead of token states.
-SUMMARY_POOLERS = ("cls", "last", "mean", "sum", "mean_sqrt_len")
 #: Every layer's token states and no summaries: what a cache built without naming its poolers holds.
 FULL_PLAN = {"summaries": [], "token_layers": "all", "token_dtype": "float16", "token_cap": None}
 #: How token states may be stored: float16, or int8 with one float16 scale per token vector (absmax / 127).
@@ -94,7 +91,7 @@ def model_fingerprint(model_path: str) -> dict:
 def summary_spec(pooler: Pooler) -> dict | None:
     """The spec of the token pooler whose per-layer summaries serve ``pooler`` (None: it reads token states)."""
     token = pooler.token if pooler.kind == "layer" else pooler
-    if token.kind != "token" or token.name not in SUMMARY_POOLERS or any(True for _ in token.parameters()):
+    if token.kind != "token" or not token.summarises or any(True for _ in token.parameters()):
         return None
     return {k: v for k, v in token.get_config().items() if k != "hidden_size"}
 

@@ -30,7 +30,8 @@ import torch
 
 from poolkit.cli.options import config_from_args, given_flags
 from poolkit.errors import PoolkitError
-from poolkit.pooling.base import pooler_class, pooler_from_label
+from poolkit.cli.common import pooler_from_label
+from poolkit.pooling.spec import pooler_class
 from poolkit.provenance import git_commit
 from poolkit.settings import Preset, Presets, check_counts, option
 

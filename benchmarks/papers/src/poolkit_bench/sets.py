@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from poolkit.cli.options import config_from_args
 from poolkit.errors import PoolkitError
 from poolkit.pooling import get_pooler
-from poolkit.pooling.sets import ZonotopeSetAttention
+from poolkit.nn import ZonotopeSetAttention
 from poolkit.settings import Preset, Presets, check_counts, option
 
 from . import quadrature

@@ -30,7 +30,7 @@ import torch
 from poolkit.cli.options import config_from_args
 from poolkit.errors import PoolkitError
 from poolkit.pooling import get_pooler, list_poolers
-from poolkit.pooling.base import pooler_class, resolve_name
+from poolkit.pooling.spec import pooler_class, resolve_name
 from poolkit.settings import Preset, Presets, check_counts, option
 
 from .harness import Execution, Stopwatch, results_folder, run_tasks, torch_device

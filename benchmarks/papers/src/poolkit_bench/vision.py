@@ -25,8 +25,9 @@ import torch
 
 from poolkit.cli.options import config_from_args
 from poolkit.errors import PoolkitError
-from poolkit.pooling import AuxiliaryClassifiers, get_pooler
-from poolkit.pooling.base import pooler_class, resolve_name
+from poolkit.nn import AuxiliaryClassifiers
+from poolkit.pooling import get_pooler
+from poolkit.pooling.spec import pooler_class, resolve_name
 from poolkit.settings import Preset, Presets, check_counts, option
 
 from .harness import Execution, Stopwatch, restored_threads, results_folder, run_tasks, torch_device

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poolkit.pooling import AuxiliaryClassifiers
+from poolkit.nn import AuxiliaryClassifiers
 
 
 def map_sizes(height: int, width: int, stages: int) -> list[tuple[int, int]]:
