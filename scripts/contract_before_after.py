@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Runs inside the measured tree (its src first on sys.path); prints one JSON object.
 PROBE = r"""
 import json, torch, poolkit
-from poolkit.pooling.base import pooler_options
+from poolkit.pooling import pooler_options
 H = 16
 found = {"real_row_nan": [], "empty_row_nan": [], "batch_0_crash": [], "tokens_0_crash": []}
 for name in poolkit.list_poolers():
