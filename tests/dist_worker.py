@@ -16,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import WORDS, tiny_bert_dir  # noqa: E402
 
 from poolkit.data import TableData  # noqa: E402
-from poolkit.training.finetune import TrainConfig, fit  # noqa: E402
+from poolkit.training.config import TrainConfig  # noqa: E402
+from poolkit.training.finetune import fit  # noqa: E402
 
 FILLER = [w for w in WORDS if w not in ("good", "bad")]
 

@@ -16,7 +16,7 @@ from rendering import ROOT, Page, read_json, table
 from poolkit.errors import PoolkitError
 from poolkit.models.encoders import model_label
 from poolkit.training.baseline import baseline_label
-from poolkit.training.finetune import finetuned_row
+from poolkit.training.cv import finetuned_row
 from poolkit.training.leaderboard import rank_key
 
 BOARDS = ROOT / "docs" / "leaderboards"

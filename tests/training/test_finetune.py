@@ -24,8 +24,10 @@ from poolkit.data import TableData
 from poolkit.models import PooledModel
 from poolkit.io import atomic_write_content, existing_dir, replace_dir, temp_dir
 from poolkit.io import locked_dir
-from poolkit.training import finetune
-from poolkit.training.finetune import META, TrainConfig, fit, predict
+from poolkit.training import cv, finetune
+from poolkit.training.config import TrainConfig
+from poolkit.training.finetune import META, fit
+from poolkit.training.prediction import predict_outputs as predict
 from poolkit.training.optim import freeze, param_groups
 
 WORKER = Path(__file__).resolve().parents[1] / "dist_worker.py"
@@ -186,7 +188,7 @@ def toy_regression() -> tuple[TableData, int, int]:
     z = np.where(data.targets == 1, 1.0, -1.0)
     data = TableData(data.texts, np.stack([1000 + 50 * z, -3 + 0.1 * z], axis=1).astype(np.float32), "regression",
                      None, ("big", "small"), "text", "toy")
-    (_, val_rows, test_rows), = finetune.cv_splits(data, 1, REGRESSION.val_fraction, REGRESSION.seed)
+    (_, val_rows, test_rows), = cv.cv_splits(data, 1, REGRESSION.val_fraction, REGRESSION.seed)
     data.targets[[val_rows[0], test_rows[0]], 1] = 1000.0
     return data, val_rows[0], test_rows[0]
 

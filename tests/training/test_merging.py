@@ -21,7 +21,8 @@ from poolkit.data import TableData
 from poolkit.data.tables import stratified_sample
 from poolkit.models import PooledModel
 from poolkit.training import finetune
-from poolkit.training.finetune import data_sha1, fit
+from poolkit.training.cv import data_sha1
+from poolkit.training.finetune import fit
 from poolkit.training.merging import RECORD, TaskArithmetic, merge, merged_state, skill
 from tiny_models import tiny_bert_dir
 

@@ -21,6 +21,7 @@ from ..errors import PoolkitError, suggest
 from ..io.runs import check_writable
 from ..models.encoders import embedding_model
 from .compare import DEFAULT_DATA, compare, compare_config, compare_folder
+from .config import TrainConfig
 from .inputs import DEFAULT_POOLERS, fit_to_encoder, load, resolve_poolers
 
 __all__ = ["DEFAULT_DATA", "DEFAULT_POOLERS", "compare", "compare_config", "compare_folder", "embed", "load",
@@ -28,14 +29,12 @@ __all__ = ["DEFAULT_DATA", "DEFAULT_POOLERS", "compare", "compare_config", "comp
 
 def train_config(pooler: str | dict[str, Any] = "mean", model: str | None = None, **settings: Any):
     """A checked TrainConfig; unknown settings raise naming the known ones."""
-    from . import finetune
-
-    known = {f.name for f in fields(finetune.TrainConfig)}
+    known = {f.name for f in fields(TrainConfig)}
     for key in settings:
         if key not in known:
             raise PoolkitError(f"unknown training setting {key!r}.{suggest(key, known)} "
                                f"Known: {', '.join(sorted(known))}")
-    config = finetune.TrainConfig(model=model, pooler=pooler, **settings)
+    config = TrainConfig(model=model, pooler=pooler, **settings)
     config.check()
     return config
 
@@ -54,7 +53,7 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
     from . import finetune
 
     check_writable(Path(out))
-    settings["max_length"] = fit_to_encoder(model, settings.get("max_length"), finetune.TrainConfig.max_length,
+    settings["max_length"] = fit_to_encoder(model, settings.get("max_length"), TrainConfig.max_length,
                                              trust_remote_code, [pooler])
     config = train_config(pooler, model, **settings)  # fails before the data is read
     table = load(data, text_col, target_col, task, limit, config.seed, report)
@@ -70,12 +69,12 @@ def predict(model: str | Path, data: str | Path | Sequence[str], *, text_col: st
     multi-label: labels joined by ``|``). ``frame.attrs["n_models"]``: how many models were averaged. An unfinished
     run is refused unless ``allow_incomplete`` (then its finished folds are averaged)."""
     from ..models.encoders import remote_code
-    from . import finetune
+    from .prediction import predict_outputs
 
     frame, texts = read_texts(data, text_col)
     with remote_code(trust_remote_code):
-        outputs, info = finetune.predict(model, texts, batch_size=batch_size, max_length=max_length, progress=progress,
-                                         allow_incomplete=allow_incomplete)
+        outputs, info = predict_outputs(model, texts, batch_size=batch_size, max_length=max_length, progress=progress,
+                                        allow_incomplete=allow_incomplete)
     result = frame.copy()
     task, names = info["task"], info.get("label_names")
     if task == "regression":

@@ -214,6 +214,7 @@ def finetune_step(run: Comparison, out: Path | None, force: bool) -> None:
     from ..models.encoders import remote_code
     from . import finetune
     from .config import TrainConfig
+    from .cv import finetuned_row
 
     config = run.config
     with tempfile.TemporaryDirectory(prefix="poolkit-finetune-") as scratch:
@@ -228,7 +229,7 @@ def finetune_step(run: Comparison, out: Path | None, force: bool) -> None:
             started = time.perf_counter()
             with remote_code(config.trust_remote_code):
                 metrics = finetune.fit(trained, run.table, root / result.label, force=force, progress=run.progress)
-            run.rows.append(finetune.finetuned_row(result.label, result.spec, metrics, time.perf_counter() - started))
+            run.rows.append(finetuned_row(result.label, result.spec, metrics, time.perf_counter() - started))
 
 
 def explain_best(results: Sequence[Any], features: Any, table: TableData, model: str | None, max_length: int,

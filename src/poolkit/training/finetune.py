@@ -8,11 +8,8 @@ when dropout is off and the training rows fill whole batches (accelerate complet
 repeated rows). DDP looks for unused parameters because encoders compute parts the loss never reaches (BERT's
 own CLS pooler). Several nodes need a shared output folder: every process writes its RNG state there.
 
-Cross-validation without leakage: each fold's test rows (``fold_splits``; with ``folds=1``, ``val_fraction`` of
-all rows) are scored once, after training, by the fold's best checkpoint. The checkpoint and early stopping are
-chosen on an inner validation split of the fold's *training* rows (``split_rows``: ``val_fraction`` of them,
-stratified, seed ``seed + fold``, the same inner split as ``compare``'s probing); the rest are the rows it is fit
-on. So no choice made during training sees the rows a fold is scored on.
+Cross-validation follows :mod:`poolkit.training.cv` (no choice made during training sees the rows a fold is
+scored on); the fold models are read back by :mod:`poolkit.training.prediction`.
 
 Regression heads train on targets standardised per column with the fit rows' mean and std (as ``compare``'s
 probes); every saved model has that map folded into its head's Linear, so it answers in the targets' units and loads
@@ -66,35 +63,31 @@ import pandas as pd
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.logging import get_logger
-from accelerate.utils import (DataLoaderConfiguration, DistributedDataParallelKwargs, broadcast_object_list,
-                               parse_flag_from_env, set_seed)
+from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, broadcast_object_list, set_seed
 from torch.utils.data import DataLoader, Sampler
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
-from ..data import LengthGroupedBatchSampler, TableData, TextCollator, TextDataset, fold_splits
-from ..data.batching import sorted_token_batches
-from ..data.tables import split_rows
+from ..data import LengthGroupedBatchSampler, TableData, TextCollator, TextDataset
 from ..errors import PoolkitError
 from ..io import RunFolder, atomic_write_content, existing_dir, replace_dir, temp_dir
-from ..io.runs import FOLD_DIR, TRAIN_META, fold_models
+from ..io.runs import FOLD_DIR, TRAIN_META
 from ..models import PooledModel
-from ..models.encoders import AUTOCAST, check_max_length, hf_bars_off, load_tokenizer, resolve_model, resolve_precision
+from ..models.encoders import hf_bars_off, load_tokenizer, resolve_model, resolve_precision
 from ..models.heads import head_scores
 from ..provenance import run_provenance
 from .config import TrainConfig
-from .leaderboard import leaderboard_row
+from .cv import check_same, cv_splits, fingerprint, fold_detail
 from .metrics import compute_metrics, primary_metric
 from .optim import freeze, param_groups
 from .probing import _Targets
+from .processes import accelerate_state
 
 META = TRAIN_META
 TEST_OUTPUTS = "test_outputs.npz"
 RESULTS = ("oof.csv", "metrics.json", "train.log")
 FOLD_KEYS = ("fold", "metrics", "best_epoch", "best_step", "epochs_run", "stopped_early", "fit_rows", "val_rows",
              "test_rows", "seconds", "history")
-#: 2: checkpoints chosen on an inner split of each fold's training rows (1, unrecorded: on the scored rows)
-CV_PROTOCOL = 2
 
 logger = get_logger(__name__)
 
@@ -188,36 +181,6 @@ def _infer(model: torch.nn.Module, loader: DataLoader, sampler: LengthGroupedBat
     return sampler.restore(torch.cat(chunks).numpy())
 
 
-def data_sha1(data: TableData) -> str:
-    """SHA-1 of a table's task, labels, target columns, texts and targets: recorded by every run (``data_sha1``)."""
-    digest = hashlib.sha1(json.dumps([data.task, data.label_names, list(data.target_cols)]).encode())
-    for text in data.texts:
-        digest.update(text.encode() + b"\0")
-    digest.update(np.ascontiguousarray(data.targets).tobytes())
-    return digest.hexdigest()
-
-
-def _fingerprint(config: TrainConfig, data: TableData) -> dict[str, Any]:
-    """The protocol, the settings and a hash of the data: a resumed run must match all three."""
-    return {"cv_protocol": CV_PROTOCOL, "config": config.to_dict(), "data_sha1": data_sha1(data)}
-
-
-def _check_same(saved: dict[str, Any], current: dict[str, Any], where: Path) -> None:
-    """Refuse to resume a run made under another protocol, with other settings or other data."""
-    if saved.get("cv_protocol") != current["cv_protocol"]:
-        raise PoolkitError(f"cannot resume {where}: an earlier poolkit trained it, choosing checkpoints on the rows "
-                           "it scored; `force=True` to start over without that leakage")
-    if saved["data_sha1"] != current["data_sha1"]:
-        raise PoolkitError(f"cannot resume {where}: it was trained on different data; "
-                           "use the same table, or `force=True` to start over")
-    defaults = TrainConfig().to_dict()  # a setting added since the saved run was made had its default then
-    changed = [f"--{k.replace('_', '-')} {saved['config'].get(k, defaults.get(k))!r} -> {v!r}"
-               for k, v in current["config"].items() if saved["config"].get(k, defaults.get(k)) != v]
-    if changed:
-        raise PoolkitError(f"cannot resume {where}: settings differ ({'; '.join(changed)}); "
-                           "resume with the same options, or `force=True` to start over")
-
-
 def _run_folder(out: Path, outputs: list[str]) -> RunFolder:
     """A train run's output folder: to itself (exclusive), resumable; an earlier train run's fold folders (with
     their poolkit_train.json), fold_K.partial folders and result files are of its kind."""
@@ -267,42 +230,6 @@ def _log_to(path: Path, main: bool):
             handler.close()
 
 
-def _state() -> PartialState:
-    """accelerate's process state; like ``Accelerator`` it honours ACCELERATE_USE_CPU, which multi-process CPU
-    runs (gloo) need."""
-    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
-    launched = int(os.environ.get("WORLD_SIZE", 1))
-    if launched != state.num_processes:
-        raise PoolkitError(f"{launched} processes were launched but accelerate sees {state.num_processes}: "
-                           "on CPUs launch with ACCELERATE_USE_CPU=1 torchrun --nproc_per_node N")
-    return state
-
-
-def cv_splits(data: TableData, folds: int, val_fraction: float, seed: int
-              ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(fit, validation, test) rows per fold: ``fold_splits``' test rows, and its training rows split (stratified,
-    seed ``seed + fold``) into the rows fit on and the rows that choose the checkpoint."""
-    splits = []
-    for k, (train, test) in enumerate(fold_splits(data, folds, val_fraction, seed)):
-        fit_rows, val_rows = split_rows(data.subset(train), val_fraction, seed + k)
-        splits.append((train[fit_rows], train[val_rows], test))
-    return splits
-
-
-def fold_detail(fold: dict[str, Any], metric: str) -> dict[str, Any]:
-    """How a fold chose its model, under probing's names (leaderboard ``fold_detail``): best_epoch, epochs_run, the
-    inner validation metric at the best epoch and the test metric."""
-    return {key: fold[key] for key in ("best_epoch", "epochs_run", f"val_{metric}", f"test_{metric}")}
-
-
-def finetuned_row(label: str, spec: dict[str, Any], metrics: dict[str, Any], seconds: float) -> dict[str, Any]:
-    """The leaderboard row of a fine-tuning run (``metrics``: its metrics.json): test metrics per fold, the
-    parameters it trained, how each fold chose its checkpoint."""
-    name = metrics["primary_metric"]
-    return leaderboard_row(label, spec, "finetuned", name, [f["metrics"] for f in metrics["folds"]],
-                           metrics["trainable_params"], seconds, [fold_detail(f, name) for f in metrics["folds"]])
-
-
 def fit(config: TrainConfig, data: TableData, out_dir: str | Path, resume: bool = False, force: bool = False,
         progress: bool = True) -> dict[str, Any]:
     """Fine-tune one model per fold and write the output folder (see the module doc); returns metrics.json's dict.
@@ -311,7 +238,7 @@ def fit(config: TrainConfig, data: TableData, out_dir: str | Path, resume: bool 
     restarts from its last finished epoch) and ends as the uninterrupted run would; ``force`` starts over.
     """
     config.check()
-    state = _state()
+    state = accelerate_state()
     if config.batch_size % state.num_processes:
         raise PoolkitError(f"`batch_size` {config.batch_size} must be a multiple of the {state.num_processes} "
                            "processes: each global batch is split across them")
@@ -332,7 +259,7 @@ class _Run:
         self.tokenizer = load_tokenizer(config.model)
         self.metric = primary_metric(data.task, data.n_outputs)
         self.n_classes = len(data.label_names) if data.task == "classification" else None
-        self.fingerprint = _fingerprint(config, data)
+        self.fingerprint = fingerprint(config, data)
         self.splits = cv_splits(data, config.folds, config.val_fraction, config.seed)
 
     def fit(self, resume: bool) -> dict[str, Any]:
@@ -358,7 +285,7 @@ class _Run:
         self.state.wait_for_everyone()
         if (final / META).is_file():
             meta = json.loads((final / META).read_text())
-            _check_same(meta, self.fingerprint, final)
+            check_same(meta, self.fingerprint, final)
             logger.info(f"fold {k}: already trained, skipped")
         else:
             meta = _Fold(self, k, *rows, work).train(resume)
@@ -475,7 +402,7 @@ class _Fold:
         saved = existing_dir(self.work / ".state") if resume else None
         if saved:
             loaded = json.loads((saved / "progress.json").read_text())
-            _check_same(loaded.pop("fingerprint"), self.run.fingerprint, self.work)
+            check_same(loaded.pop("fingerprint"), self.run.fingerprint, self.work)
             if {key: loaded.pop(key) for key in ("target_mean", "target_std") if key in loaded} != self.target_stats:
                 raise PoolkitError(f"cannot resume {self.work}: an earlier poolkit trained it on unstandardised "
                                    "regression targets; `force=True` to start over")
@@ -611,41 +538,3 @@ class _Fold:
         logger.info(f"fold {self.k}: best validation {name} {progress.best:.4f} at epoch {progress.best_epoch:g}; "
                     f"test {name} {metrics[name]:.4f}")
         return meta
-
-
-def model_outputs(model: PooledModel, tokenizer, texts: list[str], max_length: int, batch_size: int = 64,
-                  desc: str = "", progress: bool = False) -> np.ndarray:
-    """A model's raw head outputs float32 (N, C) for ``texts``, in their order: on accelerate's device, in eval mode,
-    under the device's automatic precision, batched as ``TextEncoder.encode`` is (length-sorted, padded per batch)."""
-    device = _state().device
-    precision = resolve_precision("auto", device)
-    model.to(device).eval()
-    sampler, batches = sorted_token_batches(tokenizer, list(texts), max_length, batch_size, device)
-    chunks = []
-    with torch.inference_mode(), torch.autocast(device.type, dtype=AUTOCAST.get(precision), enabled=precision != "no"):
-        for _, batch in tqdm(batches, total=len(sampler), desc=desc, disable=not progress, leave=False):
-            chunks.append(model(**batch).logits.float().cpu())
-    return sampler.restore(torch.cat(chunks)).numpy()
-
-
-def predict(model_dir: str | Path, texts: list[str], batch_size: int = 64, max_length: int | None = None,
-            progress: bool = True, allow_incomplete: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
-    """Outputs (N, C) of every fold model in ``model_dir`` (or of the one ``fold_K`` folder given), averaged: class /
-    label probabilities, or regression values; plus info {task, label_names, target_cols, n_models}. Rows keep the
-    order of ``texts``. Batched as ``TextEncoder.encode`` is (tokenised once, length-sorted, padded per batch).
-    ``allow_incomplete``: average the finished folds of an unfinished run (else refused)."""
-    folds = fold_models(model_dir, allow_incomplete)
-    if not texts:
-        raise PoolkitError("nothing to predict: no texts given")
-    total = 0.0
-    for fold in folds:
-        with hf_bars_off():
-            model = PooledModel.from_pretrained(fold)
-        meta = json.loads((fold / META).read_text())
-        length = check_max_length(max_length, model.config.encoder) or meta["config"]["max_length"]
-        outputs = model_outputs(model, load_tokenizer(str(fold)), texts, length, batch_size, f"predict {fold.name}",
-                                progress)
-        total = total + head_scores(meta["task"], outputs)
-    info = {"task": meta["task"], "label_names": meta["label_names"], "target_cols": meta["target_cols"],
-            "n_models": len(folds)}
-    return total / len(folds), info

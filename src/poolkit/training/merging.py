@@ -42,8 +42,10 @@ from ..io import RunFolder, atomic_write_json, fold_models, publish, temp_dir
 from ..models import PooledModel
 from ..models.encoders import hf_bars_off, load_encoder, load_tokenizer, resolve_model
 from .config import FOLD_MODES, GRID, SEARCHES
-from .finetune import META, TEST_OUTPUTS, data_sha1, model_outputs, weights_digest
+from .cv import data_sha1
+from .finetune import META, TEST_OUTPUTS, weights_digest
 from .metrics import compute_metrics
+from .prediction import model_outputs
 
 #: alphas tried by a search (Ilharco et al. search 0.05 ... 1 in steps of 0.05 on held-out validation data)
 RECORD = "merge.json"

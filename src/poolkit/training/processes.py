@@ -8,6 +8,8 @@ import os
 import time
 from pathlib import Path
 
+from ..errors import PoolkitError
+
 
 def process_rank() -> tuple[int, int]:
     """(rank, world size) from the launcher's environment (torchrun and accelerate launch set both); (0, 1) alone."""
@@ -49,3 +51,17 @@ def wait_for(ready, what: str, poll: float = 0.2) -> None:
         if time.monotonic() - note > 600:
             note = time.monotonic()
             print(f"still waiting for {what} ({(note - start) / 60:.0f} min)", flush=True)
+
+
+def accelerate_state():
+    """accelerate's process state; like ``Accelerator`` it honours ACCELERATE_USE_CPU, which multi-process CPU
+    runs (gloo) need."""
+    from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
+
+    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+    launched = int(os.environ.get("WORLD_SIZE", 1))
+    if launched != state.num_processes:
+        raise PoolkitError(f"{launched} processes were launched but accelerate sees {state.num_processes}: "
+                           "on CPUs launch with ACCELERATE_USE_CPU=1 torchrun --nproc_per_node N")
+    return state

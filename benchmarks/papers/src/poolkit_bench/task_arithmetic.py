@@ -130,7 +130,8 @@ def run_mode(config: TaskArithmeticConfig, tables: list, mode: str, seed: int, s
                                                                                                         dict]:
     """Fine-tune every task in ``mode``, merge all task vectors (alpha searched on the validation rows) and score
     each task's test rows: one row per task (:data:`COLUMNS`) and the run's details (the search's candidates)."""
-    from poolkit.training.finetune import TEST_OUTPUTS, TrainConfig, fit
+    from poolkit.training.config import TrainConfig
+    from poolkit.training.finetune import TEST_OUTPUTS, fit
     from poolkit.training.merging import TaskArithmetic
     from poolkit.training.metrics import primary_metric, compute_metrics
 

@@ -1,0 +1,57 @@
+"""Predictions of a trained run: every fold model's head outputs on new texts, averaged (``poolkit predict``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..data.batching import sorted_token_batches
+from ..errors import PoolkitError
+from ..io.runs import TRAIN_META, fold_models
+from ..models import PooledModel
+from ..models.encoders import AUTOCAST, check_max_length, hf_bars_off, load_tokenizer, resolve_precision
+from ..models.heads import head_scores
+from .processes import accelerate_state
+
+
+def model_outputs(model: PooledModel, tokenizer, texts: list[str], max_length: int, batch_size: int = 64,
+                  desc: str = "", progress: bool = False) -> np.ndarray:
+    """A model's raw head outputs float32 (N, C) for ``texts``, in their order: on accelerate's device, in eval mode,
+    under the device's automatic precision, batched as ``TextEncoder.encode`` is (length-sorted, padded per batch)."""
+    device = accelerate_state().device
+    precision = resolve_precision("auto", device)
+    model.to(device).eval()
+    sampler, batches = sorted_token_batches(tokenizer, list(texts), max_length, batch_size, device)
+    chunks = []
+    with torch.inference_mode(), torch.autocast(device.type, dtype=AUTOCAST.get(precision), enabled=precision != "no"):
+        for _, batch in tqdm(batches, total=len(sampler), desc=desc, disable=not progress, leave=False):
+            chunks.append(model(**batch).logits.float().cpu())
+    return sampler.restore(torch.cat(chunks)).numpy()
+
+
+def predict_outputs(model_dir: str | Path, texts: list[str], batch_size: int = 64, max_length: int | None = None,
+                    progress: bool = True, allow_incomplete: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
+    """Outputs (N, C) of every fold model in ``model_dir`` (or of the one ``fold_K`` folder given), averaged: class /
+    label probabilities, or regression values; plus info {task, label_names, target_cols, n_models}. Rows keep the
+    order of ``texts``. Batched as ``TextEncoder.encode`` is (tokenised once, length-sorted, padded per batch).
+    ``allow_incomplete``: average the finished folds of an unfinished run (else refused)."""
+    folds = fold_models(model_dir, allow_incomplete)
+    if not texts:
+        raise PoolkitError("nothing to predict: no texts given")
+    total = 0.0
+    for fold in folds:
+        with hf_bars_off():
+            model = PooledModel.from_pretrained(fold)
+        meta = json.loads((fold / TRAIN_META).read_text())
+        length = check_max_length(max_length, model.config.encoder) or meta["config"]["max_length"]
+        outputs = model_outputs(model, load_tokenizer(str(fold)), texts, length, batch_size, f"predict {fold.name}",
+                                progress)
+        total = total + head_scores(meta["task"], outputs)
+    info = {"task": meta["task"], "label_names": meta["label_names"], "target_cols": meta["target_cols"],
+            "n_models": len(folds)}
+    return total / len(folds), info
