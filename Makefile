@@ -76,7 +76,7 @@ test-fast: dev
 # make test-deep SEED=<seed>.
 test-deep: dev
 	@seed=$${SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; echo "hypothesis seed $$seed (make test-deep SEED=$$seed)"; \
-	POOLKIT_HYPOTHESIS=deep $(PY) -m pytest -q -n 2 --hypothesis-seed=$$seed $$(grep -rl --include="*.py" "@given" tests)
+	POOLKIT_HYPOTHESIS=deep $(PY) -m pytest -q -n 2 --hypothesis-seed=$$seed $$(grep -rl --include="*.py" "@given" tests benchmarks scripts)
 
 # timm only for perf_spatial's comparison (optional, never a poolkit dependency): its wheel unpacked beside the venv,
 # not installed, since an installed timm without torchvision breaks the accelerate command (and torchvision would

@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import perf_common  # noqa: E402
-import perf_revisions  # noqa: E402
+import perf_common
+import perf_revisions
 
 
 def test_timed_call_sends_a_dense_gradient_and_clears_the_leaves():
@@ -80,7 +78,6 @@ def test_per_repeat_ratios_and_run_info():
 @pytest.mark.slow
 def test_paths_times_plain_against_fast_forms_and_renders(tmp_path):
     import perf_paths
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     from pages import performance
 
     out = tmp_path / "paths.json"
@@ -140,7 +137,6 @@ def test_attention_floors_do_the_poolers_work():
 
 def test_token_floors_run_and_render(tmp_path):
     import perf_tokens
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import rendering
     from pages import performance
 
@@ -192,7 +188,6 @@ def _verdicts(block: str) -> list[str]:
 
 
 def test_suites_2_to_5_targets_judge_every_cell():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     from pages import performance
 
     memory = {"snippet: stack": (1.7, 1.7), "poolkit weighted_layer + cls": (0.005, 0.006),
@@ -216,10 +211,9 @@ def test_suites_2_to_5_targets_judge_every_cell():
 
 
 def test_padding_target_row_is_read_from_the_dynamic_padding_file():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     from pages import performance
 
-    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    results = Path(__file__).resolve().parents[1] / "results"
     data = json.loads((results / "dynamic_padding.json").read_text())
     first = data["datasets"][0]["summary"]
     row = performance.padding_target(data).splitlines()[2]
@@ -230,7 +224,6 @@ def test_padding_target_row_is_read_from_the_dynamic_padding_file():
 
 
 def test_performance_page_is_rendered_from_its_committed_results(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     from pages import performance
 
     from poolkit.errors import PoolkitError

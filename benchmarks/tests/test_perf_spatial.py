@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import perf_spatial  # noqa: E402
+import perf_spatial
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 SHAPE = (6, 16, 5, 7)

@@ -5,18 +5,13 @@ some pages compute from their files."""
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
+import docs
 import pytest
+import rendering
+from pages import benchmarks_compare, snr
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-
-import docs  # noqa: E402
-import rendering  # noqa: E402
-from pages import benchmarks_compare, snr  # noqa: E402
-
-from poolkit.errors import PoolkitError  # noqa: E402
+from poolkit.errors import PoolkitError
 
 
 def test_every_page_module_registers_a_page_whose_file_exists():

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-
-from pages import scale as render_scale  # noqa: E402
+from pages import scale as render_scale
 
 
 def cell(model, n, rss, speed):

@@ -145,10 +145,6 @@ def test_every_preset_validates_and_full_runs_every_block():
 
 def test_the_verdict_follows_the_paired_differences():
     # catches 'holds' printed for a pick that is best by mean only, and a pick detectably below none called noise
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     from pages import channel_spatial as render
 
     def verdict(pick_accuracy):
