@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import PoolkitError
+from .errors import PoolkitError, suggest
 
 
 @dataclass(frozen=True)
@@ -76,4 +76,14 @@ def check_counts(config: Any, names: tuple[str, ...], least: int = 1) -> None:
     for name in names:
         value = getattr(config, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise PoolkitError(f"{name} must be an int >= {least}, got {value!r}")
+            raise PoolkitError(f"`{name}` must be an int >= {least}, got {value!r}")
+
+
+def config_from(cls: type, what: str, settings: Mapping[str, Any], **fixed: Any) -> Any:
+    """``cls(**fixed, **settings)``, after checking that every name in ``settings`` is one of its fields: an unknown
+    one fails in one line naming the known ones (``what`` owns the settings: "compare", "training", ...)."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in settings:
+        if key not in known:
+            raise PoolkitError(f"unknown {what} setting {key!r}.{suggest(key, known)} Known: {', '.join(sorted(known))}")
+    return cls(**fixed, **settings)

@@ -100,6 +100,47 @@ def test_compare_flags_come_from_compare_config():
             assert helps[field.name].endswith(f"(default: {getattr(CompareConfig(), field.name)})"), field.name
 
 
+@pytest.mark.parametrize("base, presets, given, settings", [
+    (["embed", "--data", "x.csv", "--out", "o.npy"], "EMBED_PRESETS",
+     ["--normalize", "--batch-size", "8", "--mixed-precision", "no"], {"normalize": True, "batch_size": 8,
+                                                                       "precision": "no"}),
+    (["predict", "--model", "run", "--data", "x.csv", "--out", "o.csv"], "PREDICT_PRESETS",
+     ["--allow-incomplete", "--max-length", "64"], {"allow_incomplete": True, "max_length": 64}),
+    (["merge", "--runs", "a", "b", "--alpha", "0.5", "--out", "m"], "MERGE_PRESETS",
+     ["--folds", "average", "--grid", "0.5", "1"], {"folds": "average", "grid": (0.5, 1.0)}),
+])
+def test_embed_predict_and_merge_flags_come_from_their_configs(base, presets, given, settings):
+    # catches a flag whose value does not reach the API under its field's name, a default the help does not show
+    # (or shows stale) and an unset flag overriding the API's own default
+    from poolkit.cli import build_parser
+    from poolkit.training import config as configs
+
+    presets, command = getattr(configs, presets), base[0]
+    parser = build_parser()
+    assert given_settings(parser.parse_args(base), presets) == {}
+    assert given_settings(parser.parse_args([*base, *given]), presets) == settings
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    helps = {action.dest: action.help for action in sub._actions}
+    for field in dataclasses.fields(presets.base):
+        default = getattr(presets.base, field.name)
+        if not isinstance(default, bool):
+            note = field.metadata["option"].none if default is None else (
+                " ".join(map(str, default)) if isinstance(default, tuple) else default)
+            assert helps[field.name].endswith(f"(default: {note})"), field.name
+
+
+def test_embed_and_predict_refuse_an_unknown_setting_naming_the_close_one(tmp_path):
+    from poolkit import PoolkitError
+    from poolkit.training import api
+
+    with pytest.raises(PoolkitError, match="unknown embed setting 'batch_sise'. Did you mean 'batch_size'"):
+        api.embed(["a text"], batch_sise=4)
+    with pytest.raises(PoolkitError, match="unknown predict setting 'allow_incomplet'"):
+        api.predict(tmp_path, ["a text"], allow_incomplet=True)
+    with pytest.raises(PoolkitError, match="`batch_size` must be an int >= 1, got 0"):
+        api.embed(["a text"], batch_size=0)
+
+
 def test_library_messages_name_parameters_and_the_cli_shows_its_flags():
     # catches a mapping that misses a switch (force=True -> --force), an inverted switch (cache=False -> --no-cache),
     # a value flag, an alias chosen over the long name, or a name the command does not have left in backticks

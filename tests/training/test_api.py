@@ -177,11 +177,11 @@ def test_train_checks_settings_and_pooler_before_reading_data(tmp_path):
         api.train(missing, tmp_path / "out", epoch=3)
     with pytest.raises(PoolkitError, match="has no option 'atn_size'"):
         api.train(missing, tmp_path / "out", pooler={"name": "attention", "atn_size": 8})
-    with pytest.raises(PoolkitError, match="--precision must be one of"):
+    with pytest.raises(PoolkitError, match="`precision` must be one of"):
         api.train(missing, tmp_path / "out", precision="fp8")
-    with pytest.raises(PoolkitError, match="--encoder-lr must be a finite number > 0, got nan"):
+    with pytest.raises(PoolkitError, match="`encoder_lr` must be a finite number > 0, got nan"):
         api.train(missing, tmp_path / "out", encoder_lr=float("nan"))
-    with pytest.raises(PoolkitError, match="--pooler-lr must be a finite number > 0, got inf"):
+    with pytest.raises(PoolkitError, match="`pooler_lr` must be a finite number > 0, got inf"):
         api.compare(missing, poolers="mean", pooler_lr=float("inf"), out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
 

@@ -89,7 +89,7 @@ def test_speed_counts_each_blocks_parameters_and_times_every_block_alike():
     ({"blocks": ("cbam", "ca_sa")}, "blocks must be distinct"),
     ({"fine_classes": (3,)}, "two or more distinct class ids"),
     ({"sizes": (5000,)}, "lower --sizes"),
-    ({"reduction": 0}, "reduction must be an int >= 1"),
+    ({"reduction": 0}, "`reduction` must be an int >= 1"),
 ])
 def test_bad_settings_fail_in_one_line(change, match):
     # catches per-size epochs silently broadcast or truncated, aliases counted as two blocks, and a stage that does

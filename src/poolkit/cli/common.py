@@ -1,4 +1,4 @@
-"""Argument helpers shared by the commands: data and text inputs, pooler specs, precision, output tables."""
+"""Argument helpers shared by the commands: data and text inputs, pooler specs, output tables."""
 
 from __future__ import annotations
 
@@ -113,12 +113,6 @@ def add_pooler_arguments(parser: argparse.ArgumentParser, default: str | None) -
                              f"{default or 'mean, or a trained model’s own'})")
     parser.add_argument("--pooler-opt", "--pooling-opt", dest="pooler_opt", action="append",
                         metavar="[POOLER:]KEY=VALUE", help=POOLER_OPT_HELP)
-
-
-def add_precision_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--precision", "--mixed-precision", dest="precision", default=argparse.SUPPRESS,
-                        metavar="{auto,no,bf16,fp16}",
-                        help="autocast dtype (default auto: bf16 or fp16 on CUDA, float32 on CPU)")
 
 
 def add_trust_remote_code_argument(parser: argparse.ArgumentParser) -> None:

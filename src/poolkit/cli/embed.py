@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 
 from ..io import TABLE_SUFFIXES
+from ..training.config import EMBED_PRESETS
 from ..training.streaming import WINDOW
-from .common import (add_pooler_arguments, add_precision_argument, add_text_input_arguments,
-                     add_trust_remote_code_argument, positive)
+from .common import add_pooler_arguments, add_text_input_arguments, add_trust_remote_code_argument, positive
+from .options import add_config_arguments, given_settings
 
 HELP = "texts -> vectors (.npy, or the table plus embeddings) with any pooler"
 DESCRIPTION = ("Embed a table's texts with an encoder + pooler: the packaged MiniLM (or --model) with a parameter-free "
@@ -25,14 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="encoder folder / hub name (default: packaged all-MiniLM-L6-v2), or a "
                         "`poolkit train` model: a fold_K folder, or its --out folder when it holds one fold")
     add_pooler_arguments(parser, default=None)
-    parser.add_argument("--normalize", action="store_true", help="L2-normalise every vector (for cosine similarity)")
-    parser.add_argument("--batch-size", type=positive(int), default=32)
-    parser.add_argument("--max-length", type=positive(int), help="token limit (default: the model's, 256 for MiniLM)")
-    add_precision_argument(parser)
-    parser.add_argument("--allow-nonfinite", action="store_true",
-                        help="write vectors holding NaN or inf (refused otherwise)")
-    parser.add_argument("--allow-untrained", action="store_true",
-                        help="accept a pooler with random (untrained) weight matrices on a bare encoder")
+    add_config_arguments(parser.add_argument_group("encoding (poolkit.training.config.EmbedConfig; unset: its "
+                                                   "defaults)"), EMBED_PRESETS)
     add_trust_remote_code_argument(parser)
     parser.add_argument("--window", type=positive(int), default=WINDOW,
                         help=f"rows read, length-sorted and written at a time (default {WINDOW}): memory holds one "
@@ -47,15 +42,14 @@ def run(args: argparse.Namespace) -> int:
     from .common import single_pooler_spec
 
     spec = single_pooler_spec(args.pooler or "mean", args.pooler_opt) if args.pooler or args.pooler_opt else None
+    settings = given_settings(args, EMBED_PRESETS)
     done = embed_to_file(args.data, args.out, model=args.model, pooler=spec, text_col=args.text_col,
-                         normalize=args.normalize, batch_size=args.batch_size, max_length=args.max_length,
-                         precision=getattr(args, "precision", "auto"), allow_untrained=args.allow_untrained,
-                         allow_nonfinite=args.allow_nonfinite, trust_remote_code=args.trust_remote_code,
-                         window=args.window, force=args.force, progress=not args.quiet)
+                         trust_remote_code=args.trust_remote_code, window=args.window, force=args.force,
+                         progress=not args.quiet, **settings)
     reused = f"; {done['reused']} of {done['windows']} windows kept from an interrupted run" if done["reused"] else ""
     if done["rows"] is None:  # a process of several: rank 0 writes the output
         print(f"process {done['rank']} of {done['world']}: its windows are done{reused}")
         return 0
     print(f"{done['rows']} embeddings of dimension {done['dim']} ({done['pooler']['name']} pooling"
-          f"{', L2-normalised' if args.normalize else ''}) written to {args.out}{reused}")
+          f"{', L2-normalised' if settings.get('normalize') else ''}) written to {args.out}{reused}")
     return 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from .common import positive
+from ..training.config import MERGE_PRESETS
+from .options import add_config_arguments, given_settings
 
 HELP = "merge the task vectors of fine-tuned runs into one encoder (task arithmetic), each task keeping its head"
 DESCRIPTION = ("Task arithmetic (Ilharco et al. 2023): add the runs' task vectors (fine-tuned minus base encoder "
@@ -14,7 +15,7 @@ DESCRIPTION = ("Task arithmetic (Ilharco et al. 2023): add the runs' task vector
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..training.config import FOLD_MODES, GRID, SEARCHES
+    from ..training.config import SEARCHES
 
     parser.add_argument("--base", help="the encoder every run was fine-tuned from (default: packaged all-MiniLM-L6-v2)")
     parser.add_argument("--runs", nargs="+", required=True, metavar="RUN",
@@ -29,12 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--alpha-search", nargs="?", const="shared", choices=SEARCHES,
                      help="choose alpha on the runs' inner validation rows (never their test rows): shared (default) "
                      "or per-task (coordinate search from the best shared one)")
-    parser.add_argument("--grid", type=positive(float), nargs="+", default=list(GRID), metavar="A",
-                        help=f"alphas a search tries (default {' '.join(map(str, GRID))})")
-    parser.add_argument("--folds", choices=FOLD_MODES, default="per-fold",
-                        help="per-fold: fold K merges the runs' fold K models; average: each run's task vector is "
-                        "the mean over its folds (default per-fold)")
-    parser.add_argument("--batch-size", type=positive(int), default=64)
+    add_config_arguments(parser.add_argument_group("merging (poolkit.training.config.MergeConfig; unset: its "
+                                                   "defaults)"), MERGE_PRESETS)
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--force", action="store_true", help="overwrite an earlier merge in --out")
 
@@ -44,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     alpha = None if args.alpha is None else (args.alpha[0] if len(args.alpha) == 1 else args.alpha)
     record = merge(args.runs, args.out, base=args.base, alpha=alpha, search=args.alpha_search, data=args.data,
-                   names=args.names, folds=args.folds, grid=args.grid, batch_size=args.batch_size, force=args.force)
+                   names=args.names, force=args.force, **given_settings(args, MERGE_PRESETS))
     alphas = ", ".join(f"{name} {a:g}" for name, a in record["alphas"].items())
     skills = record.get("val_skill")
     shown = ("; validation skill " + ", ".join(f"{name} {s:.4f}" for name, s in skills.items())) if skills else ""

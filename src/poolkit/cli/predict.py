@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 
 from ..io import table_format, write_table
-from .common import add_text_input_arguments, add_trust_remote_code_argument, positive
+from ..training.config import PREDICT_PRESETS
+from .common import add_text_input_arguments, add_trust_remote_code_argument
+from .options import add_config_arguments, given_settings
 
 HELP = "predict with a model written by `poolkit train`"
 
@@ -17,12 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_text_input_arguments(parser)
     parser.add_argument("--out", required=True, help="predictions file (.csv, .tsv, .jsonl or .parquet; .csv / .tsv / "
                         ".jsonl may end in .gz)")
-    parser.add_argument("--batch-size", type=positive(int), default=64)
-    parser.add_argument("--max-length", type=positive(int), help="token limit (default: the one it was trained with)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing --out")
     add_trust_remote_code_argument(parser)
-    parser.add_argument("--allow-incomplete", action="store_true",
-                        help="average the finished folds of an unfinished run (refused otherwise)")
+    add_config_arguments(parser.add_argument_group("prediction (poolkit.training.config.PredictConfig; unset: its "
+                                                   "defaults)"), PREDICT_PRESETS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,9 +31,8 @@ def run(args: argparse.Namespace) -> int:
 
     table_format(args.out)  # a format poolkit can write, before any work
     out = refuse_overwrite(args.out, args.force)
-    result = predict(args.model, args.data, text_col=args.text_col, batch_size=args.batch_size,
-                     trust_remote_code=args.trust_remote_code,
-                     max_length=args.max_length, allow_incomplete=args.allow_incomplete)
+    result = predict(args.model, args.data, text_col=args.text_col, trust_remote_code=args.trust_remote_code,
+                     **given_settings(args, PREDICT_PRESETS))
     write_table(Path(out), result)
     print(f"{len(result)} predictions ({result.attrs['n_models']} model(s) averaged) written to {out}")
     return 0

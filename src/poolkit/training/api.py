@@ -8,7 +8,6 @@ a pooler is a name or a spec ``{"name": ..., **options}`` (``poolkit.pooling.poo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +16,11 @@ import pandas as pd
 
 from ..data import TableData, decode_labels
 from ..data.texts import read_texts
-from ..errors import PoolkitError, suggest
 from ..io.runs import check_writable
 from ..models.encoders import embedding_model
+from ..settings import config_from
 from .compare import DEFAULT_DATA, compare, compare_config, compare_folder
-from .config import TrainConfig
+from .config import EmbedConfig, PredictConfig, TrainConfig
 from .inputs import DEFAULT_POOLERS, fit_to_encoder, load, resolve_poolers
 
 __all__ = ["DEFAULT_DATA", "DEFAULT_POOLERS", "compare", "compare_config", "compare_folder", "embed", "load",
@@ -29,12 +28,7 @@ __all__ = ["DEFAULT_DATA", "DEFAULT_POOLERS", "compare", "compare_config", "comp
 
 def train_config(pooler: str | dict[str, Any] = "mean", model: str | None = None, **settings: Any):
     """A checked TrainConfig; unknown settings raise naming the known ones."""
-    known = {f.name for f in fields(TrainConfig)}
-    for key in settings:
-        if key not in known:
-            raise PoolkitError(f"unknown training setting {key!r}.{suggest(key, known)} "
-                               f"Known: {', '.join(sorted(known))}")
-    config = TrainConfig(model=model, pooler=pooler, **settings)
+    config = config_from(TrainConfig, "training", settings, model=model, pooler=pooler)
     config.check()
     return config
 
@@ -61,20 +55,22 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
         return finetune.fit(config, table, out, resume=resume, force=force, progress=progress)
 
 
-def predict(model: str | Path, data: str | Path | Sequence[str], *, text_col: str = "text", batch_size: int = 64,
-            trust_remote_code: bool = False,
-            max_length: int | None = None, allow_incomplete: bool = False, progress: bool = True) -> pd.DataFrame:
+def predict(model: str | Path, data: str | Path | Sequence[str], *, text_col: str = "text",
+            trust_remote_code: bool = False, progress: bool = True, **settings: Any) -> pd.DataFrame:
     """The input table plus predictions of a ``poolkit train`` folder (every fold model averaged) or of one of its
     ``fold_K`` folders: ``pred_<target>`` (regression) or ``prob_<label>`` and ``prediction`` (classification;
-    multi-label: labels joined by ``|``). ``frame.attrs["n_models"]``: how many models were averaged. An unfinished
-    run is refused unless ``allow_incomplete`` (then its finished folds are averaged)."""
+    multi-label: labels joined by ``|``). ``frame.attrs["n_models"]``: how many models were averaged. ``settings``:
+    PredictConfig's fields (batch_size, max_length, allow_incomplete: an unfinished run is refused unless it is set,
+    then its finished folds are averaged)."""
     from ..models.encoders import remote_code
     from .prediction import predict_outputs
 
+    config = config_from(PredictConfig, "predict", settings)
+    config.check()
     frame, texts = read_texts(data, text_col)
     with remote_code(trust_remote_code):
-        outputs, info = predict_outputs(model, texts, batch_size=batch_size, max_length=max_length, progress=progress,
-                                        allow_incomplete=allow_incomplete)
+        outputs, info = predict_outputs(model, texts, batch_size=config.batch_size, max_length=config.max_length,
+                                        progress=progress, allow_incomplete=config.allow_incomplete)
     result = frame.copy()
     task, names = info["task"], info.get("label_names")
     if task == "regression":
@@ -90,22 +86,25 @@ def predict(model: str | Path, data: str | Path | Sequence[str], *, text_col: st
 
 
 def embed(data: str | Path | Sequence[str], *, model: str | None = None, pooler: str | dict[str, Any] | None = None,
-          text_col: str = "text", normalize: bool = False, batch_size: int = 32, max_length: int | None = None,
-          precision: str = "auto", allow_untrained: bool = False, trust_remote_code: bool = False,
-          allow_nonfinite: bool = False, progress: bool = True) -> tuple[pd.DataFrame, np.ndarray, dict[str, Any]]:
+          text_col: str = "text", trust_remote_code: bool = False, progress: bool = True,
+          **settings: Any) -> tuple[pd.DataFrame, np.ndarray, dict[str, Any]]:
     """(input table, (N, dim) float32 vectors, the pooler's spec). ``model``: an encoder (default: the packaged
     all-MiniLM-L6-v2) pooled with ``pooler`` (default mean), or a ``poolkit train`` model -- a ``fold_K`` folder,
-    or the run folder when it holds one fold -- with its own trained pooler. Vectors holding NaN / inf are refused
-    unless ``allow_nonfinite``."""
+    or the run folder when it holds one fold -- with its own trained pooler. ``settings``: EmbedConfig's fields
+    (normalize, batch_size, max_length, precision, allow_untrained; vectors holding NaN / inf are refused unless
+    allow_nonfinite)."""
     from ..models.text_encoder import TextEncoder
     from .streaming import check_finite
 
+    config = config_from(EmbedConfig, "embed", settings)
+    config.check()
     model = embedding_model(model)
     frame, texts = read_texts(data, text_col)
-    encoder = TextEncoder(model, pooler, normalize=normalize, max_length=max_length, precision=precision,
-                          allow_untrained=allow_untrained, trust_remote_code=trust_remote_code)
-    vectors = encoder.encode(texts, batch_size=batch_size, progress=progress).numpy()
-    check_finite(vectors, 0, allow_nonfinite)
+    encoder = TextEncoder(model, pooler, normalize=config.normalize, max_length=config.max_length,
+                          precision=config.precision, allow_untrained=config.allow_untrained,
+                          trust_remote_code=trust_remote_code)
+    vectors = encoder.encode(texts, batch_size=config.batch_size, progress=progress).numpy()
+    check_finite(vectors, 0, config.allow_nonfinite)
     return frame, vectors, encoder.pooler.get_config()
 
 

@@ -16,15 +16,16 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..data import TableData, fold_splits
-from ..errors import PoolkitError, suggest
+from ..errors import PoolkitError
 from ..io import RunFolder
+from ..settings import config_from
 from .config import CompareConfig
 from .inputs import check_rates, fit_to_encoder, load, resolve_poolers
 from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row, mean_std
@@ -38,11 +39,7 @@ EXPLAINED_TEXTS = 30
 
 def compare_config(**settings: Any) -> CompareConfig:
     """A CompareConfig from keyword settings; unknown names raise naming the known ones, bad rates fail."""
-    known = {f.name for f in fields(CompareConfig)}
-    for key in settings:
-        if key not in known:
-            raise PoolkitError(f"unknown compare setting {key!r}.{suggest(key, known)} Known: {', '.join(sorted(known))}")
-    config = CompareConfig(**settings)
+    config = config_from(CompareConfig, "compare", settings)
     check_rates(pooler_lr=config.pooler_lr, encoder_lr=config.encoder_lr)
     return config
 

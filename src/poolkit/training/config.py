@@ -1,6 +1,6 @@
-"""The settings of compare, a fine-tuning run (``poolkit train``) and merge: dataclasses, the source of the Python
-API's defaults and of the commands' flags and help (:mod:`poolkit.settings`). Light to import: the CLI reads them to
-build its parser."""
+"""The settings of compare, a fine-tuning run (``poolkit train``), embed, predict and merge: dataclasses, the source
+of the Python API's defaults and of the commands' flags and help (:mod:`poolkit.settings`). Light to import: the CLI
+reads them to build its parser."""
 
 from __future__ import annotations
 
@@ -12,11 +12,24 @@ from typing import Any
 from ..data.batching import PADDINGS
 from ..errors import PoolkitError
 from ..pooling import pooler_spec
-from ..settings import Preset, Presets, option
+from ..settings import Preset, Presets, check_counts, option
 
 SCHEDULERS = ("linear", "cosine")
 #: which weights a run trains: all; the encoder's self-attention projections + pooler + head; pooler + head
 TRAIN_ONLY = ("all", "attention", "head")
+
+
+def precision_option() -> Any:
+    """The autocast setting of every command that runs an encoder (train, embed)."""
+    return option("auto", "autocast dtype: auto is bf16 or fp16 on CUDA, float32 on CPU", aliases=("--mixed-precision",),
+                  metavar="{auto,no,bf16,fp16}")
+
+
+def check_precision(precision: str) -> None:
+    from ..models.encoders import PRECISIONS
+
+    if precision not in PRECISIONS:
+        raise PoolkitError(f"`precision` must be one of {', '.join(PRECISIONS)}, got {precision!r}")
 
 
 @dataclass
@@ -41,8 +54,7 @@ class TrainConfig:
     scheduler: str = option("linear", "learning-rate schedule after the warm-up", choices=SCHEDULERS)
     grad_accum: int = option(1, "batches accumulated per optimizer step", positive=True)
     max_grad_norm: float = option(1.0, "gradient clipping norm", positive=True)
-    precision: str = option("auto", "autocast dtype: auto is bf16 or fp16 on CUDA, float32 on CPU",
-                            aliases=("--mixed-precision",), metavar="{auto,no,bf16,fp16}")
+    precision: str = precision_option()
     max_length: int = option(256, "token limit", positive=True)
     patience: int = option(2, "evaluations without improvement before stopping", positive=True)
     eval_every: int | None = None
@@ -67,8 +79,6 @@ class TrainConfig:
 
     def check(self) -> None:
         """Raise a one-line PoolkitError naming the first bad setting."""
-        from ..models.encoders import PRECISIONS
-
         rules = [("folds", self.folds >= 1, "at least 1"), ("epochs", self.epochs >= 1, "at least 1"),
                  ("batch_size", self.batch_size >= 1, "at least 1"), ("grad_accum", self.grad_accum >= 1, "at least 1"),
                  ("max_length", self.max_length >= 1, "at least 1"), ("patience", self.patience >= 0, "0 or more"),
@@ -84,12 +94,12 @@ class TrainConfig:
                  ("val_fraction", 0 < self.val_fraction < 1, "in (0, 1)"),
                  ("head_dropout", 0 <= self.head_dropout < 1, "in [0, 1)"),
                  ("scheduler", self.scheduler in SCHEDULERS, f"one of {', '.join(SCHEDULERS)}"),
-                 ("precision", self.precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
                  ("train_only", self.train_only in TRAIN_ONLY, f"one of {', '.join(TRAIN_ONLY)}"),
                  ("padding", self.padding in PADDINGS, f"one of {', '.join(PADDINGS)}")]
         for name, ok, rule in rules:
             if not ok:
-                raise PoolkitError(f"--{name.replace('_', '-')} must be {rule}, got {getattr(self, name)!r}")
+                raise PoolkitError(f"`{name}` must be {rule}, got {getattr(self, name)!r}")
+        check_precision(self.precision)
         if self.frozen_head and self.train_only == "head":
             raise PoolkitError("`frozen_head` with `train_only` head leaves nothing to train after the head: "
                                "use `train_only` attention or all")
@@ -98,10 +108,66 @@ class TrainConfig:
 #: the defaults, as the presets the command's flags are generated from
 TRAIN_PRESETS = Presets("default", {"default": Preset(TrainConfig())})
 
+@dataclass(frozen=True)
+class EmbedConfig:
+    """How ``embed`` encodes and what it accepts: the source of the Python API's defaults and of ``poolkit embed``'s
+    flags and help."""
+
+    normalize: bool = option(False, "L2-normalise every vector (for cosine similarity)")
+    batch_size: int = option(32, "texts per batch", positive=True)
+    max_length: int | None = option(None, "token limit", positive=True, none="the model's, 256 for MiniLM")
+    precision: str = precision_option()
+    allow_nonfinite: bool = option(False, "write vectors holding NaN or inf (refused otherwise)")
+    allow_untrained: bool = option(False, "accept a pooler with random (untrained) weight matrices on a bare encoder")
+
+    def check(self) -> None:
+        check_counts(self, ("batch_size",) + (("max_length",) if self.max_length is not None else ()))
+        check_precision(self.precision)
+
+
+EMBED_PRESETS = Presets("default", {"default": Preset(EmbedConfig())})
+
+
+@dataclass(frozen=True)
+class PredictConfig:
+    """How ``predict`` runs a trained model: the source of the Python API's defaults and of ``poolkit predict``'s flags
+    and help."""
+
+    batch_size: int = option(64, "texts per batch", positive=True)
+    max_length: int | None = option(None, "token limit", positive=True, none="the one it was trained with")
+    allow_incomplete: bool = option(False, "average the finished folds of an unfinished run (refused otherwise)")
+
+    def check(self) -> None:
+        check_counts(self, ("batch_size",) + (("max_length",) if self.max_length is not None else ()))
+
+
+PREDICT_PRESETS = Presets("default", {"default": Preset(PredictConfig())})
+
 #: merge's alpha grid, searches and fold modes
 GRID = tuple(round(0.1 * i, 1) for i in range(1, 11))
 SEARCHES = ("shared", "per-task")
 FOLD_MODES = ("per-fold", "average")
+
+
+@dataclass(frozen=True)
+class MergeConfig:
+    """How merge pairs the runs' folds, which alphas a search tries and how it scores: the source of the Python API's
+    defaults and of ``poolkit merge``'s flags and help."""
+
+    grid: tuple[float, ...] = option(GRID, "alphas a search tries", positive=True, metavar="A")
+    folds: str = option("per-fold", "per-fold: fold K merges the runs' fold K models; average: each run's task vector "
+                        "is the mean over its folds", choices=FOLD_MODES)
+    batch_size: int = option(64, "texts per batch when a search scores", positive=True)
+
+    def check(self) -> None:
+        if self.folds not in FOLD_MODES:
+            raise PoolkitError(f"unknown `folds` {self.folds!r}: use one of {', '.join(FOLD_MODES)}")
+        check_counts(self, ("batch_size",))
+        if not self.grid or not all(math.isfinite(a) for a in self.grid):
+            raise PoolkitError(f"the alpha grid needs finite numbers, got {list(self.grid)!r}")
+
+
+MERGE_PRESETS = Presets("default", {"default": Preset(MergeConfig())})
 
 
 #: ``compare`` without data: the embedded WordNet subset, sized to fit in 10 minutes on 2 CPU cores.

@@ -57,7 +57,7 @@ def check_rates(**rates: float) -> None:
     """Learning rates must be finite and > 0 (``nan`` / ``inf`` refused)."""
     for name, value in rates.items():
         if not (math.isfinite(value) and value > 0):
-            raise PoolkitError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value!r}")
+            raise PoolkitError(f"`{name}` must be a finite number > 0, got {value!r}")
 
 
 def fit_to_encoder(model: str | None, max_length: int | None, default: int, trust_remote_code: bool,

@@ -41,7 +41,8 @@ from ..errors import PoolkitError
 from ..io import RunFolder, atomic_write_json, fold_models, publish, temp_dir
 from ..models import PooledModel
 from ..models.encoders import hf_bars_off, load_encoder, load_tokenizer, resolve_model
-from .config import FOLD_MODES, GRID, SEARCHES
+from ..settings import config_from
+from .config import GRID, SEARCHES, MergeConfig
 from .cv import data_sha1
 from .finetune import META, TEST_OUTPUTS, weights_digest
 from .metrics import compute_metrics
@@ -141,13 +142,13 @@ class TaskArithmetic:
     ``runs``: ``poolkit train`` folders (or fold_K folders); ``data``: per run, the table it was trained on (a path,
     ``builtin:NAME`` or a TableData; needed to score, i.e. for a search); ``folds``: ``per-fold`` (fold K merges the
     runs' fold K models; the runs need the same fold count) or ``average`` (each run's task vector averaged over its
-    folds)."""
+    folds), and the batch size, in ``config``."""
 
     def __init__(self, base: str | None, runs: Sequence[str | Path], data: Sequence[Any] | None = None,
-                 names: Sequence[str] | None = None, folds: str = "per-fold", batch_size: int = 64,
+                 names: Sequence[str] | None = None, config: MergeConfig = MergeConfig(),
                  progress: bool = False) -> None:
-        if folds not in FOLD_MODES:
-            raise PoolkitError(f"unknown `folds` {folds!r}: use one of {', '.join(FOLD_MODES)}")
+        config.check()
+        folds = config.folds
         if not runs:
             raise PoolkitError("no runs to merge: pass `runs` RUN_A RUN_B ... (poolkit train `out` folders)")
         runs = [Path(r) for r in runs]
@@ -162,7 +163,7 @@ class TaskArithmetic:
         if data is not None and len(data) != len(runs):
             raise PoolkitError(f"`data` needs one table per run: {len(data)} given for {len(runs)} runs")
         self.base_path = resolve_model(base)
-        self.fold_mode, self.batch_size, self.progress = folds, batch_size, progress
+        self.fold_mode, self.batch_size, self.progress = folds, config.batch_size, progress
         with hf_bars_off():
             self.encoder = load_encoder(self.base_path).eval()
         self.base = {k: v.detach().clone() for k, v in self.encoder.state_dict().items()}
@@ -338,14 +339,17 @@ def _merged_task(entry: Path) -> bool:
 
 def merge(runs: Sequence[str | Path], out: str | Path | None = None, *, base: str | None = None,
           alpha: float | Sequence[float] | None = None, search: str | None = None, data: Sequence[Any] | None = None,
-          names: Sequence[str] | None = None, folds: str = "per-fold", grid: Sequence[float] = GRID,
-          batch_size: int = 64, force: bool = False, progress: bool = True) -> dict[str, Any]:
+          names: Sequence[str] | None = None, force: bool = False, progress: bool = True,
+          **settings: Any) -> dict[str, Any]:
     """Merge the task vectors of ``runs`` (``poolkit train`` folders fine-tuned from ``base``, default the packaged
     MiniLM) with ``alpha`` (one, or one per run) or the alphas a ``search`` (shared | per-task) picks on the runs'
-    inner validation rows (needs ``data``: per run, the table it was trained on). Writes ``out`` (see the module
-    doc) when given; returns merge.json's record: alphas, the search's candidates, validation skill per task."""
+    inner validation rows (needs ``data``: per run, the table it was trained on). ``settings``: MergeConfig's fields
+    (grid, folds, batch_size). Writes ``out`` (see the module doc) when given; returns merge.json's record: alphas,
+    the search's candidates, validation skill per task."""
     from ..provenance import run_provenance
 
+    config = config_from(MergeConfig, "merge", settings)
+    config.check()
     if (alpha is None) == (search is None):
         raise PoolkitError("give either `alpha` (one, or one per run) or `alpha_search`, not both or neither")
     if search is not None and search not in SEARCHES:
@@ -356,16 +360,16 @@ def merge(runs: Sequence[str | Path], out: str | Path | None = None, *, base: st
     if out is not None:
         out = Path(out)
         RunFolder(out, (), exclusive=True).check(force=force)  # before any model is read
-    merger = TaskArithmetic(base, runs, data, names, folds, batch_size, progress)
+    merger = TaskArithmetic(base, runs, data, names, config, progress)
     if search is not None:
-        alphas, tried = merger.search(grid, per_task=search == "per-task")
+        alphas, tried = merger.search(config.grid, per_task=search == "per-task")
     else:
         alphas, tried = merger.alphas_for(alpha), []
     names = [t.name for t in merger.tasks]
-    record = {"base": merger.base_path, "base_sha1": merger.base_sha1, "fold_mode": folds,
+    record = {"base": merger.base_path, "base_sha1": merger.base_sha1, "fold_mode": config.folds,
               "runs": {t.name: str(t.run) for t in merger.tasks}, "alphas": dict(zip(names, alphas)),
               "chosen_by": f"{search} search on the inner validation rows" if search else "given",
-              "grid": list(grid) if search else None,
+              "grid": list(config.grid) if search else None,
               "candidates": [{**row, "skills": dict(zip(names, row["skills"]))} for row in tried],
               "provenance": run_provenance()}
     if search is None and data is not None:

@@ -34,6 +34,8 @@ import pandas as pd
 
 from ..errors import PoolkitError
 from ..io import MANIFEST, RunFolder, atomic_write, atomic_write_json, file_digest, refuse_overwrite
+from ..settings import config_from
+from .config import EmbedConfig
 from .processes import launch_id, process_device, process_rank, read_json, wait_for
 
 #: Rows per window: memory holds one window's texts, tokens and vectors; each is length-sorted on its own.
@@ -95,13 +97,11 @@ def input_fingerprint(data: str | Path | Sequence[str]) -> dict[str, Any]:
 
 
 def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: str | None = None,
-                  pooler: str | dict[str, Any] | None = None, text_col: str = "text", normalize: bool = False,
-                  batch_size: int = 32, max_length: int | None = None, precision: str = "auto",
-                  allow_untrained: bool = False, trust_remote_code: bool = False, allow_nonfinite: bool = False,
-                  window: int = WINDOW, force: bool = False, progress: bool = True) -> dict[str, Any]:
+                  pooler: str | dict[str, Any] | None = None, text_col: str = "text", trust_remote_code: bool = False,
+                  window: int = WINDOW, force: bool = False, progress: bool = True, **settings: Any) -> dict[str, Any]:
     """Embed ``data`` into ``out`` (.npy, or the table plus its vectors: .parquet / .jsonl / .csv / .tsv, the text
     ones optionally .gz) streamed in windows, resuming an interrupted run with the same settings; see the module
-    docstring. Returns {"rows", "dim", "pooler" (spec), "windows", "reused" (windows kept from an earlier run),
+    docstring. ``settings``: EmbedConfig's fields, as for ``poolkit.training.api.embed``. Returns {"rows", "dim", "pooler" (spec), "windows", "reused" (windows kept from an earlier run),
     "rank", "world"}; with several processes only rank 0 writes ``out`` (the others return ``rows`` None)."""
     from ..io import table_format
     from ..models.encoders import resolve_model
@@ -109,6 +109,9 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     from ..models.encoders import embedding_model
     from .features import model_fingerprint
 
+    config = config_from(EmbedConfig, "embed", settings)
+    config.check()
+    normalize, allow_nonfinite = config.normalize, config.allow_nonfinite
     out = Path(out)
     kind, compression = table_format(out, others=(".npy",))
     if window < 1:
@@ -117,8 +120,8 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     refuse_overwrite(out, force)
     return_freed_memory()
     model = embedding_model(model)
-    encoder = TextEncoder(model, pooler, normalize=normalize, max_length=max_length, precision=precision,
-                          allow_untrained=allow_untrained, trust_remote_code=trust_remote_code,
+    encoder = TextEncoder(model, pooler, normalize=normalize, max_length=config.max_length, precision=config.precision,
+                          allow_untrained=config.allow_untrained, trust_remote_code=trust_remote_code,
                           device=process_device(world))
     spec = encoder.pooler.get_config()
     settings = {"version": FORMAT_VERSION, "input": input_fingerprint(data), "text_col": text_col,
@@ -146,7 +149,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
                     if _finished_window(partial, index, len(texts)):
                         reused += 1
                     else:
-                        vectors = encoder.encode(texts, batch_size=batch_size).numpy()
+                        vectors = encoder.encode(texts, batch_size=config.batch_size).numpy()
                         check_finite(vectors, index * window, allow_nonfinite)
                         _save_window(partial, index, vectors)
                     bar.update(len(texts) * world)
