@@ -26,7 +26,7 @@ from ..data import TableData, fold_splits
 from ..errors import PoolkitError
 from ..io import RunFolder
 from ..settings import config_from
-from .config import CompareConfig
+from .config import MAX_LENGTH, CompareConfig, ProbeConfig
 from .inputs import check_rates, fit_to_encoder, load, resolve_poolers
 from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row, mean_std
 from .processes import process_rank
@@ -116,9 +116,7 @@ def load_step(data, specs: list[dict[str, Any]], config: CompareConfig, text_col
               limit: int | None, report: Callable[[str], None], progress: bool) -> Comparison:
     """load: the encoder's fit for every pooler and the token limit, the table, and its folds checked (too few rows
     per class fails here, before encoding)."""
-    from .probing import ProbeConfig
-
-    max_length = fit_to_encoder(config.model, config.max_length, 256, config.trust_remote_code, specs)
+    max_length = fit_to_encoder(config.model, config.max_length, MAX_LENGTH, config.trust_remote_code, specs)
     config = replace(config.for_data(quick=data is None), max_length=max_length)
     table = load(DEFAULT_DATA if data is None else data, text_col, target_col, task, limit, config.seed, report)
     probe = ProbeConfig(folds=config.folds, epochs=config.epochs, batch_size=config.batch_size,

@@ -19,6 +19,30 @@ SCHEDULERS = ("linear", "cosine")
 TRAIN_ONLY = ("all", "attention", "head")
 
 
+#: the token limit when none is given (and the model has the positions for it)
+MAX_LENGTH = 256
+
+
+@dataclass
+class ProbeConfig:
+    """How every pooler is trained on the cached features (the same for all of them)."""
+
+    folds: int = 5
+    epochs: int = 20
+    batch_size: int = 64
+    pooler_lr: float = 1e-3
+    weight_decay: float = 0.01
+    patience: int = 3
+    head_dropout: float = 0.1
+    #: share of each fold's training rows held out (stratified) to choose the epoch; with folds = 1, also the
+    #: share of all rows held out as the test split
+    val_fraction: float = 0.2
+    seed: int = 0
+    #: torch threads while probing: the ops are small, and one thread was 3-9x faster than two on a
+    #: shared 2-core machine (OpenMP threads spinning against other processes).
+    threads: int = 1
+
+
 def precision_option() -> Any:
     """The autocast setting of every command that runs an encoder (train, embed)."""
     return option("auto", "autocast dtype: auto is bf16 or fp16 on CUDA, float32 on CPU", aliases=("--mixed-precision",),
@@ -55,7 +79,7 @@ class TrainConfig:
     grad_accum: int = option(1, "batches accumulated per optimizer step", positive=True)
     max_grad_norm: float = option(1.0, "gradient clipping norm", positive=True)
     precision: str = precision_option()
-    max_length: int = option(256, "token limit", positive=True)
+    max_length: int = option(MAX_LENGTH, "token limit", positive=True)
     patience: int = option(2, "evaluations without improvement before stopping", positive=True)
     eval_every: int | None = None
     seed: int = option(42, "seed of the splits, the weights and the batches")
@@ -115,7 +139,7 @@ class EmbedConfig:
 
     normalize: bool = option(False, "L2-normalise every vector (for cosine similarity)")
     batch_size: int = option(32, "texts per batch", positive=True)
-    max_length: int | None = option(None, "token limit", positive=True, none="the model's, 256 for MiniLM")
+    max_length: int | None = option(None, "token limit", positive=True, none=f"the model's, {MAX_LENGTH} for MiniLM")
     precision: str = precision_option()
     allow_nonfinite: bool = option(False, "write vectors holding NaN or inf (refused otherwise)")
     allow_untrained: bool = option(False, "accept a pooler with random (untrained) weight matrices on a bare encoder")
@@ -180,14 +204,17 @@ class CompareConfig:
     ``poolkit compare``'s flags and help."""
 
     model: str | None = None
-    folds: int | None = option(None, "K-fold CV", positive=True, none="5; 3 on the embedded default data")
-    epochs: int | None = option(None, "max epochs per fold", positive=True, none="20; 8 on the embedded default")
-    batch_size: int = option(64, "texts per batch of a pooler + head", positive=True)
-    pooler_lr: float = option(1e-3, "pooler + head learning rate (frozen rows and fine-tuning)", positive=True)
-    patience: int = option(3, "epochs without improvement before a fold stops", positive=True)
-    max_length: int | None = option(None, "token limit", positive=True, none="256, or the model's positions when "
-                                    "fewer")
-    seed: int = option(0, "seed of the folds, the heads and the explained texts")
+    folds: int | None = option(None, "K-fold CV", positive=True,
+                               none=f"{ProbeConfig.folds}; {QUICK_DEFAULTS['folds']} on the embedded default data")
+    epochs: int | None = option(None, "max epochs per fold", positive=True,
+                                none=f"{ProbeConfig.epochs}; {QUICK_DEFAULTS['epochs']} on the embedded default")
+    batch_size: int = option(ProbeConfig.batch_size, "texts per batch of a pooler + head", positive=True)
+    pooler_lr: float = option(ProbeConfig.pooler_lr, "pooler + head learning rate (frozen rows and fine-tuning)",
+                              positive=True)
+    patience: int = option(ProbeConfig.patience, "epochs without improvement before a fold stops", positive=True)
+    max_length: int | None = option(None, "token limit", positive=True,
+                                    none=f"{MAX_LENGTH}, or the model's positions when fewer")
+    seed: int = option(ProbeConfig.seed, "seed of the folds, the heads and the explained texts")
     cache_dir: str | None = option(None, "feature cache folder", none="$POOLKIT_CACHE/features or "
                                    "~/.cache/poolkit/features")
     cache: bool = option(True, "encode afresh: read and write no feature cache", flag="--no-cache")
@@ -208,8 +235,8 @@ class CompareConfig:
 
     def for_data(self, quick: bool) -> CompareConfig:
         """With folds and epochs settled: the embedded default data's (quick) or a table's."""
-        return replace(self, folds=self.folds or (QUICK_DEFAULTS["folds"] if quick else 5),
-                       epochs=self.epochs or (QUICK_DEFAULTS["epochs"] if quick else 20))
+        return replace(self, folds=self.folds or (QUICK_DEFAULTS["folds"] if quick else ProbeConfig.folds),
+                       epochs=self.epochs or (QUICK_DEFAULTS["epochs"] if quick else ProbeConfig.epochs))
 
 
 COMPARE_PRESETS = Presets("default", {"default": Preset(CompareConfig())})

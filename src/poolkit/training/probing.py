@@ -25,29 +25,10 @@ from ..data.tables import TableData, fold_splits, split_rows
 from ..errors import PoolkitError
 from ..models.pooled_model import task_loss
 from ..pooling import Pooler, build_pooler, pooler_options
+from .config import ProbeConfig
 from .features import FeatureCache
 from .leaderboard import rank_key, sample_std
 from .metrics import compute_metrics, primary_metric
-
-
-@dataclass
-class ProbeConfig:
-    """How every pooler is trained on the cached features (the same for all of them)."""
-
-    folds: int = 5
-    epochs: int = 20
-    batch_size: int = 64
-    pooler_lr: float = 1e-3
-    weight_decay: float = 0.01
-    patience: int = 3
-    head_dropout: float = 0.1
-    #: share of each fold's training rows held out (stratified) to choose the epoch; with folds = 1, also the
-    #: share of all rows held out as the test split
-    val_fraction: float = 0.2
-    seed: int = 0
-    #: torch threads while probing: the ops are small, and one thread was 3-9x faster than two on a
-    #: shared 2-core machine (OpenMP threads spinning against other processes).
-    threads: int = 1
 
 
 def spec_label(spec: dict[str, Any]) -> str:
