@@ -18,6 +18,7 @@ _LAZY = {
     "PooledModel": "poolkit.models.pooled_model",
     "PooledConfig": "poolkit.models.pooled_model",
     "compare": "poolkit.training.api",
+    "evaluate": "poolkit.training.evaluation",
     "train": "poolkit.training.api",
     "predict": "poolkit.training.api",
     "merge": "poolkit.training.merging",

@@ -1,5 +1,6 @@
 """The Python API behind the ``poolkit`` command: ``compare`` -> Leaderboard, ``train`` -> metrics, ``predict`` ->
-table, ``embed`` -> (table, vectors). The CLI only parses arguments, calls these and prints.
+table, ``embed`` -> (table, vectors), ``evaluate`` -> metrics of embeddings. The CLI only parses arguments, calls
+these and prints.
 
 ``data`` is a CSV/TSV/JSONL/Parquet path, ``builtin:NAME`` (``poolkit data list``) or a loaded ``TableData``;
 a pooler is a name or a spec ``{"name": ..., **options}`` (``poolkit.pooling.pooler_spec``).
@@ -21,10 +22,11 @@ from ..models.encoders import embedding_model
 from ..settings import config_from
 from .compare import DEFAULT_DATA, compare, compare_config, compare_folder
 from .config import EmbedConfig, PredictConfig, TrainConfig
+from .evaluation import evaluate
 from .inputs import DEFAULT_POOLERS, fit_to_encoder, load, resolve_poolers
 
-__all__ = ["DEFAULT_DATA", "DEFAULT_POOLERS", "compare", "compare_config", "compare_folder", "embed", "load",
-           "predict", "resolve_poolers", "train", "train_config"]
+__all__ = ["DEFAULT_DATA", "DEFAULT_POOLERS", "compare", "compare_config", "compare_folder", "embed", "evaluate",
+           "load", "predict", "resolve_poolers", "train", "train_config"]
 
 def train_config(pooler: str | dict[str, Any] = "mean", model: str | None = None, **settings: Any):
     """A checked TrainConfig; unknown settings raise naming the known ones."""

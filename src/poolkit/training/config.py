@@ -133,15 +133,12 @@ class TrainConfig:
 TRAIN_PRESETS = Presets("default", {"default": Preset(TrainConfig())})
 
 @dataclass(frozen=True)
-class EmbedConfig:
-    """How ``embed`` encodes and what it accepts: the source of the Python API's defaults and of ``poolkit embed``'s
-    flags and help."""
+class EncodeConfig:
+    """How texts go through an encoder + pooler (``TextEncoder``): what embed and evaluate share."""
 
-    normalize: bool = option(False, "L2-normalise every vector (for cosine similarity)")
     batch_size: int = option(32, "texts per batch", positive=True)
     max_length: int | None = option(None, "token limit", positive=True, none=f"the model's, {MAX_LENGTH} for MiniLM")
     precision: str = precision_option()
-    allow_nonfinite: bool = option(False, "write vectors holding NaN or inf (refused otherwise)")
     allow_untrained: bool = option(False, "accept a pooler with random (untrained) weight matrices on a bare encoder")
 
     def check(self) -> None:
@@ -149,7 +146,18 @@ class EmbedConfig:
         check_precision(self.precision)
 
 
+@dataclass(frozen=True)
+class EmbedConfig(EncodeConfig):
+    """How ``embed`` encodes and what it accepts: the source of the Python API's defaults and of ``poolkit embed``'s
+    flags and help."""
+
+    normalize: bool = option(False, "L2-normalise every vector (for cosine similarity)")
+    allow_nonfinite: bool = option(False, "write vectors holding NaN or inf (refused otherwise)")
+
+
 EMBED_PRESETS = Presets("default", {"default": Preset(EmbedConfig())})
+#: ``evaluate`` encodes as embed does (its vectors are compared by cosine: no normalize, no non-finite ones)
+EVALUATE_PRESETS = Presets("default", {"default": Preset(EncodeConfig())})
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,64 @@
+"""``poolkit evaluate``: how good an encoder + pooler's embeddings are on a table of pairs
+(poolkit.training.evaluation)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..data.pairs import PAIR_TASKS
+from ..training.config import EVALUATE_PRESETS
+from .common import add_pooler_arguments, add_trust_remote_code_argument
+from .options import add_config_arguments, given_settings
+
+HELP = "score embeddings for retrieval or similarity on a table of pairs, with no training"
+DESCRIPTION = ("Score an encoder + pooler on a table of pairs, with no training: retrieval (each row a query and a "
+               "relevant document; every query ranked against the whole corpus by cosine: nDCG@10, MRR@10, MAP@100, "
+               "Recall@1/@10) or similarity (two texts and a graded score: Spearman and Pearson of the cosine). "
+               "The figures are those of sentence-transformers' InformationRetrievalEvaluator / "
+               "EmbeddingSimilarityEvaluator on the same model and pooling.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    data = parser.add_argument_group("data")
+    data.add_argument("--data", required=True, help="CSV/TSV/JSONL/Parquet file of pairs")
+    data.add_argument("--task", required=True, choices=PAIR_TASKS, help="retrieval or similarity")
+    data.add_argument("--text-col", default="text", help="the query (retrieval) or first text (default: text)")
+    data.add_argument("--pair-col", default="pair", help="the relevant document (retrieval) or second text (default: "
+                      "pair)")
+    data.add_argument("--target-col", default="score", help="similarity: the graded score (default: score)")
+    data.add_argument("--negative-col", help="retrieval: a hard negative document per row (joins the corpus)")
+    data.add_argument("--corpus", help="retrieval: a table of more documents, in a column named as --pair-col")
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", help="encoder folder / hub name (default: packaged all-MiniLM-L6-v2), or a "
+                       "`poolkit train` model: a fold_K folder, or its --out folder when it holds one fold")
+    add_pooler_arguments(model, default=None)
+    add_trust_remote_code_argument(model)
+    add_config_arguments(parser.add_argument_group("encoding (poolkit.training.config.EncodeConfig; unset: its "
+                                                   "defaults)"), EVALUATE_PRESETS)
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", help="also write the result as JSON (metrics under \"metrics\")")
+    out.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    out.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..io import atomic_write_json, refuse_overwrite
+    from ..training.evaluation import evaluate
+    from .common import single_pooler_spec
+
+    out = refuse_overwrite(args.out, args.force) if args.out else None  # before any work
+    spec = single_pooler_spec(args.pooler or "mean", args.pooler_opt) if args.pooler or args.pooler_opt else None
+    result = evaluate(args.data, args.task, model=args.model, pooler=spec, text_col=args.text_col,
+                      pair_col=args.pair_col, target_col=args.target_col, negative_col=args.negative_col,
+                      corpus=args.corpus, trust_remote_code=args.trust_remote_code, progress=not args.quiet,
+                      **given_settings(args, EVALUATE_PRESETS))
+    if out is not None:
+        atomic_write_json(out, result)
+    sizes = (f"{result['queries']} queries, {result['corpus']} documents" if args.task == "retrieval"
+             else f"{result['pairs']} pairs")
+    shown = ", ".join(f"{name} {value:.4f}" for name, value in result["metrics"].items())
+    print(f"{result['pooler']['name']} on {sizes}: {shown}" + (f"; written to {out}" if out else ""))
+    if not out:
+        print(json.dumps(result["metrics"]))
+    return 0

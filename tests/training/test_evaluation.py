@@ -1,0 +1,124 @@
+"""``evaluate`` and its metrics (poolkit.training.embedding_metrics): hand-computed rankings, and the figures of
+sentence-transformers' own evaluators on the packaged MiniLM."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from poolkit import PoolkitError
+from poolkit.cli import main
+from poolkit.training.embedding_metrics import ranked, retrieval_metrics, similarity_metrics
+from poolkit.training.evaluation import evaluate
+
+#: documents 0..4 as orthogonal directions; a query's cosine with document j is its j-th coordinate
+CORPUS = torch.eye(5)
+
+
+def test_retrieval_metrics_of_known_rankings():
+    # query 0 ranks document 1 first (relevant: {1}); query 1 ranks 3 second and 0 fourth (relevant: {0, 3}).
+    # catches a DCG discount off by one rank, an ideal DCG over all documents instead of the relevant ones, MRR of
+    # the last hit, AP divided by the hits found instead of min(100, relevant), and recall@k counting queries
+    queries = torch.tensor([[0.1, 0.9, 0.2, 0.0, 0.0],
+                            [0.2, 0.0, 0.9, 0.5, 0.3]])
+    metrics = retrieval_metrics(queries, CORPUS, [{1}, {0, 3}])
+    dcg = 1 / math.log2(3) + 1 / math.log2(5)
+    assert metrics["ndcg@10"] == pytest.approx((1 + dcg / (1 + 1 / math.log2(3))) / 2)
+    assert metrics["mrr@10"] == pytest.approx((1 + 1 / 2) / 2)
+    assert metrics["map@100"] == pytest.approx((1 + (1 / 2 + 2 / 4) / 2) / 2)
+    assert metrics["recall@1"] == pytest.approx(0.5) and metrics["recall@10"] == pytest.approx(1.0)
+
+
+def test_ranking_breaks_ties_by_the_lower_document_index_and_reads_the_whole_corpus():
+    # the ranking sentence-transformers uses; a depth beyond the corpus gives the whole corpus
+    queries = torch.tensor([[0.0, 0.5, 0.5, 0.5, 0.1]])
+    assert ranked(queries, CORPUS, 100).tolist() == [[1, 2, 3, 4, 0]]
+    assert ranked(queries, CORPUS, 2).tolist() == [[1, 2]]
+
+
+def test_similarity_metrics_are_the_correlations_of_the_cosines():
+    left = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    right = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0], [-1.0, 0.2]])
+    scores = np.array([5.0, 3.0, 2.0, 0.0])  # the cosines' order: Spearman 1
+    metrics = similarity_metrics(left, right, scores)
+    cosine = [1.0, 1 / math.sqrt(2), 0.0, -1 / math.sqrt(1.04)]
+    assert metrics["spearman"] == pytest.approx(1.0)
+    assert metrics["pearson"] == pytest.approx(np.corrcoef(cosine, scores)[0, 1])
+
+
+def _glosses(count: int) -> pd.DataFrame:
+    """WordNet noun glosses (queries) and their first lemmas (documents): data no one here wrote."""
+    from poolkit.data.builtin import read_wordnet
+
+    synsets = read_wordnet("noun")[1000:1000 + count]
+    return pd.DataFrame({"text": [s.gloss for s in synsets], "pair": [s.lemma.replace("_", " ") for s in synsets]})
+
+
+@pytest.mark.slow
+def test_evaluate_equals_sentence_transformers_on_the_packaged_minilm():
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.evaluation import (EmbeddingSimilarityEvaluator,
+                                                                         InformationRetrievalEvaluator)
+    from sentence_transformers.util import cos_sim
+
+    from poolkit.data.pairs import load_pairs
+    from poolkit.models.encoders import resolve_model
+
+    table = _glosses(300)
+    ours = evaluate(table, "retrieval", pooler="mean", batch_size=32, progress=False)
+    data = load_pairs(table, "retrieval")
+    model = SentenceTransformer(resolve_model(None), device="cpu")
+    theirs = InformationRetrievalEvaluator(
+        {f"q{i}": q for i, q in enumerate(data.queries)}, {f"d{i}": d for i, d in enumerate(data.corpus)},
+        {f"q{i}": {f"d{j}" for j in wanted} for i, wanted in enumerate(data.relevant)},
+        score_functions={"cosine": cos_sim}, write_csv=False)(model)
+    names = {"ndcg@10": "cosine_ndcg@10", "mrr@10": "cosine_mrr@10", "map@100": "cosine_map@100",
+             "recall@1": "cosine_recall@1", "recall@10": "cosine_recall@10"}
+    for ours_name, their_name in names.items():
+        assert abs(ours["metrics"][ours_name] - theirs[their_name]) <= 0.005, (ours_name, ours["metrics"], theirs)
+    assert 0.2 < ours["metrics"]["ndcg@10"] < 1  # a real ranking, not a degenerate one
+
+    pairs = pd.DataFrame({"text": table["text"][:150].tolist(), "pair": table["text"][150:].tolist(),
+                          "score": np.arange(150) % 6})
+    pairs.loc[::3, "pair"] = table["pair"][:150:3].tolist()  # some pairs related, most not
+    ours = evaluate(pairs, "similarity", progress=False)
+    theirs = EmbeddingSimilarityEvaluator(pairs["text"].tolist(), pairs["pair"].tolist(), pairs["score"].tolist(),
+                                          write_csv=False)(model)
+    assert abs(ours["metrics"]["spearman"] - theirs["spearman_cosine"]) <= 0.005
+    assert abs(ours["metrics"]["pearson"] - theirs["pearson_cosine"]) <= 0.005
+
+
+def test_shuffled_pairs_score_near_chance(model_dir):
+    # documents paired with the wrong queries: nothing to find, so the figures are those of a random ranking
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(list("abcdefghij"), 6)) for _ in range(60)]
+    table = pd.DataFrame({"text": texts, "pair": list(rng.permutation(texts))})
+    result = evaluate(table, "retrieval", model=model_dir, progress=False)
+    assert result["queries"] == 60 and result["corpus"] == 60
+    assert result["metrics"]["recall@10"] < 0.4 and result["metrics"]["ndcg@10"] < 0.3
+
+
+def test_the_command_prints_and_writes_the_metrics_and_refuses_bad_input(capsys, tmp_path, model_dir):
+    data = tmp_path / "pairs.csv"
+    pd.DataFrame({"query": ["a cat", "a dog", "a car"], "doc": ["cats purr", "dogs bark", "cars drive"]}).to_csv(
+        data, index=False)
+    out = tmp_path / "metrics.json"
+    argv = ["evaluate", "--data", str(data), "--task", "retrieval", "--text-col", "query", "--pair-col", "doc",
+            "--model", model_dir, "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    written = json.loads(out.read_text())
+    assert set(written["metrics"]) == {"ndcg@10", "mrr@10", "map@100", "recall@1", "recall@10"}
+    assert written["metrics"]["recall@10"] == 1.0  # 3 documents: every one is in the top 10
+    assert "3 queries, 3 documents" in capsys.readouterr().out
+    assert main(argv) == 2  # never overwritten without --force
+    assert "already exists" in capsys.readouterr().err
+    assert main([*argv[:-3], "--pair-col", "document", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "column 'document' not found" in err and "--pair-col" in err and "Traceback" not in err
+    with pytest.raises(PoolkitError, match="unknown evaluate setting 'batch'"):
+        evaluate(data, "retrieval", text_col="query", pair_col="doc", batch=4)
