@@ -50,7 +50,9 @@ def test_limit_is_a_deterministic_stratified_subsample():
 
 def test_list_datasets_describes_every_name():
     infos = {info.name: info for info in list_datasets()}
-    assert set(infos) == {"embedded", "embedded-depth", "wordnet-supersense", "wordnet-depth", "fortunes"}
+    assert set(infos) == {"embedded", "embedded-depth", "wordnet-supersense", "wordnet-depth", "fortunes",
+                          "wordnet-examples", "wordnet-similarity"}
+    assert infos["wordnet-examples"].task == "retrieval" and infos["wordnet-similarity"].task == "similarity"
     assert infos["wordnet-depth"].task == "regression" and "wordnet-base" in infos["wordnet-depth"].needs
     assert all(info.description and info.source for info in infos.values())
 
@@ -105,6 +107,50 @@ def test_wordnet_depth_of_known_synsets():
     assert depth[dog.offset] == 8
     data = load_builtin("wordnet-depth", limit=500)
     assert data.task == "regression" and len(data) == 500 and data.targets.max() <= 19
+
+
+def test_a_gloss_splits_into_its_definition_and_examples():
+    assert builtin.split_gloss('a domesticated carnivore; "the dog barked all night"; "a dog\'s life"') == (
+        "a domesticated carnivore", ["the dog barked all night", "a dog's life"])
+    assert builtin.split_gloss("a member of the genus Canis") == ("a member of the genus Canis", [])
+
+
+def test_wu_palmer_is_nltks_over_the_deepest_shared_ancestor():
+    # root r (1 node deep) -> a (2) -> b, c (3); b -> e (4); and a shortcut r -> e. lcs(e, c) = a (depth 2, deeper
+    # than r): 2 * 2 / (2 + 1 + 2 * 2); catches a shallower subsumer chosen, or depths in place of edge counts
+    up = {"a": {"a": 0, "r": 1}, "b": {"b": 0, "a": 1, "r": 2}, "c": {"c": 0, "a": 1, "r": 2},
+          "e": {"e": 0, "b": 1, "a": 2, "r": 1}}
+    depth = {"r": 1, "a": 2, "b": 3, "c": 3, "e": 2}.__getitem__
+    assert builtin.wu_palmer("e", "c", up.__getitem__, depth) == pytest.approx(4 / 7)
+    assert builtin.wu_palmer("b", "b", up.__getitem__, depth) == 1.0
+
+
+def test_the_pair_sets_are_refused_where_a_labelled_table_is_needed():
+    with pytest.raises(PoolkitError, match="builtin:wordnet-examples is a table of pairs for retrieval: score "
+                                           "embeddings on it with `poolkit evaluate --task retrieval`"):
+        load_builtin("builtin:wordnet-examples")
+    with pytest.raises(PoolkitError, match="builtin:embedded is a classification set, not pairs"):
+        builtin.builtin_pairs("builtin:embedded")
+
+
+@pytest.mark.slow
+@needs_wordnet
+def test_wordnet_pair_sets():
+    # catches examples paired with another synset's definition, quotes left in a text, scores outside [0, 1], and
+    # a similarity set without its spread (siblings high, random pairs low)
+    from poolkit.data.pairs import load_pairs
+
+    retrieval = load_pairs("builtin:wordnet-examples", "retrieval")
+    assert len(retrieval.queries) > 2000 and 1990 <= len(retrieval.corpus) <= 2000
+    assert not any('"' in t for t in retrieval.queries[:200] + retrieval.corpus[:200])
+    glosses = {s.gloss for pos in ("noun", "verb", "adj", "adv") for s in read_wordnet(pos)}
+    query, document = retrieval.queries[0], retrieval.corpus[next(iter(retrieval.relevant[0]))]
+    assert any(g.startswith(document) and f'"{query}' in g for g in glosses)
+    similarity = load_pairs("builtin:wordnet-similarity", "similarity")
+    assert len(similarity.scores) == 2000 and 0 <= similarity.scores.min() and similarity.scores.max() <= 1
+    assert (similarity.scores > 0.8).mean() > 0.3 and (similarity.scores < 0.4).mean() > 0.2
+    with pytest.raises(PoolkitError, match="is a similarity set: pass `task` similarity"):
+        load_pairs("builtin:wordnet-similarity", "retrieval")
 
 
 @pytest.mark.slow

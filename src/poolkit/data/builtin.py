@@ -1,4 +1,5 @@
-"""Built-in real datasets, addressed as ``builtin:NAME``: WordNet glosses, Debian fortunes, and small embedded subsets.
+"""Built-in real datasets, addressed as ``builtin:NAME``: WordNet glosses, Debian fortunes, and small embedded subsets;
+and tables of pairs for the embedding tasks (retrieval, similarity; read with :func:`builtin_pairs`).
 
 Texts are WordNet glosses exactly as written (definition plus any quoted examples, no lemma prefix), so
 the model must infer the supersense or depth from the definition alone.
@@ -6,6 +7,7 @@ the model must infer the supersense or depth from the definition alone.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter, deque
 from collections.abc import Callable
@@ -14,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from poolkit.data.tables import TableData, load_table, stratified_sample
 from poolkit.errors import PoolkitError, suggest
@@ -138,6 +141,88 @@ def _wordnet_depth() -> TableData:
     return TableData(texts, targets, "regression", None, ("depth",), "text", f"{WORDNET_DIR}/data.noun")
 
 
+def split_gloss(gloss: str) -> tuple[str, list[str]]:
+    """A WordNet gloss as its definition and its quoted example sentences: 'a dog; "the dog barked"' -> ('a dog',
+    ['the dog barked'])."""
+    examples = re.findall(r'"([^"]+)"', gloss)
+    definition = gloss.split('"')[0].strip().rstrip(";:,").strip()  # examples follow '; "' (a few: ': "')
+    return definition, [e.strip() for e in examples if e.strip()]
+
+
+#: synsets sampled for the pair sets (seeded): enough queries to tell poolers apart, few enough to encode in minutes
+PAIR_SYNSETS = 2000
+
+
+def _wordnet_examples() -> pd.DataFrame:
+    """Retrieval: each example sentence of 2,000 sampled WordNet synsets (all parts of speech) -> its synset's
+    definition."""
+    synsets = [s for pos in ("noun", "verb", "adj", "adv") for s in read_wordnet(pos)]
+    with_examples = [(definition, examples) for definition, examples in map(split_gloss, (s.gloss for s in synsets))
+                     if examples and definition]
+    chosen = np.random.default_rng(0).choice(len(with_examples), PAIR_SYNSETS, replace=False)
+    rows = [(example, with_examples[i][0]) for i in sorted(chosen) for example in with_examples[i][1]]
+    return pd.DataFrame(rows, columns=["text", "pair"])
+
+
+def wu_palmer(a: str, b: str, ancestors: Callable[[str], dict[str, int]], depth: Callable[[str], int]) -> float:
+    """Wu & Palmer (1994) similarity of two synsets, as NLTK computes it: 2 D / (d_a + d_b + 2 D), with D the depth
+    in nodes (a root: 1) of their least common subsumer -- the deepest shared ancestor -- and d_a, d_b the hypernym
+    edges from each up to it; ``ancestors(x)``: {ancestor (x included): fewest edges up from x}."""
+    up_a, up_b = ancestors(a), ancestors(b)
+    shared = up_a.keys() & up_b.keys()
+    if not shared:
+        return 0.0
+    lcs = max(shared, key=lambda x: (depth(x), -up_a[x] - up_b[x]))
+    return 2 * depth(lcs) / (up_a[lcs] + up_b[lcs] + 2 * depth(lcs))
+
+
+def _wordnet_similarity() -> pd.DataFrame:
+    """Similarity: 2,000 pairs of WordNet noun definitions scored by the Wu-Palmer similarity of their synsets in the
+    hypernym graph (0-1); a third of the pairs are siblings (a shared hypernym), a third share a grandparent, a third
+    are random."""
+    synsets = read_wordnet("noun")
+    by_offset = {s.offset: s for s in synsets}
+    depth = hypernym_depths(synsets)
+    children: dict[str, list[str]] = {}
+    for s in synsets:
+        for parent in s.hypernyms:
+            children.setdefault(parent, []).append(s.offset)
+
+    @functools.lru_cache(maxsize=None)
+    def ancestors(offset: str) -> dict[str, int]:
+        found = {offset: 0}
+        for parent in by_offset[offset].hypernyms:
+            for node, edges in ancestors(parent).items():
+                found[node] = min(found.get(node, edges + 1), edges + 1)
+        return found
+
+    rng = np.random.default_rng(0)
+    pairs, seen = [], set()
+    while len(pairs) < PAIR_SYNSETS:
+        a = synsets[rng.integers(len(synsets))]
+        kind = len(pairs) % 3
+        if kind < 2 and a.hypernyms:
+            parent = a.hypernyms[0]
+            if kind == 1 and by_offset[parent].hypernyms:
+                parent = by_offset[parent].hypernyms[0]  # a grandparent: its other descendants two levels down
+                pool = [c for p in children.get(parent, []) for c in children.get(p, [])]
+            else:
+                pool = children.get(parent, [])
+            pool = [c for c in pool if c != a.offset]
+            if not pool:
+                continue
+            b = by_offset[pool[rng.integers(len(pool))]]
+        else:
+            b = synsets[rng.integers(len(synsets))]
+        key = tuple(sorted((a.offset, b.offset)))
+        if a.offset == b.offset or key in seen:
+            continue
+        seen.add(key)
+        score = wu_palmer(a.offset, b.offset, ancestors, lambda x: depth[x] + 1)
+        pairs.append((split_gloss(a.gloss)[0], split_gloss(b.gloss)[0], round(score, 4)))
+    return pd.DataFrame(pairs, columns=["text", "pair", "score"])
+
+
 #: fortune categories with fewer entries are left out of ``builtin:fortunes`` (Debian's 'pratchett' has 2,
 #: 'ascii-art' 10, 'translate-me' 12): too few to stratify folds or to learn, and 'ascii-art' is not text
 MIN_FORTUNES_PER_CATEGORY = 20
@@ -206,14 +291,50 @@ _DATASETS: dict[str, tuple[DatasetInfo, Callable[[], TableData]]] = {
 }
 
 
+#: the tables of pairs (``poolkit evaluate``): name -> (info, loader of a DataFrame with text, pair[, score])
+_PAIR_DATASETS: dict[str, tuple[DatasetInfo, Callable[[], pd.DataFrame]]] = {
+    info.name: (info, loader)
+    for info, loader in [
+        (
+            DatasetInfo(
+                "wordnet-examples", "retrieval", "WordNet example sentences -> their synset's definition (2,000 "
+                "synsets, all parts of speech)", _WORDNET, "apt-get install wordnet-base",
+            ),
+            _wordnet_examples,
+        ),
+        (
+            DatasetInfo(
+                "wordnet-similarity", "similarity", "2,000 pairs of WordNet noun definitions -> Wu-Palmer similarity "
+                "of their synsets (0-1)", _WORDNET, "apt-get install wordnet-base",
+            ),
+            _wordnet_similarity,
+        ),
+    ]
+}
+
+
 def list_datasets() -> list[DatasetInfo]:
-    """Every built-in dataset, the embedded ones first."""
-    return [info for info, _ in _DATASETS.values()]
+    """Every built-in dataset, the embedded ones first, the tables of pairs last."""
+    return [info for info, _ in (*_DATASETS.values(), *_PAIR_DATASETS.values())]
+
+
+def builtin_pairs(name: str) -> tuple[pd.DataFrame, DatasetInfo]:
+    """The table of pairs ``builtin:NAME`` (columns text, pair and, for similarity, score) and what it is."""
+    name = name.removeprefix(PREFIX)
+    if name not in _PAIR_DATASETS:
+        kind = f"a {_DATASETS[name][0].task} set, not pairs" if name in _DATASETS else "not a built-in dataset"
+        raise PoolkitError(f"builtin:{name} is {kind}: the tables of pairs are "
+                           f"{', '.join(PREFIX + n for n in _PAIR_DATASETS)}.{suggest(name, _PAIR_DATASETS)}")
+    info, loader = _PAIR_DATASETS[name]
+    return loader(), info
 
 
 def load_builtin(name: str, limit: int | None = None, seed: int = 0) -> TableData:
     """Load ``builtin:NAME`` (prefix optional); ``limit`` keeps a deterministic stratified subsample of that size."""
     name = name.removeprefix(PREFIX)
+    if name in _PAIR_DATASETS:
+        raise PoolkitError(f"builtin:{name} is a table of pairs for {_PAIR_DATASETS[name][0].task}: score embeddings "
+                           f"on it with `poolkit evaluate --task {_PAIR_DATASETS[name][0].task}`")
     if name not in _DATASETS:
         raise PoolkitError(
             f"unknown built-in dataset {name!r}: choose one of {', '.join(_DATASETS)}.{suggest(name, _DATASETS)}"

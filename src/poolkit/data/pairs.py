@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import PoolkitError, suggest
+from .builtin import PREFIX, builtin_pairs
 from .tables import _rows, read_frame, text_list
 
 PAIR_TASKS = ("retrieval", "similarity")
@@ -51,12 +52,20 @@ class SimilarityData:
 def load_pairs(data: str | Path | pd.DataFrame, task: str, *, text_col: str = "text", pair_col: str = "pair",
                target_col: str = "score", negative_col: str | None = None,
                corpus: str | Path | Sequence[str] | None = None) -> RetrievalData | SimilarityData:
-    """A table of pairs (a file or a DataFrame) as the ``task`` reads it (see the module docstring). ``corpus``: a
-    table file whose ``pair_col`` column holds more documents, or a list of them (retrieval only)."""
+    """A table of pairs (a file, ``builtin:NAME`` or a DataFrame) as the ``task`` reads it (see the module
+    docstring). ``corpus``: a table file whose ``pair_col`` column holds more documents, or a list of them (retrieval
+    only)."""
     if task not in PAIR_TASKS:
         raise PoolkitError(f"`task` for pairs must be one of {', '.join(PAIR_TASKS)}, got {task!r}")
-    frame = data if isinstance(data, pd.DataFrame) else read_frame(Path(data))
-    source = "the table" if isinstance(data, pd.DataFrame) else Path(data).name
+    if isinstance(data, pd.DataFrame):
+        frame, source = data, "the table"
+    elif str(data).startswith(PREFIX):
+        frame, info = builtin_pairs(str(data))
+        if info.task != task:
+            raise PoolkitError(f"{data} is a {info.task} set: pass `task` {info.task}")
+        source = str(data)
+    else:
+        frame, source = read_frame(Path(data)), Path(data).name
     if task == "similarity":
         if negative_col is not None or corpus is not None:
             raise PoolkitError("`negative_col` and `corpus` are for retrieval; a similarity table has two texts and a "
