@@ -174,3 +174,24 @@ def test_benchmark_targets_say_when_one_is_missed():
     text = benchmarks_compare.render_targets(compare, padding)
     assert "| <= 2.0x | 2.20x / 2.50x | MISSED |" in text and "| >= 1.5x | 3.00x / 2.00x | met |" in text
     assert "Targets missed: 1." in text
+
+
+def test_the_embeddings_reading_follows_the_figures():
+    # catches a best pooler read from the wrong end, mean called the best when another pooler beats it, and two
+    # poolers called equal when only their first metric agrees
+    from pages import embeddings
+
+    def row(name, spearman, pearson):
+        return {"task": "similarity", "data": "builtin:x", "pooler": {"name": name},
+                "metrics": {"spearman": spearman, "pearson": pearson}}
+
+    result = {"results": [row("mean", 0.5, 0.4), row("cls", 0.7, 0.6), row("mean_sqrt_len", 0.5, 0.41),
+                          {**row("max", 0.1, 0.1), "task": "retrieval",
+                           "metrics": dict.fromkeys(embeddings.METRICS["retrieval"], 0.2)},
+                          {**row("mean", 0.3, 0.3), "task": "retrieval",
+                           "metrics": dict.fromkeys(embeddings.METRICS["retrieval"], 0.3)}]}
+    text = embeddings.render_reading(result)
+    assert "**similarity** (`builtin:x`): `cls` is first by spearman (0.7000), `mean` last (0.5000)" not in text
+    assert "`cls` is first by spearman (0.7000)" in text and "is 0.2000 below the best." in text
+    assert "**retrieval** (`builtin:x`): `mean` is first by ndcg@10 (0.3000), `max` last (0.2000)" in text
+    assert "scores exactly as mean" not in text
