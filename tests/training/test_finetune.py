@@ -423,3 +423,22 @@ def test_two_processes_train_like_one(reference, model_dir, tmp_path):
     assert [f["best_step"] for f in two["folds"]] == [f["best_step"] for f in one["folds"]]
     oof_two, oof_one = pd.read_csv(out / "oof.csv"), pd.read_csv(reference[0] / "oof.csv")
     np.testing.assert_allclose(oof_two[["prob_neg", "prob_pos"]], oof_one[["prob_neg", "prob_pos"]], atol=1e-3)
+
+
+def test_evaluate_scores_a_run_fold_by_fold(reference, tmp_path):
+    # catches folds averaged as one model, a std over a single value, a fold picked by position instead of its name,
+    # and the run's trained pooler replaced by a fresh one
+    from poolkit.training.evaluation import evaluate
+
+    out, _ = reference
+    table = pd.DataFrame({"text": ["good film", "bad film", "great plot"], "pair": ["a joy", "a bore", "a joy"],
+                          "score": [1.0, 0.0, 0.8]})
+    both = evaluate(table, "similarity", model=out, progress=False)
+    folds = [evaluate(table, "similarity", model=out, fold=k, progress=False)["metrics"] for k in (0, 1)]
+    assert [f["fold"] for f in both["folds"]] == ["fold_0", "fold_1"]
+    assert [f["metrics"] for f in both["folds"]] == folds
+    assert both["metrics"]["pearson"] == pytest.approx(np.mean([f["pearson"] for f in folds]))
+    assert both["std_ddof1"]["pearson"] == pytest.approx(np.std([f["pearson"] for f in folds], ddof=1))
+    assert both["pooler"] == PooledModel.from_pretrained(out / "fold_0").pooler.get_config()
+    with pytest.raises(PoolkitError, match="has no fold_5: its folds are fold_0, fold_1"):
+        evaluate(table, "similarity", model=out, fold=5)

@@ -31,7 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--corpus", help="retrieval: a table of more documents, in a column named as --pair-col")
     model = parser.add_argument_group("model")
     model.add_argument("--model", help="encoder folder / hub name (default: packaged all-MiniLM-L6-v2), or a "
-                       "`poolkit train` model: a fold_K folder, or its --out folder when it holds one fold")
+                       "`poolkit train` model: its --out folder (every fold scored: mean ± sample std) or a fold_K "
+                       "folder")
+    model.add_argument("--fold", type=int, metavar="K", help="with a `poolkit train` run: score its fold_K only")
     add_pooler_arguments(model, default=None)
     add_trust_remote_code_argument(model)
     add_config_arguments(parser.add_argument_group("encoding (poolkit.training.config.EncodeConfig; unset: its "
@@ -51,14 +53,18 @@ def run(args: argparse.Namespace) -> int:
     spec = single_pooler_spec(args.pooler or "mean", args.pooler_opt) if args.pooler or args.pooler_opt else None
     result = evaluate(args.data, args.task, model=args.model, pooler=spec, text_col=args.text_col,
                       pair_col=args.pair_col, target_col=args.target_col, negative_col=args.negative_col,
-                      corpus=args.corpus, trust_remote_code=args.trust_remote_code, progress=not args.quiet,
+                      corpus=args.corpus, fold=args.fold, trust_remote_code=args.trust_remote_code,
+                      progress=not args.quiet,
                       **given_settings(args, EVALUATE_PRESETS))
     if out is not None:
         atomic_write_json(out, result)
     sizes = (f"{result['queries']} queries, {result['corpus']} documents" if args.task == "retrieval"
              else f"{result['pairs']} pairs")
-    shown = ", ".join(f"{name} {value:.4f}" for name, value in result["metrics"].items())
-    print(f"{result['pooler']['name']} on {sizes}: {shown}" + (f"; written to {out}" if out else ""))
+    std = result.get("std_ddof1")
+    shown = ", ".join(f"{name} {value:.4f}" + (f" ± {std[name]:.4f}" if std else "")
+                      for name, value in result["metrics"].items())
+    over = f" (mean ± sample std over {len(result['folds'])} folds)" if std else ""
+    print(f"{result['pooler']['name']} on {sizes}: {shown}{over}" + (f"; written to {out}" if out else ""))
     if not out:
         print(json.dumps(result["metrics"]))
     return 0

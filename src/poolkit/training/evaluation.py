@@ -1,6 +1,7 @@
 """``evaluate``: how good an encoder + pooler's embeddings are on a table of pairs, with no training (retrieval:
 every query ranked against the whole corpus; similarity: cosine against the scores). The figures are those of
-sentence-transformers' evaluators (:mod:`.embedding_metrics`)."""
+sentence-transformers' evaluators (:mod:`.embedding_metrics`). A ``poolkit train`` run of several folds is scored
+fold by fold (each fold model with its trained pooler), as the mean and sample std over its folds."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from ..data.pairs import RetrievalData, load_pairs
-from ..models.encoders import embedding_model
+from ..data.pairs import RetrievalData, SimilarityData, load_pairs
+from ..errors import PoolkitError
+from ..io.runs import fold_models
 from ..settings import config_from
 from .config import EncodeConfig
 from .embedding_metrics import retrieval_metrics, similarity_metrics
@@ -21,32 +24,62 @@ from .embedding_metrics import retrieval_metrics, similarity_metrics
 def evaluate(data: str | Path | pd.DataFrame, task: str, *, model: str | None = None,
              pooler: str | dict[str, Any] | None = None, text_col: str = "text", pair_col: str = "pair",
              target_col: str = "score", negative_col: str | None = None,
-             corpus: str | Path | Sequence[str] | None = None, trust_remote_code: bool = False, progress: bool = True,
-             **settings: Any) -> dict[str, Any]:
-    """The metrics of ``model`` (default: the packaged all-MiniLM-L6-v2; or a ``poolkit train`` fold folder, with its
-    trained pooler) pooled with ``pooler`` (default mean) on ``data`` read for ``task`` (retrieval | similarity; see
-    :func:`poolkit.data.pairs.load_pairs` for the columns and ``corpus``). ``settings``: EncodeConfig's fields
-    (batch_size, max_length, precision, allow_untrained). Returns {"task", "metrics": {name: value}, "model",
-    "pooler" (its spec), "queries" / "corpus" / "pairs" (retrieval) or "pairs" (similarity), "seconds"}."""
-    from ..models.text_encoder import TextEncoder
-
+             corpus: str | Path | Sequence[str] | None = None, fold: int | None = None, trust_remote_code: bool = False,
+             progress: bool = True, **settings: Any) -> dict[str, Any]:
+    """The metrics of ``model`` (default: the packaged all-MiniLM-L6-v2; or a ``poolkit train`` run or fold folder,
+    with its trained pooler) pooled with ``pooler`` (default mean) on ``data`` read for ``task`` (retrieval |
+    similarity; see :func:`poolkit.data.pairs.load_pairs` for the columns and ``corpus``). A run of several folds is
+    scored fold by fold: ``metrics`` is their mean, ``std_ddof1`` the sample std, ``folds`` each one's (``fold``: that
+    fold alone). ``settings``: EncodeConfig's fields (batch_size, max_length, precision, allow_untrained). Returns
+    {"task", "metrics", "model", "pooler" (its spec), "queries" / "corpus" / "pairs" (retrieval) or "pairs"
+    (similarity), "max_length", "seconds"}."""
     config = config_from(EncodeConfig, "evaluate", settings)
     config.check()
+    models = _models(model, fold)
     pairs = load_pairs(data, task, text_col=text_col, pair_col=pair_col, target_col=target_col,
-                       negative_col=negative_col, corpus=corpus)  # bad input fails before the model loads
-    model = embedding_model(model)
+                       negative_col=negative_col, corpus=corpus)  # bad input fails before a model loads
+    started = time.perf_counter()
+    scored = [_score(one, pooler, pairs, config, trust_remote_code, progress) for one in models]
+    sizes = ({"queries": len(pairs.queries), "corpus": len(pairs.corpus), "pairs": pairs.pairs}
+             if isinstance(pairs, RetrievalData) else {"pairs": len(pairs.scores)})
+    result = {"task": task, "metrics": scored[0]["metrics"], "model": str(model) if model is not None else None,
+              "pooler": scored[0]["pooler"], **sizes, "max_length": scored[0]["max_length"]}
+    if len(scored) > 1:
+        names = list(scored[0]["metrics"])
+        result["metrics"] = {m: float(np.mean([s["metrics"][m] for s in scored])) for m in names}
+        result["std_ddof1"] = {m: float(np.std([s["metrics"][m] for s in scored], ddof=1)) for m in names}
+        result["folds"] = [{"fold": Path(one).name, "metrics": s["metrics"]} for one, s in zip(models, scored)]
+    return {**result, "seconds": time.perf_counter() - started}
+
+
+def _models(model: str | None, fold: int | None) -> list[str | None]:
+    """The models to score: a ``poolkit train`` run's fold models (or its fold ``fold``), else ``model`` itself."""
+    if model is None or not Path(model).is_dir() or (Path(model) / "config.json").is_file():
+        if fold is not None:
+            raise PoolkitError("`fold` picks a fold of a `poolkit train` run: pass the run folder as `model`")
+        return [model]
+    folds = [str(path) for path in fold_models(model)]
+    if fold is None:
+        return folds
+    chosen = [path for path in folds if Path(path).name == f"fold_{fold}"]
+    if not chosen:
+        raise PoolkitError(f"{model} has no fold_{fold}: its folds are {', '.join(Path(f).name for f in folds)}")
+    return chosen
+
+
+def _score(model: str | None, pooler: Any, pairs: RetrievalData | SimilarityData, config: EncodeConfig,
+           trust_remote_code: bool, progress: bool) -> dict[str, Any]:
+    """One encoder + pooler's metrics on ``pairs``."""
+    from ..models.text_encoder import TextEncoder
+
     encoder = TextEncoder(model, pooler, max_length=config.max_length, precision=config.precision,
                           allow_untrained=config.allow_untrained, trust_remote_code=trust_remote_code)
-    started = time.perf_counter()
 
     def vectors(texts: list[str]):
         return encoder.encode(texts, batch_size=config.batch_size, progress=progress).float()
 
     if isinstance(pairs, RetrievalData):
         metrics = retrieval_metrics(vectors(pairs.queries), vectors(pairs.corpus), pairs.relevant)
-        sizes = {"queries": len(pairs.queries), "corpus": len(pairs.corpus), "pairs": pairs.pairs}
     else:
         metrics = similarity_metrics(vectors(pairs.left), vectors(pairs.right), pairs.scores)
-        sizes = {"pairs": len(pairs.scores)}
-    return {"task": task, "metrics": metrics, "model": model, "pooler": encoder.pooler.get_config(), **sizes,
-            "max_length": encoder.max_length, "seconds": time.perf_counter() - started}
+    return {"metrics": metrics, "pooler": encoder.pooler.get_config(), "max_length": encoder.max_length}
