@@ -102,9 +102,7 @@ def embed(data: str | Path | Sequence[str], *, model: str | None = None, pooler:
     config.check()
     model = embedding_model(model)
     frame, texts = read_texts(data, text_col)
-    encoder = TextEncoder(model, pooler, normalize=config.normalize, max_length=config.max_length,
-                          precision=config.precision, allow_untrained=config.allow_untrained,
-                          trust_remote_code=trust_remote_code)
+    encoder = TextEncoder(model, pooler, **config.encoder_options(), trust_remote_code=trust_remote_code)
     vectors = encoder.encode(texts, batch_size=config.batch_size, progress=progress).numpy()
     check_finite(vectors, 0, config.allow_nonfinite)
     return frame, vectors, encoder.pooler.get_config()

@@ -145,6 +145,10 @@ class EncodeConfig:
         check_counts(self, ("batch_size",) + (("max_length",) if self.max_length is not None else ()))
         check_precision(self.precision)
 
+    def encoder_options(self) -> dict[str, Any]:
+        """The ``TextEncoder`` arguments these settings give."""
+        return {"max_length": self.max_length, "precision": self.precision, "allow_untrained": self.allow_untrained}
+
 
 @dataclass(frozen=True)
 class EmbedConfig(EncodeConfig):
@@ -153,6 +157,9 @@ class EmbedConfig(EncodeConfig):
 
     normalize: bool = option(False, "L2-normalise every vector (for cosine similarity)")
     allow_nonfinite: bool = option(False, "write vectors holding NaN or inf (refused otherwise)")
+
+    def encoder_options(self) -> dict[str, Any]:
+        return {**super().encoder_options(), "normalize": self.normalize}
 
 
 EMBED_PRESETS = Presets("default", {"default": Preset(EmbedConfig())})

@@ -72,8 +72,7 @@ def _score(model: str | None, pooler: Any, pairs: RetrievalData | SimilarityData
     """One encoder + pooler's metrics on ``pairs``."""
     from ..models.text_encoder import TextEncoder
 
-    encoder = TextEncoder(model, pooler, max_length=config.max_length, precision=config.precision,
-                          allow_untrained=config.allow_untrained, trust_remote_code=trust_remote_code)
+    encoder = TextEncoder(model, pooler, **config.encoder_options(), trust_remote_code=trust_remote_code)
 
     def vectors(texts: list[str]):
         return encoder.encode(texts, batch_size=config.batch_size, progress=progress).float()

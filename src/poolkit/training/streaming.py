@@ -111,7 +111,6 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
 
     config = config_from(EmbedConfig, "embed", settings)
     config.check()
-    normalize, allow_nonfinite = config.normalize, config.allow_nonfinite
     out = Path(out)
     kind, compression = table_format(out, others=(".npy",))
     if window < 1:
@@ -120,12 +119,11 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     refuse_overwrite(out, force)
     return_freed_memory()
     model = embedding_model(model)
-    encoder = TextEncoder(model, pooler, normalize=normalize, max_length=config.max_length, precision=config.precision,
-                          allow_untrained=config.allow_untrained, trust_remote_code=trust_remote_code,
+    encoder = TextEncoder(model, pooler, **config.encoder_options(), trust_remote_code=trust_remote_code,
                           device=process_device(world))
     spec = encoder.pooler.get_config()
     settings = {"version": FORMAT_VERSION, "input": input_fingerprint(data), "text_col": text_col,
-                "model": model_fingerprint(resolve_model(model)), "pooler": spec, "normalize": normalize,
+                "model": model_fingerprint(resolve_model(model)), "pooler": spec, "normalize": config.normalize,
                 "max_length": encoder.max_length, "precision": encoder.precision, "window": window,
                 "format": kind}
     windows_in = input_windows(data, text_col, window)
@@ -150,7 +148,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
                         reused += 1
                     else:
                         vectors = encoder.encode(texts, batch_size=config.batch_size).numpy()
-                        check_finite(vectors, index * window, allow_nonfinite)
+                        check_finite(vectors, index * window, config.allow_nonfinite)
                         _save_window(partial, index, vectors)
                     bar.update(len(texts) * world)
         except BaseException:
