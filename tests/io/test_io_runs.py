@@ -219,3 +219,41 @@ def test_an_embed_partial_folder_of_poolkit_02_resumes_with_the_same_settings(tm
             pass
     with _claim_partial(partial, {"window": 16}, force=True):
         assert _names(partial) == [MANIFEST]
+
+
+def test_a_folder_poolkit_did_not_make_is_never_taken_for_its_temporary_one(tmp_path):
+    # catches a temp_dir that removes whatever sits at <dest>.tmp (a user's own "results.tmp" folder, or a file)
+    from poolkit.io import replace_dir, temp_dir
+    from poolkit.io.files import TMP_MARK
+
+    dest = tmp_path / "results"
+    theirs = tmp_path / "results.tmp"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    with pytest.raises(PoolkitError, match=r"results.tmp exists and poolkit did not make it: move it away"):
+        temp_dir(dest)
+    assert (theirs / "notes.txt").read_text() == "mine"
+    theirs.rename(tmp_path / "elsewhere")
+    (tmp_path / "results.tmp").write_text("a file")
+    with pytest.raises(PoolkitError, match="poolkit did not make it"):
+        temp_dir(dest)
+    (tmp_path / "results.tmp").unlink()
+    # poolkit's own stale folder (a run stopped while building it) is cleared; the mark never reaches the result
+    stale = temp_dir(dest)
+    (stale / "half-written").write_text("x")
+    tmp = temp_dir(dest)
+    assert sorted(p.name for p in tmp.iterdir()) == [TMP_MARK]
+    (tmp / "model.bin").write_text("new")
+    replace_dir(tmp, dest)
+    assert sorted(p.name for p in dest.iterdir()) == ["model.bin"] and not tmp.exists()
+
+
+def test_publish_moves_no_temporary_mark_into_the_run_folder(tmp_path):
+    from poolkit.io import temp_dir
+
+    out = tmp_path / "out"
+    out.mkdir()
+    tmp = temp_dir(out)
+    (tmp / "record.json").write_text("{}")
+    publish(tmp, out)
+    assert sorted(p.name for p in out.iterdir()) == ["record.json"]

@@ -90,19 +90,30 @@ TMP_SUFFIX = ".tmp"
 OLD_SUFFIX = ".old"
 
 
+#: the file in every folder :func:`temp_dir` makes (removed when the folder is moved into place): a later run removes
+#: a stale folder that holds it, and refuses to touch one of the same name that does not
+TMP_MARK = ".poolkit-tmp"
+
+
 def temp_dir(dest: Path, create: bool = True) -> Path:
-    """The folder next to ``dest`` to build its new version in (the same name on every process);
-    ``create`` (on one process) makes it empty."""
+    """The folder next to ``dest`` to build its new version in (the same name on every process); ``create`` (on one
+    process) makes it empty, removing a stale one that poolkit made, and refusing anything else of that name."""
     tmp = dest.with_name(dest.name + TMP_SUFFIX)
     if create:
+        if (tmp.exists() or tmp.is_symlink()) and not (tmp.is_dir() and not tmp.is_symlink()
+                                                        and (tmp / TMP_MARK).is_file()):
+            raise PoolkitError(f"{tmp} exists and poolkit did not make it: move it away (poolkit builds the new "
+                               f"{dest.name} there before it replaces the old one)")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
+        (tmp / TMP_MARK).touch()
     return tmp
 
 
 def replace_dir(tmp: Path, dest: Path) -> None:
     """Flush the finished folder ``tmp`` to disk and move it to ``dest``; an existing ``dest`` is parked as
     ``<dest>.old``, then removed."""
+    (tmp / TMP_MARK).unlink(missing_ok=True)
     fsync_tree(tmp)
     old = dest.with_name(dest.name + OLD_SUFFIX)
     shutil.rmtree(old, ignore_errors=True)

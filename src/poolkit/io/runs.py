@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PoolkitError
-from .files import OLD_SUFFIX, atomic_write_json, fsync_dir, replace_dir
+from .files import OLD_SUFFIX, TMP_MARK, atomic_write_json, fsync_dir, replace_dir
 
 try:
     import fcntl
@@ -218,6 +218,7 @@ def publish(tmp: Path, folder: Path) -> None:
     """Move each entry of the finished folder ``tmp`` into ``folder``, each replacing its namesake atomically
     (folders through :func:`~poolkit.io.files.replace_dir`), folders first and files last (a run's record marks it
     whole), then remove ``tmp``; other entries of ``folder`` stay."""
+    (tmp / TMP_MARK).unlink(missing_ok=True)
     entries = sorted(tmp.iterdir(), key=lambda e: (not e.is_dir(), e.name))
     parked = [f"{e.name}{OLD_SUFFIX}" for e in entries if e.is_dir() and (folder / f"{e.name}{OLD_SUFFIX}").exists()]
     if parked:
