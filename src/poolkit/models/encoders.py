@@ -173,10 +173,15 @@ def _not_found(path: str, err: Exception) -> str:
             "with config.json and weights, or leave `model` out to use the packaged all-MiniLM-L6-v2")
 
 
+def is_run_folder(model: str | Path | None) -> bool:
+    """Whether ``model`` names a ``poolkit train`` run folder (its fold_K models inside) rather than a model."""
+    return model is not None and Path(model).is_dir() and not (Path(model) / "config.json").is_file()
+
+
 def embedding_model(model: str | Path | None) -> str | None:
     """The model ``embed`` loads: ``model`` itself, or the one fold model of a ``poolkit train`` run folder (a run
     of several folds is refused, naming one to pick)."""
-    if model is not None and Path(model).is_dir() and not (Path(model) / "config.json").is_file():
+    if is_run_folder(model):
         folds = fold_models(model)
         if len(folds) > 1:
             raise PoolkitError(f"{model} holds {len(folds)} fold models: embed with one of them "

@@ -202,8 +202,13 @@ class MergeConfig:
         if self.folds not in FOLD_MODES:
             raise PoolkitError(f"unknown `folds` {self.folds!r}: use one of {', '.join(FOLD_MODES)}")
         check_counts(self, ("batch_size",))
-        if not self.grid or not all(math.isfinite(a) for a in self.grid):
-            raise PoolkitError(f"the alpha grid needs finite numbers, got {list(self.grid)!r}")
+        check_grid(self.grid)
+
+
+def check_grid(grid) -> None:
+    """A search's alphas: at least one, every one finite."""
+    if not len(grid) or not all(math.isfinite(a) for a in grid):
+        raise PoolkitError(f"the alpha grid needs finite numbers, got {list(grid)!r}")
 
 
 MERGE_PRESETS = Presets("default", {"default": Preset(MergeConfig())})

@@ -16,6 +16,7 @@ import pandas as pd
 from ..data.pairs import RetrievalData, SimilarityData, load_pairs
 from ..errors import PoolkitError
 from ..io.runs import fold_models
+from ..models.encoders import is_run_folder
 from ..settings import config_from
 from .config import EncodeConfig
 from .embedding_metrics import retrieval_metrics, similarity_metrics
@@ -54,7 +55,7 @@ def evaluate(data: str | Path | pd.DataFrame, task: str, *, model: str | None = 
 
 def _models(model: str | None, fold: int | None) -> list[str | None]:
     """The models to score: a ``poolkit train`` run's fold models (or its fold ``fold``), else ``model`` itself."""
-    if model is None or not Path(model).is_dir() or (Path(model) / "config.json").is_file():
+    if not is_run_folder(model):
         if fold is not None:
             raise PoolkitError("`fold` picks a fold of a `poolkit train` run: pass the run folder as `model`")
         return [model]

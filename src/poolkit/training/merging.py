@@ -42,7 +42,7 @@ from ..io import RunFolder, atomic_write_json, fold_models, publish, temp_dir
 from ..models import PooledModel
 from ..models.encoders import hf_bars_off, load_encoder, load_tokenizer, resolve_model
 from ..settings import config_from
-from .config import GRID, SEARCHES, MergeConfig
+from .config import GRID, SEARCHES, MergeConfig, check_grid
 from .cv import data_sha1
 from .finetune import META, TEST_OUTPUTS, weights_digest
 from .metrics import compute_metrics
@@ -267,8 +267,7 @@ class TaskArithmetic:
     def search(self, grid: Sequence[float] = GRID, per_task: bool = False) -> tuple[list[float], list[dict]]:
         """The alphas with the best mean validation skill over tasks (the first of ties), and every candidate tried
         ({alphas, skill, skills}): the grid shared by all tasks, then (``per_task``) one coordinate sweep."""
-        if not grid or not all(np.isfinite(grid)):
-            raise PoolkitError(f"the alpha grid needs finite numbers, got {list(grid)!r}")
+        check_grid(grid)
         tried: list[dict] = []
 
         def score(alphas: list[float]) -> float:
