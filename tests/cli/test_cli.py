@@ -83,6 +83,26 @@ def test_compare_regression_ranks_by_rmse(capsys, tmp_path, table, bert):
     assert "task: regression, inferred from 'score' (1 numeric target(s)); pass --task to choose" in stdout
 
 
+def test_compare_similarity_pairs_ranks_by_spearman_and_refuses_what_it_cannot_do(capsys, tmp_path, bert):
+    pairs = tmp_path / "pairs.csv"
+    words = "cat dog mat big small red blue green one two three slow".split()  # in the tiny model's vocabulary
+    pd.DataFrame({"a": [f"the {w} {v}" for w in words for v in ("sat", "ran")],
+                  "b": [f"a {v} {w} was" for w in words[::-1] for v in ("fast", "not")],
+                  "sim": [float(i % 5) for i in range(24)]}).to_csv(pairs, index=False)
+    out = tmp_path / "sim"
+    args = ["compare", "--data", pairs, "--task", "similarity", "--text-col", "a", "--pair-col", "b", "--target-col",
+            "sim", "--model", bert, "--poolers", "mean,attention", "--pooling-opt", "attn_size=8", "--folds", 2,
+            "--epochs", 2, "--cache-dir", tmp_path / "c"]
+    code, stdout, err = run(capsys, *args, "--out", out)
+    assert code == 0, stdout + err
+    board = pd.read_csv(out / "leaderboard.csv")
+    assert (board["metric"] == "spearman").all() and board["mean"].is_monotonic_decreasing
+    assert sorted(board["pooler"]) == ["attention(attn_size=8)", "mean"] and "pearson" in board.columns
+    assert "(24 pairs, similarity, 2 folds" in stdout
+    code, _, err = run(capsys, *args, "--out", tmp_path / "other", "--finetune-top", 1)
+    assert code == 2 and err.count("\n") == 1 and "--finetune-top is not available for similarity" in err
+
+
 def test_parse_options():
     assert parse_options(["attn_size=256", "weighted_layer:token_pooler=mean", "query_index=[0, 1]", "mlp=false",
                           'token_pooler={"name": "gem", "p": 3}']) == [

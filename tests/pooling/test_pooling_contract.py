@@ -260,3 +260,21 @@ def test_weights_are_a_distribution_over_real_tokens(name):
     assert close(token.sum(dim=1), torch.ones(2), 1e-4)
     if isinstance(weights, dict) and "layer" in weights:
         assert close(weights["layer"].sum(dim=1), torch.ones(2), 1e-4)
+
+
+@pytest.mark.parametrize("name", ALL_POOLERS)
+def test_a_pooler_that_says_it_starts_as_mean_computes_mean_pooling(name):
+    # catches zeroing a layer that does not make the logits constant (the tanh scorer's first Linear, glu's gate),
+    # and a pooler that claims the start but keeps its own weights; the attention family must be able to start there
+    pooler = make_pooler(name)
+    if not pooler.start_as_mean():
+        assert pooler.name not in ("attention", "attention_head", "gated_attention"), name
+        return
+    layers = random_layers(2, 6)
+    mask = mask_from_lengths([6, 3], 6)
+    pooled = pooler(states_for(pooler, layers), mask)
+    last = layers[-1]
+    mean = (last * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    assert close(pooled.detach(), mean)
+    (pooled * torch.randn_like(pooled)).sum().backward()  # training can move away from the start
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in pooler.parameters()), name

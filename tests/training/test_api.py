@@ -51,6 +51,9 @@ def test_a_diverged_pooler_ranks_last_in_either_direction():
                 row("max", "frozen", [0.2, 0.4])]
         frame = Leaderboard(rows, {**SETTINGS, "higher_is_better": higher}).frame
         assert list(frame["pooler"]) == (["mean", "max", "gem"] if higher else ["max", "mean", "gem"])
+    # and the board still draws, as does one of diverged rows only (a constant cosine's correlation is NaN)
+    assert Leaderboard(rows, SETTINGS).plot().axes[0].get_xlim()[1] == pytest.approx(0.7 + 0.15 * 0.7, abs=0.2)
+    Leaderboard([row("gem", "frozen", [float("nan")] * 2)], SETTINGS).plot()
 
 
 def test_leaderboard_text_fits_80_columns_without_cutting_names(board):

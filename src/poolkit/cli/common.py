@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+from ..data.pairs import PAIR_TASKS
 from ..errors import PoolkitError
 
 POOLER_OPT_HELP = ("pooler option KEY=VALUE (VALUE read as JSON when it parses), repeatable; with several poolers it "
@@ -121,20 +122,32 @@ def add_trust_remote_code_argument(parser: argparse.ArgumentParser) -> None:
                         "folders are refused")
 
 
-def add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    """--data, --text-col, --target-col, --task, --limit of the commands that learn (train, compare)."""
+def add_data_arguments(parser: argparse.ArgumentParser, pairs: bool = False) -> None:
+    """--data, --text-col, --target-col, --task, --limit of the commands that learn (train, compare); ``pairs``: also
+    the embedding tasks (retrieval, similarity) and their --pair-col, --negative-col, --corpus."""
     group = parser.add_argument_group("data")
     group.add_argument("--data", help="CSV/TSV/JSONL/Parquet file, or builtin:NAME (see `poolkit data list`)")
-    group.add_argument("--text-col", default="text", help="column holding the texts (default: text)")
-    group.add_argument("--target-col", "--target", dest="target_col", nargs="+", default=["label"], metavar="COL",
-                       help="target column(s); several = multi-target regression (default: label)")
-    group.add_argument("--task", choices=["regression", "classification", "multilabel"],
-                       help="default: inferred from the target column(s)")
-    group.add_argument("--limit", type=int, help="use a stratified sample of this many rows")
+    group.add_argument("--text-col", default="text", help="column holding the texts" + (
+        "; retrieval: the query" if pairs else "") + " (default: text)")
+    group.add_argument("--target-col", "--target", dest="target_col", nargs="+", metavar="COL",
+                       help="target column(s); several = multi-target regression (default: label" + (
+                           "; similarity: score" if pairs else "") + ")")
+    tasks = ["regression", "classification", "multilabel"] + (list(PAIR_TASKS) if pairs else [])
+    group.add_argument("--task", choices=tasks, help="default: inferred from the target column(s)" + (
+        "; retrieval and similarity read a table of pairs" if pairs else ""))
+    if pairs:
+        group.add_argument("--pair-col", default="pair", help="retrieval: the relevant document; similarity: the "
+                           "second text (default: pair)")
+        group.add_argument("--negative-col", help="retrieval: a hard negative document per row (joins the corpus)")
+        group.add_argument("--corpus", help="retrieval: a table of more documents, in a column named as --pair-col")
+    group.add_argument("--limit", type=int, help="use a stratified sample of this many rows" + (
+        " (pairs: a random sample)" if pairs else ""))
 
 
 def data_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return {"text_col": args.text_col, "target_col": args.target_col, "task": args.task, "limit": args.limit}
+    pairs = {name: getattr(args, name) for name in ("pair_col", "negative_col", "corpus") if hasattr(args, name)}
+    target = args.target_col or (None if pairs else ["label"])  # compare's default depends on the task
+    return {"text_col": args.text_col, "target_col": target, "task": args.task, "limit": args.limit, **pairs}
 
 
 def add_text_input_arguments(parser: argparse.ArgumentParser) -> None:

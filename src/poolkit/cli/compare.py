@@ -19,7 +19,7 @@ DESCRIPTION = ("Encode the data once (what the poolers read cached, fp16, memory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_data_arguments(parser)
+    add_data_arguments(parser, pairs=True)
     parser.add_argument("--model", help="encoder (default: packaged all-MiniLM-L6-v2)")
     parser.add_argument("--poolers", nargs="+", default=["default"], metavar="NAME",
                         help="pooler names separated by commas and/or spaces, 'default' (15 poolers) or 'all'; "

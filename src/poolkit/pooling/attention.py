@@ -154,6 +154,18 @@ class AttentionPooler(Pooler):
         weights = masking.masked_softmax(scores, mask, quadrature_weights=quadrature_weights)
         return masking.masked_weighted_sum(x, weights), weights
 
+    def start_as_mean(self) -> bool:
+        """Every token's logit 0 (uniform weights: mean pooling): the logit layer's weights zeroed (bilinear: its
+        first factor's), the rest of the scorer as initialised, so that the logit layer's gradient is not zero."""
+        final = self.score if self.scorer != "tanh" else self.score[2]
+        with torch.no_grad():
+            if final is None:  # bilinear: (V h) . (U h) with V h = 0
+                self.value.weight.zero_()
+                self.value.bias.zero_()
+            else:
+                final.weight.zero_()
+        return True
+
 
 @register_pooler("attention_head")
 class AttentionHeadPooler(AttentionPooler):

@@ -142,6 +142,11 @@ class Pooler(Configurable):
     def pool(self, x: Any, mask: Tensor) -> tuple[Tensor, Weights]:
         raise NotImplementedError
 
+    def start_as_mean(self) -> bool:
+        """Set the parameters so that the pooler computes mean pooling (uniform attention), where it can; True when
+        it now does. Training for embeddings starts here, from the pooling a pretrained embedder was trained for."""
+        return False
+
     def _check_heads(self, return_weights: str) -> bool:
         """``return_weights="heads"`` is for poolers with several softmax rows; any other string is a mistake."""
         if return_weights != "heads":

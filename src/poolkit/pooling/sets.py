@@ -139,6 +139,10 @@ class ZonotopeAttentionPooler(AttentionPooler):
         mixed, weights = super().pool(x, mask, quadrature_weights)
         return self.values.pool(x, mask, weights, mixed, quadrature_weights), weights
 
+    def start_as_mean(self) -> bool:
+        """Never: uniform weights average the mapped values W_V(c_j) x_j, not the tokens."""
+        return False
+
     def value_maps(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """W_V(c_j) for every element (B, T, D) -> (B, T, D, D) (for :func:`tdof`)."""
         return self.values.maps(x, set_mask(x, mask))

@@ -2,7 +2,9 @@
 :class:`CompareConfig`: load (the table, the folds), encode (once, into the feature cache), probe (every pooler +
 head on the cache, the same K folds), baseline (the tuned linear row), explain (the best learned pooler's weights on
 held-out texts), publish (the leaderboard, on disk before any fine-tuning) and fine-tune (the encoder with the K
-best poolers). Each step reports through ``report``, a callable taking one line (the CLI passes ``print``); the
+best poolers). For the embedding tasks (retrieval, similarity) the table is one of pairs, probe scores the poolers'
+embeddings (:mod:`poolkit.training.contrastive`: zero-shot rows, contrastively trained rows), and there is no
+baseline, explain or fine-tune step. Each step reports through ``report``, a callable taking one line (the CLI passes ``print``); the
 library prints nothing.
 
 Under ``torchrun`` / ``accelerate launch -m poolkit.cli compare ...`` every process encodes its share of the texts
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..data import TableData, fold_splits
+from ..data.pairs import PAIR_TASKS, load_pairs, pair_folds
 from ..errors import PoolkitError
 from ..io import RunFolder
 from ..settings import config_from
@@ -56,7 +59,8 @@ class Comparison:
 
     config: CompareConfig
     specs: list[dict[str, Any]]
-    table: TableData
+    #: the table, or for the embedding tasks its pairs over their distinct texts (a contrastive.PairLayout)
+    table: Any
     probe: Any  # ProbeConfig
     report: Callable[[str], None]
     progress: bool
@@ -70,12 +74,18 @@ class Comparison:
 
 
 def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequence[str | dict[str, Any]] = "default",
-            text_col: str = "text", target_col: str | Sequence[str] = "label", task: str | None = None,
+            text_col: str = "text", target_col: str | Sequence[str] | None = None, task: str | None = None,
+            pair_col: str = "pair", negative_col: str | None = None, corpus: str | Path | Sequence[str] | None = None,
             limit: int | None = None, out: str | Path | None = None, force: bool = False, progress: bool = True,
             report: Callable[[str], None] | None = None, **settings: Any) -> Leaderboard | None:
     """Encode ``data`` once with the frozen encoder, train every pooler + head on the cached layers with the same
     K folds, then (``finetune_top`` K > 0) fine-tune the encoder with the K best poolers; the steps are those of the
     module doc. ``settings``: the fields of :class:`CompareConfig` (model, folds, epochs, pooler_lr, ...).
+
+    ``task`` retrieval or similarity: ``data`` is a table of pairs read as :func:`poolkit.data.pairs.load_pairs` reads
+    it (``text_col``, ``pair_col``, ``target_col`` (default: score), ``negative_col``, ``corpus``); each row of the
+    leaderboard carries every metric's fold mean under the metric's name (``ndcg@10``, ..., ``spearman``).
+    ``target_col`` of the other tasks: default label.
 
     Without ``data``: the embedded WordNet subset, 3 folds and 8 epochs unless given (else 5 folds, 20 epochs).
     With ``out`` (locked for the run), leaderboard.csv / .json / .png and report.html are written there (the frozen
@@ -85,6 +95,11 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     config = compare_config(**settings)
     specs = resolve_poolers(poolers)  # bad names fail before the data is read
     rank, world = process_rank()
+    if task in PAIR_TASKS and config.finetune_top > 0:
+        raise PoolkitError(f"`finetune_top` is not available for {task} yet: compare's frozen rows only (leave "
+                           "`finetune_top` at 0)")
+    if task not in PAIR_TASKS and (negative_col is not None or corpus is not None):
+        raise PoolkitError("`negative_col` and `corpus` are for `task` retrieval")
     if world > 1 and config.finetune_top > 0:
         raise PoolkitError("`finetune_top` cannot be used under torchrun / accelerate launch (the processes share "
                            "only the encoding): compare with several processes, then fine-tune with `poolkit train`")
@@ -92,7 +107,9 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     if out is not None:
         compare_folder(out).check(force=force)
     say = report if report is not None and rank == 0 else _quiet
-    run = load_step(data, specs, config, text_col, target_col, task, limit, say, progress and rank == 0)
+    columns = {"text_col": text_col, "target_col": target_col, "pair_col": pair_col, "negative_col": negative_col,
+               "corpus": corpus}
+    run = load_step(data, specs, config, columns, task, limit, say, progress and rank == 0)
     with ExitStack() as held:
         if out is not None:  # one run per folder: locked for the whole run
             out = held.enter_context(compare_folder(out).claim(force=force))
@@ -112,17 +129,36 @@ def _quiet(line: str) -> None:
     pass
 
 
-def load_step(data, specs: list[dict[str, Any]], config: CompareConfig, text_col: str, target_col, task: str | None,
+def load_step(data, specs: list[dict[str, Any]], config: CompareConfig, columns: dict[str, Any], task: str | None,
               limit: int | None, report: Callable[[str], None], progress: bool) -> Comparison:
-    """load: the encoder's fit for every pooler and the token limit, the table, and its folds checked (too few rows
-    per class fails here, before encoding)."""
+    """load: the encoder's fit for every pooler and the token limit, the table (``columns``: compare's column
+    arguments), and its folds checked (too few rows per class, or queries, fails here, before encoding)."""
+    from .contrastive import PairLayout
+    from .metrics import primary_metric
+
     max_length = fit_to_encoder(config.model, config.max_length, MAX_LENGTH, config.trust_remote_code, specs)
     config = replace(config.for_data(quick=data is None), max_length=max_length)
-    table = load(DEFAULT_DATA if data is None else data, text_col, target_col, task, limit, config.seed, report)
     probe = ProbeConfig(folds=config.folds, epochs=config.epochs, batch_size=config.batch_size,
-                        pooler_lr=config.pooler_lr, patience=config.patience, seed=config.seed)
+                        pooler_lr=config.pooler_lr, patience=config.patience, seed=config.seed,
+                        projection=config.projection)
+    if task in PAIR_TASKS:
+        if data is None:
+            raise PoolkitError(f"`task` {task} needs `data`: a table of pairs, or builtin:wordnet-examples / "
+                               "builtin:wordnet-similarity")
+        target = columns["target_col"] or "score"
+        if not isinstance(target, str):
+            if len(target) != 1:
+                raise PoolkitError(f"`target_col` of {task} is one column (the score), got {list(target)}")
+            target = target[0]
+        pairs = load_pairs(data, task, text_col=columns["text_col"], pair_col=columns["pair_col"],
+                           target_col=target, negative_col=columns["negative_col"],
+                           corpus=columns["corpus"], limit=limit, seed=config.seed)
+        pair_folds(pairs, probe.folds, probe.val_fraction, probe.seed)
+        return Comparison(config, specs, PairLayout.of(pairs), probe, report, progress, primary_metric(task))
+    table = load(DEFAULT_DATA if data is None else data, columns["text_col"], columns["target_col"] or "label", task,
+                 limit, config.seed, report)
     fold_splits(table, probe.folds, probe.val_fraction, probe.seed)
-    return Comparison(config, specs, table, probe, report, progress)
+    return Comparison(config, specs, table, probe, report, progress, primary_metric(table.task, table.n_outputs))
 
 
 def encode_step(run: Comparison) -> bool:
@@ -131,31 +167,42 @@ def encode_step(run: Comparison) -> bool:
     from ..models.encoders import model_label, resolve_model
     from ..provenance import run_provenance
     from .features import encode_features
-    from .metrics import primary_metric
 
     config, table = run.config, run.table
-    run.metric = primary_metric(table.task, table.n_outputs)
-    run.report(f"poolkit compare: {len(run.specs)} poolers on {table.source} ({len(table)} rows, {table.task}, "
+    pairs = table.task in PAIR_TASKS
+    rows = _rows(table)
+    run.report(f"poolkit compare: {len(run.specs)} poolers on {table.source} ({rows}, {table.task}, "
                f"{config.folds} folds, up to {config.epochs} epochs), ranked by {run.metric.name}")
     run.started = time.perf_counter()
     run.features = encode_features(table.texts, config.model, max_length=config.max_length, cache_dir=config.cache_dir,
                                    progress=run.progress, cache=config.cache, trust_remote_code=config.trust_remote_code,
-                                   poolers=run.specs, summaries=["mean"] if config.baseline else [],  # the baseline's
+                                   poolers=run.specs, summaries=["mean"] if config.baseline and not pairs else [],
                                    token_dtype=config.cache_dtype, token_cap=config.cache_max_tokens)
     if run.features is None:
         return False
     # the model asked for now (a reused feature cache records the path of whichever install first wrote it)
-    run.settings = {"data": table.source, "rows": len(table), "task": table.task, "model": resolve_model(config.model),
+    sizes = ({"rows": table.data.pairs if table.task == "retrieval" else len(table.data), "texts": len(table.texts)}
+             if pairs else {"rows": len(table)})
+    if table.task == "retrieval":
+        sizes.update(queries=len(table.data.queries), corpus=len(table.data.corpus))
+    run.settings = {"data": table.source, **sizes, "task": table.task, "model": resolve_model(config.model),
                     "model_label": model_label(config.model), "metric": run.metric.name,
                     "higher_is_better": run.metric.higher_is_better, "folds": config.folds, "probe": asdict(run.probe),
                     "encode_seconds": round(time.perf_counter() - run.started, 2),
                     "cache_bytes_per_text": round(run.features.bytes_per_text()), "cache_dtype": config.cache_dtype,
                     "cache_max_tokens": config.cache_max_tokens, "poolers": run.specs,
-                    "finetune_top": config.finetune_top,
+                    "finetune_top": config.finetune_top, **({"projection": config.projection} if pairs else {}),
                     **({"finetune_epochs": config.finetune_epochs, "encoder_lr": config.encoder_lr}
                        if config.finetune_top > 0 else {}),
                     "provenance": run_provenance()}
     return True
+
+
+def _rows(table: Any) -> str:
+    """What the table holds, for compare's first line: "300 rows", "120 queries, 300 documents", "200 pairs"."""
+    if table.task == "retrieval":
+        return f"{len(table.data.queries)} queries, {len(table.data.corpus)} documents"
+    return f"{len(table.data)} pairs" if table.task == "similarity" else f"{len(table)} rows"
 
 
 def _said(run: Comparison, result, label: str | None = None) -> None:
@@ -166,19 +213,21 @@ def _said(run: Comparison, result, label: str | None = None) -> None:
 
 def probe_step(run: Comparison) -> None:
     """probe: every pooler + head trained on the cache with the same folds, ranked best first."""
+    from .contrastive import compare_pair_poolers
     from .probing import compare_poolers
 
-    run.results = compare_poolers(run.specs, run.features, run.table, run.probe,
-                                  on_result=lambda result: _said(run, result))
+    pairs = run.table.task in PAIR_TASKS
+    probe = compare_pair_poolers if pairs else compare_poolers
+    run.results = probe(run.specs, run.features, run.table, run.probe, on_result=lambda result: _said(run, result))
     run.rows = [leaderboard_row(r.label, r.spec, "frozen", r.metric, r.fold_metrics, r.params, r.seconds,
-                                r.fold_detail) for r in run.results]
+                                r.fold_detail, flat=pairs) for r in run.results]
 
 
 def baseline_step(run: Comparison) -> None:
     """baseline: the tuned linear baseline's row (logistic / ridge regression on mean-pooled features)."""
     from .baseline import baseline_label, linear_baseline
 
-    if not run.config.baseline:
+    if not run.config.baseline or run.table.task in PAIR_TASKS:
         return
     linear = linear_baseline(run.features, run.table, run.probe)
     label = baseline_label(run.table.task)

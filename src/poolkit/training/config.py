@@ -38,6 +38,8 @@ class ProbeConfig:
     #: share of all rows held out as the test split
     val_fraction: float = 0.2
     seed: int = 0
+    #: retrieval / similarity: train every pooler with a Linear(D, D) after it, started at the identity
+    projection: bool = False
     #: torch threads while probing: the ops are small, and one thread was 3-9x faster than two on a
     #: shared 2-core machine (OpenMP threads spinning against other processes).
     threads: int = 1
@@ -247,6 +249,8 @@ class CompareConfig:
     baseline: bool = option(True, "leave out the tuned linear baseline row (logistic / ridge regression on "
                             "mean-pooled features, regularisation chosen on each fold's inner split)",
                             flag="--no-baseline")
+    projection: bool = option(False, "retrieval / similarity: train every pooler with a linear projection after it "
+                              "(started at the identity; parameter-free poolers keep their zero-shot row too)")
     finetune_top: int = option(0, "then fine-tune the encoder end-to-end with the K best poolers", metavar="K")
     finetune_epochs: int = option(3, "epochs of each fine-tuning", positive=True)
     encoder_lr: float = option(5e-5, "encoder learning rate when fine-tuning", positive=True,

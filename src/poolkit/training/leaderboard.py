@@ -19,17 +19,20 @@ OUTPUTS = ("leaderboard.csv", "leaderboard.json", "leaderboard.png", "report.htm
 
 
 def leaderboard_row(label: str, spec: dict[str, Any], mode: str, metric: str, fold_metrics: list[dict[str, float]],
-                    params: int, seconds: float, fold_detail: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                    params: int, seconds: float, fold_detail: list[dict[str, Any]] | None = None,
+                    flat: bool = False) -> dict[str, Any]:
     """One pooler's row: the primary metric's mean and sample std (ddof = 1; None for one fold) over folds, every
-    other metric's mean, the pooler's spec (``config``), the per-fold test metrics (``fold_metrics``) and, when given, how each
-    fold chose its model (``fold_detail``: best_epoch, epochs_run, inner validation and test metric)."""
+    other metric's mean (as ``<name>_mean``; ``flat``: every metric's, the primary one's too, under its own name, as
+    the embedding tasks give them), the pooler's spec (``config``), the per-fold test metrics (``fold_metrics``) and,
+    when given, how each fold chose its model (``fold_detail``: best_epoch, epochs_run, inner validation and test
+    metric)."""
     values = np.array([m[metric] for m in fold_metrics])
     row = {"pooler": label, "mode": mode, "metric": metric, "mean": float(values.mean()),
            "std": sample_std(values), "params": int(params),
            "seconds": round(float(seconds), 2), "folds": len(values)}
     for name in fold_metrics[0]:
-        if name != metric:
-            row[f"{name}_mean"] = float(np.mean([m[name] for m in fold_metrics]))
+        if flat or name != metric:
+            row[name if flat else f"{name}_mean"] = float(np.mean([m[name] for m in fold_metrics]))
     return {**row, "config": spec, "fold_metrics": fold_metrics, **({"fold_detail": fold_detail} if fold_detail else {})}
 
 
@@ -124,9 +127,11 @@ class Leaderboard:
         ax = fig.subplots()
         spread = frame["std"].astype(float).fillna(0.0)  # one fold: no error bar
         ax.barh(labels, frame["mean"], xerr=spread, color=colors, capsize=3)
-        low, high = (frame["mean"] - spread).min(), (frame["mean"] + spread).max()
-        margin = (high - low) * 0.15 + 1e-9
-        ax.set_xlim(max(0.0, low - margin) if low >= 0 else low - margin, high + margin)
+        shown = frame["mean"].astype(float).notna()  # a diverged row (NaN) draws no bar and sets no limit
+        if shown.any():
+            low, high = (frame["mean"] - spread)[shown].min(), (frame["mean"] + spread)[shown].max()
+            margin = (high - low) * 0.15 + 1e-9
+            ax.set_xlim(max(0.0, low - margin) if low >= 0 else low - margin, high + margin)
         ax.set_xlabel(f"{self.settings['metric']} (mean ± sample std over folds)")
         ax.set_title(self.title, fontsize=9, wrap=True)
         ax.grid(axis="x", alpha=0.3)

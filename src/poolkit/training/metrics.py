@@ -26,7 +26,8 @@ class Metric:
 
 
 PRIMARY = {"regression": Metric("rmse", False), "classification": Metric("accuracy", True),
-           "multilabel": Metric("macro_f1", True)}
+           "multilabel": Metric("macro_f1", True), "retrieval": Metric("ndcg@10", True),
+           "similarity": Metric("spearman", True)}
 
 
 def primary_metric(task: str, n_targets: int = 1) -> Metric:

@@ -48,17 +48,20 @@ class ProbeResult:
     spec: dict[str, Any]
     metric: str
     fold_metrics: list[dict[str, float]]
-    oof: np.ndarray
+    #: out-of-fold head outputs (None for embeddings, which have no head)
+    oof: np.ndarray | None
     params: int
     seconds: float
     #: per fold: best_epoch, epochs_run, the inner validation metric (chose the epoch) and the test metric
     fold_detail: list[dict[str, float]] = field(default_factory=list)
     #: fold 0's chosen model, trained without fold 0's test rows: what ``poolkit compare`` explains those rows with
     first_fold: FoldModel | None = None
+    #: appended to the pooler's label: "+projection" for an embedding pooler trained with a projection
+    suffix: str = ""
 
     @property
     def label(self) -> str:
-        return spec_label(self.spec)
+        return spec_label(self.spec) + self.suffix
 
     def summary(self, name: str | None = None) -> dict[str, float | None]:
         """The metric's mean and sample std over folds (std None for one fold)."""

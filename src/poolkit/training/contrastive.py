@@ -1,0 +1,234 @@
+"""Poolers for embeddings, compared on a frozen encoder: each pooled for retrieval or similarity on the feature cache.
+
+A parameter-free pooler (mean, cls, max, ...) gives a **zero-shot** row: its pooled vectors as they are, scored fold
+by fold. A pooler with parameters (or any pooler with ``projection``: a Linear(D, D) after it, started at the
+identity) is **trained** on each fold's training units, one pooler shared by queries and documents:
+
+- retrieval: the multiple-negatives ranking loss (InfoNCE over in-batch negatives; Henderson et al. 2017, "Efficient
+  Natural Language Response Suggestion for Smart Reply"; sentence-transformers' ``MultipleNegativesRankingLoss``):
+  each query's relevant document against the batch's other documents and the batch queries' hard negatives, by
+  cosine times :data:`SCALE`; a document relevant to the query other than the one it is paired with is left out,
+  not counted as a negative;
+- similarity: CoSENT (Su 2022; sentence-transformers' ``CoSENTLoss``), log(1 + sum over pairs i, j of the batch with
+  score_i > score_j of exp(SCALE (cos_j - cos_i))): only the order of the cosines is trained, as Spearman reads it.
+
+The pooler starts as mean pooling where it can (:meth:`poolkit.pooling.Pooler.start_as_mean`: uniform attention),
+and "epoch 0", the untrained model, is a candidate of the epoch choice, made on an inner split of the fold's
+*training* units (:func:`poolkit.data.pairs.pair_split`); the fold's test units are scored once, by the chosen model.
+Folds split queries (retrieval) or pairs grouped by their first text (similarity); a fold's test queries are ranked
+against the **whole corpus**, as ``evaluate`` ranks them, so the fold figures sit beside its whole-table figure.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..data.batching import LengthGroupedBatchSampler
+from ..data.pairs import RetrievalData, SimilarityData, pair_folds, pair_split
+from ..pooling import Pooler, build_pooler
+from .config import ProbeConfig
+from .embedding_metrics import retrieval_metrics, similarity_metrics
+from .features import FeatureCache
+from .leaderboard import rank_key
+from .metrics import primary_metric
+from .probing import ProbeResult, torch_threads
+
+#: cosine -> logit scale of both losses (sentence-transformers' default for each; a temperature of 0.05)
+SCALE = 20.0
+
+
+@dataclass
+class PairLayout:
+    """A table of pairs over the distinct texts the feature cache holds (each text once, however many rows name it):
+    ``first`` / ``second`` are the cache rows of the queries / the corpus documents (retrieval) or of each pair's
+    first / second text (similarity)."""
+
+    data: RetrievalData | SimilarityData
+    texts: list[str]
+    first: np.ndarray
+    second: np.ndarray
+
+    @classmethod
+    def of(cls, data: RetrievalData | SimilarityData) -> PairLayout:
+        one, two = (data.queries, data.corpus) if isinstance(data, RetrievalData) else (data.left, data.right)
+        index: dict[str, int] = {}
+        rows = [np.array([index.setdefault(text, len(index)) for text in side], dtype=np.int64) for side in (one, two)]
+        return cls(data, list(index), *rows)
+
+    @property
+    def task(self) -> str:
+        return self.data.task
+
+    @property
+    def source(self) -> str:
+        return self.data.source
+
+
+class EmbeddingModel(nn.Module):
+    """pooler -> (optional) Linear projection started at the identity: one vector per text."""
+
+    def __init__(self, pooler: Pooler, projection: bool) -> None:
+        super().__init__()
+        self.pooler = pooler
+        self.projection = None
+        if projection:
+            self.projection = nn.Linear(pooler.output_dim, pooler.output_dim)
+            with torch.no_grad():
+                self.projection.weight.copy_(torch.eye(pooler.output_dim))
+                self.projection.bias.zero_()
+
+    def forward(self, states: list[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+        pooled = self.pooler(states, mask)
+        return pooled if self.projection is None else self.projection(pooled)
+
+
+def ranking_loss(queries: torch.Tensor, documents: torch.Tensor, positives: torch.Tensor,
+                 left_out: torch.Tensor) -> torch.Tensor:
+    """Multiple-negatives ranking: cross-entropy of each query's positive column among the documents, cosine times
+    :data:`SCALE`. queries (B, D), documents (M, D), positives (B,) column indices, left_out (B, M) bool: columns
+    that are no negative of that query (its other relevant documents)."""
+    logits = SCALE * F.normalize(queries, dim=-1) @ F.normalize(documents, dim=-1).T
+    return F.cross_entropy(logits.masked_fill(left_out, float("-inf")), positives)
+
+
+def cosent_loss(left: torch.Tensor, right: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """CoSENT: log(1 + sum over i, j with scores_i > scores_j of exp(SCALE (cos_j - cos_i))), (B, D) x 2, (B,)."""
+    cosine = SCALE * F.cosine_similarity(left, right, dim=-1)
+    wrong = (cosine[None, :] - cosine[:, None])[scores[:, None] > scores[None, :]]
+    return torch.logsumexp(torch.cat([cosine.new_zeros(1), wrong]), dim=0)
+
+
+def vectors(model: EmbeddingModel, cache: FeatureCache, rows: np.ndarray, batch_size: int) -> torch.Tensor:
+    """The embeddings (len(rows), D) float32 of cache ``rows``, in length-grouped batches."""
+    model.eval()
+    out = []
+    sampler = LengthGroupedBatchSampler(cache.lengths[rows], batch_size, shuffle=False)
+    with torch.inference_mode():
+        for batch in sampler:
+            out.append(model(*cache.inputs(rows[batch], model.pooler)).float())
+    return sampler.restore(torch.cat(out)) if out else torch.zeros(0, model.pooler.output_dim)
+
+
+def unit_metrics(model: EmbeddingModel, cache: FeatureCache, layout: PairLayout, units: np.ndarray,
+                 batch_size: int) -> dict[str, float]:
+    """The metrics on ``units``: those queries ranked against the whole corpus (retrieval), or those pairs'
+    correlations (similarity)."""
+    data = layout.data
+    if isinstance(data, RetrievalData):
+        return retrieval_metrics(vectors(model, cache, layout.first[units], batch_size),
+                                 vectors(model, cache, layout.second, batch_size), [data.relevant[u] for u in units])
+    return similarity_metrics(vectors(model, cache, layout.first[units], batch_size),
+                              vectors(model, cache, layout.second[units], batch_size), data.scores[units])
+
+
+def training_batches(layout: PairLayout, units: np.ndarray, batch_size: int, seed: int) -> list[np.ndarray]:
+    """One epoch's batches of training items in a seeded random order: (query, relevant document) pairs of the
+    ``units`` (retrieval; as (2, n) columns) or the ``units`` themselves (similarity pairs)."""
+    data = layout.data
+    if isinstance(data, RetrievalData):
+        items = np.array([(u, d) for u in units for d in sorted(data.relevant[u])], dtype=np.int64).reshape(-1, 2)
+    else:
+        items = np.asarray(units, dtype=np.int64)[:, None]
+    order = np.random.default_rng(seed).permutation(len(items))
+    return [items[order[start:start + batch_size]] for start in range(0, len(items), batch_size)]
+
+
+def batch_loss(model: EmbeddingModel, cache: FeatureCache, layout: PairLayout, batch: np.ndarray) -> torch.Tensor:
+    """The loss of one batch (see the module docstring); the texts of the batch pooled in one call."""
+    data = layout.data
+    if isinstance(data, SimilarityData):
+        units = batch[:, 0]
+        both = model(*cache.inputs(np.concatenate([layout.first[units], layout.second[units]]), model.pooler))
+        return cosent_loss(both[:len(units)], both[len(units):], torch.from_numpy(data.scores[units]))
+    queries = batch[:, 0]
+    documents = list(dict.fromkeys([*batch[:, 1].tolist(),
+                                    *(n for q in queries for n in sorted(data.negatives[q]) if data.negatives)]))
+    column = {d: j for j, d in enumerate(documents)}
+    positives = torch.tensor([column[d] for d in batch[:, 1].tolist()])
+    left_out = torch.tensor([[d in data.relevant[q] and column[d] != p for d in documents]
+                             for q, p in zip(queries.tolist(), positives.tolist())], dtype=torch.bool)
+    rows = np.concatenate([layout.first[queries], layout.second[np.array(documents, dtype=np.int64)]])
+    pooled = model(*cache.inputs(rows, model.pooler))
+    return ranking_loss(pooled[:len(queries)], pooled[len(queries):], positives, left_out)
+
+
+def train_pair_fold(spec: dict[str, Any], cache: FeatureCache, layout: PairLayout, train_units: np.ndarray,
+                    test_units: np.ndarray, config: ProbeConfig, seed: int, learned: bool
+                    ) -> tuple[dict[str, float], dict[str, Any]]:
+    """One fold -> (its test metrics, how the model was chosen: best_epoch (0: untrained), epochs_run, the inner
+    validation metric and the test metric). ``learned``: trained from mean pooling (else: the zero-shot pooling)."""
+    torch.manual_seed(seed)
+    metric = primary_metric(layout.task)
+    model = EmbeddingModel(build_pooler(spec, cache.hidden_size, cache.num_layers), config.projection and learned)
+    fit, val = pair_split(layout.data, train_units, config.val_fraction, seed)
+    if learned:
+        model.pooler.start_as_mean()
+    best = unit_metrics(model, cache, layout, val, config.batch_size * 2)[metric.name]  # epoch 0: untrained
+    best_state, best_epoch, stale, epochs_run = copy.deepcopy(model.state_dict()), 0, 0, 0
+    for epoch in range(1, config.epochs + 1 if learned else 1):
+        if epoch == 1:
+            optimizer = torch.optim.AdamW(model.parameters(), lr=config.pooler_lr, weight_decay=config.weight_decay)
+        model.train()
+        for batch in training_batches(layout, fit, config.batch_size, seed * 1000 + epoch):
+            loss = batch_loss(model, cache, layout, batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        epochs_run = epoch
+        score = unit_metrics(model, cache, layout, val, config.batch_size * 2)[metric.name]
+        if metric.better(score, best):
+            best, best_state, best_epoch, stale = score, copy.deepcopy(model.state_dict()), epoch, 0
+        else:
+            stale += 1
+            if stale >= config.patience:
+                break
+    model.load_state_dict(best_state)
+    metrics = unit_metrics(model, cache, layout, test_units, config.batch_size * 2)
+    detail = {"best_epoch": best_epoch, "epochs_run": epochs_run, f"val_{metric.name}": float(best),
+              f"test_{metric.name}": float(metrics[metric.name])}
+    return metrics, detail
+
+
+def probe_pairs(spec: dict[str, Any], cache: FeatureCache, layout: PairLayout, config: ProbeConfig,
+                splits: list[tuple[np.ndarray, np.ndarray]], learned: bool) -> ProbeResult:
+    """Cross-validation of one pooler spec on the pairs: zero-shot (``learned`` False) or trained."""
+    spec = build_pooler(spec, cache.hidden_size, cache.num_layers).get_config()
+    started = time.perf_counter()
+    folds = [train_pair_fold(spec, cache, layout, train, test, config, config.seed + k, learned)
+             for k, (train, test) in enumerate(splits)]
+    model = EmbeddingModel(build_pooler(spec, cache.hidden_size, cache.num_layers), config.projection and learned)
+    suffix = "+projection" if model.projection is not None else ""
+    return ProbeResult(spec, primary_metric(layout.task).name, [m for m, _ in folds], None,
+                       sum(p.numel() for p in model.parameters()), time.perf_counter() - started,
+                       [d for _, d in folds], suffix=suffix)
+
+
+def has_parameters(spec: dict[str, Any], cache: FeatureCache) -> bool:
+    return any(True for _ in build_pooler(spec, cache.hidden_size, cache.num_layers).parameters())
+
+
+def compare_pair_poolers(specs: list[dict[str, Any]], cache: FeatureCache, layout: PairLayout, config: ProbeConfig,
+                         on_result: Callable[[ProbeResult], None] | None = None) -> list[ProbeResult]:
+    """Every pooler on the same folds: a zero-shot row for each parameter-free one, a trained row for each one with
+    parameters (with ``projection``: for every one); ranked best first."""
+    splits = pair_folds(layout.data, config.folds, config.val_fraction, config.seed)
+    results = []
+    for spec in specs:
+        trained = has_parameters(spec, cache)
+        for learned in ([False] if not trained else []) + ([True] if trained or config.projection else []):
+            with torch_threads(config.threads):
+                result = probe_pairs(spec, cache, layout, config, splits, learned)
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+    higher = primary_metric(layout.task).higher_is_better
+    return sorted(results, key=lambda r: rank_key(r.summary()["mean"], higher))
