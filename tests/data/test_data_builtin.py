@@ -127,7 +127,8 @@ def test_wu_palmer_is_nltks_over_the_deepest_shared_ancestor():
 
 def test_the_pair_sets_are_refused_where_a_labelled_table_is_needed():
     with pytest.raises(PoolkitError, match="builtin:wordnet-examples is a table of pairs for retrieval: score "
-                                           "embeddings on it with `poolkit evaluate --task retrieval`"):
+                                           "embeddings on it with `evaluate` or `compare` and `task` "
+                                           "retrieval"):
         load_builtin("builtin:wordnet-examples")
     with pytest.raises(PoolkitError, match="builtin:embedded is a classification set, not pairs"):
         builtin.builtin_pairs("builtin:embedded")

@@ -334,7 +334,7 @@ def load_builtin(name: str, limit: int | None = None, seed: int = 0) -> TableDat
     name = name.removeprefix(PREFIX)
     if name in _PAIR_DATASETS:
         raise PoolkitError(f"builtin:{name} is a table of pairs for {_PAIR_DATASETS[name][0].task}: score embeddings "
-                           f"on it with `poolkit evaluate --task {_PAIR_DATASETS[name][0].task}`")
+                           f"on it with `evaluate` or `compare` and `task` {_PAIR_DATASETS[name][0].task}")
     if name not in _DATASETS:
         raise PoolkitError(
             f"unknown built-in dataset {name!r}: choose one of {', '.join(_DATASETS)}.{suggest(name, _DATASETS)}"
