@@ -1,14 +1,20 @@
-"""docs/embeddings.md's numbers, rendered from docs/embeddings/zero-shot.json (``scripts/evaluate_builtin.py``)."""
+"""docs/embeddings.md's numbers, rendered from docs/embeddings/zero-shot.json (``scripts/evaluate_builtin.py``) and
+docs/embeddings/boards.json (``scripts/compare_builtin.py``)."""
 
 from __future__ import annotations
 
 from rendering import ROOT, Page, read_json, table
 
 RESULT = ROOT / "docs" / "embeddings" / "zero-shot.json"
+BOARDS = ROOT / "docs" / "embeddings" / "boards.json"
 METRICS = {"retrieval": ("ndcg@10", "mrr@10", "map@100", "recall@1", "recall@10"),
            "similarity": ("spearman", "pearson")}
 #: the figure each task's leaderboard ranks by
 MAIN = {"retrieval": "ndcg@10", "similarity": "spearman"}
+#: the held-out checks of the embedding issue: evaluate = sentence-transformers within PARITY; compare's zero-shot
+#: mean within FOLD_GAP of evaluate's whole-table figure; the best learned row no worse than zero-shot mean by more
+#: than LEARNED_LOSS; shuffled pairs under chance + CHANCE_SD standard deviations of random rankings
+PARITY, FOLD_GAP, LEARNED_LOSS, CHANCE_SD = 0.005, 0.05, 0.02, 3
 
 
 def ours(results: list[dict], task: str) -> list[dict]:
@@ -63,11 +69,121 @@ def render_reading(result: dict) -> str:
     return "\n".join(lines)
 
 
+def trained(row: dict) -> bool:
+    return any(fold["best_epoch"] > 0 or fold["epochs_run"] > 0 for fold in row["fold_detail"])
+
+
+def zero_shot_mean(board: dict) -> dict:
+    return next(row for row in board["rows"] if row["pooler"] == "mean" and not trained(row))
+
+
+def best_learned(board: dict) -> dict:
+    return next(row for row in board["rows"] if trained(row))  # rows are ranked best first
+
+
+def render_boards_setup(boards: dict) -> str:
+    prov, first = boards["provenance"], next(iter(boards["boards"].values()))["settings"]
+    probe = first["probe"]
+    sizes = "; ".join(f"`{data}`: " + (f"{b['settings']['queries']:,} queries, {b['settings']['corpus']:,} documents"
+                                       if b["settings"]["task"] == "retrieval" else f"{b['settings']['rows']:,} pairs")
+                      for data, b in boards["boards"].items())
+    return (f"Made by `{boards['script']}` (`docs/embeddings/boards.json`): `compare` with the packaged "
+            f"all-MiniLM-L6-v2 frozen and compare's {len(first['poolers'])} default poolers; {sizes}. "
+            f"{boards['settings']['folds']} folds by query, up to {probe['epochs']} epochs (patience "
+            f"{probe['patience']}), batch {probe['batch_size']}, pooler learning rate {probe['pooler_lr']:g}, inner "
+            f"split {probe['val_fraction']:.0%} of each fold's training queries, seed {probe['seed']}, no projection. "
+            f"The whole run took {boards['seconds'] / 60:.1f} minutes. Commit "
+            f"{(prov.get('commit') or 'unknown')[:10]}, torch {prov['torch']}, {prov['cpu']} ({prov['cores']} cores).")
+
+
+def render_board(board: dict) -> str:
+    task = board["settings"]["task"]
+    others = [m for m in METRICS[task] if m != MAIN[task]]
+    lines = []
+    for row in board["rows"]:
+        wins = sum(fold["best_epoch"] == 0 for fold in row["fold_detail"])
+        lines.append([str(row["rank"]), f"`{row['pooler']}`", "trained" if trained(row) else "zero-shot",
+                      f"{row['mean']:.4f} ± {row['std']:.4f}", *(f"{row[m]:.4f}" for m in others),
+                      f"{wins} of {len(row['fold_detail'])}" if trained(row) else "", f"{row['params']:,}",
+                      f"{row['seconds']:.0f}"])
+    return table(["#", "pooler", "row", f"{MAIN[task]} mean ± std", *others, "epoch 0 chosen", "params", "sec"],
+                 lines, align="rllr" + "r" * len(others) + "rrr")
+
+
+def render_boards_reading(boards: dict) -> str:
+    lines = []
+    for data, board in boards["boards"].items():
+        task = board["settings"]["task"]
+        mean, best = zero_shot_mean(board), best_learned(board)
+        learned = [row for row in board["rows"] if trained(row)]
+        above = [row for row in learned if row["mean"] > mean["mean"]]
+        folds = sum(b[MAIN[task]] > m[MAIN[task]] for b, m in zip(best["fold_metrics"], mean["fold_metrics"]))
+        untrained = sum(fold["best_epoch"] == 0 for row in learned for fold in row["fold_detail"])
+        total = sum(len(row["fold_detail"]) for row in learned)
+        lines.append(f"- **{task}** (`{data}`): the best trained row, `{best['pooler']}`, is "
+                     f"{best['mean'] - mean['mean']:+.4f} {MAIN[task]} from zero-shot mean ({best['mean']:.4f} against "
+                     f"{mean['mean']:.4f}; higher in {folds} of {len(best['fold_metrics'])} folds); {len(above)} of "
+                     f"{len(learned)} trained rows are above zero-shot mean; epoch 0 (no training) was chosen in "
+                     f"{untrained} of the trained rows' {total} folds.")
+    return "\n".join(lines)
+
+
+def render_cost(boards: dict) -> str:
+    cost = boards["cost"]
+    settings = cost["settings"]
+    names = ", ".join(f"`{spec['name']}`" for spec in settings["poolers"])
+    return (f"Cost: `compare` on `{cost['data']}` ({settings['rows']:,} pairs, {settings['texts']:,} distinct texts) with "
+            f"{len(settings['poolers'])} poolers ({names}), "
+            f"{boards['settings']['folds']} folds, a fresh feature cache: {cost['wall_seconds']:.0f} s wall on "
+            f"{boards['provenance']['cores']} CPU cores, of which {settings['encode_seconds']:.0f} s encoding "
+            f"(target: under 300 s, {'met' if cost['wall_seconds'] < 300 else 'missed'}).")
+
+
+def render_checks(result: dict, boards: dict) -> str:
+    rows = []
+    for task in METRICS:
+        mine = next(r for r in ours(result["results"], task) if r["pooler"]["name"] == "mean")
+        theirs = next(r for r in result["results"] if r["task"] == task and r.get("by") == "sentence-transformers")
+        largest = max(abs(mine["metrics"][m] - theirs["metrics"][m]) for m in METRICS[task])
+        rows.append([f"`{mine['data']}`", "evaluate = sentence-transformers", f"≤ {PARITY}", f"{largest:.1e}",
+                     _verdict(largest <= PARITY)])
+        board = boards["boards"][mine["data"]]
+        gap = zero_shot_mean(board)["mean"] - mine["metrics"][MAIN[task]]
+        rows.append(["", f"compare's zero-shot mean − evaluate's whole table ({MAIN[task]})", f"within ± {FOLD_GAP}",
+                     f"{gap:+.4f}", _verdict(abs(gap) <= FOLD_GAP)])
+        loss = best_learned(board)["mean"] - zero_shot_mean(board)["mean"]
+        rows.append(["", "best trained row − zero-shot mean", f"≥ −{LEARNED_LOSS}", f"{loss:+.4f}",
+                     _verdict(loss >= -LEARNED_LOSS)])
+    shuffled, chance = boards["shuffled"], boards["shuffled"]["chance"]
+    bound = chance["ndcg@10_mean"] + CHANCE_SD * chance["ndcg@10_std"]
+    highest = max(shuffled["rows"], key=lambda row: row["mean"])
+    rows.append([f"`{shuffled['data']}`, documents shuffled", f"every row's ndcg@10 (highest: `{highest['pooler']}`)",
+                 f"< chance + {CHANCE_SD} sd = {bound:.4f}", f"{highest['mean']:.4f}",
+                 _verdict(all(row["mean"] < bound for row in shuffled["rows"]))])
+    return table(["data", "check", "target", "measured", "verdict"], rows, align="llrrl")
+
+
+def render_shuffled(boards: dict) -> str:
+    shuffled, chance = boards["shuffled"], boards["shuffled"]["chance"]
+    measured = ", ".join(f"`{row['pooler']}` {row['mean']:.4f}" for row in shuffled["rows"])
+    return (f"With the documents of `{shuffled['data']}` shuffled among its rows (seed "
+            f"{boards['settings']['seed']}), no pooler can learn anything about a held-out query: {measured} "
+            f"(nDCG@10, {boards['settings']['folds']} folds), beside {chance['ndcg@10_mean']:.4f} ± "
+            f"{chance['ndcg@10_std']:.4f} for random rankings of the same table ({chance['draws']} draws).")
+
+
+def _verdict(ok: bool) -> str:
+    return "passes" if ok else "**fails**"
+
+
 def render() -> dict[str, str]:
-    result = read_json(RESULT)
+    result, boards = read_json(RESULT), read_json(BOARDS)
+    tables = {f"board-{b['settings']['task']}": render_board(b) for b in boards["boards"].values()}
     return {"setup": render_setup(result), "retrieval": render_task(result, "retrieval"),
             "similarity": render_task(result, "similarity"), "parity": render_parity(result),
-            "reading": render_reading(result)}
+            "reading": render_reading(result), "boards-setup": render_boards_setup(boards), **tables,
+            "boards-reading": render_boards_reading(boards), "cost": render_cost(boards),
+            "shuffled": render_shuffled(boards), "checks": render_checks(result, boards)}
 
 
 PAGE = Page("docs/embeddings.md", render)

@@ -249,6 +249,21 @@ def test_any_mask_dtype_and_none(mask_dtype):
 
 
 @pytest.mark.parametrize("name", ALL_POOLERS)
+def test_a_mask_that_is_not_0_1_is_refused_in_one_line(name):
+    # a Hugging Face additive mask (0 = real, -10000 = padding) would be read inverted, and 0.5, -1 or NaN as real
+    pooler = make_pooler(name)
+    layers = random_layers(2, 4)
+    good = mask_from_lengths([4, 2], 4).float()
+    for bad, told in [((good - 1) * 10000, "pass (attention_mask == 0)"), (good * 0.5, "got 0.5"),
+                      (good - (1 - good), "got -1"), (good.masked_fill(good == 0, float("nan")), "got nan")]:
+        with pytest.raises(PoolkitError, match="attention_mask must hold 0 and 1 only") as refused:
+            pooler(states_for(pooler, layers), bad)
+        assert told in str(refused.value) and "\n" not in str(refused.value)
+    pooler(states_for(pooler, layers), good)  # float, integer and bool 0/1 masks are taken
+    pooler(states_for(pooler, layers), good.long())
+
+
+@pytest.mark.parametrize("name", ALL_POOLERS)
 def test_weights_are_a_distribution_over_real_tokens(name):
     pooler = make_pooler(name)
     layers = random_layers(2, 6)

@@ -232,7 +232,9 @@ class Pooler(Configurable):
             if tuple(attention_mask.shape) != (batch, length):
                 raise PoolkitError(f"{self.name}: attention_mask shape {tuple(attention_mask.shape)} does "
                                    f"not match hidden_states (B, T) = {(batch, length)}")
-            mask = attention_mask.bool()  # nonzero = real token
+            if attention_mask.dtype != torch.bool and not fast.transformed():
+                _check_binary(self.name, attention_mask)
+            mask = attention_mask.bool()
         return (layers if self.kind == "layer" else first), mask
 
     def parameter_dtype(self) -> torch.dtype | None:
@@ -265,6 +267,20 @@ def _per_layer(x: Tensor | list[Tensor], change: Callable[[Tensor], Tensor]) -> 
 def _zero_padding(x: Tensor | list[Tensor], mask: Tensor) -> Tensor | list[Tensor]:
     """x (or each layer) with every padded position set to 0: (B, T, D) -> (B, T, D)."""
     return _per_layer(x, lambda h: masking.zero_padding(h, mask))
+
+
+def _check_binary(name: str, mask: Tensor) -> None:
+    """A mask holds 0 and 1 only: anything else (0.5, -1, NaN, a Hugging Face additive mask of 0 and -10000) would be
+    read as real tokens. Eager mode only (one reduction over the (B, T) mask; compile, export and torch.func skip
+    it)."""
+    bad = (mask != 0) & (mask != 1)
+    if not bool(bad.any()):
+        return
+    shown = ", ".join(f"{v:g}" for v in torch.unique(mask[bad].float())[:3].tolist())
+    additive = bool((mask <= 0).all()) and bool((mask == 0).any())
+    fix = ("it looks additive (0 = real, a large negative number = padding): pass (attention_mask == 0)"
+           if additive else "pass 1 for real tokens and 0 for padding")
+    raise PoolkitError(f"{name}: attention_mask must hold 0 and 1 only (1 = real token), got {shown}; {fix}")
 
 
 def _all_padding(x: Tensor | list[Tensor], batch: int, length: int) -> Tensor | list[Tensor]:
