@@ -248,3 +248,19 @@ def test_compare_reports_each_step_through_its_callback_and_prints_nothing(gloss
     with pytest.raises(PoolkitError, match="unknown compare setting 'epoch'.*Did you mean 'epochs'"):
         api.compare(data, poolers="mean", epoch=3)
     assert api.compare_config(folds=4).for_data(quick=True) == api.compare_config(folds=4, epochs=8)
+
+
+@pytest.mark.parametrize("bad", [-3, 1.5, True])
+def test_a_finetune_top_that_would_mean_no_fine_tuning_is_refused(bad):
+    # -3 ran with no fine-tuning and exit 0 (issue 32, item 12)
+    with pytest.raises(PoolkitError, match="`finetune_top` must be 0 .no fine-tuning. or a positive number"):
+        api.compare_config(finetune_top=bad)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5])
+def test_a_max_length_that_is_not_a_positive_integer_is_refused(model_dir, bad):
+    # 0 silently meant 256 (issue 32, item 12)
+    import poolkit
+
+    with pytest.raises(PoolkitError, match="`max_length` must be a positive number of tokens"):
+        poolkit.encode(["a text"], model=model_dir, max_length=bad)

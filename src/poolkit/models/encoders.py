@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -130,7 +131,11 @@ def model_positions(config) -> int | None:
 
 
 def check_max_length(max_length: int | None, config) -> int | None:
-    """``max_length`` unchanged, or a one-line error when it is more than the encoder's positions."""
+    """``max_length`` unchanged, or a one-line error when it is not a positive integer or is more than the encoder's
+    positions."""
+    if max_length is not None and (not isinstance(max_length, numbers.Integral) or isinstance(max_length, bool)
+                                   or max_length < 1):
+        raise PoolkitError(f"`max_length` must be a positive number of tokens, got {max_length!r}")
     positions = model_positions(config)
     if max_length is not None and positions is not None and max_length > positions:
         raise PoolkitError(f"`max_length` {max_length} is more than the model's {positions} positions: use "

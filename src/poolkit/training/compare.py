@@ -44,6 +44,9 @@ def compare_config(**settings: Any) -> CompareConfig:
     """A CompareConfig from keyword settings; unknown names raise naming the known ones, bad rates fail."""
     config = config_from(CompareConfig, "compare", settings)
     check_rates(pooler_lr=config.pooler_lr, encoder_lr=config.encoder_lr)
+    if not isinstance(config.finetune_top, int) or isinstance(config.finetune_top, bool) or config.finetune_top < 0:
+        raise PoolkitError(f"`finetune_top` must be 0 (no fine-tuning) or a positive number of poolers, got "
+                           f"{config.finetune_top!r}")
     return config
 
 
