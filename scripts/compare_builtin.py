@@ -1,8 +1,8 @@
 """The embedding leaderboards of the built-in tables of pairs: ``poolkit compare --task retrieval|similarity`` with
 the packaged all-MiniLM-L6-v2 frozen and compare's default poolers (zero-shot rows for the parameter-free ones,
 contrastively trained rows for the others), 5 folds; then two checks: the cost of compare on 2,000 pairs with 5
-poolers, encoding included (a fresh feature cache), and the retrieval set with its documents shuffled among the rows
-(pairs with no signal) beside the chance level of random rankings. Into docs/embeddings/boards.json;
+poolers, encoding included (a fresh feature cache), and the retrieval set, one row per document, with its documents
+shuffled among the rows (pairs with no signal) beside the chance level of random rankings. Into docs/embeddings/boards.json;
 ``scripts/docs.py --write embeddings`` renders docs/embeddings.md from it.
 
     .venv/bin/python scripts/compare_builtin.py      # about 15 minutes on 2 CPU cores
@@ -44,6 +44,14 @@ def board(data, task: str, poolers, cache_dir: Path, seed: int = 0) -> dict:
     return {"settings": result.settings, "rows": result.rows, "wall_seconds": time.perf_counter() - started}
 
 
+def shuffled_pairs(frame, seed: int):
+    """One row per document (a document relevant to several queries would carry a signal that survives the shuffle:
+    its popularity), then the documents shuffled among the rows: no query's document can be learned from others."""
+    frame = frame.drop_duplicates("pair").reset_index(drop=True)
+    frame["pair"] = np.random.default_rng(seed).permutation(frame["pair"].to_numpy())
+    return frame
+
+
 def chance(frame, draws: int, seed: int) -> dict:
     """nDCG@10 of random rankings of the whole table (random vectors), mean and sample std over ``draws``."""
     pairs = load_pairs(frame, "retrieval")
@@ -63,8 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         cache = Path(scratch) / "cache"
         boards = {data: board(data, task, DEFAULT_POOLERS, cache, args.seed) for data, task in SETS.items()}
         cost = board(COST_SET, SETS[COST_SET], COST_POOLERS, Path(scratch) / "fresh-cache", args.seed)
-        frame = builtin_pairs(SHUFFLED_SET)[0]
-        frame["pair"] = np.random.default_rng(args.seed).permutation(frame["pair"].to_numpy())
+        frame = shuffled_pairs(builtin_pairs(SHUFFLED_SET)[0], args.seed)
         shuffled = board(frame, "retrieval", SHUFFLED_POOLERS, cache, args.seed)
     shuffled["chance"] = chance(frame, CHANCE_DRAWS, args.seed)
     atomic_write_json(OUT, {"script": "scripts/compare_builtin.py", "settings": {"folds": FOLDS, "seed": args.seed},

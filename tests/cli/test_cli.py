@@ -99,8 +99,8 @@ def test_compare_similarity_pairs_ranks_by_spearman_and_refuses_what_it_cannot_d
     assert (board["metric"] == "spearman").all() and board["mean"].is_monotonic_decreasing
     assert sorted(board["pooler"]) == ["attention(attn_size=8)", "mean"] and "pearson" in board.columns
     assert "(24 pairs, similarity, 2 folds" in stdout
-    code, _, err = run(capsys, *args, "--out", tmp_path / "other", "--finetune-top", 1)
-    assert code == 2 and err.count("\n") == 1 and "--finetune-top is not available for similarity" in err
+    code, _, err = run(capsys, *args, "--out", tmp_path / "other", "--negative-col", "b")
+    assert code == 2 and err.count("\n") == 1 and "--negative-col and --corpus are for retrieval" in err
 
 
 def test_parse_options():

@@ -144,8 +144,8 @@ def test_a_fold_trains_only_on_its_training_queries_and_chooses_on_their_inner_s
     scored: list[np.ndarray] = []
     real_metrics = contrastive.unit_metrics
     monkeypatch.setattr(contrastive, "unit_metrics",
-                        lambda model, cache, layout, units, size: (scored.append(np.asarray(units).copy()),
-                                                                   real_metrics(model, cache, layout, units, size))[1])
+                        lambda layout, units, embed: (scored.append(np.asarray(units).copy()),
+                                                      real_metrics(layout, units, embed))[1])
     config = ProbeConfig(folds=3, epochs=2, patience=5, batch_size=8)
     train, test = pair_folds(layout.data, 3, config.val_fraction, config.seed)[1]
     contrastive.train_pair_fold({"name": "attention", "attn_size": 8}, cache, layout, train, test, config, seed=5,
@@ -222,11 +222,26 @@ def test_compare_zero_shot_folds_rank_against_the_whole_corpus_like_evaluate(mod
     assert "baseline" not in {row["pooler"] for row in saved["rows"]}
 
 
+def test_compare_fine_tunes_the_best_pooler_on_the_same_folds(model_dir, gloss_pairs, tmp_path):
+    from poolkit.training.compare import compare
+
+    board = compare(gloss_pairs, task="retrieval", text_col="query", pair_col="doc", poolers="mean,max",
+                    model=model_dir, folds=2, finetune_top=1, finetune_epochs=1, cache_dir=tmp_path / "cache",
+                    out=tmp_path / "run", progress=False)
+    frozen = next(row for row in board.rows if row["mode"] == "frozen" and row["rank"] == 1)
+    tuned = next(row for row in board.rows if row["mode"] == "finetuned")
+    assert tuned["pooler"] == frozen["pooler"] and tuned["ndcg@10"] == tuned["mean"] and "mrr@10" in tuned
+    metrics = json.loads((tmp_path / "run" / "finetuned" / tuned["pooler"] / "metrics.json").read_text())
+    data = load_pairs(gloss_pairs, "retrieval", text_col="query", pair_col="doc")
+    for k, (_, test) in enumerate(pair_folds(data, 2, 0.2, 0)):  # the probes' folds: the same test queries
+        saved = np.load(tmp_path / "run" / "finetuned" / tuned["pooler"] / f"fold_{k}" / "test_outputs.npz")
+        assert saved["test_rows"].tolist() == test.tolist()
+    assert len(metrics["folds"]) == 2
+
+
 def test_compare_refuses_what_it_cannot_do_for_pairs_before_any_work(gloss_pairs, model_dir):
     from poolkit.training.compare import compare
 
-    with pytest.raises(PoolkitError, match="`finetune_top` is not available for retrieval"):
-        compare(gloss_pairs, task="retrieval", finetune_top=1)
     with pytest.raises(PoolkitError, match="column 'pair' not found"):
         compare(gloss_pairs, task="retrieval", text_col="query", model=model_dir)
     with pytest.raises(PoolkitError, match="are for `task` retrieval"):

@@ -9,12 +9,14 @@ from .common import Renamed, add_data_arguments, add_pooler_arguments, add_trust
 from .common import said, single_pooler_spec
 from .options import add_config_arguments, given_settings
 
-HELP = "fine-tune encoder + pooler + head on a table of texts"
-DESCRIPTION = "Fine-tune encoder + pooler + head. Writes fold_*/ models, oof.csv, metrics.json and train.log to --out."
+HELP = "fine-tune encoder + pooler + head on a table of texts (or encoder + pooler on pairs, for embeddings)"
+DESCRIPTION = ("Fine-tune encoder + pooler + head. Writes fold_*/ models, oof.csv, metrics.json and train.log to --out. "
+               "With --task retrieval or similarity: encoder + pooler on a table of pairs, with a contrastive loss and "
+               "no head (no oof.csv); the fold models load in embed and evaluate.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_data_arguments(parser)
+    add_data_arguments(parser, pairs=True)
     model = parser.add_argument_group("model")
     model.add_argument("--model", help="encoder: a local folder or hub name (default: packaged all-MiniLM-L6-v2)")
     add_pooler_arguments(model, default="mean")
@@ -38,5 +40,5 @@ def run(args: argparse.Namespace) -> int:
     metric, std = metrics["primary_metric"], metrics["std_ddof1"][metrics["primary_metric"]]
     spread = f" ± {std:.4f} (sample std)" if std is not None else ""
     print(f"{spec['name']}: test {metric} {metrics['mean'][metric]:.4f}{spread} over {metrics['n_folds']} fold(s); "
-          f"model and predictions in {args.out}")
+          f"models{'' if 'oof' not in metrics else ' and predictions'} in {args.out}")
     return 0

@@ -23,10 +23,11 @@ import numpy as np
 import pandas as pd
 
 from ..errors import PoolkitError, suggest
+from ..tasks import EMBEDDING_TASKS
 from .builtin import PREFIX, builtin_pairs
 from .tables import _rows, read_frame, text_list
 
-PAIR_TASKS = ("retrieval", "similarity")
+PAIR_TASKS = EMBEDDING_TASKS
 
 
 @dataclass
@@ -127,6 +128,17 @@ def load_pairs(data: str | Path | pd.DataFrame, task: str, *, text_col: str = "t
             negatives[ids[query]].add(index[hard[row]])
     negatives = [found - wanted for found, wanted in zip(negatives, relevant)]  # a relevant text is no negative
     return RetrievalData(list(ids), list(index), relevant, sum(len(r) for r in relevant), negatives, source)
+
+
+def score_column(target_col: str | Sequence[str] | None, task: str) -> str:
+    """The score column of a table of pairs (default: score): one column."""
+    if target_col is None:
+        return "score"
+    if isinstance(target_col, str):
+        return target_col
+    if len(target_col) != 1:
+        raise PoolkitError(f"`target_col` of {task} is one column (the score), got {list(target_col)}")
+    return target_col[0]
 
 
 def _scores(column: pd.Series, name: str) -> np.ndarray:

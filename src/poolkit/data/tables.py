@@ -15,12 +15,13 @@ import numpy as np
 
 from poolkit.errors import PoolkitError, suggest
 from poolkit.extras import require
+from poolkit.tasks import HEAD_TASKS
 
 require("cli", "pandas")
 
 import pandas as pd  # noqa: E402
 
-TASKS = ("regression", "classification", "multilabel")
+TASKS = HEAD_TASKS
 FORMATS = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
 _COMPRESSIONS = (".gz", ".bz2", ".xz", ".zip", ".zst")
 _PARSE_FIXES = {

@@ -1,4 +1,5 @@
-"""Encoder + poolkit pooler + head as one Hugging Face ``PreTrainedModel``.
+"""Encoder + poolkit pooler + head as one Hugging Face ``PreTrainedModel`` (for the embedding tasks, retrieval and
+similarity: encoder + pooler, no head).
 
 ``PooledModel.from_encoder("path/or/name", pooler="attention", task="classification", num_labels=5)``
 wraps any ``AutoModel`` encoder; ``save_pretrained`` / ``from_pretrained`` round-trip it (safetensors),
@@ -16,9 +17,10 @@ from transformers.utils import ModelOutput
 
 from ..errors import PoolkitError
 from ..pooling import build_pooler, pooler_spec
+from ..tasks import EMBEDDING_TASKS, HEAD_TASKS
 from .encoders import check_model_folder
 
-TASKS = ("regression", "classification", "multilabel")
+TASKS = HEAD_TASKS + EMBEDDING_TASKS
 
 
 class PooledConfig(PretrainedConfig):
@@ -63,7 +65,8 @@ class PooledModelOutput(ModelOutput):
 
 
 class PooledModel(PreTrainedModel):
-    """Any Hugging Face encoder + a poolkit pooler + a regression / classification / multi-label head.
+    """Any Hugging Face encoder + a poolkit pooler + a regression / classification / multi-label head (none for the
+    embedding tasks: ``pooled`` is the output).
 
     The encoder is asked for all hidden states only when the pooler pools over layers.
     """
@@ -85,7 +88,7 @@ class PooledModel(PreTrainedModel):
         self.pooler = build_pooler(config.pooler, config.encoder.hidden_size, config.encoder.num_hidden_layers)
         config.pooler = self.pooler.get_config()  # the complete spec (every option) is what gets saved
         self.dropout = nn.Dropout(config.head_dropout)
-        self.head = nn.Linear(self.pooler.output_dim, config.num_labels)
+        self.head = nn.Linear(self.pooler.output_dim, config.num_labels) if config.task in HEAD_TASKS else None
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -127,6 +130,8 @@ class PooledModel(PreTrainedModel):
                 return_weights: bool | str = False, **encoder_kwargs: Any) -> PooledModelOutput:
         pooled, weights = self.pool(input_ids, attention_mask, token_type_ids, return_weights=return_weights,
                                     **encoder_kwargs)
+        if self.head is None:  # an embedding model: the pooled vector is the output
+            return PooledModelOutput(pooled=pooled, weights=weights)
         logits = self.head(self.dropout(pooled.to(self.head.weight.dtype)))
         loss = self.loss(logits, labels) if labels is not None else None
         return PooledModelOutput(loss=loss, logits=logits, pooled=pooled, weights=weights)

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..data import TableData, decode_labels
 from ..data.texts import read_texts
+from ..errors import PoolkitError
 from ..io.runs import check_writable
 from ..models.encoders import embedding_model
 from ..settings import config_from
@@ -36,15 +37,22 @@ def train_config(pooler: str | dict[str, Any] = "mean", model: str | None = None
 
 
 def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[str, Any] = "mean",
-          model: str | None = None, text_col: str = "text", target_col: str | Sequence[str] = "label",
-          task: str | None = None, limit: int | None = None, resume: bool = False, force: bool = False,
-          trust_remote_code: bool = False, progress: bool = True, report: Callable[[str], None] | None = None,
-          **settings: Any) -> dict[str, Any]:
+          model: str | None = None, text_col: str = "text", target_col: str | Sequence[str] | None = None,
+          task: str | None = None, pair_col: str = "pair", negative_col: str | None = None,
+          corpus: str | Path | Sequence[str] | None = None, limit: int | None = None, resume: bool = False,
+          force: bool = False, trust_remote_code: bool = False, progress: bool = True,
+          report: Callable[[str], None] | None = None, **settings: Any) -> dict[str, Any]:
     """Fine-tune encoder + pooler + head, one model per fold, into ``out`` (fold_K/, oof.csv, metrics.json,
     train.log); returns metrics.json's dict. Each fold's checkpoint is chosen on an inner split of its training
     rows and its test rows are scored once (see :mod:`poolkit.training.finetune`). ``settings``: any TrainConfig
     field (folds, epochs, batch_size, encoder_lr, pooler_lr, precision, train_only, ...). ``trust_remote_code``:
-    allow a model folder's own code. ``report``: told the task when it was inferred from the target column."""
+    allow a model folder's own code. ``report``: told the task when it was inferred from the target column.
+
+    ``task`` retrieval or similarity: ``data`` is a table of pairs (``text_col``, ``pair_col``, ``target_col``
+    (default: score), ``negative_col``, ``corpus``: see :func:`poolkit.data.pairs.load_pairs`) and the encoder +
+    pooler are fine-tuned with a contrastive loss, with no head (:mod:`poolkit.training.finetune_pairs`); no
+    oof.csv. ``target_col`` of the other tasks: default label."""
+    from ..data.pairs import PAIR_TASKS, load_pairs, score_column
     from ..models.encoders import remote_code
     from . import finetune
 
@@ -52,7 +60,17 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
     settings["max_length"] = fit_to_encoder(model, settings.get("max_length"), TrainConfig.max_length,
                                              trust_remote_code, [pooler])
     config = train_config(pooler, model, **settings)  # fails before the data is read
-    table = load(data, text_col, target_col, task, limit, config.seed, report)
+    if task in PAIR_TASKS:
+        from .contrastive import PairLayout
+        from .finetune_pairs import fit_pairs
+
+        pairs = load_pairs(data, task, text_col=text_col, pair_col=pair_col, target_col=score_column(target_col, task),
+                           negative_col=negative_col, corpus=corpus, limit=limit, seed=config.seed)
+        with remote_code(trust_remote_code):
+            return fit_pairs(config, PairLayout.of(pairs), out, resume=resume, force=force, progress=progress)
+    if negative_col is not None or corpus is not None:
+        raise PoolkitError("`negative_col` and `corpus` are for `task` retrieval")
+    table = load(data, text_col, target_col or "label", task, limit, config.seed, report)
     with remote_code(trust_remote_code):
         return finetune.fit(config, table, out, resume=resume, force=force, progress=progress)
 

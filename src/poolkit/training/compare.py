@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..data import TableData, fold_splits
-from ..data.pairs import PAIR_TASKS, load_pairs, pair_folds
+from ..data.pairs import PAIR_TASKS, load_pairs, pair_folds, score_column
 from ..errors import PoolkitError
 from ..io import RunFolder
 from ..settings import config_from
@@ -98,9 +98,6 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     config = compare_config(**settings)
     specs = resolve_poolers(poolers)  # bad names fail before the data is read
     rank, world = process_rank()
-    if task in PAIR_TASKS and config.finetune_top > 0:
-        raise PoolkitError(f"`finetune_top` is not available for {task} yet: compare's frozen rows only (leave "
-                           "`finetune_top` at 0)")
     if task not in PAIR_TASKS and (negative_col is not None or corpus is not None):
         raise PoolkitError("`negative_col` and `corpus` are for `task` retrieval")
     if world > 1 and config.finetune_top > 0:
@@ -148,13 +145,8 @@ def load_step(data, specs: list[dict[str, Any]], config: CompareConfig, columns:
         if data is None:
             raise PoolkitError(f"`task` {task} needs `data`: a table of pairs, or builtin:wordnet-examples / "
                                "builtin:wordnet-similarity")
-        target = columns["target_col"] or "score"
-        if not isinstance(target, str):
-            if len(target) != 1:
-                raise PoolkitError(f"`target_col` of {task} is one column (the score), got {list(target)}")
-            target = target[0]
         pairs = load_pairs(data, task, text_col=columns["text_col"], pair_col=columns["pair_col"],
-                           target_col=target, negative_col=columns["negative_col"],
+                           target_col=score_column(columns["target_col"], task), negative_col=columns["negative_col"],
                            corpus=columns["corpus"], limit=limit, seed=config.seed)
         pair_folds(pairs, probe.folds, probe.val_fraction, probe.seed)
         return Comparison(config, specs, PairLayout.of(pairs), probe, report, progress, primary_metric(task))
@@ -262,11 +254,14 @@ def finetune_step(run: Comparison, out: Path | None, force: bool) -> None:
     from . import finetune
     from .config import TrainConfig
     from .cv import finetuned_row
+    from .finetune_pairs import fit_pairs
 
     config = run.config
+    pairs = run.table.task in PAIR_TASKS
     with tempfile.TemporaryDirectory(prefix="poolkit-finetune-") as scratch:
         root = (out or Path(scratch)) / "finetuned"
-        for result in run.results[:config.finetune_top]:
+        # a row trained with a projection names a pooler that fine-tuning would train without it
+        for result in [r for r in run.results if not r.suffix][:config.finetune_top]:
             run.report(f"fine-tuning the encoder with {result.label} ({config.folds} folds, {config.finetune_epochs} "
                        "epochs)")
             trained = TrainConfig(model=config.model, pooler=result.spec, folds=config.folds,
@@ -274,9 +269,11 @@ def finetune_step(run: Comparison, out: Path | None, force: bool) -> None:
                                   pooler_lr=config.pooler_lr, max_length=config.max_length,
                                   val_fraction=run.probe.val_fraction, seed=config.seed)  # the probes' splits
             started = time.perf_counter()
+            fit = fit_pairs if pairs else finetune.fit
             with remote_code(config.trust_remote_code):
-                metrics = finetune.fit(trained, run.table, root / result.label, force=force, progress=run.progress)
-            run.rows.append(finetuned_row(result.label, result.spec, metrics, time.perf_counter() - started))
+                metrics = fit(trained, run.table, root / result.label, force=force, progress=run.progress)
+            run.rows.append(finetuned_row(result.label, result.spec, metrics, time.perf_counter() - started,
+                                          flat=pairs))
 
 
 def explain_best(results: Sequence[Any], features: Any, table: TableData, model: str | None, max_length: int,

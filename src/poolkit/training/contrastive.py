@@ -57,12 +57,23 @@ class PairLayout:
     first: np.ndarray
     second: np.ndarray
 
+    #: what a fine-tuning run (:mod:`poolkit.training.finetune`) records of a table: no head outputs, labels or
+    #: target columns
+    n_outputs = 0
+    label_names = None
+    target_cols = ()
+    text_col = None
+
     @classmethod
     def of(cls, data: RetrievalData | SimilarityData) -> PairLayout:
         one, two = (data.queries, data.corpus) if isinstance(data, RetrievalData) else (data.left, data.right)
         index: dict[str, int] = {}
         rows = [np.array([index.setdefault(text, len(index)) for text in side], dtype=np.int64) for side in (one, two)]
         return cls(data, list(index), *rows)
+
+    def __len__(self) -> int:
+        """The units cross-validation splits (queries, or pairs)."""
+        return len(self.data)
 
     @property
     def task(self) -> str:
@@ -118,47 +129,83 @@ def vectors(model: EmbeddingModel, cache: FeatureCache, rows: np.ndarray, batch_
     return sampler.restore(torch.cat(out)) if out else torch.zeros(0, model.pooler.output_dim)
 
 
-def unit_metrics(model: EmbeddingModel, cache: FeatureCache, layout: PairLayout, units: np.ndarray,
-                 batch_size: int) -> dict[str, float]:
+def unit_metrics(layout: PairLayout, units: np.ndarray,
+                 embed: Callable[[np.ndarray], torch.Tensor]) -> dict[str, float]:
     """The metrics on ``units``: those queries ranked against the whole corpus (retrieval), or those pairs'
-    correlations (similarity)."""
+    correlations (similarity); ``embed`` maps rows of ``layout.texts`` to their vectors."""
     data = layout.data
     if isinstance(data, RetrievalData):
-        return retrieval_metrics(vectors(model, cache, layout.first[units], batch_size),
-                                 vectors(model, cache, layout.second, batch_size), [data.relevant[u] for u in units])
-    return similarity_metrics(vectors(model, cache, layout.first[units], batch_size),
-                              vectors(model, cache, layout.second[units], batch_size), data.scores[units])
+        return retrieval_metrics(embed(layout.first[units]), embed(layout.second), [data.relevant[u] for u in units])
+    return similarity_metrics(embed(layout.first[units]), embed(layout.second[units]), data.scores[units])
+
+
+def cached_metrics(model: EmbeddingModel, cache: FeatureCache, layout: PairLayout, units: np.ndarray,
+                   batch_size: int) -> dict[str, float]:
+    """:func:`unit_metrics` of ``model`` pooling the feature cache."""
+    return unit_metrics(layout, units, lambda rows: vectors(model, cache, rows, batch_size))
+
+
+def training_items(layout: PairLayout, units: np.ndarray) -> np.ndarray:
+    """The training items of ``units``: (query, relevant document) pairs (retrieval: (n, 2)) or the units themselves
+    (similarity pairs: (n, 1))."""
+    data = layout.data
+    if isinstance(data, RetrievalData):
+        return np.array([(u, d) for u in units for d in sorted(data.relevant[u])], dtype=np.int64).reshape(-1, 2)
+    return np.asarray(units, dtype=np.int64)[:, None]
 
 
 def training_batches(layout: PairLayout, units: np.ndarray, batch_size: int, seed: int) -> list[np.ndarray]:
-    """One epoch's batches of training items in a seeded random order: (query, relevant document) pairs of the
-    ``units`` (retrieval; as (2, n) columns) or the ``units`` themselves (similarity pairs)."""
-    data = layout.data
-    if isinstance(data, RetrievalData):
-        items = np.array([(u, d) for u in units for d in sorted(data.relevant[u])], dtype=np.int64).reshape(-1, 2)
-    else:
-        items = np.asarray(units, dtype=np.int64)[:, None]
+    """One epoch's batches of the training items of ``units`` (:func:`training_items`) in a seeded random order."""
+    items = training_items(layout, units)
     order = np.random.default_rng(seed).permutation(len(items))
     return [items[order[start:start + batch_size]] for start in range(0, len(items), batch_size)]
 
 
-def batch_loss(model: EmbeddingModel, cache: FeatureCache, layout: PairLayout, batch: np.ndarray) -> torch.Tensor:
-    """The loss of one batch (see the module docstring); the texts of the batch pooled in one call."""
-    data = layout.data
-    if isinstance(data, SimilarityData):
-        units = batch[:, 0]
-        both = model(*cache.inputs(np.concatenate([layout.first[units], layout.second[units]]), model.pooler))
-        return cosent_loss(both[:len(units)], both[len(units):], torch.from_numpy(data.scores[units]))
-    queries = batch[:, 0]
-    documents = list(dict.fromkeys([*batch[:, 1].tolist(),
-                                    *(n for q in queries for n in sorted(data.negatives[q]) if data.negatives)]))
-    column = {d: j for j, d in enumerate(documents)}
-    positives = torch.tensor([column[d] for d in batch[:, 1].tolist()])
-    left_out = torch.tensor([[d in data.relevant[q] and column[d] != p for d in documents]
-                             for q, p in zip(queries.tolist(), positives.tolist())], dtype=torch.bool)
-    rows = np.concatenate([layout.first[queries], layout.second[np.array(documents, dtype=np.int64)]])
-    pooled = model(*cache.inputs(rows, model.pooler))
-    return ranking_loss(pooled[:len(queries)], pooled[len(queries):], positives, left_out)
+@dataclass
+class PairBatch:
+    """One training batch of a table of pairs: the rows of ``layout.texts`` on each side and what the loss needs.
+
+    Retrieval: ``first`` the queries, ``second`` the batch's distinct documents (the positives, then the hard
+    negatives), ``positives`` each query's column, ``left_out`` (queries x documents) the columns that are relevant to
+    a query without being its positive. Similarity: the pairs' first and second texts and their ``scores``."""
+
+    first: np.ndarray
+    second: np.ndarray
+    positives: torch.Tensor | None = None
+    left_out: torch.Tensor | None = None
+    scores: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, layout: PairLayout, items: np.ndarray) -> PairBatch:
+        """The batch of training ``items`` (rows of :func:`training_batches`)."""
+        data = layout.data
+        if isinstance(data, SimilarityData):
+            units = items[:, 0]
+            return cls(layout.first[units], layout.second[units], scores=torch.from_numpy(data.scores[units]))
+        queries = items[:, 0]
+        documents = list(dict.fromkeys([*items[:, 1].tolist(),
+                                        *(n for q in queries for n in sorted(data.negatives[q]) if data.negatives)]))
+        column = {d: j for j, d in enumerate(documents)}
+        positives = torch.tensor([column[d] for d in items[:, 1].tolist()])
+        left_out = torch.tensor([[d in data.relevant[q] and column[d] != p for d in documents]
+                                 for q, p in zip(queries.tolist(), positives.tolist())], dtype=torch.bool)
+        return cls(layout.first[queries], layout.second[np.array(documents, dtype=np.int64)], positives, left_out)
+
+
+def pair_loss(first: torch.Tensor, second: torch.Tensor, positives: torch.Tensor | None = None,
+              left_out: torch.Tensor | None = None, scores: torch.Tensor | None = None) -> torch.Tensor:
+    """The loss of a :class:`PairBatch` given its two sides' vectors: CoSENT with ``scores``, else ranking."""
+    if scores is not None:
+        return cosent_loss(first, second, scores)
+    return ranking_loss(first, second, positives, left_out)
+
+
+def batch_loss(model: EmbeddingModel, cache: FeatureCache, layout: PairLayout, items: np.ndarray) -> torch.Tensor:
+    """The loss of one batch of training items, both sides pooled from the feature cache in one call."""
+    batch = PairBatch.of(layout, items)
+    pooled = model(*cache.inputs(np.concatenate([batch.first, batch.second]), model.pooler))
+    return pair_loss(pooled[:len(batch.first)], pooled[len(batch.first):], batch.positives, batch.left_out,
+                     batch.scores)
 
 
 def train_pair_fold(spec: dict[str, Any], cache: FeatureCache, layout: PairLayout, train_units: np.ndarray,
@@ -172,7 +219,7 @@ def train_pair_fold(spec: dict[str, Any], cache: FeatureCache, layout: PairLayou
     fit, val = pair_split(layout.data, train_units, config.val_fraction, seed)
     if learned:
         model.pooler.start_as_mean()
-    best = unit_metrics(model, cache, layout, val, config.batch_size * 2)[metric.name]  # epoch 0: untrained
+    best = cached_metrics(model, cache, layout, val, config.batch_size * 2)[metric.name]  # epoch 0: untrained
     best_state, best_epoch, stale, epochs_run = copy.deepcopy(model.state_dict()), 0, 0, 0
     for epoch in range(1, config.epochs + 1 if learned else 1):
         if epoch == 1:
@@ -184,7 +231,7 @@ def train_pair_fold(spec: dict[str, Any], cache: FeatureCache, layout: PairLayou
             loss.backward()
             optimizer.step()
         epochs_run = epoch
-        score = unit_metrics(model, cache, layout, val, config.batch_size * 2)[metric.name]
+        score = cached_metrics(model, cache, layout, val, config.batch_size * 2)[metric.name]
         if metric.better(score, best):
             best, best_state, best_epoch, stale = score, copy.deepcopy(model.state_dict()), epoch, 0
         else:
@@ -192,7 +239,7 @@ def train_pair_fold(spec: dict[str, Any], cache: FeatureCache, layout: PairLayou
             if stale >= config.patience:
                 break
     model.load_state_dict(best_state)
-    metrics = unit_metrics(model, cache, layout, test_units, config.batch_size * 2)
+    metrics = cached_metrics(model, cache, layout, test_units, config.batch_size * 2)
     detail = {"best_epoch": best_epoch, "epochs_run": epochs_run, f"val_{metric.name}": float(best),
               f"test_{metric.name}": float(metrics[metric.name])}
     return metrics, detail

@@ -44,12 +44,14 @@ def fold_detail(fold: dict[str, Any], metric: str) -> dict[str, Any]:
     return {key: fold[key] for key in ("best_epoch", "epochs_run", f"val_{metric}", f"test_{metric}")}
 
 
-def finetuned_row(label: str, spec: dict[str, Any], metrics: dict[str, Any], seconds: float) -> dict[str, Any]:
+def finetuned_row(label: str, spec: dict[str, Any], metrics: dict[str, Any], seconds: float,
+                  flat: bool = False) -> dict[str, Any]:
     """The leaderboard row of a fine-tuning run (``metrics``: its metrics.json): test metrics per fold, the
-    parameters it trained, how each fold chose its checkpoint."""
+    parameters it trained, how each fold chose its checkpoint (``flat``: see :func:`leaderboard_row`)."""
     name = metrics["primary_metric"]
     return leaderboard_row(label, spec, "finetuned", name, [f["metrics"] for f in metrics["folds"]],
-                           metrics["trainable_params"], seconds, [fold_detail(f, name) for f in metrics["folds"]])
+                           metrics["trainable_params"], seconds, [fold_detail(f, name) for f in metrics["folds"]],
+                           flat=flat)
 
 
 def data_sha1(data: TableData) -> str:

@@ -237,13 +237,19 @@ def fit(config: TrainConfig, data: TableData, out_dir: str | Path, resume: bool 
     ``resume`` continues an interrupted run in ``out_dir`` (finished folds are skipped, a fold in training
     restarts from its last finished epoch) and ends as the uninterrupted run would; ``force`` starts over.
     """
+    return fit_run(_Run, config, data, out_dir, resume, force, progress)
+
+
+def fit_run(run_class: type, config: TrainConfig, data: Any, out_dir: str | Path, resume: bool, force: bool,
+            progress: bool) -> dict[str, Any]:
+    """:func:`fit` with the fold loop of ``run_class`` (a :class:`_Run`, or the embedding tasks' subclass)."""
     config.check()
     state = accelerate_state()
     if config.batch_size % state.num_processes:
         raise PoolkitError(f"`batch_size` {config.batch_size} must be a multiple of the {state.num_processes} "
                            "processes: each global batch is split across them")
     out = Path(out_dir)
-    run = _Run(config, data, out, progress and state.is_main_process, state)  # checks model and splits first
+    run = run_class(config, data, out, progress and state.is_main_process, state)  # checks model and splits first
     outputs = [*(f"fold_{k}{end}" for k in range(len(run.splits)) for end in ("", ".partial")), *RESULTS]
     with _claim_out_dir(out, resume, force, state, outputs), _log_to(out / "train.log", state.is_main_process), \
             hf_bars_off():
@@ -259,8 +265,20 @@ class _Run:
         self.tokenizer = load_tokenizer(config.model)
         self.metric = primary_metric(data.task, data.n_outputs)
         self.n_classes = len(data.label_names) if data.task == "classification" else None
-        self.fingerprint = fingerprint(config, data)
-        self.splits = cv_splits(data, config.folds, config.val_fraction, config.seed)
+        self.fingerprint = self.data_fingerprint()
+        self.splits = self.cross_validation()
+
+    def data_fingerprint(self) -> dict[str, Any]:
+        """What a resume must match (:func:`poolkit.training.cv.fingerprint`)."""
+        return fingerprint(self.config, self.data)
+
+    def cross_validation(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(fit, validation, test) rows per fold (:func:`poolkit.training.cv.cv_splits`)."""
+        return cv_splits(self.data, self.config.folds, self.config.val_fraction, self.config.seed)
+
+    def new_fold(self, k: int, rows: tuple[np.ndarray, np.ndarray, np.ndarray], work: Path) -> _Fold:
+        """What trains fold ``k`` on its (fit, validation, test) rows, in ``work``."""
+        return _Fold(self, k, *rows, work)
 
     def fit(self, resume: bool) -> dict[str, Any]:
         start = time.perf_counter()
@@ -269,8 +287,7 @@ class _Run:
         results = [self.fold(k, rows, resume) for k, rows in enumerate(self.splits)]
         summary = self.summary(results, time.perf_counter() - start)
         if self.state.is_main_process:
-            atomic_write_content(self.out / "oof.csv", self.oof_frame(results).to_csv(index=False))
-            atomic_write_content(self.out / "metrics.json", json.dumps(summary, indent=2) + "\n")
+            self.write_results(results, summary)
         name, std = self.metric.name, summary["std_ddof1"][self.metric.name]
         spread = f" (sample std {std:.4f})" if std is not None else ""
         logger.info(f"done: test {name} {summary['mean'][name]:.4f}{spread} in {summary['seconds']:.1f}s")
@@ -288,19 +305,28 @@ class _Run:
             check_same(meta, self.fingerprint, final)
             logger.info(f"fold {k}: already trained, skipped")
         else:
-            meta = _Fold(self, k, *rows, work).train(resume)
+            meta = self.new_fold(k, rows, work).train(resume)
             if self.state.is_main_process:
                 os.rename(work / "best", final)
                 shutil.rmtree(work)
             self.state.wait_for_everyone()
         saved = np.load(final / TEST_OUTPUTS)
-        return {**meta, "rows": saved["test_rows"], "outputs": saved["outputs"]}
+        return {**meta, "rows": saved["test_rows"], **({"outputs": saved["outputs"]} if "outputs" in saved else {})}
+
+    def out_of_fold(self, results: list[dict[str, Any]]) -> dict[str, Any]:
+        """metrics.json's ``oof``: the metrics of all out-of-fold outputs together."""
+        rows = np.concatenate([r["rows"] for r in results])
+        outputs = np.concatenate([r["outputs"] for r in results])
+        return {"oof": compute_metrics(self.data.task, outputs, self.data.targets[rows], self.n_classes)}
+
+    def write_results(self, results: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        """oof.csv and metrics.json (main process)."""
+        atomic_write_content(self.out / "oof.csv", self.oof_frame(results).to_csv(index=False))
+        atomic_write_content(self.out / "metrics.json", json.dumps(summary, indent=2) + "\n")
 
     def summary(self, results: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
         """metrics.json: per-fold results, the test metrics' mean and sample std (ddof 1; None for one fold) over
         folds, metrics of all out-of-fold outputs together."""
-        rows = np.concatenate([r["rows"] for r in results])
-        outputs = np.concatenate([r["outputs"] for r in results])
         values = {m: [r["metrics"][m] for r in results] for m in results[0]["metrics"]}
         name = self.metric.name
         return {
@@ -308,7 +334,7 @@ class _Run:
             "higher_is_better": self.metric.higher_is_better, "n_folds": len(results),
             "mean": {m: float(np.mean(v)) for m, v in values.items()},
             "std_ddof1": {m: float(np.std(v, ddof=1)) if len(v) > 1 else None for m, v in values.items()},
-            "oof": compute_metrics(self.data.task, outputs, self.data.targets[rows], self.n_classes),
+            **self.out_of_fold(results),
             "folds": [{**{key: r[key] for key in FOLD_KEYS}, **fold_detail(r, name)} for r in results],
             "trainable_params": results[0]["trainable_params"], "total_params": results[0]["total_params"],
             "n_rows": len(self.data), "config": self.fingerprint["config"], "seconds": seconds,
@@ -352,29 +378,67 @@ class _Fold:
                                          num_labels=data.n_outputs, label_names=data.label_names,
                                          head_dropout=config.head_dropout)
         self.base_sha1 = weights_digest(model.encoder)
-        # regression: standardised on the fit rows (a zero-initialised head starts at their mean)
-        self.targets = _Targets(data, fit)
-        self.sampler, train_loader = _loader([data.texts[i] for i in fit], self.targets.values[fit].numpy(),
-                                             run.tokenizer, config.batch_size, config.max_length, config.padding,
-                                             seed=config.seed + k)
-        if config.frozen_head and existing_dir(work / ".state") is None:  # a resumed fold reloads its trained head
-            started = time.perf_counter()
-            fit_head_first(model, train_loader, self.sampler, config, self.accelerator.device)
-            logger.info(f"fold {k}: pooler + head trained {config.frozen_head} epoch(s) on the frozen encoder "
-                        f"({time.perf_counter() - started:.1f}s), fixed from now on")
+        train_loader, loaders = self.loaders(model)
         self.trainable, self.total = freeze(model, config.train_only, train_head=not config.frozen_head)
         optimizer = torch.optim.AdamW(param_groups(model, config.encoder_lr, config.pooler_lr, config.layer_decay,
                                                    config.weight_decay))
-        (self.val_sampler, val_loader), (self.test_sampler, test_loader) = (
-            _loader([data.texts[i] for i in rows], None, run.tokenizer, config.batch_size, config.max_length,
-                    config.padding) for rows in (val, test))
         self.total_steps = math.ceil(len(train_loader) / config.grad_accum) * config.epochs
         scheduler = get_scheduler(config.scheduler, optimizer, num_warmup_steps=round(config.warmup_ratio *
                                   self.total_steps), num_training_steps=self.total_steps)
-        (self.model, self.optimizer, self.train_loader, self.val_loader, self.test_loader,
-         self.scheduler) = self.accelerator.prepare(model, optimizer, train_loader, val_loader, test_loader, scheduler)
+        prepared = self.accelerator.prepare(model, optimizer, train_loader, *loaders.values(), scheduler)
+        self.model, self.optimizer, self.train_loader, self.scheduler = *prepared[:3], prepared[-1]
+        for name, loader in zip(loaders, prepared[3:-1]):
+            setattr(self, name, loader)
         self.progress = Progress()
         self.loss_sum, self.loss_count = torch.zeros((), device=self.accelerator.device), 0
+
+    def loaders(self, model: PooledModel) -> tuple[DataLoader, dict[str, DataLoader]]:
+        """The fit rows' training loader (the head trained first when ``frozen_head``) and the loaders of the
+        validation and test rows (``val_loader``, ``test_loader``), with their samplers and the training targets
+        kept on the fold."""
+        run, config, data = self.run, self.config, self.run.data
+        # regression: standardised on the fit rows (a zero-initialised head starts at their mean)
+        self.targets = _Targets(data, self.fit_rows)
+        self.sampler, train_loader = _loader([data.texts[i] for i in self.fit_rows],
+                                             self.targets.values[self.fit_rows].numpy(), run.tokenizer,
+                                             config.batch_size, config.max_length, config.padding,
+                                             seed=config.seed + self.k)
+        if config.frozen_head and existing_dir(self.work / ".state") is None:  # a resumed fold reloads its head
+            started = time.perf_counter()
+            fit_head_first(model, train_loader, self.sampler, config, self.accelerator.device)
+            logger.info(f"fold {self.k}: pooler + head trained {config.frozen_head} epoch(s) on the frozen encoder "
+                        f"({time.perf_counter() - started:.1f}s), fixed from now on")
+        (self.val_sampler, val_loader), (self.test_sampler, test_loader) = (
+            _loader([data.texts[i] for i in rows], None, run.tokenizer, config.batch_size, config.max_length,
+                    config.padding) for rows in (self.val_rows, self.test_rows))
+        return train_loader, {"val_loader": val_loader, "test_loader": test_loader}
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One training batch's loss."""
+        targets = batch.pop("targets")
+        return self.model(**batch, labels=targets).loss
+
+    def validation(self) -> tuple[dict[str, float], bool]:
+        """The inner validation rows' metrics, and whether every output was finite (the same on every process)."""
+        outputs = self.targets.outputs(_infer(self.model, self.val_loader, self.val_sampler,
+                                              self.accelerator.gather_for_metrics, f"fold {self.k} validation",
+                                              self.run.show))
+        if not np.isfinite(outputs).all():
+            return {}, False
+        return compute_metrics(self.run.data.task, outputs, self.run.data.targets[self.val_rows],
+                               self.run.n_classes), True
+
+    def test(self) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+        """The test rows' metrics (by the best weights, loaded) and the arrays test_outputs.npz keeps beside the rows:
+        the raw head outputs."""
+        outputs = _infer(self.model, self.test_loader, self.test_sampler, self.accelerator.gather_for_metrics,
+                         f"fold {self.k} test", self.run.show)
+        data = self.run.data
+        return compute_metrics(data.task, outputs, data.targets[self.test_rows], self.run.n_classes), \
+            {"outputs": outputs}
+
+    #: whether the model before any training (epoch 0) is a candidate of the checkpoint choice: not with a new head
+    start_is_a_candidate = False
 
     @property
     def main(self) -> bool:
@@ -419,6 +483,8 @@ class _Fold:
                     f"{self.total_steps} optimizer steps, {self.accelerator.num_processes} process(es), "
                     f"mixed precision {self.accelerator.mixed_precision}")
         started, seconds = time.perf_counter(), progress.seconds
+        if self.start_is_a_candidate and not saved:
+            self.evaluate(0)  # the model as it starts may stay the best
         while progress.epoch < config.epochs and not progress.stopped:
             self.epoch()
             progress.seconds = seconds + time.perf_counter() - started
@@ -434,9 +500,8 @@ class _Fold:
         bar = tqdm(self.train_loader, desc=f"fold {self.k} epoch {progress.epoch + 1}/{config.epochs}",
                    disable=not self.run.show, leave=False)
         for i, batch in enumerate(bar):
-            targets = batch.pop("targets")
             with accelerator.accumulate(self.model):
-                loss = self.model(**batch, labels=targets).loss
+                loss = self.loss(batch)
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and config.max_grad_norm:
                     accelerator.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
@@ -460,19 +525,18 @@ class _Fold:
     def evaluate(self, epoch: float) -> None:
         """Inner validation metrics; keep the best checkpoint; count evaluations without improvement (early stop)."""
         progress, metric = self.progress, self.run.metric
-        outputs = self.targets.outputs(_infer(self.model, self.val_loader, self.val_sampler,
-                                              self.accelerator.gather_for_metrics, f"fold {self.k} validation",
-                                              self.run.show))
-        train_loss = self.accelerator.reduce(self.loss_sum / max(self.loss_count, 1), "mean").item()
+        metrics, finite = self.validation()
+        trained = self.loss_count > 0  # not at epoch 0 (the same on every process)
+        train_loss = self.accelerator.reduce(self.loss_sum / max(self.loss_count, 1), "mean").item() if trained \
+            else None
         self.loss_sum.zero_()
         self.loss_count = 0
-        if not (math.isfinite(train_loss) and np.isfinite(outputs).all()):  # the same on every process (gathered)
+        if not ((train_loss is None or math.isfinite(train_loss)) and finite):  # the same on every process
             kept = (f"last good checkpoint kept in {self.work / 'best'}" if progress.best is not None
                     else "no checkpoint")
             raise PoolkitError(f"fold {self.k} epoch {epoch:g}: training with the {self.config.pooler['name']} "
                                f"pooler gave non-finite outputs (train loss {train_loss:.4g}); the learning rate is "
                                f"likely too high: lower `encoder_lr` / `pooler_lr` ({kept})")
-        metrics = compute_metrics(self.run.data.task, outputs, self.run.data.targets[self.val_rows], self.run.n_classes)
         score = metrics[metric.name]
         improved = progress.best is None or math.isnan(progress.best) or metric.better(score, progress.best)
         progress.history.append({"epoch": round(epoch, 4), "step": progress.step, "train_loss": train_loss, **metrics})
@@ -484,7 +548,8 @@ class _Fold:
             progress.bad += 1
             progress.stopped = 0 < self.config.patience <= progress.bad
         shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-        logger.info(f"fold {self.k} epoch {epoch:g} step {progress.step}: train_loss {train_loss:.4f} {shown}"
+        loss = f"train_loss {train_loss:.4f} " if train_loss is not None else "(untrained) "
+        logger.info(f"fold {self.k} epoch {epoch:g} step {progress.step}: {loss}{shown}"
                     f"{' (best)' if improved else ''}{' -> early stop' if progress.stopped else ''}")
 
     def save_best(self) -> None:
@@ -516,10 +581,8 @@ class _Fold:
         rows once, write test_outputs.npz and poolkit_train.json."""
         best = self.work / "best"
         self.accelerator.unwrap_model(self.model).load_state_dict(PooledModel.from_pretrained(best).state_dict())
-        outputs = _infer(self.model, self.test_loader, self.test_sampler, self.accelerator.gather_for_metrics,
-                         f"fold {self.k} test", self.run.show)
+        metrics, arrays = self.test()
         data, progress, name = self.run.data, self.progress, self.run.metric.name
-        metrics = compute_metrics(data.task, outputs, data.targets[self.test_rows], self.run.n_classes)
         meta = {"task": data.task, "label_names": data.label_names, "target_cols": list(data.target_cols),
                 "text_col": data.text_col, "fold": self.k, "n_folds": self.config.folds, **self.run.fingerprint,
                 "metrics": metrics, "best_epoch": progress.best_epoch, "best_step": progress.best_step,
@@ -530,7 +593,7 @@ class _Fold:
                 **self.target_stats, "seconds": progress.seconds, "history": progress.history}
         if self.main:
             buffer = io.BytesIO()
-            np.savez(buffer, test_rows=self.test_rows, outputs=outputs, fit_rows=self.fit_rows, val_rows=self.val_rows)
+            np.savez(buffer, test_rows=self.test_rows, fit_rows=self.fit_rows, val_rows=self.val_rows, **arrays)
             atomic_write_content(best / TEST_OUTPUTS, buffer.getvalue())
             atomic_write_content(best / META, json.dumps(meta, indent=2) + "\n")
         self.accelerator.wait_for_everyone()

@@ -60,7 +60,8 @@ def freeze(model: nn.Module, train_only: str = "all", train_head: bool = True) -
     for name, param in model.encoder.named_parameters():
         param.requires_grad_(train_only == "all" or name in keep)
     for module in (model.pooler, model.head):
-        module.requires_grad_(train_head)
+        if module is not None:  # an embedding model has no head
+            module.requires_grad_(train_head)
     params = list(model.parameters())
     return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
 

@@ -16,6 +16,7 @@ from ..io.runs import TRAIN_META, fold_models
 from ..models import PooledModel
 from ..models.encoders import AUTOCAST, check_max_length, hf_bars_off, load_tokenizer, resolve_precision
 from ..models.heads import head_scores
+from ..tasks import EMBEDDING_TASKS
 from .processes import accelerate_state
 
 
@@ -45,9 +46,12 @@ def predict_outputs(model_dir: str | Path, texts: list[str], batch_size: int = 6
         raise PoolkitError("nothing to predict: no texts given")
     total = 0.0
     for fold in folds:
+        meta = json.loads((fold / TRAIN_META).read_text())
+        if meta["task"] in EMBEDDING_TASKS:
+            raise PoolkitError(f"{fold} is a {meta['task']} model: it gives embeddings, not predictions (use "
+                               "`embed`, or `evaluate` on a table of pairs)")
         with hf_bars_off():
             model = PooledModel.from_pretrained(fold)
-        meta = json.loads((fold / TRAIN_META).read_text())
         length = check_max_length(max_length, model.config.encoder) or meta["config"]["max_length"]
         outputs = model_outputs(model, load_tokenizer(str(fold)), texts, length, batch_size, f"predict {fold.name}",
                                 progress)
