@@ -166,8 +166,9 @@ def render_checks(result: dict, boards: dict) -> str:
 def render_shuffled(boards: dict) -> str:
     shuffled, chance = boards["shuffled"], boards["shuffled"]["chance"]
     measured = ", ".join(f"`{row['pooler']}` {row['mean']:.4f}" for row in shuffled["rows"])
-    return (f"With the documents of `{shuffled['data']}` shuffled among its rows (seed "
-            f"{boards['settings']['seed']}), no pooler can learn anything about a held-out query: {measured} "
+    return (f"With `{shuffled['data']}` cut to one row per document ({shuffled['settings']['queries']:,} queries) and "
+            f"its documents shuffled among the rows (seed {boards['settings']['seed']}), no pooler can learn anything "
+            f"about a held-out query: {measured} "
             f"(nDCG@10, {boards['settings']['folds']} folds), beside {chance['ndcg@10_mean']:.4f} ± "
             f"{chance['ndcg@10_std']:.4f} for random rankings of the same table ({chance['draws']} draws).")
 

@@ -58,6 +58,8 @@ def test_train_retrieval_writes_fold_models_that_embed_and_evaluate(model_dir, p
                                   [data.relevant[u] for u in test])
         assert again["ndcg@10"] == pytest.approx(metrics["folds"][k]["metrics"]["ndcg@10"], abs=1e-4)
         assert encoder.pooler.name == "attention"
+    _, vectors, spec = api.embed(list(pairs["text"][:3]), model=str(out / "fold_0"), progress=False)
+    assert vectors.shape == (3, 32) and spec["name"] == "attention"
     scored = api.evaluate(pairs, "retrieval", model=str(out), max_length=16, progress=False)
     assert len(scored["folds"]) == 2 and scored["std_ddof1"]["ndcg@10"] >= 0
     with pytest.raises(PoolkitError, match="is a retrieval model: it gives embeddings, not predictions"):

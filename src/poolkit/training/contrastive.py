@@ -32,7 +32,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..data.batching import LengthGroupedBatchSampler
 from ..data.pairs import RetrievalData, SimilarityData, pair_folds, pair_split
 from ..pooling import Pooler, build_pooler
 from .config import ProbeConfig
@@ -40,7 +39,7 @@ from .embedding_metrics import retrieval_metrics, similarity_metrics
 from .features import FeatureCache
 from .leaderboard import rank_key
 from .metrics import primary_metric
-from .probing import ProbeResult, torch_threads
+from .probing import ProbeResult, cached_outputs, torch_threads
 
 #: cosine -> logit scale of both losses (sentence-transformers' default for each; a temperature of 0.05)
 SCALE = 20.0
@@ -118,17 +117,6 @@ def cosent_loss(left: torch.Tensor, right: torch.Tensor, scores: torch.Tensor) -
     return torch.logsumexp(torch.cat([cosine.new_zeros(1), wrong]), dim=0)
 
 
-def vectors(model: EmbeddingModel, cache: FeatureCache, rows: np.ndarray, batch_size: int) -> torch.Tensor:
-    """The embeddings (len(rows), D) float32 of cache ``rows``, in length-grouped batches."""
-    model.eval()
-    out = []
-    sampler = LengthGroupedBatchSampler(cache.lengths[rows], batch_size, shuffle=False)
-    with torch.inference_mode():
-        for batch in sampler:
-            out.append(model(*cache.inputs(rows[batch], model.pooler)).float())
-    return sampler.restore(torch.cat(out)) if out else torch.zeros(0, model.pooler.output_dim)
-
-
 def unit_metrics(layout: PairLayout, units: np.ndarray,
                  embed: Callable[[np.ndarray], torch.Tensor]) -> dict[str, float]:
     """The metrics on ``units``: those queries ranked against the whole corpus (retrieval), or those pairs'
@@ -142,7 +130,7 @@ def unit_metrics(layout: PairLayout, units: np.ndarray,
 def cached_metrics(model: EmbeddingModel, cache: FeatureCache, layout: PairLayout, units: np.ndarray,
                    batch_size: int) -> dict[str, float]:
     """:func:`unit_metrics` of ``model`` pooling the feature cache."""
-    return unit_metrics(layout, units, lambda rows: vectors(model, cache, rows, batch_size))
+    return unit_metrics(layout, units, lambda rows: cached_outputs(model, cache, rows, batch_size))
 
 
 def training_items(layout: PairLayout, units: np.ndarray) -> np.ndarray:
@@ -221,9 +209,9 @@ def train_pair_fold(spec: dict[str, Any], cache: FeatureCache, layout: PairLayou
         model.pooler.start_as_mean()
     best = cached_metrics(model, cache, layout, val, config.batch_size * 2)[metric.name]  # epoch 0: untrained
     best_state, best_epoch, stale, epochs_run = copy.deepcopy(model.state_dict()), 0, 0, 0
+    optimizer = (torch.optim.AdamW(model.parameters(), lr=config.pooler_lr, weight_decay=config.weight_decay)
+                 if learned else None)  # a zero-shot pooler may have no parameters at all
     for epoch in range(1, config.epochs + 1 if learned else 1):
-        if epoch == 1:
-            optimizer = torch.optim.AdamW(model.parameters(), lr=config.pooler_lr, weight_decay=config.weight_decay)
         model.train()
         for batch in training_batches(layout, fit, config.batch_size, seed * 1000 + epoch):
             loss = batch_loss(model, cache, layout, batch)

@@ -109,7 +109,9 @@ class _Targets:
         return raw * self.std + self.mean if self.task == "regression" else raw
 
 
-def _predict(model: ProbeModel, cache: FeatureCache, rows: np.ndarray, batch_size: int) -> np.ndarray:
+def cached_outputs(model: nn.Module, cache: FeatureCache, rows: np.ndarray, batch_size: int) -> torch.Tensor:
+    """``model``'s outputs (len(rows), ...) float32 on cache ``rows`` (its pooler reads them), in eval mode and
+    length-grouped batches, in the order of ``rows``."""
     model.eval()
     outputs = []
     sampler = LengthGroupedBatchSampler(cache.lengths[rows], batch_size, shuffle=False)
@@ -117,7 +119,7 @@ def _predict(model: ProbeModel, cache: FeatureCache, rows: np.ndarray, batch_siz
         for batch in sampler:
             states, mask = cache.inputs(rows[batch], model.pooler)
             outputs.append(model(states, mask).float())
-    return sampler.restore(torch.cat(outputs)).numpy()
+    return sampler.restore(torch.cat(outputs))
 
 
 def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train_rows: np.ndarray,
@@ -149,7 +151,7 @@ def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train
             loss.backward()
             optimizer.step()
         epochs_run = epoch
-        outputs = targets.outputs(_predict(model, cache, val_rows, config.batch_size * 2))
+        outputs = targets.outputs(cached_outputs(model, cache, val_rows, config.batch_size * 2).numpy())
         score = compute_metrics(data.task, outputs, data.targets[val_rows], data.n_outputs)[metric.name]
         if best is None or metric.better(score, best):
             best, best_state, best_epoch, stale = score, copy.deepcopy(model.state_dict()), epoch, 0
@@ -158,7 +160,7 @@ def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train
             if stale >= config.patience:
                 break
     model.load_state_dict(best_state)
-    test_outputs = targets.outputs(_predict(model, cache, test_rows, config.batch_size * 2))
+    test_outputs = targets.outputs(cached_outputs(model, cache, test_rows, config.batch_size * 2).numpy())
     metrics = compute_metrics(data.task, test_outputs, data.targets[test_rows], data.n_outputs)
     detail = {"best_epoch": best_epoch, "epochs_run": epochs_run, f"val_{metric.name}": float(best),
               f"test_{metric.name}": float(metrics[metric.name])}
