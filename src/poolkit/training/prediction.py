@@ -47,7 +47,7 @@ def predict_outputs(model_dir: str | Path, texts: list[str], batch_size: int = 6
     total = 0.0
     for fold in folds:
         meta = json.loads((fold / TRAIN_META).read_text())
-        if meta["task"] in EMBEDDING_TASKS:
+        if meta.get("task") in EMBEDDING_TASKS:
             raise PoolkitError(f"{fold} is a {meta['task']} model: it gives embeddings, not predictions (use "
                                "`embed`, or `evaluate` on a table of pairs)")
         with hf_bars_off():
