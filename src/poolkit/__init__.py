@@ -22,6 +22,7 @@ _LAZY = {
     "train": "poolkit.training.api",
     "predict": "poolkit.training.api",
     "merge": "poolkit.training.merging",
+    "quantize": "poolkit.quantization",
 }
 
 

@@ -149,6 +149,36 @@ def test_embed_command_bad_input(capsys, tmp_path, bert, args, message):
     assert not list(tmp_path.glob("v.*"))
 
 
+def test_dim_keeps_the_first_dimensions_then_normalises(bert, capsys, tmp_path):
+    # catches normalising before truncating (the kept part would not have unit norm) and the last dims kept
+    full = TextEncoder(bert, "mean").encode(TEXTS)
+    short = TextEncoder(bert, "mean", dim=12, normalize=True)
+    assert short.dim == 12
+    torch.testing.assert_close(short.encode(TEXTS), torch.nn.functional.normalize(full[:, :12], dim=-1))
+    for bad in (0, 33, 2.5):
+        with pytest.raises(PoolkitError, match="`dim` must be a number of dimensions from 1 to the pooler's 32"):
+            TextEncoder(bert, "mean", dim=bad)
+    table = tmp_path / "in.csv"
+    pd.DataFrame({"text": TEXTS}).to_csv(table, index=False)
+    code, _, _ = run(capsys, "embed", "--data", table, "--model", bert, "--dim", 8, "--out", tmp_path / "v.npy")
+    assert code == 0 and np.load(tmp_path / "v.npy").shape == (len(TEXTS), 8)
+
+
+@pytest.mark.slow
+def test_packaged_minilm_truncated_matches_sentence_transformers_truncate_dim():
+    from sentence_transformers import SentenceTransformer
+
+    from poolkit.data.builtin import load_builtin
+    from poolkit.models.encoders import resolve_model
+
+    texts = load_builtin("embedded").texts[:32]
+    ours = TextEncoder(pooler="mean", normalize=True, dim=128, device="cpu").encode(texts, batch_size=16)
+    theirs = SentenceTransformer(resolve_model(None), device="cpu", truncate_dim=128).encode(
+        texts, batch_size=16, normalize_embeddings=True, convert_to_tensor=True)
+    assert ours.shape == theirs.shape == (32, 128)
+    assert (ours - theirs.float()).abs().max() < 1e-5
+
+
 @pytest.mark.slow
 def test_packaged_minilm_matches_sentence_transformers_encode():
     from sentence_transformers import SentenceTransformer

@@ -38,13 +38,15 @@ class TextEncoder:
     spec on a bare encoder, poolers with weight matrices (the attention family, latent, adapool, lstm_layers,
     ...) would embed with random weights and are refused unless ``allow_untrained=True``; poolers whose few
     parameters start at a meaningful value (gem's p, lse's temperature, weighted_layer's uniform layer weights)
-    are accepted. ``precision`` (auto, no, bf16,
+    are accepted. ``dim``: keep each vector's first ``dim`` dimensions (Matryoshka truncation), before ``normalize``
+    (as sentence-transformers' ``truncate_dim`` with ``normalize_embeddings``). ``precision`` (auto, no, bf16,
     fp16): ``auto`` runs bf16 (or fp16) autocast on CUDA and float32 on CPU. A model folder with code of its own
     (``auto_map``) is refused unless ``trust_remote_code=True``.
     """
 
     def __init__(self, model: str | None = None, pooler: str | dict[str, Any] | Pooler | None = None, *,
-                 normalize: bool = False, max_length: int | None = None, device: str | torch.device | None = None,
+                 normalize: bool = False, dim: int | None = None, max_length: int | None = None,
+                 device: str | torch.device | None = None,
                  precision: str = "auto", allow_untrained: bool = False, trust_remote_code: bool | None = None,
                  **pooler_options: Any) -> None:
         path = resolve_model(model)
@@ -82,13 +84,17 @@ class TextEncoder:
         self.encoder.to(self.device).eval()
         self.pooler.to(self.device).eval()
         self.normalize = normalize
+        width = self.pooler.output_dim
+        if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool) or not 0 < dim <= width):
+            raise PoolkitError(f"`dim` must be a number of dimensions from 1 to the pooler's {width}, got {dim!r}")
+        self.truncate = dim
         self.max_length = check_max_length(max_length, self.encoder.config) or _model_max_length(
             path, self.tokenizer, self.encoder)
 
     @property
     def dim(self) -> int:
         """Length of each embedding."""
-        return self.pooler.output_dim
+        return self.truncate or self.pooler.output_dim
 
     def encode(self, texts: Sequence[str], batch_size: int = 32, progress: bool = False) -> torch.Tensor:
         """(N, dim) float32 embeddings on the CPU, one row per text, in the order given."""
@@ -108,7 +114,7 @@ class TextEncoder:
             for rows, batch in batches:
                 output = self.encoder(**batch, output_hidden_states=layers, return_dict=True)
                 states = output.hidden_states if layers else output.last_hidden_state
-                pooled = self.pooler(states, batch["attention_mask"]).float()
+                pooled = self.pooler(states, batch["attention_mask"]).float()[:, :self.dim]
                 outputs.append(F.normalize(pooled, dim=-1) if self.normalize else pooled)
                 bar.update(len(rows))
         return sampler.restore(torch.cat(outputs)).cpu()

@@ -142,14 +142,18 @@ class EncodeConfig:
     max_length: int | None = option(None, "token limit", positive=True, none=f"the model's, {MAX_LENGTH} for MiniLM")
     precision: str = precision_option()
     allow_untrained: bool = option(False, "accept a pooler with random (untrained) weight matrices on a bare encoder")
+    dim: int | None = option(None, "keep each vector's first N dimensions (Matryoshka truncation), before any "
+                             "normalisation", positive=True, metavar="N", none="all of them")
 
     def check(self) -> None:
-        check_counts(self, ("batch_size",) + (("max_length",) if self.max_length is not None else ()))
+        check_counts(self, ("batch_size",) + tuple(name for name in ("max_length", "dim")
+                                                   if getattr(self, name) is not None))
         check_precision(self.precision)
 
     def encoder_options(self) -> dict[str, Any]:
         """The ``TextEncoder`` arguments these settings give."""
-        return {"max_length": self.max_length, "precision": self.precision, "allow_untrained": self.allow_untrained}
+        return {"max_length": self.max_length, "precision": self.precision, "allow_untrained": self.allow_untrained,
+                "dim": self.dim}
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ The input is read in windows of ``window`` rows (:func:`poolkit.data.tables.read
 texts are length-sorted and batched by :meth:`TextEncoder.encode`, so memory holds one window, never the data.
 Each finished window's vectors go to ``<out>.partial/window-NNNNNN.npy`` with a small record beside it (rows,
 SHA-256) written last, and ``manifest.json`` holds the settings that determine the vectors (input file, model
-files, pooler spec, normalisation, max_length, precision, window, output format). A run that finds a partial
+files, pooler spec, normalisation, dim, max_length, precision, window, output format). A run that finds a partial
 folder with the same settings keeps every window whose record and checksum match and redoes the rest; different
 settings are refused (``force`` starts over). When every window is done, the output is written in input order,
 one window at a time (Parquet row groups, a ``.npy`` header for the known row count then its rows, CSV / JSONL lines)
@@ -124,7 +124,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     spec = encoder.pooler.get_config()
     settings = {"version": FORMAT_VERSION, "input": input_fingerprint(data), "text_col": text_col,
                 "model": model_fingerprint(resolve_model(model)), "pooler": spec, "normalize": config.normalize,
-                "max_length": encoder.max_length, "precision": encoder.precision, "window": window,
+                "dim": encoder.dim, "max_length": encoder.max_length, "precision": encoder.precision, "window": window,
                 "format": kind}
     windows_in = input_windows(data, text_col, window)
     first = next(windows_in)  # a bad input (no such column, unreadable file) fails before anything is written
