@@ -1,6 +1,7 @@
 """Zero-shot embeddings on the built-in tables of pairs: ``poolkit evaluate`` with the packaged all-MiniLM-L6-v2 and
-each parameter-free pooler, and sentence-transformers' own evaluators on the same model and pooling beside it (mean:
-the checkpoint's own pooling), into docs/embeddings/zero-shot.json; ``scripts/docs.py --write embeddings`` renders
+each parameter-free pooler (mean also at its first 64, 128 and 256 dimensions: Matryoshka truncation), and
+sentence-transformers' own evaluators on the same model and pooling beside it (mean: the checkpoint's own pooling),
+into docs/embeddings/zero-shot.json; ``scripts/docs.py --write embeddings`` renders
 docs/embeddings.md from it.
 
     .venv/bin/python scripts/evaluate_builtin.py      # about 5 minutes on 2 CPU cores
@@ -21,6 +22,8 @@ from poolkit.training.evaluation import evaluate
 OUT = Path(__file__).resolve().parent.parent / "docs" / "embeddings" / "zero-shot.json"
 SETS = {"builtin:wordnet-examples": "retrieval", "builtin:wordnet-similarity": "similarity"}
 POOLERS = ("mean", "cls", "max", "mean_sqrt_len")
+#: mean pooling is also scored at these truncations (``evaluate(dims=...)``)
+DIMS = (64, 128, 256)
 
 
 def sentence_transformers_figures(data: str, task: str, batch_size: int) -> dict[str, float]:
@@ -52,13 +55,15 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for data, task in SETS.items():
         for pooler in POOLERS:
-            result = evaluate(data, task, pooler=pooler, batch_size=args.batch_size, progress=False)
+            result = evaluate(data, task, pooler=pooler, batch_size=args.batch_size, progress=False,
+                              dims=DIMS if pooler == "mean" else None)
             results.append({"data": data, **result})
             print(data, pooler, result["metrics"], flush=True)
         results.append({"data": data, "task": task, "pooler": {"name": "mean"}, "by": "sentence-transformers",
                         "metrics": sentence_transformers_figures(data, task, args.batch_size)})
     atomic_write_json(OUT, {"script": "scripts/evaluate_builtin.py", "settings": {"batch_size": args.batch_size,
-                                                                                 "poolers": list(POOLERS)},
+                                                                                 "poolers": list(POOLERS),
+                                                                                 "dims": list(DIMS)},
                             "results": results, "seconds": time.perf_counter() - started,
                             "provenance": run_provenance()})
     print(f"wrote {OUT}: now run scripts/docs.py --write embeddings")

@@ -177,12 +177,26 @@ def _verdict(ok: bool) -> str:
     return "passes" if ok else "**fails**"
 
 
+def render_dims(result: dict) -> str:
+    """Mean pooling's main metric at each truncation, per built-in set, beside the full width."""
+    means = [next(r for r in ours(result["results"], task) if r["pooler"]["name"] == "mean") for task in METRICS]
+    widths = [row["dim"] for row in means[0]["by_dim"]]
+    lines = []
+    for k, width in enumerate(widths):
+        lines.append([str(width), *(f"{m['by_dim'][k]['metrics'][MAIN[m['task']]]:.4f}" for m in means)])
+    lines.append([f"{means[0]['pooler']['hidden_size']} (all)", *(f"{m['metrics'][MAIN[m['task']]]:.4f}"
+                                                                   for m in means)])
+    return table(["first dims", *(f"`{m['data']}` {MAIN[m['task']]}" for m in means)], lines,
+                 align="l" + "r" * len(means))
+
+
 def render() -> dict[str, str]:
     result, boards = read_json(RESULT), read_json(BOARDS)
     tables = {f"board-{b['settings']['task']}": render_board(b) for b in boards["boards"].values()}
     return {"setup": render_setup(result), "retrieval": render_task(result, "retrieval"),
             "similarity": render_task(result, "similarity"), "parity": render_parity(result),
-            "reading": render_reading(result), "boards-setup": render_boards_setup(boards), **tables,
+            "reading": render_reading(result), "dims": render_dims(result),
+            "boards-setup": render_boards_setup(boards), **tables,
             "boards-reading": render_boards_reading(boards), "cost": render_cost(boards),
             "shuffled": render_shuffled(boards), "checks": render_checks(result, boards)}
 

@@ -122,3 +122,27 @@ def test_the_command_prints_and_writes_the_metrics_and_refuses_bad_input(capsys,
     assert "column 'document' not found" in err and "--pair-col" in err and "Traceback" not in err
     with pytest.raises(PoolkitError, match="unknown evaluate setting 'batch'"):
         evaluate(data, "retrieval", text_col="query", pair_col="doc", batch=4)
+
+
+def test_dims_score_truncations_of_vectors_encoded_once(model_dir, capsys, tmp_path):
+    # each row of by_dim is what `dim` alone gives (truncation before the cosine); the full width is `metrics`;
+    # catches the last dimensions kept, a normalisation before truncating, and folds of by_dim mixed up
+    table = _glosses(40)
+    result = evaluate(table, "retrieval", model=model_dir, dims=[16, 8, 32], progress=False)
+    assert [row["dim"] for row in result["by_dim"]] == [8, 16, 32]
+    assert result["by_dim"][-1]["metrics"] == result["metrics"]
+    for row in result["by_dim"][:2]:
+        alone = evaluate(table, "retrieval", model=model_dir, dim=row["dim"], progress=False)["metrics"]
+        assert row["metrics"] == pytest.approx(alone, abs=1e-6)
+    with pytest.raises(PoolkitError, match="`dims` go up to 64 but the pooler gives 32 dimensions"):
+        evaluate(table, "retrieval", model=model_dir, dims=[64], progress=False)
+    with pytest.raises(PoolkitError, match="leave `dim` out"):
+        evaluate(table, "retrieval", model=model_dir, dims=[8], dim=16, progress=False)
+    data = tmp_path / "pairs.csv"
+    table.to_csv(data, index=False)
+    assert main(["evaluate", "--data", str(data), "--task", "retrieval", "--model", model_dir, "--dims", "8,16",
+                 "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "first 8 dims: ndcg@10" in printed and "first 16 dims" in printed
+    assert main(["evaluate", "--data", str(data), "--task", "retrieval", "--model", model_dir, "--dims", "8,x"]) == 2
+    assert "--dims takes whole numbers" in capsys.readouterr().err

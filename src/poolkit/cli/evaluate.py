@@ -7,8 +7,9 @@ import argparse
 import json
 
 from ..data.pairs import PAIR_TASKS
+from ..errors import PoolkitError
 from ..training.config import EVALUATE_PRESETS
-from .common import add_pooler_arguments, add_trust_remote_code_argument
+from .common import add_pooler_arguments, add_trust_remote_code_argument, split_names
 from .options import add_config_arguments, given_settings
 
 HELP = "score embeddings for retrieval or similarity on a table of pairs, with no training"
@@ -34,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "`poolkit train` model: its --out folder (every fold scored: mean ± sample std) or a fold_K "
                        "folder")
     model.add_argument("--fold", type=int, metavar="K", help="with a `poolkit train` run: score its fold_K only")
+    model.add_argument("--dims", nargs="+", metavar="N", help="also score the first N dimensions of every vector "
+                       "for each N (Matryoshka truncation; the texts are encoded once), e.g. --dims 64,128,256")
     add_pooler_arguments(model, default=None)
     add_trust_remote_code_argument(model)
     add_config_arguments(parser.add_argument_group("encoding (poolkit.training.config.EncodeConfig; unset: its "
@@ -53,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     spec = single_pooler_spec(args.pooler or "mean", args.pooler_opt) if args.pooler or args.pooler_opt else None
     result = evaluate(args.data, args.task, model=args.model, pooler=spec, text_col=args.text_col,
                       pair_col=args.pair_col, target_col=args.target_col, negative_col=args.negative_col,
-                      corpus=args.corpus, fold=args.fold, trust_remote_code=args.trust_remote_code,
+                      corpus=args.corpus, fold=args.fold, dims=_dims(args.dims),
+                      trust_remote_code=args.trust_remote_code,
                       progress=not args.quiet,
                       **given_settings(args, EVALUATE_PRESETS))
     if out is not None:
@@ -65,6 +69,19 @@ def run(args: argparse.Namespace) -> int:
                       for name, value in result["metrics"].items())
     over = f" (mean ± sample std over {len(result['folds'])} folds)" if std else ""
     print(f"{result['pooler']['name']} on {sizes}: {shown}{over}" + (f"; written to {out}" if out else ""))
+    for row in result.get("by_dim", []):
+        print(f"  first {row['dim']} dims: " + ", ".join(f"{name} {value:.4f}" for name, value in row["metrics"].items()))
     if not out:
         print(json.dumps(result["metrics"]))
     return 0
+
+
+def _dims(values: list[str] | None) -> list[int] | None:
+    """--dims 64,128 256 -> [64, 128, 256]; a value that is not a whole number is refused in one line."""
+    if values is None:
+        return None
+    names = split_names(values)
+    try:
+        return [int(name) for name in names]
+    except ValueError:
+        raise PoolkitError(f"--dims takes whole numbers of dimensions, got {' '.join(values)!r}") from None

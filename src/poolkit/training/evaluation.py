@@ -25,22 +25,26 @@ from .embedding_metrics import retrieval_metrics, similarity_metrics
 def evaluate(data: str | Path | pd.DataFrame, task: str, *, model: str | None = None,
              pooler: str | dict[str, Any] | None = None, text_col: str = "text", pair_col: str = "pair",
              target_col: str = "score", negative_col: str | None = None,
-             corpus: str | Path | Sequence[str] | None = None, fold: int | None = None, trust_remote_code: bool = False,
-             progress: bool = True, **settings: Any) -> dict[str, Any]:
+             corpus: str | Path | Sequence[str] | None = None, fold: int | None = None,
+             dims: Sequence[int] | None = None, trust_remote_code: bool = False, progress: bool = True,
+             **settings: Any) -> dict[str, Any]:
     """The metrics of ``model`` (default: the packaged all-MiniLM-L6-v2; or a ``poolkit train`` run or fold folder,
     with its trained pooler) pooled with ``pooler`` (default mean) on ``data`` read for ``task`` (retrieval |
     similarity; see :func:`poolkit.data.pairs.load_pairs` for the columns and ``corpus``). A run of several folds is
     scored fold by fold: ``metrics`` is their mean, ``std_ddof1`` the sample std, ``folds`` each one's (``fold``: that
-    fold alone). ``settings``: EncodeConfig's fields (batch_size, max_length, precision, allow_untrained). Returns
-    {"task", "metrics", "model", "pooler" (its spec), "queries" / "corpus" / "pairs" (retrieval) or "pairs"
-    (similarity), "max_length", "seconds"}."""
+    fold alone). ``settings``: EncodeConfig's fields (batch_size, max_length, precision, allow_untrained, dim).
+    ``dims``: also score each vector's first N dimensions for each N given (Matryoshka truncation; the texts are
+    encoded once), as ``by_dim``: [{"dim", "metrics"}, ...] (fold means for a run). Returns {"task", "metrics",
+    "model", "pooler" (its spec), "queries" / "corpus" / "pairs" (retrieval) or "pairs" (similarity), "max_length",
+    "seconds"}."""
     config = config_from(EncodeConfig, "evaluate", settings)
     config.check()
+    dims = _check_dims(dims, config.dim)
     models = _models(model, fold)
     pairs = load_pairs(data, task, text_col=text_col, pair_col=pair_col, target_col=target_col,
                        negative_col=negative_col, corpus=corpus)  # bad input fails before a model loads
     started = time.perf_counter()
-    scored = [_score(one, pooler, pairs, config, trust_remote_code, progress) for one in models]
+    scored = [_score(one, pooler, pairs, config, dims, trust_remote_code, progress) for one in models]
     sizes = ({"queries": len(pairs.queries), "corpus": len(pairs.corpus), "pairs": pairs.pairs}
              if isinstance(pairs, RetrievalData) else {"pairs": len(pairs.scores)})
     result = {"task": task, "metrics": scored[0]["metrics"], "model": str(model) if model is not None else None,
@@ -50,7 +54,24 @@ def evaluate(data: str | Path | pd.DataFrame, task: str, *, model: str | None = 
         result["metrics"] = {m: float(np.mean([s["metrics"][m] for s in scored])) for m in names}
         result["std_ddof1"] = {m: float(np.std([s["metrics"][m] for s in scored], ddof=1)) for m in names}
         result["folds"] = [{"fold": Path(one).name, "metrics": s["metrics"]} for one, s in zip(models, scored)]
+    if dims:
+        result["by_dim"] = [{"dim": dim, "metrics": {m: float(np.mean([s["by_dim"][k][m] for s in scored]))
+                                                     for m in scored[0]["by_dim"][k]}}
+                            for k, dim in enumerate(dims)]
     return {**result, "seconds": time.perf_counter() - started}
+
+
+def _check_dims(dims: Sequence[int] | None, dim: int | None) -> list[int]:
+    """The dimensions to score at, each a positive integer, in increasing order (the pooler's width is checked once
+    the model is loaded)."""
+    if dims is None:
+        return []
+    if dim is not None:
+        raise PoolkitError("`dims` scores several truncations of the full vectors: leave `dim` out")
+    dims = list(dims)
+    if not dims or any(not isinstance(d, int) or isinstance(d, bool) or d < 1 for d in dims):
+        raise PoolkitError(f"`dims` must be positive numbers of dimensions, got {dims!r}")
+    return sorted(set(dims))
 
 
 def _models(model: str | None, fold: int | None) -> list[str | None]:
@@ -69,17 +90,26 @@ def _models(model: str | None, fold: int | None) -> list[str | None]:
 
 
 def _score(model: str | None, pooler: Any, pairs: RetrievalData | SimilarityData, config: EncodeConfig,
-           trust_remote_code: bool, progress: bool) -> dict[str, Any]:
-    """One encoder + pooler's metrics on ``pairs``."""
+           dims: list[int], trust_remote_code: bool, progress: bool) -> dict[str, Any]:
+    """One encoder + pooler's metrics on ``pairs`` (and at each of ``dims``: ``by_dim``, a list of metrics)."""
     from ..models.text_encoder import TextEncoder
 
     encoder = TextEncoder(model, pooler, **config.encoder_options(), trust_remote_code=trust_remote_code)
+    if dims and dims[-1] > encoder.dim:
+        raise PoolkitError(f"`dims` go up to {dims[-1]} but the pooler gives {encoder.dim} dimensions")
 
     def vectors(texts: list[str]):
         return encoder.encode(texts, batch_size=config.batch_size, progress=progress).float()
 
     if isinstance(pairs, RetrievalData):
-        metrics = retrieval_metrics(vectors(pairs.queries), vectors(pairs.corpus), pairs.relevant)
+        first, second = vectors(pairs.queries), vectors(pairs.corpus)
+
+        def metrics(width: int) -> dict[str, float]:
+            return retrieval_metrics(first[:, :width], second[:, :width], pairs.relevant)
     else:
-        metrics = similarity_metrics(vectors(pairs.left), vectors(pairs.right), pairs.scores)
-    return {"metrics": metrics, "pooler": encoder.pooler.get_config(), "max_length": encoder.max_length}
+        first, second = vectors(pairs.left), vectors(pairs.right)
+
+        def metrics(width: int) -> dict[str, float]:
+            return similarity_metrics(first[:, :width], second[:, :width], pairs.scores)
+    return {"metrics": metrics(encoder.dim), "by_dim": [metrics(dim) for dim in dims],
+            "pooler": encoder.pooler.get_config(), "max_length": encoder.max_length}
