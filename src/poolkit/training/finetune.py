@@ -11,6 +11,9 @@ own CLS pooler). Several nodes need a shared output folder: every process writes
 Cross-validation follows :mod:`poolkit.training.cv` (no choice made during training sees the rows a fold is
 scored on); the fold models are read back by :mod:`poolkit.training.prediction`.
 
+The embedding tasks (retrieval, similarity) run the same loop through its hooks (``_Run.cross_validation``,
+``_Fold.loaders`` / ``loss`` / ``validation`` / ``test``, ...): :mod:`poolkit.training.finetune_pairs`.
+
 Regression heads train on targets standardised per column with the fit rows' mean and std (as ``compare``'s
 probes); every saved model has that map folded into its head's Linear, so it answers in the targets' units and loads
 like any PooledModel. The resume state keeps the standardised weights and the statistics.
