@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     over = f" (mean ± sample std over {len(result['folds'])} folds)" if std else ""
     print(f"{result['pooler']['name']} on {sizes}: {shown}{over}" + (f"; written to {out}" if out else ""))
     for row in result.get("by_dim", []):
-        print(f"  first {row['dim']} dims: " + ", ".join(f"{name} {value:.4f}" for name, value in row["metrics"].items()))
+        shown = ", ".join(f"{name} {value:.4f}" for name, value in row["metrics"].items())
+        print(f"  first {row['dim']} dims: {shown}")
     if not out:
         print(json.dumps(result["metrics"]))
     return 0

@@ -3,9 +3,10 @@
 head on the cache, the same K folds), baseline (the tuned linear row), explain (the best learned pooler's weights on
 held-out texts), publish (the leaderboard, on disk before any fine-tuning) and fine-tune (the encoder with the K
 best poolers). For the embedding tasks (retrieval, similarity) the table is one of pairs, probe scores the poolers'
-embeddings (:mod:`poolkit.training.contrastive`: zero-shot rows, contrastively trained rows), and there is no
-baseline, explain or fine-tune step. Each step reports through ``report``, a callable taking one line (the CLI passes ``print``); the
-library prints nothing.
+embeddings (:mod:`poolkit.training.contrastive`: zero-shot rows, contrastively trained rows), fine-tune trains
+encoder + pooler contrastively (:mod:`poolkit.training.finetune_pairs`), and there is no baseline or explain step.
+Each step reports through ``report``, a callable taking one line (the CLI passes ``print``); the library prints
+nothing.
 
 Under ``torchrun`` / ``accelerate launch -m poolkit.cli compare ...`` every process encodes its share of the texts
 into the feature cache (:mod:`poolkit.training.features`); rank 0 joins them, trains the heads alone and returns the
@@ -170,7 +171,8 @@ def encode_step(run: Comparison) -> bool:
                f"{config.folds} folds, up to {config.epochs} epochs), ranked by {run.metric.name}")
     run.started = time.perf_counter()
     run.features = encode_features(table.texts, config.model, max_length=config.max_length, cache_dir=config.cache_dir,
-                                   progress=run.progress, cache=config.cache, trust_remote_code=config.trust_remote_code,
+                                   progress=run.progress, cache=config.cache,
+                                   trust_remote_code=config.trust_remote_code,
                                    poolers=run.specs, summaries=["mean"] if config.baseline and not pairs else [],
                                    token_dtype=config.cache_dtype, token_cap=config.cache_max_tokens)
     if run.features is None:

@@ -21,7 +21,6 @@ against the **whole corpus**, as ``evaluate`` ranks them, so the fold figures si
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from .embedding_metrics import retrieval_metrics, similarity_metrics
 from .features import FeatureCache
 from .leaderboard import rank_key
 from .metrics import primary_metric
-from .probing import ProbeResult, cached_outputs, torch_threads
+from .probing import EpochChoice, ProbeResult, cached_outputs, torch_threads
 
 #: cosine -> logit scale of both losses (sentence-transformers' default for each; a temperature of 0.05)
 SCALE = 20.0
@@ -207,8 +206,8 @@ def train_pair_fold(spec: dict[str, Any], cache: FeatureCache, layout: PairLayou
     fit, val = pair_split(layout.data, train_units, config.val_fraction, seed)
     if learned:
         model.pooler.start_as_mean()
-    best = cached_metrics(model, cache, layout, val, config.batch_size * 2)[metric.name]  # epoch 0: untrained
-    best_state, best_epoch, stale, epochs_run = copy.deepcopy(model.state_dict()), 0, 0, 0
+    choice = EpochChoice(metric, config.patience)
+    choice.offer(0, cached_metrics(model, cache, layout, val, config.batch_size * 2)[metric.name], model)
     optimizer = (torch.optim.AdamW(model.parameters(), lr=config.pooler_lr, weight_decay=config.weight_decay)
                  if learned else None)  # a zero-shot pooler may have no parameters at all
     for epoch in range(1, config.epochs + 1 if learned else 1):
@@ -218,19 +217,11 @@ def train_pair_fold(spec: dict[str, Any], cache: FeatureCache, layout: PairLayou
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-        epochs_run = epoch
-        score = cached_metrics(model, cache, layout, val, config.batch_size * 2)[metric.name]
-        if metric.better(score, best):
-            best, best_state, best_epoch, stale = score, copy.deepcopy(model.state_dict()), epoch, 0
-        else:
-            stale += 1
-            if stale >= config.patience:
-                break
-    model.load_state_dict(best_state)
+        if choice.offer(epoch, cached_metrics(model, cache, layout, val, config.batch_size * 2)[metric.name], model):
+            break
+    model.load_state_dict(choice.best_state)
     metrics = cached_metrics(model, cache, layout, test_units, config.batch_size * 2)
-    detail = {"best_epoch": best_epoch, "epochs_run": epochs_run, f"val_{metric.name}": float(best),
-              f"test_{metric.name}": float(metrics[metric.name])}
-    return metrics, detail
+    return metrics, choice.detail(metrics[metric.name])
 
 
 def probe_pairs(spec: dict[str, Any], cache: FeatureCache, layout: PairLayout, config: ProbeConfig,

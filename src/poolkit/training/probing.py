@@ -122,6 +122,33 @@ def cached_outputs(model: nn.Module, cache: FeatureCache, rows: np.ndarray, batc
     return sampler.restore(torch.cat(outputs))
 
 
+class EpochChoice:
+    """Early stopping on an inner validation metric: the best model state offered so far (a candidate only when
+    strictly better than the best), and whether ``patience`` evaluations in a row brought no improvement."""
+
+    def __init__(self, metric: Any, patience: int) -> None:
+        self.metric, self.patience = metric, patience
+        self.best: float | None = None
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.best_epoch, self.stale, self.epochs_run = 0, 0, 0
+
+    def offer(self, epoch: int, score: float, model: nn.Module) -> bool:
+        """Record ``model`` after ``epoch`` (0: untrained) with validation ``score``; True when training should
+        stop."""
+        self.epochs_run = epoch
+        if self.best is None or self.metric.better(score, self.best):
+            self.best, self.best_state, self.best_epoch, self.stale = score, copy.deepcopy(model.state_dict()), epoch, 0
+            return False
+        self.stale += 1
+        return self.stale >= self.patience
+
+    def detail(self, test_score: float) -> dict[str, float]:
+        """How the model was chosen: best_epoch, epochs_run, the inner validation and the test metric."""
+        name = self.metric.name
+        return {"best_epoch": self.best_epoch, "epochs_run": self.epochs_run, f"val_{name}": float(self.best),
+                f"test_{name}": float(test_score)}
+
+
 def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train_rows: np.ndarray,
                test_rows: np.ndarray, config: ProbeConfig, seed: int
                ) -> tuple[np.ndarray, dict[str, float], dict[str, float], FoldModel]:
@@ -140,7 +167,7 @@ def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train
     targets = _Targets(data, fit_rows)
     metric = primary_metric(data.task, data.n_outputs)
     sampler = LengthGroupedBatchSampler(cache.lengths[fit_rows], config.batch_size, shuffle=True, seed=seed)
-    best, best_state, best_epoch, stale, epochs_run = None, None, 0, 0, 0
+    choice = EpochChoice(metric, config.patience)
     for epoch in range(1, config.epochs + 1):
         model.train()
         for batch in sampler:
@@ -150,20 +177,14 @@ def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-        epochs_run = epoch
         outputs = targets.outputs(cached_outputs(model, cache, val_rows, config.batch_size * 2).numpy())
-        score = compute_metrics(data.task, outputs, data.targets[val_rows], data.n_outputs)[metric.name]
-        if best is None or metric.better(score, best):
-            best, best_state, best_epoch, stale = score, copy.deepcopy(model.state_dict()), epoch, 0
-        else:
-            stale += 1
-            if stale >= config.patience:
-                break
-    model.load_state_dict(best_state)
+        if choice.offer(epoch, compute_metrics(data.task, outputs, data.targets[val_rows], data.n_outputs)[metric.name],
+                        model):
+            break
+    model.load_state_dict(choice.best_state)
     test_outputs = targets.outputs(cached_outputs(model, cache, test_rows, config.batch_size * 2).numpy())
     metrics = compute_metrics(data.task, test_outputs, data.targets[test_rows], data.n_outputs)
-    detail = {"best_epoch": best_epoch, "epochs_run": epochs_run, f"val_{metric.name}": float(best),
-              f"test_{metric.name}": float(metrics[metric.name])}
+    detail = choice.detail(metrics[metric.name])
     return test_outputs, metrics, detail, FoldModel(model.eval(), data.task, test_rows, targets.outputs)
 
 
