@@ -11,9 +11,8 @@ from .options import add_config_arguments, given_settings
 
 HELP = "fine-tune encoder + pooler + head on a table of texts (or encoder + pooler on pairs, for embeddings)"
 DESCRIPTION = ("Fine-tune encoder + pooler + head. Writes fold_*/ models, oof.csv, metrics.json and train.log to "
-               "--out. "
-               "With --task retrieval or similarity: encoder + pooler on a table of pairs, with a contrastive loss and "
-               "no head (no oof.csv); the fold models load in embed and evaluate.")
+               "--out. With --task retrieval or similarity: encoder + pooler on a table of pairs, with a contrastive "
+               "loss and no head (no oof.csv); the fold models load in embed and evaluate.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
