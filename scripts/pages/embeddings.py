@@ -39,12 +39,17 @@ def render_task(result: dict, task: str) -> str:
                  align="l" + "r" * len(METRICS[task]))
 
 
+def parity(result: dict, task: str) -> tuple[dict, dict, float]:
+    """poolkit's mean row, sentence-transformers' row and their largest difference over the task's metrics."""
+    mine = next(r for r in ours(result["results"], task) if r["pooler"]["name"] == "mean")
+    theirs = next(r for r in result["results"] if r["task"] == task and r.get("by") == "sentence-transformers")
+    return mine, theirs, max(abs(mine["metrics"][m] - theirs["metrics"][m]) for m in METRICS[task])
+
+
 def render_parity(result: dict) -> str:
     lines = []
     for task in METRICS:
-        mine = next(r for r in ours(result["results"], task) if r["pooler"]["name"] == "mean")
-        theirs = next(r for r in result["results"] if r["task"] == task and r.get("by") == "sentence-transformers")
-        largest = max(abs(mine["metrics"][m] - theirs["metrics"][m]) for m in METRICS[task])
+        mine, theirs, largest = parity(result, task)
         lines.append([mine["data"], MAIN[task], f"{mine['metrics'][MAIN[task]]:.4f}",
                       f"{theirs['metrics'][MAIN[task]]:.4f}", f"{largest:.1e} ({len(METRICS[task])} metrics)"])
     return table(["data", "metric", "poolkit evaluate", "sentence-transformers", "largest difference, every metric"],
@@ -142,9 +147,7 @@ def render_cost(boards: dict) -> str:
 def render_checks(result: dict, boards: dict) -> str:
     rows = []
     for task in METRICS:
-        mine = next(r for r in ours(result["results"], task) if r["pooler"]["name"] == "mean")
-        theirs = next(r for r in result["results"] if r["task"] == task and r.get("by") == "sentence-transformers")
-        largest = max(abs(mine["metrics"][m] - theirs["metrics"][m]) for m in METRICS[task])
+        mine, _, largest = parity(result, task)
         rows.append([f"`{mine['data']}`", "evaluate = sentence-transformers", f"≤ {PARITY}", f"{largest:.1e}",
                      _verdict(largest <= PARITY)])
         board = boards["boards"][mine["data"]]
