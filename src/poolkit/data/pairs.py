@@ -100,10 +100,8 @@ def load_pairs(data: str | Path | pd.DataFrame, task: str, *, text_col: str = "t
         if limit < len(frame):
             frame = frame.iloc[np.sort(np.random.default_rng(seed).choice(len(frame), limit, replace=False))]
         frame = frame.reset_index(drop=True)
+    check_retrieval_columns(task, negative_col, corpus)
     if task == "similarity":
-        if negative_col is not None or corpus is not None:
-            raise PoolkitError("`negative_col` and `corpus` are for retrieval; a similarity table has two texts and a "
-                               "score per row")
         _columns(frame, source, {"text_col": text_col, "pair_col": pair_col, "target_col": target_col})
         return SimilarityData(text_list(frame[text_col], text_col), text_list(frame[pair_col], pair_col),
                               _scores(frame[target_col], target_col), source)
@@ -128,6 +126,14 @@ def load_pairs(data: str | Path | pd.DataFrame, task: str, *, text_col: str = "t
             negatives[ids[query]].add(index[hard[row]])
     negatives = [found - wanted for found, wanted in zip(negatives, relevant)]  # a relevant text is no negative
     return RetrievalData(list(ids), list(index), relevant, sum(len(r) for r in relevant), negatives, source)
+
+
+def check_retrieval_columns(task: str | None, negative_col: str | None, corpus: object) -> None:
+    """``negative_col`` and ``corpus`` belong to a retrieval table: refused for every other ``task``."""
+    if task != "retrieval" and (negative_col is not None or corpus is not None):
+        raise PoolkitError("`negative_col` and `corpus` are for retrieval; a similarity table has two texts and a "
+                           "score per row" if task == "similarity" else "`negative_col` and `corpus` are for `task` "
+                           "retrieval")
 
 
 def score_column(target_col: str | Sequence[str] | None, task: str) -> str:

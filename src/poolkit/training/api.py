@@ -17,7 +17,6 @@ import pandas as pd
 
 from ..data import TableData, decode_labels
 from ..data.texts import read_texts
-from ..errors import PoolkitError
 from ..io.runs import check_writable
 from ..models.encoders import embedding_model
 from ..settings import config_from
@@ -52,7 +51,7 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
     (default: score), ``negative_col``, ``corpus``: see :func:`poolkit.data.pairs.load_pairs`) and the encoder +
     pooler are fine-tuned with a contrastive loss, with no head (:mod:`poolkit.training.finetune_pairs`); no
     oof.csv. ``target_col`` of the other tasks: default label."""
-    from ..data.pairs import PAIR_TASKS, load_pairs, score_column
+    from ..data.pairs import PAIR_TASKS, check_retrieval_columns, load_pairs, score_column
     from ..models.encoders import remote_code
     from . import finetune
 
@@ -68,8 +67,7 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
                            negative_col=negative_col, corpus=corpus, limit=limit, seed=config.seed)
         with remote_code(trust_remote_code):
             return fit_pairs(config, PairLayout.of(pairs), out, resume=resume, force=force, progress=progress)
-    if negative_col is not None or corpus is not None:
-        raise PoolkitError("`negative_col` and `corpus` are for `task` retrieval")
+    check_retrieval_columns(task, negative_col, corpus)
     table = load(data, text_col, target_col or "label", task, limit, config.seed, report)
     with remote_code(trust_remote_code):
         return finetune.fit(config, table, out, resume=resume, force=force, progress=progress)

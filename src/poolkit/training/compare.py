@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from ..data import TableData, fold_splits
-from ..data.pairs import PAIR_TASKS, load_pairs, pair_folds, score_column
+from ..data.pairs import PAIR_TASKS, check_retrieval_columns, load_pairs, pair_folds, score_column
 from ..errors import PoolkitError
 from ..io import RunFolder
-from ..settings import config_from
+from ..settings import check_counts, config_from
 from .config import MAX_LENGTH, CompareConfig, ProbeConfig
 from .inputs import check_rates, fit_to_encoder, load, resolve_poolers
 from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row, mean_std
@@ -45,9 +45,7 @@ def compare_config(**settings: Any) -> CompareConfig:
     """A CompareConfig from keyword settings; unknown names raise naming the known ones, bad rates fail."""
     config = config_from(CompareConfig, "compare", settings)
     check_rates(pooler_lr=config.pooler_lr, encoder_lr=config.encoder_lr)
-    if not isinstance(config.finetune_top, int) or isinstance(config.finetune_top, bool) or config.finetune_top < 0:
-        raise PoolkitError(f"`finetune_top` must be 0 (no fine-tuning) or a positive number of poolers, got "
-                           f"{config.finetune_top!r}")
+    check_counts(config, ("finetune_top",), least=0)  # 0: no fine-tuning
     return config
 
 
@@ -76,6 +74,11 @@ class Comparison:
     explained: Any = None
     started: float = field(default_factory=time.perf_counter)
 
+    @property
+    def pairs(self) -> bool:
+        """Whether this is an embedding task (retrieval, similarity): a table of pairs, no head."""
+        return self.table.task in PAIR_TASKS
+
 
 def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequence[str | dict[str, Any]] = "default",
             text_col: str = "text", target_col: str | Sequence[str] | None = None, task: str | None = None,
@@ -99,8 +102,7 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     config = compare_config(**settings)
     specs = resolve_poolers(poolers)  # bad names fail before the data is read
     rank, world = process_rank()
-    if task not in PAIR_TASKS and (negative_col is not None or corpus is not None):
-        raise PoolkitError("`negative_col` and `corpus` are for `task` retrieval")
+    check_retrieval_columns(task, negative_col, corpus)
     if world > 1 and config.finetune_top > 0:
         raise PoolkitError("`finetune_top` cannot be used under torchrun / accelerate launch (the processes share "
                            "only the encoding): compare with several processes, then fine-tune with `poolkit train`")
@@ -164,8 +166,7 @@ def encode_step(run: Comparison) -> bool:
     from ..provenance import run_provenance
     from .features import encode_features
 
-    config, table = run.config, run.table
-    pairs = table.task in PAIR_TASKS
+    config, table, pairs = run.config, run.table, run.pairs
     rows = _rows(table)
     run.report(f"poolkit compare: {len(run.specs)} poolers on {table.source} ({rows}, {table.task}, "
                f"{config.folds} folds, up to {config.epochs} epochs), ranked by {run.metric.name}")
@@ -213,18 +214,17 @@ def probe_step(run: Comparison) -> None:
     from .contrastive import compare_pair_poolers
     from .probing import compare_poolers
 
-    pairs = run.table.task in PAIR_TASKS
-    probe = compare_pair_poolers if pairs else compare_poolers
+    probe = compare_pair_poolers if run.pairs else compare_poolers
     run.results = probe(run.specs, run.features, run.table, run.probe, on_result=lambda result: _said(run, result))
     run.rows = [leaderboard_row(r.label, r.spec, "frozen", r.metric, r.fold_metrics, r.params, r.seconds,
-                                r.fold_detail, flat=pairs) for r in run.results]
+                                r.fold_detail, flat=run.pairs) for r in run.results]
 
 
 def baseline_step(run: Comparison) -> None:
     """baseline: the tuned linear baseline's row (logistic / ridge regression on mean-pooled features)."""
     from .baseline import baseline_label, linear_baseline
 
-    if not run.config.baseline or run.table.task in PAIR_TASKS:
+    if not run.config.baseline or run.pairs:
         return
     linear = linear_baseline(run.features, run.table, run.probe)
     label = baseline_label(run.table.task)
@@ -259,7 +259,6 @@ def finetune_step(run: Comparison, out: Path | None, force: bool) -> None:
     from .finetune_pairs import fit_pairs
 
     config = run.config
-    pairs = run.table.task in PAIR_TASKS
     with tempfile.TemporaryDirectory(prefix="poolkit-finetune-") as scratch:
         root = (out or Path(scratch)) / "finetuned"
         # a row trained with a projection names a pooler that fine-tuning would train without it
@@ -271,11 +270,11 @@ def finetune_step(run: Comparison, out: Path | None, force: bool) -> None:
                                   pooler_lr=config.pooler_lr, max_length=config.max_length,
                                   val_fraction=run.probe.val_fraction, seed=config.seed)  # the probes' splits
             started = time.perf_counter()
-            fit = fit_pairs if pairs else finetune.fit
+            fit = fit_pairs if run.pairs else finetune.fit
             with remote_code(config.trust_remote_code):
                 metrics = fit(trained, run.table, root / result.label, force=force, progress=run.progress)
             run.rows.append(finetuned_row(result.label, result.spec, metrics, time.perf_counter() - started,
-                                          flat=pairs))
+                                          flat=run.pairs))
 
 
 def explain_best(results: Sequence[Any], features: Any, table: TableData, model: str | None, max_length: int,

@@ -19,7 +19,6 @@ from ..io.runs import fold_models
 from ..models.encoders import is_run_folder
 from ..settings import config_from
 from .config import EncodeConfig
-from .embedding_metrics import retrieval_metrics, similarity_metrics
 
 
 def evaluate(data: str | Path | pd.DataFrame, task: str, *, model: str | None = None,
@@ -92,24 +91,21 @@ def _models(model: str | None, fold: int | None) -> list[str | None]:
 def _score(model: str | None, pooler: Any, pairs: RetrievalData | SimilarityData, config: EncodeConfig,
            dims: list[int], trust_remote_code: bool, progress: bool) -> dict[str, Any]:
     """One encoder + pooler's metrics on ``pairs`` (and at each of ``dims``: ``by_dim``, a list of metrics)."""
+    import torch
+
     from ..models.text_encoder import TextEncoder
+    from .contrastive import PairLayout, unit_metrics
 
     encoder = TextEncoder(model, pooler, **config.encoder_options(), trust_remote_code=trust_remote_code)
     if dims and dims[-1] > encoder.dim:
         raise PoolkitError(f"`dims` go up to {dims[-1]} but the pooler gives {encoder.dim} dimensions")
 
-    def vectors(texts: list[str]):
-        return encoder.encode(texts, batch_size=config.batch_size, progress=progress).float()
+    layout = PairLayout.of(pairs)  # each distinct text encoded once, queries and documents alike
+    vectors = encoder.encode(layout.texts, batch_size=config.batch_size, progress=progress).float()
+    units = np.arange(len(pairs))
 
-    if isinstance(pairs, RetrievalData):
-        first, second = vectors(pairs.queries), vectors(pairs.corpus)
+    def metrics(width: int) -> dict[str, float]:
+        return unit_metrics(layout, units, lambda rows: vectors[torch.from_numpy(rows), :width])
 
-        def metrics(width: int) -> dict[str, float]:
-            return retrieval_metrics(first[:, :width], second[:, :width], pairs.relevant)
-    else:
-        first, second = vectors(pairs.left), vectors(pairs.right)
-
-        def metrics(width: int) -> dict[str, float]:
-            return similarity_metrics(first[:, :width], second[:, :width], pairs.scores)
     return {"metrics": metrics(encoder.dim), "by_dim": [metrics(dim) for dim in dims],
             "pooler": encoder.pooler.get_config(), "max_length": encoder.max_length}
