@@ -26,3 +26,29 @@ def tiny_bert_dir(folder: Path, num_layers: int = 2, hidden: int = 32, seed: int
     BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+def tiny_decoder_dir(folder: Path, kind: str = "gpt2", seed: int = 0, padding_side: str = "right") -> str:
+    """Save a tiny random decoder (``gpt2`` or ``llama``: hidden 32, 2 layers) and a word-level tokenizer with an
+    EOS and no pad token (as GPT-2's and Llama's own), built with ``tokenizers``; returns the path."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2Model, LlamaConfig, LlamaModel, PreTrainedTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = {token: i for i, token in enumerate(["<unk>", "<eos>", *WORDS])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>", unk_token="<unk>",
+                                        padding_side=padding_side, model_max_length=64)
+    torch.manual_seed(seed)
+    if kind == "gpt2":
+        model = GPT2Model(GPT2Config(vocab_size=len(vocab), n_embd=32, n_layer=2, n_head=2, n_positions=64,
+                                     eos_token_id=1, bos_token_id=1))
+    else:
+        model = LlamaModel(LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64,
+                                       num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                       max_position_embeddings=64, eos_token_id=1, bos_token_id=1, pad_token_id=None))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)

@@ -3,6 +3,8 @@ choose (tests/pooling/test_pooling_kernels.py: the instruction sets chosen at st
 
 from __future__ import annotations
 
+import math
+
 import contextlib
 
 import pytest
@@ -175,6 +177,27 @@ def test_double_precision_poolers_compute_in_double(name):
         double = pooler.double()(states_for(pooler, [h.double() for h in layers]), mask)
     assert double.dtype == torch.float64
     torch.testing.assert_close(double.float(), single, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_gem_at_an_infinite_power_is_its_limit_and_empty_rows_are_zeros(signed):
+    """Issue 32, item 7: p = inf is the limit of the generalised mean, the largest magnitude with its sign (signed)
+    or the max of the clamped values (classic form); rows with no real token give zeros in both forms (was 0.0 for
+    every feature at p = inf, NaN for signed=False's empty rows)."""
+    x = torch.randn(3, 6, HIDDEN)
+    if not signed:
+        x = x.abs() + 0.1  # the classic form's domain: positive features (after a ReLU)
+    mask = mask_from_lengths([6, 3, 0], 6)
+    with torch.no_grad():
+        ours = get_pooler("gem", HIDDEN, p=math.inf, signed=signed)(x, mask)
+    for row, n in enumerate([6, 3]):
+        real = x[row, :n]
+        largest = real.gather(0, real.abs().argmax(dim=0, keepdim=True))[0]
+        torch.testing.assert_close(ours[row], largest)
+    assert torch.equal(ours[2], torch.zeros(HIDDEN))
+    with torch.no_grad():
+        empty = get_pooler("gem", HIDDEN, signed=signed)(x, mask)
+    assert torch.equal(empty[2], torch.zeros(HIDDEN)) and torch.isfinite(empty).all()
 
 
 @pytest.mark.parametrize("p", [1.5, 50.0, 200.0])

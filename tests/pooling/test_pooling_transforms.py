@@ -131,29 +131,69 @@ def test_jacrev_matches_autograd_jacobian(name, path):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", WITH_GLU)
-def test_compile_fullgraph_matches_eager(name):
-    """One graph, no breaks (aot_eager: seconds per pooler), the eager output and gradients.
+class _EveryPooler(torch.nn.Module):
+    """Several poolers on the same input, one output each: one compile or export for all of them (each costs about
+    a second whatever the graph's size)."""
+
+    def __init__(self, poolers: list) -> None:
+        super().__init__()
+        self.poolers = torch.nn.ModuleList(poolers)
+
+    def forward(self, x, mask):
+        return tuple(pooler(x, mask) for pooler in self.poolers)
+
+
+def together_or_name_the_failures(names: list[str], poolers: list, run):
+    """``run`` on all the poolers in one module; when that fails, on each alone, to name the ones that fail (the
+    slow path, only when something is broken)."""
+    try:
+        return run(_EveryPooler(poolers))
+    except Exception:
+        failing = []
+        for name, pooler in zip(names, poolers):
+            try:
+                run(_EveryPooler([pooler]))
+            except Exception as error:
+                failing.append(f"{name}: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
+        pytest.fail(f"fails for {'; '.join(failing) or 'the poolers together only'}")
+
+
+def by_kind(names: list[str], layer: bool) -> tuple[list[str], list]:
+    """The token (or layer) poolers of ``names``, built after one seed."""
+    torch.manual_seed(0)
+    poolers = [make_pooler(name) for name in names]
+    chosen = [(n, p) for n, p in zip(names, poolers) if (p.kind == "layer") == layer]
+    return [n for n, _ in chosen], [p for _, p in chosen]
+
+
+@pytest.mark.parametrize("kind", ["token", "layer"])
+def test_compile_fullgraph_matches_eager(kind):
+    """Every pooler (and a scorer option) in one graph, no breaks (aot_eager), the eager outputs and gradients.
 
     Dynamo refuses modules holding an nn.LSTM / nn.GRU unless PyTorch's own ``allow_rnn`` switch is on
     (the README lists this limit); with it, lstm_layers / gru_layers trace their unrolled cells in one graph.
     """
+    names, poolers = by_kind(WITH_GLU, kind == "layer")
+    _, states, mask = setup(names[0])
     torch._dynamo.reset()
-    pooler, states, mask = setup(name)
-    compiled = torch.compile(pooler, backend="aot_eager", fullgraph=True)
-    inputs = [s.detach().requires_grad_() for s in as_tuple(states)]
-    with torch._dynamo.config.patch(allow_rnn=name in ("lstm_layers", "gru_layers")):
-        out = compiled(from_tuple(pooler, tuple(inputs)), mask)
-    expected = pooler(from_tuple(pooler, as_tuple(states)), mask)
-    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
-    out.pow(2).sum().backward()
-    eager = [s.detach().requires_grad_() for s in as_tuple(states)]
-    pooler(from_tuple(pooler, tuple(eager)), mask).pow(2).sum().backward()
-    for compiled_input, eager_input in zip(inputs, eager):  # the compiled backward is the eager one
-        assert (compiled_input.grad is None) == (eager_input.grad is None)
-        if eager_input.grad is not None:
-            torch.testing.assert_close(compiled_input.grad, eager_input.grad, rtol=1e-4, atol=1e-5)
-    assert any(x.grad is not None for x in eager)
+
+    def outputs_and_gradients(module, compiled: bool):
+        inputs = [s.detach().requires_grad_() for s in as_tuple(states)]
+        run = torch.compile(module, backend="aot_eager", fullgraph=True) if compiled else module
+        with torch._dynamo.config.patch(allow_rnn=kind == "layer"):
+            out = run(from_tuple(poolers[0], tuple(inputs)), mask)
+        sum(o.pow(2).sum() for o in out).backward()
+        return out, [x.grad for x in inputs]
+
+    out, grads = together_or_name_the_failures(names, poolers, lambda module: outputs_and_gradients(module, True))
+    expected, eager_grads = outputs_and_gradients(_EveryPooler(poolers), False)
+    for name, a, b in zip(names, out, expected):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+    for compiled_grad, eager_grad in zip(grads, eager_grads):  # the compiled backward is the eager one
+        assert (compiled_grad is None) == (eager_grad is None)
+        if eager_grad is not None:
+            torch.testing.assert_close(compiled_grad, eager_grad, rtol=1e-4, atol=1e-5)
+    assert any(g is not None for g in eager_grads)
 
 
 @pytest.mark.slow
@@ -201,31 +241,22 @@ def export_inputs():
     return x, mask_from_lengths([6, 2, 4], 6), torch.randn(2, 5, 16, generator=gen), mask_from_lengths([1, 5], 5)
 
 
-@pytest.mark.parametrize("name", ALL_POOLERS)
-def test_torch_export_answers_like_eager_on_other_inputs(name):
-    """torch.export with dynamic batch and length; the exported program on a differently padded batch."""
-    torch.manual_seed(0)
-    pooler = make_pooler(name)
+@pytest.mark.parametrize("kind", ["token", "layer"])
+def test_torch_export_answers_like_eager_on_other_inputs(kind):
+    """Every pooler through torch.export (in one program) with dynamic batch and length; the exported program on a
+    differently padded batch."""
+    names, poolers = by_kind(ALL_POOLERS, kind == "layer")
     x, mask, other_x, other_mask = export_inputs()
-    states = states_for(pooler, random_layers(3, 6)) if pooler.kind == "layer" else x
-    other = states_for(pooler, random_layers(2, 5)) if pooler.kind == "layer" else other_x
+    states = states_for(poolers[0], random_layers(3, 6)) if kind == "layer" else x
+    other = states_for(poolers[0], random_layers(2, 5)) if kind == "layer" else other_x
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
     dims = {0: batch, 1: length}
-    shapes = ([dims] * len(states) if pooler.kind == "layer" else dims, dims)
-    program = torch.export.export(pooler, (states, mask), dynamic_shapes=shapes)
-    torch.testing.assert_close(program.module()(other, other_mask), pooler(other, other_mask), rtol=1e-5, atol=1e-6)
-
-
-class _EveryPooler(torch.nn.Module):
-    """Several poolers on the same input, one output each: one ONNX export for all of them (an export costs about
-    2 s whatever the graph's size)."""
-
-    def __init__(self, poolers: list) -> None:
-        super().__init__()
-        self.poolers = torch.nn.ModuleList(poolers)
-
-    def forward(self, x, mask):
-        return tuple(pooler(x, mask) for pooler in self.poolers)
+    shapes = ([dims] * len(states) if kind == "layer" else dims, dims)
+    program = together_or_name_the_failures(
+        names, poolers, lambda module: torch.export.export(module, (states, mask), dynamic_shapes=shapes))
+    for name, pooler, out in zip(names, poolers, program.module()(other, other_mask)):
+        torch.testing.assert_close(out, pooler(other, other_mask), rtol=1e-5, atol=1e-6,
+                                   msg=lambda m, name=name: f"{name}: {m}")
 
 
 def _onnx_outputs(module: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor) -> list:
@@ -242,20 +273,9 @@ def test_onnx_export_runs_in_onnxruntime():
     """Every token pooler exported to ONNX (torch.onnx dynamo exporter), in one graph, and run by onnxruntime equals
     eager PyTorch; when the graph does not export, each pooler is exported alone to name the ones that fail."""
     pytest.importorskip("onnxruntime")
-    torch.manual_seed(0)
-    names = list_poolers("token")
-    poolers = [make_pooler(name) for name in names]
+    names, poolers = by_kind(list_poolers("token"), layer=False)
     x, mask, _, _ = export_inputs()
-    try:
-        outputs = _onnx_outputs(_EveryPooler(poolers), x, mask)
-    except Exception:  # which ones? (the slow path, only when something is broken)
-        failing = []
-        for name, pooler in zip(names, poolers):
-            try:
-                _onnx_outputs(pooler, x, mask)
-            except Exception as error:
-                failing.append(f"{name}: {type(error).__name__}")
-        pytest.fail(f"ONNX export fails for {', '.join(failing) or 'the poolers together only'}")
+    outputs = together_or_name_the_failures(names, poolers, lambda module: _onnx_outputs(module, x, mask))
     assert len(outputs) == len(names)
     for name, pooler, out in zip(names, poolers, outputs):
         torch.testing.assert_close(torch.from_numpy(out), pooler(x, mask).detach(), rtol=1e-5, atol=1e-6,

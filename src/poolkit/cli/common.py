@@ -85,6 +85,16 @@ def single_pooler_spec(name: str, pairs: list[str] | None) -> dict[str, Any]:
     return pooler_specs(names, pairs)[0]
 
 
+def encoder_pooler(args: argparse.Namespace) -> str | dict[str, Any] | None:
+    """The pooler of embed / evaluate: None (the model's own or declared pooling, else mean), ``auto`` (the
+    declared pooling), or the --pooler spec with its --pooler-opt options."""
+    if args.pooler == "auto":
+        if args.pooler_opt:
+            raise PoolkitError("--pooler auto is the pooling the model folder declares: it takes no --pooler-opt")
+        return "auto"
+    return single_pooler_spec(args.pooler or "mean", args.pooler_opt) if args.pooler or args.pooler_opt else None
+
+
 def pooler_specs(poolers: list[str], pairs: list[str] | None) -> list[dict[str, Any]]:
     """Specs from --poolers / --pooler names (commas and/or spaces, 'default', 'all', NAME:KEY=VALUE for a pooler
     with options, e.g. attention:scorer=glu) and --pooler-opt options."""
@@ -110,8 +120,8 @@ def pooler_specs(poolers: list[str], pairs: list[str] | None) -> list[dict[str, 
 def add_pooler_arguments(parser: argparse.ArgumentParser, default: str | None) -> None:
     """--pooler NAME (alias --pooling) and --pooler-opt (alias --pooling-opt) of train and embed."""
     parser.add_argument("--pooler", "--pooling", dest="pooler", default=default,
-                        help=f"pooler name (see `poolkit zoo`; default: "
-                             f"{default or 'mean, or a trained model’s own'})")
+                        help="pooler name (see `poolkit zoo`), or auto: what a sentence-transformers folder declares "
+                             f"(default: {default or 'a trained model’s own pooler, else auto, else mean'})")
     parser.add_argument("--pooler-opt", "--pooling-opt", dest="pooler_opt", action="append",
                         metavar="[POOLER:]KEY=VALUE", help=POOLER_OPT_HELP)
 

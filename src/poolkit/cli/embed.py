@@ -39,9 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..training.streaming import embed_to_file
-    from .common import single_pooler_spec
+    from .common import encoder_pooler
 
-    spec = single_pooler_spec(args.pooler or "mean", args.pooler_opt) if args.pooler or args.pooler_opt else None
+    spec = encoder_pooler(args)
     settings = given_settings(args, EMBED_PRESETS)
     done = embed_to_file(args.data, args.out, model=args.model, pooler=spec, text_col=args.text_col,
                          trust_remote_code=args.trust_remote_code, window=args.window, force=args.force,
@@ -50,6 +50,6 @@ def run(args: argparse.Namespace) -> int:
     if done["rows"] is None:  # a process of several: rank 0 writes the output
         print(f"process {done['rank']} of {done['world']}: its windows are done{reused}")
         return 0
-    print(f"{done['rows']} embeddings of dimension {done['dim']} ({done['pooler']['name']} pooling"
+    print(f"{done['rows']} embeddings of dimension {done['dim']} ({done['pooling']} pooling"
           f"{', L2-normalised' if settings.get('normalize') else ''}) written to {args.out}{reused}")
     return 0

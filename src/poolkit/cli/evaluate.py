@@ -50,10 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..io import atomic_write_json, refuse_overwrite
     from ..training.evaluation import evaluate
-    from .common import single_pooler_spec
+    from .common import encoder_pooler
 
     out = refuse_overwrite(args.out, args.force) if args.out else None  # before any work
-    spec = single_pooler_spec(args.pooler or "mean", args.pooler_opt) if args.pooler or args.pooler_opt else None
+    spec = encoder_pooler(args)
     result = evaluate(args.data, args.task, model=args.model, pooler=spec, text_col=args.text_col,
                       pair_col=args.pair_col, target_col=args.target_col, negative_col=args.negative_col,
                       corpus=args.corpus, fold=args.fold, dims=_dims(args.dims),
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     shown = ", ".join(f"{name} {value:.4f}" + (f" ± {std[name]:.4f}" if std else "")
                       for name, value in result["metrics"].items())
     over = f" (mean ± sample std over {len(result['folds'])} folds)" if std else ""
-    print(f"{result['pooler']['name']} on {sizes}: {shown}{over}" + (f"; written to {out}" if out else ""))
+    print(f"{result['pooling']} on {sizes}: {shown}{over}" + (f"; written to {out}" if out else ""))
     for row in result.get("by_dim", []):
         shown = ", ".join(f"{name} {value:.4f}" for name, value in row["metrics"].items())
         print(f"  first {row['dim']} dims: {shown}")

@@ -96,9 +96,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, presets: Presets) -> N
         kind, many = _parts(flag.hint)
         how = flag.option
         if kind is bool:
-            on = not _value(presets.base, flag.path)
+            on = not _value(presets.base, flag.path) and not flag.flag.startswith("--no-")  # --no-X: X False
             parser.add_argument(flag.flag, *how.aliases, dest=flag.dest, action="store_true" if on else "store_false",
-                                default=None, help=_escaped(how.help))
+                                default=None, help=_escaped(_help(flag, presets) if how.none else how.help))
             continue
         parser.add_argument(flag.flag, *how.aliases, dest=flag.dest,
                             type=how.parse or (positive(kind) if how.positive else kind), choices=how.choices,

@@ -95,9 +95,12 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
 
 
 def sorted_token_batches(tokenizer, texts: Sequence[str], max_length: int, batch_size: int,
-                         device: torch.device | str = "cpu") -> tuple[LengthGroupedBatchSampler, Iterator]:
+                         device: torch.device | str = "cpu",
+                         append_eos: bool = False) -> tuple[LengthGroupedBatchSampler, Iterator]:
     """Inference batches: the texts tokenised once, cut into batches of similar token length (longest first),
-    each padded to its own longest text and moved to ``device``.
+    each padded on the right to its own longest text and moved to ``device``. ``append_eos``: the tokenizer's EOS
+    ends every text, kept by truncation (a decoder embedder's last-token pooling reads it). Right padding: a causal
+    decoder's real tokens then never follow a pad, so their positions are those of the text alone.
 
     A batch holds at most ``batch_size`` times the texts' mean token length in padded tokens (fewer rows where
     the texts are long): its memory is then set by the typical length, which is stable as the data grows, not by
@@ -106,14 +109,21 @@ def sorted_token_batches(tokenizer, texts: Sequence[str], max_length: int, batch
     Returns the sampler (its ``lengths`` are the token counts; ``restore`` puts outputs gathered in batch order
     back in input order) and an iterator of (rows, batch dict of tensors).
     """
-    encoded = tokenizer(list(texts), truncation=True, max_length=max_length)
+    encoded = tokenizer(list(texts), truncation=True,
+                        max_length=max(max_length - 1, 1) if append_eos else max_length)
+    if append_eos:
+        for key, rows in encoded.items():
+            end = {"input_ids": tokenizer.eos_token_id, "attention_mask": 1}.get(key)
+            for row in rows:
+                row.append(row[-1] if end is None and row else end if end is not None else 0)
     lengths = [len(ids) for ids in encoded["input_ids"]]
     budget = batch_size * max(1, -(-sum(lengths) // max(len(lengths), 1)))  # batch_size x the mean length, rounded up
     sampler = LengthGroupedBatchSampler(lengths, batch_size, shuffle=False, max_tokens=budget)
 
     def batches() -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
         for rows in sampler:
-            batch = tokenizer.pad({k: [encoded[k][i] for i in rows] for k in encoded.keys()}, return_tensors="pt")
+            batch = tokenizer.pad({k: [encoded[k][i] for i in rows] for k in encoded.keys()}, return_tensors="pt",
+                                  padding_side="right")
             yield rows, {k: v.to(device) for k, v in batch.items()}
 
     return sampler, batches()

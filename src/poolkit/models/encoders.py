@@ -84,10 +84,22 @@ def check_model_folder(path: str | os.PathLike, trust_remote_code: bool | None =
 
 def load_tokenizer(name_or_path: str | None, trust_remote_code: bool | None = None):
     """The model's tokenizer, with a one-line error when it cannot be found; model-folder code refused unless
-    trusted."""
+    trusted. A tokenizer with no pad token (GPT-2's, Llama's) pads with its EOS (else its UNK) token: padding only,
+    since the attention mask marks it."""
     from transformers import AutoTokenizer
 
-    return _from_pretrained(AutoTokenizer, name_or_path, trust_remote_code)
+    tokenizer = _from_pretrained(AutoTokenizer, name_or_path, trust_remote_code)
+    if tokenizer.pad_token is None and (tokenizer.eos_token or tokenizer.unk_token) is not None:
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    return tokenizer
+
+
+def adds_no_eos(tokenizer) -> bool:
+    """Whether the tokenizer has an EOS token and leaves it off the end of a text (GPT-2's, Llama's: a decoder
+    embedder pooled at its last token then needs one appended)."""
+    eos = tokenizer.eos_token_id
+    ids = tokenizer("a")["input_ids"]
+    return eos is not None and (not ids or ids[-1] != eos)
 
 
 def load_config(name_or_path: str | None, trust_remote_code: bool | None = None):

@@ -23,9 +23,13 @@ from tqdm.auto import tqdm
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
 from ..pooling import Pooler, build_pooler, pooler_spec
-from .encoders import (AUTOCAST, check_max_length, check_model_folder, hf_bars_off, load_encoder, load_tokenizer,
-                       resolve_model, resolve_precision)
+from .declared import AfterPooling, read_declared, read_prompts
+from .encoders import (AUTOCAST, adds_no_eos, check_max_length, check_model_folder, hf_bars_off, load_encoder,
+                       load_tokenizer, resolve_model, resolve_precision)
 from .pooled_model import PooledConfig, PooledModel
+
+#: The pooler name for the pooling a sentence-transformers folder declares.
+AUTO = "auto"
 
 
 class TextEncoder:
@@ -33,20 +37,36 @@ class TextEncoder:
 
     ``model``: a local folder or hub name of an encoder (default: the packaged all-MiniLM-L6-v2), or a
     saved :class:`PooledModel` (a ``fold_K`` folder of ``poolkit train``), whose trained pooler is then
-    used and ``pooler`` must be left out. ``pooler`` is a name or a spec dict (``{"name": ..., **options}``;
-    options may also come as keywords), or a built (e.g. trained) pooler, used as it is. Built from a name or
-    spec on a bare encoder, poolers with weight matrices (the attention family, latent, adapool, lstm_layers,
-    ...) would embed with random weights and are refused unless ``allow_untrained=True``; poolers whose few
-    parameters start at a meaningful value (gem's p, lse's temperature, weighted_layer's uniform layer weights)
-    are accepted. ``dim``: keep each vector's first ``dim`` dimensions (Matryoshka truncation), before ``normalize``
-    (as sentence-transformers' ``truncate_dim`` with ``normalize_embeddings``). ``precision`` (auto, no, bf16,
-    fp16): ``auto`` runs bf16 (or fp16) autocast on CUDA and float32 on CPU. A model folder with code of its own
-    (``auto_map``) is refused unless ``trust_remote_code=True``.
+    used and ``pooler`` must be left out.
+
+    ``pooler``: a name or a spec dict (``{"name": ..., **options}``; options may also come as keywords), a built
+    (e.g. trained) pooler, used as it is, or ``"auto"``: the pooling a sentence-transformers folder declares (its
+    ``modules.json``: the Pooling modes, then its Dense layers and Normalize; :mod:`.declared`), which is also the
+    default for such a folder (the packaged MiniLM: mean, then Normalize); elsewhere the default is mean.
+    :attr:`pooling` says which ran. An explicit pooler replaces the declared pooling *and* the modules after it.
+    Built from a name or spec on a bare encoder, poolers with weight matrices (the attention family, latent,
+    adapool, lstm_layers, ...) would embed with random weights and are refused unless ``allow_untrained=True``;
+    poolers whose few parameters start at a meaningful value (gem's p, lse's temperature, weighted_layer's uniform
+    layer weights) are accepted.
+
+    ``prompt`` (a text put before each text) or ``prompt_name`` (one of the folder's named prompts, in its
+    ``config_sentence_transformers.json``; its ``default_prompt_name`` applies when neither is given, and
+    ``prompt=""`` turns it off); ``include_prompt=False`` keeps the prompt's tokens out of the pooled positions
+    while the encoder still attends to them (default: what the folder's Pooling declares under ``auto``, else
+    True), as sentence-transformers' ``Pooling(include_prompt=False)``. ``dim``: keep each vector's first ``dim``
+    dimensions (Matryoshka truncation), before ``normalize`` (as sentence-transformers' ``truncate_dim`` with
+    ``normalize_embeddings``). Decoder embedders (GPT-2, Llama, Qwen, Mistral style): a tokenizer with no pad
+    token pads with its EOS; with last-token pooling every text ends in the tokenizer's EOS, appended when the
+    tokenizer does not add it and kept by truncation (``append_eos=False`` turns that off); batches are padded on
+    the right, so a tokenizer that pads on the left gives the same vectors. ``precision`` (auto, no, bf16, fp16): ``auto`` runs bf16 (or fp16) autocast on
+    CUDA and float32 on CPU. A model folder with code of its own (``auto_map``) is refused unless
+    ``trust_remote_code=True``.
     """
 
     def __init__(self, model: str | None = None, pooler: str | dict[str, Any] | Pooler | None = None, *,
                  normalize: bool = False, dim: int | None = None, max_length: int | None = None,
-                 device: str | torch.device | None = None,
+                 prompt: str | None = None, prompt_name: str | None = None, include_prompt: bool | None = None,
+                 append_eos: bool | None = None, device: str | torch.device | None = None,
                  precision: str = "auto", allow_untrained: bool = False, trust_remote_code: bool | None = None,
                  **pooler_options: Any) -> None:
         path = resolve_model(model)
@@ -54,17 +74,30 @@ class TextEncoder:
         self.device = torch.device(device) if device is not None else torch.device(
             "cuda" if torch.cuda.is_available() else "cpu")
         self.precision = resolve_precision(precision, self.device)
-        self.tokenizer = load_tokenizer(path, trust)
+        self.prompts, default_prompt = read_prompts(path)
+        self.after: AfterPooling | None = None
+        declared = None
         if _is_pooled_model(path):
-            if pooler is not None or pooler_options:
+            if pooler not in (None, AUTO) or pooler_options:
                 raise PoolkitError(f"{path} is a trained poolkit model with its own pooler; leave the pooler out "
                                    "(or pass the bare encoder to pool it another way)")
             with hf_bars_off():
                 pooled = PooledModel.from_pretrained(path, trust_remote_code=trust)
             self.encoder, self.pooler = pooled.encoder, pooled.pooler
+            self.tokenizer = load_tokenizer(path, trust)
+            encoder_path = path
         else:
+            declared = read_declared(path) if pooler in (None, AUTO) else None
+            if pooler == AUTO and declared is None:
+                raise PoolkitError(f"pooler 'auto' uses the pooling a sentence-transformers folder declares, and {path} "
+                                   "has no modules.json: pass a pooler (e.g. 'mean')")
+            if declared is not None and pooler_options:
+                raise PoolkitError(f"the declared pooling of {path} ({declared.label}) takes no options: pass a pooler "
+                                   "with them instead")
+            encoder_path = str(declared.encoder) if declared is not None else path
+            self.tokenizer = load_tokenizer(encoder_path, trust)
             with hf_bars_off():
-                self.encoder = load_encoder(path, trust)
+                self.encoder = load_encoder(encoder_path, trust)
             config = self.encoder.config
             if isinstance(pooler, Pooler):
                 if pooler_options or pooler.hidden_size != config.hidden_size:
@@ -72,8 +105,8 @@ class TextEncoder:
                                        f"hidden_size {pooler.hidden_size} must be the encoder's {config.hidden_size}")
                 self.pooler = pooler
             else:
-                self.pooler = build_pooler(pooler_spec(pooler or "mean", **pooler_options), config.hidden_size,
-                                           config.num_hidden_layers)
+                spec = declared.pooler_spec if declared is not None else pooler_spec(pooler or "mean", **pooler_options)
+                self.pooler = build_pooler(spec, config.hidden_size, config.num_hidden_layers)
             untrained = not isinstance(pooler, Pooler) and any(p.dim() >= 2 for p in self.pooler.parameters())
             if untrained and not allow_untrained:
                 raise PoolkitError(
@@ -81,23 +114,70 @@ class TextEncoder:
                     "would be random: pass a model trained with `poolkit train` (its fold_K folder), pick a pooler "
                     "without them (mean, cls, max, mean_max, gem, weighted_layer, ...), or allow untrained weights "
                     "(`allow_untrained=True`)")
+            if declared is not None:
+                self.after = AfterPooling(declared, self.pooler.output_dim).to(self.device).eval()
+        self.declared = declared
         self.encoder.to(self.device).eval()
         self.pooler.to(self.device).eval()
         self.normalize = normalize
-        width = self.pooler.output_dim
+        self.prompt = self._prompt(prompt, prompt_name, default_prompt)
+        self.include_prompt = (declared.include_prompt if declared is not None else True) if include_prompt is None \
+            else bool(include_prompt)
+        width = self.after.output_dim if self.after is not None else self.pooler.output_dim
         if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool) or not 0 < dim <= width):
             raise PoolkitError(f"`dim` must be a number of dimensions from 1 to the pooler's {width}, got {dim!r}")
+        self.width = width
+        self.append_eos = self._append_eos(append_eos)
         self.truncate = dim
         self.max_length = check_max_length(max_length, self.encoder.config) or _model_max_length(
-            path, self.tokenizer, self.encoder)
+            encoder_path, self.tokenizer, self.encoder)
 
     @property
     def dim(self) -> int:
         """Length of each embedding."""
-        return self.truncate or self.pooler.output_dim
+        return self.truncate or self.width
 
-    def encode(self, texts: Sequence[str], batch_size: int = 32, progress: bool = False) -> torch.Tensor:
-        """(N, dim) float32 embeddings on the CPU, one row per text, in the order given."""
+    @property
+    def pooling(self) -> str:
+        """Which pooling runs: e.g. ``mean+normalize (declared)`` for a folder's own, else the pooler's name."""
+        return f"{self.declared.label} (declared)" if self.declared is not None else self.pooler.name
+
+    def settings(self) -> dict[str, Any]:
+        """What decides the vectors besides the model and the texts: a JSON record for run settings."""
+        return {"pooler": self.pooler.get_config(), "declared": None if self.declared is None else
+                self.declared.describe(), "prompt": self.prompt, "include_prompt": self.include_prompt,
+                "append_eos": self.append_eos, "normalize": self.normalize, "dim": self.dim, "max_length": self.max_length}
+
+    def _append_eos(self, asked: bool | None) -> bool:
+        """Whether every text gets the tokenizer's EOS appended: by default for last-token pooling when the tokenizer
+        does not add one itself (GPT-2, Llama: the decoder embedder's pooled token is its EOS)."""
+        missing = adds_no_eos(self.tokenizer)
+        if asked is None:
+            return self.pooler.name == "last" and missing
+        if asked and self.tokenizer.eos_token_id is None:
+            raise PoolkitError("`append_eos=True` but the tokenizer has no EOS token: leave `append_eos` out")
+        return bool(asked) and missing
+
+    def _prompt(self, prompt: str | None, prompt_name: str | None, default: str | None) -> str:
+        """The prompt text: ``prompt``, the named one, else the folder's default (``""`` for none)."""
+        if prompt is not None and prompt_name is not None:
+            raise PoolkitError("pass `prompt` (the text) or `prompt_name` (one of the folder's prompts), not both")
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise PoolkitError(f"`prompt` must be a text, got {type(prompt).__name__}")
+            return prompt
+        name = prompt_name if prompt_name is not None else default
+        if name is None:
+            return ""
+        if name not in self.prompts:
+            raise PoolkitError(f"`prompt_name` {name!r} is not one of the model's prompts "
+                               f"({', '.join(self.prompts) or 'it has none'}): pass `prompt` with the text instead")
+        return self.prompts[name]
+
+    def encode(self, texts: Sequence[str], batch_size: int = 32, progress: bool = False, *,
+               prompt: str | None = None, prompt_name: str | None = None) -> torch.Tensor:
+        """(N, dim) float32 embeddings on the CPU, one row per text, in the order given; ``prompt`` /
+        ``prompt_name`` replace the encoder's prompt for this call."""
         if isinstance(texts, str):
             raise PoolkitError("encode takes a list of texts, got a single string: wrap it in a list")
         texts = list(texts)
@@ -105,7 +185,10 @@ class TextEncoder:
             return torch.empty(0, self.dim)
         if batch_size < 1:
             raise PoolkitError(f"batch_size must be at least 1, got {batch_size}")
-        sampler, batches = sorted_token_batches(self.tokenizer, texts, self.max_length, batch_size, self.device)
+        text = self.prompt if prompt is None and prompt_name is None else self._prompt(prompt, prompt_name, None)
+        skip = 0 if self.include_prompt or not text else prompt_length(self.tokenizer, text)
+        sampler, batches = sorted_token_batches(self.tokenizer, [text + t for t in texts] if text else texts,
+                                                self.max_length, batch_size, self.device, append_eos=self.append_eos)
         layers = self.pooler.kind == "layer"
         outputs = []
         autocast = torch.autocast(self.device.type, dtype=AUTOCAST.get(self.precision), enabled=self.precision != "no")
@@ -114,7 +197,11 @@ class TextEncoder:
             for rows, batch in batches:
                 output = self.encoder(**batch, output_hidden_states=layers, return_dict=True)
                 states = output.hidden_states if layers else output.last_hidden_state
-                pooled = self.pooler(states, batch["attention_mask"]).float()[:, :self.dim]
+                mask = batch["attention_mask"]
+                pooled = self.pooler(states, skip_first_tokens(mask, skip) if skip else mask).float()
+                if self.after is not None:
+                    pooled = self.after(pooled)
+                pooled = pooled[:, :self.dim]
                 outputs.append(F.normalize(pooled, dim=-1) if self.normalize else pooled)
                 bar.update(len(rows))
         return sampler.restore(torch.cat(outputs)).cpu()
@@ -127,6 +214,19 @@ def encode(texts: Sequence[str], model: str | None = None, pooler: str | dict[st
     Builds a :class:`TextEncoder` each time; keep one to embed several lists with the same model.
     """
     return TextEncoder(model, pooler, normalize=normalize, **options).encode(texts, batch_size=batch_size)
+
+
+def prompt_length(tokenizer, prompt: str) -> int:
+    """How many leading tokens of a text are the prompt's: the prompt tokenised alone, its trailing special token
+    (SEP, EOS) not counted, as sentence-transformers counts it."""
+    ids = tokenizer(prompt)["input_ids"]
+    return len(ids) - (1 if ids and ids[-1] in set(tokenizer.all_special_ids) else 0)
+
+
+def skip_first_tokens(mask: torch.Tensor, count: int) -> torch.Tensor:
+    """The mask with each row's first ``count`` real tokens made padding, under left or right padding (the pool mask
+    that keeps a prompt out of the pool): (B, T) -> (B, T)."""
+    return mask * (mask.cumsum(dim=1) > count).to(mask.dtype)
 
 
 def _is_pooled_model(path: str) -> bool:

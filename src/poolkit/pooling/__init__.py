@@ -13,12 +13,13 @@ from .spatial import AvgMaxPooler, FlexPooler
 from .spec import (build_pooler, describe_options, get_pooler, list_poolers, pooler_class, pooler_options, pooler_spec,
                    register_aliases, register_pooler)
 from .statistics import (ClsPooler, GeMPooler, LastPooler, LSEPooler, MaxPooler, MeanMaxPooler, MeanPooler,
-                         MeanSqrtLenPooler, MinPooler, SumPooler)
+                         MeanSqrtLenPooler, MinPooler, SumPooler, WeightedMeanPooler)
 
 __all__ = ["AdaptiveAttentionPooler", "AttentionHeadPooler", "AttentionLayersPooler", "AttentionPooler",
            "AvgMaxPooler", "ClsPooler", "ConcatLayersPooler", "ConcatPooler", "FlexPooler",
            "GRULayersPooler", "GatedAttentionPooler", "GeMPooler", "LSEPooler", "LSTMLayersPooler", "LastPooler",
            "LatentAttentionPooler", "LayerPooler", "MaxPooler", "MeanLayersPooler", "MeanMaxPooler", "MeanPooler",
            "MeanSqrtLenPooler", "MinPooler", "MultiHeadAttentionPooler", "Pooler", "SumPooler", "WeightedLayerPooler",
+           "WeightedMeanPooler",
            "ZonotopeAttentionPooler", "build_pooler", "describe_options", "get_pooler", "list_poolers", "pooler_class",
            "pooler_options", "pooler_spec", "register_aliases", "register_pooler"]

@@ -243,6 +243,13 @@ def uniform_weights(mask: Tensor) -> Tensor:
     return weights.div_(weights.sum(dim=1, keepdim=True).clamp_(min=1))
 
 
+def position_weights(mask: Tensor) -> Tensor:
+    """k / (1 + 2 + ... + n) on the k-th of a row's n real tokens (zero at padding and for empty rows): (B, T) -> (B, T)
+    float32."""
+    ranks = mask.float().cumsum(dim=1).mul_(mask)
+    return ranks.div_(ranks.sum(dim=1, keepdim=True).clamp_(min=1))
+
+
 def quadrature_mean_weights(mask: Tensor, quadrature_weights: Tensor) -> Tensor:
     """w_t / sum of w over the row's real tokens (zero at padding and for empty rows): the weights of
     sum w x / sum w, a quadrature rule's mean of a sampled function. (B, T), (B, T) -> (B, T) in w's compute dtype."""

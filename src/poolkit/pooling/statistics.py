@@ -104,6 +104,29 @@ class MeanSqrtLenPooler(Pooler):
         return masking.masked_weighted_sum(x, weights.div_(weights.sum(dim=1, keepdim=True).clamp_(min=1).sqrt_()))
 
 
+@register_pooler("weighted_mean", "weightedmean", "position_weighted_mean")
+class WeightedMeanPooler(Pooler):
+    """Position-weighted mean (B, T, D) -> (B, D): the k-th real token weighs k (SGPT, Muennighoff 2022,
+    arXiv 2202.08904), so later tokens, which a causal decoder has let see more of the text, count more.
+
+    Equal to sentence-transformers' ``weightedmean`` under left or right padding. Positions count the tokens
+    of the mask given, so with a prompt kept out of the pool (a pool mask) the first pooled token weighs 1,
+    where sentence-transformers keeps the weights of the full sequence.
+    """
+    summarises = True
+    weight_meaning = "k / (1 + ... + n) on the k-th of a row's n real tokens"
+
+    linear = True
+    zero_when_empty = True
+
+    def pool(self, x: Tensor, mask: Tensor):
+        weights = masking.position_weights(mask)
+        return masking.masked_weighted_sum(x, weights), weights
+
+    def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
+        return masking.masked_weighted_sum(x, masking.position_weights(mask))
+
+
 class _ExtremePooler(Pooler):
     """Masked max or min over the real tokens, filled with the dtype's own extreme (no -1e9)."""
     order_invariant = True
@@ -217,7 +240,10 @@ class GeMPooler(Pooler):
         # does not, and is taken at the real tokens only (masking's rules).
         scaled = (base / scale[:, None, :]).pow(masking.per_real_token(p, mask))
         mean = masking.masked_mean(torch.sign(x) * scaled if self.signed else scaled, mask)
-        return scale * torch.sign(mean) * mean.abs().clamp(min=1e-30).pow(1 / p), scaled
+        # A NaN mean (padding's 0 * inf in the fast forms) must stay NaN, so that Pooler.forward pools the row again
+        # from zeroed padding: sign(NaN) is 0 and NaN ** (1 / p) is 1 at p = inf, a finite wrong answer.
+        sign = torch.where(mean.isnan(), mean, torch.sign(mean))
+        return scale * sign * mean.abs().clamp(min=1e-30).pow(1 / p), scaled
 
     def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
         return self._pooled_and_powers(x, mask)[0]

@@ -144,6 +144,13 @@ class EncodeConfig:
     allow_untrained: bool = option(False, "accept a pooler with random (untrained) weight matrices on a bare encoder")
     dim: int | None = option(None, "keep each vector's first N dimensions (Matryoshka truncation), before any "
                              "normalisation", positive=True, metavar="N", none="all of them")
+    prompt: str | None = option(None, "a text put before every text (e.g. 'query: ')", metavar="TEXT",
+                                none="the model folder's default prompt, if it names one")
+    prompt_name: str | None = option(None, "one of the model folder's named prompts "
+                                     "(config_sentence_transformers.json)", metavar="NAME", none="none")
+    include_prompt: bool | None = option(None, "keep the prompt's tokens out of the pooled positions (the encoder "
+                                         "still attends to them)", flag="--no-include-prompt",
+                                         none="what the folder's pooling declares, else included")
 
     def check(self) -> None:
         check_counts(self, ("batch_size",) + tuple(name for name in ("max_length", "dim")
@@ -153,7 +160,8 @@ class EncodeConfig:
     def encoder_options(self) -> dict[str, Any]:
         """The ``TextEncoder`` arguments these settings give."""
         return {"max_length": self.max_length, "precision": self.precision, "allow_untrained": self.allow_untrained,
-                "dim": self.dim}
+                "dim": self.dim, "prompt": self.prompt, "prompt_name": self.prompt_name,
+                "include_prompt": self.include_prompt}
 
 
 @dataclass(frozen=True)

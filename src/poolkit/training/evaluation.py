@@ -28,10 +28,12 @@ def evaluate(data: str | Path | pd.DataFrame, task: str, *, model: str | None = 
              dims: Sequence[int] | None = None, trust_remote_code: bool = False, progress: bool = True,
              **settings: Any) -> dict[str, Any]:
     """The metrics of ``model`` (default: the packaged all-MiniLM-L6-v2; or a ``poolkit train`` run or fold folder,
-    with its trained pooler) pooled with ``pooler`` (default mean) on ``data`` read for ``task`` (retrieval |
+    with its trained pooler) pooled with ``pooler`` (default: the pooling a sentence-transformers folder declares, the
+    packaged MiniLM's mean + Normalize; else mean; ``pooling`` says which ran) on ``data`` read for ``task`` (retrieval |
     similarity; see :func:`poolkit.data.pairs.load_pairs` for the columns and ``corpus``). A run of several folds is
     scored fold by fold: ``metrics`` is their mean, ``std_ddof1`` the sample std, ``folds`` each one's (``fold``: that
-    fold alone). ``settings``: EncodeConfig's fields (batch_size, max_length, precision, allow_untrained, dim).
+    fold alone). ``settings``: EncodeConfig's fields (batch_size, max_length, precision, allow_untrained, dim,
+    prompt, prompt_name, include_prompt).
     ``dims``: also score each vector's first N dimensions for each N given (Matryoshka truncation; the texts are
     encoded once), as ``by_dim``: [{"dim", "metrics"}, ...] (fold means for a run). Returns {"task", "metrics",
     "model", "pooler" (its spec), "queries" / "corpus" / "pairs" (retrieval) or "pairs" (similarity), "max_length",
@@ -47,7 +49,8 @@ def evaluate(data: str | Path | pd.DataFrame, task: str, *, model: str | None = 
     sizes = ({"queries": len(pairs.queries), "corpus": len(pairs.corpus), "pairs": pairs.pairs}
              if isinstance(pairs, RetrievalData) else {"pairs": len(pairs.scores)})
     result = {"task": task, "metrics": scored[0]["metrics"], "model": str(model) if model is not None else None,
-              "pooler": scored[0]["pooler"], **sizes, "max_length": scored[0]["max_length"]}
+              "pooler": scored[0]["pooler"], "pooling": scored[0]["pooling"], **sizes,
+              "max_length": scored[0]["max_length"]}
     if len(scored) > 1:
         names = list(scored[0]["metrics"])
         result["metrics"] = {m: float(np.mean([s["metrics"][m] for s in scored])) for m in names}
@@ -108,4 +111,4 @@ def _score(model: str | None, pooler: Any, pairs: RetrievalData | SimilarityData
         return unit_metrics(layout, units, lambda rows: vectors[torch.from_numpy(rows), :width])
 
     return {"metrics": metrics(encoder.dim), "by_dim": [metrics(dim) for dim in dims],
-            "pooler": encoder.pooler.get_config(), "max_length": encoder.max_length}
+            "pooler": encoder.pooler.get_config(), "pooling": encoder.pooling, "max_length": encoder.max_length}

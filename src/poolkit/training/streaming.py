@@ -4,9 +4,9 @@ The input is read in windows of ``window`` rows (:func:`poolkit.data.tables.read
 texts are length-sorted and batched by :meth:`TextEncoder.encode`, so memory holds one window, never the data.
 Each finished window's vectors go to ``<out>.partial/window-NNNNNN.npy`` with a small record beside it (rows,
 SHA-256) written last, and ``manifest.json`` holds the settings that determine the vectors (input file, model
-files, pooler spec, normalisation, dim, max_length, precision, window, output format). A run that finds a partial
-folder with the same settings keeps every window whose record and checksum match and redoes the rest; different
-settings are refused (``force`` starts over). When every window is done, the output is written in input order,
+files, pooler spec or declared pooling, prompt, normalisation, dim, max_length, precision, window, output format).
+A run that finds a partial folder with the same settings keeps every window whose record and checksum match and
+redoes the rest; different settings are refused (``force`` starts over). When every window is done, the output is written in input order,
 one window at a time (Parquet row groups, a ``.npy`` header for the known row count then its rows, CSV / JSONL lines)
 to a temporary file renamed to ``out``: the final name never holds a half-written file.
 
@@ -123,9 +123,8 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
                           device=process_device(world))
     spec = encoder.pooler.get_config()
     settings = {"version": FORMAT_VERSION, "input": input_fingerprint(data), "text_col": text_col,
-                "model": model_fingerprint(resolve_model(model)), "pooler": spec, "normalize": config.normalize,
-                "dim": encoder.dim, "max_length": encoder.max_length, "precision": encoder.precision, "window": window,
-                "format": kind}
+                "model": model_fingerprint(resolve_model(model)), **encoder.settings(), "precision": encoder.precision,
+                "window": window, "format": kind}
     windows_in = input_windows(data, text_col, window)
     first = next(windows_in)  # a bad input (no such column, unreadable file) fails before anything is written
     partial = partial_dir(out)
@@ -155,7 +154,8 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
             if rank == 0 and not any(partial.glob("window-*.json")):  # nothing worth resuming
                 _partial_folder(partial).clear()
             raise
-        summary = {"rows": None, "dim": encoder.dim, "pooler": spec, "windows": windows, "reused": reused,
+        summary = {"rows": None, "dim": encoder.dim, "pooler": spec, "pooling": encoder.pooling, "windows": windows,
+                   "reused": reused,
                    "rank": rank, "world": world}
         if rank != 0:  # done: its windows' records are written
             atomic_write_json(partial / f"rank-{rank}.done", {"launch": launch_id(), "windows": windows})

@@ -1,0 +1,224 @@
+"""The pooling a sentence-transformers folder declares, rebuilt with poolkit's poolers and torch layers.
+
+A folder's ``modules.json`` lists what runs after its Transformer: a ``Pooling`` module (``1_Pooling/config.json``:
+one mode or several, concatenated in sentence-transformers' order, and ``include_prompt``), ``Dense`` layers and a
+``Normalize``; ``config_sentence_transformers.json`` holds its named prompts. :func:`read_declared` reads them and
+:class:`DeclaredPooling` rebuilds them, so ``TextEncoder(folder, pooler="auto")`` gives
+``SentenceTransformer(folder).encode`` 's vectors without sentence-transformers installed and without running any
+code from the folder (a Dense layer's activation must be a ``torch.nn`` class).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from ..errors import PoolkitError
+
+#: sentence-transformers' pooling modes in its concatenation order -> poolkit's poolers.
+MODES = {"cls": "cls", "max": "max", "mean": "mean", "mean_sqrt_len_tokens": "mean_sqrt_len",
+         "weightedmean": "weighted_mean", "lasttoken": "last"}
+#: The older config's one flag per mode (sentence-transformers < 5.2), in the same order.
+LEGACY_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
+                "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+                "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
+TRANSFORMER, POOLING, DENSE, NORMALIZE = "Transformer", "Pooling", "Dense", "Normalize"
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a sentence-transformers folder declares: where its encoder is, its pooling modes (and whether they
+    pool a prompt's tokens), the Dense folders after them, and whether it normalises."""
+
+    encoder: Path
+    modes: tuple[str, ...]
+    include_prompt: bool = True
+    dense: tuple[Path, ...] = ()
+    normalize: bool = False
+
+    @property
+    def pooler_spec(self) -> dict[str, Any]:
+        """The poolkit pooler of the modes: one of them, or ``concat`` of several."""
+        names = [MODES[mode] for mode in self.modes]
+        return {"name": names[0]} if len(names) == 1 else {"name": "concat", "poolers": names}
+
+    @property
+    def label(self) -> str:
+        """e.g. ``mean+normalize`` or ``cls+dense+normalize``: the modes, then the modules after them."""
+        return "+".join([*(MODES[mode] for mode in self.modes), *("dense" for _ in self.dense),
+                         *(["normalize"] if self.normalize else [])])
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON record of what runs (for run settings and result files)."""
+        return {"declared": self.label, "pooler": self.pooler_spec, "dense": len(self.dense),
+                "normalize": self.normalize, "include_prompt": self.include_prompt}
+
+
+def read_declared(folder: str | Path) -> Declared | None:
+    """What ``folder``'s ``modules.json`` declares, or None when it has none (not a sentence-transformers folder).
+
+    A module poolkit cannot rebuild (e.g. a CNN, LSTM, WordWeights or Router) is refused in one line, as are
+    files that do not parse."""
+    root = Path(folder)
+    listing = root / "modules.json"
+    if not listing.is_file():
+        return None
+    modules = _json(listing)
+    if not isinstance(modules, list) or not all(isinstance(m, dict) and "type" in m for m in modules):
+        raise PoolkitError(f"{listing} is not a list of modules with a type each: pass an explicit pooler")
+    kinds = [str(m["type"]).rsplit(".", 1)[-1] for m in modules]
+    unknown = sorted({kind for kind in kinds if kind not in (TRANSFORMER, POOLING, DENSE, NORMALIZE)})
+    if unknown:
+        raise PoolkitError(f"{listing} declares {', '.join(unknown)}, which poolkit does not rebuild (it knows "
+                           "Transformer, Pooling, Dense, Normalize): pass an explicit pooler")
+    order = [TRANSFORMER, POOLING]
+    if kinds[:2] != order or kinds.count(TRANSFORMER) != 1 or kinds.count(POOLING) != 1 or (
+            NORMALIZE in kinds and kinds.index(NORMALIZE) != len(kinds) - 1):
+        raise PoolkitError(f"{listing} lists {' -> '.join(kinds)}; poolkit rebuilds Transformer -> Pooling -> "
+                           "Dense ... -> Normalize: pass an explicit pooler")
+    paths = [root / str(m.get("path", "")) for m in modules]
+    pooling = _json(paths[1] / "config.json")
+    modes = _modes(pooling, paths[1] / "config.json")
+    return Declared(encoder=paths[0], modes=modes, include_prompt=bool(pooling.get("include_prompt", True)),
+                    dense=tuple(p for p, kind in zip(paths, kinds) if kind == DENSE),
+                    normalize=NORMALIZE in kinds)
+
+
+def read_prompts(folder: str | Path) -> tuple[dict[str, str], str | None]:
+    """The named prompts of ``folder``'s ``config_sentence_transformers.json`` and its ``default_prompt_name``
+    (none when the file is absent)."""
+    where = Path(folder) / "config_sentence_transformers.json"
+    config = _json(where, missing={}) if Path(folder).is_dir() else {}
+    named = config.get("prompts") or {} if isinstance(config, dict) else None
+    if not isinstance(named, dict) or not all(isinstance(v, str) for v in named.values()):
+        raise PoolkitError(f"{where}: prompts must map names to strings")
+    default = config.get("default_prompt_name") or None
+    if default is not None and default not in named:
+        raise PoolkitError(f"{where}: default_prompt_name {default!r} is not one of its prompts "
+                           f"({', '.join(named) or 'none'})")
+    return dict(named), default
+
+
+class AfterPooling(nn.Module):
+    """The modules a folder declares after its pooling: Dense layers (linear, then a ``torch.nn`` activation, plus
+    the input when ``use_residual``), then Normalize. (B, D) -> (B, output_dim)."""
+
+    def __init__(self, declared: Declared, width: int) -> None:
+        super().__init__()
+        self.dense = nn.ModuleList()
+        for folder in declared.dense:
+            layer = _dense(folder, width)
+            width = layer.out_features
+            self.dense.append(layer)
+        self.normalize = declared.normalize
+        self.output_dim = width
+
+    def forward(self, pooled: Tensor) -> Tensor:
+        for layer in self.dense:
+            pooled = layer(pooled)
+        return F.normalize(pooled, dim=-1) if self.normalize else pooled
+
+
+class _Dense(nn.Module):
+    """sentence-transformers' Dense: activation(linear(x)) (+ x, or its projection, with ``use_residual``)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, activation: nn.Module,
+                 residual: bool) -> None:
+        super().__init__()
+        self.out_features = out_features
+        self.linear = nn.Linear(in_features, out_features, bias=bias)
+        self.activation_function = activation
+        self.use_residual = residual
+        self.residual = nn.Linear(in_features, out_features, bias=False) if residual and (
+            in_features != out_features) else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.activation_function(self.linear(x))
+        if self.use_residual:
+            out = out + (x if self.residual is None else self.residual(x))
+        return out
+
+
+def _dense(folder: Path, width: int) -> _Dense:
+    """The Dense layer saved in ``folder`` (config.json and model.safetensors, or a weights-only pytorch_model.bin)."""
+    config = _json(folder / "config.json")
+    for key in ("module_input_name", "module_output_name"):
+        if config.get(key) not in (None, "sentence_embedding"):
+            raise PoolkitError(f"{folder / 'config.json'}: {key} {config[key]!r} is not the sentence embedding, "
+                               "which poolkit does not rebuild: pass an explicit pooler")
+    try:
+        in_features, out_features = int(config["in_features"]), int(config["out_features"])
+    except (KeyError, TypeError, ValueError):
+        raise PoolkitError(f"{folder / 'config.json'} needs in_features and out_features") from None
+    if in_features != width:
+        raise PoolkitError(f"{folder} takes {in_features} features but the modules before it give {width}")
+    layer = _Dense(in_features, out_features, bool(config.get("bias", True)),
+                   _activation(config.get("activation_function", "torch.nn.modules.activation.Tanh"), folder),
+                   bool(config.get("use_residual", False)))
+    state = _weights(folder)
+    try:
+        layer.load_state_dict(state, strict=True)
+    except RuntimeError as err:
+        raise PoolkitError(f"{folder}: its weights do not fit its config.json ({str(err).splitlines()[0]})") from None
+    return layer
+
+
+def _activation(path: Any, folder: Path) -> nn.Module:
+    """An instance of the ``torch.nn`` module class named by ``path`` (``torch.nn.modules.activation.Tanh``);
+    any other name is refused, since it would import code poolkit does not know."""
+    module_name, _, class_name = str(path).rpartition(".")
+    if not (module_name == "torch.nn" or module_name.startswith("torch.nn.")):
+        raise PoolkitError(f"{folder / 'config.json'}: activation_function {path!r} is not a torch.nn class; poolkit "
+                           "imports no other code: pass an explicit pooler")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError):
+        raise PoolkitError(f"{folder / 'config.json'}: no activation_function {path!r} in this torch") from None
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise PoolkitError(f"{folder / 'config.json'}: activation_function {path!r} is not a torch.nn module class")
+    return cls()
+
+
+def _weights(folder: Path) -> dict[str, Tensor]:
+    """A Dense folder's tensors: model.safetensors, else pytorch_model.bin read with ``weights_only`` (no pickled
+    code runs)."""
+    if (folder / "model.safetensors").is_file():
+        from safetensors.torch import load_file
+
+        return load_file(str(folder / "model.safetensors"))
+    if (folder / "pytorch_model.bin").is_file():
+        try:
+            return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - torch raises UnpicklingError, RuntimeError, ...
+            raise PoolkitError(f"{folder / 'pytorch_model.bin'} holds more than tensors, and poolkit loads no "
+                               f"pickled objects ({type(err).__name__}): save it as model.safetensors") from None
+    raise PoolkitError(f"{folder} has no model.safetensors or pytorch_model.bin")
+
+
+def _modes(config: dict[str, Any], where: Path) -> tuple[str, ...]:
+    """The pooling modes of a Pooling config, new form (``pooling_mode``) or old (one flag per mode)."""
+    mode = config.get("pooling_mode")
+    if mode is None:
+        modes = tuple(name for key, name in LEGACY_MODES.items() if config.get(key))
+        return modes or ("mean",)
+    modes = (mode,) if isinstance(mode, str) else tuple(mode) if isinstance(mode, list) else None
+    if not modes or any(m not in MODES for m in modes):
+        raise PoolkitError(f"{where}: pooling_mode {mode!r} is not one of {', '.join(MODES)}")
+    return modes
+
+
+def _json(path: Path, missing: Any = None) -> Any:
+    """The parsed file (``missing`` when it does not exist and one is given), or a one-line error."""
+    if missing is not None and not path.is_file():
+        return missing
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise PoolkitError(f"cannot read {path}: {type(err).__name__}: {str(err).splitlines()[0]}") from None
