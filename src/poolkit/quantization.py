@@ -40,6 +40,27 @@ def quantize(vectors: Any, kind: str, *, calibration: Any = None, ranges: Any = 
     return codes.astype(np.uint8) if kind == "uint8" else (codes - 128).astype(np.int8)
 
 
+def dequantize(codes: Any, kind: str, dims: int, *, ranges: Any = None) -> np.ndarray:
+    """Codes of ``kind`` back to float32 vectors (N, ``dims``) in the float vectors' coordinates: int8 / uint8 codes
+    to the low end of their step (``ranges``, the (2, D) they were made with: low + code x step, as
+    sentence-transformers' rescoring reads them), binary / ubinary bits to +1 / -1 (their dot products are then
+    ``dims`` - 2 x the Hamming distance)."""
+    if kind not in KINDS:
+        raise PoolkitError(f"`kind` must be one of {', '.join(KINDS)}, got {kind!r}")
+    values = np.asarray(codes)
+    if kind == "float32":
+        return values.astype(np.float32)
+    if kind in ("binary", "ubinary"):
+        packed = values.astype(np.uint8) if kind == "ubinary" else (values.astype(np.int16) + 128).astype(np.uint8)
+        return np.unpackbits(packed, axis=-1)[:, :dims].astype(np.float32) * 2 - 1
+    if ranges is None:
+        raise PoolkitError(f"dequantizing {kind} codes needs the `ranges` they were made with")
+    low, high = _ranges(ranges, dims)
+    step = (high - low) / 255
+    steps = values.astype(np.float64) + (128 if kind == "int8" else 0)
+    return (steps * np.where(step > 0, step, 1) + low).astype(np.float32)
+
+
 def quantization_ranges(calibration: Any) -> np.ndarray:
     """Each dimension's [low, high] over the ``calibration`` vectors (N, D): (2, D) float32, what int8 / uint8 codes
     are relative to (keep it to quantise queries like the corpus)."""

@@ -137,3 +137,33 @@ def test_two_processes_write_what_one_writes(tmp_path, table, model_dir):
     assert b["id"].tolist() == list(range(53))
     np.testing.assert_allclose(np.stack(b["embedding"]), np.stack(a["embedding"]), atol=ATOL)
     assert not partial_dir(two).exists()
+
+
+def test_quantized_output_is_the_codes_of_the_float_vectors_over_every_window(tmp_path, table, model_dir, capsys):
+    """embed --quantize writes poolkit.quantize's codes of the float32 output: int8 relative to each dimension's range
+    over *all* windows (kept beside, catches ranges of the last window only), binary packed; the float windows are
+    kept for a resumed run with another kind; tables and an existing ranges file are refused before any work."""
+    from poolkit import quantize
+    from poolkit.cli import main
+
+    floats = tmp_path / "f.npy"
+    embed_to_file(table, floats, model=model_dir, window=WINDOW, progress=False)
+    vectors = np.load(floats)
+    int8 = tmp_path / "q.npy"
+    embed_to_file(table, int8, model=model_dir, window=WINDOW, progress=False, quantize="int8")
+    ranges = np.load(tmp_path / "q.ranges.npy")
+    np.testing.assert_array_equal(ranges, np.stack([vectors.min(0), vectors.max(0)]))
+    codes = np.load(int8)
+    assert codes.dtype == np.int8 and codes.shape == vectors.shape
+    np.testing.assert_array_equal(codes, quantize(vectors, "int8", ranges=ranges))
+    packed = tmp_path / "b.npy"
+    assert main(["embed", "--data", str(table), "--model", model_dir, "--out", str(packed), "--quantize", "ubinary",
+                 "--window", str(WINDOW), "--quiet"]) == 0
+    assert "as ubinary codes" in capsys.readouterr().out
+    np.testing.assert_array_equal(np.load(packed), quantize(vectors, "ubinary"))
+    with pytest.raises(PoolkitError, match="writes codes to a .npy file"):
+        embed_to_file(table, tmp_path / "t.parquet", model=model_dir, quantize="int8", progress=False)
+    (tmp_path / "r.ranges.npy").write_bytes(b"mine")
+    with pytest.raises(PoolkitError, match="already exists"):
+        embed_to_file(table, tmp_path / "r.npy", model=model_dir, quantize="uint8", progress=False)
+    assert (tmp_path / "r.ranges.npy").read_bytes() == b"mine" and not (tmp_path / "r.npy").exists()

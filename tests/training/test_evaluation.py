@@ -146,3 +146,80 @@ def test_dims_score_truncations_of_vectors_encoded_once(model_dir, capsys, tmp_p
     assert "first 8 dims: ndcg@10" in printed and "first 16 dims" in printed
     assert main(["evaluate", "--data", str(data), "--task", "retrieval", "--model", model_dir, "--dims", "8,x"]) == 2
     assert "--dims takes whole numbers" in capsys.readouterr().err
+
+
+def test_quantized_search_ranks_by_hamming_distance_and_by_codes_and_rescoring_reads_float32_queries():
+    """Binary kinds rank by Hamming distance (counted here on the packed bits with XOR), int8 / uint8 by the dot
+    product of integer codes calibrated on the corpus, and rescoring every candidate ranks the whole corpus by the
+    float32 query against the dequantised documents (catches ranges taken from the queries, a bit order that
+    differs between queries and corpus, rescoring with quantised queries or float documents)."""
+    from poolkit import quantize
+    from poolkit.quantization import dequantize, quantization_ranges
+    from poolkit.training.embedding_metrics import quantized_retrieval_metrics, ranking_metrics
+
+    gen = torch.Generator().manual_seed(0)
+    corpus = torch.nn.functional.normalize(torch.randn(150, 24, generator=gen), dim=-1)
+    queries = torch.nn.functional.normalize(corpus[:40] + 0.6 * torch.randn(40, 24, generator=gen), dim=-1)
+    relevant = [{i} for i in range(40)]
+
+    def metrics_of(scores: np.ndarray) -> dict:  # rank each row by score, ties to the lower index
+        order = np.lexsort((np.broadcast_to(np.arange(scores.shape[1]), scores.shape), -scores), axis=1)
+        return ranking_metrics(order[:, :100], relevant)
+
+    bits_q, bits_c = quantize(queries, "ubinary"), quantize(corpus, "ubinary")
+    hamming = np.unpackbits(bits_q[:, None, :] ^ bits_c[None, :, :], axis=-1).sum(-1)
+    for kind in ("binary", "ubinary"):
+        assert quantized_retrieval_metrics(queries, corpus, relevant, kind) == pytest.approx(metrics_of(-hamming))
+    ranges = quantization_ranges(corpus.numpy())
+    for kind in ("int8", "uint8"):
+        codes_q = quantize(queries, kind, ranges=ranges).astype(np.int64)
+        codes_c = quantize(corpus, kind, ranges=ranges).astype(np.int64)
+        assert quantized_retrieval_metrics(queries, corpus, relevant, kind) == pytest.approx(
+            metrics_of((codes_q @ codes_c.T).astype(float)))
+        stored = dequantize(quantize(corpus, kind, ranges=ranges), kind, 24, ranges=ranges)
+        rescored = quantized_retrieval_metrics(queries, corpus, relevant, kind, rescore=2)  # 200 >= the corpus
+        assert rescored == pytest.approx(metrics_of(queries.numpy().astype(np.float64) @ stored.T.astype(np.float64)))
+    float_metrics = retrieval_metrics(queries, corpus, relevant)
+    assert quantized_retrieval_metrics(queries, corpus, relevant, "int8", rescore=2)["ndcg@10"] == pytest.approx(
+        float_metrics["ndcg@10"], abs=0.05)
+
+
+def test_dequantize_matches_sentence_transformers_rescoring_and_binary_dots_count_hamming():
+    st_quantization = pytest.importorskip("sentence_transformers.util.quantization")
+    from poolkit import quantize
+    from poolkit.quantization import dequantize, quantization_ranges
+
+    vectors = np.random.default_rng(1).normal(size=(30, 12)).astype(np.float32)
+    ranges = quantization_ranges(vectors)
+    for kind in ("int8", "uint8"):
+        codes = quantize(vectors, kind, ranges=ranges)
+        np.testing.assert_allclose(dequantize(codes, kind, 12, ranges=ranges),
+                                   st_quantization._dequantize_embeddings(codes.astype(int), kind, ranges), rtol=1e-6)
+    signs = dequantize(quantize(vectors, "binary"), "binary", 12)
+    np.testing.assert_array_equal(signs, np.where(vectors > 0, 1.0, -1.0))
+
+
+def test_evaluate_quantize_and_query_prompts(model_dir, tmp_path, capsys):
+    """by_quantize holds each kind with and without rescoring; a query prompt goes before the queries only (equal to
+    encoding the two sides apart by hand); what is refused."""
+    from poolkit.models.text_encoder import TextEncoder
+
+    table = _glosses(40)
+    result = evaluate(table, "retrieval", model=model_dir, quantize=["int8", "binary"], progress=False)
+    assert [row["kind"] for row in result["by_quantize"]] == ["int8", "binary"]
+    assert all(set(row) == {"kind", "rescore", "metrics", "rescored"} for row in result["by_quantize"])
+    prompted = evaluate(table, "retrieval", model=model_dir, query_prompt="the cat ", progress=False)
+    encoder = TextEncoder(model_dir)
+    pairs = __import__("poolkit.data.pairs", fromlist=["load_pairs"]).load_pairs(table, "retrieval")
+    by_hand = retrieval_metrics(encoder.encode(pairs.queries, prompt="the cat "), encoder.encode(pairs.corpus),
+                                pairs.relevant)
+    assert prompted["metrics"] == pytest.approx(by_hand, abs=1e-6) and prompted["metrics"] != result["metrics"]
+    with pytest.raises(PoolkitError, match="`quantize` scores retrieval"):
+        evaluate(table.assign(score=1.0), "similarity", model=model_dir, quantize=["int8"], progress=False)
+    with pytest.raises(PoolkitError, match="`quantize` takes kinds from"):
+        evaluate(table, "retrieval", model=model_dir, quantize=["int4"], progress=False)
+    data = tmp_path / "pairs.csv"
+    table.to_csv(data, index=False)
+    assert main(["evaluate", "--data", str(data), "--task", "retrieval", "--model", model_dir, "--quantize",
+                 "ubinary", "--rescore", "2", "--quiet"]) == 0
+    assert "ubinary, top 2 x 100 rescored in float32: ndcg@10" in capsys.readouterr().out

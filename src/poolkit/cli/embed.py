@@ -51,5 +51,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"process {done['rank']} of {done['world']}: its windows are done{reused}")
         return 0
     print(f"{done['rows']} embeddings of dimension {done['dim']} ({done['pooling']} pooling"
-          f"{', L2-normalised' if settings.get('normalize') else ''}) written to {args.out}{reused}")
+          f"{', L2-normalised' if settings.get('normalize') else ''}"
+          f"{', as ' + settings['quantize'] + ' codes' if settings.get('quantize') else ''}) written to {args.out}"
+          f"{reused}")
     return 0

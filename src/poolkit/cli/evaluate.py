@@ -8,8 +8,8 @@ import json
 
 from ..data.pairs import PAIR_TASKS
 from ..errors import PoolkitError
-from ..training.config import EVALUATE_PRESETS
-from .common import add_pooler_arguments, add_trust_remote_code_argument, split_names
+from ..training.config import EVALUATE_PRESETS, RESCORE
+from .common import add_pooler_arguments, add_trust_remote_code_argument, positive, split_names
 from .options import add_config_arguments, given_settings
 
 HELP = "score embeddings for retrieval or similarity on a table of pairs, with no training"
@@ -37,6 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--fold", type=int, metavar="K", help="with a `poolkit train` run: score its fold_K only")
     model.add_argument("--dims", nargs="+", metavar="N", help="also score the first N dimensions of every vector "
                        "for each N (Matryoshka truncation; the texts are encoded once), e.g. --dims 64,128,256")
+    model.add_argument("--quantize", nargs="+", metavar="KIND", help="retrieval: also score each kind of quantised "
+                       "vectors (int8, uint8, binary, ubinary: queries and corpus quantised, ranked by their codes), "
+                       "with and without rescoring, e.g. --quantize int8,binary")
+    model.add_argument("--rescore", type=positive(int), default=RESCORE, metavar="M",
+                       help=f"with --quantize: rescore the top M x 100 candidates in float32 (default {RESCORE})")
+    model.add_argument("--query-prompt", metavar="TEXT", help="retrieval: a prompt before the queries only")
+    model.add_argument("--document-prompt", metavar="TEXT", help="retrieval: a prompt before the documents only")
     add_pooler_arguments(model, default=None)
     add_trust_remote_code_argument(model)
     add_config_arguments(parser.add_argument_group("encoding (poolkit.training.config.EncodeConfig; unset: its "
@@ -57,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     result = evaluate(args.data, args.task, model=args.model, pooler=spec, text_col=args.text_col,
                       pair_col=args.pair_col, target_col=args.target_col, negative_col=args.negative_col,
                       corpus=args.corpus, fold=args.fold, dims=_dims(args.dims),
+                      quantize=split_names(args.quantize) if args.quantize else None, rescore=args.rescore,
+                      query_prompt=args.query_prompt, document_prompt=args.document_prompt,
                       trust_remote_code=args.trust_remote_code,
                       progress=not args.quiet,
                       **given_settings(args, EVALUATE_PRESETS))
@@ -72,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
     for row in result.get("by_dim", []):
         shown = ", ".join(f"{name} {value:.4f}" for name, value in row["metrics"].items())
         print(f"  first {row['dim']} dims: {shown}")
+    for row in result.get("by_quantize", []):
+        for key, how in (("metrics", ""), ("rescored", f", top {row['rescore']} x 100 rescored in float32")):
+            shown = ", ".join(f"{name} {value:.4f}" for name, value in row[key].items())
+            print(f"  {row['kind']}{how}: {shown}")
     if not out:
         print(json.dumps(result["metrics"]))
     return 0

@@ -134,6 +134,10 @@ class TrainConfig:
 #: the defaults, as the presets the command's flags are generated from
 TRAIN_PRESETS = Presets("default", {"default": Preset(TrainConfig())})
 
+#: the output vectors' quantisation kinds of ``embed --quantize`` / ``evaluate --quantize`` (poolkit.quantize)
+QUANTIZE_KINDS = ("int8", "uint8", "binary", "ubinary")
+
+
 @dataclass(frozen=True)
 class EncodeConfig:
     """How texts go through an encoder + pooler (``TextEncoder``): what embed and evaluate share."""
@@ -171,11 +175,22 @@ class EmbedConfig(EncodeConfig):
 
     normalize: bool = option(False, "L2-normalise every vector (for cosine similarity)")
     allow_nonfinite: bool = option(False, "write vectors holding NaN or inf (refused otherwise)")
+    quantize: str | None = option(None, "write quantised codes (.npy only): int8 / uint8 (each dimension's range over "
+                                  "the vectors, kept beside as OUT.ranges.npy) or binary / ubinary (one bit per "
+                                  "dimension, packed)", choices=QUANTIZE_KINDS, metavar="KIND", none="float32")
+
+    def check(self) -> None:
+        super().check()
+        if self.quantize is not None and self.quantize not in QUANTIZE_KINDS:
+            raise PoolkitError(f"`quantize` must be one of {', '.join(QUANTIZE_KINDS)}, got {self.quantize!r}")
 
     def encoder_options(self) -> dict[str, Any]:
         return {**super().encoder_options(), "normalize": self.normalize}
 
 
+#: ``evaluate --quantize``: candidates kept per result for rescoring in float32 (sentence-transformers'
+#: ``rescore_multiplier``)
+RESCORE = 4
 EMBED_PRESETS = Presets("default", {"default": Preset(EmbedConfig())})
 #: ``evaluate`` encodes as embed does (its vectors are compared by cosine: no normalize, no non-finite ones)
 EVALUATE_PRESETS = Presets("default", {"default": Preset(EncodeConfig())})

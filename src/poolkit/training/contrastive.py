@@ -63,11 +63,19 @@ class PairLayout:
     text_col = None
 
     @classmethod
-    def of(cls, data: RetrievalData | SimilarityData) -> PairLayout:
+    def of(cls, data: RetrievalData | SimilarityData, apart: bool = False) -> PairLayout:
+        """``apart``: the first side's distinct texts, then the second side's, each side on its own (a text on both
+        sides is there twice: the two sides can then be encoded differently, e.g. with their own prompts)."""
         one, two = (data.queries, data.corpus) if isinstance(data, RetrievalData) else (data.left, data.right)
         index: dict[str, int] = {}
-        rows = [np.array([index.setdefault(text, len(index)) for text in side], dtype=np.int64) for side in (one, two)]
-        return cls(data, list(index), *rows)
+        first = np.array([index.setdefault(text, len(index)) for text in one], dtype=np.int64)
+        texts = list(index)
+        if apart:
+            index = {}
+        second = np.array([index.setdefault(text, len(index)) for text in two], dtype=np.int64)
+        if apart:
+            second += len(texts)
+        return cls(data, texts + list(index) if apart else list(index), first, second)
 
     def __len__(self) -> int:
         """The units cross-validation splits (queries, or pairs)."""

@@ -19,32 +19,74 @@ from scipy import stats
 
 RETRIEVAL_METRICS = ("ndcg@10", "mrr@10", "map@100", "recall@1", "recall@10")
 SIMILARITY_METRICS = ("spearman", "pearson")
+#: how deep each query's ranking goes (MAP@100)
+DEPTH = 100
 #: the corpus is ranked in blocks of this many queries (a block's scores: block x corpus floats)
 QUERY_BLOCK = 256
 
 
-def ranked(queries: torch.Tensor, corpus: torch.Tensor, depth: int) -> np.ndarray:
-    """For each query (Q, D), the indices of its ``depth`` most cosine-similar documents of ``corpus`` (N, D), best
-    first, ties broken by the lower index: (Q, min(depth, N))."""
-    queries = torch.nn.functional.normalize(queries.float(), dim=-1)
-    corpus = torch.nn.functional.normalize(corpus.float(), dim=-1)
+def ranked(queries: torch.Tensor, corpus: torch.Tensor, depth: int, cosine: bool = True) -> np.ndarray:
+    """For each query (Q, D), the indices of its ``depth`` most cosine-similar (``cosine=False``: largest dot product)
+    documents of ``corpus`` (N, D), best first, ties broken by the lower index: (Q, min(depth, N))."""
+    queries, corpus = queries.float(), corpus.float()
+    if cosine:
+        queries = torch.nn.functional.normalize(queries, dim=-1)
+        corpus = torch.nn.functional.normalize(corpus, dim=-1)
     depth = min(depth, corpus.shape[0])
     rows = []
     for start in range(0, queries.shape[0], QUERY_BLOCK):
         scores = queries[start:start + QUERY_BLOCK] @ corpus.T
-        # the top depth + 1 by value, then sorted by (score descending, index ascending): a tie at the cut-off is
-        # resolved like the rest (the extra candidate)
+        # the top depth + 1 by value, then sorted by (score descending, index ascending); a row whose scores tie
+        # across the cut-off (Hamming distances do, often) is sorted whole, stably, so that the lower indices win
         values, indices = torch.topk(scores, min(depth + 1, corpus.shape[0]), dim=1)
+        tied = (values[:, depth - 1] == values[:, depth]).numpy() if values.shape[1] > depth else None
         values, indices = values.numpy(), indices.numpy()
         order = np.lexsort((indices, -values), axis=1)
-        rows.append(np.take_along_axis(indices, order, axis=1)[:, :depth])
+        top = np.take_along_axis(indices, order, axis=1)[:, :depth]
+        if tied is not None and tied.any():
+            top[tied] = torch.sort(scores[torch.from_numpy(tied)], dim=1, descending=True,
+                                   stable=True).indices[:, :depth].numpy()
+        rows.append(top)
     return np.concatenate(rows) if rows else np.zeros((0, depth), dtype=np.int64)
 
 
 def retrieval_metrics(queries: torch.Tensor, corpus: torch.Tensor, relevant: Sequence[set[int]]) -> dict[str, float]:
     """The retrieval metrics (see the module docstring) of query vectors against corpus vectors; ``relevant``: per
     query, the indices of its relevant documents (at least one each)."""
-    top = ranked(queries, corpus, 100)
+    return ranking_metrics(ranked(queries, corpus, DEPTH), relevant)
+
+
+def quantized_retrieval_metrics(queries: torch.Tensor, corpus: torch.Tensor, relevant: Sequence[set[int]], kind: str,
+                                rescore: int | None = None) -> dict[str, float]:
+    """The retrieval metrics when queries and corpus, L2-normalised (as cosine search stores them), are both quantised
+    to ``kind`` (:func:`poolkit.quantize`; int8 / uint8 ranges calibrated on the corpus) and ranked by the dot product
+    of their codes (binary kinds: by Hamming distance); with ``rescore``, the top ``rescore`` x 100 candidates are
+    then ranked again by the float32 query's dot product with the dequantised documents (sentence-transformers'
+    rescoring), the corpus staying quantised."""
+    from ..quantization import dequantize, quantization_ranges, quantize
+
+    queries = torch.nn.functional.normalize(queries.float(), dim=-1)
+    corpus = torch.nn.functional.normalize(corpus.float(), dim=-1)
+    dims = corpus.shape[1]
+    ranges = quantization_ranges(corpus) if kind in ("int8", "uint8") else None
+    codes = {name: quantize(side, kind, ranges=ranges) for name, side in (("queries", queries), ("corpus", corpus))}
+    stored = torch.from_numpy(dequantize(codes["corpus"], kind, dims, ranges=ranges))
+    searched = stored if ranges is None else torch.from_numpy(codes["corpus"].astype(np.float32))
+    asked = torch.from_numpy(codes["queries"].astype(np.float32) if ranges is not None else
+                             dequantize(codes["queries"], kind, dims))
+    if rescore is None:
+        return ranking_metrics(ranked(asked, searched, DEPTH, cosine=False), relevant)
+    candidates = ranked(asked, searched, rescore * DEPTH, cosine=False)
+    floats = queries
+    top = []
+    for row, found in enumerate(candidates):
+        scores = (stored[torch.from_numpy(found)] @ floats[row]).numpy()
+        top.append(found[np.lexsort((found, -scores))][:DEPTH])
+    return ranking_metrics(np.stack(top), relevant)
+
+
+def ranking_metrics(top: np.ndarray, relevant: Sequence[set[int]]) -> dict[str, float]:
+    """The retrieval metrics of rankings ``top`` (Q, up to 100 corpus indices, best first)."""
     hits = np.array([[index in wanted for index in row] for row, wanted in zip(top, relevant)], dtype=bool)
     hits = hits.reshape(len(relevant), top.shape[1])
     counts = np.array([len(wanted) for wanted in relevant], dtype=np.float64)

@@ -18,15 +18,16 @@ from ..errors import PoolkitError
 from ..io.runs import fold_models
 from ..models.encoders import is_run_folder
 from ..settings import config_from
-from .config import EncodeConfig
+from .config import RESCORE, EncodeConfig
 
 
 def evaluate(data: str | Path | pd.DataFrame, task: str, *, model: str | None = None,
              pooler: str | dict[str, Any] | None = None, text_col: str = "text", pair_col: str = "pair",
              target_col: str = "score", negative_col: str | None = None,
              corpus: str | Path | Sequence[str] | None = None, fold: int | None = None,
-             dims: Sequence[int] | None = None, trust_remote_code: bool = False, progress: bool = True,
-             **settings: Any) -> dict[str, Any]:
+             dims: Sequence[int] | None = None, quantize: Sequence[str] | None = None, rescore: int = RESCORE,
+             query_prompt: str | None = None, document_prompt: str | None = None, trust_remote_code: bool = False,
+             progress: bool = True, **settings: Any) -> dict[str, Any]:
     """The metrics of ``model`` (default: the packaged all-MiniLM-L6-v2; or a ``poolkit train`` run or fold folder,
     with its trained pooler) pooled with ``pooler`` (default: the pooling a sentence-transformers folder declares, the
     packaged MiniLM's mean + Normalize; else mean; ``pooling`` says which ran) on ``data`` read for ``task`` (retrieval |
@@ -37,15 +38,27 @@ def evaluate(data: str | Path | pd.DataFrame, task: str, *, model: str | None = 
     ``dims``: also score each vector's first N dimensions for each N given (Matryoshka truncation; the texts are
     encoded once), as ``by_dim``: [{"dim", "metrics"}, ...] (fold means for a run). Returns {"task", "metrics",
     "model", "pooler" (its spec), "queries" / "corpus" / "pairs" (retrieval) or "pairs" (similarity), "max_length",
-    "seconds"}."""
+    "seconds"}.
+
+    Retrieval only: ``quantize`` (kinds of :func:`poolkit.quantize`: int8, uint8, binary, ubinary) also scores each
+    kind, queries and corpus quantised (int8 / uint8 ranges calibrated on the corpus) and ranked by their codes, and
+    again with the top ``rescore`` x 100 candidates re-ranked by the float32 query against the quantised documents
+    (sentence-transformers' rescoring), as ``by_quantize``: [{"kind", "metrics", "rescored"}, ...];
+    ``query_prompt`` / ``document_prompt`` put a prompt before the queries / the documents only (in place of
+    ``prompt``, which goes before every text)."""
     config = config_from(EncodeConfig, "evaluate", settings)
     config.check()
     dims = _check_dims(dims, config.dim)
+    kinds = _check_quantize(quantize, task, rescore)
+    if task != "retrieval" and (query_prompt is not None or document_prompt is not None):
+        raise PoolkitError("`query_prompt` / `document_prompt` are for retrieval: for similarity pass `prompt`")
     models = _models(model, fold)
     pairs = load_pairs(data, task, text_col=text_col, pair_col=pair_col, target_col=target_col,
                        negative_col=negative_col, corpus=corpus)  # bad input fails before a model loads
     started = time.perf_counter()
-    scored = [_score(one, pooler, pairs, config, dims, trust_remote_code, progress) for one in models]
+    prompts = (query_prompt, document_prompt)
+    scored = [_score(one, pooler, pairs, config, dims, kinds, rescore, prompts, trust_remote_code, progress)
+              for one in models]
     sizes = ({"queries": len(pairs.queries), "corpus": len(pairs.corpus), "pairs": pairs.pairs}
              if isinstance(pairs, RetrievalData) else {"pairs": len(pairs.scores)})
     result = {"task": task, "metrics": scored[0]["metrics"], "model": str(model) if model is not None else None,
@@ -60,7 +73,31 @@ def evaluate(data: str | Path | pd.DataFrame, task: str, *, model: str | None = 
         result["by_dim"] = [{"dim": dim, "metrics": {m: float(np.mean([s["by_dim"][k][m] for s in scored]))
                                                      for m in scored[0]["by_dim"][k]}}
                             for k, dim in enumerate(dims)]
+    if kinds:
+        result["by_quantize"] = [{"kind": kind, "rescore": rescore, **{
+            key: {m: float(np.mean([s["by_quantize"][k][key][m] for s in scored])) for m in scored[0]["metrics"]}
+            for key in ("metrics", "rescored")}} for k, kind in enumerate(kinds)]
+    if query_prompt is not None or document_prompt is not None:
+        result["prompts"] = {"query": query_prompt, "document": document_prompt}
     return {**result, "seconds": time.perf_counter() - started}
+
+
+def _check_quantize(kinds: Sequence[str] | None, task: str, rescore: int) -> list[str]:
+    """The quantisation kinds to score (retrieval only), each known, in the order given."""
+    from ..quantization import KINDS
+
+    if kinds is None:
+        return []
+    kinds = list(kinds)
+    if task != "retrieval":
+        raise PoolkitError("`quantize` scores retrieval (quantised corpus search): leave it out for similarity")
+    unknown = [k for k in kinds if k not in KINDS or k == "float32"]
+    if not kinds or unknown:
+        raise PoolkitError(f"`quantize` takes kinds from {', '.join(k for k in KINDS if k != 'float32')}, "
+                           f"got {kinds!r}")
+    if not isinstance(rescore, int) or isinstance(rescore, bool) or rescore < 1:
+        raise PoolkitError(f"`rescore` must be an int >= 1 (candidates per result kept for rescoring), got {rescore!r}")
+    return list(dict.fromkeys(kinds))
 
 
 def _check_dims(dims: Sequence[int] | None, dim: int | None) -> list[int]:
@@ -92,23 +129,40 @@ def _models(model: str | None, fold: int | None) -> list[str | None]:
 
 
 def _score(model: str | None, pooler: Any, pairs: RetrievalData | SimilarityData, config: EncodeConfig,
-           dims: list[int], trust_remote_code: bool, progress: bool) -> dict[str, Any]:
-    """One encoder + pooler's metrics on ``pairs`` (and at each of ``dims``: ``by_dim``, a list of metrics)."""
+           dims: list[int], kinds: list[str], rescore: int, prompts: tuple[str | None, str | None],
+           trust_remote_code: bool, progress: bool) -> dict[str, Any]:
+    """One encoder + pooler's metrics on ``pairs`` (and at each of ``dims``: ``by_dim``, a list of metrics; for each
+    of ``kinds``: ``by_quantize``)."""
     import torch
 
     from ..models.text_encoder import TextEncoder
     from .contrastive import PairLayout, unit_metrics
+    from .embedding_metrics import quantized_retrieval_metrics
 
     encoder = TextEncoder(model, pooler, **config.encoder_options(), trust_remote_code=trust_remote_code)
     if dims and dims[-1] > encoder.dim:
         raise PoolkitError(f"`dims` go up to {dims[-1]} but the pooler gives {encoder.dim} dimensions")
 
-    layout = PairLayout.of(pairs)  # each distinct text encoded once, queries and documents alike
-    vectors = encoder.encode(layout.texts, batch_size=config.batch_size, progress=progress).float()
+    apart = prompts != (None, None)  # queries and documents prompted apart: a text on both sides is encoded twice
+    layout = PairLayout.of(pairs, apart=apart)  # else each distinct text encoded once, queries and documents alike
+    if apart:
+        split = int(layout.second.min()) if len(layout.second) else len(layout.texts)
+        vectors = torch.cat([encoder.encode(layout.texts[:split], batch_size=config.batch_size, progress=progress,
+                                            prompt=prompts[0]),
+                             encoder.encode(layout.texts[split:], batch_size=config.batch_size, progress=progress,
+                                            prompt=prompts[1])]).float()
+    else:
+        vectors = encoder.encode(layout.texts, batch_size=config.batch_size, progress=progress).float()
     units = np.arange(len(pairs))
 
     def metrics(width: int) -> dict[str, float]:
         return unit_metrics(layout, units, lambda rows: vectors[torch.from_numpy(rows), :width])
 
+    def quantized(kind: str) -> dict[str, dict[str, float]]:
+        queries, corpus = vectors[torch.from_numpy(layout.first)], vectors[torch.from_numpy(layout.second)]
+        return {key: quantized_retrieval_metrics(queries, corpus, pairs.relevant, kind, rescore=how)
+                for key, how in (("metrics", None), ("rescored", rescore))}
+
     return {"metrics": metrics(encoder.dim), "by_dim": [metrics(dim) for dim in dims],
+            "by_quantize": [quantized(kind) for kind in kinds],
             "pooler": encoder.pooler.get_config(), "pooling": encoder.pooling, "max_length": encoder.max_length}

@@ -115,8 +115,13 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     kind, compression = table_format(out, others=(".npy",))
     if window < 1:
         raise PoolkitError(f"`window` must be at least 1 row, got {window}")
+    if config.quantize is not None and kind != ".npy":
+        raise PoolkitError(f"`quantize` writes codes to a .npy file; {out.name} is a {kind} table: write to .npy")
     rank, world = process_rank()
     refuse_overwrite(out, force)
+    ranges_out = ranges_path(out) if config.quantize in ("int8", "uint8") else None
+    if ranges_out is not None:
+        refuse_overwrite(ranges_out, force)
     return_freed_memory()
     model = embedding_model(model)
     encoder = TextEncoder(model, pooler, **config.encoder_options(), trust_remote_code=trust_remote_code,
@@ -165,7 +170,9 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
         records = [json.loads((partial / f"window-{i:06d}.json").read_text()) for i in range(windows)]
         rows = sum(record["rows"] for record in records)
         parts = (_load_window(partial, i, records[i]) for i in range(windows))
-        if kind == ".npy":
+        if kind == ".npy" and config.quantize is not None:
+            _write_codes(out, ranges_out, config.quantize, partial, records, rows, encoder.dim)
+        elif kind == ".npy":
             atomic_write(out, lambda tmp: _write_npy(tmp, parts, rows, encoder.dim))
         else:
             frames = (frame for frame, _ in input_windows(data, text_col, window))
@@ -234,15 +241,40 @@ def check_finite(vectors: np.ndarray, first_row: int, allow_nonfinite: bool) -> 
                            "check the model's weights or `precision`, or pass `allow_nonfinite=True` to write them anyway")
 
 
-def _write_npy(tmp: str, parts: Iterator[np.ndarray], rows: int, dim: int) -> None:
-    """The (rows, dim) float32 array: the header for the known shape, then one window at a time (appended, not
-    through a memmap, whose written pages would stay resident and grow with the data)."""
-    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
-              "shape": (rows, dim)}
+def _write_npy(tmp: str, parts: Iterator[np.ndarray], rows: int, dim: int, dtype=np.float32) -> None:
+    """The (rows, dim) array: the header for the known shape, then one window at a time (appended, not through a
+    memmap, whose written pages would stay resident and grow with the data)."""
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (rows, dim)}
     with open(tmp, "wb") as handle:
         np.lib.format.write_array_header_1_0(handle, header)
         for vectors in parts:
-            handle.write(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
+            handle.write(np.ascontiguousarray(vectors, dtype=dtype).tobytes())
+
+
+def ranges_path(out: Path) -> Path:
+    """Where ``embed --quantize int8|uint8`` keeps the (2, dim) ranges its codes are relative to: OUT.ranges.npy."""
+    return out.with_name(f"{out.stem}.ranges.npy")
+
+
+def _write_codes(out: Path, ranges_out: Path | None, kind: str, partial: Path, records: list[dict], rows: int,
+                 dim: int) -> None:
+    """The windows' vectors quantised to ``kind`` into ``out`` (int8 / uint8: relative to each dimension's range over
+    every window, found by a first pass and written to ``ranges_out``)."""
+    from ..quantization import quantization_ranges, quantize
+
+    def parts() -> Iterator[np.ndarray]:
+        return (_load_window(partial, i, record) for i, record in enumerate(records))
+
+    ranges = None
+    if ranges_out is not None:
+        bounds = [quantization_ranges(part) for part in parts() if len(part)]
+        ranges = (np.stack([np.min([b[0] for b in bounds], axis=0), np.max([b[1] for b in bounds], axis=0)])
+                  if bounds else np.zeros((2, dim), np.float32))
+        atomic_write(ranges_out, lambda tmp: _save_npy(tmp, ranges))
+    width = dim if ranges is not None else -(-dim // 8)
+    dtype = np.uint8 if kind in ("uint8", "ubinary") else np.int8
+    codes = (quantize(part, kind, ranges=ranges) if len(part) else np.zeros((0, width), dtype) for part in parts())
+    atomic_write(out, lambda tmp: _write_npy(tmp, codes, rows, width, dtype))
 
 
 def _write_table(tmp: str, kind: str, compression: str | None,
