@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
             settings = {} if include is None else {"include_prompt": include}
             result = evaluate(DATA, "retrieval", pooler=pooler, query_prompt=prompt, batch_size=args.batch_size,
                               progress=False, **settings, **extra)
-            rows.append({"pooler": pooler, "prompt": prompt, "include_prompt": include, **result})
+            rows.append({"prompt": prompt, "include_prompt": include, **result})  # result["pooler"]: its spec
             print(f"{pooler} prompt={prompt is not None} include={include}: {result['metrics']['ndcg@10']:.4f}",
                   flush=True)
     atomic_write_json(OUT, {"script": "scripts/embedders_table.py", "data": DATA, "prompt": PROMPT,

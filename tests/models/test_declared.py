@@ -15,7 +15,8 @@ import torch
 from poolkit import encode
 from poolkit.errors import PoolkitError
 from poolkit.models.declared import read_declared
-from poolkit.models.text_encoder import TextEncoder, skip_first_tokens
+from poolkit.models.text_encoder import TextEncoder
+from poolkit.pooling.masking import skip_first_tokens
 from tiny_models import tiny_bert_dir
 
 st = pytest.importorskip("sentence_transformers")

@@ -172,6 +172,32 @@ def test_sentence_transformers_mean_matches_their_pooling(bert_dir):
                           theirs.encode(SENTENCES, convert_to_tensor=True), atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["mean", "max", "weightedmean"])
+def test_sentence_transformers_module_keeps_the_prompt_out_of_the_pool_as_theirs(bert_dir, tmp_path, mode):
+    """PoolkitPooling(include_prompt=False) reads sentence-transformers' prompt_length feature as its own Pooling
+    does (catches the prompt pooled anyway, the flag lost on save), for every prompt-free pooling with their
+    equal (weightedmean: with the prompt pooled only: its weights are not position-kept, see docs/embedders.md)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    from poolkit.models.st_pooling import PoolkitPooling
+
+    include = mode == "weightedmean"
+    word = Transformer(bert_dir)
+    name = {"weightedmean": "weighted_mean"}.get(mode, mode)
+    ours = SentenceTransformer(modules=[word, PoolkitPooling(32, name, include_prompt=include)], device="cpu")
+    theirs = SentenceTransformer(modules=[word, Pooling(32, mode, include_prompt=include)], device="cpu")
+    prompt = "one two three "
+    expected = theirs.encode(SENTENCES, prompt=prompt, convert_to_tensor=True)
+    assert torch.allclose(ours.encode(SENTENCES, prompt=prompt, convert_to_tensor=True), expected, atol=1e-5)
+    if not include:
+        assert not torch.allclose(theirs.encode(SENTENCES, convert_to_tensor=True), expected, atol=1e-3)
+    ours.save(str(tmp_path / "st"))
+    loaded = SentenceTransformer(str(tmp_path / "st"), device="cpu", trust_remote_code=True)
+    assert loaded[1].include_prompt is include
+    assert torch.allclose(loaded.encode(SENTENCES, prompt=prompt, convert_to_tensor=True), expected, atol=1e-5)
+
+
 def test_sentence_transformers_layer_pooler_without_hidden_states_says_how(bert_dir):
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Transformer

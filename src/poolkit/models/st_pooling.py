@@ -19,6 +19,7 @@ from torch import Tensor
 from ..errors import PoolkitError
 from ..extras import require
 from ..pooling import build_pooler
+from ..pooling.masking import skip_first_tokens
 
 require("st", "sentence_transformers.base.modules.module")  # the path sentence-transformers >= 5.4 has
 
@@ -28,14 +29,17 @@ from sentence_transformers.base.modules.module import Module  # noqa: E402
 class PoolkitPooling(Module):
     """Pools ``token_embeddings`` (or ``all_layer_embeddings`` for layer poolers) into ``sentence_embedding``."""
 
-    config_keys = ["embedding_dimension", "pooler"]
+    config_keys = ["embedding_dimension", "pooler", "include_prompt"]
     config_file_name = "poolkit_config.json"
 
     def __init__(self, embedding_dimension: int, pooler: str | dict[str, Any] = "mean",
-                 num_layers: int | None = None) -> None:
-        """``pooler``: a name or a spec dict; ``num_layers``: the encoder's transformer layers (layer poolers)."""
+                 num_layers: int | None = None, include_prompt: bool = True) -> None:
+        """``pooler``: a name or a spec dict; ``num_layers``: the encoder's transformer layers (layer poolers);
+        ``include_prompt=False``: the prompt's tokens (sentence-transformers' ``prompt_length`` feature) are kept out
+        of the pool, as its own ``Pooling(include_prompt=False)`` does."""
         super().__init__()
         self.embedding_dimension = embedding_dimension
+        self.include_prompt = bool(include_prompt)
         self.module = build_pooler(pooler, embedding_dimension, num_layers)
 
     @property
@@ -56,7 +60,11 @@ class PoolkitPooling(Module):
                                    "config_kwargs={'output_hidden_states': True}")
         else:
             states = features["token_embeddings"]
-        pooled: Tensor = self.module(states, features.get("attention_mask"))
+        mask = features.get("attention_mask")
+        prompt = features.get("prompt_length") if not self.include_prompt else None
+        if prompt is not None and mask is not None:  # an int, or a tensor of equal lengths (training batches)
+            mask = skip_first_tokens(mask, int(prompt[0] if isinstance(prompt, Tensor) else prompt))
+        pooled: Tensor = self.module(states, mask)
         features["sentence_embedding"] = pooled
         return features
 

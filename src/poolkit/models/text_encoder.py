@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
 from ..pooling import Pooler, build_pooler, pooler_spec
+from ..pooling.masking import skip_first_tokens
 from .declared import AfterPooling, read_declared, read_prompts
 from .encoders import (AUTOCAST, adds_no_eos, check_max_length, check_model_folder, hf_bars_off, load_encoder,
                        load_tokenizer, resolve_model, resolve_precision)
@@ -221,12 +222,6 @@ def prompt_length(tokenizer, prompt: str) -> int:
     (SEP, EOS) not counted, as sentence-transformers counts it."""
     ids = tokenizer(prompt)["input_ids"]
     return len(ids) - (1 if ids and ids[-1] in set(tokenizer.all_special_ids) else 0)
-
-
-def skip_first_tokens(mask: torch.Tensor, count: int) -> torch.Tensor:
-    """The mask with each row's first ``count`` real tokens made padding, under left or right padding (the pool mask
-    that keeps a prompt out of the pool): (B, T) -> (B, T)."""
-    return mask * (mask.cumsum(dim=1) > count).to(mask.dtype)
 
 
 def _is_pooled_model(path: str) -> bool:

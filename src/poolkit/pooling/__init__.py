@@ -3,7 +3,7 @@ importable from here (``from poolkit.pooling import AttentionPooler``), PyG-styl
 
 from . import statistics, attention, composite, spatial, layers, sets  # noqa: F401,I001  (registers, in this order)
 from .attention import (AdaptiveAttentionPooler, AttentionHeadPooler, AttentionPooler, GatedAttentionPooler,
-                        LatentAttentionPooler, MultiHeadAttentionPooler)
+                        LatentAttentionPooler, LatentDictionaryPooler, MultiHeadAttentionPooler)
 from .base import Pooler
 from .composite import ConcatPooler
 from .layers import (AttentionLayersPooler, ConcatLayersPooler, GRULayersPooler, LayerPooler, LSTMLayersPooler,
@@ -18,7 +18,7 @@ from .statistics import (ClsPooler, GeMPooler, LastPooler, LSEPooler, MaxPooler,
 __all__ = ["AdaptiveAttentionPooler", "AttentionHeadPooler", "AttentionLayersPooler", "AttentionPooler",
            "AvgMaxPooler", "ClsPooler", "ConcatLayersPooler", "ConcatPooler", "FlexPooler",
            "GRULayersPooler", "GatedAttentionPooler", "GeMPooler", "LSEPooler", "LSTMLayersPooler", "LastPooler",
-           "LatentAttentionPooler", "LayerPooler", "MaxPooler", "MeanLayersPooler", "MeanMaxPooler", "MeanPooler",
+           "LatentAttentionPooler", "LatentDictionaryPooler", "LayerPooler", "MaxPooler", "MeanLayersPooler", "MeanMaxPooler", "MeanPooler",
            "MeanSqrtLenPooler", "MinPooler", "MultiHeadAttentionPooler", "Pooler", "SumPooler", "WeightedLayerPooler",
            "WeightedMeanPooler",
            "ZonotopeAttentionPooler", "build_pooler", "describe_options", "get_pooler", "list_poolers", "pooler_class",

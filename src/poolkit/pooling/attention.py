@@ -1,7 +1,8 @@
 """Attention poolers: score every real token, softmax over the real ones, take the weighted sum.
 
 attention, attention_head, multihead_attention, gated_attention (ABMIL), latent (learned queries,
-PMA / MAP head) and adapool (the query is taken from the input). attention, attention_head and
+PMA / MAP head), latent_dictionary (NV-Embed: the tokens attend over learned latents) and adapool (the query is taken
+from the input). attention, attention_head and
 gated_attention take one of the token scorers of :data:`SCORERS` (``scorer=``).
 """
 
@@ -322,6 +323,71 @@ class LatentAttentionPooler(Pooler):
             pooled = pooled + self.mlp(pooled)
         pooled = pooled.flatten(1) if self.combine == "concat" else pooled.mean(dim=1)
         return pooled, weights.flatten(1, 2) if heads else weights.mean(dim=(1, 2))
+
+
+@register_pooler("latent_dictionary", "nv_embed", "latent_array")
+class LatentDictionaryPooler(Pooler):
+    """Every token attends over a learned dictionary of latents, then an MLP, then the masked mean (B, T, D) -> (B, D).
+
+    NV-Embed's latent attention layer (Lee et al., arXiv 2405.17428, section 3.2): the tokens are the queries and a
+    trainable array of ``num_latents`` vectors the keys and values (O = softmax(Q K^T) V, ``num_heads`` heads; 512
+    latents and 8 heads in the paper), a two-layer GELU MLP after it, and mean pooling of the result. Written here
+    as pre-norm blocks with residuals (h = x + attention(LN(x)); h = h + MLP(LN(h))), so that the untrained layer is
+    close to mean pooling and :meth:`start_as_mean` makes it exactly that. Tokens never attend to each other: each
+    is transformed on its own and only the mean mixes them.
+    """
+    option_docs = {
+        "num_latents": "size of the learned latent dictionary (the keys and values every token attends over)",
+        "num_heads": "attention heads (must divide hidden_size)",
+        "mlp_ratio": "the MLP's inner width as a multiple of hidden_size",
+    }
+    order_invariant = True
+    weight_meaning = "uniform: a mean over the real tokens, each first passed through the latent dictionary"
+
+    def __init__(self, hidden_size: int, *, num_latents: int = 512, num_heads: int = 8, mlp_ratio: float = 2.0,
+                 on_empty: str = "zeros") -> None:
+        super().__init__(hidden_size, on_empty=on_empty)
+        self.num_latents = check_positive_int(num_latents, f"{self.name}: num_latents")
+        self.num_heads = _check_heads(hidden_size, num_heads, self.name)
+        self.latents = nn.Parameter(torch.randn(num_latents, hidden_size) * hidden_size ** -0.5)
+        self.norm = nn.LayerNorm(hidden_size)
+        self.query = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.key = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.value = nn.Linear(hidden_size, hidden_size)
+        self.out = nn.Linear(hidden_size, hidden_size)
+        inner = max(1, int(hidden_size * mlp_ratio))
+        self.mlp = nn.Sequential(nn.LayerNorm(hidden_size), nn.Linear(hidden_size, inner), nn.GELU(),
+                                 nn.Linear(inner, hidden_size))
+
+    def _tokens(self, x: Tensor) -> Tensor:
+        """Each token through the dictionary attention and the MLP, with residuals: (B, T, D) -> (B, T, D)."""
+        batch, length, dim = x.shape
+        heads, head_dim = self.num_heads, dim // self.num_heads
+        query = self.query(self.norm(x)).view(batch, length, heads, head_dim).transpose(1, 2)  # (B, H, T, d)
+        key = self.key(self.latents).view(-1, heads, head_dim).transpose(0, 1)  # (H, r, d)
+        value = self.value(self.latents).view(-1, heads, head_dim).transpose(0, 1)
+        scores = query @ key.transpose(1, 2) * head_dim ** -0.5  # (B, H, T, r); softmax in float32 at least
+        weights = torch.softmax(masking.widen(scores), dim=-1).to(x.dtype)
+        attended = (weights @ value).transpose(1, 2).reshape(batch, length, dim)
+        hidden = x + self.out(attended)
+        return hidden + self.mlp(hidden)
+
+    def pool(self, x: Tensor, mask: Tensor):
+        weights = masking.uniform_weights(mask)
+        return masking.masked_weighted_sum(self._tokens(x), weights), weights
+
+    def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
+        return masking.masked_weighted_sum(self._tokens(x), masking.uniform_weights(mask))
+
+    def start_as_mean(self) -> bool:
+        """The attention's output projection and the MLP's last layer zeroed: every token passes unchanged, so the
+        pooler is the mean; their gradients are not zero (they multiply the attended values and the MLP's hidden
+        layer)."""
+        with torch.no_grad():
+            for layer in (self.out, self.mlp[-1]):
+                layer.weight.zero_()
+                layer.bias.zero_()
+        return True
 
 
 @register_pooler("adapool", "adaptive_attention", "adaptive")

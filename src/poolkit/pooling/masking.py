@@ -243,6 +243,12 @@ def uniform_weights(mask: Tensor) -> Tensor:
     return weights.div_(weights.sum(dim=1, keepdim=True).clamp_(min=1))
 
 
+def skip_first_tokens(mask: Tensor, count: int) -> Tensor:
+    """The mask with each row's first ``count`` real tokens made padding, under left or right padding: the pool mask
+    that keeps a prompt out of the pool while the encoder attends to it. (B, T) -> (B, T), the mask's dtype."""
+    return mask * (mask.cumsum(dim=1) > count).to(mask.dtype)
+
+
 def position_weights(mask: Tensor) -> Tensor:
     """k / (1 + 2 + ... + n) on the k-th of a row's n real tokens (zero at padding and for empty rows): (B, T) -> (B, T)
     float32."""
