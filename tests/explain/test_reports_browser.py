@@ -220,3 +220,27 @@ def test_a_report_that_asks_for_the_network_is_caught(browser, tmp_path):
     page_without_csp.write_text('<html><body><img src="https://example.org/x.png"></body></html>')
     _, _, refused_plain = open_page(browser, page_without_csp)
     assert refused == [] and refused_plain == ["https://example.org/x.png"]  # the CSP stops it before it is sent
+
+
+def test_texts_with_markup_and_emoji_render_as_written(browser, tmp_path):
+    """Issue 32, items 10 and 11: a text holding ``<!--<script>`` (and ``</script>``, ``&``) no longer empties the
+    page (the embedded JSON escapes ``<``, ``>``, ``&``), and emoji before a word no longer shift the words' text
+    (the spans are code points; JavaScript slices UTF-16 units unless told)."""
+    texts = ["a <!--<script> b", "x </script><b>bold</b> & y", "😀 emoji then words", "plain words here"]
+    items = []
+    for text in texts:
+        words = text.split(" ")
+        spans, start = [], 0
+        for word in words:
+            spans.append((start, start + len(word)))  # Python's offsets: code points
+            start += len(word) + 1
+        weights = np.full(len(words), 1 / len(words))
+        items.append(TextExplanation(text, words, spans, weights, prediction="animal", probability=0.9))
+    path = tmp_path / "report.html"
+    Report("markup", "edge cases").explanations(Explanation(items, {"name": "mean"}, "uniform", "a test", 1,
+                                                            "classification", LABELS)).write(path)
+    page, errors, refused = open_page(browser, path)
+    assert page.locator("article.card").count() == len(texts)
+    shown = [text.strip() for text in card_values(page, "div.text")]
+    assert sorted(shown) == sorted(texts) and errors == [] and refused == []
+    assert page.locator("article.card b").count() == 0  # the markup stays text

@@ -85,6 +85,28 @@ def test_merged_state_adds_scaled_task_vectors_per_task():
     assert torch.allclose(merged_state(base, [a, b], [0.5, 0.5])["w"], torch.tensor([1.5, 3.5]))
     assert torch.allclose(merged_state(base, [a, b], [1.0, 0.0])["w"], a["w"])
     assert torch.equal(merged_state(base, [a, b], [0.3, 0.3])["ids"], base["ids"])
+    with pytest.raises(PoolkitError, match="make the merged w NaN or inf in torch.float32"):
+        merged_state(base, [a], [1e39])  # finite in float64, inf once cast back (issue 32, item 9)
+
+
+def test_predict_refuses_a_model_whose_outputs_are_not_finite(runs, tmp_path):
+    """Issue 32, item 9: a fold model with an inf weight gave NaN probabilities and the first label for every row,
+    exit 0; now predict refuses in one line and writes nothing."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from poolkit.training.api import predict
+
+    broken = tmp_path / "broken"
+    shutil.copytree(runs["good"], broken)
+    weights = broken / "fold_0" / "model.safetensors"
+    state = load_file(str(weights))
+    head = next(name for name in state if name.startswith("head") and name.endswith("weight"))
+    state[head] = torch.full_like(state[head], float("inf"))
+    save_file(state, str(weights), metadata={"format": "pt"})
+    with pytest.raises(PoolkitError, match="gives NaN or inf outputs for"):
+        predict(broken / "fold_0", ["a text", "another text"], progress=False)
 
 
 def test_skill_is_higher_is_better_and_zero_for_the_fit_mean():

@@ -26,6 +26,14 @@ PAGE_SIZE = 50
 ASSETS = Path(__file__).parent / "assets"
 
 
+def embedded_json(data: Any) -> str:
+    """``data`` as JSON that is safe inside a ``<script>`` element: ``<``, ``>`` and ``&`` written as ``\\u003c``,
+    ``\\u003e``, ``\\u0026`` (the same string to JSON.parse), so that no text can end the element or open a comment
+    (a text holding ``<!--<script>`` made the browser read the rest of the page as script data)."""
+    return (json.dumps(data, allow_nan=False).replace("<", "\\u003c").replace(">", "\\u003e")
+            .replace("&", "\\u0026"))
+
+
 class Report:
     """A page built part by part: ``Report("title").heading(..).table(frame).figure(fig).write(path)``."""
 
@@ -97,7 +105,7 @@ class Report:
         style = (ASSETS / "report.css").read_text()
         script = ""
         if self.data is not None:
-            payload = json.dumps(self.data, allow_nan=False).replace("</", "<\\/")
+            payload = embedded_json(self.data)
             script = (f'<script type="application/json" id="explain-data">{payload}</script>'
                       f"<script>{(ASSETS / 'explain.js').read_text()}</script>")
         return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -153,6 +153,10 @@ def _score(model: str | None, pooler: Any, pairs: RetrievalData | SimilarityData
                                             prompt=prompts[1])]).float()
     else:
         vectors = encoder.encode(layout.texts, batch_size=config.batch_size, progress=progress).float()
+    if not bool(torch.isfinite(vectors).all()):
+        bad = int((~torch.isfinite(vectors).all(dim=1)).sum())
+        raise PoolkitError(f"{bad} of {len(vectors)} texts give NaN or inf vectors with {encoder.pooling}: check the "
+                           "model's weights or `precision`; nothing is scored")
     units = np.arange(len(pairs))
 
     def metrics(width: int) -> dict[str, float]:

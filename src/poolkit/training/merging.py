@@ -84,6 +84,9 @@ def merged_state(base: dict[str, torch.Tensor], tuned: Sequence[dict[str, torch.
         for alpha, state in zip(alphas, tuned):
             total += float(alpha) * state[name].double()
         merged[name] = total.to(theta.dtype)
+        if not bool(torch.isfinite(merged[name]).all()):
+            raise PoolkitError(f"alphas {', '.join(f'{a:g}' for a in alphas)} make the merged {name} NaN or inf in "
+                               f"{theta.dtype}: use alphas of the order of 1 (the task vectors' own scale)")
     return merged
 
 

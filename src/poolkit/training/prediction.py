@@ -55,6 +55,12 @@ def predict_outputs(model_dir: str | Path, texts: list[str], batch_size: int = 6
         length = check_max_length(max_length, model.config.encoder) or meta["config"]["max_length"]
         outputs = model_outputs(model, load_tokenizer(str(fold)), texts, length, batch_size, f"predict {fold.name}",
                                 progress)
+        bad = ~np.isfinite(outputs).all(axis=1)
+        if bad.any():
+            rows = ", ".join(str(r + 1) for r in np.flatnonzero(bad)[:5])
+            raise PoolkitError(f"{fold} gives NaN or inf outputs for {int(bad.sum())} of {len(texts)} texts (rows "
+                               f"{rows}; row 1 = first): its weights are not usable (a merge with too large an alpha?), "
+                               "so nothing is predicted")
         total = total + head_scores(meta["task"], outputs)
     info = {"task": meta["task"], "label_names": meta["label_names"], "target_cols": meta["target_cols"],
             "n_models": len(folds)}

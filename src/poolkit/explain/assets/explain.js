@@ -26,16 +26,18 @@
   }
   function shadedText(item, weights) {
     const top = Math.max.apply(null, weights);
+    // spans count code points (Python's offsets), not UTF-16 units: slice the text's code points
+    const chars = Array.from(item.text);
     let out = "", last = 0;
     item.words.forEach((word, i) => {
       const span = item.spans[i];
       if (span !== null) {
-        out += escapeHtml(item.text.slice(last, span[0]));
+        out += escapeHtml(chars.slice(last, span[0]).join(""));
         last = span[1];
       }
       out += wordSpan(item, i, weights, top);
     });
-    out += escapeHtml(item.text.slice(last));
+    out += escapeHtml(chars.slice(last).join(""));
     return out;
   }
   function layerChart(item) {
