@@ -248,6 +248,36 @@ def test_a_folder_poolkit_did_not_make_is_never_taken_for_its_temporary_one(tmp_
     assert sorted(p.name for p in dest.iterdir()) == ["model.bin"] and not tmp.exists()
 
 
+def test_a_users_old_folder_is_never_removed_and_poolkits_parked_one_is(tmp_path):
+    """Issue 32, item 3: `merge --out results` removed a user's results.old/ (replace_dir parks the previous result
+    there). Now a foreign results.old is refused before the work (temp_dir) and at the rename; the folder poolkit
+    parks carries its mark, so a run that crashed between the renames leaves one the next run may remove."""
+    from poolkit.io import existing_dir, made_by_poolkit, replace_dir, temp_dir
+
+    dest = tmp_path / "results"
+    dest.mkdir()
+    (dest / "model.bin").write_text("first")
+    theirs = tmp_path / "results.old"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    with pytest.raises(PoolkitError, match="results.old exists and poolkit did not make it"):
+        temp_dir(dest)
+    theirs.rename(tmp_path / "elsewhere")
+    tmp = temp_dir(dest)
+    (tmp / "model.bin").write_text("second")
+    theirs.mkdir()  # appears while the run works
+    (theirs / "notes.txt").write_text("mine")
+    with pytest.raises(PoolkitError, match="results.old exists and poolkit did not make it"):
+        replace_dir(tmp, dest)
+    assert (theirs / "notes.txt").read_text() == "mine" and (dest / "model.bin").read_text() == "first"
+    assert existing_dir(tmp_path / "missing") is None
+    (tmp_path / "missing.old").mkdir()  # a user's folder is not taken for a parked result
+    assert existing_dir(tmp_path / "missing") is None
+    theirs.rename(tmp_path / "elsewhere2")
+    replace_dir(tmp, dest)
+    assert (dest / "model.bin").read_text() == "second" and not theirs.exists() and not made_by_poolkit(dest)
+
+
 def test_publish_moves_no_temporary_mark_into_the_run_folder(tmp_path):
     from poolkit.io import temp_dir
 

@@ -102,14 +102,44 @@ def test_a_damaged_cache_is_rebuilt_saying_so(bert, tmp_path, capsys, how):
 
 
 def test_staging_left_by_a_killed_run_is_removed_and_a_live_one_kept(bert, tmp_path):
+    from poolkit.io import temp_dir
+
     root = tmp_path / "cache"
     root.mkdir()
-    (root / "deadbeef.tmp").mkdir()  # a killed run's half-written cache
-    (root / "deadbeef.tmp" / "tokens.npy").write_bytes(b"partial")
-    (root / "cafe.tmp").mkdir()
-    with FileLock(root / "cafe.lock"):  # a run still building its cache
+    dead, live = "deadbeef" * 4, "cafe" * 8
+    (temp_dir(root / dead) / "tokens.npy").write_bytes(b"partial")  # a killed run's half-written cache
+    temp_dir(root / live)
+    (root / "user_data.tmp").mkdir()  # issue 32, item 3: a user's folder that only looks like staging
+    (root / "user_data.tmp" / "notes.txt").write_text("mine")
+    (root / f"{'ab' * 16}.tmp").mkdir()  # a cache key's name, but poolkit did not make it
+    with FileLock(root / f"{live}.lock"):  # a run still building its cache
         encode(bert, root)
-        assert not (root / "deadbeef.tmp").exists() and (root / "cafe.tmp").is_dir()
+        assert not (root / f"{dead}.tmp").exists() and (root / f"{live}.tmp").is_dir()
+    assert (root / "user_data.tmp" / "notes.txt").read_text() == "mine" and (root / f"{'ab' * 16}.tmp").is_dir()
+
+
+def test_cache_list_and_clear_touch_only_caches(bert, tmp_path, capsys):
+    """Issue 32, item 2: `cache clear --cache-dir d` deleted every folder in d (a user's myproject/, photos/) and
+    `cache list` called them caches. Now only folders named by a cache key that hold only a cache's files count."""
+    from poolkit.cli import main
+
+    root = tmp_path / "cache"
+    built = encode(bert, root)
+    for name, files in (("myproject", ["main.py"]), ("photos", []), ("build.tmp", ["x.o"]),
+                        ("ab" * 16, ["notes.txt"])):
+        (root / name).mkdir()
+        for file in files:
+            (root / name / file).write_text("mine")
+    listed = F.list_caches(root)
+    assert [entry["path"] for entry in listed] == [built.folder]
+    assert main(["cache", "list", "--cache-dir", str(root)]) == 0
+    assert "myproject" not in capsys.readouterr().out
+    del built
+    assert main(["cache", "clear", "--cache-dir", str(root)]) == 0
+    assert F.list_caches(root) == []
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == sorted(["ab" * 16, "build.tmp", "myproject",
+                                                                           "photos"])
+    assert (root / "myproject" / "main.py").read_text() == "mine"
 
 
 def test_two_runs_at_once_encode_once(bert, tmp_path, monkeypatch):
@@ -147,7 +177,9 @@ def test_cache_list_and_clear(bert, tmp_path, capsys):
     root = tmp_path / "cache"
     encode(bert, root)
     encode(bert, root, texts=TEXTS[:2])
-    (root / "0123.tmp").mkdir()  # staging of a killed run
+    from poolkit.io import temp_dir
+
+    temp_dir(root / ("0123" * 8))  # staging of a killed run
     assert main(["cache", "list", "--cache-dir", str(root)]) == 0
     listed = capsys.readouterr().out
     assert "2 cache(s)" in listed and "4 texts" in listed and "2 texts" in listed

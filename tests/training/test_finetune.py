@@ -22,6 +22,7 @@ from dist_worker import toy_config, toy_data
 from poolkit import PoolkitError
 from poolkit.data import TableData
 from poolkit.models import PooledModel
+from poolkit.io.files import TMP_MARK
 from poolkit.io import atomic_write_content, existing_dir, replace_dir, temp_dir
 from poolkit.io import locked_dir
 from poolkit.training import cv, finetune
@@ -313,7 +314,8 @@ def test_atomic_writes_leave_no_temporary_files(reference, tmp_path, monkeypatch
     (tmp / "w").write_text("new")
     replace_dir(tmp, dest)
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"] and (dest / "w").read_text() == "new"
-    dest.rename(tmp_path / "ckpt.old")  # a crash between replace_dir's two renames
+    (dest / TMP_MARK).touch()  # a crash between replace_dir's two renames: the result parked, marked as poolkit's
+    dest.rename(tmp_path / "ckpt.old")
     assert existing_dir(dest) == tmp_path / "ckpt.old"
 
     target = tmp_path / "metrics.json"

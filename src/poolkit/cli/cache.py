@@ -38,7 +38,7 @@ def run_list(args: argparse.Namespace) -> int:
         about = (f"{meta.get('model', '?')}, {meta.get('texts', '?')} texts, {meta.get('layers', '?')} layers, "
                  f"max_length {meta.get('max_length', '?')}, {meta.get('bytes_per_text', '?')} bytes per text, "
                  f"format v{meta.get('version', '?')}"
-                 if meta else "no meta.json")
+                 if meta else "damaged (meta.json unreadable): rebuilt when next used")
         print(f"{entry['path'].name}  {entry['bytes'] / 2**20:8.1f} MiB  {about}")
     total = sum(entry["bytes"] for entry in entries)
     print(f"{len(entries)} cache(s), {total / 2**20:.1f} MiB in {root}")

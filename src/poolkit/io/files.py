@@ -90,9 +90,22 @@ TMP_SUFFIX = ".tmp"
 OLD_SUFFIX = ".old"
 
 
-#: the file in every folder :func:`temp_dir` makes (removed when the folder is moved into place): a later run removes
-#: a stale folder that holds it, and refuses to touch one of the same name that does not
+#: the file in every folder :func:`temp_dir` makes (removed when the folder is moved into place) and in every folder
+#: :func:`replace_dir` parks as ``<dest>.old``: a later run removes a stale folder that holds it, and refuses to touch
+#: one of the same name that does not
 TMP_MARK = ".poolkit-tmp"
+
+
+def made_by_poolkit(folder: Path) -> bool:
+    """Whether ``folder`` is a staging (``.tmp``) or parked (``.old``) folder that poolkit made: a real folder (not a
+    link) holding :data:`TMP_MARK`."""
+    return folder.is_dir() and not folder.is_symlink() and (folder / TMP_MARK).is_file()
+
+
+def _refuse_foreign(path: Path, dest: Path) -> None:
+    if (path.exists() or path.is_symlink()) and not made_by_poolkit(path):
+        raise PoolkitError(f"{path} exists and poolkit did not make it: move it away (poolkit uses that name while "
+                           f"it replaces {dest.name})")
 
 
 def temp_dir(dest: Path, create: bool = True) -> Path:
@@ -100,10 +113,8 @@ def temp_dir(dest: Path, create: bool = True) -> Path:
     process) makes it empty, removing a stale one that poolkit made, and refusing anything else of that name."""
     tmp = dest.with_name(dest.name + TMP_SUFFIX)
     if create:
-        if (tmp.exists() or tmp.is_symlink()) and not (tmp.is_dir() and not tmp.is_symlink()
-                                                        and (tmp / TMP_MARK).is_file()):
-            raise PoolkitError(f"{tmp} exists and poolkit did not make it: move it away (poolkit builds the new "
-                               f"{dest.name} there before it replaces the old one)")
+        _refuse_foreign(tmp, dest)
+        _refuse_foreign(dest.with_name(dest.name + OLD_SUFFIX), dest)  # before the work, not at the rename after it
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         (tmp / TMP_MARK).touch()
@@ -112,12 +123,14 @@ def temp_dir(dest: Path, create: bool = True) -> Path:
 
 def replace_dir(tmp: Path, dest: Path) -> None:
     """Flush the finished folder ``tmp`` to disk and move it to ``dest``; an existing ``dest`` is parked as
-    ``<dest>.old``, then removed."""
+    ``<dest>.old`` (marked as poolkit's), then removed. A ``<dest>.old`` that poolkit did not make is refused."""
+    old = dest.with_name(dest.name + OLD_SUFFIX)
+    _refuse_foreign(old, dest)
     (tmp / TMP_MARK).unlink(missing_ok=True)
     fsync_tree(tmp)
-    old = dest.with_name(dest.name + OLD_SUFFIX)
     shutil.rmtree(old, ignore_errors=True)
     if dest.exists():
+        (dest / TMP_MARK).touch()
         os.rename(dest, old)
     os.rename(tmp, dest)
     fsync_dir(dest.parent)
@@ -126,10 +139,10 @@ def replace_dir(tmp: Path, dest: Path) -> None:
 
 def existing_dir(dest: Path) -> Path | None:
     """``dest``, or its parked ``.old`` version when a crash hit between the two renames of :func:`replace_dir`."""
-    for path in (dest, dest.with_name(dest.name + OLD_SUFFIX)):
-        if path.is_dir():
-            return path
-    return None
+    if dest.is_dir():
+        return dest
+    old = dest.with_name(dest.name + OLD_SUFFIX)
+    return old if made_by_poolkit(old) else None
 
 
 def file_digest(path: Path) -> str:

@@ -51,7 +51,7 @@ from tqdm.auto import tqdm
 
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
-from ..io import OLD_SUFFIX, TMP_SUFFIX, atomic_write_json, file_digest, replace_dir, temp_dir
+from ..io import TMP_SUFFIX, atomic_write_json, file_digest, made_by_poolkit, replace_dir, temp_dir
 from ..models.encoders import check_model_folder, load_config, load_encoder, load_tokenizer, resolve_model
 from ..pooling import Pooler, build_pooler
 
@@ -245,9 +245,12 @@ def open_cache(folder: Path, verify: bool = True) -> FeatureCache:
 
 
 def clean_staging(root: Path) -> list[Path]:
-    """Remove the staging folders of runs that are gone (their lock is free); -> the folders removed."""
+    """Remove the staging folders of runs that are gone (their lock is free); -> the folders removed. Only folders
+    that poolkit made (``io.made_by_poolkit``) named after a cache key: a user's ``notes.tmp/`` stays."""
     removed = []
     for staging in root.glob(f"*{TMP_SUFFIX}"):
+        if not (is_cache_name(staging.name[: -len(TMP_SUFFIX)]) and made_by_poolkit(staging)):
+            continue
         try:
             with FileLock(root / (staging.name[: -len(TMP_SUFFIX)] + LOCK), timeout=0):
                 shutil.rmtree(staging, ignore_errors=True)
@@ -454,12 +457,28 @@ def _stored_tokens(states: torch.Tensor, int8: bool) -> tuple[np.ndarray, np.nda
     return quantised.cpu().numpy(), scale.to(torch.float16).cpu().numpy()
 
 
+def is_cache_name(name: str) -> bool:
+    """Whether ``name`` is a cache key (:func:`cache_key`: 32 hexadecimal digits)."""
+    return len(name) == 32 and all(c in "0123456789abcdef" for c in name)
+
+
+def is_cache_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a cache poolkit wrote, damaged or not: a real folder named by a cache key that holds
+    only the files a cache has (meta.json and .npy arrays). Anything else under a cache folder is the user's:
+    never listed, never removed."""
+    if not (folder.is_dir() and not folder.is_symlink() and is_cache_name(folder.name)):
+        return False
+    return all(entry.is_file() and not entry.is_symlink() and (entry.name == "meta.json" or entry.suffix == ".npy")
+               for entry in folder.iterdir())
+
+
 def list_caches(cache_dir: str | Path | None = None) -> list[dict]:
-    """Every cache folder under ``cache_dir``: its path, size in bytes and meta.json (``{}`` when unreadable)."""
+    """Every cache folder under ``cache_dir`` (:func:`is_cache_folder`): its path, size in bytes and meta.json (``{}``
+    when unreadable)."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     entries = []
     for folder in sorted(root.iterdir()) if root.is_dir() else []:
-        if not folder.is_dir() or folder.name.endswith((TMP_SUFFIX, OLD_SUFFIX)):
+        if not is_cache_folder(folder):
             continue
         try:
             meta = json.loads((folder / "meta.json").read_text())
