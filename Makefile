@@ -63,10 +63,10 @@ docs: install
 zoo: install
 	$(VENV)/bin/poolkit zoo
 
-# First every rendered docs page against its committed result files (scripts/docs.py), then the suite. Where chromium
-# could not be installed, the browser tests are skipped with a banner here and in pytest's summary.
+# The suite, which also checks every rendered docs page against its committed result files (scripts/docs.py --check,
+# in scripts/tests/test_docs.py). Where chromium could not be installed, the browser tests are skipped with a banner
+# here and in pytest's summary.
 test: dev system-data browser
-	$(PY) scripts/docs.py --check
 	@command -v chromium >/dev/null || echo "!!! chromium is missing: the browser tests (tests/explain/test_reports_browser.py) are SKIPPED !!!"
 	POOLKIT_ALLOW_NO_BROWSER=$$(command -v chromium >/dev/null && echo 0 || echo 1) $(PY) -m pytest -q -n 2
 

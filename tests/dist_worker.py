@@ -1,6 +1,10 @@
-"""The fine-tuning tests' toy task, and the worker their multi-process test launches:
+"""The fine-tuning tests' toy task, and the worker of the multi-process test (tests/training/test_distributed.py):
 
-    accelerate launch --num_processes 2 --cpu tests/dist_worker.py MODEL_DIR OUT_DIR
+    torchrun --nproc_per_node 2 tests/dist_worker.py JOBS.json
+
+runs each job of JOBS.json in turn in every process: ``{"fit": [MODEL_DIR, OUT_DIR]}`` (the toy task, 2 folds) or
+``{"cli": [ARG, ...]}`` (``poolkit`` with those arguments; a nonzero exit stops the worker with it). One launch for
+every job: each process's start (imports, the process group) costs seconds on a small CPU.
 """
 
 from __future__ import annotations
@@ -51,5 +55,21 @@ def toy_config(model: str, **overrides) -> TrainConfig:
     return replace(config, **overrides)
 
 
+def run_jobs(path: str) -> None:
+    import json
+
+    from poolkit.cli import main
+
+    for job in json.loads(Path(path).read_text()):
+        if "fit" in job:
+            model, out = job["fit"]
+            fit(toy_config(model, folds=2), toy_data(), out, progress=False)
+        else:
+            code = main(job["cli"])
+            if code:
+                sys.exit(code)
+        sys.stdout.flush()
+
+
 if __name__ == "__main__":
-    fit(toy_config(sys.argv[1], folds=2), toy_data(), sys.argv[2], progress=False)
+    run_jobs(sys.argv[1])

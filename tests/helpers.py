@@ -31,6 +31,8 @@ def make_pooler(name: str, **options):
         options.setdefault("attn_size", 8)
     if "rnn_hidden" in accepted:
         options.setdefault("rnn_hidden", 8)
+    if "num_latents" in accepted:
+        options.setdefault("num_latents", 8)
     if "layer_start" in accepted and pooler_class(name).kind == "layer" and name != "weighted_layer":
         options.setdefault("layer_start", 1)
     pooler = get_pooler(name, hidden_size=HIDDEN, **options)

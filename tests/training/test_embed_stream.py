@@ -5,9 +5,6 @@ pooled vector, so the two agree to float32 rounding (atol 1e-5)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -120,23 +117,6 @@ def test_a_partial_run_with_other_settings_is_refused_unless_forced(tmp_path, ta
     np.testing.assert_allclose(np.linalg.norm(np.load(out), axis=1), 1.0, atol=1e-5)
     with pytest.raises(PoolkitError, match="force=True"):  # a finished output is not overwritten without force
         embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False)
-
-
-def test_two_processes_write_what_one_writes(tmp_path, table, model_dir):
-    one = tmp_path / "one.parquet"
-    embed_to_file(table, one, model=model_dir, window=WINDOW, progress=False)
-    two = tmp_path / "two.parquet"
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
-               "poolkit.cli", "embed", "--data", str(table), "--model", model_dir, "--out", str(two), "--window",
-               str(WINDOW), "--quiet"]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "53 embeddings of dimension 32" in result.stdout and "process 1 of 2" in result.stdout
-    a, b = pd.read_parquet(one), pd.read_parquet(two)
-    assert b["id"].tolist() == list(range(53))
-    np.testing.assert_allclose(np.stack(b["embedding"]), np.stack(a["embedding"]), atol=ATOL)
-    assert not partial_dir(two).exists()
 
 
 def test_quantized_output_is_the_codes_of_the_float_vectors_over_every_window(tmp_path, table, model_dir, capsys):
