@@ -43,6 +43,28 @@ def test_statistic_poolers_match_pyg_aggregations(name, theirs):
 
 
 @needs_pyg
+@needs_pyg
+@pytest.mark.parametrize(("name", "theirs"), [("mean", "MeanAggregation"), ("max", "MaxAggregation")])
+def test_inputs_with_more_axes_reduce_along_dim_as_pyg_does(name, theirs):
+    """Issue 32, item 17: x (B, N, D) with an index over N gave an IndexError; PyG's aggregations reduce along
+    dim=-2 (and any other rows' axis) and keep the rest: (B, G, D). Catches the sets mixed with each other or the
+    groups put on the wrong axis."""
+    from torch_geometric.nn import aggr
+
+    from poolkit.integrations.pyg import PoolerAggregation
+
+    ours, reference = PoolerAggregation(name, hidden_size=HIDDEN), getattr(aggr, theirs)()
+    gen = torch.Generator().manual_seed(2)
+    index = torch.tensor([0, 0, 1, 1, 1, 2, 0])
+    x = torch.randn(2, 7, HIDDEN, generator=gen)
+    assert ours(x, index).shape == (2, 3, HIDDEN)
+    torch.testing.assert_close(ours(x, index), reference(x, index))
+    x4 = torch.randn(3, 7, 2, HIDDEN, generator=gen)  # the rows on axis 1 of four
+    torch.testing.assert_close(ours(x4, index, dim=1, dim_size=4), reference(x4, index, dim=1, dim_size=4))
+    with pytest.raises(PoolkitError, match="must be the axis of the rows"):
+        ours(x, torch.arange(HIDDEN) % 2, dim=-1)
+
+
 def test_attention_pooler_matches_attentional_aggregation_with_the_same_gate():
     from torch_geometric.nn.aggr import AttentionalAggregation
 

@@ -156,6 +156,8 @@ def test_sentence_transformers_module_round_trips(tmp_path, bert_dir, pooling):
     # sentence-transformers >= 6 imports module classes outside its namespace only when trusted.
     loaded = SentenceTransformer(str(tmp_path / "st"), device="cpu", trust_remote_code=True)
     assert isinstance(loaded[1], PoolkitPooling) and loaded[1].pooler["name"] == pooling
+    weights = {p.name for p in (tmp_path / "st").glob("1_*/*") if p.suffix in (".safetensors", ".bin")}
+    assert weights == (set() if pooling == "mean" else {"model.safetensors"})  # issue 32, item 16: none empty
     assert torch.allclose(loaded.encode(SENTENCES, convert_to_tensor=True), embeddings, atol=1e-6)
 
 

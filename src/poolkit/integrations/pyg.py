@@ -13,6 +13,7 @@ Groups with no row (``dim_size`` beyond the largest index) give zeros, as PyG's 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -38,13 +39,24 @@ class PoolerAggregation(Aggregation):
 
     def forward(self, x: Tensor, index: Tensor | None = None, ptr: Tensor | None = None, dim_size: int | None = None,
                 dim: int = -2, max_num_elements: int | None = None) -> Tensor:
+        """x (..., N, ..., D) grouped along ``dim`` (the rows' axis, not the features') -> (..., G, ..., D'), as PyG's
+        own aggregations reduce: the other leading axes are independent sets of the same groups."""
+        if dim in (-1, x.dim() - 1) or not -x.dim() <= dim < x.dim():
+            raise PoolkitError(f"`dim` {dim} must be the axis of the rows (not the features, the last axis) of an "
+                               f"input with {x.dim()} axes")
         if index is None:  # CSR pointers: group g holds rows ptr[g] .. ptr[g + 1] - 1
             index = torch.repeat_interleave(torch.arange(ptr.numel() - 1, device=x.device), ptr.diff())
         # to_dense_batch needs the groups in order; a stable sort keeps each group's rows in their order
         index, order = index.sort(stable=True)
-        dense, mask = self.to_dense_batch(x[order], index, dim_size=dim_size, dim=dim,
-                                          max_num_elements=max_num_elements)
-        return self.pooler(dense, mask)
+        rows = x.movedim(dim, 0)[order]  # (N, ..., D): the other axes ride along as independent sets
+        sets = rows.shape[1:-1]
+        flat = rows.reshape(rows.shape[0], -1)
+        dense, mask = self.to_dense_batch(flat, index, dim_size=dim_size, dim=0, max_num_elements=max_num_elements)
+        groups, length = dense.shape[:2]
+        dense = dense.view(groups, length, -1, x.shape[-1]).transpose(1, 2).reshape(-1, length, x.shape[-1])
+        pooled = self.pooler(dense, mask.repeat_interleave(max(1, math.prod(sets)), dim=0))
+        pooled = pooled.view(groups, *sets, -1)  # (G, ..., D')
+        return pooled.movedim(0, dim % x.dim())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.pooler.get_config()})"

@@ -74,8 +74,10 @@ class PoolkitPooling(Module):
     get_sentence_embedding_dimension = get_embedding_dimension
 
     def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
+        """The config, and the weights only for a pooler that has some (no empty model.safetensors for mean)."""
         self.save_config(output_path)
-        self.save_torch_weights(output_path, safe_serialization=safe_serialization)
+        if self.state_dict():
+            self.save_torch_weights(output_path, safe_serialization=safe_serialization)
 
     @classmethod
     def load(cls, model_name_or_path: str, subfolder: str = "", token: bool | str | None = None,
@@ -84,6 +86,6 @@ class PoolkitPooling(Module):
         hub = {"subfolder": subfolder, "token": token, "cache_folder": cache_folder, "revision": revision,
                "local_files_only": local_files_only}
         module = cls(**cls.load_config(model_name_or_path, **hub))
-        if any(True for _ in module.parameters()):
+        if module.state_dict():
             cls.load_torch_weights(model_name_or_path, model=module, **hub)
         return module
