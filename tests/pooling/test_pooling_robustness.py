@@ -129,8 +129,8 @@ def test_padding_is_never_read_on_other_kernels(name, kernels):
 def test_layer_poolers_keep_the_contract_with_every_token_pooler(name, token_pooler):
     """The padding checks (gradients included) for every layer pooler over every token pooler: catches a layer
     weight whose gradient reads the padding of the layers it mixes (0 * NaN), as weighted_layer's did."""
-    token = {"name": token_pooler, "attn_size": 8} if "attn_size" in get_pooler(token_pooler, HIDDEN).get_config() \
-        else token_pooler
+    accepted = get_pooler(token_pooler, HIDDEN).get_config()
+    token = {"name": token_pooler, **{key: 8 for key in ("attn_size", "num_latents") if key in accepted}}
     for value, parameters in [(float("nan"), "as-built"), (3e38, "non-negative")]:
         check_padding_is_never_read(padded_pooler(name, parameters, token_pooler=token), value)
 
