@@ -147,3 +147,64 @@ def test_quantized_output_is_the_codes_of_the_float_vectors_over_every_window(tm
     with pytest.raises(PoolkitError, match="already exists"):
         embed_to_file(table, tmp_path / "r.npy", model=model_dir, quantize="uint8", progress=False)
     assert (tmp_path / "r.ranges.npy").read_bytes() == b"mine" and not (tmp_path / "r.npy").exists()
+
+
+def test_an_input_edited_during_the_run_is_refused_and_a_rerun_embeds_the_new_one(tmp_path, table, model_dir,
+                                                                                   monkeypatch):
+    """Issue 32, item 6: a file edited while embed read it gave rows holding the new text beside the old text's
+    vector, exit 0. Now the run refuses to write (the input's digest is checked at the end, and each window's texts
+    against its record); the partial run is one of another input, so going on takes `force`."""
+    out = tmp_path / "v.parquet"
+    encode = TextEncoder.encode
+    calls = []
+
+    def edit_after_the_first_window(self, window_texts, **options):
+        calls.append(1)
+        if len(calls) == 1:
+            frame = pd.read_csv(table)
+            frame.loc[30, "text"] = "a brand new text"
+            frame.to_csv(table, index=False)
+        return encode(self, window_texts, **options)
+
+    monkeypatch.setattr(TextEncoder, "encode", edit_after_the_first_window)
+    with pytest.raises(PoolkitError, match="changed while it was being embedded: nothing was written"):
+        embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False)
+    assert not out.exists()
+    monkeypatch.setattr(TextEncoder, "encode", encode)
+    with pytest.raises(PoolkitError, match=r"holds a run with other settings \(input differ"):
+        embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False)
+    embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False, force=True)
+    fresh = tmp_path / "fresh.parquet"
+    embed_to_file(table, fresh, model=model_dir, window=WINDOW, progress=False)
+    a, b = pd.read_parquet(out), pd.read_parquet(fresh)
+    assert a["text"][30] == "a brand new text"
+    np.testing.assert_array_equal(np.stack(a["embedding"]), np.stack(b["embedding"]))
+
+
+def test_a_window_made_with_other_settings_is_never_kept(tmp_path, table, model_dir, monkeypatch):
+    """Issue 32, item 5: a window's record carries the digest of the settings it was made with, so a run with other
+    settings that finds it (here by a partial folder whose manifest was rewritten) redoes it."""
+    import json as json_module
+
+    out = tmp_path / "v.npy"
+    encode, calls = TextEncoder.encode, []
+
+    def killed_on_the_third(self, window_texts, **options):
+        calls.append(1)
+        if len(calls) == 3:
+            raise Killed
+        return encode(self, window_texts, **options)
+
+    monkeypatch.setattr(TextEncoder, "encode", killed_on_the_third)
+    with pytest.raises(Killed):
+        embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False)
+    monkeypatch.setattr(TextEncoder, "encode", encode)
+    from poolkit.io import MANIFEST
+
+    manifest = partial_dir(out) / MANIFEST  # the partial folder claimed for the other settings
+    record = json_module.loads(manifest.read_text())
+    record["settings"]["normalize"] = True
+    manifest.write_text(json_module.dumps(record))
+    done = embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False, normalize=True)
+    assert done["reused"] == 0
+    np.testing.assert_allclose(np.linalg.norm(np.load(out), axis=1), 1.0, atol=1e-5)

@@ -130,6 +130,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     settings = {"version": FORMAT_VERSION, "input": input_fingerprint(data), "text_col": text_col,
                 "model": model_fingerprint(resolve_model(model)), **encoder.settings(), "precision": encoder.precision,
                 "window": window, "format": kind}
+    settings_digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
     windows_in = input_windows(data, text_col, window)
     first = next(windows_in)  # a bad input (no such column, unreadable file) fails before anything is written
     partial = partial_dir(out)
@@ -148,12 +149,13 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
                     windows += 1
                     if index % world != rank:
                         continue
-                    if _finished_window(partial, index, len(texts)):
+                    made = {"texts": input_fingerprint(texts)["texts_sha256"], "settings": settings_digest}
+                    if _finished_window(partial, index, len(texts), made):
                         reused += 1
                     else:
                         vectors = encoder.encode(texts, batch_size=config.batch_size).numpy()
                         check_finite(vectors, index * window, config.allow_nonfinite)
-                        _save_window(partial, index, vectors)
+                        _save_window(partial, index, vectors, made)
                     bar.update(len(texts) * world)
         except BaseException:
             if rank == 0 and not any(partial.glob("window-*.json")):  # nothing worth resuming
@@ -167,6 +169,9 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
             return summary
         wait_for(lambda: all(read_json(partial / f"rank-{r}.done") == {"launch": launch_id(), "windows": windows}
                               for r in range(1, world)), f"the other processes' windows in {partial}")
+        if input_fingerprint(data) != settings["input"]:  # edited while it was read: rows would mix two inputs
+            raise PoolkitError(f"{data} changed while it was being embedded: nothing was written; run again with "
+                               "`force=True` (--force) to embed it as it is now")
         records = [json.loads((partial / f"window-{i:06d}.json").read_text()) for i in range(windows)]
         rows = sum(record["rows"] for record in records)
         parts = (_load_window(partial, i, records[i]) for i in range(windows))
@@ -175,7 +180,8 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
         elif kind == ".npy":
             atomic_write(out, lambda tmp: _write_npy(tmp, parts, rows, encoder.dim))
         else:
-            frames = (frame for frame, _ in input_windows(data, text_col, window))
+            frames = (_same_texts(frame, texts, records[i]) for i, (frame, texts) in
+                      enumerate(input_windows(data, text_col, window)))
             atomic_write(out, lambda tmp: _write_table(tmp, kind, compression, zip(frames, parts)))
         _partial_folder(partial).clear()
         return {**summary, "rows": rows}
@@ -202,21 +208,35 @@ def _claim_partial(partial: Path, settings: dict[str, Any], force: bool):
     return folder.claim(resume=True, settings=settings)  # a fresh folder, or refused naming what differs
 
 
-def _finished_window(partial: Path, index: int, rows: int) -> bool:
-    """Whether window ``index`` was written whole by an earlier run: its record, row count and checksum match."""
+def _finished_window(partial: Path, index: int, rows: int, made: dict[str, str]) -> bool:
+    """Whether window ``index`` was written whole by an earlier run from these texts with these settings (``made``):
+    its record, row count, the texts' and settings' digests and the vectors' checksum match. A record of poolkit 0.2
+    carries no digests: its row count and checksum decide, as then."""
     record_path = partial / f"window-{index:06d}.json"
     try:
         record = json.loads(record_path.read_text())
-        return record["rows"] == rows and file_digest(partial / f"window-{index:06d}.npy") == record["sha256"]
+        same = all(record.get(key, value) == value for key, value in made.items())
+        return same and record["rows"] == rows and file_digest(partial / f"window-{index:06d}.npy") == record["sha256"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
 
-def _save_window(partial: Path, index: int, vectors: np.ndarray) -> None:
-    """The window's vectors, then its record (the record's presence means the vectors are whole)."""
+def _save_window(partial: Path, index: int, vectors: np.ndarray, made: dict[str, str]) -> None:
+    """The window's vectors, then its record (the record's presence means the vectors are whole) with the digests of
+    the texts and settings they were made from."""
     path = partial / f"window-{index:06d}.npy"
     atomic_write(path, lambda tmp: _save_npy(tmp, vectors))
-    atomic_write_json(partial / f"window-{index:06d}.json", {"rows": len(vectors), "sha256": file_digest(path)})
+    atomic_write_json(partial / f"window-{index:06d}.json", {"rows": len(vectors), "sha256": file_digest(path),
+                                                             **made})
+
+
+def _same_texts(frame: pd.DataFrame, texts: list[str], record: dict) -> pd.DataFrame:
+    """The frame of a window read again for the output, refused when its texts are not those its vectors were made
+    from."""
+    if record.get("texts", input_fingerprint(texts)["texts_sha256"]) != input_fingerprint(texts)["texts_sha256"]:
+        raise PoolkitError("the input changed while its vectors were being written: nothing was written; run again "
+                           "with `force=True` (--force) to embed it as it is now")
+    return frame
 
 
 def _save_npy(tmp: str, vectors: np.ndarray) -> None:
