@@ -216,6 +216,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, table
     ("folds_per_class", "class 'rare' has 2 row.s., fewer than --folds 3: use --folds 2 or fewer"),
     ("nan_lr", "--pooler-lr: must be a finite number > 0, got nan"),
     ("option_value", "layer_start must index the 3 hidden states"),
+    ("negative_seed", "--seed must be an int(eger)? >= 0, got -1"),  # issue 32, item 15 (numpy's own ValueError)
+    ("huge_option", "its weights do not fit in memory with attn_size=1000000000: use smaller sizes"),
 ])
 def test_checked_before_encoding_or_creating_out(capsys, tmp_path, table, bert, command, case, match):
     import re
@@ -233,10 +235,14 @@ def test_checked_before_encoding_or_creating_out(capsys, tmp_path, table, bert, 
         extra = ["--folds", 3]
     elif case == "option_value":  # the tiny encoder has 2 layers: 3 hidden states
         extra = ["--pooler-opt", "layer_start=7"]
+    elif case == "negative_seed":
+        extra = ["--seed", -1]
+    elif case == "huge_option":  # 1.5 TB of weights: the allocator's error before
+        extra = ["--pooler-opt", "attn_size=1000000000"]
     else:
         extra = ["--pooler-lr", "nan"]
     argv = [command, "--data", data, "--model", bert, "--out", out, "--epochs", 1, *extra]
-    pooler = "weighted_layer" if case == "option_value" else "mean"
+    pooler = {"option_value": "weighted_layer", "huge_option": "attention"}.get(case, "mean")
     argv += ["--poolers", pooler, "--cache-dir", tmp_path / "cache"] if command == "compare" else ["--pooler", pooler]
     with pytest.raises(SystemExit) if case == "nan_lr" else contextlib.nullcontext() as exited:
         code, _, err = run(capsys, *argv)
@@ -245,6 +251,22 @@ def test_checked_before_encoding_or_creating_out(capsys, tmp_path, table, bert, 
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     assert re.search(match, err), err
     assert not out.exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("data, says", [(".", "is a directory, not a file"), ("/dev/null", "is not a regular file")])
+def test_embed_refuses_an_input_that_is_not_a_file_before_loading_the_model(capsys, tmp_path, data, says):
+    # issue 32, item 15: IsADirectoryError, and "/dev/null does not exist"; the model is never loaded (no --model
+    # needed: the check comes first)
+    code, _, err = run(capsys, "embed", "--data", data, "--out", tmp_path / "v.npy", "--model", tmp_path / "none")
+    assert code == 2 and err.count("\n") == 1 and says in err, err
+
+
+def test_encode_refuses_texts_that_are_not_strings(bert):
+    from poolkit import PoolkitError, encode
+
+    for texts, says in (([None], r"texts\[0\] is NoneType None"), (["ok", 123], r"texts\[1\] is int 123")):
+        with pytest.raises(PoolkitError, match=says):
+            encode(texts, model=bert)
 
 
 def test_default_max_length_fits_the_model(capsys, tmp_path, bert):

@@ -147,7 +147,8 @@ def file_format(path: Path) -> str:
     """The table format of a data file from its name (``.csv`` for ``x.csv.gz``); a missing file or an unknown
     suffix is a one-line error."""
     if not path.is_file():
-        where = "is a directory, not a file" if path.is_dir() else "does not exist"
+        where = ("is a directory, not a file" if path.is_dir() else "is not a regular file" if path.exists()
+                 else "does not exist")
         raise PoolkitError(f"data file {str(path)!r} {where}: check the path")
     suffixes = [s.lower() for s in path.suffixes]
     fmt = suffixes[-2] if len(suffixes) > 1 and suffixes[-1] in _COMPRESSIONS else (suffixes or [""])[-1]

@@ -184,6 +184,10 @@ class TextEncoder:
         texts = list(texts)
         if not texts:
             return torch.empty(0, self.dim)
+        wrong = next((i for i, text in enumerate(texts) if not isinstance(text, str)), None)
+        if wrong is not None:
+            raise PoolkitError(f"encode takes texts (str); texts[{wrong}] is {type(texts[wrong]).__name__} "
+                               f"{texts[wrong]!r:.40}: convert or drop it")
         if batch_size < 1:
             raise PoolkitError(f"batch_size must be at least 1, got {batch_size}")
         text = self.prompt if prompt is None and prompt_name is None else self._prompt(prompt, prompt_name, None)

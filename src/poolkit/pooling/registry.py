@@ -146,6 +146,12 @@ class Registry:
                 raise
             raise PoolkitError(f"{self.kind} {canonical!r}: options do not fit ({err}); see "
                                f"{self.describe_with}({canonical!r})") from None
+        except (RuntimeError, MemoryError) as err:  # sizes whose weights cannot be allocated (attn_size=1e9)
+            if not isinstance(err, MemoryError) and "allocate" not in str(err):
+                raise
+            sizes = ", ".join(f"{key}={value!r}" for key, value in options.items()) or f"hidden size {size}"
+            raise PoolkitError(f"{self.kind} {canonical!r}: its weights do not fit in memory with {sizes}: use "
+                               "smaller sizes") from None
 
     def describe(self, name: str) -> dict[str, tuple[Any, str]]:
         """{option: (default, one-line doc)}: what ``options`` lists, explained by the classes' ``option_docs``."""

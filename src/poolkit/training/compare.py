@@ -45,7 +45,7 @@ def compare_config(**settings: Any) -> CompareConfig:
     """A CompareConfig from keyword settings; unknown names raise naming the known ones, bad rates fail."""
     config = config_from(CompareConfig, "compare", settings)
     check_rates(pooler_lr=config.pooler_lr, encoder_lr=config.encoder_lr)
-    check_counts(config, ("finetune_top",), least=0)  # 0: no fine-tuning
+    check_counts(config, ("finetune_top", "seed"), least=0)  # 0: no fine-tuning; seeds are numpy's (>= 0)
     return config
 
 

@@ -121,7 +121,8 @@ class TrainConfig:
                  ("head_dropout", 0 <= self.head_dropout < 1, "in [0, 1)"),
                  ("scheduler", self.scheduler in SCHEDULERS, f"one of {', '.join(SCHEDULERS)}"),
                  ("train_only", self.train_only in TRAIN_ONLY, f"one of {', '.join(TRAIN_ONLY)}"),
-                 ("padding", self.padding in PADDINGS, f"one of {', '.join(PADDINGS)}")]
+                 ("padding", self.padding in PADDINGS, f"one of {', '.join(PADDINGS)}"),
+                 ("seed", isinstance(self.seed, int) and self.seed >= 0, "an integer >= 0")]
         for name, ok, rule in rules:
             if not ok:
                 raise PoolkitError(f"`{name}` must be {rule}, got {getattr(self, name)!r}")

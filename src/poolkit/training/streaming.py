@@ -88,6 +88,9 @@ def input_fingerprint(data: str | Path | Sequence[str]) -> dict[str, Any]:
     if isinstance(data, (str, Path)):
         if str(data).startswith("builtin:"):
             return {"builtin": str(data)}
+        from ..data.tables import file_format
+
+        file_format(Path(data))  # a folder, a device or a missing file: one line naming it
         return {"file": Path(data).name, "sha256": file_digest(Path(data))}
     digest = hashlib.sha256()
     for text in data:
@@ -117,6 +120,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
         raise PoolkitError(f"`window` must be at least 1 row, got {window}")
     if config.quantize is not None and kind != ".npy":
         raise PoolkitError(f"`quantize` writes codes to a .npy file; {out.name} is a {kind} table: write to .npy")
+    fingerprint = input_fingerprint(data)  # a missing or unreadable input fails before the model loads
     rank, world = process_rank()
     refuse_overwrite(out, force)
     ranges_out = ranges_path(out) if config.quantize in ("int8", "uint8") else None
@@ -127,7 +131,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     encoder = TextEncoder(model, pooler, **config.encoder_options(), trust_remote_code=trust_remote_code,
                           device=process_device(world))
     spec = encoder.pooler.get_config()
-    settings = {"version": FORMAT_VERSION, "input": input_fingerprint(data), "text_col": text_col,
+    settings = {"version": FORMAT_VERSION, "input": fingerprint, "text_col": text_col,
                 "model": model_fingerprint(resolve_model(model)), **encoder.settings(), "precision": encoder.precision,
                 "window": window, "format": kind}
     settings_digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
