@@ -8,5 +8,6 @@ from .tables import TABLE_SUFFIXES, table_format, write_table
 
 __all__ = ["MANIFEST", "OLD_SUFFIX", "TABLE_SUFFIXES", "TMP_SUFFIX", "RunFolder", "atomic_write",
            "atomic_write_content", "atomic_write_json", "existing_dir", "file_digest", "fold_models", "fsync_dir",
-           "fsync_tree", "locked_dir", "made_by_poolkit", "publish", "refuse_overwrite", "replace_dir", "table_format", "temp_dir",
+           "fsync_tree", "locked_dir", "made_by_poolkit", "publish", "refuse_overwrite", "replace_dir", "table_format",
+           "temp_dir",
            "write_table"]

@@ -59,9 +59,9 @@ class TextEncoder:
     ``normalize_embeddings``). Decoder embedders (GPT-2, Llama, Qwen, Mistral style): a tokenizer with no pad
     token pads with its EOS; with last-token pooling every text ends in the tokenizer's EOS, appended when the
     tokenizer does not add it and kept by truncation (``append_eos=False`` turns that off); batches are padded on
-    the right, so a tokenizer that pads on the left gives the same vectors. ``precision`` (auto, no, bf16, fp16): ``auto`` runs bf16 (or fp16) autocast on
-    CUDA and float32 on CPU. A model folder with code of its own (``auto_map``) is refused unless
-    ``trust_remote_code=True``.
+    the right, so a tokenizer that pads on the left gives the same vectors. ``precision`` (auto, no, bf16, fp16):
+    ``auto`` runs bf16 (or fp16) autocast on CUDA and float32 on CPU. A model folder with code of its own
+    (``auto_map``) is refused unless ``trust_remote_code=True``.
     """
 
     def __init__(self, model: str | None = None, pooler: str | dict[str, Any] | Pooler | None = None, *,
@@ -90,8 +90,8 @@ class TextEncoder:
         else:
             declared = read_declared(path) if pooler in (None, AUTO) else None
             if pooler == AUTO and declared is None:
-                raise PoolkitError(f"pooler 'auto' uses the pooling a sentence-transformers folder declares, and {path} "
-                                   "has no modules.json: pass a pooler (e.g. 'mean')")
+                raise PoolkitError(f"pooler 'auto' uses the pooling a sentence-transformers folder declares, and "
+                                   f"{path} has no modules.json: pass a pooler (e.g. 'mean')")
             if declared is not None and pooler_options:
                 raise PoolkitError(f"the declared pooling of {path} ({declared.label}) takes no options: pass a pooler "
                                    "with them instead")
@@ -147,7 +147,8 @@ class TextEncoder:
         """What decides the vectors besides the model and the texts: a JSON record for run settings."""
         return {"pooler": self.pooler.get_config(), "declared": None if self.declared is None else
                 self.declared.describe(), "prompt": self.prompt, "include_prompt": self.include_prompt,
-                "append_eos": self.append_eos, "normalize": self.normalize, "dim": self.dim, "max_length": self.max_length}
+                "append_eos": self.append_eos, "normalize": self.normalize, "dim": self.dim,
+                "max_length": self.max_length}
 
     def _append_eos(self, asked: bool | None) -> bool:
         """Whether every text gets the tokenizer's EOS appended: by default for last-token pooling when the tokenizer

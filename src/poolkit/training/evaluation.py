@@ -29,9 +29,9 @@ def evaluate(data: str | Path | pd.DataFrame, task: str, *, model: str | None = 
              query_prompt: str | None = None, document_prompt: str | None = None, trust_remote_code: bool = False,
              progress: bool = True, **settings: Any) -> dict[str, Any]:
     """The metrics of ``model`` (default: the packaged all-MiniLM-L6-v2; or a ``poolkit train`` run or fold folder,
-    with its trained pooler) pooled with ``pooler`` (default: the pooling a sentence-transformers folder declares, the
-    packaged MiniLM's mean + Normalize; else mean; ``pooling`` says which ran) on ``data`` read for ``task`` (retrieval |
-    similarity; see :func:`poolkit.data.pairs.load_pairs` for the columns and ``corpus``). A run of several folds is
+    with its trained pooler) pooled with ``pooler`` (default: the pooling a sentence-transformers folder declares,
+    the packaged MiniLM's mean + Normalize; else mean; ``pooling`` says which ran) on ``data`` read for ``task``
+    (retrieval | similarity; see :func:`poolkit.data.pairs.load_pairs` for the columns and ``corpus``). A run of several folds is
     scored fold by fold: ``metrics`` is their mean, ``std_ddof1`` the sample std, ``folds`` each one's (``fold``: that
     fold alone). ``settings``: EncodeConfig's fields (batch_size, max_length, precision, allow_untrained, dim,
     prompt, prompt_name, include_prompt).

@@ -59,8 +59,8 @@ def predict_outputs(model_dir: str | Path, texts: list[str], batch_size: int = 6
         if bad.any():
             rows = ", ".join(str(r + 1) for r in np.flatnonzero(bad)[:5])
             raise PoolkitError(f"{fold} gives NaN or inf outputs for {int(bad.sum())} of {len(texts)} texts (rows "
-                               f"{rows}; row 1 = first): its weights are not usable (a merge with too large an alpha?), "
-                               "so nothing is predicted")
+                               f"{rows}; row 1 = first): its weights are not usable (a merge with too large an "
+                               "alpha?), so nothing is predicted")
         total = total + head_scores(meta["task"], outputs)
     info = {"task": meta["task"], "label_names": meta["label_names"], "target_cols": meta["target_cols"],
             "n_models": len(folds)}
