@@ -208,3 +208,16 @@ def test_a_window_made_with_other_settings_is_never_kept(tmp_path, table, model_
     done = embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False, normalize=True)
     assert done["reused"] == 0
     np.testing.assert_allclose(np.linalg.norm(np.load(out), axis=1), 1.0, atol=1e-5)
+
+
+def test_what_a_run_killed_while_writing_the_output_left_is_removed_by_the_next(tmp_path, table, model_dir):
+    """Issue 32, item 14: a kill -9 during the final assembly left `.OUT.<random>.tmp` forever. The next run of the
+    same output, holding its lock, removes what atomic_write left (`.OUT.poolkit-*.tmp`), and nothing else."""
+    out = tmp_path / "v.npy"
+    left = tmp_path / ".v.npy.poolkit-k1ll3d00.tmp"
+    left.write_bytes(b"half an array")
+    theirs = tmp_path / ".v.npy.mine.tmp"
+    theirs.write_text("keep")
+    embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False)
+    assert not left.exists() and theirs.read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".v.npy")) == [".v.npy.mine.tmp"]

@@ -3,6 +3,7 @@ built under a temporary name and renamed into place, a file path that refuses to
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -15,10 +16,14 @@ from typing import Any
 from ..errors import PoolkitError
 
 
+#: the temporary files of :func:`atomic_write` are ``.<name>.poolkit-<random>.tmp`` beside the file they become
+TEMP_FILE_MARK = ".poolkit-"
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
     """Write through ``write(tmp_path)`` to a temp file beside ``path``, then rename it over ``path``."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TEMP_FILE_MARK}", suffix=".tmp")
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)
@@ -32,6 +37,17 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def remove_stale_temp_files(path: str | os.PathLike) -> list[Path]:
+    """Remove what a killed :func:`atomic_write` of ``path`` left beside it (``.<name>.poolkit-*.tmp``); only a run
+    that holds ``path``'s lock may call this (no other run of it can be writing). -> the files removed."""
+    path = Path(path)
+    stale = [p for p in path.parent.glob(f".{glob.escape(path.name)}{TEMP_FILE_MARK}*.tmp") if p.is_file()
+             and not p.is_symlink()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:

@@ -34,6 +34,7 @@ import pandas as pd
 
 from ..errors import PoolkitError
 from ..io import MANIFEST, RunFolder, atomic_write, atomic_write_json, file_digest, refuse_overwrite
+from ..io.files import remove_stale_temp_files
 from ..settings import config_from
 from .config import EmbedConfig
 from .processes import launch_id, process_device, process_rank, read_json, wait_for
@@ -141,6 +142,9 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     with ExitStack() as held:  # rank 0 holds the partial folder for the run
         if rank == 0:
             held.enter_context(_claim_partial(partial, settings, force))
+            for written in (out, ranges_out):  # a run killed while it wrote them left these (issue 32, item 14)
+                if written is not None:
+                    remove_stale_temp_files(written)
         else:
             wait_for(lambda: (read_json(partial / MANIFEST) or {}).get("settings") == json.loads(json.dumps(settings)),
                      f"{partial / MANIFEST}")
