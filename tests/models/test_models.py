@@ -148,7 +148,7 @@ def test_sentence_transformers_module_round_trips(tmp_path, bert_dir, pooling):
     from poolkit.models.st_pooling import PoolkitPooling
 
     word = Transformer(bert_dir, config_kwargs={"output_hidden_states": pooling == "weighted_layer"})
-    pool = PoolkitPooling.for_transformer(word, pooling)
+    pool = PoolkitPooling(32, pooling, 2)
     model = SentenceTransformer(modules=[word, pool], device="cpu")
     embeddings = model.encode(SENTENCES, convert_to_tensor=True)
     assert embeddings.shape == (4, pool.get_embedding_dimension())
@@ -159,6 +159,28 @@ def test_sentence_transformers_module_round_trips(tmp_path, bert_dir, pooling):
     weights = {p.name for p in (tmp_path / "st").glob("1_*/*") if p.suffix in (".safetensors", ".bin")}
     assert weights == (set() if pooling == "mean" else {"model.safetensors"})  # issue 32, item 16: none empty
     assert torch.allclose(loaded.encode(SENTENCES, convert_to_tensor=True), embeddings, atol=1e-6)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls", "max", "last", "weighted_mean", "mean_sqrt_len"])
+def test_poolers_sentence_transformers_has_save_as_its_own_pooling(tmp_path, bert_dir, pooling):
+    """Issue 32, item 16: for_transformer gives sentence-transformers' Pooling for the poolers it has, so the saved
+    folder loads without poolkit's module and without trust_remote_code, and pools as poolkit's pooler does."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    from poolkit.models.st_pooling import PoolkitPooling
+
+    word = Transformer(bert_dir)
+    native = PoolkitPooling.for_transformer(word, pooling)
+    assert isinstance(native, Pooling)
+    assert isinstance(PoolkitPooling.for_transformer(word, {"name": pooling, "on_empty": "raise"}), PoolkitPooling)
+    SentenceTransformer(modules=[word, native], device="cpu").save(str(tmp_path / "st"))
+    assert "poolkit" not in (tmp_path / "st" / "modules.json").read_text()
+    loaded = SentenceTransformer(str(tmp_path / "st"), device="cpu")  # no trust_remote_code
+    ours = SentenceTransformer(modules=[word, PoolkitPooling(32, pooling)], device="cpu")
+    assert torch.allclose(loaded.encode(SENTENCES, convert_to_tensor=True), ours.encode(SENTENCES,
+                                                                                        convert_to_tensor=True),
+                          atol=1e-5)
 
 
 def test_sentence_transformers_mean_matches_their_pooling(bert_dir):

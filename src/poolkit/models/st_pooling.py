@@ -18,12 +18,17 @@ from torch import Tensor
 
 from ..errors import PoolkitError
 from ..extras import require
-from ..pooling import build_pooler
+from ..pooling import build_pooler, pooler_spec
 from ..pooling.masking import skip_first_tokens
 
 require("st", "sentence_transformers.base.modules.module")  # the path sentence-transformers >= 5.4 has
 
 from sentence_transformers.base.modules.module import Module  # noqa: E402
+
+
+#: poolkit's poolers that sentence-transformers' ``Pooling`` has, and its name for each
+NATIVE = {"mean": "mean", "cls": "cls", "max": "max", "last": "lasttoken", "weighted_mean": "weightedmean",
+          "mean_sqrt_len": "mean_sqrt_len_tokens"}
 
 
 class PoolkitPooling(Module):
@@ -48,9 +53,21 @@ class PoolkitPooling(Module):
         return self.module.get_config()
 
     @classmethod
-    def for_transformer(cls, transformer, pooler: str | dict[str, Any] = "mean") -> PoolkitPooling:
-        """Sized for a sentence-transformers ``Transformer`` module (num_layers filled in when needed)."""
-        return cls(transformer.get_embedding_dimension(), pooler, transformer.auto_model.config.num_hidden_layers)
+    def for_transformer(cls, transformer, pooler: str | dict[str, Any] = "mean",
+                        include_prompt: bool = True) -> Module:
+        """Sized for a sentence-transformers ``Transformer`` module (num_layers filled in when needed). A pooler that
+        sentence-transformers has itself (mean, cls, max, last, weighted_mean, mean_sqrt_len, with no options) comes
+        back as its own ``Pooling``, so that a saved folder loads anywhere, without poolkit and without
+        ``trust_remote_code`` (which sentence-transformers asks for before it imports a module class of another
+        package, as it must for the other poolers)."""
+        spec = pooler_spec(pooler)
+        native = NATIVE.get(spec["name"])
+        if native is not None and spec == pooler_spec(spec["name"]):
+            from sentence_transformers.sentence_transformer.modules import Pooling
+
+            return Pooling(transformer.get_embedding_dimension(), pooling_mode=native, include_prompt=include_prompt)
+        return cls(transformer.get_embedding_dimension(), pooler, transformer.auto_model.config.num_hidden_layers,
+                   include_prompt=include_prompt)
 
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         if self.module.kind == "layer":
