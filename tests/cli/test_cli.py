@@ -261,6 +261,13 @@ def test_embed_refuses_an_input_that_is_not_a_file_before_loading_the_model(caps
     assert code == 2 and err.count("\n") == 1 and says in err, err
 
 
+@pytest.mark.parametrize("argv", [["compare", "--poolers", "mean,auto"], ["train", "--pooler", "auto"]])
+def test_auto_pooling_in_compare_and_train_says_where_it_belongs(capsys, tmp_path, table, argv):
+    # "unknown pooler 'auto'. Did you mean 'last'?" before: auto is embed / evaluate / encode's declared pooling
+    code, _, err = run(capsys, *argv, "--data", table, "--out", tmp_path / "out")
+    assert code == 2 and "is for embed, evaluate and poolkit.encode" in err and not (tmp_path / "out").exists(), err
+
+
 def test_encode_refuses_texts_that_are_not_strings(bert):
     from poolkit import PoolkitError, encode
 

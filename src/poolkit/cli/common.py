@@ -102,7 +102,12 @@ def pooler_specs(poolers: list[str], pairs: list[str] | None) -> list[dict[str, 
     from ..pooling.spec import resolve_name
     from ..training.api import resolve_poolers
 
-    specs = resolve_poolers([pooler_from_label(n) if ":" in n else n for n in split_names(poolers)])
+    names = split_names(poolers)
+    if "auto" in names:  # TextEncoder's name for a folder's declared pooling, not a pooler of the registry
+        raise PoolkitError("'auto' (the pooling a sentence-transformers folder declares) is for embed, evaluate and "
+                           "poolkit.encode; compare and train take poolers by name (the packaged MiniLM declares "
+                           "mean: pass mean)")
+    specs = resolve_poolers([pooler_from_label(n) if ":" in n else n for n in names])
     for target, key, value in parse_options(pairs):
         if target is not None:
             name = resolve_name(target)
