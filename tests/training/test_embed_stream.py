@@ -221,3 +221,15 @@ def test_what_a_run_killed_while_writing_the_output_left_is_removed_by_the_next(
     embed_to_file(table, out, model=model_dir, window=WINDOW, progress=False)
     assert not left.exists() and theirs.read_text() == "keep"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".v.npy")) == [".v.npy.mine.tmp"]
+
+
+def test_an_output_that_is_a_folder_is_refused_before_the_work_even_forced(tmp_path, table, model_dir, monkeypatch):
+    """Issue 32, item 15: `--out` an existing folder with `--force` failed after all the work (IsADirectoryError at
+    the rename). Now refused first, the folder left as it was."""
+    folder = tmp_path / "v.npy"
+    folder.mkdir()
+    (folder / "mine.txt").write_text("keep")
+    monkeypatch.setattr(TextEncoder, "encode", lambda *a, **k: pytest.fail("encoded before the output was checked"))
+    with pytest.raises(PoolkitError, match="is a folder: poolkit writes a file there and never replaces a folder"):
+        embed_to_file(table, folder, model=model_dir, window=WINDOW, progress=False, force=True)
+    assert (folder / "mine.txt").read_text() == "keep"

@@ -92,8 +92,12 @@ def _jsonable(value: Any) -> Any:
 
 
 def refuse_overwrite(path: str | os.PathLike, force: bool, flag: str = "`out`") -> Path:
-    """A file path that may be written: refuse an existing file unless ``force``."""
+    """A file path that may be written: refuse an existing file unless ``force``, and a folder (or anything else
+    that is not a file) always: ``force`` replaces files only."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise PoolkitError(f"{flag} {path} is {'a folder' if path.is_dir() else 'not a regular file'}: poolkit writes "
+                           "a file there and never replaces a folder; choose a file name")
     if path.exists() and not force:
         raise PoolkitError(f"{path} already exists: pass `force=True` to overwrite it, or choose another {flag}")
     if not path.parent.exists():
