@@ -3,12 +3,13 @@
 The input is read in windows of ``window`` rows (:func:`poolkit.data.tables.read_frame_windows`); each window's
 texts are length-sorted and batched by :meth:`TextEncoder.encode`, so memory holds one window, never the data.
 Each finished window's vectors go to ``<out>.partial/window-NNNNNN.npy`` with a small record beside it (rows,
-SHA-256) written last, and ``manifest.json`` holds the settings that determine the vectors (input file, model
-files, pooler spec or declared pooling, prompt, normalisation, dim, max_length, precision, window, output format).
-A run that finds a partial folder with the same settings keeps every window whose record and checksum match and
-redoes the rest; different settings are refused (``force`` starts over). When every window is done, the output is written in input order,
-one window at a time (Parquet row groups, a ``.npy`` header for the known row count then its rows, CSV / JSONL lines)
-to a temporary file renamed to ``out``: the final name never holds a half-written file.
+SHA-256, the digests of the window's texts and of the run's settings) written last, and the partial folder's manifest
+holds the settings that determine the vectors (input file, model files, pooler spec or declared pooling, prompt,
+normalisation, dim, max_length, precision, window, output format). A run that finds a partial folder with the same
+settings keeps every window whose record, digests and checksum match and redoes the rest; different settings are
+refused (``force`` starts over). When every window is done and the input is still the one read, the output is
+written in input order, one window at a time (Parquet row groups, a ``.npy`` header for the known row count then its
+rows, CSV / JSONL lines) to a temporary file renamed to ``out``: the final name never holds a half-written file.
 
 Under ``torchrun`` / ``accelerate launch`` (``RANK`` / ``WORLD_SIZE`` set) process ``r`` encodes windows
 ``r, r + W, ...`` on its own device (``cuda:LOCAL_RANK`` when there is CUDA); the processes share nothing but the
@@ -105,8 +106,9 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
                   window: int = WINDOW, force: bool = False, progress: bool = True, **settings: Any) -> dict[str, Any]:
     """Embed ``data`` into ``out`` (.npy, or the table plus its vectors: .parquet / .jsonl / .csv / .tsv, the text
     ones optionally .gz) streamed in windows, resuming an interrupted run with the same settings; see the module
-    docstring. ``settings``: EmbedConfig's fields, as for ``poolkit.training.api.embed``. Returns {"rows", "dim", "pooler" (spec), "windows", "reused" (windows kept from an earlier run),
-    "rank", "world"}; with several processes only rank 0 writes ``out`` (the others return ``rows`` None)."""
+    docstring. ``settings``: EmbedConfig's fields, as for ``poolkit.training.api.embed``. Returns {"rows", "dim",
+    "pooler" (spec), "pooling" (which ran), "windows", "reused" (windows kept from an earlier run), "rank", "world"};
+    with several processes only rank 0 writes ``out`` (the others return ``rows`` None)."""
     from ..io import table_format
     from ..models.encoders import resolve_model
     from ..models.text_encoder import TextEncoder
@@ -170,8 +172,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
                 _partial_folder(partial).clear()
             raise
         summary = {"rows": None, "dim": encoder.dim, "pooler": spec, "pooling": encoder.pooling, "windows": windows,
-                   "reused": reused,
-                   "rank": rank, "world": world}
+                   "reused": reused, "rank": rank, "world": world}
         if rank != 0:  # done: its windows' records are written
             atomic_write_json(partial / f"rank-{rank}.done", {"launch": launch_id(), "windows": windows})
             return summary
