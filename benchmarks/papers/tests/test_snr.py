@@ -227,6 +227,8 @@ def test_results_do_not_depend_on_the_number_of_workers():
     one = snr.run_snr(dataclasses.replace(TINY, ks=(2,), seeds=1), progress=False)
     two = snr.run_snr(dataclasses.replace(TINY, ks=(2,), seeds=1, workers=2), progress=False)
     pd.testing.assert_frame_equal(one, two)
+    # issue 32, item 12: one seed has no spread, so the table shows no "± 0.0000"
+    assert not any("±" in str(cell) for cell in snr.format_table(one).to_numpy().ravel())
 
 
 def test_baselines_in_the_run_match_the_generator():

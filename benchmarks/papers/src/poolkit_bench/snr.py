@@ -300,12 +300,14 @@ def plot_results(frame: pd.DataFrame, path: str | os.PathLike, title: str = "") 
 
 
 def format_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per K, one column per pooler, cells ``mean ± std`` (baselines: the value)."""
+    """One row per K, one column per pooler, cells ``mean ± std`` (baselines, and poolers run with one seed: the value
+    alone, since one seed has no spread to show)."""
     def number(v: float, floor: float = 1e-3) -> str:  # 4 decimals, or 2 digits below ``floor``
         return f"{v:.4f}" if v >= floor or v == 0 else f"{v:.1e}"
 
-    cells = frame.assign(cell=[number(m) if p in BASELINES else f"{number(m)} ± {number(s, 1e-4)}"
-                               for p, m, s in zip(frame["pooler"], frame["mse_mean"], frame["mse_std"])])
+    cells = frame.assign(cell=[number(m) if p in BASELINES or n < 2 else f"{number(m)} ± {number(s, 1e-4)}"
+                               for p, m, s, n in zip(frame["pooler"], frame["mse_mean"], frame["mse_std"],
+                                                     frame["seeds"])])
     table = cells.pivot(index=["K", "snr"], columns="pooler", values="cell")
     return table[list(dict.fromkeys(frame["pooler"]))].reset_index()
 
@@ -317,7 +319,8 @@ def run_snr_command(args: argparse.Namespace) -> int:
     clock = Stopwatch()
     frame = run_snr(config, args.out, force=args.force, progress=not args.no_progress)
     shown = format_table(frame)
-    print_table(f"SNR benchmark: test MSE, mean ± std over {config.seeds} seeds ({config.preset})", shown.columns,
+    spread = f"mean ± std over {config.seeds} seeds" if config.seeds > 1 else "one seed (no spread)"
+    print_table(f"SNR benchmark: test MSE, {spread} ({config.preset})", shown.columns,
                 [[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row] for row in shown.itertuples(index=False)],
                 clock, args.out)
     return 0
