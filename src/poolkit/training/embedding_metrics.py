@@ -77,10 +77,9 @@ def quantized_retrieval_metrics(queries: torch.Tensor, corpus: torch.Tensor, rel
     if rescore is None:
         return ranking_metrics(ranked(asked, searched, DEPTH, cosine=False), relevant)
     candidates = ranked(asked, searched, rescore * DEPTH, cosine=False)
-    floats = queries
     top = []
     for row, found in enumerate(candidates):
-        scores = (stored[torch.from_numpy(found)] @ floats[row]).numpy()
+        scores = (stored[torch.from_numpy(found)] @ queries[row]).numpy()
         top.append(found[np.lexsort((found, -scores))][:DEPTH])
     return ranking_metrics(np.stack(top), relevant)
 

@@ -66,17 +66,16 @@ def evaluate(data: str | Path | pd.DataFrame, task: str, *, model: str | None = 
               "max_length": scored[0]["max_length"]}
     if len(scored) > 1:
         names = list(scored[0]["metrics"])
-        result["metrics"] = {m: float(np.mean([s["metrics"][m] for s in scored])) for m in names}
+        result["metrics"] = fold_mean([s["metrics"] for s in scored])
         result["std_ddof1"] = {m: float(np.std([s["metrics"][m] for s in scored], ddof=1)) for m in names}
         result["folds"] = [{"fold": Path(one).name, "metrics": s["metrics"]} for one, s in zip(models, scored)]
     if dims:
-        result["by_dim"] = [{"dim": dim, "metrics": {m: float(np.mean([s["by_dim"][k][m] for s in scored]))
-                                                     for m in scored[0]["by_dim"][k]}}
+        result["by_dim"] = [{"dim": dim, "metrics": fold_mean([s["by_dim"][k] for s in scored])}
                             for k, dim in enumerate(dims)]
     if kinds:
-        result["by_quantize"] = [{"kind": kind, "rescore": rescore, **{
-            key: {m: float(np.mean([s["by_quantize"][k][key][m] for s in scored])) for m in scored[0]["metrics"]}
-            for key in ("metrics", "rescored")}} for k, kind in enumerate(kinds)]
+        result["by_quantize"] = [{"kind": kind, "rescore": rescore,
+                                  **{key: fold_mean([s["by_quantize"][k][key] for s in scored])
+                                     for key in ("metrics", "rescored")}} for k, kind in enumerate(kinds)]
     if query_prompt is not None or document_prompt is not None:
         result["prompts"] = {"query": query_prompt, "document": document_prompt}
     return {**result, "seconds": time.perf_counter() - started}
@@ -98,6 +97,11 @@ def _check_quantize(kinds: Sequence[str] | None, task: str, rescore: int) -> lis
     if not isinstance(rescore, int) or isinstance(rescore, bool) or rescore < 1:
         raise PoolkitError(f"`rescore` must be an int >= 1 (candidates per result kept for rescoring), got {rescore!r}")
     return list(dict.fromkeys(kinds))
+
+
+def fold_mean(metrics: list[dict[str, float]]) -> dict[str, float]:
+    """Each metric's mean over the folds' metrics (one fold: its own)."""
+    return {m: float(np.mean([one[m] for one in metrics])) for m in metrics[0]}
 
 
 def _check_dims(dims: Sequence[int] | None, dim: int | None) -> list[int]:

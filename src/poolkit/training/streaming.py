@@ -242,7 +242,8 @@ def _save_window(partial: Path, index: int, vectors: np.ndarray, made: dict[str,
 def _same_texts(frame: pd.DataFrame, texts: list[str], record: dict) -> pd.DataFrame:
     """The frame of a window read again for the output, refused when its texts are not those its vectors were made
     from."""
-    if record.get("texts", input_fingerprint(texts)["texts_sha256"]) != input_fingerprint(texts)["texts_sha256"]:
+    digest = input_fingerprint(texts)["texts_sha256"]
+    if record.get("texts", digest) != digest:  # 0.2's records carry no digest
         raise PoolkitError("the input changed while its vectors were being written: nothing was written; run again "
                            "with `force=True` (--force) to embed it as it is now")
     return frame
