@@ -23,6 +23,7 @@ _LAZY = {
     "predict": "poolkit.training.api",
     "merge": "poolkit.training.merging",
     "quantize": "poolkit.quantization",
+    "export_onnx": "poolkit.models.onnx_graph",
 }
 
 

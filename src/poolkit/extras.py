@@ -11,6 +11,7 @@ EXTRAS = {
     "hf": ("transformers", "safetensors", "accelerate", "tqdm"),
     "cli": ("pandas", "pyarrow", "rich", "tqdm", "matplotlib", "scipy", "sklearn", "filelock"),
     "st": ("sentence_transformers",),
+    "onnx": ("onnx", "onnxscript", "onnxruntime"),
     "pyg": ("torch_geometric",),
 }
 

@@ -1,5 +1,6 @@
-"""The ``poolkit`` command: train, predict, embed, evaluate, merge, compare, data, cache, bench, zoo. One small module
-per command: each parses its arguments, calls the Python API (:mod:`poolkit.training.api`) and prints.
+"""The ``poolkit`` command: train, predict, embed, evaluate, merge, compare, explain, export-onnx, data, cache, bench,
+zoo. One small module per command: each parses its arguments, calls the Python API (:mod:`poolkit.training.api`)
+and prints.
 
 Bad input ends with ``error: <one line>`` and exit code 2 (``--debug`` shows the traceback).
 """
@@ -16,7 +17,7 @@ from ..errors import PoolkitError
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 #: Commands that need the [hf] extra as well as [cli] (they load models, or poolkit.training, which does).
-NEEDS_HF = ("train", "predict", "embed", "evaluate", "merge", "compare", "cache", "zoo", "explain")
+NEEDS_HF = ("train", "predict", "embed", "evaluate", "merge", "compare", "cache", "zoo", "explain", "export-onnx")
 
 
 #: The entry-point group through which installed distributions add ``poolkit bench`` commands: each entry point
@@ -53,14 +54,14 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import cache, compare, data, embed, evaluate, explain, merge, predict, train
+    from . import cache, compare, data, embed, evaluate, explain, export_onnx, merge, predict, train
 
     parser = Parser(prog="poolkit", description="Pooling that is correct under padding and dtypes: "
                     "fine-tune, predict and compare poolers on your own data.")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in (("train", train), ("predict", predict), ("embed", embed), ("evaluate", evaluate),
-                         ("merge", merge), ("compare", compare), ("explain", explain)):
+                         ("merge", merge), ("compare", compare), ("explain", explain), ("export-onnx", export_onnx)):
         command = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP))
         module.add_arguments(command)
         command.set_defaults(func=module.run, command_parser=command)

@@ -1,10 +1,11 @@
-"""``poolkit cache list|clear``: the feature caches of ``poolkit compare`` (poolkit.training.features)."""
+"""``poolkit cache list|clear``: the feature caches of ``poolkit compare`` (poolkit.training.features) and the ONNX
+graphs exported for ``backend onnx`` (poolkit.models.onnx_graph)."""
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "list or clear compare's feature caches"
+HELP = "list or clear compare's feature caches and the exported ONNX graphs"
 
 
 def add_parser(sub) -> None:
@@ -17,6 +18,8 @@ def add_parser(sub) -> None:
         action = actions.add_parser(name, help=text)
         action.add_argument("--cache-dir", help="compare's --cache-dir (default: $POOLKIT_CACHE/features or "
                             "~/.cache/poolkit/features)")
+        action.add_argument("--graph-dir", help="where the ONNX backend caches its graphs (default: "
+                            "$POOLKIT_CACHE/onnx or ~/.cache/poolkit/onnx)")
         action.set_defaults(func=func)
 
 
@@ -42,7 +45,23 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"{entry['path'].name}  {entry['bytes'] / 2**20:8.1f} MiB  {about}")
     total = sum(entry["bytes"] for entry in entries)
     print(f"{len(entries)} cache(s), {total / 2**20:.1f} MiB in {root}")
+    graphs, graph_root = _graphs(args)
+    for entry in graphs:
+        manifest = entry["manifest"]
+        int8 = ", int8 copy" if "int8" in manifest else ""
+        print(f"{entry['path'].name}  {entry['bytes'] / 2**20:8.1f} MiB  ONNX graph: {manifest.get('pooling', '?')} "
+              f"pooling, {manifest.get('dim', '?')} dimensions, opset {manifest.get('opset', '?')}{int8}")
+    print(f"{len(graphs)} ONNX graph(s), {sum(e['bytes'] for e in graphs) / 2**20:.1f} MiB in {graph_root}")
     return 0
+
+
+def _graphs(args: argparse.Namespace):
+    from pathlib import Path
+
+    from ..models.onnx_graph import default_graph_dir, list_graphs
+
+    root = Path(args.graph_dir) if args.graph_dir else default_graph_dir()
+    return list_graphs(root), root
 
 
 def run_clear(args: argparse.Namespace) -> int:
@@ -52,4 +71,10 @@ def run_clear(args: argparse.Namespace) -> int:
     removed, busy = clear_caches(root)
     kept = f"; {len(busy)} in use by a running compare, kept" if busy else ""
     print(f"removed {removed} cache(s) from {root}{kept}")
+    from ..models.onnx_graph import clear_graphs
+
+    _, graph_root = _graphs(args)
+    removed, busy = clear_graphs(graph_root)
+    kept = f"; {len(busy)} being exported, kept" if busy else ""
+    print(f"removed {removed} ONNX graph(s) from {graph_root}{kept}")
     return 0

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ..errors import PoolkitError
-from ..io import fold_models
+from ..io import file_digest, fold_models
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 PRECISIONS = ("auto", "no", "bf16", "fp16")
@@ -48,6 +48,22 @@ def model_label(name_or_path: str | None) -> str:
     if path == default or Path(path).parts[-2:] == Path(default).parts[-2:]:
         return DEFAULT_MODEL
     return Path(path).name or path
+
+
+def model_fingerprint(model_path: str) -> dict:
+    """What identifies a model's weights and tokenizer: a local folder's top-level files (name -> SHA-256; docs and
+    dot-files left out), else the hub name and, when it is in the local hub cache, its snapshot commit."""
+    folder = Path(model_path)
+    if folder.is_dir():
+        return {"files": {f.name: file_digest(f) for f in sorted(folder.iterdir())
+                          if f.is_file() and not f.name.startswith(".") and f.suffix != ".md"}}
+    try:
+        from transformers.utils import cached_file
+
+        snapshot = Path(cached_file(model_path, "config.json")).parent.name
+    except Exception:  # not in the local hub cache: the name alone
+        snapshot = None
+    return {"hub": model_path, "snapshot": snapshot}
 
 
 @contextmanager

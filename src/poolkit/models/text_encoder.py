@@ -17,13 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
+from ..extras import require
 from ..pooling import Pooler, build_pooler, pooler_spec
 from ..pooling.masking import skip_first_tokens
+from .backends import BACKENDS, INT8_BACKEND
 from .declared import AfterPooling, read_declared, read_prompts
 from .encoders import (AUTOCAST, adds_no_eos, check_max_length, check_model_folder, hf_bars_off, load_encoder,
                        load_tokenizer, resolve_model, resolve_precision)
@@ -31,6 +34,42 @@ from .pooled_model import PooledConfig, PooledModel
 
 #: The pooler name for the pooling a sentence-transformers folder declares.
 AUTO = "auto"
+
+
+def check_backend(backend: str) -> str:
+    """``backend`` when it is one of :data:`BACKENDS` and what it needs is installed, else one line."""
+    if backend not in BACKENDS:
+        raise PoolkitError(f"`backend` must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend != "torch":
+        require("onnx")
+    return backend
+
+
+class Embedder(nn.Module):
+    """One batch of token ids -> the final vectors: the encoder, the pooler (over the last layer, or over every
+    layer for a layer pooler; ``skip``: each row's first ``skip`` real tokens, a prompt, left out of the pool), the
+    modules a folder declares after its pooling, the first ``dim`` dimensions, and the L2 norm when asked. The one
+    form both backends run: TextEncoder calls it in torch, :mod:`.onnx_graph` exports it whole."""
+
+    def __init__(self, encoder: nn.Module, pooler: Pooler, after: AfterPooling | None, dim: int,
+                 normalize: bool) -> None:
+        super().__init__()
+        self.encoder, self.pooler, self.after = encoder, pooler, after
+        self.dim, self.normalize = dim, normalize
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None, skip: int = 0) -> torch.Tensor:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        layers = self.pooler.kind == "layer"
+        output = self.encoder(**inputs, output_hidden_states=layers, return_dict=True)
+        states = output.hidden_states if layers else output.last_hidden_state
+        pooled = self.pooler(states, skip_first_tokens(attention_mask, skip) if skip else attention_mask).float()
+        if self.after is not None:
+            pooled = self.after(pooled)
+        pooled = pooled[:, :self.dim]
+        return F.normalize(pooled, dim=-1) if self.normalize else pooled
 
 
 class TextEncoder:
@@ -60,21 +99,28 @@ class TextEncoder:
     token pads with its EOS; with last-token pooling every text ends in the tokenizer's EOS, appended when the
     tokenizer does not add it and kept by truncation (``append_eos=False`` turns that off); batches are padded on
     the right, so a tokenizer that pads on the left gives the same vectors. ``precision`` (auto, no, bf16, fp16):
-    ``auto`` runs bf16 (or fp16) autocast on CUDA and float32 on CPU. A model folder with code of its own
+    ``auto`` runs bf16 (or fp16) autocast on CUDA and float32 on CPU. ``backend``: ``torch``, or ``onnx`` /
+    ``onnx-int8``: the whole embedder (encoder, pooler with its weights, declared modules, ``dim``, ``normalize``)
+    exported once into one ONNX graph in the cache (:mod:`.onnx_graph`; int8: its weights quantised) and run by
+    ONNX Runtime, with the same batching. A model folder with code of its own
     (``auto_map``) is refused unless ``trust_remote_code=True``.
     """
 
     def __init__(self, model: str | None = None, pooler: str | dict[str, Any] | Pooler | None = None, *,
                  normalize: bool = False, dim: int | None = None, max_length: int | None = None,
                  prompt: str | None = None, prompt_name: str | None = None, include_prompt: bool | None = None,
-                 append_eos: bool | None = None, device: str | torch.device | None = None,
+                 append_eos: bool | None = None, backend: str = "torch", device: str | torch.device | None = None,
                  precision: str = "auto", allow_untrained: bool = False, trust_remote_code: bool | None = None,
                  **pooler_options: Any) -> None:
         path = resolve_model(model)
         trust = check_model_folder(path, trust_remote_code)
         self.device = torch.device(device) if device is not None else torch.device(
             "cuda" if torch.cuda.is_available() else "cpu")
-        self.precision = resolve_precision(precision, self.device)
+        self.backend = check_backend(backend)
+        if self.backend != "torch" and precision not in ("auto", "no"):
+            raise PoolkitError(f"`precision` {precision!r} is torch's autocast; backend {backend!r} runs the exported "
+                               "float32 (or int8) graph: leave `precision` out")
+        self.precision = "no" if self.backend != "torch" else resolve_precision(precision, self.device)
         self.prompts, default_prompt = read_prompts(path)
         self.after: AfterPooling | None = None
         declared = None
@@ -132,6 +178,11 @@ class TextEncoder:
         self.truncate = dim
         self.max_length = check_max_length(max_length, self.encoder.config) or _model_max_length(
             encoder_path, self.tokenizer, self.encoder)
+        self.model_path = encoder_path
+        self.module = Embedder(self.encoder, self.pooler, self.after, self.dim, normalize).eval()
+        self._sessions: dict[int, Any] = {}
+        if self.backend != "torch":
+            self._runner(self.prompt_skip(self.prompt))  # exported (or found in the cache) before any text is read
 
     @property
     def dim(self) -> int:
@@ -148,7 +199,11 @@ class TextEncoder:
         return {"pooler": self.pooler.get_config(), "declared": None if self.declared is None else
                 self.declared.describe(), "prompt": self.prompt, "include_prompt": self.include_prompt,
                 "append_eos": self.append_eos, "normalize": self.normalize, "dim": self.dim,
-                "max_length": self.max_length}
+                "max_length": self.max_length, "backend": self.backend}
+
+    def prompt_skip(self, prompt: str) -> int:
+        """How many leading tokens of each text are kept out of the pool for ``prompt`` (0: all pooled)."""
+        return 0 if self.include_prompt or not prompt else prompt_length(self.tokenizer, prompt)
 
     def _append_eos(self, asked: bool | None) -> bool:
         """Whether every text gets the tokenizer's EOS appended: by default for last-token pooling when the tokenizer
@@ -192,25 +247,30 @@ class TextEncoder:
         if batch_size < 1:
             raise PoolkitError(f"batch_size must be at least 1, got {batch_size}")
         text = self.prompt if prompt is None and prompt_name is None else self._prompt(prompt, prompt_name, None)
-        skip = 0 if self.include_prompt or not text else prompt_length(self.tokenizer, text)
+        skip = self.prompt_skip(text)
         sampler, batches = sorted_token_batches(self.tokenizer, [text + t for t in texts] if text else texts,
                                                 self.max_length, batch_size, self.device, append_eos=self.append_eos)
-        layers = self.pooler.kind == "layer"
+        run = self._runner(skip)
         outputs = []
         autocast = torch.autocast(self.device.type, dtype=AUTOCAST.get(self.precision), enabled=self.precision != "no")
         with torch.inference_mode(), autocast, tqdm(total=len(texts), desc="encoding", unit="text",
                                                     disable=not progress) as bar:
             for rows, batch in batches:
-                output = self.encoder(**batch, output_hidden_states=layers, return_dict=True)
-                states = output.hidden_states if layers else output.last_hidden_state
-                mask = batch["attention_mask"]
-                pooled = self.pooler(states, skip_first_tokens(mask, skip) if skip else mask).float()
-                if self.after is not None:
-                    pooled = self.after(pooled)
-                pooled = pooled[:, :self.dim]
-                outputs.append(F.normalize(pooled, dim=-1) if self.normalize else pooled)
+                outputs.append(run(batch))
                 bar.update(len(rows))
         return sampler.restore(torch.cat(outputs)).cpu()
+
+    def _runner(self, skip: int):
+        """What turns one batch into vectors: the torch module, or the ONNX Runtime session of its exported graph
+        (exported into the cache on first use, for each prompt length kept out of the pool)."""
+        if self.backend == "torch":
+            return lambda batch: self.module(**batch, skip=skip)
+        if skip not in self._sessions:
+            from .onnx_graph import OnnxSession, cached_graph
+
+            self._sessions[skip] = OnnxSession(cached_graph(self, skip, int8=self.backend == INT8_BACKEND),
+                                               int8=self.backend == INT8_BACKEND, device=self.device)
+        return self._sessions[skip]
 
 
 def encode(texts: Sequence[str], model: str | None = None, pooler: str | dict[str, Any] | Pooler | None = None, *,

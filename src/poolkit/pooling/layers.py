@@ -102,13 +102,14 @@ class LayerPooler(Pooler):
 
         A linear token pooler pools every layer first (for cls: B x D rows), then mixes. Otherwise the mixed
         layer is made; without autograd (inference), in ``MIX_CHUNKS`` chunks of rows, which bounds the
-        memory the mix and the token pooler's own activations add.
+        memory the mix and the token pooler's own activations add (not under a transform: a loop over the batch
+        would fix an exported graph's batch size).
         """
         if self.token.linear:
             vectors, token_weights = self.pool_each(layers, mask)
             return torch.einsum("bld,l->bd", vectors, weights.to(vectors.dtype)), token_weights[:, 0]
         batch = mask.shape[0]
-        if torch.is_grad_enabled() or batch < 2:
+        if torch.is_grad_enabled() or batch < 2 or fast.transformed():
             return self._mix_then_pool(layers, weights, mask)
         step = -(-batch // MIX_CHUNKS)
         parts = [self._mix_then_pool([h[start:start + step] for h in layers], weights, mask[start:start + step])

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..data.batching import PADDINGS
 from ..errors import PoolkitError
+from ..models.backends import BACKENDS
 from ..pooling import pooler_spec
 from ..settings import Preset, Presets, check_counts, option
 
@@ -140,12 +141,11 @@ QUANTIZE_KINDS = ("int8", "uint8", "binary", "ubinary")
 
 
 @dataclass(frozen=True)
-class EncodeConfig:
-    """How texts go through an encoder + pooler (``TextEncoder``): what embed and evaluate share."""
+class VectorConfig:
+    """What decides the vectors of an encoder + pooler (``TextEncoder``) besides the model and the pooler: what embed,
+    evaluate and export-onnx share."""
 
-    batch_size: int = option(32, "texts per batch", positive=True)
     max_length: int | None = option(None, "token limit", positive=True, none=f"the model's, {MAX_LENGTH} for MiniLM")
-    precision: str = precision_option()
     allow_untrained: bool = option(False, "accept a pooler with random (untrained) weight matrices on a bare encoder")
     dim: int | None = option(None, "keep each vector's first N dimensions (Matryoshka truncation), before any "
                              "normalisation", positive=True, metavar="N", none="all of them")
@@ -158,15 +158,43 @@ class EncodeConfig:
                                          none="what the folder's pooling declares, else included")
 
     def check(self) -> None:
-        check_counts(self, ("batch_size",) + tuple(name for name in ("max_length", "dim")
-                                                   if getattr(self, name) is not None))
-        check_precision(self.precision)
+        check_counts(self, tuple(name for name in ("max_length", "dim") if getattr(self, name) is not None))
 
     def encoder_options(self) -> dict[str, Any]:
         """The ``TextEncoder`` arguments these settings give."""
-        return {"max_length": self.max_length, "precision": self.precision, "allow_untrained": self.allow_untrained,
-                "dim": self.dim, "prompt": self.prompt, "prompt_name": self.prompt_name,
-                "include_prompt": self.include_prompt}
+        return {"max_length": self.max_length, "allow_untrained": self.allow_untrained, "dim": self.dim,
+                "prompt": self.prompt, "prompt_name": self.prompt_name, "include_prompt": self.include_prompt}
+
+
+@dataclass(frozen=True)
+class EncodeConfig(VectorConfig):
+    """How texts go through an encoder + pooler (``TextEncoder``): what embed and evaluate share."""
+
+    batch_size: int = option(32, "texts per batch", positive=True)
+    precision: str = precision_option()
+    backend: str = option("torch", "what runs the encoder + pooler: torch, or ONNX Runtime on the whole embedder "
+                          "exported once into the cache (onnx: float32; onnx-int8: int8 weights)",
+                          choices=BACKENDS, metavar="{torch,onnx,onnx-int8}")
+
+    def check(self) -> None:
+        super().check()
+        check_counts(self, ("batch_size",))
+        check_precision(self.precision)
+        if self.backend not in BACKENDS:
+            raise PoolkitError(f"`backend` must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+
+    def encoder_options(self) -> dict[str, Any]:
+        return {**super().encoder_options(), "precision": self.precision, "backend": self.backend}
+
+
+@dataclass(frozen=True)
+class ExportConfig(VectorConfig):
+    """What ``export-onnx`` bakes into the graph: the source of the Python API's defaults and of ``poolkit
+    export-onnx`` 's flags and help."""
+
+    normalize: bool = option(False, "L2-normalise every vector inside the graph")
+    int8: bool = option(False, "also write model-int8.onnx: the weights quantised to int8 (onnxruntime's dynamic "
+                        "quantisation, per output channel, MatMul weights)")
 
 
 @dataclass(frozen=True)
@@ -195,6 +223,7 @@ RESCORE = 4
 EMBED_PRESETS = Presets("default", {"default": Preset(EmbedConfig())})
 #: ``evaluate`` encodes as embed does (its vectors are compared by cosine: no normalize, no non-finite ones)
 EVALUATE_PRESETS = Presets("default", {"default": Preset(EncodeConfig())})
+EXPORT_PRESETS = Presets("default", {"default": Preset(ExportConfig())})
 
 
 @dataclass(frozen=True)

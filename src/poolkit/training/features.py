@@ -52,7 +52,8 @@ from tqdm.auto import tqdm
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
 from ..io import TMP_SUFFIX, atomic_write_json, file_digest, made_by_poolkit, replace_dir, temp_dir
-from ..models.encoders import check_model_folder, load_config, load_encoder, load_tokenizer, resolve_model
+from ..models.encoders import (check_model_folder, load_config, load_encoder, load_tokenizer, model_fingerprint,
+                               resolve_model)
 from ..pooling import Pooler, build_pooler
 
 CACHE_VERSION = 3
@@ -70,22 +71,6 @@ TOKEN_DTYPES = ("float16", "int8")
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("POOLKIT_CACHE", Path.home() / ".cache" / "poolkit")) / "features"
-
-
-def model_fingerprint(model_path: str) -> dict:
-    """What identifies a model's weights and tokenizer: a local folder's top-level files (name -> SHA-256; docs and
-    dot-files left out), else the hub name and, when it is in the local hub cache, its snapshot commit."""
-    folder = Path(model_path)
-    if folder.is_dir():
-        return {"files": {f.name: file_digest(f) for f in sorted(folder.iterdir())
-                          if f.is_file() and not f.name.startswith(".") and f.suffix != ".md"}}
-    try:
-        from transformers.utils import cached_file
-
-        snapshot = Path(cached_file(model_path, "config.json")).parent.name
-    except Exception:  # not in the local hub cache: the name alone
-        snapshot = None
-    return {"hub": model_path, "snapshot": snapshot}
 
 
 def summary_spec(pooler: Pooler) -> dict | None:

@@ -113,7 +113,7 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     from ..models.encoders import resolve_model
     from ..models.text_encoder import TextEncoder
     from ..models.encoders import embedding_model
-    from .features import model_fingerprint
+    from ..models.encoders import model_fingerprint
 
     config = config_from(EmbedConfig, "embed", settings)
     config.check()

@@ -1,0 +1,242 @@
+"""Item 8: embedding at ONNX Runtime speed (issue 29): poolkit's ``onnx`` / ``onnx-int8`` backends against
+sentence-transformers' torch ``encode``, and what the int8 weights cost.
+
+Same packaged all-MiniLM-L6-v2, same real texts as item 5 (fortune cookies when Debian's fortunes is installed),
+batch 32, the model's own pooling (mean + Normalize). Measured in one run:
+
+1. **Throughput** at 1 thread and at torch's default thread count: sentence-transformers ``encode`` (torch), its
+   ``backend="onnx"`` where it loads here (the reason when it does not), and poolkit's ``TextEncoder`` with
+   ``backend`` torch, onnx and onnx-int8; whole passes over the texts, the variants interleaved, median of repeats,
+   the ratio per repeat. Targets: onnx >= 2x, onnx-int8 >= 3x sentence-transformers' torch ``encode``.
+2. **Cost**: each backend's peak RSS (a fresh process that loads the model, for onnx from the cache, and embeds
+   the texts once) and the export time of the float32 graph and of its int8 copy.
+3. **Agreement**: onnx vs torch max |diff| over the texts for mean, cls, attention (random weights: the numerics of
+   the learned scorer, not a trained one) and weighted_layer (target <= 1e-4).
+4. **The int8 choice**: per-channel vs per-tensor scales x MatMul weights only vs MatMul + the embedding Gather:
+   mean / lowest cosine to the float32 vectors, nDCG@10 on builtin:wordnet-examples (queries ranked against the
+   whole corpus, as ``poolkit evaluate``), time per pass, file size. Target for the shipped choice
+   (poolkit.models.onnx_graph.INT8): mean cosine >= 0.98, nDCG@10 within 0.01 of float32.
+
+    .venv/bin/python benchmarks/perf_onnx.py --threads 0 --json benchmarks/results/onnx.json
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from perf_common import interleaved, median_ms, parse_and_setup, per_repeat, ratio, save_json, table  # noqa: E402
+from perf_model import real_texts  # noqa: E402
+from poolkit import TextEncoder  # noqa: E402
+from poolkit.models import onnx_graph  # noqa: E402
+from poolkit.models.encoders import resolve_model  # noqa: E402
+from poolkit.provenance import run_provenance  # noqa: E402
+
+BATCH = 32
+TARGETS = {"onnx": 2.0, "onnx-int8": 3.0}
+PARITY_TARGET, COSINE_TARGET, NDCG_TARGET = 1e-4, 0.98, 0.01
+AGREEMENT_POOLERS = ("mean", "cls", "attention", "weighted_layer")
+INT8_GRID = [{"per_channel": channel, "op_types": ops, "weight_type": "QInt8"}
+             for channel in (True, False) for ops in (["MatMul"], ["MatMul", "Gather"])]
+RETRIEVAL = "builtin:wordnet-examples"
+ST = "sentence-transformers encode"
+
+
+def _encoder(backend: str, **options) -> TextEncoder:
+    return TextEncoder(None, backend=backend, device="cpu", **options)
+
+
+def throughput(texts: list[str], threads: int, repeats: int) -> dict:
+    """Every variant's seconds per pass over ``texts`` at ``threads`` threads, interleaved."""
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(threads)
+    path = resolve_model(None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        st_model = SentenceTransformer(path, device="cpu")
+    variants = {ST: lambda: st_model.encode(texts, batch_size=BATCH, show_progress_bar=False)}
+    st_onnx = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            onnx_model = SentenceTransformer(path, device="cpu", backend="onnx")
+        variants["sentence-transformers backend='onnx'"] = lambda: onnx_model.encode(
+            texts, batch_size=BATCH, show_progress_bar=False)
+    except Exception as err:  # noqa: BLE001 - optimum missing, or no ONNX file in the folder: say why
+        st_onnx = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"
+    for backend in ("torch", "onnx", "onnx-int8"):
+        encoder = _encoder(backend)  # after set_num_threads: the sessions take the thread count
+        variants[f"poolkit {backend}"] = lambda encoder=encoder: encoder.encode(texts, batch_size=BATCH)
+    times = interleaved(variants, torch.device("cpu"), repeats=repeats, min_sample_s=0.0, warmup=1)
+    rows = {name: {"ms": median_ms(times, name), "texts_per_s": len(texts) / (median_ms(times, name) / 1e3),
+                   "vs_st": ratio(times, ST, name), "vs_st_per_repeat": per_repeat(times, ST, name)}
+            for name in times}
+    return {"threads": threads, "variants": rows, "st_onnx_unavailable": st_onnx}
+
+
+def peak_rss(backend: str, texts_count: int) -> float:
+    """MiB of peak resident memory of a fresh process that loads the model with ``backend`` and embeds the texts."""
+    code = ("import sys, resource; sys.path.insert(0, %r); from perf_model import real_texts; "
+            "from poolkit import TextEncoder; texts, _ = real_texts(%d); "
+            "TextEncoder(None, backend=%r, device='cpu').encode(texts, batch_size=%d); "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+            % (str(Path(__file__).resolve().parent), texts_count, backend, BATCH))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600)
+    return int(done.stdout.strip().splitlines()[-1]) / 1024
+
+
+def agreement(texts: list[str]) -> list[dict]:
+    """onnx vs torch, max |diff| and lowest cosine over the texts, per pooler (a fresh export each)."""
+    rows = []
+    for name in AGREEMENT_POOLERS:
+        torch.manual_seed(0)
+        reference = TextEncoder(None, name, allow_untrained=True, device="cpu")
+        onnx = TextEncoder(None, reference.pooler, backend="onnx", device="cpu")
+        a, b = onnx.encode(texts, batch_size=BATCH), reference.encode(texts, batch_size=BATCH)
+        rows.append({"pooler": name, "max_abs_diff": float((a - b).abs().max()),
+                     "lowest_cosine": float(torch.nn.functional.cosine_similarity(a, b).min())})
+    return rows
+
+
+def retrieval_metrics(encode) -> float:
+    """nDCG@10 of ``encode`` (texts -> vectors) on the built-in retrieval set, as ``poolkit evaluate`` scores it."""
+    from poolkit.data.pairs import load_pairs
+    from poolkit.training.contrastive import PairLayout, unit_metrics
+
+    pairs = load_pairs(RETRIEVAL, "retrieval")
+    layout = PairLayout.of(pairs)
+    vectors = encode(list(layout.texts)).float()
+    return unit_metrics(layout, np.arange(len(pairs)), lambda rows: vectors[torch.from_numpy(rows)])["ndcg@10"]
+
+
+def int8_grid(texts: list[str], repeats: int) -> dict:
+    """Every int8 recipe of :data:`INT8_GRID` against the float32 graph: agreement, nDCG@10, time, size."""
+    from poolkit.data.batching import sorted_token_batches
+
+    encoder = _encoder("onnx")
+    folder = onnx_graph.cached_graph(encoder, 0)
+    reference = encoder.encode(texts, batch_size=BATCH)
+
+    def runner(session):
+        def encode(some):
+            sampler, batches = sorted_token_batches(encoder.tokenizer, some, encoder.max_length, BATCH)
+            return sampler.restore(torch.cat([session(batch) for _, batch in batches]))
+        return encode
+
+    float_session = onnx_graph.OnnxSession(folder)
+    result = {"float32": {"ndcg@10": retrieval_metrics(runner(float_session)),
+                          "mib": (folder / onnx_graph.FLOAT_FILE).stat().st_size / 2**20}, "cells": []}
+    with tempfile.TemporaryDirectory() as scratch:
+        for how in INT8_GRID:
+            target = Path(scratch) / f"int8-{len(result['cells'])}.onnx"
+            started = time.perf_counter()
+            onnx_graph.quantize_graph(folder / onnx_graph.FLOAT_FILE, target, how)
+            seconds = time.perf_counter() - started
+            encode = runner(onnx_graph.OnnxSession(target.parent, file=target.name))
+            vectors = encode(texts)
+            cosine = torch.nn.functional.cosine_similarity(vectors, reference)
+            passes = []
+            for _ in range(repeats):
+                started_pass = time.perf_counter()
+                encode(texts)
+                passes.append(time.perf_counter() - started_pass)
+            result["cells"].append({**how, "quantize_s": seconds, "mib": target.stat().st_size / 2**20,
+                                    "mean_cosine": float(cosine.mean()), "lowest_cosine": float(cosine.min()),
+                                    "ndcg@10": retrieval_metrics(encode), "ms": float(np.median(passes)) * 1e3,
+                                    "shipped": how == onnx_graph.INT8})
+    return result
+
+
+def export_times() -> dict:
+    """Seconds to export the default embedder's float32 graph and to add its int8 copy, into an empty cache."""
+    with tempfile.TemporaryDirectory() as scratch:
+        encoder = _encoder("torch")
+        started = time.perf_counter()
+        folder = onnx_graph.cached_graph(encoder, 0, root=Path(scratch))
+        exported = time.perf_counter() - started
+        started = time.perf_counter()
+        onnx_graph.cached_graph(encoder, 0, int8=True, root=Path(scratch))
+        manifest = onnx_graph.read_manifest(folder)
+        return {"float32_s": exported, "int8_s": time.perf_counter() - started,
+                "parity_max_abs_diff": manifest["parity"]["max_abs_diff_to_torch"],
+                "int8_cosine_to_float32": manifest["int8"]["cosine_to_float32"], "opset": manifest["opset"]}
+
+
+def render(result: dict) -> str:
+    """The throughput tables (one per thread count), cost, agreement and the int8 grid, with the targets' verdicts."""
+    from perf_common import verdict
+
+    parts = []
+    for cell in result["throughput"]:
+        rows = [[name, f"{v['texts_per_s']:.0f}", f"{v['vs_st']:.2f}x",
+                 " ".join(f"{r:.2f}" for r in v["vs_st_per_repeat"])] for name, v in cell["variants"].items()]
+        note = (f"\n\nsentence-transformers backend='onnx' does not load here: {cell['st_onnx_unavailable']}"
+                if cell["st_onnx_unavailable"] else "")
+        parts.append(table(["encoder", "texts / s", "vs sentence-transformers encode", "per repeat"], rows,
+                           title=f"{result['texts']} texts, batch {BATCH}, {cell['threads']} thread(s)") + note)
+    default = result["throughput"][-1]["variants"]
+    parts.append("targets at the default thread count: " + "; ".join(
+        f"{backend} >= {target:g}x: {default[f'poolkit {backend}']['vs_st']:.2f}x, "
+        f"{verdict(default[f'poolkit {backend}']['vs_st'] >= target)}" for backend, target in TARGETS.items()))
+    export = result["export"]
+    parts.append(table(["backend", "peak RSS (MiB)"], [[k, f"{v:.0f}"] for k, v in result["rss_mib"].items()],
+                       title="Peak resident memory: load the model, embed the texts once (a fresh process each)")
+    + f"\n\nexport: float32 graph {export['float32_s']:.1f} s (opset {export['opset']}, max |diff| to torch on the "
+      f"probe texts {export['parity_max_abs_diff']:.1e}), int8 copy {export['int8_s']:.1f} s")
+    rows = [[r["pooler"], f"{r['max_abs_diff']:.1e}", f"{r['lowest_cosine']:.7f}",
+             verdict(r["max_abs_diff"] <= PARITY_TARGET)] for r in result["agreement"]]
+    parts.append(table(["pooler", "max |diff|", "lowest cosine", f"<= {PARITY_TARGET:g}"], rows,
+                       title=f"onnx vs torch over the {result['texts']} texts"))
+    grid = result["int8"]
+    base = grid["float32"]["ndcg@10"]
+    rows = [["float32", "", f"{grid['float32']['mib']:.0f}", "1", "1", f"{base:.4f}", "", ""]]
+    for c in grid["cells"]:
+        rows.append([("per channel" if c["per_channel"] else "per tensor") + (" (shipped)" if c["shipped"] else ""),
+                     " + ".join(c["op_types"]), f"{c['mib']:.0f}", f"{c['mean_cosine']:.4f}",
+                     f"{c['lowest_cosine']:.4f}", f"{c['ndcg@10']:.4f}", f"{c['ndcg@10'] - base:+.4f}",
+                     f"{c['ms']:.0f}"])
+    parts.append(table(["int8 scales", "ops quantised", "MiB", "mean cosine", "lowest cosine", "nDCG@10",
+                        "vs float32", "ms / pass"], rows,
+                       title=f"int8 recipes: cosine to float32 over the texts, nDCG@10 on {RETRIEVAL}"))
+    [shipped] = [c for c in grid["cells"] if c["shipped"]]
+    parts.append(f"shipped recipe: mean cosine >= {COSINE_TARGET}: {shipped['mean_cosine']:.4f}, "
+                 f"{verdict(shipped['mean_cosine'] >= COSINE_TARGET)}; nDCG@10 within {NDCG_TARGET} of float32: "
+                 f"{shipped['ndcg@10'] - base:+.4f}, {verdict(abs(shipped['ndcg@10'] - base) <= NDCG_TARGET)}")
+    return "\n\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args, _ = parse_and_setup(__doc__, argv, lambda parser: parser.add_argument(
+        "--texts", type=int, default=1000, help="number of texts (default 1000)"))
+    repeats = args.repeats or 5
+    default_threads = torch.get_num_threads() if args.threads == 0 else args.threads
+    texts, source = real_texts(args.texts)
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["POOLKIT_CACHE"] = cache  # a fresh cache: every export here is measured, none reused
+        export = export_times()
+        result = {"provenance": run_provenance(), "texts": len(texts), "source": source, "batch": BATCH,
+                  "repeats": repeats, "export": export,
+                  "throughput": [throughput(texts, threads, repeats) for threads in sorted({1, default_threads})],
+                  "rss_mib": {backend: peak_rss(backend, len(texts)) for backend in ("torch", "onnx", "onnx-int8")}}
+        torch.set_num_threads(default_threads)
+        result["agreement"] = agreement(texts)
+        result["int8"] = int8_grid(texts, repeats=3)
+    result["load_average"] = os.getloadavg()
+    print(render(result))
+    save_json(args.json, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""The ONNX backend and `poolkit export-onnx`: one graph from token ids to the final vectors, on a tiny random BERT."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import poolkit
+from poolkit import PoolkitError, TextEncoder
+from poolkit.cli import main
+from poolkit.models import PooledModel, onnx_graph
+from tiny_models import tiny_bert_dir
+
+pytest.importorskip("onnxruntime")
+
+TEXTS = ["the cat sat on the mat", "a dog", "the big red dog ran very fast and the cat sat", "one",
+         "good and bad", "", "cat " * 200]
+EXAMPLE = Path(__file__).parents[2] / "examples" / "serve_onnx.py"
+#: Families whose ops differ from the attention pooler's: the last real token (no int64 ArgMax), a maximum, latent
+#: cross-attention, adaptive attention, a power mean (every token pooler exports alone in
+#: tests/pooling/test_pooling_transforms.py).
+TOKEN_POOLERS = ["last", "max", "latent", "adapool", "gem"]
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    return tiny_bert_dir(tmp_path_factory.mktemp("bert"), hidden=32)
+
+
+@pytest.fixture()
+def graph_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("POOLKIT_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "onnx"
+
+
+@pytest.fixture()
+def exports(monkeypatch):
+    """Counts the exports (the cache's misses)."""
+    calls = []
+    real = onnx_graph.export_graph
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(onnx_graph, "export_graph", counted)
+    return calls
+
+
+def test_the_onnx_backend_gives_the_torch_vectors_with_a_prompt_left_out_dim_and_normalize(bert, graph_cache,
+                                                                                          exports):
+    """A learned pooler in the whole graph, a prompt kept out of the pool, Matryoshka dim and the L2 norm baked in:
+    the session's vectors are torch's. Catches the pooler's weights, the prompt's pool mask, dim or normalize left
+    out of the graph, rows in the wrong order, an export per encoder instead of one per key, and a damaged cached
+    graph used as it is."""
+    spec = {"name": "attention"}
+    settings = dict(prompt="query: ", include_prompt=False, dim=20, normalize=True, allow_untrained=True,
+                    device="cpu")
+    torch.manual_seed(0)
+    onnx = TextEncoder(bert, spec, backend="onnx", **settings)
+    assert len(exports) == 1
+    reference = TextEncoder(bert, onnx.pooler, **{k: v for k, v in settings.items() if k != "allow_untrained"})
+    expected = reference.encode(TEXTS, batch_size=3)
+    got = onnx.encode(TEXTS, batch_size=3)
+    assert got.shape == (len(TEXTS), 20)
+    assert (got - expected).abs().max() < 1e-5
+    assert not torch.allclose(got, TextEncoder(bert, onnx.pooler, dim=20, normalize=True, device="cpu")
+                              .encode(TEXTS), atol=1e-3)  # the prompt did change the vectors
+    [folder] = [p for p in graph_cache.iterdir() if p.is_dir()]
+    manifest = json.loads((folder / onnx_graph.MANIFEST).read_text())
+    assert manifest["parity"]["max_abs_diff_to_torch"] < 1e-5
+    assert manifest["tokenizer"]["prompt_tokens_left_out"] == 3 and manifest["dim"] == 20  # [CLS] query :
+    assert onnx.settings()["backend"] == "onnx"
+    again = TextEncoder(bert, onnx.pooler, backend="onnx", **{k: v for k, v in settings.items()
+                                                                if k != "allow_untrained"})
+    assert len(exports) == 1  # the same weights and settings: found in the cache
+    assert torch.equal(again.encode(TEXTS, batch_size=3), got)
+    with open(folder / onnx_graph.FLOAT_FILE, "r+b") as handle:
+        handle.truncate(1000)
+    with pytest.warns(UserWarning, match="damaged"):
+        again = TextEncoder(bert, onnx.pooler, backend="onnx", **{k: v for k, v in settings.items()
+                                                                    if k != "allow_untrained"})
+    assert len(exports) == 2  # a damaged graph: exported again
+    assert torch.equal(again.encode(TEXTS, batch_size=3), got)
+    other_prompt = again.encode(TEXTS[:2], prompt="passage: long prompt ")
+    assert len(exports) == 3  # another prompt length kept out: another graph
+    assert (other_prompt - reference.encode(TEXTS[:2], prompt="passage: long prompt ")).abs().max() < 1e-5
+
+
+def test_pooler_families_in_one_whole_graph(bert, graph_cache):
+    torch.manual_seed(3)
+    onnx = TextEncoder(bert, {"name": "concat", "poolers": TOKEN_POOLERS}, backend="onnx", allow_untrained=True,
+                       device="cpu")
+    expected = TextEncoder(bert, onnx.pooler, device="cpu").encode(TEXTS, batch_size=3)
+    assert (onnx.encode(TEXTS, batch_size=3) - expected).abs().max() < 1e-5
+
+
+def test_a_layer_pooler_and_the_int8_copy(bert, graph_cache, exports):
+    """weighted_layer over attention reads every hidden state inside the graph; the int8 copy is added to the same
+    cache folder (no second export), is not the float32 graph, and stays close to it."""
+    torch.manual_seed(1)
+    spec = {"name": "weighted_layer", "token_pooler": "attention"}
+    onnx = TextEncoder(bert, spec, backend="onnx", allow_untrained=True, device="cpu")
+    expected = TextEncoder(bert, onnx.pooler, device="cpu").encode(TEXTS)
+    assert (onnx.encode(TEXTS) - expected).abs().max() < 1e-5
+    small = TextEncoder(bert, onnx.pooler, backend="onnx-int8", device="cpu")
+    assert len(exports) == 1
+    vectors = small.encode(TEXTS)
+    cosine = torch.nn.functional.cosine_similarity(vectors, expected)
+    assert 0.9 < cosine.min() and (vectors - expected).abs().max() > 1e-6
+    [folder] = [p for p in graph_cache.iterdir() if p.is_dir()]
+    int8 = json.loads((folder / onnx_graph.MANIFEST).read_text())["int8"]
+    assert int8["per_channel"] is True and int8["op_types"] == ["MatMul"]
+    assert abs(int8["cosine_to_float32"]["min"] - 1) < 0.1
+
+
+def test_export_onnx_serves_a_trained_pooler_without_torch_or_poolkit(bert, tmp_path):
+    """`poolkit export-onnx` on a saved model with a (trained) attention pooler; examples/serve_onnx.py, run with
+    torch, poolkit and transformers unimportable, gives TextEncoder's vectors from the folder alone. Catches a graph
+    that needs torch ops at run time, tokenizer files or settings missing from the folder, a pooler's weights left
+    out."""
+    torch.manual_seed(2)
+    model = PooledModel.from_encoder(bert, pooler="attention")
+    model.save_pretrained(tmp_path / "fold_0")
+    tokenizer = poolkit.models.encoders.load_tokenizer(bert)
+    tokenizer.save_pretrained(tmp_path / "fold_0")
+    out = tmp_path / "graph"
+    assert main(["export-onnx", "--model", str(tmp_path / "fold_0"), "--normalize", "--int8", "--out", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} >= {"model.onnx", "model-int8.onnx", "poolkit-onnx.json", "tokenizer.json"}
+    block = "import sys\nfor name in ('torch', 'poolkit', 'transformers'):\n    sys.modules[name] = None\n"
+    run = [sys.executable, "-c", block + f"import runpy; sys.argv = ['serve', *sys.argv[1:]]; "
+           f"runpy.run_path({str(EXAMPLE)!r}, run_name='__main__')", str(out), "--out", str(tmp_path / "v.npy"),
+           *TEXTS]
+    served = subprocess.run(run, capture_output=True, text=True, timeout=120, env={**os.environ})
+    assert served.returncode == 0, served.stderr[-2000:]
+    expected = TextEncoder(str(tmp_path / "fold_0"), normalize=True, device="cpu").encode(TEXTS).numpy()
+    assert np.abs(np.load(tmp_path / "v.npy") - expected).max() < 1e-5
+    assert "attention" in json.loads((out / "poolkit-onnx.json").read_text())["pooling"]
+
+
+def test_export_onnx_refuses_to_replace_what_it_did_not_write(bert, tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    assert main(["export-onnx", "--model", bert, "--pooler", "mean", "--out", str(mine)]) == 2
+    assert "already exists: pass --force" in capsys.readouterr().err
+    assert main(["export-onnx", "--model", bert, "--pooler", "mean", "--out", str(mine), "--force"]) == 2
+    assert "not a graph written by `poolkit export-onnx`" in capsys.readouterr().err
+    assert (mine / "notes.txt").read_text() == "keep me"
+    assert main(["export-onnx", "--model", bert, "--pooler", "mean", "--out", str(tmp_path / "no" / "g")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_bad_backends_are_one_line(bert, monkeypatch):
+    with pytest.raises(PoolkitError, match="`backend` must be one of torch, onnx, onnx-int8"):
+        TextEncoder(bert, "mean", backend="tensorrt")
+    with pytest.raises(PoolkitError, match="`precision` 'bf16' is torch's autocast"):
+        TextEncoder(bert, "mean", backend="onnx", precision="bf16")
+    import poolkit.extras as extras
+
+    monkeypatch.setattr(extras, "_missing", lambda module: module == "onnxruntime")
+    with pytest.raises(PoolkitError, match=r"onnxruntime, which the \[onnx\] extra installs"):
+        TextEncoder(bert, "mean", backend="onnx")
+
+
+def test_embed_with_the_onnx_backend_and_the_cache_commands(bert, graph_cache, tmp_path, capsys):
+    """embed --backend onnx writes torch's vectors; the backend is part of the run's settings (a resume with another
+    backend starts over only with --force); cache list shows the graph, cache clear removes it and leaves a user's
+    folder in the graph cache alone."""
+    import pandas as pd
+
+    pd.DataFrame({"text": TEXTS}).to_csv(tmp_path / "t.csv", index=False)
+    args = ["embed", "--data", str(tmp_path / "t.csv"), "--model", bert, "--pooler", "mean", "--quiet"]
+    assert main([*args, "--out", str(tmp_path / "torch.npy")]) == 0
+    assert main([*args, "--out", str(tmp_path / "onnx.npy"), "--backend", "onnx"]) == 0
+    assert np.abs(np.load(tmp_path / "onnx.npy") - np.load(tmp_path / "torch.npy")).max() < 1e-5
+    user = graph_cache / ("0" * 32)
+    user.mkdir()
+    (user / "mine.txt").write_text("x")
+    capsys.readouterr()
+    assert main(["cache", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "1 ONNX graph(s)" in listed and "mean pooling" in listed
+    assert main(["cache", "clear"]) == 0
+    assert "removed 1 ONNX graph(s)" in capsys.readouterr().out
+    assert [p.name for p in graph_cache.iterdir() if p.is_dir()] == [user.name] and (user / "mine.txt").is_file()
