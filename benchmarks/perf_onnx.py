@@ -86,11 +86,12 @@ def throughput(texts: list[str], threads: int, repeats: int) -> dict:
 
 
 def peak_rss(backend: str, texts_count: int) -> float:
-    """MiB of peak resident memory of a fresh process that loads the model with ``backend`` and embeds the texts."""
-    code = ("import sys, resource; sys.path.insert(0, %r); from perf_model import real_texts; "
+    """MiB of peak resident memory of a fresh process that loads the model with ``backend`` and embeds the texts
+    (VmHWM: getrusage's ru_maxrss would carry this process's peak across the exec)."""
+    code = ("import sys; sys.path.insert(0, %r); from perf_model import real_texts; "
             "from poolkit import TextEncoder; texts, _ = real_texts(%d); "
             "TextEncoder(None, backend=%r, device='cpu').encode(texts, batch_size=%d); "
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+            "print(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])"
             % (str(Path(__file__).resolve().parent), texts_count, backend, BATCH))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600)
     return int(done.stdout.strip().splitlines()[-1]) / 1024
@@ -158,6 +159,14 @@ def int8_grid(texts: list[str], repeats: int) -> dict:
     return result
 
 
+def rule_choice(grid: dict) -> dict | None:
+    """The recipe the measurements choose: of those that meet the cosine and nDCG@10 targets, the smallest file
+    (to the MiB), then the fastest; None when none does."""
+    base = grid["float32"]["ndcg@10"]
+    meeting = [c for c in grid["cells"] if c["mean_cosine"] >= COSINE_TARGET and abs(c["ndcg@10"] - base) <= NDCG_TARGET]
+    return min(meeting, key=lambda c: (round(c["mib"]), c["ms"])) if meeting else None
+
+
 def export_times() -> dict:
     """Seconds to export the default embedder's float32 graph and to add its int8 copy, into an empty cache."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -177,7 +186,9 @@ def render(result: dict) -> str:
     """The throughput tables (one per thread count), cost, agreement and the int8 grid, with the targets' verdicts."""
     from perf_common import verdict
 
-    parts = []
+    parts = [f"{result['texts']} texts of {result['source']} (tokens: mean {result['tokens']['mean']:.0f}, max "
+             f"{result['tokens']['max']}), {result['repeats']} interleaved repeats; load average at the end "
+             f"{result['load_average'][0]:.1f}"]
     for cell in result["throughput"]:
         rows = [[name, f"{v['texts_per_s']:.0f}", f"{v['vs_st']:.2f}x",
                  " ".join(f"{r:.2f}" for r in v["vs_st_per_repeat"])] for name, v in cell["variants"].items()]
@@ -210,6 +221,11 @@ def render(result: dict) -> str:
                         "vs float32", "ms / pass"], rows,
                        title=f"int8 recipes: cosine to float32 over the texts, nDCG@10 on {RETRIEVAL}"))
     [shipped] = [c for c in grid["cells"] if c["shipped"]]
+    chosen = rule_choice(grid)
+    parts.append("the rule (the targets met, then the smallest file, then the fastest) chooses "
+                 + ("no recipe" if chosen is None else f"{'per channel' if chosen['per_channel'] else 'per tensor'}, "
+                    f"{' + '.join(chosen['op_types'])}")
+                 + f": {'the shipped one' if chosen is shipped else 'NOT the shipped one'}")
     parts.append(f"shipped recipe: mean cosine >= {COSINE_TARGET}: {shipped['mean_cosine']:.4f}, "
                  f"{verdict(shipped['mean_cosine'] >= COSINE_TARGET)}; nDCG@10 within {NDCG_TARGET} of float32: "
                  f"{shipped['ndcg@10'] - base:+.4f}, {verdict(abs(shipped['ndcg@10'] - base) <= NDCG_TARGET)}")
@@ -225,13 +241,15 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as cache:
         os.environ["POOLKIT_CACHE"] = cache  # a fresh cache: every export here is measured, none reused
         export = export_times()
+        tokens = [len(ids) for ids in _encoder("torch").tokenizer(texts, truncation=True, max_length=256)["input_ids"]]
         result = {"provenance": run_provenance(), "texts": len(texts), "source": source, "batch": BATCH,
+                  "tokens": {"mean": float(np.mean(tokens)), "max": int(max(tokens))},
                   "repeats": repeats, "export": export,
                   "throughput": [throughput(texts, threads, repeats) for threads in sorted({1, default_threads})],
                   "rss_mib": {backend: peak_rss(backend, len(texts)) for backend in ("torch", "onnx", "onnx-int8")}}
         torch.set_num_threads(default_threads)
         result["agreement"] = agreement(texts)
-        result["int8"] = int8_grid(texts, repeats=3)
+        result["int8"] = int8_grid(texts, repeats=2)
     result["load_average"] = os.getloadavg()
     print(render(result))
     save_json(args.json, result)

@@ -194,7 +194,7 @@ class ExportConfig(VectorConfig):
 
     normalize: bool = option(False, "L2-normalise every vector inside the graph")
     int8: bool = option(False, "also write model-int8.onnx: the weights quantised to int8 (onnxruntime's dynamic "
-                        "quantisation, per output channel, MatMul weights)")
+                        "quantisation, per output channel: MatMul weights and embedding tables)")
 
 
 @dataclass(frozen=True)
