@@ -17,7 +17,9 @@ batch 32, the model's own pooling (mean + Normalize). Measured in one run:
    whole corpus, as ``poolkit evaluate``), time per pass, file size. Target for the shipped choice
    (poolkit.models.onnx_graph.INT8): mean cosine >= 0.98, nDCG@10 within 0.01 of float32.
 
-    .venv/bin/python benchmarks/perf_onnx.py --threads 0 --json benchmarks/results/onnx.json
+    .venv/bin/python benchmarks/perf_onnx.py --threads 0 --repeats 3 --json benchmarks/results/onnx.json
+
+(throughput at 1 thread and at torch's default thread count whatever ``--threads`` says; the rest at the default)
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from perf_common import interleaved, median_ms, parse_and_setup, per_repeat, ratio, save_json, table  # noqa: E402
+from perf_common import (interleaved, median_ms, parse_and_setup, per_repeat, ratio, save_json, table,  # noqa: E402
+                         verdict)
 from perf_model import real_texts  # noqa: E402
 from poolkit import TextEncoder  # noqa: E402
 from poolkit.models import onnx_graph  # noqa: E402
@@ -49,6 +52,8 @@ AGREEMENT_POOLERS = ("mean", "cls", "attention", "weighted_layer")
 INT8_GRID = [{"per_channel": channel, "op_types": ops, "weight_type": "QInt8"}
              for channel in (True, False) for ops in (["MatMul"], ["MatMul", "Gather"])]
 RETRIEVAL = "builtin:wordnet-examples"
+#: torch's own thread count, read before ``--threads`` changes it: the default users run with
+DEFAULT_THREADS = torch.get_num_threads()
 ST = "sentence-transformers encode"
 
 
@@ -182,10 +187,8 @@ def export_times() -> dict:
                 "int8_cosine_to_float32": manifest["int8"]["cosine_to_float32"], "opset": manifest["opset"]}
 
 
-def render(result: dict) -> str:
-    """The throughput tables (one per thread count), cost, agreement and the int8 grid, with the targets' verdicts."""
-    from perf_common import verdict
-
+def render_throughput(result: dict) -> str:
+    """One table per thread count, and the targets' verdicts at the default."""
     parts = [f"{result['texts']} texts of {result['source']} (tokens: mean {result['tokens']['mean']:.0f}, max "
              f"{result['tokens']['max']}), {result['repeats']} interleaved repeats; load average at the end "
              f"{result['load_average'][0]:.1f}"]
@@ -197,18 +200,34 @@ def render(result: dict) -> str:
         parts.append(table(["encoder", "texts / s", "vs sentence-transformers encode", "per repeat"], rows,
                            title=f"{result['texts']} texts, batch {BATCH}, {cell['threads']} thread(s)") + note)
     default = result["throughput"][-1]["variants"]
+    torch_rate = default["poolkit torch"]["texts_per_s"]
+    parts.append("at the default thread count, over poolkit's own torch backend (texts / s): "
+                 + ", ".join(f"{backend} {default[f'poolkit {backend}']['texts_per_s'] / torch_rate:.2f}x"
+                             for backend in TARGETS))
     parts.append("targets at the default thread count: " + "; ".join(
         f"{backend} >= {target:g}x: {default[f'poolkit {backend}']['vs_st']:.2f}x, "
         f"{verdict(default[f'poolkit {backend}']['vs_st'] >= target)}" for backend, target in TARGETS.items()))
+    return "\n\n".join(parts)
+
+
+def render_cost(result: dict) -> str:
+    """Peak RSS per backend and the export times."""
     export = result["export"]
-    parts.append(table(["backend", "peak RSS (MiB)"], [[k, f"{v:.0f}"] for k, v in result["rss_mib"].items()],
+    return (table(["backend", "peak RSS (MiB)"], [[k, f"{v:.0f}"] for k, v in result["rss_mib"].items()],
                        title="Peak resident memory: load the model, embed the texts once (a fresh process each)")
     + f"\n\nexport: float32 graph {export['float32_s']:.1f} s (opset {export['opset']}, max |diff| to torch on the "
       f"probe texts {export['parity_max_abs_diff']:.1e}), int8 copy {export['int8_s']:.1f} s")
+
+
+def render_agreement(result: dict) -> str:
     rows = [[r["pooler"], f"{r['max_abs_diff']:.1e}", f"{r['lowest_cosine']:.7f}",
              verdict(r["max_abs_diff"] <= PARITY_TARGET)] for r in result["agreement"]]
-    parts.append(table(["pooler", "max |diff|", "lowest cosine", f"<= {PARITY_TARGET:g}"], rows,
-                       title=f"onnx vs torch over the {result['texts']} texts"))
+    return table(["pooler", "max |diff|", "lowest cosine", f"<= {PARITY_TARGET:g}"], rows,
+                 title=f"onnx vs torch over the {result['texts']} texts")
+
+
+def render_int8(result: dict) -> str:
+    """The grid of recipes, the rule's choice and the shipped recipe's verdicts."""
     grid = result["int8"]
     base = grid["float32"]["ndcg@10"]
     rows = [["float32", "", f"{grid['float32']['mib']:.0f}", "1", "1", f"{base:.4f}", "", ""]]
@@ -217,9 +236,9 @@ def render(result: dict) -> str:
                      " + ".join(c["op_types"]), f"{c['mib']:.0f}", f"{c['mean_cosine']:.4f}",
                      f"{c['lowest_cosine']:.4f}", f"{c['ndcg@10']:.4f}", f"{c['ndcg@10'] - base:+.4f}",
                      f"{c['ms']:.0f}"])
-    parts.append(table(["int8 scales", "ops quantised", "MiB", "mean cosine", "lowest cosine", "nDCG@10",
-                        "vs float32", "ms / pass"], rows,
-                       title=f"int8 recipes: cosine to float32 over the texts, nDCG@10 on {RETRIEVAL}"))
+    parts = [table(["int8 scales", "ops quantised", "MiB", "mean cosine", "lowest cosine", "nDCG@10",
+                    "vs float32", "ms / pass"], rows,
+                   title=f"int8 recipes: cosine to float32 over the texts, nDCG@10 on {RETRIEVAL}")]
     [shipped] = [c for c in grid["cells"] if c["shipped"]]
     chosen = rule_choice(grid)
     parts.append("the rule (the targets met, then the smallest file, then the fastest) chooses "
@@ -232,17 +251,26 @@ def render(result: dict) -> str:
     return "\n\n".join(parts)
 
 
+def render(result: dict) -> str:
+    """Every block, as printed at the end of a run."""
+    return "\n\n".join(block(result) for block in (render_throughput, render_cost, render_agreement, render_int8))
+
+
 def main(argv: list[str] | None = None) -> dict:
     args, _ = parse_and_setup(__doc__, argv, lambda parser: parser.add_argument(
         "--texts", type=int, default=1000, help="number of texts (default 1000)"))
     repeats = args.repeats or 5
-    default_threads = torch.get_num_threads() if args.threads == 0 else args.threads
+    default_threads = DEFAULT_THREADS  # measured at 1 thread and at torch's default, whatever --threads says
     texts, source = real_texts(args.texts)
+    provenance = run_provenance()  # before any work: the code that runs is the tree as it is now
     with tempfile.TemporaryDirectory() as cache:
         os.environ["POOLKIT_CACHE"] = cache  # a fresh cache: every export here is measured, none reused
         export = export_times()
         tokens = [len(ids) for ids in _encoder("torch").tokenizer(texts, truncation=True, max_length=256)["input_ids"]]
-        result = {"provenance": run_provenance(), "texts": len(texts), "source": source, "batch": BATCH,
+        import onnxruntime
+
+        result = {"provenance": provenance, "onnxruntime": onnxruntime.__version__, "texts": len(texts),
+                  "source": source, "batch": BATCH,
                   "tokens": {"mean": float(np.mean(tokens)), "max": int(max(tokens))},
                   "repeats": repeats, "export": export,
                   "throughput": [throughput(texts, threads, repeats) for threads in sorted({1, default_threads})],

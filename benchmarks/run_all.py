@@ -9,6 +9,8 @@
 6. dynamic_padding.py  training throughput, length-sorted dynamic padding vs fixed max-length padding
    (its own script; run here with small settings, see docs/benchmarks-compare.md)
 7. perf_spatial   spatial poolers on image maps vs their floors and timm's pooling layers (timm optional)
+8. perf_onnx      the onnx / onnx-int8 backends vs sentence-transformers ``encode``, memory, export, int8 recipes
+   (its own page, docs/onnx.md, from benchmarks/results/onnx.json)
 
 Default: the quick grid (about 8 minutes on a shared 2-core CPU). ``--full``: the whole grid and more
 repeats. ``--device cuda`` runs the same scripts on a GPU. ``--only tokens,memory`` runs a subset. Every
@@ -39,6 +41,7 @@ import perf_common  # noqa: E402  (sets the offline environment before torch / t
 import perf_embed  # noqa: E402
 import perf_memory  # noqa: E402
 import perf_model  # noqa: E402
+import perf_onnx  # noqa: E402
 import perf_snippets  # noqa: E402
 import perf_spatial  # noqa: E402
 import perf_tokens  # noqa: E402
@@ -46,7 +49,7 @@ import torch  # noqa: E402
 
 SUITES = {"tokens": perf_tokens.main, "snippets": perf_snippets.main, "memory": perf_memory.main,
           "model": perf_model.main, "model_train": lambda argv: perf_model.main([*argv, "--train"]),
-          "embed": perf_embed.main, "spatial": perf_spatial.main}
+          "embed": perf_embed.main, "spatial": perf_spatial.main, "onnx": perf_onnx.main}
 ALL = ",".join([*SUITES, "dynamic_padding"])
 
 

@@ -244,3 +244,17 @@ def test_performance_page_is_rendered_from_its_committed_results(tmp_path):
     page = performance.PAGE.__class__(performance.PAGE.path, lambda: performance.blocks(paths))
     with pytest.raises(PoolkitError, match=f"marked but not rendered: \\['{name} embed'\\]"):
         page.update(text)
+
+
+def test_the_int8_rule_picks_the_smallest_recipe_that_meets_both_targets():
+    """Catches a rule that ships a recipe failing the cosine or the nDCG target because it is small or fast."""
+    import perf_onnx
+
+    def cell(mib, cosine, ndcg, ms):
+        return {"mib": mib, "mean_cosine": cosine, "ndcg@10": ndcg, "ms": ms}
+
+    small_but_far, small_but_loose = cell(10, 0.99, 0.25, 100), cell(10, 0.97, 0.30, 100)
+    chosen, bigger, slower = cell(20, 0.985, 0.305, 200), cell(50, 0.999, 0.30, 100), cell(20, 0.99, 0.30, 300)
+    grid = {"float32": {"ndcg@10": 0.30}, "cells": [small_but_far, small_but_loose, bigger, slower, chosen]}
+    assert perf_onnx.rule_choice(grid) is chosen
+    assert perf_onnx.rule_choice({**grid, "cells": [small_but_far, small_but_loose]}) is None

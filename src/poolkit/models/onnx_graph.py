@@ -265,6 +265,9 @@ def cached_graph(encoder: TextEncoder, skip: int, int8: bool = False, root: Path
     key = graph_key(encoder, skip)
     folder = root / key
     with FileLock(str(root / (key + _LOCK))):
+        if (folder.exists() or folder.is_symlink()) and not is_graph_folder(folder):
+            raise PoolkitError(f"{folder} is in the ONNX graph cache under a graph's name but poolkit did not write "
+                               "it: move it away")
         manifest = _intact(folder) if folder.is_dir() else None
         if folder.is_dir() and manifest is None:
             warnings.warn(f"the cached ONNX graph {folder} is damaged: exporting it again", stacklevel=2)

@@ -1,0 +1,35 @@
+"""docs/onnx.md's numbers, rendered from ``benchmarks/results/onnx.json`` (``benchmarks/perf_onnx.py``: each block is
+that script's own renderer)."""
+
+from __future__ import annotations
+
+import sys
+
+from rendering import ROOT, Page, read_json
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import perf_onnx  # noqa: E402
+
+RESULT = ROOT / "benchmarks" / "results" / "onnx.json"
+
+
+def render_setup(result: dict) -> str:
+    prov = result["provenance"]
+    commit = prov.get("commit") or "unknown"
+    commit = commit[:10] + (" with uncommitted changes" if commit.endswith("+dirty") else "")
+    return (f"Made by `benchmarks/perf_onnx.py --threads 0 --repeats {result['repeats']}` "
+            f"(`benchmarks/results/onnx.json`): commit {commit}, poolkit "
+            f"{prov['poolkit']}, torch {prov['torch']}"
+            + (f", onnxruntime {result['onnxruntime']}" if "onnxruntime" in result else "")
+            + f", {prov['cpu']} ({prov['cores']} cores), {prov['date']}.")
+
+
+def render() -> dict[str, str]:
+    result = read_json(RESULT)
+    return {"setup": render_setup(result), "throughput": perf_onnx.render_throughput(result),
+            "cost": perf_onnx.render_cost(result), "agreement": perf_onnx.render_agreement(result),
+            "int8": perf_onnx.render_int8(result)}
+
+
+PAGE = Page("docs/onnx.md", render)
