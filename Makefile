@@ -6,6 +6,10 @@ PIP := $(VENV)/bin/pip
 TORCH_PIN := torch==2.13.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
+# Bytecode is written when a module is first imported (an empty value turns the variable off), so the installs below
+# skip compiling every file of every package (--no-compile): pip's one-thread compile of torch, scipy, ... was about
+# half of the install time, and a run imports a fraction of those files.
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: install dev system-data browser demo zoo docs test test-fast test-deep bench clean
 
@@ -16,14 +20,14 @@ $(PY):
 # The CPU torch wheel first: an unpinned torch would pull a multi-GB CUDA build. Then poolkit, then its paper
 # benchmarks, a distribution of their own (`poolkit bench NAME` finds them through an entry point).
 $(VENV)/.installed: $(PY) pyproject.toml benchmarks/papers/pyproject.toml
-	$(PIP) install --quiet $(TORCH_PIN)
-	$(PIP) install --quiet -e ".[all,model]" -e "benchmarks/papers[sets]"
+	$(PIP) install --quiet --no-compile $(TORCH_PIN)
+	$(PIP) install --quiet --no-compile -e ".[all,model]" -e "benchmarks/papers[sets]"
 	touch $@
 
 # The same and the dev tools in one resolution (what `make test` installs on a fresh machine).
 $(VENV)/.dev-installed: $(PY) pyproject.toml benchmarks/papers/pyproject.toml
-	$(PIP) install --quiet $(TORCH_PIN)
-	$(PIP) install --quiet -e ".[all,model,dev]" -e "benchmarks/papers[sets]"
+	$(PIP) install --quiet --no-compile $(TORCH_PIN)
+	$(PIP) install --quiet --no-compile -e ".[all,model,dev]" -e "benchmarks/papers[sets]"
 	touch $(VENV)/.installed $@
 
 install: $(VENV)/.installed

@@ -1,16 +1,21 @@
 """poolkit: pooling for transformers and CNNs that is correct under padding and dtypes.
 
-``import poolkit`` needs only torch and numpy; the names that need an extra import it when first used.
+``import poolkit`` imports nothing heavy: each public name imports its module when first used (the poolers, blocks
+and layers need only torch and numpy; the rest says which extra to install), so that ``poolkit --help`` starts
+without torch.
 """
 
 import importlib
 
-from .blocks import get_block, list_blocks
 from .errors import PoolkitError
-from .nn import AuxiliaryClassifiers, ZonotopeSetAttention, tdof
-from .pooling import Pooler, get_pooler, list_poolers, pooler_options, register_pooler
-from .pooling.quadrature import trapezoid_weights
 
+#: The torch-only names, and the module each comes from.
+_CORE = {
+    **dict.fromkeys(["get_block", "list_blocks"], "poolkit.blocks"),
+    **dict.fromkeys(["AuxiliaryClassifiers", "ZonotopeSetAttention", "tdof"], "poolkit.nn"),
+    **dict.fromkeys(["Pooler", "get_pooler", "list_poolers", "pooler_options", "register_pooler"], "poolkit.pooling"),
+    "trapezoid_weights": "poolkit.pooling.quadrature",
+}
 #: Names that need an extra, and the module each comes from.
 _LAZY = {
     "TextEncoder": "poolkit.models.text_encoder",
@@ -28,14 +33,13 @@ _LAZY = {
 
 
 def __getattr__(name: str):
-    """The names of ``_LAZY`` import their module (and its extra, or say which to install) only when first used."""
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    """The names of ``_CORE`` and ``_LAZY`` import their module (and its extra, or say which to install) only when
+    first used."""
+    if name in _CORE or name in _LAZY:
+        return getattr(importlib.import_module({**_CORE, **_LAZY}[name]), name)
     raise AttributeError(f"module 'poolkit' has no attribute {name!r}")
 
 
 __version__ = "0.2.0"
 
-__all__ = ["AuxiliaryClassifiers", "Pooler", "PoolkitError", "ZonotopeSetAttention", "get_block", "get_pooler",
-           "list_blocks", "list_poolers", "pooler_options", "register_pooler", "tdof", "trapezoid_weights", *_LAZY,
-           "__version__"]
+__all__ = ["PoolkitError", *_CORE, *_LAZY, "__version__"]

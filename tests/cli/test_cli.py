@@ -150,6 +150,25 @@ def test_python_dash_m_runs_the_cli():
     assert result.returncode == 0 and "--pooler-opt" in result.stdout and "--encoder-lr" in result.stdout
 
 
+def test_help_imports_neither_torch_nor_transformers():
+    """`poolkit --help` and every command's --help (bench's commands aside: another distribution's modules) build
+    their parsers from plain data. Catches a command module, a config or `import poolkit` that pulls torch,
+    transformers, pandas or the plotting stack back in at parse time."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom poolkit.cli import main\n"
+            "for argv in ([], ['train'], ['predict'], ['embed'], ['evaluate'], ['merge'], ['compare'], ['explain'],\n"
+            "             ['export-onnx'], ['data', 'list'], ['cache', 'list'], ['zoo']):\n"
+            "    try:\n        main([*argv, '--help'])\n    except SystemExit:\n        pass\n"
+            "heavy = ('torch', 'transformers', 'pandas', 'numpy', 'matplotlib', 'sklearn', 'scipy')\n"
+            "print('IMPORTED', sorted(m for m in heavy if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "IMPORTED []"
+    assert "export-onnx" in result.stdout and "--backend" in result.stdout  # the help was printed
+
+
 def test_data_list(capsys):
     code, out, _ = run(capsys, "data", "list")
     assert code == 0 and "wordnet-supersense" in out and "embedded" in out

@@ -16,6 +16,7 @@ import poolkit
 from poolkit import PoolkitError, TextEncoder
 from poolkit.cli import main
 from poolkit.models import PooledModel, onnx_graph
+from poolkit.models.encoders import load_tokenizer
 from tiny_models import tiny_bert_dir
 
 pytest.importorskip("onnxruntime")
@@ -155,7 +156,7 @@ def test_export_onnx_serves_a_trained_pooler_without_torch_or_poolkit(bert, tmp_
     torch.manual_seed(2)
     model = PooledModel.from_encoder(bert, pooler="attention")
     model.save_pretrained(tmp_path / "fold_0")
-    tokenizer = poolkit.models.encoders.load_tokenizer(bert)
+    tokenizer = load_tokenizer(bert)
     tokenizer.save_pretrained(tmp_path / "fold_0")
     out = tmp_path / "graph"
     assert main(["export-onnx", "--model", str(tmp_path / "fold_0"), "--normalize", "--int8", "--out", str(out)]) == 0
@@ -197,9 +198,9 @@ def test_bad_backends_are_one_line(bert, monkeypatch):
 
 
 def test_embed_with_the_onnx_backend_and_the_cache_commands(bert, graph_cache, tmp_path, capsys):
-    """embed --backend onnx writes torch's vectors; the backend is part of the run's settings (a resume with another
-    backend starts over only with --force); cache list shows the graph, cache clear removes it and leaves a user's
-    folder in the graph cache alone."""
+    """embed --backend onnx writes torch's vectors, evaluate's backend gives torch's metrics; cache list shows the
+    graph, cache clear removes it and leaves a user's folder in the graph cache alone, and a user's folder under the
+    name of the next graph is refused, not replaced."""
     import pandas as pd
 
     pd.DataFrame({"text": TEXTS}).to_csv(tmp_path / "t.csv", index=False)
@@ -207,6 +208,12 @@ def test_embed_with_the_onnx_backend_and_the_cache_commands(bert, graph_cache, t
     assert main([*args, "--out", str(tmp_path / "torch.npy")]) == 0
     assert main([*args, "--out", str(tmp_path / "onnx.npy"), "--backend", "onnx"]) == 0
     assert np.abs(np.load(tmp_path / "onnx.npy") - np.load(tmp_path / "torch.npy")).max() < 1e-5
+    from poolkit.training.evaluation import evaluate
+
+    pairs = pd.DataFrame({"text": TEXTS[:4], "pair": TEXTS[1:5]})
+    scored = {backend: evaluate(pairs, "retrieval", model=bert, pooler="mean", backend=backend, progress=False)
+              for backend in ("torch", "onnx")}  # the graph embed exported: the same key
+    assert scored["onnx"]["metrics"] == pytest.approx(scored["torch"]["metrics"], abs=1e-6)
     user = graph_cache / ("0" * 32)
     user.mkdir()
     (user / "mine.txt").write_text("x")

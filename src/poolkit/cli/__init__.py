@@ -53,7 +53,10 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line. Given the ``argv`` it will parse, the ``bench`` commands (another distribution's
+    modules, which import torch) are loaded only when ``argv`` asks for ``bench``: ``poolkit --help`` and every other
+    command's parser import neither torch nor transformers."""
     from . import cache, compare, data, embed, evaluate, explain, export_onnx, merge, predict, train
 
     parser = Parser(prog="poolkit", description="Pooling that is correct under padding and dtypes: "
@@ -72,14 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmarks that reproduce the research (the poolkit-bench distribution)")
-    commands = bench_commands()
+    asked = next((arg for arg in argv if not arg.startswith("-")), None) if argv is not None else "bench"
+    commands = bench_commands() if asked == "bench" else []
     if commands:
         bench_sub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
         for benchmark in commands:
             command = bench_sub.add_parser(benchmark.name, help=benchmark.help)
             benchmark.add_arguments(command)
             command.set_defaults(func=benchmark.run(), command_parser=command)
-    else:
+    elif asked == "bench":
         bench.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
         bench.set_defaults(func=run_bench_missing)
 
@@ -119,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     except PoolkitError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    args = build_parser().parse_args(argv)
+    args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     try:
         if args.command in NEEDS_HF:
             require("hf")

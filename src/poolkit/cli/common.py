@@ -7,7 +7,7 @@ import json
 import math
 from typing import Any
 
-from ..data.pairs import PAIR_TASKS
+from ..tasks import EMBEDDING_TASKS as PAIR_TASKS
 from ..errors import PoolkitError
 
 POOLER_OPT_HELP = ("pooler option KEY=VALUE (VALUE read as JSON when it parses), repeatable; with several poolers it "

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..io import TABLE_SUFFIXES
-from ..training.config import EMBED_PRESETS
-from ..training.streaming import WINDOW
+from ..training.config import EMBED_PRESETS, WINDOW
 from .common import add_pooler_arguments, add_text_input_arguments, add_trust_remote_code_argument, positive
 from .options import add_config_arguments, given_settings
 

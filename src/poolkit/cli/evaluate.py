@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..data.pairs import PAIR_TASKS
+from ..tasks import EMBEDDING_TASKS as PAIR_TASKS
 from ..errors import PoolkitError
 from ..training.config import EVALUATE_PRESETS, RESCORE
 from .common import add_pooler_arguments, add_trust_remote_code_argument, positive, split_names

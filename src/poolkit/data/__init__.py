@@ -6,6 +6,9 @@ need pandas (the [cli] extra). Each name imports its module when first used.
 
 import importlib
 
+#: How batches are padded: to the batch's longest text (dynamic), or every batch to ``max_length``.
+PADDINGS = ("longest", "max_length")
+
 #: Each public name and the module it comes from.
 _SOURCES = {
     **dict.fromkeys(["LengthGroupedBatchSampler", "TextCollator", "TextDataset", "make_loader"], "batching"),

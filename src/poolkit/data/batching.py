@@ -9,12 +9,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from poolkit.data import PADDINGS
 from poolkit.errors import PoolkitError
 
 if TYPE_CHECKING:  # tables needs pandas; batching itself only torch and numpy
     from poolkit.data.tables import TableData
 
-PADDINGS = ("longest", "max_length")
 
 
 class LengthGroupedBatchSampler(Sampler[list[int]]):

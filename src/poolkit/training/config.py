@@ -9,13 +9,14 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..data.batching import PADDINGS
+from ..data import PADDINGS
 from ..errors import PoolkitError
 from ..models.backends import BACKENDS
-from ..pooling import pooler_spec
 from ..settings import Preset, Presets, check_counts, option
 
 SCHEDULERS = ("linear", "cosine")
+#: a fine-tuning run's pooler when none is given (``pooler_spec("mean")``)
+DEFAULT_POOLER = {"name": "mean"}
 #: which weights a run trains: all; the encoder's self-attention projections + pooler + head; pooler + head
 TRAIN_ONLY = ("all", "attention", "head")
 
@@ -65,7 +66,7 @@ class TrainConfig:
 
     model: str | None = None
     #: the pooler spec ``{"name": ..., **options}`` (a name is turned into one): see ``poolkit.pooling.pooler_spec``
-    pooler: dict[str, Any] = field(default_factory=lambda: {"name": "mean"})
+    pooler: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_POOLER))
     folds: int = option(1, "K-fold CV, one model per fold (1: one train/test split)", positive=True)
     #: share of each fold's training rows held out (stratified) to choose the checkpoint and stop early; with
     #: folds = 1, also the share of all rows held out as the test split
@@ -98,6 +99,11 @@ class TrainConfig:
     padding: str = "longest"
 
     def __post_init__(self) -> None:
+        if self.pooler == DEFAULT_POOLER:  # its own spec already: the presets stay light (no torch for --help)
+            self.pooler = dict(DEFAULT_POOLER)
+            return
+        from ..pooling import pooler_spec
+
         self.pooler = pooler_spec(self.pooler)  # an unknown pooler or option fails here, before any data is read
 
     def to_dict(self) -> dict[str, Any]:
@@ -217,6 +223,8 @@ class EmbedConfig(EncodeConfig):
         return {**super().encoder_options(), "normalize": self.normalize}
 
 
+#: ``embed``'s rows per window: memory holds one window's texts, tokens and vectors; each is length-sorted on its own.
+WINDOW = 8192
 #: ``evaluate --quantize``: candidates kept per result for rescoring in float32 (sentence-transformers'
 #: ``rescore_multiplier``)
 RESCORE = 4

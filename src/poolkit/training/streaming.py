@@ -37,11 +37,9 @@ from ..errors import PoolkitError
 from ..io import MANIFEST, RunFolder, atomic_write, atomic_write_json, file_digest, refuse_overwrite
 from ..io.files import remove_stale_temp_files
 from ..settings import config_from
-from .config import EmbedConfig
+from .config import WINDOW, EmbedConfig
 from .processes import launch_id, process_device, process_rank, read_json, wait_for
 
-#: Rows per window: memory holds one window's texts, tokens and vectors; each is length-sorted on its own.
-WINDOW = 8192
 FORMAT_VERSION = 1
 PARTIAL_SUFFIX = ".partial"
 #: what a partial folder holds: each window's vectors and record, each process's done-mark
