@@ -197,7 +197,7 @@ def test_bad_backends_are_one_line(bert, monkeypatch):
         TextEncoder(bert, "mean", backend="onnx")
 
 
-def test_embed_with_the_onnx_backend_and_the_cache_commands(bert, graph_cache, tmp_path, capsys):
+def test_embed_with_the_onnx_backend_and_the_cache_commands(bert, graph_cache, tmp_path, capsys, monkeypatch):
     """embed --backend onnx writes torch's vectors, evaluate's backend gives torch's metrics; cache list shows the
     graph, cache clear removes it and leaves a user's folder in the graph cache alone, and a user's folder under the
     name of the next graph is refused, not replaced."""
@@ -211,8 +211,17 @@ def test_embed_with_the_onnx_backend_and_the_cache_commands(bert, graph_cache, t
     from poolkit.training.evaluation import evaluate
 
     pairs = pd.DataFrame({"text": TEXTS[:4], "pair": TEXTS[1:5]})
+    runs = []
+    real_call = onnx_graph.OnnxSession.__call__
+
+    def counted(self, batch):
+        runs.append(len(batch["input_ids"]))
+        return real_call(self, batch)
+
+    monkeypatch.setattr(onnx_graph.OnnxSession, "__call__", counted)
     scored = {backend: evaluate(pairs, "retrieval", model=bert, pooler="mean", backend=backend, progress=False)
               for backend in ("torch", "onnx")}  # the graph embed exported: the same key
+    assert sum(runs) == 5  # onnx: the 5 distinct texts of the table through onnxruntime once; torch: none
     assert scored["onnx"]["metrics"] == pytest.approx(scored["torch"]["metrics"], abs=1e-6)
     user = graph_cache / ("0" * 32)
     user.mkdir()
@@ -224,9 +233,22 @@ def test_embed_with_the_onnx_backend_and_the_cache_commands(bert, graph_cache, t
     assert main(["cache", "clear"]) == 0
     assert "removed 1 ONNX graph(s)" in capsys.readouterr().out
     assert [p.name for p in graph_cache.iterdir() if p.is_dir()] == [user.name] and (user / "mine.txt").is_file()
-    theirs = graph_cache / onnx_graph.graph_key(TextEncoder(bert, "mean", device="cpu"), 0)
+    theirs = graph_cache / onnx_graph.graph_key(TextEncoder(bert, "mean", device="cpu"), "")
     theirs.mkdir()  # a user's folder under the name the next graph takes: refused, not replaced
     (theirs / "mine.txt").write_text("y")
     with pytest.raises(PoolkitError, match="poolkit did not write it"):
         TextEncoder(bert, "mean", backend="onnx", device="cpu")
     assert (theirs / "mine.txt").read_text() == "y"
+
+
+def test_a_failed_export_leaves_nothing_in_the_cache(bert, graph_cache, monkeypatch):
+    """Catches the staging folder (a whole graph when the parity check fails) left behind unseen by cache list and
+    cache clear."""
+    def failing(encoder, folder, prompt=None, int8=False):
+        (folder / onnx_graph.FLOAT_FILE).write_bytes(b"x" * 1000)
+        raise PoolkitError("the ONNX graph of pooler 'mean' gives vectors 1 away from torch's: use backend 'torch'")
+
+    monkeypatch.setattr(onnx_graph, "export_graph", failing)
+    with pytest.raises(PoolkitError, match="1 away from torch"):
+        TextEncoder(bert, "mean", backend="onnx", device="cpu")
+    assert [p.name for p in graph_cache.iterdir() if not p.name.endswith(".lock")] == []

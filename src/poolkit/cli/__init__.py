@@ -127,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command in NEEDS_HF:
             require("hf")
+            from ..models.encoders import hf_bars_off
+
+            with hf_bars_off():  # transformers' own bars (loading weights, writing shards) off: poolkit's show the run
+                return int(args.func(args) or 0)
         return int(args.func(args) or 0)
     except PoolkitError as err:
         if args.debug:

@@ -19,7 +19,8 @@ def add_parser(sub) -> None:
         action.add_argument("--cache-dir", help="compare's --cache-dir (default: $POOLKIT_CACHE/features or "
                             "~/.cache/poolkit/features)")
         action.add_argument("--graph-dir", help="where the ONNX backend caches its graphs (default: "
-                            "$POOLKIT_CACHE/onnx or ~/.cache/poolkit/onnx)")
+                            "$POOLKIT_CACHE/onnx or ~/.cache/poolkit/onnx; with --cache-dir alone, graphs are left "
+                            "out)")
         action.set_defaults(func=func)
 
 
@@ -45,6 +46,8 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"{entry['path'].name}  {entry['bytes'] / 2**20:8.1f} MiB  {about}")
     total = sum(entry["bytes"] for entry in entries)
     print(f"{len(entries)} cache(s), {total / 2**20:.1f} MiB in {root}")
+    if args.cache_dir and not args.graph_dir:  # a feature cache named alone: that one only
+        return 0
     graphs, graph_root = _graphs(args)
     for entry in graphs:
         manifest = entry["manifest"]
@@ -71,6 +74,8 @@ def run_clear(args: argparse.Namespace) -> int:
     removed, busy = clear_caches(root)
     kept = f"; {len(busy)} in use by a running compare, kept" if busy else ""
     print(f"removed {removed} cache(s) from {root}{kept}")
+    if args.cache_dir and not args.graph_dir:  # a feature cache named alone: that one only
+        return 0
     from ..models.onnx_graph import clear_graphs
 
     _, graph_root = _graphs(args)

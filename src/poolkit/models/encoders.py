@@ -139,7 +139,8 @@ def _from_pretrained(auto_class, name_or_path: str | None, trust_remote_code: bo
     path = resolve_model(name_or_path)
     trust = check_model_folder(path, trust_remote_code)
     try:
-        return auto_class.from_pretrained(path, trust_remote_code=trust, **kwargs)
+        with hf_bars_off():
+            return auto_class.from_pretrained(path, trust_remote_code=trust, **kwargs)
     except (OSError, ValueError) as err:
         raise PoolkitError(_not_found(path, err)) from None
 

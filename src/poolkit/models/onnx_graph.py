@@ -87,21 +87,22 @@ def graph_inputs(encoder: TextEncoder) -> list[str]:
     return [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in made]
 
 
-def tokenizer_record(encoder: TextEncoder, skip: int) -> dict[str, Any]:
-    """What a user outside poolkit needs to tokenise as the graph expects."""
+def tokenizer_record(encoder: TextEncoder, prompt: str) -> dict[str, Any]:
+    """What a user outside poolkit needs to tokenise as the graph expects (``prompt`` first)."""
     tokenizer = encoder.tokenizer
     return {"max_length": encoder.max_length, "pad_token_id": tokenizer.pad_token_id, "padding_side": "right",
-            "prompt": encoder.prompt, "prompt_tokens_left_out": skip, "append_eos": encoder.append_eos,
+            "prompt": prompt, "prompt_tokens_left_out": encoder.prompt_skip(prompt), "append_eos": encoder.append_eos,
             "eos_token_id": tokenizer.eos_token_id}
 
 
-def graph_key(encoder: TextEncoder, skip: int) -> str:
-    """A digest of what decides the graph: every tensor of the embedder (encoder, pooler, declared modules), the
-    tokenizer's files, the settings, the prompt length kept out, the exporter's versions and :data:`GRAPH_VERSION`."""
+def graph_key(encoder: TextEncoder, prompt: str) -> str:
+    """A digest of what decides the graph and its manifest: every tensor of the embedder (encoder, pooler, declared
+    modules), the tokenizer's files, the settings, the prompt (its length kept out of the pool, when it is), the
+    exporter's versions, the int8 recipe and :data:`GRAPH_VERSION`."""
     from .encoders import model_fingerprint
 
-    settings = {"version": GRAPH_VERSION, "poolkit": __version__, "torch": torch.__version__,
-                "settings": {k: v for k, v in encoder.settings().items() if k != "backend"}, "skip": skip,
+    settings = {"version": GRAPH_VERSION, "poolkit": __version__, "torch": torch.__version__, "int8": INT8,
+                "settings": {k: v for k, v in encoder.settings().items() if k != "backend"}, "prompt": prompt,
                 "inputs": graph_inputs(encoder), "tokenizer": model_fingerprint(encoder.model_path)}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
     for name, tensor in encoder.module.state_dict().items():
@@ -110,13 +111,16 @@ def graph_key(encoder: TextEncoder, skip: int) -> str:
     return digest.hexdigest()[:32]
 
 
-def export_graph(encoder: TextEncoder, folder: Path, skip: int | None = None, int8: bool = False) -> dict[str, Any]:
-    """Write ``encoder`` 's whole graph, its tokenizer files and the manifest into the empty ``folder``; ``skip``:
-    the prompt length kept out of the pool (default: the encoder's prompt's); ``int8``: the quantised copy too.
-    -> the manifest."""
-    skip = encoder.prompt_skip(encoder.prompt) if skip is None else skip
+def export_graph(encoder: TextEncoder, folder: Path, prompt: str | None = None, int8: bool = False
+                 ) -> dict[str, Any]:
+    """Write ``encoder`` 's whole graph, its tokenizer files and the manifest into the empty ``folder``; ``prompt``:
+    the one whose tokens are kept out of the pool when ``include_prompt`` is off (default: the encoder's); ``int8``:
+    the quantised copy too. -> the manifest."""
+    prompt = encoder.prompt if prompt is None else prompt
+    skip = encoder.prompt_skip(prompt)
     names = graph_inputs(encoder)
-    probe = encoder.tokenizer(["a short text", "a longer text of a few more words"], padding=True, return_tensors="pt")
+    probe = encoder.tokenizer(["a short text", "a longer text of a few more words"], padding=True, truncation=True,
+                              max_length=encoder.max_length, return_tensors="pt")
     # the sequence axis up to the maximum length: the position embeddings hold no more, and without the bound the
     # exporter would fix the axes it cannot prove unbounded
     batch, length = torch.export.Dim("batch"), torch.export.Dim("sequence", max=encoder.max_length)
@@ -127,15 +131,18 @@ def export_graph(encoder: TextEncoder, folder: Path, skip: int | None = None, in
             program = torch.onnx.export(graph, tuple(probe[name] for name in names), dynamo=True,
                                         input_names=names, output_names=[OUTPUT], external_data=False,
                                         dynamic_shapes=tuple({0: batch, 1: length} for _ in names), verbose=False)
-            program.save(str(folder / FLOAT_FILE), external_data=False)
-        seconds = time.perf_counter() - started
-        exported = OnnxSession.on_texts(folder, encoder, skip, int8=False)
     except Exception as err:  # the exporter's failures are long tracebacks: one line naming the pooler
-        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
-        raise PoolkitError(f"pooler {encoder.pooler.name!r} on this model does not export to ONNX ({first}): use "
-                           "backend 'torch'") from None
+        raise PoolkitError(f"pooler {encoder.pooler.name!r} on this model does not export to ONNX ({_first(err)}): "
+                           "use backend 'torch'") from None
     finally:
         encoder.module.to(encoder.device)
+    program.save(str(folder / FLOAT_FILE), external_data=False)
+    seconds = time.perf_counter() - started
+    try:
+        exported = OnnxSession.on_texts(folder, encoder, skip, int8=False)
+    except Exception as err:  # noqa: BLE001 - onnxruntime's errors: e.g. an axis the graph fixed after all
+        raise PoolkitError(f"the ONNX graph of pooler {encoder.pooler.name!r} fails in onnxruntime on texts of other "
+                           f"lengths ({_first(err)}): use backend 'torch'") from None
     expected = _torch_vectors(encoder, skip)
     diff = float(np.abs(exported - expected).max())
     if not diff <= PARITY * max(1.0, float(np.abs(expected).max())):
@@ -150,7 +157,7 @@ def export_graph(encoder: TextEncoder, folder: Path, skip: int | None = None, in
                               .opset_import if o.domain in ("", "ai.onnx")),
                 "inputs": names, "output": OUTPUT, "dim": encoder.dim, "pooling": encoder.pooling,
                 "settings": {k: v for k, v in encoder.settings().items() if k != "backend"},
-                "tokenizer": tokenizer_record(encoder, skip), "export_seconds": round(seconds, 2),
+                "tokenizer": tokenizer_record(encoder, prompt), "export_seconds": round(seconds, 2),
                 "files": {FLOAT_FILE: file_digest(folder / FLOAT_FILE)},
                 "parity": {"texts": len(PROBE_TEXTS), "max_abs_diff_to_torch": diff}}
     if int8:
@@ -205,9 +212,10 @@ class OnnxSession:
         options = ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
         options.log_severity_level = 3
-        providers = ["CPUExecutionProvider"]
+        providers: list = ["CPUExecutionProvider"]
         if device is not None and device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():
-            providers.insert(0, "CUDAExecutionProvider")
+            providers.insert(0, ("CUDAExecutionProvider", {"device_id": device.index or 0}))
+        self.folder = folder
         self.session = ort.InferenceSession(str(folder / (file or (INT8_FILE if int8 else FLOAT_FILE))), options,
                                             providers=providers)
         self.inputs = [node.name for node in self.session.get_inputs()]
@@ -254,15 +262,18 @@ def _intact(folder: Path) -> dict[str, Any] | None:
     return manifest if intact else None
 
 
-def cached_graph(encoder: TextEncoder, skip: int, int8: bool = False, root: Path | None = None) -> Path:
-    """The cache folder of ``encoder`` 's graph for prompt length ``skip``, exported on first use (and its int8 copy
-    added when first asked for), under the key's lock: several processes export once. A damaged folder (a file
-    missing or changed) is exported again, saying so."""
+def cached_graph(encoder: TextEncoder, prompt: str, int8: bool = False, root: Path | None = None,
+                 device: torch.device | None = None) -> OnnxSession:
+    """A session on the cached graph of ``encoder`` with ``prompt``, exported on first use (and its int8 copy added
+    when first asked for) under the key's lock, which is held until the session has loaded the graph: several
+    processes export once, and a concurrent ``cache clear`` cannot remove it in between. A damaged folder (a file
+    missing or changed) is exported again, saying so; a folder under the key's name that poolkit did not write is
+    refused."""
     from filelock import FileLock
 
     root = Path(root) if root is not None else default_graph_dir()
     root.mkdir(parents=True, exist_ok=True)
-    key = graph_key(encoder, skip)
+    key = graph_key(encoder, prompt)
     folder = root / key
     with FileLock(str(root / (key + _LOCK))):
         if (folder.exists() or folder.is_symlink()) and not is_graph_folder(folder):
@@ -273,11 +284,15 @@ def cached_graph(encoder: TextEncoder, skip: int, int8: bool = False, root: Path
             warnings.warn(f"the cached ONNX graph {folder} is damaged: exporting it again", stacklevel=2)
         if manifest is None:
             staging = temp_dir(folder)
-            export_graph(encoder, staging, skip, int8=int8)
+            try:
+                export_graph(encoder, staging, prompt, int8=int8)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
             replace_dir(staging, folder)
         elif int8 and INT8_FILE not in manifest["files"]:
-            atomic_write_json(folder / MANIFEST, add_int8(folder, manifest, encoder, skip))
-    return folder
+            atomic_write_json(folder / MANIFEST, add_int8(folder, manifest, encoder, encoder.prompt_skip(prompt)))
+        return OnnxSession(folder, int8=int8, device=device)
 
 
 def is_graph_folder(folder: Path) -> bool:
@@ -321,6 +336,12 @@ def clear_graphs(root: Path | None = None) -> tuple[int, list[Path]]:
         except Timeout:
             busy.append(folder)
     return removed, busy
+
+
+def _first(err: Exception) -> str:
+    """An exception's first line, cut to 300 characters (its type when it has no message)."""
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else type(err).__name__
 
 
 def _ort():

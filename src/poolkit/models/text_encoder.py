@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
-from tqdm.auto import tqdm
+from ..progress import progress as progress_bar
 
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
@@ -180,9 +180,9 @@ class TextEncoder:
             encoder_path, self.tokenizer, self.encoder)
         self.model_path = encoder_path
         self.module = Embedder(self.encoder, self.pooler, self.after, self.dim, normalize).eval()
-        self._sessions: dict[int, Any] = {}
+        self._sessions: dict[str, Any] = {}
         if self.backend != "torch":
-            self._runner(self.prompt_skip(self.prompt))  # exported (or found in the cache) before any text is read
+            self._runner(self.prompt)  # exported (or found in the cache) before any text is read
 
     @property
     def dim(self) -> int:
@@ -247,30 +247,32 @@ class TextEncoder:
         if batch_size < 1:
             raise PoolkitError(f"batch_size must be at least 1, got {batch_size}")
         text = self.prompt if prompt is None and prompt_name is None else self._prompt(prompt, prompt_name, None)
-        skip = self.prompt_skip(text)
         sampler, batches = sorted_token_batches(self.tokenizer, [text + t for t in texts] if text else texts,
                                                 self.max_length, batch_size, self.device, append_eos=self.append_eos)
-        run = self._runner(skip)
+        run = self._runner(text)
         outputs = []
         autocast = torch.autocast(self.device.type, dtype=AUTOCAST.get(self.precision), enabled=self.precision != "no")
-        with torch.inference_mode(), autocast, tqdm(total=len(texts), desc="encoding", unit="text",
-                                                    disable=not progress) as bar:
+        with torch.inference_mode(), autocast, progress_bar(total=len(texts), desc="encoding", unit="text",
+                                                            disable=not progress) as bar:
             for rows, batch in batches:
                 outputs.append(run(batch))
                 bar.update(len(rows))
         return sampler.restore(torch.cat(outputs)).cpu()
 
-    def _runner(self, skip: int):
-        """What turns one batch into vectors: the torch module, or the ONNX Runtime session of its exported graph
-        (exported into the cache on first use, for each prompt length kept out of the pool)."""
+    def _runner(self, prompt: str):
+        """What turns one batch into vectors for texts that begin with ``prompt``: the torch module, or the ONNX
+        Runtime session of its exported graph (exported into the cache on first use; one graph per prompt kept out
+        of the pool, one for every prompt otherwise)."""
         if self.backend == "torch":
+            skip = self.prompt_skip(prompt)
             return lambda batch: self.module(**batch, skip=skip)
-        if skip not in self._sessions:
-            from .onnx_graph import OnnxSession, cached_graph
+        graph_prompt = self.prompt if self.include_prompt else prompt
+        if graph_prompt not in self._sessions:
+            from .onnx_graph import cached_graph
 
-            self._sessions[skip] = OnnxSession(cached_graph(self, skip, int8=self.backend == INT8_BACKEND),
-                                               int8=self.backend == INT8_BACKEND, device=self.device)
-        return self._sessions[skip]
+            self._sessions[graph_prompt] = cached_graph(self, graph_prompt, int8=self.backend == INT8_BACKEND,
+                                                        device=self.device)
+        return self._sessions[graph_prompt]
 
 
 def encode(texts: Sequence[str], model: str | None = None, pooler: str | dict[str, Any] | Pooler | None = None, *,

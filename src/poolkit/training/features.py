@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from filelock import FileLock, Timeout
-from tqdm.auto import tqdm
+from ..progress import progress as progress_bar
 
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
@@ -368,7 +368,7 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
     poolers = [build_pooler(spec, hidden).to(device) for spec in plan["summaries"]]
     summaries = [np.lib.format.open_memmap(folder / f"summary_{k}.npy", mode="w+", dtype=DTYPE,
                                            shape=(layers, len(texts), hidden)) for k in range(len(poolers))]
-    bar = tqdm(total=len(texts), desc="encoding (all layers, once)", unit="text", disable=not progress)
+    bar = progress_bar(total=len(texts), desc="encoding (all layers, once)", unit="text", disable=not progress)
     with torch.inference_mode():
         for rows, batch in batches:
             states = encoder(**batch, output_hidden_states=True).hidden_states

@@ -68,7 +68,7 @@ from accelerate import Accelerator, PartialState
 from accelerate.logging import get_logger
 from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, broadcast_object_list, set_seed
 from torch.utils.data import DataLoader, Sampler
-from tqdm.auto import tqdm
+from ..progress import progress as progress_bar
 from transformers import get_scheduler
 
 from ..data import LengthGroupedBatchSampler, TableData, TextCollator, TextDataset
@@ -176,7 +176,7 @@ def _infer(model: torch.nn.Module, loader: DataLoader, sampler: LengthGroupedBat
     model.eval()
     chunks = []
     with torch.inference_mode():
-        for batch in tqdm(loader, desc=desc, disable=not show, leave=False):
+        for batch in progress_bar(loader, desc=desc, disable=not show, leave=False):
             inputs = {k: v.to(device) for k, v in batch.items() if k != "targets"}
             logits = model(**inputs).logits.float()
             chunks.append(gather(logits).cpu())
@@ -500,7 +500,7 @@ class _Fold:
         config, progress, accelerator = self.config, self.progress, self.accelerator
         self.sampler.epoch = progress.epoch  # the batch order is a function of (seed, epoch): resumes redraw it
         self.model.train()
-        bar = tqdm(self.train_loader, desc=f"fold {self.k} epoch {progress.epoch + 1}/{config.epochs}",
+        bar = progress_bar(self.train_loader, desc=f"fold {self.k} epoch {progress.epoch + 1}/{config.epochs}",
                    disable=not self.run.show, leave=False)
         for i, batch in enumerate(bar):
             with accelerator.accumulate(self.model):

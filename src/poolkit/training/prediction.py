@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from ..progress import progress as progress_bar
 
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
@@ -30,7 +30,7 @@ def model_outputs(model: PooledModel, tokenizer, texts: list[str], max_length: i
     sampler, batches = sorted_token_batches(tokenizer, list(texts), max_length, batch_size, device)
     chunks = []
     with torch.inference_mode(), torch.autocast(device.type, dtype=AUTOCAST.get(precision), enabled=precision != "no"):
-        for _, batch in tqdm(batches, total=len(sampler), desc=desc, disable=not progress, leave=False):
+        for _, batch in progress_bar(batches, total=len(sampler), desc=desc, disable=not progress, leave=False):
             chunks.append(model(**batch).logits.float().cpu())
     return sampler.restore(torch.cat(chunks)).numpy()
 

@@ -149,10 +149,10 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
             wait_for(lambda: (read_json(partial / MANIFEST) or {}).get("settings") == json.loads(json.dumps(settings)),
                      f"{partial / MANIFEST}")
         reused = windows = 0
-        from tqdm.auto import tqdm
+        from ..progress import progress as progress_bar
 
         try:
-            with tqdm(desc="embedding", unit="text", disable=not progress or rank != 0) as bar:
+            with progress_bar(desc="embedding", unit="text", disable=not progress or rank != 0) as bar:
                 for index, (_, texts) in enumerate(itertools.chain([first], windows_in)):
                     windows += 1
                     if index % world != rank:
