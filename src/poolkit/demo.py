@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -20,7 +21,9 @@ SENTENCES = [
 
 
 def run_zoo(model: str | None = None, sentences: list[str] | None = None, repeats: int = 20) -> list[dict]:
-    """Every registered pooler on real MiniLM hidden states: name, output dim, parameters, time per call."""
+    """Every registered pooler on real MiniLM hidden states: name, output dim, parameters, and the median time of
+    ``repeats`` calls at one torch thread (at the default thread count a small op's time is mostly threads waiting
+    for each other, and it swings with whatever else the machine runs)."""
     sentences = sentences or SENTENCES
     tokenizer, encoder = load_tokenizer(model), load_encoder(model).eval()
     inputs = tokenizer(sentences, padding=True, return_tensors="pt")
@@ -28,18 +31,29 @@ def run_zoo(model: str | None = None, sentences: list[str] | None = None, repeat
         states = encoder(**inputs, output_hidden_states=True).hidden_states
     mask = inputs["attention_mask"]
     rows = []
-    for name in list_poolers():
-        pooler = build_pooler(name, encoder.config.hidden_size, encoder.config.num_hidden_layers).eval()
-        with torch.inference_mode():
-            pooled = pooler(states, mask)
-            start = time.perf_counter()
-            for _ in range(repeats):
-                pooler(states, mask)
-            seconds = (time.perf_counter() - start) / repeats
-        rows.append({"pooler": name, "kind": pooler.kind, "output_dim": pooler.output_dim,
-                     "params": sum(p.numel() for p in pooler.parameters()), "ms": seconds * 1e3,
-                     "finite": bool(torch.isfinite(pooled).all()), "shape": tuple(pooled.shape)})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for name in list_poolers():
+            rows.append(_zoo_row(name, encoder.config, states, mask, repeats))
+    finally:
+        torch.set_num_threads(threads)
     return rows
+
+
+def _zoo_row(name: str, config, states, mask, repeats: int) -> dict:
+    """One pooler's zoo row: its shape, parameters, whether its output is finite, its median time per call."""
+    pooler = build_pooler(name, config.hidden_size, config.num_hidden_layers).eval()
+    calls = []
+    with torch.inference_mode():
+        pooled = pooler(states, mask)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            pooler(states, mask)
+            calls.append(time.perf_counter() - start)
+    return {"pooler": name, "kind": pooler.kind, "output_dim": pooler.output_dim,
+            "params": sum(p.numel() for p in pooler.parameters()), "ms": statistics.median(calls) * 1e3,
+            "finite": bool(torch.isfinite(pooled).all()), "shape": tuple(pooled.shape)}
 
 
 def main() -> None:
@@ -47,7 +61,7 @@ def main() -> None:
     rows = run_zoo()
     table = Table(title=f"poolkit: {len(rows)} poolers on all-MiniLM-L6-v2 hidden states "
                         f"({len(SENTENCES)} sentences)")
-    for column in ("pooler", "kind", "output dim", "params", "ms / call", "finite"):
+    for column in ("pooler", "kind", "output dim", "params", "ms / call (1 thread, median of 20)", "finite"):
         table.add_column(column, justify="left" if column in ("pooler", "kind") else "right")
     for row in rows:
         table.add_row(row["pooler"], row["kind"], str(row["output_dim"]), f"{row['params']:,}",

@@ -412,3 +412,29 @@ def test_pooler_takes_one_name(capsys, tmp_path, table, bert, command, pooler):
     out = tmp_path / ("v.npy" if command == "embed" else "run")
     code, _, err = run(capsys, command, "--data", table, "--model", bert, "--pooler", pooler, "--out", out)
     assert code == 2 and "--pooler takes one pooler name" in err and err.count("\n") == 1 and not out.exists()
+
+
+def test_the_zoo_times_each_pooler_at_one_thread_and_gives_the_threads_back(bert, monkeypatch):
+    """Catches zoo timings at the default thread count (a 2-thread bmm made mean look 100x slower than max on a
+    loaded machine) and a run that leaves torch at one thread."""
+    import torch
+
+    import poolkit.demo as demo
+
+    seen = []
+    real_build = demo.build_pooler
+
+    def recording(name, hidden_size, num_layers):
+        pooler = real_build("mean", hidden_size, num_layers)
+        pooler.register_forward_pre_hook(lambda module, args: seen.append(torch.get_num_threads()))
+        return pooler
+
+    monkeypatch.setattr(demo, "build_pooler", recording)
+    monkeypatch.setattr(demo, "list_poolers", lambda: ["mean"])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        [row] = demo.run_zoo(bert, repeats=3)
+        assert seen == [1] * 4 and torch.get_num_threads() == 2 and row["ms"] > 0
+    finally:
+        torch.set_num_threads(before)

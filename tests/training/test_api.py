@@ -56,6 +56,23 @@ def test_a_diverged_pooler_ranks_last_in_either_direction():
     Leaderboard([row("gem", "frozen", [float("nan")] * 2)], SETTINGS).plot()
 
 
+def test_best_is_the_best_pooler_row_never_the_linear_baseline():
+    """rows[0] can be the baseline (a linear model on mean features, not a pooler: the README's example trained mean
+    because of it). Catches best() returning the baseline, ignoring the metric's direction or the mode asked for."""
+    rows = [row("mean+ridge", "frozen", [0.1, 0.1]), row("attention", "frozen", [0.3, 0.3]),
+            row("max", "frozen", [0.15, 0.25]), row("attention", "finetuned", [0.15, 0.15])]
+    board = Leaderboard(rows, SETTINGS)  # rmse: lower is better
+    assert board.rows[0]["pooler"] == "mean+ridge"
+    assert (board.best()["pooler"], board.best()["mode"]) == ("attention", "finetuned")
+    assert (board.best("frozen")["pooler"], board.best("frozen")["mean"]) == ("max", pytest.approx(0.2))
+    higher = Leaderboard(rows, {**SETTINGS, "higher_is_better": True})
+    assert higher.best()["pooler"] == "attention" and higher.best()["mode"] == "frozen"
+    with pytest.raises(PoolkitError, match="no finetuned pooler row besides the baseline"):
+        Leaderboard(rows[:3], SETTINGS).best("finetuned")
+    with pytest.raises(PoolkitError, match="`mode` must be"):
+        board.best("tuned")
+
+
 def test_leaderboard_text_fits_80_columns_without_cutting_names(board):
     text = str(board)
     lines = text.splitlines()

@@ -25,6 +25,7 @@ from ..data.batching import LengthGroupedBatchSampler
 from ..data.tables import TableData, fold_splits, split_rows
 from ..pooling import build_pooler
 from .features import FeatureCache
+from .leaderboard import BASELINE_LABELS
 from .metrics import compute_metrics, primary_metric
 from .probing import ProbeConfig, ProbeResult
 
@@ -35,7 +36,7 @@ RIDGE_ALPHA = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
 
 
 def baseline_label(task: str) -> str:
-    return "mean+ridge" if task == "regression" else "mean+logistic"
+    return BASELINE_LABELS["regression" if task == "regression" else "classification"]
 
 
 def mean_features(cache: FeatureCache, batch_size: int = 256) -> np.ndarray:

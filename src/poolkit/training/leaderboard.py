@@ -11,10 +11,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..errors import PoolkitError
 from ..explain.report import write_compare_report
 from ..io import atomic_write, atomic_write_json, file_digest
 
 COLUMNS = ["rank", "pooler", "mode", "metric", "mean", "std", "params", "seconds"]
+#: The linear baseline's row label (poolkit.training.baseline): a linear model on mean-pooled features, not a pooler
+BASELINE_LABELS = {"regression": "mean+ridge", "classification": "mean+logistic"}
 OUTPUTS = ("leaderboard.csv", "leaderboard.json", "leaderboard.png", "report.html")
 
 
@@ -56,6 +59,20 @@ class Leaderboard:
         for i in order:
             ranks[rows[i]["mode"]] = ranks.get(rows[i]["mode"], 0) + 1
             self.rows.append({"rank": ranks[rows[i]["mode"]], **rows[i]})
+
+    def best(self, mode: str | None = None) -> dict[str, Any]:
+        """The best row with a pooler of its own, the linear baseline left out: ``board.best()["config"]`` is the
+        spec to train (``api.train(..., pooler=...)``); ``mode``: ``"frozen"`` (poolers trained on the cached
+        states) or ``"finetuned"`` only (default: either, by the metric)."""
+        if mode not in (None, "frozen", "finetuned"):
+            raise PoolkitError(f"`mode` must be 'frozen' or 'finetuned' (or left out), got {mode!r}")
+        rows = [row for row in self.rows if row["pooler"] not in BASELINE_LABELS.values()
+                and (mode is None or row["mode"] == mode)]
+        if not rows:
+            which = f"{mode} pooler row" if mode else "pooler row"
+            raise PoolkitError(f"the leaderboard has no {which} besides the baseline: leave `mode` out, or compare "
+                               "more poolers")
+        return min(rows, key=lambda row: rank_key(row["mean"], self.settings["higher_is_better"]))
 
     @property
     def title(self) -> str:
