@@ -28,7 +28,7 @@ _LAZY = {
     "predict": "poolkit.training.api",
     "merge": "poolkit.training.merging",
     "quantize": "poolkit.quantization",
-    "export_onnx": "poolkit.models.onnx_graph",
+    "export_onnx": "poolkit.models.text_encoder",
 }
 
 

@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..models.encoders import embedding_model
-    from ..models.onnx_graph import export_onnx
+    from ..models.text_encoder import export_onnx
     from .common import encoder_pooler
 
     config = config_from(ExportConfig, "export", given_settings(args, EXPORT_PRESETS))

@@ -7,11 +7,12 @@ torch's dynamo exporter, batch and sequence axes dynamic, into a folder that nee
 - ``model.onnx`` (inputs ``input_ids``, ``attention_mask`` and, where the tokenizer makes them, ``token_type_ids``;
   output ``sentence_embedding``);
 - ``model-int8.onnx`` with ``int8=True``: onnxruntime's dynamic quantisation of the weights (:data:`INT8`: the
-  choice measured in ``benchmarks/perf_embed.py``, docs/onnx.md);
+  choice measured in ``benchmarks/perf_onnx.py``, docs/onnx.md);
 - the tokenizer's files, and ``poolkit-onnx.json``: the manifest (opset, versions, the pooling and settings, how to
   tokenise: prompt, EOS, maximum length, padding id; the parity with torch measured at export on
   :data:`PROBE_TEXTS`, and the int8 copy's agreement with the float32 graph).
 
+``poolkit export-onnx`` (:func:`poolkit.models.text_encoder.export_onnx`) writes such a folder where asked;
 ``TextEncoder(backend="onnx" | "onnx-int8")`` exports once into the cache (:func:`cached_graph`:
 ``$POOLKIT_CACHE/onnx/<key>``, the key a digest of every weight, the tokenizer files and the settings) and runs
 the graph with :class:`OnnxSession`; ``poolkit cache list|clear`` shows and removes these folders
@@ -28,7 +29,7 @@ import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -38,8 +39,26 @@ from ..errors import PoolkitError
 from ..io import atomic_write_json, file_digest, replace_dir, temp_dir
 from .. import __version__
 
-if TYPE_CHECKING:
-    from .text_encoder import TextEncoder
+
+
+class TextEncoder(Protocol):
+    """What an export reads from a :class:`poolkit.models.text_encoder.TextEncoder` (named here, not imported: the
+    encoder imports this module)."""
+
+    module: nn.Module
+    tokenizer: Any
+    pooler: nn.Module
+    device: torch.device
+    max_length: int
+    prompt: str
+    append_eos: bool
+    dim: int
+    pooling: str
+    model_path: str
+
+    def settings(self) -> dict[str, Any]: ...
+
+    def prompt_skip(self, prompt: str) -> int: ...
 
 MANIFEST = "poolkit-onnx.json"
 FORMAT = "poolkit-onnx"
@@ -152,7 +171,7 @@ def export_graph(encoder: TextEncoder, folder: Path, prompt: str | None = None, 
     import onnx
 
     manifest = {"format": FORMAT, "version": GRAPH_VERSION, "poolkit": __version__, "torch": torch.__version__,
-                "onnxruntime": _ort().__version__,
+                "onnxruntime": require_onnxruntime().__version__,
                 "opset": next(o.version for o in onnx.load(str(folder / FLOAT_FILE), load_external_data=False)
                               .opset_import if o.domain in ("", "ai.onnx")),
                 "inputs": names, "output": OUTPUT, "dim": encoder.dim, "pooling": encoder.pooling,
@@ -208,7 +227,7 @@ class OnnxSession:
 
     def __init__(self, folder: Path, int8: bool = False, device: torch.device | None = None,
                  file: str | None = None) -> None:
-        ort = _ort()
+        ort = require_onnxruntime()
         options = ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
         options.log_severity_level = 3
@@ -344,7 +363,8 @@ def _first(err: Exception) -> str:
     return text.splitlines()[0][:300] if text else type(err).__name__
 
 
-def _ort():
+def require_onnxruntime():
+    """onnxruntime, or the one-line message naming the [onnx] extra."""
     from ..extras import require
 
     require("onnx")
@@ -373,31 +393,3 @@ class _quiet_exporter:
         self._warnings.__exit__(*exc)
         return False
 
-
-def export_onnx(out: str | Path, model: str | None = None, pooler: Any = None, *, int8: bool = False,
-                force: bool = False, **encoder_options: Any) -> dict[str, Any]:
-    """``poolkit export-onnx``: ``TextEncoder(model, pooler, **encoder_options)`` (normalize, dim, prompt, ...)
-    exported whole into the folder ``out`` (:func:`export_graph`; ``int8``: the quantised copy too); -> its manifest.
-    An existing ``out`` is replaced only with ``force`` and only when it is a poolkit export."""
-    from .text_encoder import TextEncoder
-
-    out = Path(out)
-    if out.exists() or out.is_symlink():
-        if not force:
-            raise PoolkitError(f"{out} already exists: pass `force=True` to replace it, or choose another `out`")
-        if not out.is_dir() or out.is_symlink() or not (out / MANIFEST).is_file():
-            raise PoolkitError(f"{out} is not a graph written by `poolkit export-onnx`, so poolkit does not replace "
-                               "it: choose another `out`")
-        read_manifest(out)
-    if not out.parent.is_dir():
-        raise PoolkitError(f"the folder of `out` {out} does not exist: create {out.parent} first")
-    _ort()
-    encoder = TextEncoder(model, pooler, **encoder_options)
-    staging = temp_dir(out)
-    try:
-        manifest = export_graph(encoder, staging, int8=int8)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    replace_dir(staging, out)
-    return manifest

@@ -12,6 +12,7 @@ rows come back in input order. Measured against sentence-transformers' ``encode`
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from ..progress import progress as progress_bar
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
 from ..extras import require
+from ..io import replace_dir, temp_dir
 from ..pooling import Pooler, build_pooler, pooler_spec
 from ..pooling.masking import skip_first_tokens
 from .backends import BACKENDS, INT8_BACKEND
@@ -282,6 +284,35 @@ def encode(texts: Sequence[str], model: str | None = None, pooler: str | dict[st
     Builds a :class:`TextEncoder` each time; keep one to embed several lists with the same model.
     """
     return TextEncoder(model, pooler, normalize=normalize, **options).encode(texts, batch_size=batch_size)
+
+
+def export_onnx(out: str | Path, model: str | None = None, pooler: Any = None, *, int8: bool = False,
+                force: bool = False, **encoder_options: Any) -> dict[str, Any]:
+    """``poolkit export-onnx``: ``TextEncoder(model, pooler, **encoder_options)`` (normalize, dim, prompt, ...)
+    exported whole into the folder ``out`` (:func:`export_graph`; ``int8``: the quantised copy too); -> its manifest.
+    An existing ``out`` is replaced only with ``force`` and only when it is a poolkit export."""
+    from .onnx_graph import MANIFEST, export_graph, read_manifest, require_onnxruntime
+
+    out = Path(out)
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise PoolkitError(f"{out} already exists: pass `force=True` to replace it, or choose another `out`")
+        if not out.is_dir() or out.is_symlink() or not (out / MANIFEST).is_file():
+            raise PoolkitError(f"{out} is not a graph written by `poolkit export-onnx`, so poolkit does not replace "
+                               "it: choose another `out`")
+        read_manifest(out)
+    if not out.parent.is_dir():
+        raise PoolkitError(f"the folder of `out` {out} does not exist: create {out.parent} first")
+    require_onnxruntime()
+    encoder = TextEncoder(model, pooler, **encoder_options)
+    staging = temp_dir(out)
+    try:
+        manifest = export_graph(encoder, staging, int8=int8)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    replace_dir(staging, out)
+    return manifest
 
 
 def prompt_length(tokenizer, prompt: str) -> int:
