@@ -46,7 +46,7 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"{entry['path'].name}  {entry['bytes'] / 2**20:8.1f} MiB  {about}")
     total = sum(entry["bytes"] for entry in entries)
     print(f"{len(entries)} cache(s), {total / 2**20:.1f} MiB in {root}")
-    if args.cache_dir and not args.graph_dir:  # a feature cache named alone: that one only
+    if not _with_graphs(args):
         return 0
     graphs, graph_root = _graphs(args)
     for entry in graphs:
@@ -56,6 +56,11 @@ def run_list(args: argparse.Namespace) -> int:
               f"pooling, {manifest.get('dim', '?')} dimensions, opset {manifest.get('opset', '?')}{int8}")
     print(f"{len(graphs)} ONNX graph(s), {sum(e['bytes'] for e in graphs) / 2**20:.1f} MiB in {graph_root}")
     return 0
+
+
+def _with_graphs(args: argparse.Namespace) -> bool:
+    """Whether the action covers the ONNX graphs too: not when a feature cache is named alone (--cache-dir)."""
+    return not args.cache_dir or bool(args.graph_dir)
 
 
 def _graphs(args: argparse.Namespace):
@@ -74,7 +79,7 @@ def run_clear(args: argparse.Namespace) -> int:
     removed, busy = clear_caches(root)
     kept = f"; {len(busy)} in use by a running compare, kept" if busy else ""
     print(f"removed {removed} cache(s) from {root}{kept}")
-    if args.cache_dir and not args.graph_dir:  # a feature cache named alone: that one only
+    if not _with_graphs(args):
         return 0
     from ..models.onnx_graph import clear_graphs
 

@@ -165,6 +165,25 @@ def existing_dir(dest: Path) -> Path | None:
     return old if made_by_poolkit(old) else None
 
 
+def build_dir(dest: Path, build: Callable[[Path], Any]) -> Any:
+    """``build(tmp)`` fills a fresh :func:`temp_dir` of ``dest``, which then replaces ``dest``; when ``build`` fails
+    the temporary folder is removed (nothing half-built is left behind). -> what ``build`` returns."""
+    tmp = temp_dir(dest)
+    try:
+        result = build(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    replace_dir(tmp, dest)
+    return result
+
+
+def is_cache_name(name: str) -> bool:
+    """Whether ``name`` is a cache key (a digest cut to 32 hexadecimal digits: the feature caches' and the ONNX
+    graphs'), the first test before poolkit lists or removes a folder of a cache."""
+    return len(name) == 32 and all(c in "0123456789abcdef" for c in name)
+
+
 def file_digest(path: Path) -> str:
     """SHA-256 of a file's bytes, read in 1 MiB blocks."""
     digest = hashlib.sha256()

@@ -28,6 +28,8 @@ import os
 import shutil
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,7 +38,7 @@ import torch
 from torch import nn
 
 from ..errors import PoolkitError
-from ..io import atomic_write_json, file_digest, replace_dir, temp_dir
+from ..io import atomic_write_json, build_dir, file_digest, is_cache_name
 from .. import __version__
 
 
@@ -158,7 +160,7 @@ def export_graph(encoder: TextEncoder, folder: Path, prompt: str | None = None, 
     program.save(str(folder / FLOAT_FILE), external_data=False)
     seconds = time.perf_counter() - started
     try:
-        exported = OnnxSession.on_texts(folder, encoder, skip, int8=False)
+        exported = OnnxSession.on_texts(folder, encoder, int8=False)
     except Exception as err:  # noqa: BLE001 - onnxruntime's errors: e.g. an axis the graph fixed after all
         raise PoolkitError(f"the ONNX graph of pooler {encoder.pooler.name!r} fails in onnxruntime on texts of other "
                            f"lengths ({_first(err)}): use backend 'torch'") from None
@@ -180,7 +182,7 @@ def export_graph(encoder: TextEncoder, folder: Path, prompt: str | None = None, 
                 "files": {FLOAT_FILE: file_digest(folder / FLOAT_FILE)},
                 "parity": {"texts": len(PROBE_TEXTS), "max_abs_diff_to_torch": diff}}
     if int8:
-        manifest = add_int8(folder, manifest, encoder, skip)
+        manifest = add_int8(folder, manifest, encoder)
     atomic_write_json(folder / MANIFEST, manifest)
     return manifest
 
@@ -196,28 +198,34 @@ def quantize_graph(source: Path, target: Path, how: dict[str, Any] = INT8) -> No
     os.replace(staged, target)
 
 
-def add_int8(folder: Path, manifest: dict[str, Any], encoder: TextEncoder, skip: int) -> dict[str, Any]:
+def add_int8(folder: Path, manifest: dict[str, Any], encoder: TextEncoder) -> dict[str, Any]:
     """Quantise ``folder`` 's float32 graph as :data:`INT8` says into ``model-int8.onnx``; the manifest with the
     choice and its agreement with the float32 graph on :data:`PROBE_TEXTS` (cosine, per text)."""
     quantize_graph(folder / FLOAT_FILE, folder / INT8_FILE)
     manifest = {**manifest, "files": {**manifest["files"], INT8_FILE: file_digest(folder / INT8_FILE)}}
-    full = OnnxSession.on_texts(folder, encoder, skip, int8=False)
-    small = OnnxSession.on_texts(folder, encoder, skip, int8=True)
+    full = OnnxSession.on_texts(folder, encoder, int8=False)
+    small = OnnxSession.on_texts(folder, encoder, int8=True)
     cosine = (full * small).sum(1) / np.maximum(np.linalg.norm(full, axis=1) * np.linalg.norm(small, axis=1), 1e-12)
     manifest["int8"] = {**INT8, "file": INT8_FILE, "chosen_in": "docs/onnx.md",
                         "cosine_to_float32": {"mean": float(cosine.mean()), "min": float(cosine.min())}}
     return manifest
 
 
-def _torch_vectors(encoder: TextEncoder, skip: int) -> np.ndarray:
-    """The torch backend's vectors of :data:`PROBE_TEXTS`, batched as the session is."""
+def probe_vectors(encoder: TextEncoder, run) -> np.ndarray:
+    """``run`` (one batch dict -> its vectors) over :data:`PROBE_TEXTS`, in batches of 4 on the encoder's device:
+    what the parity figures of an export compare."""
     from ..data.batching import sorted_token_batches
 
     sampler, batches = sorted_token_batches(encoder.tokenizer, PROBE_TEXTS, encoder.max_length, 4, encoder.device,
                                             append_eos=encoder.append_eos)
     with torch.inference_mode():
-        rows = [encoder.module(**batch, skip=skip).float() for _, batch in batches]
+        rows = [run(batch).float() for _, batch in batches]
     return sampler.restore(torch.cat(rows)).cpu().numpy()
+
+
+def _torch_vectors(encoder: TextEncoder, skip: int) -> np.ndarray:
+    """The torch backend's vectors of :data:`PROBE_TEXTS`."""
+    return probe_vectors(encoder, lambda batch: encoder.module(**batch, skip=skip))
 
 
 class OnnxSession:
@@ -244,15 +252,9 @@ class OnnxSession:
         return torch.from_numpy(self.session.run([OUTPUT], feeds)[0])
 
     @classmethod
-    def on_texts(cls, folder: Path, encoder: TextEncoder, skip: int, int8: bool) -> np.ndarray:
-        """The graph's vectors of :data:`PROBE_TEXTS` (for the parity figures of an export), batched as
-        :func:`_torch_vectors` batches them."""
-        from ..data.batching import sorted_token_batches
-
-        session = cls(folder, int8=int8)
-        sampler, batches = sorted_token_batches(encoder.tokenizer, PROBE_TEXTS, encoder.max_length, 4,
-                                                append_eos=encoder.append_eos)
-        return sampler.restore(torch.cat([session(batch) for _, batch in batches])).numpy()
+    def on_texts(cls, folder: Path, encoder: TextEncoder, int8: bool) -> np.ndarray:
+        """The graph's vectors of :data:`PROBE_TEXTS` (for the parity figures of an export)."""
+        return probe_vectors(encoder, cls(folder, int8=int8))
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -302,25 +304,16 @@ def cached_graph(encoder: TextEncoder, prompt: str, int8: bool = False, root: Pa
         if folder.is_dir() and manifest is None:
             warnings.warn(f"the cached ONNX graph {folder} is damaged: exporting it again", stacklevel=2)
         if manifest is None:
-            staging = temp_dir(folder)
-            try:
-                export_graph(encoder, staging, prompt, int8=int8)
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
-            replace_dir(staging, folder)
+            build_dir(folder, lambda staging: export_graph(encoder, staging, prompt, int8=int8))
         elif int8 and INT8_FILE not in manifest["files"]:
-            atomic_write_json(folder / MANIFEST, add_int8(folder, manifest, encoder, encoder.prompt_skip(prompt)))
+            atomic_write_json(folder / MANIFEST, add_int8(folder, manifest, encoder))
         return OnnxSession(folder, int8=int8, device=device)
 
 
 def is_graph_folder(folder: Path) -> bool:
     """Whether ``folder`` is a cached graph poolkit wrote: a real folder named by a key (32 hexadecimal digits) that
     holds a poolkit ONNX manifest. Anything else in the cache folder is the user's: never listed, never removed."""
-    name = folder.name
-    if not (len(name) == 32 and all(c in "0123456789abcdef" for c in name)):
-        return False
-    if not folder.is_dir() or folder.is_symlink():
+    if not is_cache_name(folder.name) or not folder.is_dir() or folder.is_symlink():
         return False
     try:
         read_manifest(folder)
@@ -373,23 +366,17 @@ def require_onnxruntime():
     return onnxruntime
 
 
-class _quiet_exporter:
+@contextmanager
+def _quiet_exporter() -> Iterator[None]:
     """The exporter's and the quantiser's chatter (torchvision missing, axis names, pre-processing advice) off."""
-
-    def __enter__(self):
-        self._warnings = warnings.catch_warnings()
-        self._warnings.__enter__()
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "")]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        self._levels = {}
-        for name in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "root", ""):
-            logger = logging.getLogger(name)
-            self._levels[name] = logger.level
+        for logger in loggers:
             logger.setLevel(logging.ERROR)
-        return self
-
-    def __exit__(self, *exc):
-        for name, level in self._levels.items():
-            logging.getLogger(name).setLevel(level)
-        self._warnings.__exit__(*exc)
-        return False
-
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels):
+                logger.setLevel(level)

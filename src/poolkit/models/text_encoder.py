@@ -12,7 +12,6 @@ rows come back in input order. Measured against sentence-transformers' ``encode`
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from ..progress import progress as progress_bar
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
 from ..extras import require
-from ..io import replace_dir, temp_dir
+from ..io import build_dir
 from ..pooling import Pooler, build_pooler, pooler_spec
 from ..pooling.masking import skip_first_tokens
 from .backends import BACKENDS, INT8_BACKEND
@@ -305,14 +304,7 @@ def export_onnx(out: str | Path, model: str | None = None, pooler: Any = None, *
         raise PoolkitError(f"the folder of `out` {out} does not exist: create {out.parent} first")
     require_onnxruntime()
     encoder = TextEncoder(model, pooler, **encoder_options)
-    staging = temp_dir(out)
-    try:
-        manifest = export_graph(encoder, staging, int8=int8)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    replace_dir(staging, out)
-    return manifest
+    return build_dir(out, lambda staging: export_graph(encoder, staging, int8=int8))
 
 
 def prompt_length(tokenizer, prompt: str) -> int:

@@ -51,7 +51,7 @@ from ..progress import progress as progress_bar
 
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
-from ..io import TMP_SUFFIX, atomic_write_json, file_digest, made_by_poolkit, replace_dir, temp_dir
+from ..io import TMP_SUFFIX, atomic_write_json, file_digest, is_cache_name, made_by_poolkit, replace_dir, temp_dir
 from ..models.encoders import (check_model_folder, load_config, load_encoder, load_tokenizer, model_fingerprint,
                                resolve_model)
 from ..pooling import Pooler, build_pooler
@@ -440,11 +440,6 @@ def _stored_tokens(states: torch.Tensor, int8: bool) -> tuple[np.ndarray, np.nda
     scale = (states.abs().amax(-1) / 127).clamp_min(1e-8).to(torch.float16).float()
     quantised = torch.round(states.float() / scale[..., None]).clamp(-127, 127).to(torch.int8)
     return quantised.cpu().numpy(), scale.to(torch.float16).cpu().numpy()
-
-
-def is_cache_name(name: str) -> bool:
-    """Whether ``name`` is a cache key (:func:`cache_key`: 32 hexadecimal digits)."""
-    return len(name) == 32 and all(c in "0123456789abcdef" for c in name)
 
 
 def is_cache_folder(folder: Path) -> bool:
