@@ -13,8 +13,9 @@ batch 32, the model's own pooling (mean + Normalize). Measured in one run:
 3. **Agreement**: onnx vs torch max |diff| over the texts for mean, cls, attention (random weights: the numerics of
    the learned scorer, not a trained one) and weighted_layer (target <= 1e-4).
 4. **The int8 choice**: per-channel vs per-tensor scales x MatMul weights only vs MatMul + the embedding Gather:
-   mean / lowest cosine to the float32 vectors, nDCG@10 on builtin:wordnet-examples (queries ranked against the
-   whole corpus, as ``poolkit evaluate``), time per pass, file size. Target for the shipped choice
+   mean / lowest cosine to the float32 vectors over the throughput texts, nDCG@10 on builtin:wordnet-examples
+   (queries ranked against the whole corpus, as ``poolkit evaluate``), time per pass, file size. The rule chooses on
+   the cosine, size and time only; nDCG@10 is the held-out check. Target for the shipped choice
    (poolkit.models.onnx_graph.INT8): mean cosine >= 0.98, nDCG@10 within 0.01 of float32.
 
     .venv/bin/python benchmarks/perf_onnx.py --threads 0 --repeats 3 --json benchmarks/results/onnx.json
@@ -165,10 +166,10 @@ def int8_grid(texts: list[str], repeats: int) -> dict:
 
 
 def rule_choice(grid: dict) -> dict | None:
-    """The recipe the measurements choose: of those that meet the cosine and nDCG@10 targets, the smallest file
-    (to the MiB), then the fastest; None when none does."""
-    base = grid["float32"]["ndcg@10"]
-    meeting = [c for c in grid["cells"] if c["mean_cosine"] >= COSINE_TARGET and abs(c["ndcg@10"] - base) <= NDCG_TARGET]
+    """The recipe the measurements choose: of those whose mean cosine to float32 over the throughput texts meets its
+    target, the smallest file (to the MiB), then the fastest; None when none does. The retrieval set's nDCG@10 plays
+    no part: it is the held-out check of the choice, scored on rows the choice never saw."""
+    meeting = [c for c in grid["cells"] if c["mean_cosine"] >= COSINE_TARGET]
     return min(meeting, key=lambda c: (round(c["mib"]), c["ms"])) if meeting else None
 
 
@@ -241,11 +242,12 @@ def render_int8(result: dict) -> str:
                    title=f"int8 recipes: cosine to float32 over the texts, nDCG@10 on {RETRIEVAL}")]
     [shipped] = [c for c in grid["cells"] if c["shipped"]]
     chosen = rule_choice(grid)
-    parts.append("the rule (the targets met, then the smallest file, then the fastest) chooses "
+    parts.append(f"the rule (mean cosine >= {COSINE_TARGET} over the throughput texts, then the smallest file, then the "
+                 "fastest; nDCG@10 is not looked at) chooses "
                  + ("no recipe" if chosen is None else f"{'per channel' if chosen['per_channel'] else 'per tensor'}, "
                     f"{' + '.join(chosen['op_types'])}")
                  + f": {'the shipped one' if chosen is shipped else 'NOT the shipped one'}")
-    parts.append(f"shipped recipe: mean cosine >= {COSINE_TARGET}: {shipped['mean_cosine']:.4f}, "
+    parts.append(f"shipped recipe, the held-out check on {RETRIEVAL} included: mean cosine >= {COSINE_TARGET}: {shipped['mean_cosine']:.4f}, "
                  f"{verdict(shipped['mean_cosine'] >= COSINE_TARGET)}; nDCG@10 within {NDCG_TARGET} of float32: "
                  f"{shipped['ndcg@10'] - base:+.4f}, {verdict(abs(shipped['ndcg@10'] - base) <= NDCG_TARGET)}")
     return "\n\n".join(parts)

@@ -69,7 +69,7 @@ FLOAT_FILE, INT8_FILE = "model.onnx", "model-int8.onnx"
 OUTPUT = "sentence_embedding"
 #: How the int8 copy is quantised (onnxruntime.quantization.quantize_dynamic): signed int8 weights, one scale per
 #: output channel, the MatMul weights and the embedding tables (Gather). Chosen by ``benchmarks/perf_onnx.py``'s
-#: grid (docs/onnx.md): per-tensor scales lose about 0.03 of mean cosine to float32 on MiniLM; quantising the
+#: grid (docs/onnx.md): per-tensor scales lose about 0.04 of mean cosine to float32 on MiniLM; quantising the
 #: embeddings too costs no agreement and makes the file less than half as large.
 INT8 = {"per_channel": True, "op_types": ["MatMul", "Gather"], "weight_type": "QInt8"}
 #: The largest |difference| to torch an export accepts, relative to the vectors' largest magnitude (at least 1).
