@@ -53,7 +53,8 @@ def test_compare_end_to_end_and_refuses_to_overwrite(capsys, tmp_path, table, be
     code, stdout, _ = run(capsys, *args)
     assert code == 0, stdout
     board = pd.read_csv(out / "leaderboard.csv")
-    assert list(board.columns[:8]) == ["rank", "pooler", "mode", "metric", "mean", "std", "params", "seconds"]
+    assert list(board.columns[:13]) == ["rank", "pooler", "mode", "metric", "mean", "std", "p_vs_best",
+                                        "tied_with_best", "infer_ms_per_1k", "pareto", "dim", "params", "seconds"]
     assert sorted(board["pooler"]) == ["attention(attn_size=8)", "mean", "mean+logistic", "weighted_layer"]
     assert (board["metric"] == "accuracy").all() and board["mean"].between(0, 1).all()
     assert board["mean"].is_monotonic_decreasing

@@ -37,7 +37,7 @@ def board() -> Leaderboard:
 
 def test_leaderboard_ranks_each_mode_by_the_metric_direction(board):
     frame = board.frame
-    assert list(frame.columns[:8]) == COLUMNS
+    assert list(frame.columns[:len(COLUMNS)]) == COLUMNS
     assert list(zip(frame["rank"], frame["pooler"], frame["mode"])) == [
         (1, LONG, "frozen"), (2, "mean", "frozen"), (1, "max", "finetuned"), (2, "attention", "finetuned")]
     assert frame.loc[1, "std"] == pytest.approx(0.1414, abs=1e-4) and frame.loc[1, "mae_mean"] == pytest.approx(0.3)
@@ -77,7 +77,7 @@ def test_leaderboard_text_fits_80_columns_without_cutting_names(board):
     text = str(board)
     lines = text.splitlines()
     assert all(len(line) <= 80 for line in lines), text
-    assert "0.3000 ± 0.1414" in text and "22.7M" in text and "finetuned" in text
+    assert "0.3000 ± 0.1414" in text and "22.7M" in text and "fine-tuned (the encoder trained too" in text
     assert "lower is better" in text
     # the long name is wrapped inside its column, every piece kept
     start = next(i for i, line in enumerate(lines) if "weighted_layer" in line)
@@ -160,6 +160,40 @@ def test_compare_report_explains_fold_0s_held_out_rows_with_the_best_learned_poo
         assert item.error == pytest.approx(1 - item.scores[item.target])
     page = (tmp_path / "out" / "report.html").read_text()
     assert page.count('id="explain-data"') == 1 and "fold 0&#x27;s held-out texts" in page
+
+
+def test_compare_with_repeats_keeps_every_fold_tests_each_row_and_times_it(glosses, tmp_path):
+    # catches repeats that reuse one fold assignment, rows holding only the first repeat's folds, p-values that are
+    # not the corrected test of the recorded fold metrics (Holm over the board), and rows without a measured cost
+    from scipy import stats
+
+    from poolkit.data.tables import repeated_folds
+    from poolkit.training.significance import holm
+
+    data, bert = glosses
+    board = api.compare(data, poolers="mean,max,attention", model=bert, folds=2, repeats=2, epochs=1,
+                        cache_dir=tmp_path / "cache", out=tmp_path / "out", progress=False)
+    splits = repeated_folds(api.load(data), 2, 2, 0.2, 0)
+    ratio = np.mean([len(test) / len(train) for train, test in splits])
+    assert board.settings["repeats"] == 2 and board.settings["test_over_train"] == pytest.approx(ratio)
+    assert board.settings["encode_ms_per_1k"] > 0 and board.settings["encode_device"] == "cpu"
+    assert all(len(r["fold_metrics"]) == 4 for r in board.rows) and "2-fold x 2 repeats" in board.title
+    best = np.array([m["accuracy"] for m in board.rows[0]["fold_metrics"]])
+    raw = []
+    for r in board.rows[1:]:
+        d = np.array([m["accuracy"] for m in r["fold_metrics"]]) - best
+        var = d.var(ddof=1)
+        raw.append(1.0 if var == 0 and d.mean() == 0 else 0.0 if var == 0 else
+                   2 * stats.t.sf(abs(d.mean()) / np.sqrt((1 / 4 + ratio) * var), 3))
+    assert [r["p_vs_best"] for r in board.rows[1:]] == pytest.approx(holm(raw))
+    assert [r["tied_with_best"] for r in board.rows[1:]] == [p >= 0.05 for p in holm(raw)]
+    for r in board.rows:  # the baseline (mean + logistic regression) too
+        assert r["infer_ms_per_1k"] > 0 and r["dim"] == 32 and r["pareto"] in (True, False)
+    assert any(r["pareto"] for r in board.rows)
+    csv = pd.read_csv(tmp_path / "out" / "leaderboard.csv")
+    assert {"p_vs_best", "tied_with_best", "infer_ms_per_1k", "pareto", "dim"} <= set(csv.columns)
+    assert "Holm-adjusted" in str(board) and "ms/1k" in str(board)
+    assert "Holm-adjusted" in (tmp_path / "out" / "report.html").read_text()
 
 
 def test_compare_encodes_the_explained_texts_again_when_the_cache_keeps_no_token_states(glosses, tmp_path):

@@ -13,8 +13,8 @@ PADDINGS = ("longest", "max_length")
 _SOURCES = {
     **dict.fromkeys(["LengthGroupedBatchSampler", "TextCollator", "TextDataset", "make_loader"], "batching"),
     **dict.fromkeys(["DatasetInfo", "list_datasets", "load_builtin", "load_data"], "builtin"),
-    **dict.fromkeys(["TASKS", "TableData", "decode_labels", "fold_splits", "load_table", "stratified_sample",
-                     "train_val_split"], "tables"),
+    **dict.fromkeys(["TASKS", "TableData", "decode_labels", "fold_splits", "load_table", "repeated_folds",
+                     "stratified_sample", "train_val_split"], "tables"),
 }
 
 

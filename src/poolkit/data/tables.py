@@ -6,9 +6,10 @@ Error messages name CLI flags ``--text-col``, ``--target-col`` and ``--task``; t
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -437,6 +438,24 @@ def train_val_split(data: TableData, val_fraction: float = 0.2, seed: int = 0) -
     """Stratified split into (train, val) tables (see :func:`split_rows`)."""
     train, val = split_rows(data, val_fraction, seed)
     return data.subset(train), data.subset(val)
+
+
+def repeat_seed(seed: int, repeat: int) -> int:
+    """The seed of repeat ``repeat`` of a K-fold assignment: ``seed`` itself for the first (one repeat is the plain
+    K-fold), then one drawn from (seed, repeat) by numpy's SeedSequence."""
+    return seed if repeat == 0 else int(np.random.SeedSequence([seed, repeat]).generate_state(1)[0])
+
+
+def repeated_folds(data: Any, folds: int, repeats: int = 1, val_fraction: float = 0.2, seed: int = 0,
+                   splitter: Callable[..., list[tuple[np.ndarray, np.ndarray]]] | None = None
+                   ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``repeats`` x ``folds`` (train rows, test rows) splits, repeat by repeat: each repeat is ``splitter``'s
+    (default :func:`fold_splits`; the pair tasks pass :func:`poolkit.data.pairs.pair_folds`) with the seed
+    :func:`repeat_seed` gives it, so each repeat assigns the folds afresh."""
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise PoolkitError(f"`repeats` must be a positive integer, got {repeats!r}")
+    splitter = splitter or fold_splits
+    return [split for r in range(repeats) for split in splitter(data, folds, val_fraction, repeat_seed(seed, r))]
 
 
 def fold_splits(data: TableData, folds: int, val_fraction: float = 0.2,

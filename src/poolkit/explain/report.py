@@ -131,13 +131,19 @@ def write_bench_report(path: str | os.PathLike, title: str, tables: dict[str, pd
 
 
 def write_compare_report(board: Any, path: str | os.PathLike, bars: Any = None) -> Path:
-    """``poolkit compare``'s report.html: the leaderboard table, its bars with ± std error bars, every fold's
+    """``poolkit compare``'s report.html: the leaderboard table, what its columns mean and which rows are tied with
+    the best, its bars with ± std error bars (and the cost picture), every fold's
     metrics, the settings, and the best learned pooler's explained texts when ``board.explanation`` holds them
     (its fold-0 model on fold 0's held-out rows). ``bars``: the leaderboard's picture when already drawn (a PNG
     path), else it is drawn."""
     report = Report("poolkit compare", board.title)
     report.heading("Leaderboard").table(board.frame.drop(columns="config"))
-    caption = f"{board.settings['metric']}: mean ± sample std over the folds' test rows"
+    for note in board.notes():
+        report.paragraph(note)
+    if board.tested:
+        report.paragraph("Tied with the best frozen row (the best first): " + ", ".join(board.tied("frozen")) + ".")
+    caption = (f"{board.settings['metric']}: mean ± sample std over the folds' test rows"
+               + ("; right: the metric against the inference cost, the Pareto front named" if board.costed else ""))
     report.figure(bars if bars is not None else board.plot(), caption)
     report.heading("Per fold").table(board.folds)
     specs = pd.DataFrame({"pooler": [row["pooler"] for row in board.rows], "mode": [row["mode"] for row in board.rows],

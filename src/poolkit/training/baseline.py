@@ -22,12 +22,13 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from ..data.batching import LengthGroupedBatchSampler
-from ..data.tables import TableData, fold_splits, split_rows
+from ..data.tables import TableData, repeated_folds, split_rows
 from ..pooling import build_pooler
+from .costs import cost_rows, ms_per_1k
 from .features import FeatureCache
 from .leaderboard import BASELINE_LABELS
 from .metrics import compute_metrics, primary_metric
-from .probing import ProbeConfig, ProbeResult
+from .probing import ProbeConfig, ProbeResult, torch_threads
 
 #: the regularisation grids (log-spaced): logistic regression's inverse strength C, from strong to weak
 #: regularisation (each fit warm-starts from the previous one), and ridge's strength alpha
@@ -39,11 +40,12 @@ def baseline_label(task: str) -> str:
     return BASELINE_LABELS["regression" if task == "regression" else "classification"]
 
 
-def mean_features(cache: FeatureCache, batch_size: int = 256) -> np.ndarray:
-    """Every row's masked mean of the last layer, float64 (N, D), computed with poolkit's own ``mean`` pooler."""
+def mean_features(cache: FeatureCache, rows: np.ndarray | None = None, batch_size: int = 256) -> np.ndarray:
+    """The masked mean of the last layer of ``rows`` (default: every row), float64 (len(rows), D), computed with
+    poolkit's own ``mean`` pooler."""
     pooler = build_pooler("mean", cache.hidden_size, cache.num_layers)
-    sampler = LengthGroupedBatchSampler(cache.lengths, batch_size, shuffle=False)
-    rows = np.arange(len(cache))
+    rows = np.arange(len(cache)) if rows is None else np.asarray(rows)
+    sampler = LengthGroupedBatchSampler(cache.lengths[rows], batch_size, shuffle=False)
     parts = []
     with torch.inference_mode():
         for batch in sampler:
@@ -90,12 +92,13 @@ def _fit(model, task: str, strength: float, features: np.ndarray, targets: np.nd
 
 def linear_baseline(cache: FeatureCache, data: TableData, config: ProbeConfig,
                     splits: list[tuple[np.ndarray, np.ndarray]] | None = None) -> ProbeResult:
-    """K-fold cross-validation of the tuned linear baseline, on the folds (and inner splits) the poolers use.
+    """(Repeated) K-fold cross-validation of the tuned linear baseline, on the folds (and inner splits) the poolers
+    use (``splits``, or ``config``'s repeats x folds).
 
     Per fold ``fold_detail`` holds the chosen strength (``C`` or ``alpha``), the inner validation metric at that
-    strength, the test metric and the number of rows fit on."""
+    strength, the test metric and the number of rows fit on. Its cost: mean pooling + fold 0's model on the cache."""
     start = time.perf_counter()
-    splits = splits or fold_splits(data, config.folds, config.val_fraction, config.seed)
+    splits = splits or repeated_folds(data, config.folds, config.repeats, config.val_fraction, config.seed)
     features = mean_features(cache)
     metric = primary_metric(data.task, data.n_outputs)
     grid, key = (RIDGE_ALPHA, "alpha") if data.task == "regression" else (LOGISTIC_C, "C")
@@ -113,11 +116,19 @@ def linear_baseline(cache: FeatureCache, data: TableData, config: ProbeConfig,
             scores.append(compute_metrics(data.task, outputs, targets[val_rows], data.n_outputs)[metric.name])
         best = max(range(len(grid)), key=lambda i: scores[i] if metric.higher_is_better else -scores[i])
         outputs = _outputs(fitted[best], data.task, features[test_rows], data.n_outputs)  # the model validated
-        oof[test_rows] = outputs
+        if fold < config.folds:  # the first repeat covers every row once
+            oof[test_rows] = outputs
+        if fold == 0:
+            first = fitted[best]
         metrics = compute_metrics(data.task, outputs, targets[test_rows], data.n_outputs)
         fold_metrics.append(metrics)
         details.append({key: grid[best], f"val_{metric.name}": float(scores[best]),
                         f"test_{metric.name}": float(metrics[metric.name]), "fit_rows": len(fit_rows)})
+    seconds = time.perf_counter() - start
     params = features.shape[1] * data.n_outputs + data.n_outputs
     spec = build_pooler("mean", cache.hidden_size, cache.num_layers).get_config()
-    return ProbeResult(spec, metric.name, fold_metrics, oof, params, time.perf_counter() - start, details)
+    with torch_threads(config.threads):  # as the poolers' costs are timed
+        cost = ms_per_1k(lambda rows: _outputs(first, data.task, mean_features(cache, rows), data.n_outputs),
+                         cost_rows(len(cache)))
+    return ProbeResult(spec, metric.name, fold_metrics, oof, params, seconds, details, infer_ms_per_1k=cost,
+                       dim=features.shape[1])

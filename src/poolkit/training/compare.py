@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..data import TableData, fold_splits
+from ..data import TableData, repeated_folds
 from ..data.pairs import PAIR_TASKS, check_retrieval_columns, load_pairs, pair_folds, score_column
 from ..errors import PoolkitError
 from ..io import RunFolder
@@ -46,6 +46,7 @@ def compare_config(**settings: Any) -> CompareConfig:
     config = config_from(CompareConfig, "compare", settings)
     check_rates(pooler_lr=config.pooler_lr, encoder_lr=config.encoder_lr)
     check_counts(config, ("finetune_top", "seed"), least=0)  # 0: no fine-tuning; seeds are numpy's (>= 0)
+    check_counts(config, ("repeats",))
     return config
 
 
@@ -67,6 +68,8 @@ class Comparison:
     report: Callable[[str], None]
     progress: bool
     metric: Any = None
+    #: the (train, test) rows (pair tasks: units) of every fold, repeat by repeat: the same for every row
+    splits: list[Any] = field(default_factory=list)
     features: Any = None
     settings: dict[str, Any] = field(default_factory=dict)
     results: list[Any] = field(default_factory=list)
@@ -141,7 +144,7 @@ def load_step(data, specs: list[dict[str, Any]], config: CompareConfig, columns:
 
     max_length = fit_to_encoder(config.model, config.max_length, MAX_LENGTH, config.trust_remote_code, specs)
     config = replace(config.for_data(quick=data is None), max_length=max_length)
-    probe = ProbeConfig(folds=config.folds, epochs=config.epochs, batch_size=config.batch_size,
+    probe = ProbeConfig(folds=config.folds, repeats=config.repeats, epochs=config.epochs, batch_size=config.batch_size,
                         pooler_lr=config.pooler_lr, patience=config.patience, seed=config.seed,
                         projection=config.projection)
     if task in PAIR_TASKS:
@@ -151,12 +154,20 @@ def load_step(data, specs: list[dict[str, Any]], config: CompareConfig, columns:
         pairs = load_pairs(data, task, text_col=columns["text_col"], pair_col=columns["pair_col"],
                            target_col=score_column(columns["target_col"], task), negative_col=columns["negative_col"],
                            corpus=columns["corpus"], limit=limit, seed=config.seed)
-        pair_folds(pairs, probe.folds, probe.val_fraction, probe.seed)
-        return Comparison(config, specs, PairLayout.of(pairs), probe, report, progress, primary_metric(task))
+        splits = repeated_folds(pairs, probe.folds, probe.repeats, probe.val_fraction, probe.seed, pair_folds)
+        return Comparison(config, specs, PairLayout.of(pairs), probe, report, progress, primary_metric(task), splits)
     table = load(DEFAULT_DATA if data is None else data, columns["text_col"], columns["target_col"] or "label", task,
                  limit, config.seed, report)
-    fold_splits(table, probe.folds, probe.val_fraction, probe.seed)
-    return Comparison(config, specs, table, probe, report, progress, primary_metric(table.task, table.n_outputs))
+    splits = repeated_folds(table, probe.folds, probe.repeats, probe.val_fraction, probe.seed)
+    return Comparison(config, specs, table, probe, report, progress, primary_metric(table.task, table.n_outputs),
+                      splits)
+
+
+def fold_size_ratio(splits: list[Any]) -> float:
+    """n_test / n_train of the corrected resampled t-test (:mod:`poolkit.training.significance`): the rows inside
+    / outside a test fold (for the pair tasks the units the folds split: queries, or similarity pairs), averaged
+    over the folds."""
+    return float(np.mean([len(test) / len(train) for train, test in splits]))
 
 
 def encode_step(run: Comparison) -> bool:
@@ -168,8 +179,9 @@ def encode_step(run: Comparison) -> bool:
 
     config, table, pairs = run.config, run.table, run.pairs
     rows = _rows(table)
+    repeats = f" x {config.repeats} repeats" if config.repeats > 1 else ""
     run.report(f"poolkit compare: {len(run.specs)} poolers on {table.source} ({rows}, {table.task}, "
-               f"{config.folds} folds, up to {config.epochs} epochs), ranked by {run.metric.name}")
+               f"{config.folds} folds{repeats}, up to {config.epochs} epochs), ranked by {run.metric.name}")
     run.started = time.perf_counter()
     run.features = encode_features(table.texts, config.model, max_length=config.max_length, cache_dir=config.cache_dir,
                                    progress=run.progress, cache=config.cache,
@@ -185,8 +197,11 @@ def encode_step(run: Comparison) -> bool:
         sizes.update(queries=len(table.data.queries), corpus=len(table.data.corpus))
     run.settings = {"data": table.source, **sizes, "task": table.task, "model": resolve_model(config.model),
                     "model_label": model_label(config.model), "metric": run.metric.name,
-                    "higher_is_better": run.metric.higher_is_better, "folds": config.folds, "probe": asdict(run.probe),
-                    "encode_seconds": round(time.perf_counter() - run.started, 2),
+                    "higher_is_better": run.metric.higher_is_better, "folds": config.folds,
+                    "repeats": config.repeats, "test_over_train": round(fold_size_ratio(run.splits), 6),
+                    "probe": asdict(run.probe), "encode_seconds": round(time.perf_counter() - run.started, 2),
+                    "encode_ms_per_1k": run.features.meta.get("encode_ms_per_1k"),
+                    "encode_device": run.features.meta.get("encode_device"),
                     "cache_bytes_per_text": round(run.features.bytes_per_text()), "cache_dtype": config.cache_dtype,
                     "cache_max_tokens": config.cache_max_tokens, "poolers": run.specs,
                     "finetune_top": config.finetune_top, **({"projection": config.projection} if pairs else {}),
@@ -215,9 +230,11 @@ def probe_step(run: Comparison) -> None:
     from .probing import compare_poolers
 
     probe = compare_pair_poolers if run.pairs else compare_poolers
-    run.results = probe(run.specs, run.features, run.table, run.probe, on_result=lambda result: _said(run, result))
+    run.results = probe(run.specs, run.features, run.table, run.probe, on_result=lambda result: _said(run, result),
+                        splits=run.splits)
     run.rows = [leaderboard_row(r.label, r.spec, "frozen", r.metric, r.fold_metrics, r.params, r.seconds,
-                                r.fold_detail, flat=run.pairs) for r in run.results]
+                                r.fold_detail, flat=run.pairs, infer_ms_per_1k=r.infer_ms_per_1k, dim=r.dim)
+                for r in run.results]
 
 
 def baseline_step(run: Comparison) -> None:
@@ -226,11 +243,12 @@ def baseline_step(run: Comparison) -> None:
 
     if not run.config.baseline or run.pairs:
         return
-    linear = linear_baseline(run.features, run.table, run.probe)
+    linear = linear_baseline(run.features, run.table, run.probe, run.splits)
     label = baseline_label(run.table.task)
     _said(run, linear, label)
     run.rows.append(leaderboard_row(label, linear.spec, "frozen", linear.metric, linear.fold_metrics, linear.params,
-                                    linear.seconds, linear.fold_detail))
+                                    linear.seconds, linear.fold_detail, infer_ms_per_1k=linear.infer_ms_per_1k,
+                                    dim=linear.dim))
 
 
 def explain_step(run: Comparison) -> None:

@@ -30,6 +30,8 @@ class ProbeConfig:
     """How every pooler is trained on the cached features (the same for all of them)."""
 
     folds: int = 5
+    #: the K-fold CV repeated this many times, each with its own seeded fold assignment (R x K folds)
+    repeats: int = 1
     epochs: int = 20
     batch_size: int = 64
     pooler_lr: float = 1e-3
@@ -293,6 +295,9 @@ class CompareConfig:
     model: str | None = None
     folds: int | None = option(None, "K-fold CV", positive=True,
                                none=f"{ProbeConfig.folds}; {QUICK_DEFAULTS['folds']} on the embedded default data")
+    repeats: int = option(ProbeConfig.repeats, "repeat the K-fold CV R times, each with its own seeded fold "
+                          "assignment: R x K fold metrics per row, for the tests of each row against the best "
+                          "(fine-tuning uses the first repeat's folds)", positive=True, metavar="R")
     epochs: int | None = option(None, "max epochs per fold", positive=True,
                                 none=f"{ProbeConfig.epochs}; {QUICK_DEFAULTS['epochs']} on the embedded default")
     batch_size: int = option(ProbeConfig.batch_size, "texts per batch of a pooler + head", positive=True)

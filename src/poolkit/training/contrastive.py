@@ -32,8 +32,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..data.pairs import RetrievalData, SimilarityData, pair_folds, pair_split
+from ..data.tables import repeated_folds
 from ..pooling import Pooler, build_pooler
 from .config import ProbeConfig
+from .costs import cost_rows, ms_per_1k
 from .embedding_metrics import retrieval_metrics, similarity_metrics
 from .features import FeatureCache
 from .leaderboard import rank_key
@@ -234,16 +236,19 @@ def train_pair_fold(spec: dict[str, Any], cache: FeatureCache, layout: PairLayou
 
 def probe_pairs(spec: dict[str, Any], cache: FeatureCache, layout: PairLayout, config: ProbeConfig,
                 splits: list[tuple[np.ndarray, np.ndarray]], learned: bool) -> ProbeResult:
-    """Cross-validation of one pooler spec on the pairs: zero-shot (``learned`` False) or trained."""
+    """Cross-validation of one pooler spec on the pairs: zero-shot (``learned`` False) or trained; its cost timed
+    on the cache with the same modules (the cost does not depend on the trained values)."""
     spec = build_pooler(spec, cache.hidden_size, cache.num_layers).get_config()
     started = time.perf_counter()
     folds = [train_pair_fold(spec, cache, layout, train, test, config, config.seed + k, learned)
              for k, (train, test) in enumerate(splits)]
     model = EmbeddingModel(build_pooler(spec, cache.hidden_size, cache.num_layers), config.projection and learned)
     suffix = "+projection" if model.projection is not None else ""
+    seconds = time.perf_counter() - started
+    cost = ms_per_1k(lambda rows: cached_outputs(model, cache, rows, config.batch_size * 2), cost_rows(len(cache)))
     return ProbeResult(spec, primary_metric(layout.task).name, [m for m, _ in folds], None,
-                       sum(p.numel() for p in model.parameters()), time.perf_counter() - started,
-                       [d for _, d in folds], suffix=suffix)
+                       sum(p.numel() for p in model.parameters()), seconds, [d for _, d in folds], suffix=suffix,
+                       infer_ms_per_1k=cost, dim=model.pooler.output_dim)
 
 
 def has_parameters(spec: dict[str, Any], cache: FeatureCache) -> bool:
@@ -251,10 +256,13 @@ def has_parameters(spec: dict[str, Any], cache: FeatureCache) -> bool:
 
 
 def compare_pair_poolers(specs: list[dict[str, Any]], cache: FeatureCache, layout: PairLayout, config: ProbeConfig,
-                         on_result: Callable[[ProbeResult], None] | None = None) -> list[ProbeResult]:
-    """Every pooler on the same folds: a zero-shot row for each parameter-free one, a trained row for each one with
-    parameters (with ``projection``: for every one); ranked best first."""
-    splits = pair_folds(layout.data, config.folds, config.val_fraction, config.seed)
+                         on_result: Callable[[ProbeResult], None] | None = None,
+                         splits: list[tuple[np.ndarray, np.ndarray]] | None = None) -> list[ProbeResult]:
+    """Every pooler on the same folds (``splits``, or ``config``'s repeats x folds of the pairs): a zero-shot row
+    for each parameter-free one, a trained row for each one with parameters (with ``projection``: for every one);
+    ranked best first."""
+    splits = splits or repeated_folds(layout.data, config.folds, config.repeats, config.val_fraction, config.seed,
+                                      pair_folds)
     results = []
     for spec in specs:
         trained = has_parameters(spec, cache)

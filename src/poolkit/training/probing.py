@@ -21,11 +21,12 @@ import torch
 from torch import nn
 
 from ..data.batching import LengthGroupedBatchSampler
-from ..data.tables import TableData, fold_splits, split_rows
+from ..data.tables import TableData, repeated_folds, split_rows
 from ..errors import PoolkitError
 from ..models.pooled_model import task_loss
 from ..pooling import Pooler, build_pooler, pooler_options
 from .config import ProbeConfig
+from .costs import cost_rows, ms_per_1k
 from .features import FeatureCache
 from .leaderboard import rank_key, sample_std
 from .metrics import compute_metrics, primary_metric
@@ -58,6 +59,10 @@ class ProbeResult:
     first_fold: FoldModel | None = None
     #: appended to the pooler's label: "+projection" for an embedding pooler trained with a projection
     suffix: str = ""
+    #: milliseconds per 1,000 texts of the pooler + head on the cached states (:mod:`poolkit.training.costs`)
+    infer_ms_per_1k: float | None = None
+    #: the size of the pooled vector
+    dim: int | None = None
 
     @property
     def label(self) -> str:
@@ -190,10 +195,12 @@ def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train
 
 def probe_pooler(spec: str | dict[str, Any], cache: FeatureCache, data: TableData, config: ProbeConfig,
                  splits: list[tuple[np.ndarray, np.ndarray]] | None = None) -> ProbeResult:
-    """K-fold cross-validation of one pooler (a name or spec) on the cached features."""
+    """(Repeated) K-fold cross-validation of one pooler (a name or spec) on the cached features: ``splits``, or
+    ``config``'s repeats x folds; the out-of-fold outputs are the first repeat's. Then its cost: fold 0's model
+    timed on the cache (:func:`poolkit.training.costs.ms_per_1k`)."""
     if len(cache) != len(data):
         raise PoolkitError(f"the feature cache has {len(cache)} rows but the data has {len(data)}")
-    splits = splits or fold_splits(data, config.folds, config.val_fraction, config.seed)
+    splits = splits or repeated_folds(data, config.folds, config.repeats, config.val_fraction, config.seed)
     spec = build_pooler(spec, cache.hidden_size, cache.num_layers).get_config()  # the full spec, sized to the cache
     metric = primary_metric(data.task, data.n_outputs)
     oof = np.full((len(data), data.n_outputs), np.nan, dtype=np.float32)
@@ -202,12 +209,17 @@ def probe_pooler(spec: str | dict[str, Any], cache: FeatureCache, data: TableDat
     for fold, (train_rows, test_rows) in enumerate(splits):
         outputs, metrics, detail, trained = train_fold(spec, cache, data, train_rows, test_rows, config,
                                                        config.seed + fold)
-        oof[test_rows] = outputs
+        if fold < config.folds:  # the first repeat covers every row once
+            oof[test_rows] = outputs
         fold_metrics.append(metrics)
         details.append(detail)
         first = trained if fold == 0 else first
+    seconds = time.perf_counter() - start
     params = sum(p.numel() for p in first.model.parameters())
-    return ProbeResult(spec, metric.name, fold_metrics, oof, params, time.perf_counter() - start, details, first)
+    cost = ms_per_1k(lambda rows: cached_outputs(first.model, cache, rows, config.batch_size * 2),
+                     cost_rows(len(cache)))
+    return ProbeResult(spec, metric.name, fold_metrics, oof, params, seconds, details, first, infer_ms_per_1k=cost,
+                       dim=first.model.pooler.output_dim)
 
 
 @contextmanager
@@ -221,9 +233,11 @@ def torch_threads(n: int) -> Iterator[None]:
 
 
 def compare_poolers(specs: list[str | dict[str, Any]], cache: FeatureCache, data: TableData, config: ProbeConfig,
-                    on_result: Callable[[ProbeResult], None] | None = None) -> list[ProbeResult]:
-    """Every pooler (names or specs) on the same folds; results ranked best first by the task's primary metric."""
-    splits = fold_splits(data, config.folds, config.val_fraction, config.seed)
+                    on_result: Callable[[ProbeResult], None] | None = None,
+                    splits: list[tuple[np.ndarray, np.ndarray]] | None = None) -> list[ProbeResult]:
+    """Every pooler (names or specs) on the same folds (``splits``, or ``config``'s repeats x folds); results ranked
+    best first by the task's primary metric."""
+    splits = splits or repeated_folds(data, config.folds, config.repeats, config.val_fraction, config.seed)
     results = []
     for spec in specs:
         with torch_threads(config.threads):

@@ -1,0 +1,63 @@
+"""Which differences on a leaderboard are real: the corrected resampled t-test of two rows' fold metrics
+(Nadeau & Bengio 2003, "Inference for the generalization error", as in scikit-learn's "Statistical comparison of
+models using grid search" example), Holm's step-down adjustment over the rows tested against the best (Holm 1979),
+and the Pareto front of metric against cost.
+
+K-fold test sets do not overlap, but the training sets do, so the fold differences are correlated and the plain
+t-test's variance is too small; the correction adds ``n_test / n_train`` to the ``1 / J`` factor of the variance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+#: a row whose Holm-adjusted p-value against the best row is at least this is tied with it
+TIE_LEVEL = 0.05
+
+
+def corrected_t_test(a: Sequence[float], b: Sequence[float], test_over_train: float) -> float | None:
+    """Two-sided p-value of the corrected resampled t-test of paired fold metrics ``a`` and ``b`` (J values each,
+    the same folds in the same order): d = a - b, t = mean(d) / sqrt((1/J + n_test/n_train) var(d)) (var with
+    ddof = 1) on J - 1 degrees of freedom. ``test_over_train``: n_test / n_train, the rows inside / outside a test
+    fold. None when there is no test: fewer than two folds, or a metric that is not finite."""
+    from scipy import stats
+
+    if len(a) != len(b) or len(a) < 2:
+        return None
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    if not np.isfinite(d).all():
+        return None
+    variance = np.var(d, ddof=1)
+    mean = float(d.mean())
+    if variance == 0.0:  # identical differences in every fold: none at all (tied), or a constant gap
+        return 1.0 if mean == 0.0 else 0.0
+    t = mean / np.sqrt((1.0 / len(d) + test_over_train) * variance)
+    return float(2.0 * stats.t.sf(abs(t), df=len(d) - 1))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (in their order): the k-th smallest (from 0) times
+    (m - k), each at least the one before it, capped at 1."""
+    order = np.argsort(pvalues, kind="stable")
+    adjusted = np.empty(len(order))
+    running = 0.0
+    for k, i in enumerate(order):
+        running = max(running, min(1.0, (len(order) - k) * float(pvalues[i])))
+        adjusted[i] = running
+    return adjusted.tolist()
+
+
+def pareto_front(metric: Sequence[float], cost: Sequence[float], higher_is_better: bool) -> list[bool]:
+    """Whether each point is on the Pareto front of (metric, cost): no other point is at least as good on both and
+    strictly better on one. A point with a non-finite metric or cost is never on it."""
+    sign = 1.0 if higher_is_better else -1.0
+    score = sign * np.asarray(metric, dtype=np.float64)
+    cost = np.asarray(cost, dtype=np.float64)
+    valid = np.isfinite(score) & np.isfinite(cost)
+    front = []
+    for i in range(len(score)):
+        dominated = valid & (score >= score[i]) & (cost <= cost[i]) & ((score > score[i]) | (cost < cost[i]))
+        front.append(bool(valid[i] and not dominated.any()))
+    return front
