@@ -21,6 +21,7 @@ def positive(kind: type):
         if not math.isfinite(value) or value <= 0:
             raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
         return value
+    parse.__name__ = kind.__name__  # argparse names it in "invalid int value: 'x'"
     return parse
 
 

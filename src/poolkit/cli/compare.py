@@ -48,5 +48,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print()
     print(board)
-    print(f"\nencoded once in {board.settings['encode_seconds']:.1f}s; leaderboard.csv / .json / .png and report.html in {out}")
+    if board.curve is not None:
+        print(f"\n{board.curve.reading()}")
+    files = "leaderboard.csv / .json / .png" + (", learning_curve.csv / .png" if board.curve is not None else "")
+    print(f"\nencoded once in {board.settings['encode_seconds']:.1f}s; {files} and report.html in {out}")
     return 0

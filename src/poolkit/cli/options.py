@@ -100,10 +100,22 @@ def add_config_arguments(parser: argparse.ArgumentParser, presets: Presets) -> N
             parser.add_argument(flag.flag, *how.aliases, dest=flag.dest, action="store_true" if on else "store_false",
                                 default=None, help=_escaped(_help(flag, presets) if how.none else how.help))
             continue
+        convert = how.parse or (positive(kind) if how.positive else kind)
         parser.add_argument(flag.flag, *how.aliases, dest=flag.dest,
-                            type=how.parse or (positive(kind) if how.positive else kind), choices=how.choices,
+                            type=_each_piece(convert) if how.names else convert, choices=how.choices,
                             nargs=("*" if how.empty else "+") if many else None,
                             metavar=None if how.choices else how.metavar, help=_escaped(_help(flag, presets)))
+
+
+def _each_piece(convert: Any) -> Any:
+    """An argparse type for a ``names`` option: every comma-separated piece of a value must ``convert``; the value
+    is kept as text, split (and converted) once all are read (:func:`_given`)."""
+    def parse(text: str) -> str:
+        for piece in split_names([text]):
+            convert(piece)
+        return text
+    parse.__name__ = getattr(convert, "__name__", "")  # argparse names it in "invalid int value: 'x'"
+    return parse
 
 
 def _given(args: argparse.Namespace, flag: _Flag) -> Any:
@@ -111,7 +123,9 @@ def _given(args: argparse.Namespace, flag: _Flag) -> Any:
     if value is None:
         return None
     if flag.option.names:
-        value = [name for name in split_names(value) if name not in flag.option.drop]
+        how, kind = flag.option, _parts(flag.hint)[0]
+        convert = how.parse or (positive(kind) if how.positive else kind)
+        value = [convert(name) for name in split_names(value) if name not in how.drop]
     return tuple(value) if isinstance(value, list) else value
 
 

@@ -402,8 +402,11 @@ def stratified_sample(data: TableData, n: int, seed: int = 0) -> TableData:
     """Deterministic subsample of ``n`` rows: proportional per stratum, with a floor of n/(3*strata) for rare ones."""
     if n <= 0:
         raise PoolkitError(f"sample size must be a positive number of rows, got {n}")
-    if n >= len(data):
-        return data
+    return data if n >= len(data) else data.subset(stratified_rows(data, n, seed))
+
+
+def stratified_rows(data: TableData, n: int, seed: int = 0) -> np.ndarray:
+    """The sorted row indices of :func:`stratified_sample` (``n`` < len(data))."""
     groups = _shuffled_groups(data, seed)
     sizes = np.array([len(g) for g in groups])
     take = np.minimum(sizes, n // (3 * len(groups)))
@@ -411,8 +414,7 @@ def stratified_sample(data: TableData, n: int, seed: int = 0) -> TableData:
     ideal = room * (n - take.sum()) / room.sum()  # the rest, proportional to what each stratum has left
     take += np.floor(ideal).astype(np.int64)
     take[np.argsort(np.floor(ideal) - ideal, kind="stable")[: n - take.sum()]] += 1  # largest remainders
-    keep = np.sort(np.concatenate([g[:k] for g, k in zip(groups, take)]))
-    return data.subset(keep)
+    return np.sort(np.concatenate([g[:k] for g, k in zip(groups, take)]))
 
 
 def split_rows(data: TableData, val_fraction: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

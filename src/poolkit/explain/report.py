@@ -145,6 +145,11 @@ def write_compare_report(board: Any, path: str | os.PathLike, bars: Any = None) 
     caption = (f"{board.settings['metric']}: mean ± sample std over the folds' test rows"
                + ("; right: the metric against the inference cost, the Pareto front named" if board.costed else ""))
     report.figure(bars if bars is not None else board.plot(), caption)
+    curve = getattr(board, "curve", None)
+    if curve is not None:
+        report.heading("Learning curve").paragraph(curve.reading())
+        report.figure(curve.plot(), f"{curve.metric} against the training rows per fold, each fold's test rows kept")
+        report.table(curve.frame, "mean ± sample std over the folds at each training size")
     report.heading("Per fold").table(board.folds)
     specs = pd.DataFrame({"pooler": [row["pooler"] for row in board.rows], "mode": [row["mode"] for row in board.rows],
                           "spec": [json.dumps(row["config"]) for row in board.rows]})

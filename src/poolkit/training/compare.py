@@ -47,7 +47,20 @@ def compare_config(**settings: Any) -> CompareConfig:
     check_rates(pooler_lr=config.pooler_lr, encoder_lr=config.encoder_lr)
     check_counts(config, ("finetune_top", "seed"), least=0)  # 0: no fine-tuning; seeds are numpy's (>= 0)
     check_counts(config, ("repeats",))
-    return config
+    return replace(config, sizes=learning_sizes(config.sizes))
+
+
+def learning_sizes(sizes: Any) -> tuple[int, ...]:
+    """``sizes`` as distinct training sizes, smallest first: ints, or one text of them ("250,500 1000")."""
+    if isinstance(sizes, str):
+        try:
+            sizes = [int(piece) for piece in sizes.replace(",", " ").split()]
+        except ValueError:
+            raise PoolkitError(f"`sizes` must be whole numbers of training rows, got {sizes!r}") from None
+    sizes = [sizes] if isinstance(sizes, int) else list(sizes)
+    if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in sizes):
+        raise PoolkitError(f"`sizes` must be positive whole numbers of training rows per fold, got {sizes!r}")
+    return tuple(sorted(set(sizes)))
 
 
 def compare_folder(out: str | Path) -> RunFolder:
@@ -74,6 +87,7 @@ class Comparison:
     settings: dict[str, Any] = field(default_factory=dict)
     results: list[Any] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
+    curve: Any = None  # a curves.LearningCurve
     explained: Any = None
     started: float = field(default_factory=time.perf_counter)
 
@@ -123,6 +137,7 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
             return None  # not rank 0: its share of the encoding is written
         probe_step(run)
         baseline_step(run)
+        curve_step(run)
         explain_step(run)
         board = publish_step(run, out)  # on disk before any (long) fine-tuning starts
         if config.finetune_top > 0:
@@ -155,12 +170,31 @@ def load_step(data, specs: list[dict[str, Any]], config: CompareConfig, columns:
                            target_col=score_column(columns["target_col"], task), negative_col=columns["negative_col"],
                            corpus=columns["corpus"], limit=limit, seed=config.seed)
         splits = repeated_folds(pairs, probe.folds, probe.repeats, probe.val_fraction, probe.seed, pair_folds)
+        check_sizes(pairs, splits, config.sizes, probe)
         return Comparison(config, specs, PairLayout.of(pairs), probe, report, progress, primary_metric(task), splits)
     table = load(DEFAULT_DATA if data is None else data, columns["text_col"], columns["target_col"] or "label", task,
                  limit, config.seed, report)
     splits = repeated_folds(table, probe.folds, probe.repeats, probe.val_fraction, probe.seed)
+    check_sizes(table, splits, config.sizes, probe)
     return Comparison(config, specs, table, probe, report, progress, primary_metric(table.task, table.n_outputs),
                       splits)
+
+
+def check_sizes(data: Any, splits: list[Any], sizes: Sequence[int], probe: ProbeConfig) -> None:
+    """Refuse, before any encoding, learning-curve sizes that are not below every fold's training rows or too few
+    to hold out the inner split that chooses the epoch."""
+    from ..data.pairs import pair_split
+    from ..data.tables import split_rows
+    from .curves import subsampled_splits
+
+    if sizes:
+        subsampled_splits(data, splits, max(sizes), probe.seed)  # below every fold's training rows
+        train, _ = subsampled_splits(data, splits[:1], min(sizes), probe.seed)[0]
+        try:
+            pair_split(data, train, probe.val_fraction, probe.seed) if not hasattr(data, "subset") else \
+                split_rows(data.subset(train), probe.val_fraction, probe.seed)
+        except PoolkitError as err:
+            raise PoolkitError(f"`sizes` {min(sizes)}: {err}") from None
 
 
 def fold_size_ratio(splits: list[Any]) -> float:
@@ -224,14 +258,18 @@ def _said(run: Comparison, result, label: str | None = None) -> None:
                f"({result.seconds:.1f}s)")
 
 
-def probe_step(run: Comparison) -> None:
-    """probe: every pooler + head trained on the cache with the same folds, ranked best first."""
+def _probed(run: Comparison, splits: list[Any], on_result: Callable[[Any], None] | None = None) -> list[Any]:
+    """Every pooler + head trained on the cache on ``splits``, ranked best first."""
     from .contrastive import compare_pair_poolers
     from .probing import compare_poolers
 
     probe = compare_pair_poolers if run.pairs else compare_poolers
-    run.results = probe(run.specs, run.features, run.table, run.probe, on_result=lambda result: _said(run, result),
-                        splits=run.splits)
+    return probe(run.specs, run.features, run.table, run.probe, on_result=on_result, splits=splits)
+
+
+def probe_step(run: Comparison) -> None:
+    """probe: every pooler + head trained on the cache with the same folds, ranked best first."""
+    run.results = _probed(run, run.splits, on_result=lambda result: _said(run, result))
     run.rows = [leaderboard_row(r.label, r.spec, "frozen", r.metric, r.fold_metrics, r.params, r.seconds,
                                 r.fold_detail, flat=run.pairs, infer_ms_per_1k=r.infer_ms_per_1k, dim=r.dim)
                 for r in run.results]
@@ -251,6 +289,36 @@ def baseline_step(run: Comparison) -> None:
                                     dim=linear.dim))
 
 
+def curve_step(run: Comparison) -> None:
+    """learning curve (``sizes``): every pooler (and the baseline) trained again at each size, each fold's training
+    rows subsampled (:func:`poolkit.training.curves.subsampled_splits`), its test rows kept; the board's rows are
+    the last point."""
+    from .baseline import baseline_label, linear_baseline
+    from .curves import LearningCurve, subsampled_splits
+
+    config = run.config
+    if not config.sizes:
+        return
+    data = run.table.data if run.pairs else run.table
+    full = int(np.median([len(train) for train, _ in run.splits]))
+    points = [{"pooler": row["pooler"], "size": full, "subsampled": False,
+               "fold_metrics": [m[row["metric"]] for m in row["fold_metrics"]]} for row in run.rows]
+    ratios = {full: fold_size_ratio(run.splits)}
+    for size in sorted(config.sizes):
+        splits = subsampled_splits(data, run.splits, size, config.seed)
+        labelled = [(result.label, result) for result in _probed(run, splits)]
+        if config.baseline and not run.pairs:
+            labelled.append((baseline_label(run.table.task),
+                             linear_baseline(run.features, run.table, run.probe, splits)))
+        points += [{"pooler": label, "size": size, "subsampled": True,
+                    "fold_metrics": [m[result.metric] for m in result.fold_metrics]} for label, result in labelled]
+        ratios[size] = fold_size_ratio(splits)
+        label, best = labelled[0]  # the poolers come ranked
+        run.report(f"  learning curve at {size} training rows per fold: best pooler {label} "
+                   f"{mean_std(**best.summary())}")
+    run.curve = LearningCurve(points, run.metric.name, run.metric.higher_is_better, ratios)
+
+
 def explain_step(run: Comparison) -> None:
     """explain: the best learned pooler's weights over a few of fold 0's held-out texts (see :func:`explain_best`)."""
     config = run.config
@@ -261,7 +329,7 @@ def explain_step(run: Comparison) -> None:
 def publish_step(run: Comparison, out: Path | None) -> Leaderboard:
     """publish: the leaderboard of the rows so far, written to ``out`` when given."""
     board = Leaderboard(run.rows, {**run.settings, "total_seconds": round(time.perf_counter() - run.started, 2)},
-                        run.explained)
+                        run.explained, run.curve)
     if out is not None:
         board.save(out)
     return board

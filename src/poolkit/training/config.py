@@ -298,6 +298,9 @@ class CompareConfig:
     repeats: int = option(ProbeConfig.repeats, "repeat the K-fold CV R times, each with its own seeded fold "
                           "assignment: R x K fold metrics per row, for the tests of each row against the best "
                           "(fine-tuning uses the first repeat's folds)", positive=True, metavar="R")
+    sizes: tuple[int, ...] = option((), "learning curve: train every pooler again with each fold's training rows "
+                                    "subsampled to each N (comma or space separated; the test rows kept), into "
+                                    "learning_curve.csv / .png", names=True, positive=True, metavar="N")
     epochs: int | None = option(None, "max epochs per fold", positive=True,
                                 none=f"{ProbeConfig.epochs}; {QUICK_DEFAULTS['epochs']} on the embedded default")
     batch_size: int = option(ProbeConfig.batch_size, "texts per batch of a pooler + head", positive=True)

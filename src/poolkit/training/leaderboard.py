@@ -15,13 +15,14 @@ import pandas as pd
 from ..errors import PoolkitError
 from ..explain.report import write_compare_report
 from ..io import atomic_write, atomic_write_json, file_digest
+from .curves import OUTPUTS as CURVE_OUTPUTS
 from .significance import TIE_LEVEL, corrected_t_test, holm, pareto_front
 
 COLUMNS = ["rank", "pooler", "mode", "metric", "mean", "std", "p_vs_best", "tied_with_best", "infer_ms_per_1k",
            "pareto", "dim", "params", "seconds"]
 #: The linear baseline's row label (poolkit.training.baseline): a linear model on mean-pooled features, not a pooler
 BASELINE_LABELS = {"regression": "mean+ridge", "classification": "mean+logistic"}
-OUTPUTS = ("leaderboard.csv", "leaderboard.json", "leaderboard.png", "report.html")
+OUTPUTS = ("leaderboard.csv", "leaderboard.json", "leaderboard.png", "report.html", *CURVE_OUTPUTS)
 
 
 def leaderboard_row(label: str, spec: dict[str, Any], mode: str, metric: str, fold_metrics: list[dict[str, float]],
@@ -54,13 +55,16 @@ class Leaderboard:
     ``rows``: list of dicts (spec under ``config``, per-fold metrics under ``fold_metrics``); ``frame``: the same
     as a DataFrame without the per-fold detail; ``folds``: one line per (pooler, mode, fold) and metric values;
     ``settings``: the run's settings; ``explanation``: the best learned pooler's explained texts, shown in the
-    report (:func:`poolkit.training.compare.explain_best`; None: none). ``str(board)`` is the table; ``to_csv`` /
+    report (:func:`poolkit.training.compare.explain_best`; None: none); ``curve``: the learning curve of ``sizes``
+    (:class:`poolkit.training.curves.LearningCurve`; None: none). ``str(board)`` is the table; ``to_csv`` /
     ``to_json`` / ``plot`` / ``save``.
     """
 
-    def __init__(self, rows: list[dict[str, Any]], settings: dict[str, Any], explanation: Any = None) -> None:
+    def __init__(self, rows: list[dict[str, Any]], settings: dict[str, Any], explanation: Any = None,
+                 curve: Any = None) -> None:
         self.settings = settings
         self.explanation = explanation
+        self.curve = curve
         best = settings["higher_is_better"]
         order = sorted(range(len(rows)), key=lambda i: (rows[i]["mode"] != "frozen", rank_key(rows[i]["mean"], best)))
         ranks: dict[str, int] = {}
@@ -217,7 +221,9 @@ class Leaderboard:
     def to_json(self, path: str | Path, files: dict[str, str] | None = None) -> None:
         """{"settings": ..., "rows": [... each with its spec and per-fold metrics]}, plus ``files`` (name -> sha256)
         when written by :meth:`save`."""
-        atomic_write_json(path, {"settings": self.settings, "rows": self.rows, **({"files": files} if files else {})})
+        curve = {"learning_curve": self.curve.to_dict()} if self.curve is not None else {}
+        atomic_write_json(path, {"settings": self.settings, "rows": self.rows, **curve,
+                                 **({"files": files} if files else {})})
 
     def plot(self, path: str | Path | None = None):
         """Horizontal bars of the primary metric with ±std error bars, best on top, fine-tuned rows coloured, the
@@ -261,20 +267,25 @@ class Leaderboard:
             ax.annotate(r["pooler"], (r["infer_ms_per_1k"], r["mean"]), fontsize=7, xytext=(3, 3),
                         textcoords="offset points")
         ax.set_xscale("log")
-        ax.set_xlabel("pooler + head, ms per 1,000 texts on the cached states (log)")
+        ax.set_xlabel("ms per 1,000 texts, pooler + head (log)")
         ax.set_ylabel(self.settings["metric"])
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
 
     def save(self, out: str | Path) -> None:
-        """leaderboard.csv and .png, then leaderboard.json in the folder ``out``: the JSON goes first and comes back
-        last, with the sha256 of the CSV and PNG it belongs with (``files``), so a JSON means a complete set."""
+        """leaderboard.csv and .png (and learning_curve.csv / .png), report.html, then leaderboard.json in the folder
+        ``out``: the JSON goes first and comes back last, with the sha256 of the files it belongs with (``files``), so
+        a JSON means a complete set."""
         out = Path(out)
         (out / "leaderboard.json").unlink(missing_ok=True)
         self.to_csv(out / "leaderboard.csv")
         self.plot(out / "leaderboard.png")
+        if self.curve is not None:
+            self.curve.to_csv(out / "learning_curve.csv")
+            self.curve.plot(out / "learning_curve.png")
         write_compare_report(self, out / "report.html", bars=out / "leaderboard.png")
-        parts = ("leaderboard.csv", "leaderboard.png", "report.html")
+        parts = ("leaderboard.csv", "leaderboard.png", "report.html",
+                 *(CURVE_OUTPUTS if self.curve is not None else ()))
         self.to_json(out / "leaderboard.json", {name: file_digest(out / name) for name in parts})
 
 
