@@ -3,9 +3,11 @@
 # linear baseline, frozen all-MiniLM-L6-v2, 3 folds, each fold's epoch chosen on an inner split of its training
 # rows) on three real datasets, and the top 2 poolers fine-tuned end to end on the classification set; and the
 # scorer ablation: the attention pooler with each scorer= on the classification set, same folds and budget.
+# And compare as a decision: nine poolers and the baseline on the classification set with the 3 folds repeated 3
+# times (the tests of each row against the best), the cost columns, and a learning curve over four sizes.
 # Each run records its commit, machine and timings in its leaderboard.json; the page is rendered from those files.
-#   scripts/make_leaderboards.sh                      # all four (about 1.5 hours on 2 CPU cores, most of it fine-tuning)
-#   scripts/make_leaderboards.sh wordnet-depth        # one of: wordnet-supersense wordnet-depth fortunes scorers
+#   scripts/make_leaderboards.sh                      # all five (about 1.75 hours on 2 CPU cores, most of it fine-tuning)
+#   scripts/make_leaderboards.sh wordnet-depth        # one of: wordnet-supersense wordnet-depth fortunes scorers decision
 set -euo pipefail
 cd "$(dirname "$0")/.."
 POOLKIT=${POOLKIT:-.venv/bin/poolkit}
@@ -22,10 +24,15 @@ run() {
     scorers) $POOLKIT compare --data builtin:embedded "${common[@]}" --no-baseline --poolers attention \
                attention:scorer=linear attention:scorer=bilinear attention:scorer=glu attention:scorer=abmil \
                --out docs/leaderboards/scorers/wordnet-supersense ;;
-    *) echo "unknown leaderboard $1: choose wordnet-supersense, wordnet-depth, fortunes or scorers" >&2; exit 2 ;;
+    # about 15 minutes: the poolers are the board's best six, mean, cls and max
+    decision) $POOLKIT compare --data builtin:embedded "${common[@]}" --repeats 3 --sizes 250,500,1000,1500 \
+                --poolers adapool,attention_head,gated_attention,attention,latent,mean_max,mean,cls,max \
+                --out docs/leaderboards/wordnet-supersense-repeated ;;
+    *) echo "unknown leaderboard $1: choose wordnet-supersense, wordnet-depth, fortunes, scorers or decision" >&2
+       exit 2 ;;
   esac
 }
-for name in "${@:-wordnet-supersense wordnet-depth fortunes scorers}"; do
+for name in "${@:-wordnet-supersense wordnet-depth fortunes scorers decision}"; do
   for one in $name; do run "$one"; done
 done
 $PYTHON scripts/docs.py --write leaderboards
