@@ -16,8 +16,10 @@ from rendering import ROOT, Page, read_json, table
 from poolkit.errors import PoolkitError
 from poolkit.models.encoders import model_label
 from poolkit.training.baseline import baseline_label
+from poolkit.training.curves import LearningCurve
 from poolkit.training.cv import finetuned_row
-from poolkit.training.leaderboard import rank_key
+from poolkit.training.leaderboard import Leaderboard, rank_key, test_over_train
+from poolkit.training.significance import TIE_LEVEL, corrected_t_test, holm
 
 BOARDS = ROOT / "docs" / "leaderboards"
 OLD = BOARDS / "before-0.2"
@@ -69,15 +71,34 @@ def finished_finetuning(folder: Path, s: dict, rows: list[dict]) -> list[dict]:
     return [{"rank": len(listed) + k + 1, **r} for k, r in enumerate(found)]
 
 
+def p_text(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def p_cell(row: dict) -> str:
+    """The page's p column: the Holm-adjusted p against the best row of its mode, "tied" when p >= TIE_LEVEL."""
+    if row.get("p_vs_best") is None:
+        return "best" if row.get("tied_with_best") else ""
+    return p_text(row["p_vs_best"]) + (" (tied)" if row["tied_with_best"] else "")
+
+
+def cost_cell(row: dict) -> str:
+    ms = row.get("infer_ms_per_1k")
+    return "" if ms is None else f"{ms:.3g}" + (" (front)" if row.get("pareto") else "")
+
+
 def render_board(folder: Path) -> list[str]:
     saved = load(folder)
     s = saved["settings"]
     late = finished_finetuning(folder, s, saved["rows"])
-    rows = saved["rows"] + late
+    rows = Leaderboard(saved["rows"] + late, s).rows  # each row tested against the best of its mode
     direction = "higher" if s["higher_is_better"] else "lower"
     tuned = [r for r in rows if r["mode"] == "finetuned"]
+    costed = any(r.get("infer_ms_per_1k") is not None for r in rows)
+    repeats = s.get("repeats", 1)
+    cv = f"{s['folds']}-fold CV" + (f" repeated {repeats} times ({repeats * s['folds']} folds)" if repeats > 1 else "")
     lines = [f"### {folder.name}: {s['data']}", "",
-             f"{s['rows']} rows, {s['task']}, encoder {model_label(s['model'])}, {s['folds']}-fold CV, ranked by "
+             f"{s['rows']} rows, {s['task']}, encoder {model_label(s['model'])}, {cv}, ranked by "
              f"{s['metric']} ({direction} is better). Frozen rows: pooler + head trained on the cached layers, up to "
              f"{s['probe']['epochs']} epochs with patience {s['probe']['patience']}, each fold's epoch chosen on an "
              f"inner {s['probe']['val_fraction']:.0%} split of its training rows and its test rows scored once. "
@@ -85,10 +106,14 @@ def render_board(folder: Path) -> list[str]:
              f"{s['total_seconds'] / 60:.0f} min. From `{relative(folder / 'leaderboard.json')}`: "
              f"{provenance(s)}.", "",
              f"![leaderboard](leaderboards/{folder.name}/leaderboard.png)", "",
-             table(["#", "pooler", "mode", f"{s['metric']} (mean ± sample std over folds)", "params", "seconds",
+             table(["#", "pooler", "mode", f"{s['metric']} (mean ± sample std over folds)", "p vs best (Holm)",
+                    *(["ms / 1k texts (Pareto front)"] if costed else []), "params", "seconds",
                     "chosen per fold (best epoch / epochs run; baseline: regularisation)"],
-                   [[r["rank"], f"`{r['pooler']}`", r["mode"], f"{r['mean']:.4f} ± {r['std']:.4f}", f"{r['params']:,}",
-                     f"{r['seconds']:.0f}", how_chosen(r)] for r in rows], align="rllrrrl")]
+                   [[r["rank"], f"`{r['pooler']}`", r["mode"], f"{r['mean']:.4f} ± {r['std']:.4f}", p_cell(r),
+                     *([cost_cell(r)] if costed else []), f"{r['params']:,}", f"{r['seconds']:.0f}",
+                     how_chosen(r) if repeats == 1 else f"median epoch {median_epoch(r)}"] for r in rows],
+                   align="rllrr" + ("r" if costed else "") + "rrl"),
+             "", test_note(s, costed)]
     if tuned:
         settings = {r["pooler"]: read_json(folder / "finetuned" / r["pooler"] / "metrics.json")["config"]
                     for r in tuned}
@@ -105,7 +130,54 @@ def render_board(folder: Path) -> list[str]:
                       f"{len(tuned)} fine-tuned pooler(s)"
                       + (f" (from `finetuned/*/metrics.json`: {names})" if late else "") + "."]
     lines += reading(s, rows, folder)
+    if "learning_curve" in saved:
+        lines += render_curve(folder, LearningCurve.from_dict(saved["learning_curve"]))
     return lines
+
+
+def median_epoch(row: dict) -> str:
+    """The median over the folds of the epoch each chose (the baseline: of its regularisation strength)."""
+    details = row.get("fold_detail") or []
+    key = "best_epoch" if details and "best_epoch" in details[0] else next(k for k in ("C", "alpha") if k in details[0])
+    value = float(np.median([d[key] for d in details]))
+    return f"{value:g}" if key == "best_epoch" else f"({key} = {value:g})"
+
+
+def test_note(s: dict, costed: bool) -> str:
+    """What the p and cost columns are, from the settings the run recorded."""
+    ratio = s.get("test_over_train")
+    source = (f"n_test / n_train = {ratio:.3f}, as the run recorded it" if ratio is not None
+              else f"n_test / n_train = 1 / (K - 1) = {1 / (s['folds'] - 1):.3f} for K = {s['folds']} folds (the run "
+                   "predates its record)")
+    note = ("`p vs best`: the corrected resampled t-test (Nadeau & Bengio 2003) of each row's fold metrics against "
+            f"the best row of its mode ({source}), Holm-adjusted over the other rows of that mode; a row with p >= "
+            f"{TIE_LEVEL} is *tied* with the best: the folds do not tell them apart.")
+    if costed:
+        encode = s.get("encode_ms_per_1k")
+        note += (" `ms / 1k texts`: the pooler + head (baseline: mean pooling + the linear model) on the cached "
+                 "states, milliseconds per 1,000 texts at one torch thread, the median of timed passes; *front*: on "
+                 "the Pareto front of the metric against that cost."
+                 + (f" The encoder itself took {encode:.0f} ms per 1,000 texts ({s.get('encode_device')}), so "
+                    "the pooler is a small part of an embedding's cost." if encode is not None else ""))
+    return note
+
+
+def render_curve(folder: Path, curve: LearningCurve) -> list[str]:
+    """The learning curve: each pooler's mean at each training size, and the reading of who leads where."""
+    frame = curve.frame
+    sizes = curve.sizes
+    means = {(r.pooler, r.size): (r.mean, r.std) for r in frame.itertuples()}
+    poolers = sorted({p for p, _ in means}, key=lambda p: -means[p, sizes[-1]][0] * (1 if curve.higher_is_better
+                                                                                        else -1))
+    return ["", f"Learning curve (`{relative(folder / 'learning_curve.csv')}`): each fold's training rows subsampled "
+                "to each size (stratified by class, drawn with the fold's seed), its test rows kept, every pooler "
+                f"trained again on the cached states; the last column is the board above. {curve.metric}, mean ± "
+                "sample std over the folds:", "",
+            f"![learning curve](leaderboards/{folder.name}/learning_curve.png)", "",
+            table(["pooler", *(f"{size:,} rows" for size in sizes)],
+                  [[f"`{p}`", *(f"{means[p, size][0]:.4f} ± {means[p, size][1]:.4f}" for size in sizes)]
+                   for p in poolers], align="l" + "r" * len(sizes)),
+            "", f"- {curve.reading()}"]
 
 
 def reading(s: dict, rows: list[dict], folder: Path) -> list[str]:
@@ -123,16 +195,32 @@ def reading(s: dict, rows: list[dict], folder: Path) -> list[str]:
                          "the poolers were fit on: it favours the baseline (fixed since; the rerun records "
                          "`fit_rows` per fold).")
         margin = sign * (best["mean"] - baseline["mean"])
-        beat = [r["pooler"] for r in learned if sign * (r["mean"] - baseline["mean"]) > 0]
+        tested = baseline if frozen[0] is best else best  # the one of the two that was tested against the other
+        p = tested.get("p_vs_best")
+        if p is None:
+            verdict = f"scores {'better' if margin > 0 else 'worse'} by {abs(margin):.4f} (no test: one fold)"
+        elif p < TIE_LEVEL:
+            verdict = f"{'beats' if margin > 0 else 'trails'} it by {abs(margin):.4f} (p = {p_text(p)})"
+        else:
+            verdict = (f"is tied with it: {abs(margin):.4f} {'better' if margin > 0 else 'worse'} on the mean, a gap "
+                       f"the folds do not tell from noise (p = {p_text(p)})")
+        above = [r["pooler"] for r in learned if sign * (r["mean"] - baseline["mean"]) > 0]
         lines.append(f"- The tuned linear baseline `{baseline['pooler']}` scores {baseline['mean']:.4f}; the best "
-                     f"pooler `{best['pooler']}` {'beats' if margin > 0 else 'trails'} it by {abs(margin):.4f} "
-                     f"({abs(margin) / max(best['std'], baseline['std'], 1e-12):.1f} times the larger fold std). "
-                     f"{len(beat)} of {len(learned)} poolers beat it"
-                     + (f": {', '.join(f'`{b}`' for b in beat)}." if beat else "."))
+                     f"pooler `{best['pooler']}` {verdict}. {len(above)} of {len(learned)} poolers score better on "
+                     "the mean" + (f": {', '.join(f'`{b}`' for b in above)}." if above else "."))
+    tied = [r["pooler"] for r in frozen[1:] if r.get("tied_with_best")]
+    if any(r.get("p_vs_best") is not None for r in frozen):
+        lines.append(f"- Tied with the best frozen row `{frozen[0]['pooler']}`: "
+                     + (", ".join(f"`{t}`" for t in tied) if tied else "none") + f" ({len(tied)} of "
+                     f"{len(frozen) - 1}; Holm-adjusted p >= {TIE_LEVEL}).")
     mean = next((r for r in learned if r["pooler"] == "mean"), None)
     if mean is not None and best is not mean:
+        p = corrected_t_test([m[s["metric"]] for m in best["fold_metrics"]],
+                             [m[s["metric"]] for m in mean["fold_metrics"]], test_over_train(s))
+        told = "" if p is None else (f"; told apart (p = {p_text(p)}, one test)" if p < TIE_LEVEL
+                                     else f"; not told apart (p = {p_text(p)}, one test)")
         lines.append(f"- `{best['pooler']}` against `mean` with the same AdamW-trained head: "
-                     f"{best['mean']:.4f} vs {mean['mean']:.4f}.")
+                     f"{best['mean']:.4f} vs {mean['mean']:.4f}{told}.")
     capped = [r["pooler"] for r in frozen if r.get("fold_detail") and "best_epoch" in r["fold_detail"][0]
               and all(d["best_epoch"] == d["epochs_run"] == s["probe"]["epochs"] for d in r["fold_detail"])]
     if capped:
@@ -187,11 +275,14 @@ def render_scorers(folder: Path) -> list[str]:
     rows = {r["config"].get("scorer", "tanh"): r for r in saved["rows"] if r["mode"] == "frozen"}
     per_fold = {name: np.array([m[s["metric"]] for m in r["fold_metrics"]]) for name, r in rows.items()}
 
-    def against(name: str, base: str) -> tuple[float, float, str]:
-        """(mean paired difference, larger fold std, 'within' / 'beyond' that std), signed so that > 0 is better."""
-        diff = sign * (per_fold[name] - per_fold[base])
-        spread = max(rows[name]["std"], rows[base]["std"])
-        return float(diff.mean()), spread, "within" if abs(diff.mean()) <= spread else "beyond"
+    def against(name: str, base: str) -> float:
+        """The mean paired difference over the folds, signed so that > 0 is better."""
+        return float((sign * (per_fold[name] - per_fold[base])).mean())
+
+    pairs = [(n, b) for n, b in (("glu", "abmil"), ("glu", "bilinear"), *((n, "tanh") for n in rows if n != "tanh"))
+             if n in rows and b in rows]
+    raw = [corrected_t_test(per_fold[n], per_fold[b], test_over_train(s)) for n, b in pairs]
+    adjusted = holm(raw) if all(p is not None for p in raw) else raw
 
     lines = [f"### {folder.name}: {s['data']}", "",
              f"`attention` (scoring width {rows['tanh']['config']['attn_size']}, Xavier init) with each `scorer=` on "
@@ -202,10 +293,11 @@ def render_scorers(folder: Path) -> list[str]:
              table(["scorer", f"{s['metric']} (mean ± sample std over folds)", "per fold", "− tanh, mean over folds",
                     "params", "seconds"],
                    [[f"`{name}`", f"{r['mean']:.4f} ± {r['std']:.4f}", ", ".join(f"{v:.3f}" for v in per_fold[name]),
-                     "" if name == "tanh" else f"{sign * against(name, 'tanh')[0]:+.4f}", f"{r['params']:,}",
+                     "" if name == "tanh" else f"{against(name, 'tanh'):+.4f}", f"{r['params']:,}",
                      f"{r['seconds']:.0f}"] for name, r in rows.items()], align="lrrrrr")]
-    lines += ["", "Reading (computed from the rows above; a difference *within* the larger of the two fold stds is "
-                  f"not told apart from fold-to-fold noise with {s['folds']} folds):", ""]
+    lines += ["", "Reading (computed from the rows above; each comparison is the corrected resampled t-test of the "
+                  f"two scorers' {s['folds']} fold metrics, Holm-adjusted over the {len(pairs)} comparisons listed; "
+                  f"p >= {TIE_LEVEL}: not told apart from fold-to-fold noise):", ""]
     main = BOARDS / folder.name / "leaderboard.json"
     same = next((r for r in load(main.parent)["rows"] if r["mode"] == "frozen" and r["pooler"] == "attention"),
                 None) if main.exists() else None
@@ -214,11 +306,12 @@ def render_scorers(folder: Path) -> list[str]:
                      f"{folder.name} board above ({provenance(load(main.parent)['settings']).split(',')[0]}): "
                      f"{same['mean']:.4f} ± {same['std']:.4f} there, {rows['tanh']['mean']:.4f} ± "
                      f"{rows['tanh']['std']:.4f} here.")
-    for name, base in (("glu", "abmil"), ("glu", "bilinear"), *((n, "tanh") for n in rows if n != "tanh")):
-        if name in rows and base in rows:
-            mean, spread, where = against(name, base)
-            lines.append(f"- `{name}` against `{base}`: {'better' if mean > 0 else 'worse'} by {abs(mean):.4f} "
-                         f"{s['metric']} on average over the folds ({where} the larger fold std, {spread:.4f}).")
+    for (name, base), p in zip(pairs, adjusted):
+        mean = against(name, base)
+        told = ("no test" if p is None else f"told apart, p = {p_text(p)}" if p < TIE_LEVEL
+                else f"not told apart, p = {p_text(p)}")
+        lines.append(f"- `{name}` against `{base}`: {'better' if mean > 0 else 'worse'} by {abs(mean):.4f} "
+                     f"{s['metric']} on average over the folds ({told}).")
     return lines
 
 

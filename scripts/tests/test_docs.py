@@ -201,3 +201,30 @@ def test_the_embeddings_reading_follows_the_figures():
     assert "`cls` is first by spearman (0.7000)" in text and "is 0.2000 below the best." in text
     assert "**retrieval** (`builtin:x`): `mean` is first by ndcg@10 (0.3000), `max` last (0.2000)" in text
     assert "scores exactly as mean" not in text
+
+
+def test_the_leaderboards_reading_says_beats_only_where_the_test_says_so():
+    # catches "beats" written from the means alone (the docs read "beats it by 0.0050" for a gap the folds could
+    # not tell from noise), and a tie said where the test tells the rows apart
+    from pages import leaderboards
+
+    from poolkit.training.leaderboard import Leaderboard, leaderboard_row
+
+    settings = {"data": "x", "rows": 100, "task": "classification", "folds": 5, "metric": "accuracy",
+                "higher_is_better": True, "model_label": "m", "probe": {"epochs": 12}}
+
+    def board(pooler: list[float], baseline: list[float]) -> list[dict]:
+        detail = [{"best_epoch": 3, "epochs_run": 6}] * 5
+        rows = [leaderboard_row("adapool", {}, "frozen", "accuracy", [{"accuracy": v} for v in pooler], 1, 1.0,
+                                detail),
+                leaderboard_row("mean+logistic", {}, "frozen", "accuracy", [{"accuracy": v} for v in baseline], 1,
+                                1.0, [{"C": 0.1, "fit_rows": 80}] * 5)]
+        return Leaderboard(rows, settings).rows
+
+    steady = leaderboards.reading(settings, board([0.60, 0.61, 0.59, 0.60, 0.62], [0.50, 0.52, 0.49, 0.51, 0.50]),
+                                  None)
+    assert any("`adapool` beats it by 0.1000 (p = " in line for line in steady), steady
+    noisy = leaderboards.reading(settings, board([0.60, 0.40, 0.70, 0.45, 0.55], [0.50, 0.50, 0.52, 0.48, 0.50]),
+                                 None)
+    assert any("`adapool` is tied with it: 0.0400 better on the mean" in line for line in noisy), noisy
+    assert not any("beats" in line for line in noisy)

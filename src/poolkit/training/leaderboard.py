@@ -78,10 +78,7 @@ class Leaderboard:
 
     @property
     def test_over_train(self) -> float | None:
-        """n_test / n_train of the t-test: as recorded, else (a board written before it was) K-fold's 1 / (K - 1)."""
-        ratio = self.settings.get("test_over_train")
-        folds = self.settings.get("folds", 1)
-        return ratio if ratio is not None else (1.0 / (folds - 1) if folds > 1 else None)
+        return test_over_train(self.settings)
 
     def test_against_best(self, rows: list[dict[str, Any]]) -> None:
         """Set ``p_vs_best`` on every row after the first (the best of ``rows``, one mode, ranked): the corrected
@@ -287,6 +284,14 @@ class Leaderboard:
         parts = ("leaderboard.csv", "leaderboard.png", "report.html",
                  *(CURVE_OUTPUTS if self.curve is not None else ()))
         self.to_json(out / "leaderboard.json", {name: file_digest(out / name) for name in parts})
+
+
+def test_over_train(settings: dict[str, Any]) -> float | None:
+    """n_test / n_train of a board's t-tests: as its run recorded it, else (a board written before it was) K-fold's
+    1 / (K - 1); None with one fold and no record."""
+    ratio = settings.get("test_over_train")
+    folds = settings.get("folds", 1)
+    return ratio if ratio is not None else (1.0 / (folds - 1) if folds > 1 else None)
 
 
 def _fold_values(row: dict[str, Any]) -> list[float]:
