@@ -31,7 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings.add_argument("--lr", action=Renamed, use="--pooler-lr")
     add_trust_remote_code_argument(parser)
     parser.add_argument("--out", help="output folder (default: runs/compare-<time>)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing leaderboard in --out")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing leaderboard in --out (and an "
+                        "earlier --export folder)")
+    parser.add_argument("--export", metavar="DIR", help="then refit the best learned row (never the baseline) on every "
+                        "row, for the median of the epochs its folds chose, into a model folder that predict, embed, "
+                        "evaluate and explain load")
+    parser.add_argument("--export-pooler", metavar="NAME", help="export this frozen row (its leaderboard label) "
+                        "instead of the best")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out or time.strftime("runs/compare-%Y%m%d-%H%M%S"))
     board = compare(args.data, poolers=pooler_specs(args.poolers, args.pooler_opt), model=args.model, out=out,
-                    force=args.force, trust_remote_code=args.trust_remote_code, report=said(args), **data_kwargs(args),
+                    force=args.force, trust_remote_code=args.trust_remote_code, report=said(args), export=args.export,
+                    export_pooler=args.export_pooler, **data_kwargs(args),
                     **given_settings(args, COMPARE_PRESETS))
     if board is None:  # a process of several: rank 0 trains and writes the leaderboard
         from ..training.processes import process_rank
@@ -52,4 +59,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"\n{board.curve.reading()}")
     files = "leaderboard.csv / .json / .png" + (", learning_curve.csv / .png" if board.curve is not None else "")
     print(f"\nencoded once in {board.settings['encode_seconds']:.1f}s; {files} and report.html in {out}")
+    if args.export:
+        print(f"the winner, {board.settings['export']['pooler']}, refit on every row: poolkit predict --model "
+              f"{args.export} --data NEW.csv --out preds.csv")
     return 0

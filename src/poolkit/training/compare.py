@@ -31,6 +31,7 @@ from ..errors import PoolkitError
 from ..io import RunFolder
 from ..settings import check_counts, config_from
 from .config import MAX_LENGTH, CompareConfig, ProbeConfig
+from .export import check_export
 from .inputs import check_rates, fit_to_encoder, load, resolve_poolers
 from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row, mean_std
 from .processes import process_rank
@@ -101,7 +102,8 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
             text_col: str = "text", target_col: str | Sequence[str] | None = None, task: str | None = None,
             pair_col: str = "pair", negative_col: str | None = None, corpus: str | Path | Sequence[str] | None = None,
             limit: int | None = None, out: str | Path | None = None, force: bool = False, progress: bool = True,
-            report: Callable[[str], None] | None = None, **settings: Any) -> Leaderboard | None:
+            report: Callable[[str], None] | None = None, export: str | Path | None = None,
+            export_pooler: str | None = None, **settings: Any) -> Leaderboard | None:
     """Encode ``data`` once with the frozen encoder, train every pooler + head on the cached layers with the same
     K folds, then (``finetune_top`` K > 0) fine-tune the encoder with the K best poolers; the steps are those of the
     module doc. ``settings``: the fields of :class:`CompareConfig` (model, folds, epochs, pooler_lr, ...).
@@ -115,6 +117,8 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     With ``out`` (locked for the run), leaderboard.csv / .json / .png and report.html are written there (the frozen
     board before fine-tuning starts) and the fine-tuned models under ``out/finetuned/``; without, fine-tuned models
     are discarded. ``report``: told each step's line (None: nothing is said); ``progress``: progress bars.
+    ``export``: a folder for the winner refit on every row (:mod:`poolkit.training.export`; ``export_pooler``: the
+    frozen row to export instead of the best), written last; an existing one is replaced only with ``force``.
     """
     config = compare_config(**settings)
     specs = resolve_poolers(poolers)  # bad names fail before the data is read
@@ -126,6 +130,8 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     out = out if rank == 0 else None  # the other processes only encode their share
     if out is not None:
         compare_folder(out).check(force=force)
+    if rank == 0:
+        check_export(export, force, task, export_pooler, specs)
     say = report if report is not None and rank == 0 else _quiet
     columns = {"text_col": text_col, "target_col": target_col, "pair_col": pair_col, "negative_col": negative_col,
                "corpus": corpus}
@@ -142,6 +148,9 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
         board = publish_step(run, out)  # on disk before any (long) fine-tuning starts
         if config.finetune_top > 0:
             finetune_step(run, out, force)
+            board = publish_step(run, out)
+        if export is not None:
+            export_step(run, export, export_pooler)
             board = publish_step(run, out)
         return board
 
@@ -317,6 +326,18 @@ def curve_step(run: Comparison) -> None:
         run.report(f"  learning curve at {size} training rows per fold: best pooler {label} "
                    f"{mean_std(**best.summary())}")
     run.curve = LearningCurve(points, run.metric.name, run.metric.higher_is_better, ratios)
+
+
+def export_step(run: Comparison, folder: str | Path, pooler: str | None) -> None:
+    """export: the best learned row (or ``pooler``'s) refit on every row into ``folder``
+    (:func:`poolkit.training.export.export_winner`), recorded in the settings."""
+    from .export import export_winner
+
+    info = export_winner(run, folder, pooler)
+    run.settings["export"] = {"folder": str(folder), "pooler": info["pooler_label"], "epochs": info["epochs"],
+                              "rows": info["rows"], "parity_max_abs_diff": info["parity_max_abs_diff"]}
+    run.report(f"exported {info['pooler_label']} refit on all {info['rows']} rows ({info['epochs']} epochs, the "
+               f"median its folds chose) to {folder}")
 
 
 def explain_step(run: Comparison) -> None:

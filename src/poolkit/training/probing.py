@@ -154,6 +154,32 @@ class EpochChoice:
                 f"test_{name}": float(test_score)}
 
 
+class HeadTraining:
+    """One pooler + head being trained on the cache rows ``rows``: the model, its AdamW, the targets (regression
+    standardised on ``rows``) and seeded, shuffled length-grouped batches; :meth:`epoch` runs one pass over them."""
+
+    def __init__(self, spec: dict[str, Any], cache: FeatureCache, data: TableData, rows: np.ndarray,
+                 config: ProbeConfig, seed: int) -> None:
+        torch.manual_seed(seed)
+        self.cache, self.data, self.rows = cache, data, rows
+        self.model = ProbeModel(build_pooler(spec, cache.hidden_size, cache.num_layers), data.n_outputs,
+                                config.head_dropout)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.pooler_lr,
+                                           weight_decay=config.weight_decay)
+        self.targets = _Targets(data, rows)
+        self.sampler = LengthGroupedBatchSampler(cache.lengths[rows], config.batch_size, shuffle=True, seed=seed)
+
+    def epoch(self) -> None:
+        self.model.train()
+        for batch in self.sampler:
+            rows = self.rows[batch]
+            states, mask = self.cache.inputs(rows, self.model.pooler)
+            loss = task_loss(self.data.task, self.model(states, mask), self.targets.values[rows])
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+
+
 def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train_rows: np.ndarray,
                test_rows: np.ndarray, config: ProbeConfig, seed: int
                ) -> tuple[np.ndarray, dict[str, float], dict[str, float], FoldModel]:
@@ -163,25 +189,14 @@ def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train
     predicted once, by the chosen model. ``detail``: best_epoch, epochs_run, the inner validation metric and
     the test metric (the primary metric's name, prefixed ``val_`` / ``test_``).
     """
-    torch.manual_seed(seed)
     fit, val = split_rows(data.subset(train_rows), config.val_fraction, seed)
     fit_rows, val_rows = train_rows[fit], train_rows[val]
-    pooler = build_pooler(spec, cache.hidden_size, cache.num_layers)
-    model = ProbeModel(pooler, data.n_outputs, config.head_dropout)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.pooler_lr, weight_decay=config.weight_decay)
-    targets = _Targets(data, fit_rows)
+    run = HeadTraining(spec, cache, data, fit_rows, config, seed)
+    model, targets = run.model, run.targets
     metric = primary_metric(data.task, data.n_outputs)
-    sampler = LengthGroupedBatchSampler(cache.lengths[fit_rows], config.batch_size, shuffle=True, seed=seed)
     choice = EpochChoice(metric, config.patience)
     for epoch in range(1, config.epochs + 1):
-        model.train()
-        for batch in sampler:
-            rows = fit_rows[batch]
-            states, mask = cache.inputs(rows, pooler)
-            loss = task_loss(data.task, model(states, mask), targets.values[rows])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+        run.epoch()
         outputs = targets.outputs(cached_outputs(model, cache, val_rows, config.batch_size * 2).numpy())
         if choice.offer(epoch, compute_metrics(data.task, outputs, data.targets[val_rows], data.n_outputs)[metric.name],
                         model):
@@ -191,6 +206,16 @@ def train_fold(spec: dict[str, Any], cache: FeatureCache, data: TableData, train
     metrics = compute_metrics(data.task, test_outputs, data.targets[test_rows], data.n_outputs)
     detail = choice.detail(metrics[metric.name])
     return test_outputs, metrics, detail, FoldModel(model.eval(), data.task, test_rows, targets.outputs)
+
+
+def refit_head(spec: dict[str, Any], cache: FeatureCache, data: TableData, config: ProbeConfig, epochs: int,
+               seed: int) -> FoldModel:
+    """One pooler + head trained on every row for ``epochs`` epochs (``compare --export``: the epoch count chosen by
+    the cross-validation, so no row is held out); its ``test_rows`` are none."""
+    run = HeadTraining(spec, cache, data, np.arange(len(data)), config, seed)
+    for _ in range(epochs):
+        run.epoch()
+    return FoldModel(run.model.eval(), data.task, np.zeros(0, dtype=np.int64), run.targets.outputs)
 
 
 def probe_pooler(spec: str | dict[str, Any], cache: FeatureCache, data: TableData, config: ProbeConfig,

@@ -1,0 +1,136 @@
+"""``compare --export DIR``: the winner, ready to use. The best learned row of the board (the best frozen row with a
+trained pooler or head, never the scikit-learn baseline; or the row named by ``export_pooler``) is trained again on
+every row of the table, on the cached states, for the median of the epochs its folds chose (AutoGluon's
+``refit_full``: the cross-validation chose the epoch count, so no row need be held out), and written as a model
+folder: the frozen encoder's files, the pooler and head trained, the tokenizer, and ``poolkit_train.json``, so that
+``poolkit predict``, ``explain``, ``embed``, ``evaluate``, :class:`~poolkit.models.TextEncoder` and
+:meth:`~poolkit.models.PooledModel.from_pretrained` load it as they load one fold of ``poolkit train``.
+
+The folder records the CV figure it was chosen by, the epochs, and ``parity``: the largest difference between the
+refit model on the cached (float16) states and the written folder run from the texts, on a few rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import PoolkitError
+from ..io import atomic_write_content, build_dir
+from ..io.runs import TRAIN_META, check_writable
+from ..tasks import EMBEDDING_TASKS
+from .leaderboard import BASELINE_LABELS
+
+#: what an exported folder's poolkit_train.json says made it (``--force`` replaces only such a folder)
+EXPORTED_FROM = "poolkit compare --export"
+#: the texts ``parity`` is measured on
+PARITY_ROWS = 16
+
+
+def check_export(out: str | Path | None, force: bool, task: str | None = None, pooler: str | None = None,
+                 specs: list[dict[str, Any]] | None = None) -> None:
+    """Refuse, before any work, an export folder that exists (without ``force``, or that compare did not write),
+    an export of an embedding task, and an ``export_pooler`` that names none of the poolers compared."""
+    if out is None:
+        if pooler is not None:
+            raise PoolkitError("`export_pooler` needs `export`: the folder to write the refit model to")
+        return
+    if task in EMBEDDING_TASKS:
+        raise PoolkitError(f"`export` is for classification and regression boards: for {task}, train the pooler "
+                           f"with `poolkit train --task {task}` and embed with its fold folder")
+    if pooler is not None and specs is not None and pooler.split("(")[0] not in {s["name"] for s in specs}:
+        raise PoolkitError(f"`export_pooler` {pooler!r} is none of the poolers compared: use one of "
+                           f"{', '.join(s['name'] for s in specs)} (with its options as the board labels it)")
+    out = Path(out)
+    check_writable(out.parent if not out.exists() else out, "`export`")
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise PoolkitError(f"`export` {out} already exists: pass `force=True` to replace it, or choose another "
+                               "folder")
+        meta = out / TRAIN_META
+        try:
+            made_here = out.is_dir() and not out.is_symlink() and \
+                json.loads(meta.read_text()).get("exported_from") == EXPORTED_FROM
+        except (OSError, ValueError):
+            made_here = False
+        if not made_here:
+            raise PoolkitError(f"`export` {out} is not a folder written by compare's export, so poolkit does not "
+                               "replace it: choose another folder")
+
+
+def exported_row(rows: list[dict[str, Any]], pooler: str | None) -> dict[str, Any]:
+    """The row to export: the best frozen row with a trained pooler or head (the baseline never), or the frozen row
+    labelled ``pooler``."""
+    frozen = [row for row in rows if row["mode"] == "frozen" and row["pooler"] not in BASELINE_LABELS.values()]
+    if pooler is not None:
+        found = [row for row in frozen if row["pooler"] == pooler]
+        if not found:
+            raise PoolkitError(f"`export_pooler` {pooler!r} is no frozen pooler row of this board: use one of "
+                               f"{', '.join(row['pooler'] for row in frozen)}")
+        return found[0]
+    if not frozen:
+        raise PoolkitError("the board has no pooler row to export (only the baseline): compare some poolers")
+    return frozen[0]
+
+
+def median_epochs(row: dict[str, Any]) -> int:
+    """The median over the row's folds of the epoch each chose (at least 1)."""
+    return max(1, int(round(float(np.median([d["best_epoch"] for d in row["fold_detail"]])))))
+
+
+def export_winner(run: Any, out: str | Path, pooler: str | None = None) -> dict[str, Any]:
+    """Refit the row :func:`exported_row` picks on every row of ``run`` (a compare ``Comparison``) and write the
+    model folder ``out`` (replacing it only when :func:`check_export` allowed it) -> what the folder records."""
+    from ..models import PooledModel
+    from ..models.encoders import load_tokenizer, resolve_model
+    from .probing import cached_outputs, refit_head
+
+    config, table, cache = run.config, run.table, run.features
+    row = exported_row(run.rows, pooler)
+    epochs = median_epochs(row)
+    fitted = refit_head(row["config"], cache, table, run.probe, epochs, config.seed)
+    model_path = resolve_model(config.model)
+    rows = np.arange(min(PARITY_ROWS, len(table)))
+    expected = fitted.outputs(cached_outputs(fitted.model, cache, rows, len(rows)).numpy())
+    info = {"exported_from": EXPORTED_FROM, "task": table.task, "label_names": table.label_names,
+            "target_cols": list(table.target_cols), "text_col": table.text_col, "n_folds": 1,
+            "pooler_label": row["pooler"], "epochs": epochs, "rows": len(table), "base_model": model_path,
+            "cv": {"metric": row["metric"], "mean": row["mean"], "std": row["std"], "folds": row["folds"],
+                   "p_vs_best": row.get("p_vs_best")},
+            "config": {"model": model_path, "pooler": row["config"], "max_length": config.max_length,
+                       "epochs": epochs, "batch_size": run.probe.batch_size, "pooler_lr": run.probe.pooler_lr,
+                       "weight_decay": run.probe.weight_decay, "head_dropout": run.probe.head_dropout,
+                       "seed": config.seed, "train_only": "head"}}
+
+    def write(staging: Path) -> dict[str, Any]:
+        model = PooledModel.from_encoder(model_path, pooler=row["config"], task=table.task,
+                                         num_labels=table.n_outputs, label_names=table.label_names,
+                                         head_dropout=run.probe.head_dropout,
+                                         trust_remote_code=config.trust_remote_code)
+        model.pooler.load_state_dict(fitted.model.pooler.state_dict())
+        model.head.load_state_dict(fitted.model.head.state_dict())
+        if table.task == "regression":  # the refit head answers in standardised units: fold them in
+            shift = fitted.outputs(np.zeros((1, table.n_outputs)))  # raw 0 -> the targets' mean
+            scale = fitted.outputs(np.ones((1, table.n_outputs))) - shift  # raw 1 -> mean + std
+            model.load_state_dict(model.state_dict_with_affine_head(torch.from_numpy(scale[0]).float(),
+                                                                    torch.from_numpy(shift[0]).float()))
+        model.eval().save_pretrained(staging)
+        tokenizer = load_tokenizer(model_path, config.trust_remote_code)
+        tokenizer.save_pretrained(staging)
+        got = _outputs(model, tokenizer, [table.texts[i] for i in rows], config.max_length)
+        info["parity_max_abs_diff"] = float(np.abs(got - expected).max())
+        atomic_write_content(staging / TRAIN_META, json.dumps(info, indent=2) + "\n")
+        return info
+
+    return build_dir(Path(out), write)
+
+
+def _outputs(model: Any, tokenizer: Any, texts: list[str], max_length: int) -> np.ndarray:
+    """The written model's head outputs in the task's units, from the texts (float32 encoder, no autocast)."""
+    with torch.inference_mode():
+        batch = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        return model(**batch).logits.float().numpy()

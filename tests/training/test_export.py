@@ -1,0 +1,81 @@
+"""compare --export: the winner refit on every row, as a model folder the other commands load."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from poolkit import PoolkitError
+from poolkit.models import PooledModel
+from poolkit.models.text_encoder import TextEncoder
+from poolkit.training import api
+from poolkit.training.config import ProbeConfig
+from poolkit.training.features import encode_features
+from poolkit.training.prediction import predict_outputs
+from poolkit.training.probing import cached_outputs, refit_head
+from tiny_models import tiny_bert_dir
+
+TEXTS = [f"the {a} {b} {c}" for a in ("big", "small", "red", "blue") for b in ("cat", "dog", "mat")
+         for c in ("ran", "sat")]
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    return tiny_bert_dir(tmp_path_factory.mktemp("bert") / "bert")
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_the_exported_folder_reproduces_the_refit_model(bert, tmp_path, task):
+    # catches the pooler or head weights not copied, a regression head left in standardised units, the wrong row or
+    # epoch count refit, and a folder predict cannot load
+    target = ["good", "bad"] * 12 if task == "classification" else [len(t) + 0.37 * i for i, t in enumerate(TEXTS)]
+    pd.DataFrame({"text": TEXTS, "label": target}).to_csv(tmp_path / "t.csv", index=False)
+    board = api.compare(tmp_path / "t.csv", poolers="mean,attention", model=bert, folds=2, epochs=2, seed=3, task=task,
+                        cache_dir=tmp_path / "cache", out=tmp_path / "out", export=tmp_path / "best",
+                        progress=False)
+    meta = json.loads((tmp_path / "best" / "poolkit_train.json").read_text())
+    winner = next(r for r in board.rows if r["pooler"] in ("mean", "attention"))
+    epochs = max(1, round(float(np.median([d["best_epoch"] for d in winner["fold_detail"]]))))
+    assert (meta["pooler_label"], meta["epochs"], meta["rows"]) == (winner["pooler"], epochs, 24)
+    assert board.settings["export"]["pooler"] == winner["pooler"] and meta["cv"]["mean"] == winner["mean"]
+    # the same refit, by hand, on the same cache: the folder run from the texts gives its outputs
+    table = api.load(tmp_path / "t.csv", task=task)
+    cache = encode_features(table.texts, bert, max_length=256, cache_dir=tmp_path / "cache", progress=False,
+                            poolers=[winner["config"]], summaries=["mean"])
+    fitted = refit_head(winner["config"], cache, table, ProbeConfig(folds=2, epochs=2, seed=3), epochs, 3)
+    expected = fitted.outputs(cached_outputs(fitted.model, cache, np.arange(24), 24).numpy())
+    scores, info = predict_outputs(tmp_path / "best", table.texts, progress=False)
+    if task == "classification":
+        expected = np.exp(expected - expected.max(axis=1, keepdims=True))
+        expected /= expected.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(scores, expected, atol=2e-3)
+    assert info["task"] == task and meta["parity_max_abs_diff"] < 2e-3
+    model = PooledModel.from_pretrained(tmp_path / "best")
+    assert model.config.pooler == winner["config"]
+    vectors = TextEncoder(str(tmp_path / "best")).encode(table.texts[:3])
+    assert vectors.shape == (3, model.pooler.output_dim)
+
+
+def test_export_is_checked_before_any_work_and_never_replaces_a_users_folder(bert, tmp_path):
+    pd.DataFrame({"text": TEXTS, "label": ["good", "bad"] * 12}).to_csv(tmp_path / "t.csv", index=False)
+    run = dict(poolers="mean,max", model=bert, folds=2, epochs=1, cache_dir=tmp_path / "cache", progress=False)
+    with pytest.raises(PoolkitError, match="`export_pooler` 'mean\\+logistic' is none of the poolers compared"):
+        api.compare(tmp_path / "t.csv", export=tmp_path / "e", export_pooler="mean+logistic", **run)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(PoolkitError, match="already exists: pass `force=True`"):
+        api.compare(tmp_path / "t.csv", export=mine, **run)
+    with pytest.raises(PoolkitError, match="is not a folder written by compare's export"):
+        api.compare(tmp_path / "t.csv", export=mine, force=True, **run)
+    with pytest.raises(PoolkitError, match="`export` is for classification and regression boards"):
+        api.compare(tmp_path / "t.csv", task="retrieval", export=tmp_path / "e", **run)
+    assert not (tmp_path / "cache").exists() and (mine / "notes.txt").read_text() == "keep me"
+    board = api.compare(tmp_path / "t.csv", export=tmp_path / "e", export_pooler="max", **run)
+    assert json.loads((tmp_path / "e" / "poolkit_train.json").read_text())["pooler_label"] == "max"
+    assert board.settings["export"]["pooler"] == "max"
+    api.compare(tmp_path / "t.csv", export=tmp_path / "e", force=True, **run)  # its own export: replaced
+    assert json.loads((tmp_path / "e" / "poolkit_train.json").read_text())["pooler_label"] != "mean+logistic"
