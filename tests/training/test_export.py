@@ -79,3 +79,30 @@ def test_export_is_checked_before_any_work_and_never_replaces_a_users_folder(ber
     assert board.settings["export"]["pooler"] == "max"
     api.compare(tmp_path / "t.csv", export=tmp_path / "e", force=True, **run)  # its own export: replaced
     assert json.loads((tmp_path / "e" / "poolkit_train.json").read_text())["pooler_label"] != "mean+logistic"
+
+
+@pytest.mark.parametrize("pooler", ["attention", "mean"])
+def test_the_sentence_transformers_export_gives_the_refit_poolers_vectors(bert, tmp_path, pooler):
+    # catches the trained weights left out of the module, a native pooling not written as sentence-transformers'
+    # own Pooling (it would need poolkit and trust_remote_code to load), and vectors of another pooler
+    from sentence_transformers import SentenceTransformer
+
+    pd.DataFrame({"text": TEXTS, "label": ["good", "bad"] * 12}).to_csv(tmp_path / "t.csv", index=False)
+    api.compare(tmp_path / "t.csv", poolers=pooler, model=bert, folds=2, epochs=2, cache_dir=tmp_path / "cache",
+                export=tmp_path / "st", export_format="sentence-transformers", progress=False, baseline=False)
+    meta = json.loads((tmp_path / "st" / "poolkit_export.json").read_text())
+    assert meta["format"] == "sentence-transformers" and meta["pooler_label"] == pooler
+    native = pooler == "mean"
+    assert ("poolkit" in (tmp_path / "st" / "modules.json").read_text()) is not native
+    model = SentenceTransformer(str(tmp_path / "st"), device="cpu", trust_remote_code=not native)
+    table = api.load(tmp_path / "t.csv")
+    cache = encode_features(table.texts, bert, max_length=256, cache_dir=tmp_path / "cache", progress=False,
+                            poolers=[{"name": pooler}], summaries=["mean"])
+    seed = meta["config"]["seed"]
+    fitted = refit_head(meta["config"]["pooler"], cache, table, ProbeConfig(folds=2, epochs=2, seed=seed),
+                        meta["epochs"], seed)
+    from poolkit.training.contrastive import EmbeddingModel
+
+    expected = cached_outputs(EmbeddingModel(fitted.model.pooler, False), cache, np.arange(24), 24).numpy()
+    np.testing.assert_allclose(model.encode(table.texts), expected, atol=2e-3)
+    assert meta["parity_max_abs_diff"] < 2e-3

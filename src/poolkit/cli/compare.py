@@ -38,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "evaluate and explain load")
     parser.add_argument("--export-pooler", metavar="NAME", help="export this frozen row (its leaderboard label) "
                         "instead of the best")
+    parser.add_argument("--export-format", choices=("poolkit", "sentence-transformers"), default="poolkit",
+                        help="poolkit: a model folder with the head; sentence-transformers: a folder "
+                             "SentenceTransformer(DIR) loads, giving the refit pooler's vectors (learned poolers need "
+                             "trust_remote_code=True there) (default: poolkit)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or time.strftime("runs/compare-%Y%m%d-%H%M%S"))
     board = compare(args.data, poolers=pooler_specs(args.poolers, args.pooler_opt), model=args.model, out=out,
                     force=args.force, trust_remote_code=args.trust_remote_code, report=said(args), export=args.export,
-                    export_pooler=args.export_pooler, **data_kwargs(args),
+                    export_pooler=args.export_pooler, export_format=args.export_format, **data_kwargs(args),
                     **given_settings(args, COMPARE_PRESETS))
     if board is None:  # a process of several: rank 0 trains and writes the leaderboard
         from ..training.processes import process_rank
@@ -59,7 +63,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"\n{board.curve.reading()}")
     files = "leaderboard.csv / .json / .png" + (", learning_curve.csv / .png" if board.curve is not None else "")
     print(f"\nencoded once in {board.settings['encode_seconds']:.1f}s; {files} and report.html in {out}")
-    if args.export:
+    if args.export and args.export_format == "sentence-transformers":
+        print(f"the winner's pooler, {board.settings['export']['pooler']}, refit on every row: "
+              f"SentenceTransformer({str(args.export)!r}, trust_remote_code=True).encode(texts)")
+    elif args.export:
         print(f"the winner, {board.settings['export']['pooler']}, refit on every row: poolkit predict --model "
               f"{args.export} --data NEW.csv --out preds.csv")
     return 0

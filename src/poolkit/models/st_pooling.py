@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..errors import PoolkitError
 from ..extras import require
-from ..pooling import build_pooler, pooler_spec
+from ..pooling import build_pooler, pooler_options, pooler_spec
 from ..pooling.masking import skip_first_tokens
 
 require("st", "sentence_transformers.base.modules.module")  # the path sentence-transformers >= 5.4 has
@@ -62,7 +62,9 @@ class PoolkitPooling(Module):
         package, as it must for the other poolers)."""
         spec = pooler_spec(pooler)
         native = NATIVE.get(spec["name"])
-        if native is not None and spec == pooler_spec(spec["name"]):
+        defaults = pooler_options(spec["name"])  # a full spec (get_config()) with every option at its default is too
+        options = {k: v for k, v in spec.items() if k not in ("name", "hidden_size", "num_layers")}
+        if native is not None and all(k in defaults and defaults[k] == v for k, v in options.items()):
             from sentence_transformers.sentence_transformer.modules import Pooling
 
             return Pooling(transformer.get_embedding_dimension(), pooling_mode=native, include_prompt=include_prompt)

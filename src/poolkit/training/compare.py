@@ -103,7 +103,7 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
             pair_col: str = "pair", negative_col: str | None = None, corpus: str | Path | Sequence[str] | None = None,
             limit: int | None = None, out: str | Path | None = None, force: bool = False, progress: bool = True,
             report: Callable[[str], None] | None = None, export: str | Path | None = None,
-            export_pooler: str | None = None, **settings: Any) -> Leaderboard | None:
+            export_pooler: str | None = None, export_format: str = "poolkit", **settings: Any) -> Leaderboard | None:
     """Encode ``data`` once with the frozen encoder, train every pooler + head on the cached layers with the same
     K folds, then (``finetune_top`` K > 0) fine-tune the encoder with the K best poolers; the steps are those of the
     module doc. ``settings``: the fields of :class:`CompareConfig` (model, folds, epochs, pooler_lr, ...).
@@ -118,7 +118,8 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     board before fine-tuning starts) and the fine-tuned models under ``out/finetuned/``; without, fine-tuned models
     are discarded. ``report``: told each step's line (None: nothing is said); ``progress``: progress bars.
     ``export``: a folder for the winner refit on every row (:mod:`poolkit.training.export`; ``export_pooler``: the
-    frozen row to export instead of the best), written last; an existing one is replaced only with ``force``.
+    frozen row to export instead of the best; ``export_format``: poolkit or sentence-transformers), written last; an
+    existing one is replaced only with ``force``.
     """
     config = compare_config(**settings)
     specs = resolve_poolers(poolers)  # bad names fail before the data is read
@@ -131,7 +132,7 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     if out is not None:
         compare_folder(out).check(force=force)
     if rank == 0:
-        check_export(export, force, task, export_pooler, specs)
+        check_export(export, force, task, export_pooler, specs, export_format)
     say = report if report is not None and rank == 0 else _quiet
     columns = {"text_col": text_col, "target_col": target_col, "pair_col": pair_col, "negative_col": negative_col,
                "corpus": corpus}
@@ -150,7 +151,7 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
             finetune_step(run, out, force)
             board = publish_step(run, out)
         if export is not None:
-            export_step(run, export, export_pooler)
+            export_step(run, export, export_pooler, export_format)
             board = publish_step(run, out)
         return board
 
@@ -328,16 +329,17 @@ def curve_step(run: Comparison) -> None:
     run.curve = LearningCurve(points, run.metric.name, run.metric.higher_is_better, ratios)
 
 
-def export_step(run: Comparison, folder: str | Path, pooler: str | None) -> None:
+def export_step(run: Comparison, folder: str | Path, pooler: str | None, export_format: str) -> None:
     """export: the best learned row (or ``pooler``'s) refit on every row into ``folder``
     (:func:`poolkit.training.export.export_winner`), recorded in the settings."""
     from .export import export_winner
 
-    info = export_winner(run, folder, pooler)
-    run.settings["export"] = {"folder": str(folder), "pooler": info["pooler_label"], "epochs": info["epochs"],
+    info = export_winner(run, folder, pooler, export_format)
+    run.settings["export"] = {"folder": str(folder), "format": export_format, "pooler": info["pooler_label"],
+                              "epochs": info["epochs"],
                               "rows": info["rows"], "parity_max_abs_diff": info["parity_max_abs_diff"]}
     run.report(f"exported {info['pooler_label']} refit on all {info['rows']} rows ({info['epochs']} epochs, the "
-               f"median its folds chose) to {folder}")
+               f"median its folds chose) to {folder} ({export_format}; parity {info['parity_max_abs_diff']:.1e})")
 
 
 def explain_step(run: Comparison) -> None:

@@ -6,8 +6,15 @@ folder: the frozen encoder's files, the pooler and head trained, the tokenizer, 
 ``poolkit predict``, ``explain``, ``embed``, ``evaluate``, :class:`~poolkit.models.TextEncoder` and
 :meth:`~poolkit.models.PooledModel.from_pretrained` load it as they load one fold of ``poolkit train``.
 
-The folder records the CV figure it was chosen by, the epochs, and ``parity``: the largest difference between the
-refit model on the cached (float16) states and the written folder run from the texts, on a few rows.
+``export_format="sentence-transformers"`` writes instead a folder that ``SentenceTransformer(DIR)`` loads and that
+gives the refit pooler's vectors (the head, which sentence-transformers has no place for, is left out): its own
+``Pooling`` module for the poolings it has (mean, cls, max, ...: no poolkit needed to load it), else poolkit's
+:class:`~poolkit.models.st_pooling.PoolkitPooling` with the trained weights, which sentence-transformers loads only
+with ``trust_remote_code=True`` (it imports a module class from outside its own package).
+
+Either folder records (``poolkit_export.json``) the CV figure its row was chosen by, the epochs, and ``parity``: the
+largest difference between the refit model on the cached (float16) states and the written folder run from the
+texts, on a few rows.
 """
 
 from __future__ import annotations
@@ -25,20 +32,30 @@ from ..io.runs import TRAIN_META, check_writable
 from ..tasks import EMBEDDING_TASKS
 from .leaderboard import BASELINE_LABELS
 
-#: what an exported folder's poolkit_train.json says made it (``--force`` replaces only such a folder)
+#: what an exported folder's EXPORT_META says made it (``--force`` replaces only such a folder)
 EXPORTED_FROM = "poolkit compare --export"
+EXPORT_META = "poolkit_export.json"
+EXPORT_FORMATS = ("poolkit", "sentence-transformers")
 #: the texts ``parity`` is measured on
 PARITY_ROWS = 16
 
 
 def check_export(out: str | Path | None, force: bool, task: str | None = None, pooler: str | None = None,
-                 specs: list[dict[str, Any]] | None = None) -> None:
+                 specs: list[dict[str, Any]] | None = None, export_format: str = "poolkit") -> None:
     """Refuse, before any work, an export folder that exists (without ``force``, or that compare did not write),
-    an export of an embedding task, and an ``export_pooler`` that names none of the poolers compared."""
+    an export of an embedding task, an ``export_pooler`` that names none of the poolers compared and an unknown
+    ``export_format``."""
+    if export_format not in EXPORT_FORMATS:
+        raise PoolkitError(f"`export_format` must be one of {', '.join(EXPORT_FORMATS)}, got {export_format!r}")
     if out is None:
-        if pooler is not None:
-            raise PoolkitError("`export_pooler` needs `export`: the folder to write the refit model to")
+        if pooler is not None or export_format != "poolkit":
+            raise PoolkitError("`export_pooler` and `export_format` need `export`: the folder to write the refit "
+                               "model to")
         return
+    if export_format == "sentence-transformers":
+        from ..extras import require
+
+        require("st", "sentence_transformers")
     if task in EMBEDDING_TASKS:
         raise PoolkitError(f"`export` is for classification and regression boards: for {task}, train the pooler "
                            f"with `poolkit train --task {task}` and embed with its fold folder")
@@ -51,7 +68,7 @@ def check_export(out: str | Path | None, force: bool, task: str | None = None, p
         if not force:
             raise PoolkitError(f"`export` {out} already exists: pass `force=True` to replace it, or choose another "
                                "folder")
-        meta = out / TRAIN_META
+        meta = out / EXPORT_META
         try:
             made_here = out.is_dir() and not out.is_symlink() and \
                 json.loads(meta.read_text()).get("exported_from") == EXPORTED_FROM
@@ -82,11 +99,13 @@ def median_epochs(row: dict[str, Any]) -> int:
     return max(1, int(round(float(np.median([d["best_epoch"] for d in row["fold_detail"]])))))
 
 
-def export_winner(run: Any, out: str | Path, pooler: str | None = None) -> dict[str, Any]:
+def export_winner(run: Any, out: str | Path, pooler: str | None = None,
+                  export_format: str = "poolkit") -> dict[str, Any]:
     """Refit the row :func:`exported_row` picks on every row of ``run`` (a compare ``Comparison``) and write the
-    model folder ``out`` (replacing it only when :func:`check_export` allowed it) -> what the folder records."""
-    from ..models import PooledModel
-    from ..models.encoders import load_tokenizer, resolve_model
+    model folder ``out`` in ``export_format`` (replacing it only when :func:`check_export` allowed it) -> what the
+    folder records."""
+    from ..models.encoders import resolve_model
+    from .contrastive import EmbeddingModel
     from .probing import cached_outputs, refit_head
 
     config, table, cache = run.config, run.table, run.features
@@ -95,9 +114,13 @@ def export_winner(run: Any, out: str | Path, pooler: str | None = None) -> dict[
     fitted = refit_head(row["config"], cache, table, run.probe, epochs, config.seed)
     model_path = resolve_model(config.model)
     rows = np.arange(min(PARITY_ROWS, len(table)))
-    expected = fitted.outputs(cached_outputs(fitted.model, cache, rows, len(rows)).numpy())
-    info = {"exported_from": EXPORTED_FROM, "task": table.task, "label_names": table.label_names,
-            "target_cols": list(table.target_cols), "text_col": table.text_col, "n_folds": 1,
+    texts = [table.texts[i] for i in rows]
+    st = export_format == "sentence-transformers"
+    measured = EmbeddingModel(fitted.model.pooler, projection=False) if st else fitted.model
+    expected = cached_outputs(measured, cache, rows, len(rows)).numpy()
+    expected = expected if st else fitted.outputs(expected)
+    info = {"exported_from": EXPORTED_FROM, "format": export_format, "task": table.task,
+            "label_names": table.label_names, "target_cols": list(table.target_cols), "text_col": table.text_col, "n_folds": 1,
             "pooler_label": row["pooler"], "epochs": epochs, "rows": len(table), "base_model": model_path,
             "cv": {"metric": row["metric"], "mean": row["mean"], "std": row["std"], "folds": row["folds"],
                    "p_vs_best": row.get("p_vs_best")},
@@ -107,30 +130,56 @@ def export_winner(run: Any, out: str | Path, pooler: str | None = None) -> dict[
                        "seed": config.seed, "train_only": "head"}}
 
     def write(staging: Path) -> dict[str, Any]:
-        model = PooledModel.from_encoder(model_path, pooler=row["config"], task=table.task,
-                                         num_labels=table.n_outputs, label_names=table.label_names,
-                                         head_dropout=run.probe.head_dropout,
-                                         trust_remote_code=config.trust_remote_code)
-        model.pooler.load_state_dict(fitted.model.pooler.state_dict())
-        model.head.load_state_dict(fitted.model.head.state_dict())
-        if table.task == "regression":  # the refit head answers in standardised units: fold them in
-            shift = fitted.outputs(np.zeros((1, table.n_outputs)))  # raw 0 -> the targets' mean
-            scale = fitted.outputs(np.ones((1, table.n_outputs))) - shift  # raw 1 -> mean + std
-            model.load_state_dict(model.state_dict_with_affine_head(torch.from_numpy(scale[0]).float(),
-                                                                    torch.from_numpy(shift[0]).float()))
-        model.eval().save_pretrained(staging)
-        tokenizer = load_tokenizer(model_path, config.trust_remote_code)
-        tokenizer.save_pretrained(staging)
-        got = _outputs(model, tokenizer, [table.texts[i] for i in rows], config.max_length)
+        got = (_write_sentence_transformers if st else _write_pooled_model)(staging, row, fitted, table, run,
+                                                                            model_path, texts)
         info["parity_max_abs_diff"] = float(np.abs(got - expected).max())
-        atomic_write_content(staging / TRAIN_META, json.dumps(info, indent=2) + "\n")
+        atomic_write_content(staging / EXPORT_META, json.dumps(info, indent=2) + "\n")
+        if not st:  # what predict / explain read of a fold folder
+            atomic_write_content(staging / TRAIN_META, json.dumps(info, indent=2) + "\n")
         return info
 
     return build_dir(Path(out), write)
 
 
-def _outputs(model: Any, tokenizer: Any, texts: list[str], max_length: int) -> np.ndarray:
-    """The written model's head outputs in the task's units, from the texts (float32 encoder, no autocast)."""
+def _write_pooled_model(staging: Path, row: dict[str, Any], fitted: Any, table: Any, run: Any, model_path: str,
+                        texts: list[str]) -> np.ndarray:
+    """The refit pooler + head on the frozen encoder as a PooledModel folder -> its outputs on ``texts``."""
+    from ..models import PooledModel
+    from ..models.encoders import load_tokenizer
+
+    config = run.config
+    model = PooledModel.from_encoder(model_path, pooler=row["config"], task=table.task, num_labels=table.n_outputs,
+                                     label_names=table.label_names, head_dropout=run.probe.head_dropout,
+                                     trust_remote_code=config.trust_remote_code)
+    model.pooler.load_state_dict(fitted.model.pooler.state_dict())
+    model.head.load_state_dict(fitted.model.head.state_dict())
+    if table.task == "regression":  # the refit head answers in standardised units: fold them in
+        shift = fitted.outputs(np.zeros((1, table.n_outputs)))  # raw 0 -> the targets' mean
+        scale = fitted.outputs(np.ones((1, table.n_outputs))) - shift  # raw 1 -> mean + std
+        model.load_state_dict(model.state_dict_with_affine_head(torch.from_numpy(scale[0]).float(),
+                                                                torch.from_numpy(shift[0]).float()))
+    model.eval().save_pretrained(staging)
+    tokenizer = load_tokenizer(model_path, config.trust_remote_code)
+    tokenizer.save_pretrained(staging)
     with torch.inference_mode():
-        batch = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        batch = tokenizer(texts, padding=True, truncation=True, max_length=config.max_length, return_tensors="pt")
         return model(**batch).logits.float().numpy()
+
+
+def _write_sentence_transformers(staging: Path, row: dict[str, Any], fitted: Any, table: Any, run: Any,
+                                 model_path: str, texts: list[str]) -> np.ndarray:
+    """The frozen encoder and the refit pooler as a sentence-transformers folder -> its vectors of ``texts``."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Transformer
+
+    from ..models.st_pooling import PoolkitPooling
+
+    layered = fitted.model.pooler.kind == "layer"
+    word = Transformer(model_path, max_seq_length=run.config.max_length,
+                       config_kwargs={"output_hidden_states": True} if layered else None)
+    pool = PoolkitPooling.for_transformer(word, row["config"])
+    if isinstance(pool, PoolkitPooling):
+        pool.module.load_state_dict(fitted.model.pooler.state_dict())
+    model = SentenceTransformer(modules=[word, pool], device="cpu")
+    model.save(str(staging))
+    return model.encode(texts, convert_to_numpy=True, batch_size=len(texts))
