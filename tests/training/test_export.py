@@ -71,8 +71,6 @@ def test_export_is_checked_before_any_work_and_never_replaces_a_users_folder(ber
         api.compare(tmp_path / "t.csv", export=mine, **run)
     with pytest.raises(PoolkitError, match="is not a folder written by compare's export"):
         api.compare(tmp_path / "t.csv", export=mine, force=True, **run)
-    with pytest.raises(PoolkitError, match="`export` is for classification and regression boards"):
-        api.compare(tmp_path / "t.csv", task="retrieval", export=tmp_path / "e", **run)
     assert not (tmp_path / "cache").exists() and (mine / "notes.txt").read_text() == "keep me"
     board = api.compare(tmp_path / "t.csv", export=tmp_path / "e", export_pooler="max", **run)
     assert json.loads((tmp_path / "e" / "poolkit_train.json").read_text())["pooler_label"] == "max"
@@ -106,3 +104,45 @@ def test_the_sentence_transformers_export_gives_the_refit_poolers_vectors(bert, 
     expected = cached_outputs(EmbeddingModel(fitted.model.pooler, False), cache, np.arange(24), 24).numpy()
     np.testing.assert_allclose(model.encode(table.texts), expected, atol=2e-3)
     assert meta["parity_max_abs_diff"] < 2e-3
+
+
+@pytest.mark.parametrize("export_format", ["poolkit", "sentence-transformers"])
+def test_an_embedding_board_exports_its_refit_pooler(bert, tmp_path, export_format):
+    # catches the contrastive refit not done (or on other units), a projection dropped from the folder, and a
+    # folder embed / evaluate / sentence-transformers cannot load
+    from poolkit.data.pairs import load_pairs
+    from poolkit.training.contrastive import PairLayout, refit_pairs
+
+    frame = pd.DataFrame({"text": [f"what is the {t.split()[1]} {t.split()[2]}" for t in TEXTS], "pair": TEXTS})
+    frame.to_csv(tmp_path / "p.csv", index=False)
+    projection = export_format == "sentence-transformers"
+    board = api.compare(tmp_path / "p.csv", task="retrieval", poolers="attention", model=bert, folds=2, epochs=2,
+                        projection=projection, cache_dir=tmp_path / "cache", export=tmp_path / "e",
+                        export_format=export_format, progress=False)
+    meta = json.loads((tmp_path / "e" / "poolkit_export.json").read_text())
+    row = board.rows[0]
+    assert meta["pooler_label"] == row["pooler"] == "attention" + ("+projection" if projection else "")
+    layout = PairLayout.of(load_pairs(tmp_path / "p.csv", "retrieval"))
+    cache = encode_features(layout.texts, bert, max_length=256, cache_dir=tmp_path / "cache", progress=False,
+                            poolers=[row["config"]])
+    seed = meta["config"]["seed"]
+    fitted = refit_pairs(row["config"], cache, layout, ProbeConfig(folds=2, epochs=2, seed=seed), meta["epochs"],
+                         seed, learned=True, projection=projection)
+    expected = cached_outputs(fitted, cache, np.arange(len(layout.texts)), 64).numpy()
+    if projection:
+        from sentence_transformers import SentenceTransformer
+
+        got = SentenceTransformer(str(tmp_path / "e"), device="cpu", trust_remote_code=True).encode(layout.texts)
+    else:
+        got = TextEncoder(str(tmp_path / "e")).encode(layout.texts)
+        metrics = api.evaluate(tmp_path / "p.csv", task="retrieval", model=tmp_path / "e", progress=False)
+        assert 0 <= metrics["metrics"]["ndcg@10"] <= 1
+    np.testing.assert_allclose(got, expected, atol=2e-3)
+    assert meta["parity_max_abs_diff"] < 2e-3 and meta["rows"] == len(layout.data) == 12  # the queries
+
+
+def test_a_projection_is_refused_in_the_poolkit_format_before_any_work(bert, tmp_path):
+    with pytest.raises(PoolkitError, match="pass `export_format` sentence-transformers"):
+        api.compare(tmp_path / "p.csv", task="retrieval", model=bert, projection=True, export=tmp_path / "e",
+                    cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()

@@ -132,7 +132,7 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     if out is not None:
         compare_folder(out).check(force=force)
     if rank == 0:
-        check_export(export, force, task, export_pooler, specs, export_format)
+        check_export(export, force, export_pooler, specs, export_format, config.projection)
     say = report if report is not None and rank == 0 else _quiet
     columns = {"text_col": text_col, "target_col": target_col, "pair_col": pair_col, "negative_col": negative_col,
                "corpus": corpus}

@@ -218,20 +218,45 @@ def train_pair_fold(spec: dict[str, Any], cache: FeatureCache, layout: PairLayou
         model.pooler.start_as_mean()
     choice = EpochChoice(metric, config.patience)
     choice.offer(0, cached_metrics(model, cache, layout, val, config.batch_size * 2)[metric.name], model)
-    optimizer = (torch.optim.AdamW(model.parameters(), lr=config.pooler_lr, weight_decay=config.weight_decay)
-                 if learned else None)  # a zero-shot pooler may have no parameters at all
+    optimizer = _optimizer(model, config) if learned else None  # a zero-shot pooler may have no parameters at all
     for epoch in range(1, config.epochs + 1 if learned else 1):
-        model.train()
-        for batch in training_batches(layout, fit, config.batch_size, seed * 1000 + epoch):
-            loss = batch_loss(model, cache, layout, batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+        pair_epoch(model, optimizer, cache, layout, fit, config.batch_size, seed * 1000 + epoch)
         if choice.offer(epoch, cached_metrics(model, cache, layout, val, config.batch_size * 2)[metric.name], model):
             break
     model.load_state_dict(choice.best_state)
     metrics = cached_metrics(model, cache, layout, test_units, config.batch_size * 2)
     return metrics, choice.detail(metrics[metric.name])
+
+
+def _optimizer(model: nn.Module, config: ProbeConfig) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=config.pooler_lr, weight_decay=config.weight_decay)
+
+
+def pair_epoch(model: EmbeddingModel, optimizer: torch.optim.Optimizer, cache: FeatureCache, layout: PairLayout,
+               units: np.ndarray, batch_size: int, seed: int) -> None:
+    """One pass of the contrastive loss over the training items of ``units``, in an order drawn with ``seed``."""
+    model.train()
+    for batch in training_batches(layout, units, batch_size, seed):
+        loss = batch_loss(model, cache, layout, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+def refit_pairs(spec: dict[str, Any], cache: FeatureCache, layout: PairLayout, config: ProbeConfig, epochs: int,
+                seed: int, learned: bool, projection: bool) -> EmbeddingModel:
+    """One pooler (with ``projection``: and its Linear) trained contrastively on every unit for ``epochs`` epochs
+    from mean pooling (``compare --export``: the epoch count chosen by the cross-validation; 0, or ``learned``
+    False: the pooler as it starts)."""
+    torch.manual_seed(seed)
+    model = EmbeddingModel(build_pooler(spec, cache.hidden_size, cache.num_layers), projection)
+    if learned:
+        model.pooler.start_as_mean()
+        optimizer = _optimizer(model, config)
+        for epoch in range(1, epochs + 1):
+            pair_epoch(model, optimizer, cache, layout, np.arange(len(layout.data)), config.batch_size,
+                       seed * 1000 + epoch)
+    return model.eval()
 
 
 def probe_pairs(spec: dict[str, Any], cache: FeatureCache, layout: PairLayout, config: ProbeConfig,

@@ -1,9 +1,10 @@
-"""``compare --export DIR``: the winner, ready to use. The best learned row of the board (the best frozen row with a
-trained pooler or head, never the scikit-learn baseline; or the row named by ``export_pooler``) is trained again on
-every row of the table, on the cached states, for the median of the epochs its folds chose (AutoGluon's
-``refit_full``: the cross-validation chose the epoch count, so no row need be held out), and written as a model
-folder: the frozen encoder's files, the pooler and head trained, the tokenizer, and ``poolkit_train.json``, so that
-``poolkit predict``, ``explain``, ``embed``, ``evaluate``, :class:`~poolkit.models.TextEncoder` and
+"""``compare --export DIR``: the winner, ready to use. The best frozen row of the board (never the scikit-learn
+baseline; or the row named by ``export_pooler``) is trained again on every row of the table (every query or pair
+of an embedding task), on the cached states, for the median of the epochs its folds chose (AutoGluon's
+``refit_full``: the cross-validation chose the epoch count, so no row need be held out; an embedding row whose
+folds chose the untrained pooler, or a zero-shot row, is exported as it starts), and written as a model folder: the
+frozen encoder's files, the pooler (and head) trained, the tokenizer, and ``poolkit_train.json``, so that ``poolkit
+predict``, ``explain``, ``embed``, ``evaluate``, :class:`~poolkit.models.TextEncoder` and
 :meth:`~poolkit.models.PooledModel.from_pretrained` load it as they load one fold of ``poolkit train``.
 
 ``export_format="sentence-transformers"`` writes instead a folder that ``SentenceTransformer(DIR)`` loads and that
@@ -29,7 +30,6 @@ import torch
 from ..errors import PoolkitError
 from ..io import atomic_write_content, build_dir
 from ..io.runs import TRAIN_META, check_writable
-from ..tasks import EMBEDDING_TASKS
 from .leaderboard import BASELINE_LABELS
 
 #: what an exported folder's EXPORT_META says made it (``--force`` replaces only such a folder)
@@ -40,11 +40,12 @@ EXPORT_FORMATS = ("poolkit", "sentence-transformers")
 PARITY_ROWS = 16
 
 
-def check_export(out: str | Path | None, force: bool, task: str | None = None, pooler: str | None = None,
-                 specs: list[dict[str, Any]] | None = None, export_format: str = "poolkit") -> None:
+def check_export(out: str | Path | None, force: bool, pooler: str | None = None,
+                 specs: list[dict[str, Any]] | None = None, export_format: str = "poolkit",
+                 projection: bool = False) -> None:
     """Refuse, before any work, an export folder that exists (without ``force``, or that compare did not write),
-    an export of an embedding task, an ``export_pooler`` that names none of the poolers compared and an unknown
-    ``export_format``."""
+    an ``export_pooler`` that names none of the poolers compared, an unknown ``export_format``, and a projection
+    (embedding rows trained with ``projection``) in the poolkit format, which has no place for it."""
     if export_format not in EXPORT_FORMATS:
         raise PoolkitError(f"`export_format` must be one of {', '.join(EXPORT_FORMATS)}, got {export_format!r}")
     if out is None:
@@ -56,9 +57,10 @@ def check_export(out: str | Path | None, force: bool, task: str | None = None, p
         from ..extras import require
 
         require("st", "sentence_transformers")
-    if task in EMBEDDING_TASKS:
-        raise PoolkitError(f"`export` is for classification and regression boards: for {task}, train the pooler "
-                           f"with `poolkit train --task {task}` and embed with its fold folder")
+    if projection and export_format == "poolkit":
+        raise PoolkitError("rows trained with `projection` keep a Linear after the pooler that a poolkit model "
+                           "folder has no place for: pass `export_format` sentence-transformers (its Dense module "
+                           "holds it)")
     if pooler is not None and specs is not None and pooler.split("(")[0] not in {s["name"] for s in specs}:
         raise PoolkitError(f"`export_pooler` {pooler!r} is none of the poolers compared: use one of "
                            f"{', '.join(s['name'] for s in specs)} (with its options as the board labels it)")
@@ -95,8 +97,8 @@ def exported_row(rows: list[dict[str, Any]], pooler: str | None) -> dict[str, An
 
 
 def median_epochs(row: dict[str, Any]) -> int:
-    """The median over the row's folds of the epoch each chose (at least 1)."""
-    return max(1, int(round(float(np.median([d["best_epoch"] for d in row["fold_detail"]])))))
+    """The median over the row's folds of the epoch each chose (an embedding row's 0: the untrained pooler)."""
+    return int(round(float(np.median([d["best_epoch"] for d in row["fold_detail"]]))))
 
 
 def export_winner(run: Any, out: str | Path, pooler: str | None = None,
@@ -105,23 +107,29 @@ def export_winner(run: Any, out: str | Path, pooler: str | None = None,
     model folder ``out`` in ``export_format`` (replacing it only when :func:`check_export` allowed it) -> what the
     folder records."""
     from ..models.encoders import resolve_model
-    from .contrastive import EmbeddingModel
+    from .contrastive import EmbeddingModel, refit_pairs
     from .probing import cached_outputs, refit_head
 
     config, table, cache = run.config, run.table, run.features
     row = exported_row(run.rows, pooler)
     epochs = median_epochs(row)
-    fitted = refit_head(row["config"], cache, table, run.probe, epochs, config.seed)
+    if run.pairs:  # the pooler (and its projection) is the model: its vectors are the outputs
+        fitted = refit_pairs(row["config"], cache, table, run.probe, epochs, config.seed, learned=row["params"] > 0,
+                             projection=row["pooler"].endswith("+projection"))
+        measured = fitted
+    else:
+        fitted = refit_head(row["config"], cache, table, run.probe, epochs, config.seed)
+        measured = fitted.model if export_format == "poolkit" else EmbeddingModel(fitted.model.pooler, False)
     model_path = resolve_model(config.model)
-    rows = np.arange(min(PARITY_ROWS, len(table)))
+    rows = np.arange(min(PARITY_ROWS, len(cache)))
     texts = [table.texts[i] for i in rows]
     st = export_format == "sentence-transformers"
-    measured = EmbeddingModel(fitted.model.pooler, projection=False) if st else fitted.model
     expected = cached_outputs(measured, cache, rows, len(rows)).numpy()
-    expected = expected if st else fitted.outputs(expected)
+    expected = expected if st or run.pairs else fitted.outputs(expected)
     info = {"exported_from": EXPORTED_FROM, "format": export_format, "task": table.task,
             "label_names": table.label_names, "target_cols": list(table.target_cols), "text_col": table.text_col, "n_folds": 1,
-            "pooler_label": row["pooler"], "epochs": epochs, "rows": len(table), "base_model": model_path,
+            "pooler_label": row["pooler"], "epochs": epochs, "rows": len(table.data) if run.pairs else len(table),
+            "base_model": model_path,
             "cv": {"metric": row["metric"], "mean": row["mean"], "std": row["std"], "folds": row["folds"],
                    "p_vs_best": row.get("p_vs_best")},
             "config": {"model": model_path, "pooler": row["config"], "max_length": config.max_length,
@@ -143,16 +151,18 @@ def export_winner(run: Any, out: str | Path, pooler: str | None = None,
 
 def _write_pooled_model(staging: Path, row: dict[str, Any], fitted: Any, table: Any, run: Any, model_path: str,
                         texts: list[str]) -> np.ndarray:
-    """The refit pooler + head on the frozen encoder as a PooledModel folder -> its outputs on ``texts``."""
+    """The refit pooler (+ head) on the frozen encoder as a PooledModel folder -> its outputs on ``texts`` (an
+    embedding task's: its vectors)."""
     from ..models import PooledModel
     from ..models.encoders import load_tokenizer
 
     config = run.config
-    model = PooledModel.from_encoder(model_path, pooler=row["config"], task=table.task, num_labels=table.n_outputs,
-                                     label_names=table.label_names, head_dropout=run.probe.head_dropout,
-                                     trust_remote_code=config.trust_remote_code)
-    model.pooler.load_state_dict(fitted.model.pooler.state_dict())
-    model.head.load_state_dict(fitted.model.head.state_dict())
+    model = PooledModel.from_encoder(model_path, pooler=row["config"], task=table.task,
+                                     num_labels=max(table.n_outputs, 1), label_names=table.label_names,
+                                     head_dropout=run.probe.head_dropout, trust_remote_code=config.trust_remote_code)
+    model.pooler.load_state_dict(fitted.pooler.state_dict() if run.pairs else fitted.model.pooler.state_dict())
+    if not run.pairs:
+        model.head.load_state_dict(fitted.model.head.state_dict())
     if table.task == "regression":  # the refit head answers in standardised units: fold them in
         shift = fitted.outputs(np.zeros((1, table.n_outputs)))  # raw 0 -> the targets' mean
         scale = fitted.outputs(np.ones((1, table.n_outputs))) - shift  # raw 1 -> mean + std
@@ -163,23 +173,30 @@ def _write_pooled_model(staging: Path, row: dict[str, Any], fitted: Any, table: 
     tokenizer.save_pretrained(staging)
     with torch.inference_mode():
         batch = tokenizer(texts, padding=True, truncation=True, max_length=config.max_length, return_tensors="pt")
-        return model(**batch).logits.float().numpy()
+        return (model.pool(**batch)[0] if run.pairs else model(**batch).logits).float().numpy()
 
 
 def _write_sentence_transformers(staging: Path, row: dict[str, Any], fitted: Any, table: Any, run: Any,
                                  model_path: str, texts: list[str]) -> np.ndarray:
-    """The frozen encoder and the refit pooler as a sentence-transformers folder -> its vectors of ``texts``."""
+    """The frozen encoder and the refit pooler (and an embedding row's projection, as a Dense module) as a
+    sentence-transformers folder -> its vectors of ``texts``."""
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Transformer
 
     from ..models.st_pooling import PoolkitPooling
 
-    layered = fitted.model.pooler.kind == "layer"
+    pooler = fitted.pooler if run.pairs else fitted.model.pooler
+    projection = fitted.projection if run.pairs else None
     word = Transformer(model_path, max_seq_length=run.config.max_length,
-                       config_kwargs={"output_hidden_states": True} if layered else None)
+                       config_kwargs={"output_hidden_states": True} if pooler.kind == "layer" else None)
     pool = PoolkitPooling.for_transformer(word, row["config"])
     if isinstance(pool, PoolkitPooling):
-        pool.module.load_state_dict(fitted.model.pooler.state_dict())
-    model = SentenceTransformer(modules=[word, pool], device="cpu")
+        pool.module.load_state_dict(pooler.state_dict())
+    modules = [word, pool]
+    if projection is not None:
+        dense = Dense(projection.in_features, projection.out_features, activation_function=torch.nn.Identity())
+        dense.linear.load_state_dict(projection.state_dict())
+        modules.append(dense)
+    model = SentenceTransformer(modules=modules, device="cpu")
     model.save(str(staging))
     return model.encode(texts, convert_to_numpy=True, batch_size=len(texts))
