@@ -71,15 +71,20 @@ def finished_finetuning(folder: Path, s: dict, rows: list[dict]) -> list[dict]:
     return [{"rank": len(listed) + k + 1, **r} for k, r in enumerate(found)]
 
 
-def p_text(p: float) -> str:
+def p_value(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def p_text(p: float) -> str:
+    """"p = 0.012", "p < 0.001": a p-value in a sentence."""
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
 def p_cell(row: dict) -> str:
     """The page's p column: the Holm-adjusted p against the best row of its mode, "tied" when p >= TIE_LEVEL."""
     if row.get("p_vs_best") is None:
         return "best" if row.get("tied_with_best") else ""
-    return p_text(row["p_vs_best"]) + (" (tied)" if row["tied_with_best"] else "")
+    return p_value(row["p_vs_best"]) + (" (tied)" if row["tied_with_best"] else "")
 
 
 def cost_cell(row: dict) -> str:
@@ -111,7 +116,7 @@ def render_board(folder: Path) -> list[str]:
                     "chosen per fold (best epoch / epochs run; baseline: regularisation)"],
                    [[r["rank"], f"`{r['pooler']}`", r["mode"], f"{r['mean']:.4f} ± {r['std']:.4f}", p_cell(r),
                      *([cost_cell(r)] if costed else []), f"{r['params']:,}", f"{r['seconds']:.0f}",
-                     how_chosen(r) if repeats == 1 else f"median epoch {median_epoch(r)}"] for r in rows],
+                     how_chosen(r) if repeats == 1 else f"median: {median_epoch(r)}"] for r in rows],
                    align="rllrr" + ("r" if costed else "") + "rrl"),
              "", test_note(s, costed)]
     if tuned:
@@ -140,7 +145,7 @@ def median_epoch(row: dict) -> str:
     details = row.get("fold_detail") or []
     key = "best_epoch" if details and "best_epoch" in details[0] else next(k for k in ("C", "alpha") if k in details[0])
     value = float(np.median([d[key] for d in details]))
-    return f"{value:g}" if key == "best_epoch" else f"({key} = {value:g})"
+    return f"epoch {value:g}" if key == "best_epoch" else f"{key} = {value:g}"
 
 
 def test_note(s: dict, costed: bool) -> str:
@@ -200,10 +205,10 @@ def reading(s: dict, rows: list[dict], folder: Path) -> list[str]:
         if p is None:
             verdict = f"scores {'better' if margin > 0 else 'worse'} by {abs(margin):.4f} (no test: one fold)"
         elif p < TIE_LEVEL:
-            verdict = f"{'beats' if margin > 0 else 'trails'} it by {abs(margin):.4f} (p = {p_text(p)})"
+            verdict = f"{'beats' if margin > 0 else 'trails'} it by {abs(margin):.4f} ({p_text(p)})"
         else:
             verdict = (f"is tied with it: {abs(margin):.4f} {'better' if margin > 0 else 'worse'} on the mean, a gap "
-                       f"the folds do not tell from noise (p = {p_text(p)})")
+                       f"the folds do not tell from noise ({p_text(p)})")
         above = [r["pooler"] for r in learned if sign * (r["mean"] - baseline["mean"]) > 0]
         lines.append(f"- The tuned linear baseline `{baseline['pooler']}` scores {baseline['mean']:.4f}; the best "
                      f"pooler `{best['pooler']}` {verdict}. {len(above)} of {len(learned)} poolers score better on "
@@ -217,8 +222,8 @@ def reading(s: dict, rows: list[dict], folder: Path) -> list[str]:
     if mean is not None and best is not mean:
         p = corrected_t_test([m[s["metric"]] for m in best["fold_metrics"]],
                              [m[s["metric"]] for m in mean["fold_metrics"]], test_over_train(s))
-        told = "" if p is None else (f"; told apart (p = {p_text(p)}, one test)" if p < TIE_LEVEL
-                                     else f"; not told apart (p = {p_text(p)}, one test)")
+        told = "" if p is None else (f"; told apart ({p_text(p)}, one test)" if p < TIE_LEVEL
+                                     else f"; not told apart ({p_text(p)}, one test)")
         lines.append(f"- `{best['pooler']}` against `mean` with the same AdamW-trained head: "
                      f"{best['mean']:.4f} vs {mean['mean']:.4f}{told}.")
     capped = [r["pooler"] for r in frozen if r.get("fold_detail") and "best_epoch" in r["fold_detail"][0]
@@ -308,8 +313,8 @@ def render_scorers(folder: Path) -> list[str]:
                      f"{rows['tanh']['std']:.4f} here.")
     for (name, base), p in zip(pairs, adjusted):
         mean = against(name, base)
-        told = ("no test" if p is None else f"told apart, p = {p_text(p)}" if p < TIE_LEVEL
-                else f"not told apart, p = {p_text(p)}")
+        told = ("no test" if p is None else f"told apart, {p_text(p)}" if p < TIE_LEVEL
+                else f"not told apart, {p_text(p)}")
         lines.append(f"- `{name}` against `{base}`: {'better' if mean > 0 else 'worse'} by {abs(mean):.4f} "
                      f"{s['metric']} on average over the folds ({told}).")
     return lines
