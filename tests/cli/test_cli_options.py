@@ -96,8 +96,15 @@ def test_compare_flags_come_from_compare_config():
     helps = {action.dest: action.help for action in sub._actions}
     assert helps["folds"].endswith("(default: 5; 3 on the embedded default data)")
     for field in dataclasses.fields(CompareConfig):
-        if "option" in field.metadata and field.type not in ("bool",) and getattr(CompareConfig(), field.name) is not None:
-            assert helps[field.name].endswith(f"(default: {getattr(CompareConfig(), field.name)})"), field.name
+        default = getattr(CompareConfig(), field.name)
+        if "option" in field.metadata and field.type not in ("bool",) and default is not None:
+            assert helps[field.name].endswith(f"(default: {default if default != () else 'none'})"), field.name
+    # --sizes takes commas and/or spaces, each piece an int > 0, refused by argparse otherwise
+    args = parser.parse_args(["compare", "--sizes", "250,500", "1000", "--repeats", "3"])
+    assert given_settings(args, COMPARE_PRESETS) == {"sizes": (250, 500, 1000), "repeats": 3}
+    for bad in ("250,x", "0"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["compare", "--sizes", bad])
 
 
 @pytest.mark.parametrize("base, presets, given, settings", [
