@@ -69,19 +69,20 @@ zoo: install
 
 # The suite, which also checks every rendered docs page against its committed result files (scripts/docs.py --check,
 # in scripts/tests/test_docs.py). Where chromium could not be installed, the browser tests are skipped with a banner
-# here and in pytest's summary.
+# here and in pytest's summary. --dist worksteal: a worker that runs out of tests takes some of the other's (the
+# few long tests no longer decide when the run ends).
 test: dev system-data browser
 	@command -v chromium >/dev/null || echo "!!! chromium is missing: the browser tests (tests/explain/test_reports_browser.py) are SKIPPED !!!"
-	POOLKIT_ALLOW_NO_BROWSER=$$(command -v chromium >/dev/null && echo 0 || echo 1) $(PY) -m pytest -q -n 2
+	POOLKIT_ALLOW_NO_BROWSER=$$(command -v chromium >/dev/null && echo 0 || echo 1) $(PY) -m pytest -q -n 2 --dist worksteal
 
 test-fast: dev
-	$(PY) -m pytest -q -n 2 -m "not slow"
+	$(PY) -m pytest -q -n 2 --dist worksteal -m "not slow"
 
 # The property tests with fresh random examples (200 each): rerun a failure with the seed it prints,
 # make test-deep SEED=<seed>.
 test-deep: dev
 	@seed=$${SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; echo "hypothesis seed $$seed (make test-deep SEED=$$seed)"; \
-	POOLKIT_HYPOTHESIS=deep $(PY) -m pytest -q -n 2 --hypothesis-seed=$$seed $$(grep -rl --include="*.py" "@given" tests benchmarks scripts)
+	POOLKIT_HYPOTHESIS=deep $(PY) -m pytest -q -n 2 --dist worksteal --hypothesis-seed=$$seed $$(grep -rl --include="*.py" "@given" tests benchmarks scripts)
 
 # timm only for perf_spatial's comparison (optional, never a poolkit dependency): its wheel unpacked beside the venv,
 # not installed, since an installed timm without torchvision breaks the accelerate command (and torchvision would
