@@ -55,13 +55,13 @@ def test_compare_end_to_end_and_refuses_to_overwrite(capsys, tmp_path, table, be
     board = pd.read_csv(out / "leaderboard.csv")
     assert list(board.columns[:13]) == ["rank", "pooler", "mode", "metric", "mean", "std", "p_vs_best",
                                         "tied_with_best", "infer_ms_per_1k", "pareto", "dim", "params", "seconds"]
-    assert sorted(board["pooler"]) == ["attention(attn_size=8)", "mean", "mean+logistic", "weighted_layer"]
+    assert sorted(board["pooler"]) == ["attention(attn_size=8)", "mean", "mean+logistic", "weighted_layer+cls"]
     assert (board["metric"] == "accuracy").all() and board["mean"].between(0, 1).all()
     assert board["mean"].is_monotonic_decreasing
     saved = json.loads((out / "leaderboard.json").read_text())
     assert saved["settings"]["folds"] == 2 and len(saved["rows"]) == 4
     specs = {row["pooler"]: row["config"] for row in saved["rows"]}  # each row's full spec, options included
-    assert specs["attention(attn_size=8)"]["attn_size"] == 8 and specs["weighted_layer"]["num_layers"] == 2
+    assert specs["attention(attn_size=8)"]["attn_size"] == 8 and specs["weighted_layer+cls"]["num_layers"] == 2
     assert [json.loads(c) for c in board["config"]] == [row["config"] for row in saved["rows"]]
     assert all(len(row["fold_metrics"]) == 2 for row in saved["rows"])
     assert all(len(line) <= 80 for line in stdout.splitlines() if "±" in line), stdout  # rows fit 80 columns

@@ -332,6 +332,19 @@ def test_years_are_regression_not_classes(tmp_path):
     assert data.task == "regression"
 
 
+def test_integer_targets_between_codes_and_quantities_ask_for_the_task(tmp_path):
+    # issue 33 item 4: WordNet depth (14 whole numbers) read as 14 classes. Catches a middle count taken silently
+    # either way, and a few codes (or 21+ values) no longer inferred
+    texts = [f"t{i}" for i in range(140)]
+    depth = csv(tmp_path, {"text": texts, "label": [i % 14 for i in range(140)]})
+    with pytest.raises(PoolkitError, match="14 distinct whole numbers, which could be class codes or a quantity: "
+                                           "pass `task` classification or regression"):
+        load_table(depth)
+    assert load_table(depth, task="regression").task == "regression"
+    assert load_table(csv(tmp_path, {"text": texts, "label": [i % 10 for i in range(140)]})).task == "classification"
+    assert load_table(csv(tmp_path, {"text": texts, "label": [i % 21 for i in range(140)]})).task == "regression"
+
+
 def test_parquet_windows_do_not_hold_a_whole_row_group(tmp_path):
     # catches an unbuffered reader: it holds the row group's whole compressed column (pyarrow writes up to 1M rows
     # per group), so memory grew with the file; buffered, one window's rows and a 4 MiB buffer

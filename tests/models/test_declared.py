@@ -155,3 +155,26 @@ def test_what_auto_pooling_refuses_in_one_line(bert, tmp_path):
     (folder / "modules.json").write_text(json.dumps(modules))
     with pytest.raises(PoolkitError, match="declares LSTM, which poolkit does not rebuild"):
         TextEncoder(str(folder))
+
+
+def test_layer_poolers_pool_tokens_with_the_declared_pooling_unless_told(bert, tmp_path):
+    """Issue 33 item 4: a layer pooler on a mean-trained encoder pooled each layer's tokens with cls and ranked below
+    cls. Catches the declared pooling not used, a token_pooler the user gave overridden, the default changed for an
+    encoder that declares nothing, and a leaderboard label that hides how the tokens are pooled."""
+    import pandas as pd
+
+    from poolkit.training import api
+
+    st_folder(bert, tmp_path / "st", "mean")
+    folder = str(tmp_path / "st")
+    assert TextEncoder(folder, "weighted_layer").pooler.get_config()["token_pooler"] == "mean"
+    assert TextEncoder(folder, {"name": "weighted_layer", "token_pooler": "cls"}).pooler.get_config()[
+        "token_pooler"] == "cls"
+    assert TextEncoder(bert, "weighted_layer").pooler.get_config()["token_pooler"] == "cls"  # nothing declared
+    texts = [f"the {a} {b}" for a in ("big", "small", "red", "blue") for b in ("cat", "dog", "mat")] * 2
+    pd.DataFrame({"text": texts, "label": ["good", "bad"] * 12}).to_csv(tmp_path / "t.csv", index=False)
+    said = []
+    board = api.compare(tmp_path / "t.csv", poolers="weighted_layer,mean_layers,mean", model=folder, folds=2,
+                        epochs=1, cache_dir=tmp_path / "cache", baseline=False, progress=False, report=said.append)
+    assert sorted(row["pooler"] for row in board.rows) == ["mean", "mean_layers+mean", "weighted_layer+mean"]
+    assert any("pool each layer's tokens with mean, the pooling the model declares" in line for line in said)

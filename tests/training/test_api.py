@@ -56,6 +56,19 @@ def test_a_diverged_pooler_ranks_last_in_either_direction():
     Leaderboard([row("gem", "frozen", [float("nan")] * 2)], SETTINGS).plot()
 
 
+def test_the_plot_starts_at_zero_and_draws_the_baseline_apart():
+    # issue 33 item 4: the demo's axis started at 0.14 (gaps magnified) and the baseline bar looked like a pooler's
+    higher = {**SETTINGS, "higher_is_better": True}
+    board = Leaderboard([row("mean+logistic", "frozen", [0.5, 0.52]), row("attention", "frozen", [0.55, 0.56])],
+                        higher)
+    ax = board.plot().axes[0]
+    assert ax.get_xlim()[0] == 0.0
+    bars = {label.get_text(): patch for label, patch in zip(ax.get_yticklabels(), ax.patches)}
+    base = next(name for name in bars if name.startswith("mean+logistic"))
+    assert "baseline" in base and bars[base].get_hatch() == "//" and bars["attention"].get_hatch() is None
+    assert bars[base].get_facecolor() != bars["attention"].get_facecolor()
+
+
 def test_best_is_the_best_pooler_row_never_the_linear_baseline():
     """rows[0] can be the baseline (a linear model on mean features, not a pooler: the README's example trained mean
     because of it). Catches best() returning the baseline, ignoring the metric's direction or the mode asked for."""
@@ -211,7 +224,9 @@ def test_compare_encodes_the_explained_texts_again_when_the_cache_keeps_no_token
 
 
 def test_spec_label_shows_only_options_that_differ_from_defaults():
-    assert spec_label(build_pooler("weighted_layer", 32, 2).get_config()) == "weighted_layer"
+    assert spec_label(build_pooler("weighted_layer", 32, 2).get_config()) == "weighted_layer+cls"  # tokens by cls
+    spec = {"name": "weighted_layer", "weighting": "softmax", "token_pooler": {"name": "attention", "attn_size": 8}}
+    assert spec_label(build_pooler(spec, 32, 2).get_config()) == "weighted_layer(weighting=softmax)+attention(attn_size=8)"
     assert spec_label(build_pooler({"name": "attention", "attn_size": 8}, 32).get_config()) == "attention(attn_size=8)"
 
 

@@ -32,7 +32,12 @@ _PARSE_FIXES = {
     ".json": "use a JSON list of records or one JSON object per line",
     ".parquet": "check that it is a complete Parquet file",
 }
-MAX_CLASSES = 50  # an integer target with more distinct values, or values beyond this, is inferred as regression
+#: how an integer target column is read when no task is given: at most CLASS_CODES distinct values (all in [-1,
+#: MAX_CLASSES], fewer than half the rows) are class codes; more than QUANTITY_VALUES distinct values (or values
+#: beyond MAX_CLASSES) are a quantity (regression); in between the column is ambiguous and `task` is asked for
+CLASS_CODES = 10
+QUANTITY_VALUES = 20
+MAX_CLASSES = 50
 #: characters that show nothing: a text made of them (and whitespace) is empty
 _ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
 
@@ -260,17 +265,22 @@ def frame_texts(frame: pd.DataFrame, text_col: str, source: str | Path) -> list[
 
 
 def _infer_task(col: pd.Series) -> str:
-    """Classification for non-numeric labels or few integer codes (<= MAX_CLASSES distinct, < half the rows, all in
-    [-1, MAX_CLASSES]), else regression: years or depths are quantities, not classes."""
+    """Classification for non-numeric labels or a few integer codes (see :data:`CLASS_CODES`), regression for other
+    numbers (years or depths are quantities, not classes); an integer column in between is refused, asking for
+    ``task``."""
     if pd.api.types.is_bool_dtype(col) or not pd.api.types.is_numeric_dtype(col):
         _reject_numeric_looking(col)
         return "classification"
     values = col.dropna().to_numpy(dtype=np.float64)
     distinct = np.unique(values)
     integral = bool(np.all(np.isfinite(values)) and np.all(values == np.round(values)))
-    few = len(distinct) <= MAX_CLASSES and len(distinct) < len(col) / 2
-    few = few and distinct.min() >= -1 and distinct.max() <= MAX_CLASSES
-    return "classification" if integral and few else "regression"
+    if not integral or len(distinct) > QUANTITY_VALUES or len(distinct) >= len(col) / 2 or \
+            distinct.min() < -1 or distinct.max() > MAX_CLASSES:
+        return "regression"
+    if len(distinct) <= CLASS_CODES:
+        return "classification"
+    raise PoolkitError(f"target column {col.name!r} holds {len(distinct)} distinct whole numbers, which could be "
+                       "class codes or a quantity: pass `task` classification or regression")
 
 
 def _reject_numeric_looking(col: pd.Series) -> None:

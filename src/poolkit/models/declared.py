@@ -91,6 +91,26 @@ def read_declared(folder: str | Path) -> Declared | None:
                     normalize=NORMALIZE in kinds)
 
 
+def declared_token_pooler(folder: str | Path) -> str | None:
+    """The one token pooler a sentence-transformers folder declares (``mean`` for all-MiniLM-L6-v2), the pooling its
+    encoder was trained with; None without a declaration, with several modes, or with one poolkit cannot read."""
+    try:
+        declared = read_declared(folder)
+    except PoolkitError:
+        return None
+    return MODES[declared.modes[0]] if declared is not None and len(declared.modes) == 1 else None
+
+
+def with_token_pooler(spec: dict[str, Any], token_pooler: str | None) -> dict[str, Any]:
+    """``spec`` with ``token_pooler`` filled in when it is a layer pooler's (one with a ``token_pooler`` option)
+    and the spec does not set it: a layer pooler then pools each layer's tokens as the encoder was trained to."""
+    from ..pooling import pooler_options
+
+    if token_pooler is None or "token_pooler" in spec or "token_pooler" not in pooler_options(spec["name"]):
+        return spec
+    return {**spec, "token_pooler": token_pooler}
+
+
 def read_prompts(folder: str | Path) -> tuple[dict[str, str], str | None]:
     """The named prompts of ``folder``'s ``config_sentence_transformers.json`` and its ``default_prompt_name``
     (none when the file is absent)."""

@@ -28,7 +28,7 @@ from ..io import build_dir
 from ..pooling import Pooler, build_pooler, pooler_spec
 from ..pooling.masking import skip_first_tokens
 from .backends import BACKENDS, INT8_BACKEND
-from .declared import AfterPooling, read_declared, read_prompts
+from .declared import AfterPooling, declared_token_pooler, read_declared, read_prompts, with_token_pooler
 from .encoders import (AUTOCAST, adds_no_eos, check_max_length, check_model_folder, hf_bars_off, load_encoder,
                        load_tokenizer, resolve_model, resolve_precision)
 from .pooled_model import PooledConfig, PooledModel
@@ -153,7 +153,9 @@ class TextEncoder:
                                        f"hidden_size {pooler.hidden_size} must be the encoder's {config.hidden_size}")
                 self.pooler = pooler
             else:
-                spec = declared.pooler_spec if declared is not None else pooler_spec(pooler or "mean", **pooler_options)
+                # a layer pooler pools each layer's tokens as the encoder was trained to, unless told otherwise
+                spec = declared.pooler_spec if declared is not None else with_token_pooler(
+                    pooler_spec(pooler or "mean", **pooler_options), declared_token_pooler(path))
                 self.pooler = build_pooler(spec, config.hidden_size, config.num_hidden_layers)
             untrained = not isinstance(pooler, Pooler) and any(p.dim() >= 2 for p in self.pooler.parameters())
             if untrained and not allow_untrained:

@@ -44,7 +44,9 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
     """Fine-tune encoder + pooler + head, one model per fold, into ``out`` (fold_K/, oof.csv, metrics.json,
     train.log); returns metrics.json's dict. Each fold's checkpoint is chosen on an inner split of its training
     rows and its test rows are scored once (see :mod:`poolkit.training.finetune`). ``settings``: any TrainConfig
-    field (folds, epochs, batch_size, encoder_lr, pooler_lr, precision, train_only, ...). ``trust_remote_code``:
+    field (folds, epochs, batch_size, encoder_lr, pooler_lr, precision, train_only, ...). A layer pooler without a
+    ``token_pooler`` pools each layer's tokens with the pooling the model folder declares (mean for the packaged
+    MiniLM), else with its own default. ``trust_remote_code``:
     allow a model folder's own code. ``report``: told the task when it was inferred from the target column.
 
     ``task`` retrieval or similarity: ``data`` is a table of pairs (``text_col``, ``pair_col``, ``target_col``
@@ -52,10 +54,14 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
     pooler are fine-tuned with a contrastive loss, with no head (:mod:`poolkit.training.finetune_pairs`); no
     oof.csv. ``target_col`` of the other tasks: default label."""
     from ..data.pairs import PAIR_TASKS, check_retrieval_columns, load_pairs, score_column
-    from ..models.encoders import remote_code
+    from ..models.declared import declared_token_pooler, with_token_pooler
+    from ..models.encoders import remote_code, resolve_model
+    from ..pooling import pooler_spec
     from . import finetune
 
     check_writable(Path(out))
+    # a layer pooler pools each layer's tokens as the encoder was trained to, unless told otherwise
+    pooler = with_token_pooler(pooler_spec(pooler), declared_token_pooler(resolve_model(model)))
     settings["max_length"] = fit_to_encoder(model, settings.get("max_length"), TrainConfig.max_length,
                                              trust_remote_code, [pooler])
     config = train_config(pooler, model, **settings)  # fails before the data is read

@@ -164,9 +164,16 @@ def load_step(data, specs: list[dict[str, Any]], config: CompareConfig, columns:
               limit: int | None, report: Callable[[str], None], progress: bool) -> Comparison:
     """load: the encoder's fit for every pooler and the token limit, the table (``columns``: compare's column
     arguments), and its folds checked (too few rows per class, or queries, fails here, before encoding)."""
+    from ..models.declared import declared_token_pooler, with_token_pooler
+    from ..models.encoders import resolve_model
     from .contrastive import PairLayout
     from .metrics import primary_metric
 
+    token = declared_token_pooler(resolve_model(config.model))
+    if any(with_token_pooler(spec, token) != spec for spec in specs):
+        specs = [with_token_pooler(spec, token) for spec in specs]
+        report(f"layer poolers pool each layer's tokens with {token}, the pooling the model declares (give a layer "
+               "pooler its token_pooler to choose another)")
     max_length = fit_to_encoder(config.model, config.max_length, MAX_LENGTH, config.trust_remote_code, specs)
     config = replace(config.for_data(quick=data is None), max_length=max_length)
     probe = ProbeConfig(folds=config.folds, repeats=config.repeats, epochs=config.epochs, batch_size=config.batch_size,

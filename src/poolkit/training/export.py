@@ -21,6 +21,7 @@ texts, on a few rows.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +62,10 @@ def check_export(out: str | Path | None, force: bool, pooler: str | None = None,
         raise PoolkitError("rows trained with `projection` keep a Linear after the pooler that a poolkit model "
                            "folder has no place for: pass `export_format` sentence-transformers (its Dense module "
                            "holds it)")
-    if pooler is not None and specs is not None and pooler.split("(")[0] not in {s["name"] for s in specs}:
+    if pooler is not None and specs is not None and (
+            pooler in BASELINE_LABELS.values() or re.split(r"[(+]", pooler)[0] not in {s["name"] for s in specs}):
         raise PoolkitError(f"`export_pooler` {pooler!r} is none of the poolers compared: use one of "
-                           f"{', '.join(s['name'] for s in specs)} (with its options as the board labels it)")
+                           f"{', '.join(s['name'] for s in specs)} (labelled as the board labels it)")
     out = Path(out)
     check_writable(out.parent if not out.exists() else out, "`export`")
     if out.exists() or out.is_symlink():

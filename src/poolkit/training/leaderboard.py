@@ -229,19 +229,23 @@ class Leaderboard:
         from matplotlib.figure import Figure  # no pyplot: no backend switch, no global figure state
 
         frame = self.frame.iloc[::-1]
-        colors = ["#d95f02" if mode == "finetuned" else "#1b9e77" for mode in frame["mode"]]
         rows = self.rows[::-1]
-        labels = [f"{row['pooler']}{' (fine-tuned)' if row['mode'] == 'finetuned' else ''}{_tie_mark(row)}"
-                  for row in rows]
+        baseline = [row["pooler"] in BASELINE_LABELS.values() for row in rows]
+        colors = ["#bdbdbd" if base else "#d95f02" if row["mode"] == "finetuned" else "#1b9e77"
+                  for row, base in zip(rows, baseline)]
+        labels = [f"{row['pooler']}{' (fine-tuned)' if row['mode'] == 'finetuned' else ''}"
+                  f"{' (baseline, not a pooler)' if base else ''}{_tie_mark(row)}" for row, base in zip(rows, baseline)]
         fig = Figure(figsize=(12 if self.costed else 7, 0.32 * len(frame) + 1.6))
         ax, *rest = fig.subplots(1, 2, width_ratios=(3, 2)) if self.costed else [fig.subplots()]
         spread = frame["std"].astype(float).fillna(0.0)  # one fold: no error bar
-        ax.barh(labels, frame["mean"], xerr=spread, color=colors, capsize=3)
+        bars = ax.barh(labels, frame["mean"], xerr=spread, color=colors, capsize=3)
+        for bar, base in zip(bars, baseline):
+            bar.set_hatch("//" if base else None)
         shown = frame["mean"].astype(float).notna()  # a diverged row (NaN) draws no bar and sets no limit
-        if shown.any():
+        if shown.any():  # from 0 (a metric that can be negative: from its lowest bar), so gaps are not magnified
             low, high = (frame["mean"] - spread)[shown].min(), (frame["mean"] + spread)[shown].max()
-            margin = (high - low) * 0.15 + 1e-9
-            ax.set_xlim(max(0.0, low - margin) if low >= 0 else low - margin, high + margin)
+            margin = (high - min(low, 0.0)) * 0.05 + 1e-9
+            ax.set_xlim(0.0 if low >= 0 else low - margin, high + margin)
         tie = " ([=]: tied with the best)" if self.tested else ""
         ax.set_xlabel(f"{self.settings['metric']} (mean ± sample std over folds){tie}")
         ax.set_title(self.title, fontsize=9, wrap=True)

@@ -32,13 +32,17 @@ from .leaderboard import rank_key, sample_std
 from .metrics import compute_metrics, primary_metric
 
 
-def spec_label(spec: dict[str, Any]) -> str:
-    """A pooler spec's display name: its name, with the options that differ from the defaults (e.g.
-    ``attention(attn_size=64)``); the encoder's sizes (hidden_size, num_layers) are left out."""
+def spec_label(spec: str | dict[str, Any]) -> str:
+    """A pooler spec's display name: its name with the options that differ from the defaults (e.g.
+    ``attention(attn_size=64)``), then for a layer pooler ``+`` its token pooler's label, how it pools each layer's
+    tokens (``weighted_layer+mean``, ``weighted_layer(weighting=softmax)+attention(attn_size=8)``); the encoder's
+    sizes (hidden_size, num_layers) are left out."""
+    spec = {"name": spec} if isinstance(spec, str) else spec
     defaults = pooler_options(spec["name"])
-    shown = {k: v for k, v in spec.items()
-             if k not in ("name", "hidden_size", "num_layers") and (k not in defaults or defaults[k] != v)}
-    return spec["name"] + (f"({', '.join(f'{k}={v}' for k, v in shown.items())})" if shown else "")
+    tokens = f"+{spec_label(spec.get('token_pooler', defaults['token_pooler']))}" if "token_pooler" in defaults else ""
+    shown = {k: v for k, v in spec.items() if k not in ("name", "hidden_size", "num_layers", "token_pooler")
+             and (k not in defaults or defaults[k] != v)}
+    return spec["name"] + (f"({', '.join(f'{k}={v}' for k, v in shown.items())})" if shown else "") + tokens
 
 
 @dataclass
