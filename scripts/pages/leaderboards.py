@@ -19,7 +19,7 @@ from poolkit.training.baseline import baseline_label
 from poolkit.training.curves import LearningCurve
 from poolkit.training.cv import finetuned_row
 from poolkit.training.leaderboard import Leaderboard, rank_key, test_over_train
-from poolkit.training.significance import TIE_LEVEL, corrected_t_test, holm
+from poolkit.training.significance import TIE_LEVEL, corrected_t_test, holm_tested
 
 BOARDS = ROOT / "docs" / "leaderboards"
 OLD = BOARDS / "before-0.2"
@@ -143,7 +143,9 @@ def render_board(folder: Path) -> list[str]:
 def median_epoch(row: dict) -> str:
     """The median over the folds of the epoch each chose (the baseline: of its regularisation strength)."""
     details = row.get("fold_detail") or []
-    key = "best_epoch" if details and "best_epoch" in details[0] else next(k for k in ("C", "alpha") if k in details[0])
+    key = next((k for k in ("best_epoch", "C", "alpha") if details and k in details[0]), None)
+    if key is None:
+        return "not recorded"
     value = float(np.median([d[key] for d in details]))
     return f"epoch {value:g}" if key == "best_epoch" else f"{key} = {value:g}"
 
@@ -159,9 +161,11 @@ def test_note(s: dict, costed: bool) -> str:
             f"{TIE_LEVEL} is *tied* with the best: the folds do not tell them apart.")
     if costed:
         encode = s.get("encode_ms_per_1k")
+        threads = s["probe"].get("threads", 1)
         note += (" `ms / 1k texts`: the pooler + head (baseline: mean pooling + the linear model) on the cached "
-                 "states, milliseconds per 1,000 texts at one torch thread, the median of timed passes; *front*: on "
-                 "the Pareto front of the metric against that cost."
+                 f"states, milliseconds per 1,000 texts at {threads} torch thread{'s' if threads > 1 else ''}, the "
+                 "median of timed passes on the shared machine; *front*: on the Pareto front of the metric against "
+                 "that cost."
                  + (f" The encoder itself took {encode:.0f} ms per 1,000 texts ({s.get('encode_device')}), so "
                     "the pooler is a small part of an embedding's cost." if encode is not None else ""))
     return note
@@ -287,7 +291,7 @@ def render_scorers(folder: Path) -> list[str]:
     pairs = [(n, b) for n, b in (("glu", "abmil"), ("glu", "bilinear"), *((n, "tanh") for n in rows if n != "tanh"))
              if n in rows and b in rows]
     raw = [corrected_t_test(per_fold[n], per_fold[b], test_over_train(s)) for n, b in pairs]
-    adjusted = holm(raw) if all(p is not None for p in raw) else raw
+    adjusted = holm_tested(raw)
 
     lines = [f"### {folder.name}: {s['data']}", "",
              f"`attention` (scoring width {rows['tanh']['config']['attn_size']}, Xavier init) with each `scorer=` on "

@@ -226,7 +226,8 @@ def test_compare_encodes_the_explained_texts_again_when_the_cache_keeps_no_token
 def test_spec_label_shows_only_options_that_differ_from_defaults():
     assert spec_label(build_pooler("weighted_layer", 32, 2).get_config()) == "weighted_layer+cls"  # tokens by cls
     spec = {"name": "weighted_layer", "weighting": "softmax", "token_pooler": {"name": "attention", "attn_size": 8}}
-    assert spec_label(build_pooler(spec, 32, 2).get_config()) == "weighted_layer(weighting=softmax)+attention(attn_size=8)"
+    label = spec_label(build_pooler(spec, 32, 2).get_config())
+    assert label == "weighted_layer(weighting=softmax)+attention(attn_size=8)"
     assert spec_label(build_pooler({"name": "attention", "attn_size": 8}, 32).get_config()) == "attention(attn_size=8)"
 
 

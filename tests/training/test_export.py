@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -146,3 +147,18 @@ def test_a_projection_is_refused_in_the_poolkit_format_before_any_work(bert, tmp
         api.compare(tmp_path / "p.csv", task="retrieval", model=bert, projection=True, export=tmp_path / "e",
                     cache_dir=tmp_path / "cache")
     assert not (tmp_path / "cache").exists()
+
+
+def test_an_export_pooler_that_is_no_row_label_is_refused_before_encoding(bert, tmp_path):
+    # review: 'attention(attn_size=999)' passed the name check and failed after the whole compare
+    pd.DataFrame({"text": TEXTS, "label": ["good", "bad"] * 12}).to_csv(tmp_path / "t.csv", index=False)
+    for label in ("attention(attn_size=999)", "attention+projection"):
+        with pytest.raises(PoolkitError, match=f"`export_pooler` '{re.escape(label)}' is no row label of this "
+                                               "board: use one of mean, attention"):
+            api.compare(tmp_path / "t.csv", poolers="mean,attention", model=bert, folds=2, epochs=1,
+                        export=tmp_path / "e", export_pooler=label, cache_dir=tmp_path / "cache", progress=False)
+    assert not (tmp_path / "cache").exists()
+    # projection is for the embedding tasks: on a classification board it does not block the poolkit format
+    api.compare(tmp_path / "t.csv", poolers="mean", model=bert, folds=2, epochs=1, projection=True,
+                export=tmp_path / "e", cache_dir=tmp_path / "cache", progress=False, baseline=False)
+    assert (tmp_path / "e" / "poolkit_train.json").is_file()

@@ -93,12 +93,13 @@ def _fit(model, task: str, strength: float, features: np.ndarray, targets: np.nd
 
 
 def linear_baseline(cache: FeatureCache, data: TableData, config: ProbeConfig,
-                    splits: list[tuple[np.ndarray, np.ndarray]] | None = None) -> ProbeResult:
+                    splits: list[tuple[np.ndarray, np.ndarray]] | None = None, timed: bool = True) -> ProbeResult:
     """(Repeated) K-fold cross-validation of the tuned linear baseline, on the folds (and inner splits) the poolers
     use (``splits``, or ``config``'s repeats x folds).
 
     Per fold ``fold_detail`` holds the chosen strength (``C`` or ``alpha``), the inner validation metric at that
-    strength, the test metric and the number of rows fit on. Its cost: mean pooling + fold 0's model on the cache."""
+    strength, the test metric and the number of rows fit on. Its cost (``timed``): mean pooling + fold 0's model on
+    the cache."""
     start = time.perf_counter()
     splits = splits or repeated_folds(data, config.folds, config.repeats, config.val_fraction, config.seed)
     features = mean_features(cache)
@@ -129,8 +130,10 @@ def linear_baseline(cache: FeatureCache, data: TableData, config: ProbeConfig,
     seconds = time.perf_counter() - start
     params = features.shape[1] * data.n_outputs + data.n_outputs
     spec = build_pooler("mean", cache.hidden_size, cache.num_layers).get_config()
-    with torch_threads(config.threads):  # as the poolers' costs are timed
-        cost = ms_per_1k(lambda rows: _outputs(first, data.task, mean_features(cache, rows), data.n_outputs),
-                         cost_rows(len(cache)))
+    cost = None
+    if timed:
+        with torch_threads(config.threads):  # as the poolers' costs are timed
+            cost = ms_per_1k(lambda rows: _outputs(first, data.task, mean_features(cache, rows), data.n_outputs),
+                             cost_rows(len(cache)))
     return ProbeResult(spec, metric.name, fold_metrics, oof, params, seconds, details, infer_ms_per_1k=cost,
                        dim=features.shape[1])

@@ -31,7 +31,7 @@ from ..errors import PoolkitError
 from ..io import RunFolder
 from ..settings import check_counts, config_from
 from .config import MAX_LENGTH, CompareConfig, ProbeConfig
-from .export import check_export
+from .export import check_export, check_export_pooler
 from .inputs import check_rates, fit_to_encoder, load, resolve_poolers
 from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row, mean_std
 from .processes import process_rank
@@ -132,11 +132,13 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     if out is not None:
         compare_folder(out).check(force=force)
     if rank == 0:
-        check_export(export, force, export_pooler, specs, export_format, config.projection)
+        check_export(export, force, export_pooler, specs, export_format, config.projection and task in PAIR_TASKS)
     say = report if report is not None and rank == 0 else _quiet
     columns = {"text_col": text_col, "target_col": target_col, "pair_col": pair_col, "negative_col": negative_col,
                "corpus": corpus}
     run = load_step(data, specs, config, columns, task, limit, say, progress and rank == 0)
+    if export is not None and export_pooler is not None:  # the labels are settled now, before any encoding
+        check_export_pooler(export_pooler, run.specs, config.projection and run.pairs)
     with ExitStack() as held:
         if out is not None:  # one run per folder: locked for the whole run
             out = held.enter_context(compare_folder(out).claim(force=force))
@@ -144,6 +146,8 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
             return None  # not rank 0: its share of the encoding is written
         probe_step(run)
         baseline_step(run)
+        if config.sizes:  # the board is on disk before the (long) learning curve
+            publish_step(run, out)
         curve_step(run)
         explain_step(run)
         board = publish_step(run, out)  # on disk before any (long) fine-tuning starts
@@ -206,12 +210,12 @@ def check_sizes(data: Any, splits: list[Any], sizes: Sequence[int], probe: Probe
 
     if sizes:
         subsampled_splits(data, splits, max(sizes), probe.seed)  # below every fold's training rows
-        train, _ = subsampled_splits(data, splits[:1], min(sizes), probe.seed)[0]
-        try:
-            pair_split(data, train, probe.val_fraction, probe.seed) if not hasattr(data, "subset") else \
-                split_rows(data.subset(train), probe.val_fraction, probe.seed)
-        except PoolkitError as err:
-            raise PoolkitError(f"`sizes` {min(sizes)}: {err}") from None
+        for k, (train, _) in enumerate(subsampled_splits(data, splits, min(sizes), probe.seed)):
+            try:  # each fold's inner split, with the seed its training uses
+                pair_split(data, train, probe.val_fraction, probe.seed + k) if not hasattr(data, "subset") else \
+                    split_rows(data.subset(train), probe.val_fraction, probe.seed + k)
+            except PoolkitError as err:
+                raise PoolkitError(f"`sizes` {min(sizes)}: {err}") from None
 
 
 def fold_size_ratio(splits: list[Any]) -> float:
@@ -275,13 +279,14 @@ def _said(run: Comparison, result, label: str | None = None) -> None:
                f"({result.seconds:.1f}s)")
 
 
-def _probed(run: Comparison, splits: list[Any], on_result: Callable[[Any], None] | None = None) -> list[Any]:
-    """Every pooler + head trained on the cache on ``splits``, ranked best first."""
+def _probed(run: Comparison, splits: list[Any], on_result: Callable[[Any], None] | None = None,
+            timed: bool = True) -> list[Any]:
+    """Every pooler + head trained on the cache on ``splits``, ranked best first (``timed``: and its cost)."""
     from .contrastive import compare_pair_poolers
     from .probing import compare_poolers
 
     probe = compare_pair_poolers if run.pairs else compare_poolers
-    return probe(run.specs, run.features, run.table, run.probe, on_result=on_result, splits=splits)
+    return probe(run.specs, run.features, run.table, run.probe, on_result=on_result, splits=splits, timed=timed)
 
 
 def probe_step(run: Comparison) -> None:
@@ -323,10 +328,10 @@ def curve_step(run: Comparison) -> None:
     ratios = {full: fold_size_ratio(run.splits)}
     for size in sorted(config.sizes):
         splits = subsampled_splits(data, run.splits, size, config.seed)
-        labelled = [(result.label, result) for result in _probed(run, splits)]
+        labelled = [(result.label, result) for result in _probed(run, splits, timed=False)]
         if config.baseline and not run.pairs:
             labelled.append((baseline_label(run.table.task),
-                             linear_baseline(run.features, run.table, run.probe, splits)))
+                             linear_baseline(run.features, run.table, run.probe, splits, timed=False)))
         points += [{"pooler": label, "size": size, "subsampled": True,
                     "fold_metrics": [m[result.metric] for m in result.fold_metrics]} for label, result in labelled]
         ratios[size] = fold_size_ratio(splits)

@@ -260,9 +260,9 @@ def refit_pairs(spec: dict[str, Any], cache: FeatureCache, layout: PairLayout, c
 
 
 def probe_pairs(spec: dict[str, Any], cache: FeatureCache, layout: PairLayout, config: ProbeConfig,
-                splits: list[tuple[np.ndarray, np.ndarray]], learned: bool) -> ProbeResult:
-    """Cross-validation of one pooler spec on the pairs: zero-shot (``learned`` False) or trained; its cost timed
-    on the cache with the same modules (the cost does not depend on the trained values)."""
+                splits: list[tuple[np.ndarray, np.ndarray]], learned: bool, timed: bool = True) -> ProbeResult:
+    """Cross-validation of one pooler spec on the pairs: zero-shot (``learned`` False) or trained; (``timed``) its
+    cost timed on the cache with the same modules (the cost does not depend on the trained values)."""
     spec = build_pooler(spec, cache.hidden_size, cache.num_layers).get_config()
     started = time.perf_counter()
     folds = [train_pair_fold(spec, cache, layout, train, test, config, config.seed + k, learned)
@@ -270,7 +270,8 @@ def probe_pairs(spec: dict[str, Any], cache: FeatureCache, layout: PairLayout, c
     model = EmbeddingModel(build_pooler(spec, cache.hidden_size, cache.num_layers), config.projection and learned)
     suffix = "+projection" if model.projection is not None else ""
     seconds = time.perf_counter() - started
-    cost = ms_per_1k(lambda rows: cached_outputs(model, cache, rows, config.batch_size * 2), cost_rows(len(cache)))
+    cost = ms_per_1k(lambda rows: cached_outputs(model, cache, rows, config.batch_size * 2),
+                     cost_rows(len(cache))) if timed else None
     return ProbeResult(spec, primary_metric(layout.task).name, [m for m, _ in folds], None,
                        sum(p.numel() for p in model.parameters()), seconds, [d for _, d in folds], suffix=suffix,
                        infer_ms_per_1k=cost, dim=model.pooler.output_dim)
@@ -282,10 +283,11 @@ def has_parameters(spec: dict[str, Any], cache: FeatureCache) -> bool:
 
 def compare_pair_poolers(specs: list[dict[str, Any]], cache: FeatureCache, layout: PairLayout, config: ProbeConfig,
                          on_result: Callable[[ProbeResult], None] | None = None,
-                         splits: list[tuple[np.ndarray, np.ndarray]] | None = None) -> list[ProbeResult]:
+                         splits: list[tuple[np.ndarray, np.ndarray]] | None = None, timed: bool = True
+                         ) -> list[ProbeResult]:
     """Every pooler on the same folds (``splits``, or ``config``'s repeats x folds of the pairs): a zero-shot row
     for each parameter-free one, a trained row for each one with parameters (with ``projection``: for every one);
-    ranked best first."""
+    ranked best first; ``timed``: each one's cost measured."""
     splits = splits or repeated_folds(layout.data, config.folds, config.repeats, config.val_fraction, config.seed,
                                       pair_folds)
     results = []
@@ -293,7 +295,7 @@ def compare_pair_poolers(specs: list[dict[str, Any]], cache: FeatureCache, layou
         trained = has_parameters(spec, cache)
         for learned in ([False] if not trained else []) + ([True] if trained or config.projection else []):
             with torch_threads(config.threads):
-                result = probe_pairs(spec, cache, layout, config, splits, learned)
+                result = probe_pairs(spec, cache, layout, config, splits, learned, timed)
             results.append(result)
             if on_result is not None:
                 on_result(result)

@@ -16,7 +16,7 @@ import pandas as pd
 from ..data.tables import stratified_rows
 from ..errors import PoolkitError
 from ..io import atomic_write
-from .significance import TIE_LEVEL, corrected_t_test, holm
+from .significance import TIE_LEVEL, corrected_t_test, holm_tested
 
 OUTPUTS = ("learning_curve.csv", "learning_curve.png")
 
@@ -27,11 +27,12 @@ def subsampled_splits(data: Any, splits: list[tuple[np.ndarray, np.ndarray]], si
     table's rows (:func:`poolkit.data.tables.stratified_rows`), a random one of a table of pairs' units (queries,
     or similarity pairs), drawn with seed ``seed + fold``."""
     pairs = not hasattr(data, "subset")
+    unit = {"retrieval": "queries", "similarity": "pairs"}.get(data.task, "rows") if pairs else "rows"
     cut = []
     for k, (train, test) in enumerate(splits):
         if size >= len(train):
-            raise PoolkitError(f"`sizes` {size} is not below the {len(train)} training rows of fold {k}: give sizes "
-                               f"below {min(len(t) for t, _ in splits)}")
+            raise PoolkitError(f"`sizes` {size} is not below the {len(train)} training {unit} of fold {k}: give "
+                               f"sizes below {min(len(t) for t, _ in splits)}")
         keep = (np.sort(np.random.default_rng(seed + k).permutation(len(train))[:size]) if pairs
                 else stratified_rows(data.subset(train), size, seed + k))
         cut.append((train[keep], test))
@@ -76,12 +77,11 @@ class LearningCurve:
                 continue
             here.sort(key=lambda p: -sign * float(np.mean(p["fold_metrics"])))
             best, others = here[0], here[1:]
-            raw = [corrected_t_test(p["fold_metrics"], best["fold_metrics"], self.ratios[size]) for p in others]
-            tested = [(p, q) for p, q in zip(others, raw) if q is not None]
-            adjusted = holm([q for _, q in tested])
+            adjusted = holm_tested([corrected_t_test(p["fold_metrics"], best["fold_metrics"], self.ratios[size])
+                                    for p in others])
             found.append({"size": size, "best": best["pooler"], "mean": float(np.mean(best["fold_metrics"])),
-                          "tied": [p["pooler"] for (p, _), q in zip(tested, adjusted) if q >= TIE_LEVEL],
-                          "tested": bool(tested)})
+                          "tied": [p["pooler"] for p, q in zip(others, adjusted) if q is not None and q >= TIE_LEVEL],
+                          "tested": any(q is not None for q in adjusted)})
         return found
 
     def reading(self) -> str:

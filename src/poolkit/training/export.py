@@ -66,6 +66,7 @@ def check_export(out: str | Path | None, force: bool, pooler: str | None = None,
             pooler in BASELINE_LABELS.values() or re.split(r"[(+]", pooler)[0] not in {s["name"] for s in specs}):
         raise PoolkitError(f"`export_pooler` {pooler!r} is none of the poolers compared: use one of "
                            f"{', '.join(s['name'] for s in specs)} (labelled as the board labels it)")
+    # the exact label is checked once the layer poolers' token poolers are settled (check_export_pooler)
     out = Path(out)
     check_writable(out.parent if not out.exists() else out, "`export`")
     if out.exists() or out.is_symlink():
@@ -81,6 +82,17 @@ def check_export(out: str | Path | None, force: bool, pooler: str | None = None,
         if not made_here:
             raise PoolkitError(f"`export` {out} is not a folder written by compare's export, so poolkit does not "
                                "replace it: choose another folder")
+
+
+def check_export_pooler(pooler: str, specs: list[dict[str, Any]], projection: bool) -> None:
+    """Refuse an ``export_pooler`` that is no label the board will have (``projection``: embedding rows trained
+    with one, labelled ``+projection``)."""
+    from .probing import spec_label
+
+    labels = [spec_label(spec) for spec in specs]
+    labels += [f"{label}+projection" for label in labels] if projection else []
+    if pooler not in labels:
+        raise PoolkitError(f"`export_pooler` {pooler!r} is no row label of this board: use one of {', '.join(labels)}")
 
 
 def exported_row(rows: list[dict[str, Any]], pooler: str | None) -> dict[str, Any]:
@@ -129,11 +141,12 @@ def export_winner(run: Any, out: str | Path, pooler: str | None = None,
     expected = cached_outputs(measured, cache, rows, len(rows)).numpy()
     expected = expected if st or run.pairs else fitted.outputs(expected)
     info = {"exported_from": EXPORTED_FROM, "format": export_format, "task": table.task,
-            "label_names": table.label_names, "target_cols": list(table.target_cols), "text_col": table.text_col, "n_folds": 1,
-            "pooler_label": row["pooler"], "epochs": epochs, "rows": len(table.data) if run.pairs else len(table),
-            "base_model": model_path,
+            "label_names": table.label_names, "target_cols": list(table.target_cols), "text_col": table.text_col,
+            "n_folds": 1, "pooler_label": row["pooler"], "epochs": epochs,
+            "rows": len(table.data) if run.pairs else len(table), "base_model": model_path,
             "cv": {"metric": row["metric"], "mean": row["mean"], "std": row["std"], "folds": row["folds"],
                    "p_vs_best": row.get("p_vs_best")},
+            **_target_stats(fitted, table),
             "config": {"model": model_path, "pooler": row["config"], "max_length": config.max_length,
                        "epochs": epochs, "batch_size": run.probe.batch_size, "pooler_lr": run.probe.pooler_lr,
                        "weight_decay": run.probe.weight_decay, "head_dropout": run.probe.head_dropout,
@@ -149,6 +162,15 @@ def export_winner(run: Any, out: str | Path, pooler: str | None = None,
         return info
 
     return build_dir(Path(out), write)
+
+
+def _target_stats(fitted: Any, table: Any) -> dict[str, list[float]]:
+    """A regression refit's target_mean / target_std (what train's fold folders record), from its head's units."""
+    if table.task != "regression":
+        return {}
+    mean = fitted.outputs(np.zeros((1, table.n_outputs)))[0]
+    return {"target_mean": mean.tolist(), "target_std": (fitted.outputs(np.ones((1, table.n_outputs)))[0] - mean)
+            .tolist()}
 
 
 def _write_pooled_model(staging: Path, row: dict[str, Any], fitted: Any, table: Any, run: Any, model_path: str,

@@ -27,9 +27,9 @@ file of the model folder (weights, config, tokenizer files; about 0.1 s for the 
 model's name and snapshot commit; the texts, each length-prefixed; ``max_length``; the stored dtype; what is
 kept (the plan); and :data:`CACHE_VERSION`. ``meta.json``, written last, records the encoder's cost
 (``encode_ms_per_1k``: tokenising and the forward passes, ms per 1,000 texts, with the device, batch size and
-threads it ran with) and each file's size and SHA-256, checked on open: a damaged cache is rebuilt, saying so. A cache is built in ``<key>.tmp``, flushed and renamed into place under
-``<key>.lock`` (one run encodes, a second one waits and reuses it); a staging folder left by a killed run is
-removed by the next run.
+threads it ran with) and each file's size and SHA-256, checked on open: a damaged cache is rebuilt, saying so.
+A cache is built in ``<key>.tmp``, flushed and renamed into place under ``<key>.lock`` (one run encodes, a second
+one waits and reuses it); a staging folder left by a killed run is removed by the next run.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from ..errors import PoolkitError
 from ..explain.report import write_compare_report
 from ..io import atomic_write, atomic_write_json, file_digest
 from .curves import OUTPUTS as CURVE_OUTPUTS
-from .significance import TIE_LEVEL, corrected_t_test, holm, pareto_front
+from .significance import TIE_LEVEL, corrected_t_test, holm_tested, pareto_front
 
 COLUMNS = ["rank", "pooler", "mode", "metric", "mean", "std", "p_vs_best", "tied_with_best", "infer_ms_per_1k",
            "pareto", "dim", "params", "seconds"]
@@ -71,7 +71,7 @@ class Leaderboard:
         self.rows = []
         for i in order:
             ranks[rows[i]["mode"]] = ranks.get(rows[i]["mode"], 0) + 1
-            self.rows.append({"rank": ranks[rows[i]["mode"]], **rows[i]})
+            self.rows.append({"rank": ranks[rows[i]["mode"]], **{k: v for k, v in rows[i].items() if k != "rank"}})
         for mode in ranks:
             self.test_against_best([row for row in self.rows if row["mode"] == mode])
             self.mark_pareto([row for row in self.rows if row["mode"] == mode])
@@ -83,17 +83,17 @@ class Leaderboard:
     def test_against_best(self, rows: list[dict[str, Any]]) -> None:
         """Set ``p_vs_best`` on every row after the first (the best of ``rows``, one mode, ranked): the corrected
         resampled t-test of its fold metrics against the best row's, Holm-adjusted over every row so tested; and
-        ``tied_with_best``: p >= :data:`~poolkit.training.significance.TIE_LEVEL` (the best row: True). None where
-        there is no test: one fold, other folds than the best row's, a metric that is not finite."""
+        ``tied_with_best``: p >= :data:`~poolkit.training.significance.TIE_LEVEL` (the best row: True). The rows of
+        one mode share their folds (one compare run); None where there is no test: one fold, another number of folds
+        than the best row's, a metric that is not finite."""
         best, others = rows[0], rows[1:]
         ratio = self.test_over_train
-        raw = [corrected_t_test(_fold_values(row), _fold_values(best), ratio) if ratio is not None else None
-               for row in others]
-        tested = [k for k, p in enumerate(raw) if p is not None]
-        adjusted = dict(zip(tested, holm([raw[k] for k in tested])))
-        for k, row in enumerate(others):
-            row["p_vs_best"] = adjusted.get(k)
-            row["tied_with_best"] = adjusted[k] >= TIE_LEVEL if k in adjusted else None
+        adjusted = holm_tested([corrected_t_test(_fold_values(row), _fold_values(best), ratio)
+                                if ratio is not None else None for row in others])
+        for row, p in zip(others, adjusted):
+            row["p_vs_best"] = p
+            row["tied_with_best"] = p >= TIE_LEVEL if p is not None else None
+        tested = any(p is not None for p in adjusted)
         best["p_vs_best"], best["tied_with_best"] = None, True if tested else None
 
     def mark_pareto(self, rows: list[dict[str, Any]]) -> None:

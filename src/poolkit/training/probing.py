@@ -223,10 +223,10 @@ def refit_head(spec: dict[str, Any], cache: FeatureCache, data: TableData, confi
 
 
 def probe_pooler(spec: str | dict[str, Any], cache: FeatureCache, data: TableData, config: ProbeConfig,
-                 splits: list[tuple[np.ndarray, np.ndarray]] | None = None) -> ProbeResult:
+                 splits: list[tuple[np.ndarray, np.ndarray]] | None = None, timed: bool = True) -> ProbeResult:
     """(Repeated) K-fold cross-validation of one pooler (a name or spec) on the cached features: ``splits``, or
-    ``config``'s repeats x folds; the out-of-fold outputs are the first repeat's. Then its cost: fold 0's model
-    timed on the cache (:func:`poolkit.training.costs.ms_per_1k`)."""
+    ``config``'s repeats x folds; the out-of-fold outputs are the first repeat's. Then (``timed``) its cost: fold
+    0's model timed on the cache (:func:`poolkit.training.costs.ms_per_1k`)."""
     if len(cache) != len(data):
         raise PoolkitError(f"the feature cache has {len(cache)} rows but the data has {len(data)}")
     splits = splits or repeated_folds(data, config.folds, config.repeats, config.val_fraction, config.seed)
@@ -246,7 +246,7 @@ def probe_pooler(spec: str | dict[str, Any], cache: FeatureCache, data: TableDat
     seconds = time.perf_counter() - start
     params = sum(p.numel() for p in first.model.parameters())
     cost = ms_per_1k(lambda rows: cached_outputs(first.model, cache, rows, config.batch_size * 2),
-                     cost_rows(len(cache)))
+                     cost_rows(len(cache))) if timed else None
     return ProbeResult(spec, metric.name, fold_metrics, oof, params, seconds, details, first, infer_ms_per_1k=cost,
                        dim=first.model.pooler.output_dim)
 
@@ -263,14 +263,15 @@ def torch_threads(n: int) -> Iterator[None]:
 
 def compare_poolers(specs: list[str | dict[str, Any]], cache: FeatureCache, data: TableData, config: ProbeConfig,
                     on_result: Callable[[ProbeResult], None] | None = None,
-                    splits: list[tuple[np.ndarray, np.ndarray]] | None = None) -> list[ProbeResult]:
+                    splits: list[tuple[np.ndarray, np.ndarray]] | None = None, timed: bool = True
+                    ) -> list[ProbeResult]:
     """Every pooler (names or specs) on the same folds (``splits``, or ``config``'s repeats x folds); results ranked
-    best first by the task's primary metric."""
+    best first by the task's primary metric; ``timed``: each one's cost measured."""
     splits = splits or repeated_folds(data, config.folds, config.repeats, config.val_fraction, config.seed)
     results = []
     for spec in specs:
         with torch_threads(config.threads):
-            result = probe_pooler(spec, cache, data, config, splits)
+            result = probe_pooler(spec, cache, data, config, splits, timed)
         results.append(result)
         if on_result is not None:
             on_result(result)

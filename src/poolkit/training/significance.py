@@ -21,7 +21,8 @@ def corrected_t_test(a: Sequence[float], b: Sequence[float], test_over_train: fl
     """Two-sided p-value of the corrected resampled t-test of paired fold metrics ``a`` and ``b`` (J values each,
     the same folds in the same order): d = a - b, t = mean(d) / sqrt((1/J + n_test/n_train) var(d)) (var with
     ddof = 1) on J - 1 degrees of freedom. ``test_over_train``: n_test / n_train, the rows inside / outside a test
-    fold. None when there is no test: fewer than two folds, or a metric that is not finite."""
+    fold. None when there is no test: fewer than two folds, or a metric that is not finite. The same difference in
+    every fold (no variance) gives 1.0 when it is zero and 0.0 otherwise."""
     from scipy import stats
 
     if len(a) != len(b) or len(a) < 2:
@@ -47,6 +48,13 @@ def holm(pvalues: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (len(order) - k) * float(pvalues[i])))
         adjusted[i] = running
     return adjusted.tolist()
+
+
+def holm_tested(pvalues: Sequence[float | None]) -> list[float | None]:
+    """:func:`holm` over the p-values that are not None (the rows that could be tested), None kept where it is."""
+    tested = [k for k, p in enumerate(pvalues) if p is not None]
+    adjusted = dict(zip(tested, holm([pvalues[k] for k in tested])))
+    return [adjusted.get(k) for k in range(len(pvalues))]
 
 
 def pareto_front(metric: Sequence[float], cost: Sequence[float], higher_is_better: bool) -> list[bool]:
