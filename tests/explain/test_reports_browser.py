@@ -142,7 +142,11 @@ def test_explain_report_sorts_filters_and_pages_by_clicking(browser, explain_pag
     shown = [float(t.split("= ")[1]) for t in card_values(page, ".confidence")]
     assert shown == sorted(shown) and shown[0] == pytest.approx(min(i.probability for i in explanation.items), abs=1e-3)
     page.click("button.sort[data-key=error]")
-    errors_shown = [float(t.split()[1]) for t in card_values(page, ".error")]
+    # the cards of classes show p(target), the error's complement: sorted by error, largest first (issue 33: "error
+    # 0.854" read as wrong on a correct prediction)
+    shown = card_values(page, ".error")
+    assert all(t.startswith("p(target) ") for t in shown)
+    errors_shown = [1 - float(t.split()[1]) for t in shown]
     assert errors_shown == sorted(errors_shown, reverse=True)
     page.locator("article.card .label").first.click()  # clicking a prediction filters to its class
     label = card_values(page, ".label")[0]

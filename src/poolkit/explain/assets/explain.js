@@ -67,7 +67,10 @@
       const wrong = typeof item.target === "string" && item.target !== item.prediction ? " wrong" : "";
       head += '<span class="target' + wrong + '">target ' + escapeHtml(item.target) + "</span>";
     }
-    if (item.error !== null) head += '<span class="error">error ' + item.error.toFixed(3) + "</span>";
+    if (item.error !== null && typeof item.target === "string") {  // a class: its probability (the error is 1 - it)
+      head += '<span class="error" title="sorted as error = 1 - p(target)">p(target) ' +
+        (1 - item.error).toFixed(3) + "</span>";
+    } else if (item.error !== null) head += '<span class="error">error ' + item.error.toFixed(3) + "</span>";
     if (item.truncated) head += "<span>(cut at the token limit)</span>";
     let body = '<div class="text">' + shadedText(item, item.weights) + "</div>";
     if (item.rows !== null) {
