@@ -128,8 +128,9 @@ def add_pooler_arguments(parser: argparse.ArgumentParser, default: str | None) -
     parser.add_argument("--pooler", "--pooling", dest="pooler", default=default,
                         help="pooler name (see `poolkit zoo`), or auto: what a sentence-transformers folder declares "
                              f"(default: {default or 'a trained model’s own pooler, else auto, else mean'})")
-    parser.add_argument("--pooler-opt", "--pooling-opt", dest="pooler_opt", action="append",
-                        metavar="[POOLER:]KEY=VALUE", help=POOLER_OPT_HELP)
+    parser.add_argument("--pooler-opt", "--pooling-opt", dest="pooler_opt", action="append", metavar="KEY=VALUE",
+                        help="an option of the --pooler, KEY=VALUE (VALUE read as JSON when it parses), repeatable "
+                             "(e.g. attn_size=256; a layer pooler's token_pooler=mean)")
 
 
 def add_trust_remote_code_argument(parser: argparse.ArgumentParser) -> None:
