@@ -16,7 +16,7 @@ import pandas as pd
 from ..data.tables import stratified_rows
 from ..errors import PoolkitError
 from ..io import atomic_write
-from .significance import TIE_LEVEL, corrected_t_test, holm_tested
+from .significance import TIE_LEVEL, sample_std, tested_against_best
 
 OUTPUTS = ("learning_curve.csv", "learning_curve.png")
 
@@ -62,7 +62,7 @@ class LearningCurve:
             values = np.array(p["fold_metrics"], dtype=np.float64)
             lines.append({"pooler": p["pooler"], "size": p["size"], "subsampled": p["subsampled"],
                           "mean": float(values.mean()),
-                          "std": float(values.std(ddof=1)) if len(values) > 1 else None,
+                          "std": sample_std(values),
                           **{f"fold_{k}": float(v) for k, v in enumerate(values)}})
         return pd.DataFrame(lines)
 
@@ -77,8 +77,8 @@ class LearningCurve:
                 continue
             here.sort(key=lambda p: -sign * float(np.mean(p["fold_metrics"])))
             best, others = here[0], here[1:]
-            adjusted = holm_tested([corrected_t_test(p["fold_metrics"], best["fold_metrics"], self.ratios[size])
-                                    for p in others])
+            adjusted = tested_against_best(best["fold_metrics"], [p["fold_metrics"] for p in others],
+                                           self.ratios[size])
             found.append({"size": size, "best": best["pooler"], "mean": float(np.mean(best["fold_metrics"])),
                           "tied": [p["pooler"] for p, q in zip(others, adjusted) if q is not None and q >= TIE_LEVEL],
                           "tested": any(q is not None for q in adjusted)})

@@ -164,13 +164,18 @@ def export_winner(run: Any, out: str | Path, pooler: str | None = None,
     return build_dir(Path(out), write)
 
 
+def _target_units(fitted: Any, n_outputs: int) -> tuple[np.ndarray, np.ndarray]:
+    """A regression refit's (mean, std) per target: its head answers standardised (raw 0 -> mean, 1 -> mean + std)."""
+    mean = fitted.outputs(np.zeros((1, n_outputs)))[0]
+    return mean, fitted.outputs(np.ones((1, n_outputs)))[0] - mean
+
+
 def _target_stats(fitted: Any, table: Any) -> dict[str, list[float]]:
-    """A regression refit's target_mean / target_std (what train's fold folders record), from its head's units."""
+    """A regression refit's target_mean / target_std, what train's fold folders record."""
     if table.task != "regression":
         return {}
-    mean = fitted.outputs(np.zeros((1, table.n_outputs)))[0]
-    return {"target_mean": mean.tolist(), "target_std": (fitted.outputs(np.ones((1, table.n_outputs)))[0] - mean)
-            .tolist()}
+    mean, std = _target_units(fitted, table.n_outputs)
+    return {"target_mean": mean.tolist(), "target_std": std.tolist()}
 
 
 def _write_pooled_model(staging: Path, row: dict[str, Any], fitted: Any, table: Any, run: Any, model_path: str,
@@ -188,10 +193,9 @@ def _write_pooled_model(staging: Path, row: dict[str, Any], fitted: Any, table: 
     if not run.pairs:
         model.head.load_state_dict(fitted.model.head.state_dict())
     if table.task == "regression":  # the refit head answers in standardised units: fold them in
-        shift = fitted.outputs(np.zeros((1, table.n_outputs)))  # raw 0 -> the targets' mean
-        scale = fitted.outputs(np.ones((1, table.n_outputs))) - shift  # raw 1 -> mean + std
-        model.load_state_dict(model.state_dict_with_affine_head(torch.from_numpy(scale[0]).float(),
-                                                                torch.from_numpy(shift[0]).float()))
+        mean, std = _target_units(fitted, table.n_outputs)
+        model.load_state_dict(model.state_dict_with_affine_head(torch.from_numpy(std).float(),
+                                                                torch.from_numpy(mean).float()))
     model.eval().save_pretrained(staging)
     tokenizer = load_tokenizer(model_path, config.trust_remote_code)
     tokenizer.save_pretrained(staging)

@@ -16,7 +16,7 @@ from ..errors import PoolkitError
 from ..explain.report import write_compare_report
 from ..io import atomic_write, atomic_write_json, file_digest
 from .curves import OUTPUTS as CURVE_OUTPUTS
-from .significance import TIE_LEVEL, corrected_t_test, holm_tested, pareto_front
+from .significance import TIE_LEVEL, pareto_front, sample_std, tested_against_best
 
 COLUMNS = ["rank", "pooler", "mode", "metric", "mean", "std", "p_vs_best", "tied_with_best", "infer_ms_per_1k",
            "pareto", "dim", "params", "seconds"]
@@ -87,9 +87,8 @@ class Leaderboard:
         one mode share their folds (one compare run); None where there is no test: one fold, another number of folds
         than the best row's, a metric that is not finite."""
         best, others = rows[0], rows[1:]
-        ratio = self.test_over_train
-        adjusted = holm_tested([corrected_t_test(_fold_values(row), _fold_values(best), ratio)
-                                if ratio is not None else None for row in others])
+        adjusted = tested_against_best(_fold_values(best), [_fold_values(row) for row in others],
+                                       self.test_over_train)
         for row, p in zip(others, adjusted):
             row["p_vs_best"] = p
             row["tied_with_best"] = p >= TIE_LEVEL if p is not None else None
@@ -321,12 +320,6 @@ def _cost_cell(row: dict[str, Any]) -> str:
         return ""
     shown = f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}"
     return shown + ("*" if row.get("pareto") else "")
-
-
-def sample_std(values: np.ndarray) -> float | None:
-    """The sample std (ddof = 1) of per-fold values; None for one fold, where there is no spread to estimate (a
-    0.0 would read as a perfectly stable score)."""
-    return float(np.std(values, ddof=1)) if len(values) > 1 else None
 
 
 def mean_std(mean: float, std: float | None) -> str:

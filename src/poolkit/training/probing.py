@@ -28,7 +28,8 @@ from ..pooling import Pooler, build_pooler, pooler_options
 from .config import ProbeConfig
 from .costs import cost_rows, ms_per_1k
 from .features import FeatureCache
-from .leaderboard import rank_key, sample_std
+from .leaderboard import rank_key
+from .significance import sample_std
 from .metrics import compute_metrics, primary_metric
 
 

@@ -50,6 +50,20 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted.tolist()
 
 
+def sample_std(values: Sequence[float]) -> float | None:
+    """The sample std (ddof = 1) of per-fold values; None for one fold, where there is no spread to estimate (a
+    0.0 would read as a perfectly stable score)."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else None
+
+
+def tested_against_best(best: Sequence[float], others: Sequence[Sequence[float]],
+                        test_over_train: float | None) -> list[float | None]:
+    """Each of ``others``' fold metrics tested against ``best``'s (:func:`corrected_t_test`), Holm-adjusted over
+    the ones tested (:func:`holm_tested`); None where there is no test (and for all without ``test_over_train``)."""
+    return holm_tested([corrected_t_test(values, best, test_over_train) if test_over_train is not None else None
+                        for values in others])
+
+
 def holm_tested(pvalues: Sequence[float | None]) -> list[float | None]:
     """:func:`holm` over the p-values that are not None (the rows that could be tested), None kept where it is."""
     tested = [k for k, p in enumerate(pvalues) if p is not None]
