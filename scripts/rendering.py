@@ -28,13 +28,20 @@ class Page:
 
     path: str
     render: Callable[[], dict[str, str] | str]
+    readings: bool = False
 
     def file(self, root: Path = ROOT) -> Path:
         return root / self.path
 
     def update(self, text: str) -> tuple[str, list[str]]:
         """The page as its result files give it, from its present ``text`` (only the marked blocks change), and
-        the blocks of ``text`` that differ from that (['whole page'] for a page rendered whole)."""
+        the blocks of ``text`` that differ from that (['whole page'] for a page rendered whole). A page with
+        ``readings`` (a research page) may compare conditions only inside rendered blocks: a hand-written claim
+        outside them is refused (:func:`hand_written_claims`)."""
+        if self.readings and (claims := hand_written_claims(text)):
+            raise PoolkitError(f"hand-written readings outside the rendered blocks ({'; '.join(claims)}): a "
+                               "reading that compares two conditions is rendered from its test (scripts/verdicts.py); "
+                               "move it into a rendered block or reword it")
         blocks = self.render()
         if isinstance(blocks, str):
             return blocks, [] if blocks == text else ["whole page"]
@@ -59,6 +66,25 @@ def replace_blocks(text: str, blocks: dict[str, str]) -> str:
         if count != 1:
             raise PoolkitError(f"block {name!r}: its begin marker must end its line; put the block on the next line")
     return text
+
+
+#: the words of a reading that compares two conditions: only a rendered block, worded from its test, may use them
+CLAIM = re.compile(r"\b(beats?|beaten|outperform\w*|better than|worse than|inside the noise|beyond (?:seed )?noise|"
+                   r"detectabl\w*|significant\w*|costs? less)\b", re.I)
+
+
+def hand_written_claims(text: str) -> list[str]:
+    """'line N: "word"' for each claim word (:data:`CLAIM`) in ``text`` outside its rendered blocks and code
+    blocks."""
+    found, in_block, in_code = [], False, False
+    for number, line in enumerate(text.splitlines(), 1):
+        if marker := MARKER.search(line):
+            in_block = marker.group(1) == "begin"
+        elif line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif not (in_block or in_code):
+            found += [f'line {number}: "{m.group(0)}"' for m in CLAIM.finditer(line)]
+    return found
 
 
 def current(text: str, name: str) -> str:

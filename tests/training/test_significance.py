@@ -12,7 +12,7 @@ from scipy import stats
 from poolkit import PoolkitError
 from poolkit.data.tables import fold_splits, repeated_folds
 from poolkit.training.leaderboard import Leaderboard, leaderboard_row
-from poolkit.training.significance import corrected_t_test, holm, pareto_front
+from poolkit.training.significance import corrected_t_test, holm, pareto_front, t_interval
 
 A = [0.81, 0.78, 0.84, 0.80, 0.79, 0.83]
 B = [0.78, 0.77, 0.80, 0.79, 0.75, 0.80]
@@ -116,3 +116,16 @@ def test_repeated_folds_are_fresh_partitions_the_first_of_them_the_plain_k_fold(
     assert [t.tolist() for _, t in splits[:3]] != [t.tolist() for _, t in splits[3:]]  # assigned afresh
     with pytest.raises(PoolkitError, match="`repeats` must be a positive integer"):
         repeated_folds(data, 3, 0)
+
+
+def test_the_interval_is_the_one_the_test_inverts():
+    # catches a z quantile, a ddof-0 std or an interval that forgets the correction: at 0 it is scipy's paired
+    # t-interval, and its ends sit exactly where the test's p-value is 1 - level
+    d = np.subtract(A, B)
+    low, high = t_interval(d)
+    expected = stats.ttest_rel(A, B).confidence_interval(0.95)
+    assert (low, high) == (pytest.approx(expected.low, rel=1e-10), pytest.approx(expected.high, rel=1e-10))
+    low, high = t_interval(d, 0.5, level=0.9)
+    assert corrected_t_test(d - low, np.zeros(len(d)), 0.5) == pytest.approx(0.1, rel=1e-8)
+    assert corrected_t_test(d - high, np.zeros(len(d)), 0.5) == pytest.approx(0.1, rel=1e-8)
+    assert all(np.isnan(t_interval([0.3])))

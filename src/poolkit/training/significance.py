@@ -30,12 +30,29 @@ def corrected_t_test(a: Sequence[float], b: Sequence[float], test_over_train: fl
     d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     if not np.isfinite(d).all():
         return None
-    variance = np.var(d, ddof=1)
-    mean = float(d.mean())
-    if variance == 0.0:  # identical differences in every fold: none at all (tied), or a constant gap
+    mean, scale = float(d.mean()), corrected_standard_error(d, test_over_train)
+    if scale == 0.0:  # identical differences in every fold: none at all (tied), or a constant gap
         return 1.0 if mean == 0.0 else 0.0
-    t = mean / np.sqrt((1.0 / len(d) + test_over_train) * variance)
-    return float(2.0 * stats.t.sf(abs(t), df=len(d) - 1))
+    return float(2.0 * stats.t.sf(abs(mean / scale), df=len(d) - 1))
+
+
+def corrected_standard_error(d: np.ndarray, test_over_train: float) -> float:
+    """sqrt((1/J + n_test/n_train) var(d)) of J paired differences ``d`` (var with ddof = 1): the corrected
+    resampled t-test's standard error of mean(d); ``test_over_train`` 0 gives the plain paired t-test's (seeds,
+    whose training sets do not overlap)."""
+    return float(np.sqrt((1.0 / len(d) + test_over_train) * np.var(d, ddof=1)))
+
+
+def t_interval(d: Sequence[float], test_over_train: float = 0.0, level: float = 0.95) -> tuple[float, float]:
+    """The ``level`` confidence interval of mean(d) that :func:`corrected_t_test` inverts: mean(d) -/+ the
+    t quantile on J - 1 degrees of freedom times :func:`corrected_standard_error` (NaN ends for fewer than two)."""
+    from scipy import stats
+
+    d = np.asarray(d, dtype=np.float64)
+    if len(d) < 2:
+        return float("nan"), float("nan")
+    half = float(stats.t.ppf(0.5 + level / 2, len(d) - 1)) * corrected_standard_error(d, test_over_train)
+    return float(d.mean()) - half, float(d.mean()) + half
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

@@ -1,0 +1,163 @@
+"""The readings of a research page, each from a declared test, Holm-adjusted over the page.
+
+A reading compares two conditions on paired values (``Comparison``): per seed, the paired t-test; per fold of a
+K-fold, Nadeau & Bengio's corrected resampled t-test (``test_over_train`` = n_test / n_train), both
+``poolkit.training.significance.corrected_t_test``. A page builds one ``Verdicts`` over all its comparisons, which
+Holm-adjusts them together (Holm 1979), and renders every reading from it -- a table's *(noise)* mark, a findings
+sentence, the page's verdicts block -- so that two readings of one page cannot disagree, and a reading that
+contradicts its numbers is a rendered block that differs from its files: ``scripts/docs.py --check`` fails.
+The wording comes from the outcome: "A beats B" when the adjusted p is below 0.05, "inside the noise" otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from rendering import table
+
+from poolkit.errors import PoolkitError
+from poolkit.training.significance import TIE_LEVEL, corrected_t_test, holm_tested, t_interval
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Condition ``a`` against condition ``b`` on ``what`` (a measure), paired values in the same order (seeds or
+    folds). Differences print as (a - b) x ``scale`` in ``unit`` with ``digits`` decimals."""
+
+    key: str
+    a: str
+    b: str
+    a_values: Sequence[float]
+    b_values: Sequence[float]
+    what: str
+    higher_is_better: bool = True
+    test_over_train: float = 0.0
+    scale: float = 100.0
+    unit: str = "points"
+    digits: int = 1
+
+    @property
+    def test(self) -> str:
+        pairs = len(self.a_values)
+        unit = "fold" if self.test_over_train else "seed"
+        name = "corrected resampled t" if self.test_over_train else "paired t"
+        return f"{name}, {pairs} {unit}{'s' if pairs != 1 else ''}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A comparison's outcome: the mean difference a - b, its 95% interval, the raw and the Holm-adjusted p (None
+    without a test: fewer than two pairs)."""
+
+    comparison: Comparison
+    mean: float
+    low: float
+    high: float
+    p: float | None
+    p_holm: float | None
+
+    @property
+    def tested(self) -> bool:
+        return self.p_holm is not None
+
+    @property
+    def detected(self) -> bool:
+        """Whether the difference leaves the noise: the Holm-adjusted p is below 0.05."""
+        return self.tested and self.p_holm < TIE_LEVEL
+
+    @property
+    def winner(self) -> str | None:
+        """The better condition when the difference is detected, else None."""
+        if not self.detected:
+            return None
+        c = self.comparison
+        return c.a if (self.mean > 0) == c.higher_is_better else c.b
+
+    @property
+    def reading(self) -> str:
+        """'A beats B', 'A and B: inside the noise' or 'A and B: not tested (one seed)'."""
+        c = self.comparison
+        if not self.tested:
+            return f"{c.a} and {c.b}: not tested (one {'fold' if c.test_over_train else 'seed'})"
+        if self.detected:
+            return f"{self.winner} beats {c.b if self.winner == c.a else c.a}"
+        return f"{c.a} and {c.b}: inside the noise"
+
+    @property
+    def mark(self) -> str:
+        """What a table cell adds to the difference: ' *(noise)*' when it is inside the noise."""
+        return " *(noise)*" if self.tested and not self.detected else ""
+
+    def difference(self, interval: str = " ({low} to {high})") -> str:
+        """The mean difference a - b in the comparison's unit, then its 95% interval in the form ``interval``:
+        '+2.2 points (-5.9 to +10.4)'."""
+        c = self.comparison
+        value = f"{c.scale * self.mean:+.{c.digits}f}" + (f" {c.unit}" if c.unit else "")
+        if not self.tested:
+            return value
+        return value + interval.format(low=f"{c.scale * self.low:+.{c.digits}f}",
+                                             high=f"{c.scale * self.high:+.{c.digits}f}")
+
+    def sentence(self) -> str:
+        """The reading with its numbers: 'attention2d and DFR: inside the noise (+2.2 points, 95% interval -5.9 to
+        +10.4; paired t, 3 seeds, Holm p = 0.661)'."""
+        c = self.comparison
+        if not self.tested:
+            return f"{self.reading} ({self.difference()})"
+        return (f"{self.reading} ({self.difference(', 95% interval {low} to {high}')}; {c.test}, Holm "
+                f"p {format_p(self.p_holm, '=')})")
+
+
+def format_p(p: float, equals: str = "") -> str:
+    """'< 0.001' or the p-value to 3 decimals (after ``equals`` and a space when given)."""
+    return "< 0.001" if p < 0.001 else (f"{equals} " if equals else "") + f"{p:.3f}"
+
+
+class Verdicts:
+    """Every comparison of one page, tested and Holm-adjusted together; ``verdicts[key]`` is one ``Verdict``."""
+
+    def __init__(self, comparisons: Iterable[Comparison]):
+        comparisons = list(comparisons)
+        keys = [c.key for c in comparisons]
+        if len(set(keys)) != len(keys):
+            raise PoolkitError(f"comparisons declared twice on one page: {sorted({k for k in keys if keys.count(k) > 1})}"
+                               "; give each comparison its own key")
+        raw = [corrected_t_test(c.a_values, c.b_values, c.test_over_train) for c in comparisons]
+        adjusted = holm_tested(raw)
+        self._verdicts = {}
+        for c, p, p_holm in zip(comparisons, raw, adjusted):
+            d = np.asarray(c.a_values, dtype=np.float64) - np.asarray(c.b_values, dtype=np.float64)
+            low, high = t_interval(d, c.test_over_train) if p is not None else (math.nan, math.nan)
+            self._verdicts[c.key] = Verdict(c, float(d.mean()), low, high, p, p_holm)
+
+    def __getitem__(self, key: str) -> Verdict:
+        return self._verdicts[key]
+
+    def __iter__(self):
+        return iter(self._verdicts.values())
+
+    def __len__(self) -> int:
+        return len(self._verdicts)
+
+    def block(self) -> str:
+        """The page's verdicts: one row per comparison (what, the difference with its 95% interval, the test, p,
+        Holm p, the reading), under a line that says how they were adjusted."""
+        rows = [[v.comparison.what, f"{v.comparison.a} − {v.comparison.b}", v.difference(), v.comparison.test,
+                 format_p(v.p) if v.tested else "—", format_p(v.p_holm) if v.tested else "—", v.reading]
+                for v in self]
+        detected = sum(v.detected for v in self)
+        return "\n".join([
+            f"{len(self)} comparisons, Holm-adjusted together; {detected} leave the noise (adjusted p < {TIE_LEVEL:g}). "
+            "The interval is each comparison's own 95% interval, so one that excludes 0 can still be inside the noise "
+            "after the adjustment.", "",
+            table(["measure", "comparison", "difference (95% interval)", "test", "p", "Holm p", "verdict"], rows,
+                  align="llrlrrl")])
+
+
+def counted(values: Iterable[bool]) -> str:
+    """'3 of 10' for the true ones among ``values``."""
+    values = list(values)
+    return f"{sum(values)} of {len(values)}"
