@@ -80,7 +80,7 @@ def hand_written_claims(text: str) -> list[str]:
     for number, line in enumerate(text.splitlines(), 1):
         if marker := MARKER.search(line):
             in_block = marker.group(1) == "begin"
-        elif line.lstrip().startswith("```"):
+        elif not in_block and line.lstrip().startswith("```"):
             in_code = not in_code
         elif not (in_block or in_code):
             found += [f'line {number}: "{m.group(0)}"' for m in CLAIM.finditer(line)]

@@ -122,9 +122,13 @@ class Verdicts:
     def __init__(self, comparisons: Iterable[Comparison]):
         comparisons = list(comparisons)
         keys = [c.key for c in comparisons]
-        if len(set(keys)) != len(keys):
-            raise PoolkitError(f"comparisons declared twice on one page: {sorted({k for k in keys if keys.count(k) > 1})}"
-                               "; give each comparison its own key")
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise PoolkitError(f"comparisons declared twice on one page: {twice}; give each comparison its own key")
+        unpaired = [c.key for c in comparisons if len(c.a_values) != len(c.b_values)]
+        if unpaired:
+            raise PoolkitError(f"comparisons whose two conditions hold different counts of values: {unpaired}; pair "
+                               "them by seed or fold (the same ones, in the same order)")
         raw = [corrected_t_test(c.a_values, c.b_values, c.test_over_train) for c in comparisons]
         adjusted = holm_tested(raw)
         self._verdicts = {}
@@ -135,6 +139,9 @@ class Verdicts:
 
     def __getitem__(self, key: str) -> Verdict:
         return self._verdicts[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._verdicts
 
     def __iter__(self):
         return iter(self._verdicts.values())
@@ -150,7 +157,8 @@ class Verdicts:
                 for v in self]
         detected = sum(v.detected for v in self)
         return "\n".join([
-            f"{len(self)} comparisons, Holm-adjusted together; {detected} leave the noise (adjusted p < {TIE_LEVEL:g}). "
+            f"{len(self)} comparisons, Holm-adjusted together; {detected} {'leaves' if detected == 1 else 'leave'} the "
+            f"noise (adjusted p < {TIE_LEVEL:g}). "
             "The interval is each comparison's own 95% interval, so one that excludes 0 can still be inside the noise "
             "after the adjustment.", "",
             table(["measure", "comparison", "difference (95% interval)", "test", "p", "Holm p", "verdict"], rows,

@@ -1,5 +1,7 @@
 """docs/channel-spatial.md's numbers, rendered from the committed run in docs/channel-spatial/ (``poolkit bench
 channel-spatial --out docs/channel-spatial``), the presets in ``poolkit_bench.channel_spatial`` and the block registry.
+Every reading comes from one ``Verdicts`` over the page (:func:`comparisons`), paired per seed and Holm-adjusted
+together.
 """
 
 from __future__ import annotations
@@ -7,19 +9,15 @@ from __future__ import annotations
 import pandas as pd
 from rendering import (ROOT, Page, changed_settings, difference, load_and_machine, points, presets_table, run_files,
                        table)
+from verdicts import Comparison, Verdict, Verdicts, counted
 
 from poolkit_bench.channel_spatial import BASELINE, PAPER, PRESETS, summarize_runs
-from poolkit_bench.vision import summarize
 from poolkit.blocks import block_class, block_options, get_block, list_blocks
 
 FOLDER = ROOT / "docs" / "channel-spatial"
 #: The channel count at which the catalogue counts parameters (a typical last stage).
 CATALOGUE_CHANNELS = 64
-
-
-def diff_text(row) -> str:
-    """A summary row's paired difference from its baseline, in points (*(noise)*: its 95% t-interval contains 0)."""
-    return difference(row["diff_mean"], row["diff_std"], row["inside_noise"])
+TASKS = {"all": "all ten classes", "fine": "fine-grained subset"}
 
 
 def family(name: str) -> str:
@@ -71,7 +69,83 @@ def render_cost(results: dict) -> str:
             "cores. " + load_and_machine(results))
 
 
-def render_table(summary: pd.DataFrame, speed: pd.DataFrame, task: str) -> str:
+def pick_for(size: int) -> tuple[str, dict]:
+    """The paper's regime for a training-set size and its recommendation."""
+    for regime in ("small", "medium", "large"):
+        below = PAPER[regime]["below"]
+        if below is None or size < below:
+            return regime, PAPER[regime]
+
+
+
+def quoted(names) -> str:
+    """'`a`, `b`', or 'none' for no names."""
+    return ", ".join(f"`{n}`" for n in names) or "none"
+
+
+def render_coverage(frame: pd.DataFrame) -> str:
+    """How many of the catalogue's blocks the run trained, which it left out, and which of the paper's regimes its
+    sizes fall in."""
+    catalogue = list_blocks()
+    ran = [name for name in catalogue if name in set(frame["block"])]
+    per_task = "; ".join(f"{TASKS[task]}: {quoted(n for n in dict.fromkeys(part['block']) if n != BASELINE)}"
+                         for task, part in frame.groupby("task", sort=False))
+    sizes = sorted(int(n) for n in frame.loc[frame["task"] == "all", "size"].unique())
+    covered = {pick_for(size)[0] for size in sizes}
+    regimes = ("small", "medium", "large")
+    missing = [f"{regime} regime (its pick `{PAPER[regime]['block']}`)" for regime in regimes if regime not in covered]
+    return (f"The committed run trained {len(ran)} of the catalogue's {len(catalogue)} blocks, beside no attention "
+            f"({per_task}); the other {len(catalogue) - len(ran)} did not run: "
+            f"{quoted(n for n in catalogue if n not in ran)}. Its sizes on all ten classes "
+            f"({', '.join(f'{n:,}' for n in sizes)} images) fall in the paper's "
+            f"{' and '.join(r for r in regimes if r in covered)} regimes"
+            + (f"; none in its {' or '.join(missing)}." if missing else "."))
+
+
+def key(task: str, size: int, a: str, b: str) -> str:
+    """The key of comparison ``a`` against ``b`` in one task and size."""
+    return f"{task} {size} {a} - {b}"
+
+
+def declared_pairs(task: str, size: int, blocks: list[str]) -> list[tuple[str, str]]:
+    """The (a, b) pairs the page reads in one task and size, each once: every block against none; on all ten
+    classes the paper's pick for the size against every other block, and residual against ca_sa (the residual
+    claim); on the fine-grained subset spatial-first against channel-first (the ordering claim)."""
+    pairs = [(name, BASELINE) for name in blocks if name != BASELINE]
+    if task == "all":
+        pick = pick_for(size)[1]["block"]
+        pairs += [(pick, name) for name in blocks if pick in blocks and name not in (BASELINE, pick)]
+        pairs += [("residual", "ca_sa")]
+    else:
+        pairs += [(PAPER["fine"]["better"], PAPER["fine"]["than"])]
+    found = {}
+    for a, b in pairs:
+        if {a, b} <= set(blocks):
+            found.setdefault(frozenset((a, b)), (a, b))
+    return list(found.values())
+
+
+def comparisons(frame: pd.DataFrame) -> list[Comparison]:
+    """The page's comparisons on test accuracy (:func:`declared_pairs`), paired per seed, per task and size."""
+    found = []
+    for (task, size), part in frame.groupby(["task", "size"], sort=False):
+        accuracy = part.pivot(index="seed", columns="block", values="accuracy")
+        for a, b in declared_pairs(task, int(size), list(dict.fromkeys(part["block"]))):
+            both = accuracy[[a, b]].dropna()
+            found.append(Comparison(key(task, int(size), a, b), a, b, both[a].tolist(), both[b].tolist(),
+                                    f"test accuracy, {TASKS[task]}, {int(size):,} images", digits=2))
+    return found
+
+
+def pair(verdicts: Verdicts, task: str, size: int, a: str, b: str) -> Verdict:
+    """The verdict on a and b, whichever way round the page declared them."""
+    try:
+        return verdicts[key(task, size, a, b)]
+    except KeyError:
+        return verdicts[key(task, size, b, a)]
+
+
+def render_table(summary: pd.DataFrame, speed: pd.DataFrame, task: str, verdicts: Verdicts) -> str:
     part = summary[summary["task"] == task]
     sizes = sorted(part["size"].unique())
     header = ["block", "family", *(part for n in sizes for part in (f"{n:,} images: accuracy %", "vs none (points)")),
@@ -81,18 +155,37 @@ def render_table(summary: pd.DataFrame, speed: pd.DataFrame, task: str) -> str:
         cells = [f"`{name}`", family(name)]
         for size in sizes:
             row = part[(part["block"] == name) & (part["size"] == size)].iloc[0]
-            cells += [f"{points(row['mean'])} ± {points(row['std'])}", "—" if name == BASELINE else diff_text(row)]
+            cells += [f"{points(row['mean'])} ± {points(row['std'])}",
+                      "—" if name == BASELINE else difference(row["diff_mean"], row["diff_std"], False)
+                      + verdicts[key(task, int(size), name, BASELINE)].mark]
         cost = speed.loc[name]
-        rows.append([*cells, f"{int(cost['block_params']):,}", f"{cost['forward_ms']:.1f} ms ({cost['vs_none']:.2f}×)"])
-    return table(header, rows, align="ll" + "r" * (len(header) - 2))
+        rows.append([*cells, f"{int(cost['block_params']):,}",
+                     f"{cost['forward_ms']:.1f} ms ({cost['vs_none']:.2f}×)"])
+    return "\n".join(["Test accuracy, mean ± sample std over seeds; vs none: the mean ± sample std of the per-seed "
+                      "differences to the CNN without attention, *(noise)* when its paired t-test, Holm-adjusted over "
+                      "the page (the verdicts block), leaves it inside the noise.", "",
+                      table(header, rows, align="ll" + "r" * (len(header) - 2))])
 
 
-def pick_for(size: int) -> tuple[str, dict]:
-    """The paper's regime for a training-set size and its recommendation."""
-    for regime in ("small", "medium", "large"):
-        below = PAPER[regime]["below"]
-        if below is None or size < below:
-            return regime, PAPER[regime]
+def render_epochs(frame: pd.DataFrame) -> str:
+    """Per block, task and size, the runs whose chosen (best-validation) epoch is the last of their budget (the
+    results record best_epoch from 0); 'under-trained' where most are."""
+    runs = frame.assign(last=frame["best_epoch"] == frame["epochs"] - 1)
+    columns = list(dict.fromkeys(zip(runs["task"], runs["size"], runs["epochs"])))
+
+    def cell(last: pd.Series) -> str:
+        return counted(last) + (", under-trained" if 2 * last.sum() > len(last) else "")
+
+    def where(task: str, size: int, epochs: int) -> str:
+        return f"{TASKS[task]}, {size:,} images ({epochs} epochs)"
+
+    cells = {group: cell(last) for group, last in runs.groupby(["block", "task", "size"], sort=False)["last"]}
+    rows = [[f"`{name}`", *(cells.get((name, t, n), "—") for t, n, _ in columns)]
+            for name in dict.fromkeys(runs["block"])]
+    totals = "; ".join(f"{where(t, n, e)}: {cell(runs[(runs['task'] == t) & (runs['size'] == n)]['last'])}"
+                       for t, n, e in columns)
+    return "\n".join([f"Runs whose chosen epoch is the last of their budget: {counted(runs['last'])} in all; {totals}.",
+                      "", table(["block", *(where(*c) for c in columns)], rows, align="l" + "r" * len(columns))])
 
 
 def render_guidance() -> str:
@@ -106,86 +199,84 @@ def render_guidance() -> str:
         ["every scale", "residual connections help", "`residual` over `ca_sa` (the same chain without the identity)"]])
 
 
-def render_verdicts(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
-    """Per size: the best block and its family, whether it stands out from none and from the other blocks, the paper's
-    pick for that size and how it fares; then the residual claim."""
+def readings(verdicts: list[Verdict], other: str) -> str:
+    """The readings of ``verdicts`` (each against ``other``), those inside the noise gathered in one."""
+    quiet = [v.comparison.a if v.comparison.b == other else v.comparison.b for v in verdicts
+             if v.tested and not v.detected]
+    told = [v.reading for v in verdicts if not (v.tested and not v.detected)]
+    return "; ".join(told + ([f"{', '.join(quiet)}, each against {other}: inside the noise"] if quiet else []))
+
+
+def render_verdicts(frame: pd.DataFrame, summary: pd.DataFrame, verdicts: Verdicts | None = None) -> str:
+    """Per size: the best mean, the readings against none, the paper's pick for that size against none and every
+    other block, and what that says of the guidance; then the residual claim. ``verdicts``: the page's (by default
+    those of ``frame`` alone)."""
+    verdicts = Verdicts(comparisons(frame)) if verdicts is None else verdicts
     lines = []
     part = summary[summary["task"] == "all"]
-    for size in sorted(part["size"].unique()):
+    sizes = [int(n) for n in sorted(part["size"].unique())]
+    for size in sizes:
         cell = part[(part["size"] == size) & (part["block"] != BASELINE)].set_index("block")
         best = cell["mean"].idxmax()
-        above = cell[~cell["inside_noise"] & (cell["diff_mean"] > 0)].index.tolist()
-        below = cell[~cell["inside_noise"] & (cell["diff_mean"] < 0)].index.tolist()
-        runs = frame[(frame["task"] == "all") & (frame["size"] == size) & (frame["block"] != BASELINE)]
-        vs_best = summarize(runs, columns=("task", "block"), baseline=best).set_index("block").drop(best)
-        beaten = vs_best[~vs_best["inside_noise"] & (vs_best["diff_mean"] < 0)].index.tolist()
-        if above:
-            winner = (f"**{', '.join(f'`{n}`' for n in above)}** above none beyond seed noise; the best mean is "
-                      f"`{best}` ({family(best)}), {diff_text(cell.loc[best])} points")
-        else:
-            winner = (f"**no block is detectably above none**; the best mean is `{best}` ({family(best)}), "
-                      f"{diff_text(cell.loc[best])} points")
-        regime, paper = pick_for(int(size))
+        against_none = readings([pair(verdicts, "all", size, name, BASELINE) for name in cell.index], BASELINE)
+        regime, paper = pick_for(size)
         pick = paper["block"]
         if pick not in cell.index:
-            verdict = f"the paper's pick for {regime} data, `{pick}`, was not run"
+            guidance = f"the paper's pick for {regime} data, `{pick}`, was not run"
         else:
             rank = int((cell["mean"] > cell.loc[pick, "mean"]).sum()) + 1
-            if pick == best and pick in above and len(beaten) == len(vs_best):
-                reading = "**the guidance holds here** (best, and detectably above none and every other block)"
-            elif pick in below:
-                reading = "**detectably below no attention**, against the guidance"
-            elif pick in beaten:
-                reading = f"**detectably below the best block, `{best}`**, against the guidance"
+            tested = [pair(verdicts, "all", size, pick, name) for name in [BASELINE, *cell.index] if name != pick]
+            above = [v.winner for v in tested if v.detected and v.winner != pick]
+            if all(v.winner == pick for v in tested):
+                outcome = f"**the guidance holds here** (`{pick}` beats none and every other block)"
+            elif BASELINE in above:
+                outcome = "**detectably below no attention**, against the guidance"
+            elif above:
+                outcome = f"**detectably below {quoted(above)}**, against the guidance"
             else:
-                reading = ("**not supported**: it does not stand out from none and the other blocks beyond seed "
-                           "noise")
-            verdict = (f"the paper's pick for {regime} data, `{pick}`, ranks {rank} of {len(cell)} blocks, "
-                       f"{diff_text(cell.loc[pick])} points vs none; {reading}")
-        lines.append(f"- **{size:,} images:** {winner}. Detectably below none: "
-                     f"{', '.join(f'`{n}`' for n in below) or 'none'}. Detectably below the best block "
-                     f"(paired): {', '.join(f'`{n}`' for n in beaten) or 'none'}. For the guidance: {verdict}.")
-    residual = []
-    for size in sorted(part["size"].unique()):
-        runs = frame[(frame["task"] == "all") & (frame["size"] == size) & frame["block"].isin(["residual", "ca_sa"])]
-        if set(runs["block"]) == {"residual", "ca_sa"}:
-            row = summarize(runs, columns=("task", "block"), baseline="ca_sa").set_index("block").loc["residual"]
-            residual.append(f"{size:,} images {diff_text(row)}")
+                outcome = f"**not supported**: `{pick}` does not beat none and every other block"
+            guidance = (f"the paper's pick for {regime} data, `{pick}`, ranks {rank} of {len(cell)} blocks by mean; "
+                        f"{readings(tested, pick)}; {outcome}")
+        lines.append(f"- **{size:,} images:** the best mean is `{best}` ({family(best)}), "
+                     f"{difference(cell.loc[best, 'diff_mean'], cell.loc[best, 'diff_std'], False)} points vs none; "
+                     f"{against_none}. For the guidance: {guidance}.")
+    residual = [f"{size:,} images: {pair(verdicts, 'all', size, 'residual', 'ca_sa').sentence()}" for size in sizes
+                if {"residual", "ca_sa"} <= set(part.loc[part["size"] == size, "block"])]
     if residual:
-        lines.append("- **Residual connections** (`residual` − `ca_sa`, paired, points): " + "; ".join(residual)
-                     + ".")
+        lines.append("- **Residual connections** (`residual` against `ca_sa`, the same chain without the identity, "
+                     "paired per seed): " + "; ".join(residual) + ".")
     return "\n".join(lines)
 
 
-def render_fine(results: dict, summary: pd.DataFrame, speed: pd.DataFrame) -> str:
-    s, order = results["settings"], results["ordering"]
+def render_fine(results: dict, summary: pd.DataFrame, speed: pd.DataFrame, verdicts: Verdicts) -> str:
+    s = results["settings"]
     if not s["fine_blocks"]:
         return "The committed run skipped the fine-grained task."
-    blocks = render_table(summary, speed, "fine")
     part = summary[summary["task"] == "fine"].set_index("block")
     text = (f"Classes {', '.join(map(str, s['fine_classes']))} of {s['dataset']} (T-shirt/top, pullover, coat, shirt "
             f"for Fashion-MNIST), relabelled 0-{len(s['fine_classes']) - 1}; {s['fine_size']:,} training images, "
-            f"{s['fine_epochs']} epochs, {s['seeds']} seeds.\n\n{blocks}\n\n")
-    if order is None:
+            f"{s['fine_epochs']} epochs, {s['seeds']} seeds.\n\n{render_table(summary, speed, 'fine', verdicts)}\n\n")
+    better, than = PAPER["fine"]["better"], PAPER["fine"]["than"]
+    if not {better, than} <= set(part.index):
         return text + "The run did not include both orders."
-    better, than = order["better"], order["than"]
-    return text + (f"`{better}` − `{than}`, paired per seed: "
-                   f"{difference(order['diff_mean'], order['diff_std'], False)} points (95% interval ± {points(order['diff_ci95'])}): "
-                   + ("**no detectable difference**" if order["inside_noise"] else
-                      "**spatial-first is detectably better**" if order["diff_mean"] > 0 else
-                      "**spatial-first is detectably worse**, against the paper")
-                   + f". Seed-to-seed std, for the stability claim: `{better}` {points(part.loc[better, 'std'])}, "
-                     f"`{than}` {points(part.loc[than, 'std'])} points (from {s['seeds']} seeds each: a std that is "
-                     "itself noisy).")
+    order = pair(verdicts, "fine", s["fine_size"], better, than)
+    outcome = ("as the paper says" if order.winner == better else "against the paper" if order.winner == than else
+               "the paper's ordering claim is not supported here")
+    return text + (f"Spatial first against channel first: {order.sentence()}: {outcome}. Seed-to-seed std, for the "
+                   f"stability claim (not tested): `{better}` {points(part.loc[better, 'std'])}, `{than}` "
+                   f"{points(part.loc[than, 'std'])} points (from {s['seeds']} seeds each: a std that is itself "
+                   "noisy).")
 
 
 def render() -> dict[str, str]:
     results, frame = run_files(FOLDER)
-    summary = summarize_runs(frame)
+    summary, verdicts = summarize_runs(frame), Verdicts(comparisons(frame))
     speed = pd.DataFrame(results["speed"]).set_index("block")
     return {"catalogue": render_catalogue(), "presets": render_presets(), "guidance": render_guidance(),
-            "cost": render_cost(results), "table": render_table(summary, speed, "all"),
-            "verdicts": render_verdicts(frame, summary), "fine": render_fine(results, summary, speed)}
+            "cost": render_cost(results), "coverage": render_coverage(frame),
+            "table": render_table(summary, speed, "all", verdicts), "epochs": render_epochs(frame),
+            "findings": render_verdicts(frame, summary, verdicts),
+            "fine": render_fine(results, summary, speed, verdicts), "verdicts": verdicts.block()}
 
 
-PAGE = Page("docs/channel-spatial.md", render)
+PAGE = Page("docs/channel-spatial.md", render, readings=True)

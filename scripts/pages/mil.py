@@ -1,16 +1,26 @@
 """docs/mil.md's numbers, rendered from the committed run in docs/mil/ (``poolkit bench mil --out docs/mil``) and the
-presets in ``poolkit_bench.mil``.
+presets in ``poolkit_bench.mil``, and its readings, each from a declared test (:func:`comparisons`: the corrected
+resampled t over the folds, Holm-adjusted over the page).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 from rendering import ROOT, Page, changed_settings, presets_table, run_files, table
+from verdicts import Comparison, Verdicts, counted
 
-from poolkit_bench.mil import ABLATION_BASE, PAPER, PRESETS, paired_differences, summarize
+from poolkit_bench.mil import ABLATION_BASE, PAPER, PRESETS, summarize
 
 FOLDER = ROOT / "docs" / "mil"
 SCORER = f"{ABLATION_BASE}:scorer="
+GLU, BILINEAR = f"{SCORER}glu", f"{SCORER}bilinear"
+#: the scorer ablation's comparisons (a, b): each scorer against abmil, and the one-sided gate against no
+#: non-linearity
+ABLATION = (("attention", ABLATION_BASE), (GLU, ABLATION_BASE), (BILINEAR, ABLATION_BASE), (GLU, BILINEAR))
+ZONOTOPE = ("zonotope_attention", "attention")
+#: the names the readings use
+NAMES = {ABLATION_BASE: "abmil", GLU: "glu", BILINEAR: "bilinear"}
+ALL = "all"
 
 
 def render_presets() -> str:
@@ -54,53 +64,89 @@ def render_accuracy(summary: pd.DataFrame, results: dict) -> str:
     return "\n".join([*lines, table(["pooler", *datasets], rows, align="l" + "r" * len(datasets))])
 
 
-def difference_cell(r) -> str:
-    """A row of paired_differences in points: mean ± its 95% half-interval (wins/losses), *noise* when it holds 0."""
-    noise = " *noise*" if r.inside_noise else ""
-    return f"{100 * r.diff_mean:+.1f} ± {100 * r.ci95:.1f} ({r.wins}/{r.losses}){noise}"
+def key(a: str, b: str, dataset: str) -> str:
+    return f"{dataset}: {a} vs {b}"
 
 
-def render_ablation(frame: pd.DataFrame, results: dict) -> str:
-    diffs = paired_differences(frame, folds=results["settings"]["folds"])
-    part = diffs[diffs["pooler"].str.startswith(SCORER) | (diffs["pooler"] == "attention")]
-    lines = [f"Accuracy of each scorer minus abmil's (`{ABLATION_BASE}`, tanh and sigmoid) on the same test folds, in "
-             "points: mean, its 95% interval (corrected resampled t, Nadeau & Bengio 2003), folds won / lost; *noise* "
-             "when the interval holds 0.", ""]
-    datasets = list(dict.fromkeys(part["dataset"]))
-    rows = [[label.removeprefix(SCORER) if label.startswith(SCORER) else "attention (tanh; a = 512, Xavier init)",
-             *(difference_cell(r) for r in part[part["pooler"] == label].itertuples())]
-            for label in dict.fromkeys(part["pooler"])]
-    lines.append(table(["scorer", *datasets], rows, align="l" + "r" * len(datasets)))
-    overall = part[(part["dataset"] == "all") & part["pooler"].str.startswith(SCORER)].set_index("pooler")
-    glu = overall.loc[f"{SCORER}glu"] if f"{SCORER}glu" in overall.index else None
-    if glu is not None:
-        verdict = ("inside the noise: this run gives no evidence that the one-sided form wins (or loses)"
-                   if glu["inside_noise"] else
-                   ("beyond the noise: the one-sided form wins here" if glu["diff_mean"] > 0 else
-                    "beyond the noise: the one-sided form loses here"))
-        lines += ["", "**Does the one-sided glu win?** Over all datasets, glu − abmil = "
-                      f"{100 * glu['diff_mean']:+.1f} "
-                      f"± {100 * glu['ci95']:.1f} points ({glu['wins']} folds won, {glu['losses']} lost, the rest "
-                      f"tied): {verdict}."]
+def paired(frame: pd.DataFrame, a: str, b: str, dataset: str) -> tuple[list[float], list[float]]:
+    """The test-fold accuracies of poolers ``a`` and ``b`` on the same (dataset, repeat, fold), in one order: the
+    folds of ``dataset``, or of every dataset for :data:`ALL`."""
+    part = frame if dataset == ALL else frame[frame["dataset"] == dataset]
+    wide = part[part["pooler"].isin([a, b])].pivot(index=["dataset", "repeat", "fold"], columns="pooler",
+                                                    values="accuracy").dropna()
+    return wide[a].tolist(), wide[b].tolist()
+
+
+def comparisons(frame: pd.DataFrame, folds: int) -> list[Comparison]:
+    """:data:`ABLATION` and :data:`ZONOTOPE`, where the run has both poolers, on each dataset and on all together:
+    test-fold accuracy, the corrected resampled t of a ``folds``-fold cross-validation (n_test / n_train =
+    1 / (folds - 1))."""
+    datasets = [*dict.fromkeys(frame["dataset"]), ALL]
+    return [Comparison(key(a, b, dataset), NAMES.get(a, a), NAMES.get(b, b), *paired(frame, a, b, dataset),
+                       f"accuracy, {'all datasets' if dataset == ALL else dataset}", test_over_train=1 / (folds - 1))
+            for a, b in [*ABLATION, ZONOTOPE] if {a, b} <= set(frame["pooler"]) for dataset in datasets]
+
+
+def difference_cell(verdict) -> str:
+    """A comparison's difference in points with its 95% interval, folds won / lost, and *(noise)* from its
+    Holm-adjusted test."""
+    c = verdict.comparison
+    wins = sum(a > b for a, b in zip(c.a_values, c.b_values))
+    losses = sum(a < b for a, b in zip(c.a_values, c.b_values))
+    return f"{verdict.difference()}, {wins}/{losses}{verdict.mark}"
+
+
+def differences_table(verdicts: Verdicts, pairs, datasets: list[str], label) -> str:
+    """One row per declared (a, b) of ``pairs`` (named ``label(a, b)``), one column per dataset and all."""
+    rows = [[label(a, b), *(difference_cell(verdicts[key(a, b, d)]) for d in [*datasets, ALL])]
+            for a, b in pairs if key(a, b, ALL) in verdicts]
+    return table(["", *datasets, ALL], rows, align="l" + "r" * (len(datasets) + 1))
+
+
+def render_ablation(verdicts: Verdicts, datasets: list[str]) -> str:
+    def label(a: str, b: str) -> str:
+        shown = "attention (tanh; a = 512, Xavier init)" if a == "attention" else NAMES[a]
+        return f"{shown} − {NAMES[b]}"
+
+    lines = [f"Accuracy differences between scorers (abmil: `{ABLATION_BASE}`, tanh and sigmoid) on the same test "
+             "folds, in points: mean, its 95% interval (corrected resampled t, Nadeau & Bengio 2003), folds won / "
+             "lost; *(noise)* when the Holm-adjusted test of the page's verdicts keeps it inside the noise.", "",
+             differences_table(verdicts, ABLATION, datasets, label)]
+    against = [verdicts[key(GLU, b, ALL)].sentence() for b in (ABLATION_BASE, BILINEAR)
+               if key(GLU, b, ALL) in verdicts]
+    if against:
+        lines += ["", f"**Does the one-sided glu win?** Over all datasets: {'; '.join(against)}."]
     return "\n".join(lines)
 
 
-def render_zonotope(frame: pd.DataFrame, results: dict) -> str:
+def render_zonotope(verdicts: Verdicts, datasets: list[str]) -> str:
     """zonotope_attention against attention (the same scorer; only the value maps differ) on the same folds."""
-    if not {"zonotope_attention", "attention"} <= set(frame["pooler"]):
+    a, b = ZONOTOPE
+    if key(a, b, ALL) not in verdicts:
         return "This run has no `zonotope_attention` and `attention` rows to compare."
-    diffs = paired_differences(frame, base="attention", folds=results["settings"]["folds"])
-    rows = diffs[diffs["pooler"] == "zonotope_attention"]
-    cells = [difference_cell(r) for r in rows.itertuples()]
-    overall = rows[rows["dataset"] == "all"].iloc[0]
-    verdict = ("inside the noise: no evidence here that the input-dependent value maps help (or hurt) on these bags"
-               if overall["inside_noise"] else
-               f"beyond the noise: the value maps {'help' if overall['diff_mean'] > 0 else 'hurt'} here")
     return "\n".join([
         "Accuracy of `zonotope_attention` minus `attention`'s on the same test folds, in points: mean, its 95% "
-        "interval (corrected resampled t), folds won / lost; *noise* when the interval holds 0.", "",
-        table(["", *rows["dataset"]], [["zonotope_attention − attention", *cells]], align="l" + "r" * len(rows)), "",
-        f"Over all datasets: {100 * overall['diff_mean']:+.1f} ± {100 * overall['ci95']:.1f} points, {verdict}."])
+        "interval (corrected resampled t), folds won / lost; *(noise)* when the Holm-adjusted test keeps it inside "
+        "the noise.", "",
+        differences_table(verdicts, [ZONOTOPE], datasets, lambda a, b: f"{a} − {b}"), "",
+        f"Over all datasets: {verdicts[key(a, b, ALL)].sentence()}."])
+
+
+def render_budget(frame: pd.DataFrame, results: dict) -> str:
+    """Per pooler and dataset: the outer folds whose selected epochs were the budget's last checkpoint."""
+    epochs = results["settings"]["epochs"]
+    datasets = list(dict.fromkeys(frame["dataset"]))
+
+    def shown(part: pd.DataFrame) -> str:
+        last = (part["epochs"] == epochs).tolist()
+        return counted(last) + (" (under-trained)" if 2 * sum(last) > len(last) else "")
+
+    rows = [[label, *(shown(frame[(frame["pooler"] == label) & (frame["dataset"] == d)]) for d in datasets),
+             shown(frame[frame["pooler"] == label])] for label in dict.fromkeys(frame["pooler"])]
+    return "\n".join([
+        f"Outer folds whose number of epochs, chosen on the inner hold-outs, was the budget's last checkpoint "
+        f"({epochs} epochs; `results.csv`, `epochs`), per pooler; *under-trained* where most of its folds are:", "",
+        table(["pooler", *datasets, ALL], rows, align="l" + "r" * (len(datasets) + 1))])
 
 
 def render_cost(results: dict) -> str:
@@ -161,9 +207,12 @@ def render_extended(results: dict) -> str:
 def render() -> dict[str, str]:
     results, frame = run_files(FOLDER)
     summary = summarize(frame)
+    verdicts = Verdicts(comparisons(frame, results["settings"]["folds"]))
+    datasets = list(dict.fromkeys(frame["dataset"]))
     return {"presets": render_presets(), "data": render_data(results), "accuracy": render_accuracy(summary, results),
-            "ablation": render_ablation(frame, results), "zonotope": render_zonotope(frame, results),
+            "budget": render_budget(frame, results), "ablation": render_ablation(verdicts, datasets),
+            "zonotope": render_zonotope(verdicts, datasets), "verdicts": verdicts.block(),
             "cost": render_cost(results)}
 
 
-PAGE = Page("docs/mil.md", render)
+PAGE = Page("docs/mil.md", render, readings=True)

@@ -1,13 +1,20 @@
-"""docs/sets.md's numbers, rendered from the committed result files in docs/sets/ (``poolkit bench sets``).
+"""docs/sets.md's numbers, rendered from the committed result files in docs/sets/ (``poolkit bench sets``), and its
+readings, each from a declared test (:data:`COMPARED`, paired t over the seeds, Holm-adjusted over the page).
 """
 
 from __future__ import annotations
 
 import csv
 
-from rendering import ROOT, Page, read_json, table
+from rendering import ROOT, Page, read_json, span, table
+from verdicts import Comparison, Verdicts, counted
 
 FOLDER = ROOT / "docs" / "sets"
+#: the page's comparisons, (a, b) on each task's test MSE: one zonotope layer against one and several attention
+#: layers (the benchmark's question), two zonotope layers against two attention layers (the same depth), and what
+#: depth does for attention
+COMPARED = (("zonotope x1", "attention x1"), ("zonotope x1", "attention x2"), ("zonotope x1", "attention x3"),
+            ("zonotope x2", "attention x2"), ("attention x3", "attention x1"))
 
 
 def number(value: float) -> str:
@@ -25,6 +32,20 @@ def load() -> tuple[dict, list[dict]]:
 
 def cell(rows: list[dict], task: str, model: str, target: str = "all") -> dict:
     return next(r for r in rows if (r["task"], r["model"], r["target"]) == (task, model, target))
+
+
+def runs_of(results: dict, task: str, model: str) -> list[dict]:
+    """The runs of (task, model), in seed order: the pairing of every comparison."""
+    return sorted((r for r in results["runs"] if (r["task"], r["model"]) == (task, model)), key=lambda r: r["seed"])
+
+
+def comparisons(results: dict) -> list[Comparison]:
+    """:data:`COMPARED` on each task of the run, test MSE per seed (lower is better), keyed 'task: a vs b'."""
+    models = results["settings"]["models"]
+    return [Comparison(f"{task}: {a} vs {b}", a, b, [r["test_mse"] for r in runs_of(results, task, a)],
+                       [r["test_mse"] for r in runs_of(results, task, b)], f"{task} test MSE",
+                       higher_is_better=False, scale=1.0, unit="", digits=4)
+            for task in results["settings"]["tasks"] for a, b in COMPARED if a in models and b in models]
 
 
 def render_run(results: dict) -> str:
@@ -65,24 +86,35 @@ def render_table(results: dict, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def render_claims(results: dict, rows: list[dict]) -> str:
-    """The comparisons the issue asks for, each computed from the files."""
+def render_findings(results: dict, verdicts: Verdicts) -> str:
+    """Per task, the reading of each comparison on it."""
     out = []
     for task in results["settings"]["tasks"]:
-        zonotope = cell(rows, task, "zonotope x1")
-        attention = [cell(rows, task, m) for m in results["settings"]["models"] if m.startswith("attention")]
-        single = next(r for r in attention if r["depth"] == 1)
-        best = min(attention, key=lambda r: r["mse_mean"])
-        out.append(f"- **{task}:** one zonotope layer {number(zonotope['mse_mean'])} ({zonotope['params']:,} "
-                   f"parameters); one attention layer {number(single['mse_mean'])} ({single['params']:,}), "
-                   f"{single['mse_mean'] / zonotope['mse_mean']:.1f}x the zonotope's MSE; the best of the attention "
-                   f"models, `{best['model']}`, {number(best['mse_mean'])} ({best['params']:,}), "
-                   f"{best['mse_mean'] / zonotope['mse_mean']:.1f}x the zonotope's MSE.")
-    runs = results["runs"]
-    last = sum(r["best_epoch"] == results["settings"]["epochs"] - 1 for r in runs)
-    out.append(f"- **Training budget:** the best validation epoch was the last one in {last} of the {len(runs)} runs "
-               "(`results.json`, `runs[].best_epoch`): those models were still improving when the budget ran out.")
-    return "\n".join(out)
+        readings = "; ".join(v.reading for v in verdicts if v.comparison.key.startswith(f"{task}: "))
+        out.append(f"- **{task}:** {readings}.")
+    return "\n".join([f"Each reading from its test in the verdicts below (test MSE, lower is better; paired t over "
+                      f"the {results['settings']['seeds']} seeds, Holm-adjusted over the page's "
+                      f"{len(verdicts)} comparisons):", "", *out])
+
+
+def render_budget(results: dict) -> str:
+    """Per (task, model): how many runs had their best validation epoch at the last of the budget."""
+    epochs, models = results["settings"]["epochs"], results["settings"]["models"]
+    body = []
+    for task in results["settings"]["tasks"]:
+        cells = []
+        for model in models:
+            best = [r["best_epoch"] for r in runs_of(results, task, model)]
+            last = [b == epochs - 1 for b in best]
+            cells.append(f"{counted(last)}{' (under-trained)' if 2 * sum(last) > len(last) else ''}; best "
+                         f"{span([b + 1 for b in best], '{:d}')}")
+        body.append([f"**{task}**", *cells])
+    last = sum(r["best_epoch"] == epochs - 1 for r in results["runs"])
+    return "\n".join([
+        f"Runs whose best validation epoch was the last of the {epochs} (`results.json`, `runs[].best_epoch`; "
+        "*under-trained* where most of a condition's runs are), then the best epochs' range, counted from 1; "
+        f"{last} of the {len(results['runs'])} runs in all:", "",
+        table(["task", *(f"`{m}`" for m in models)], body, align="l" + "r" * len(models))])
 
 
 def render_quadrature(results: dict) -> str:
@@ -102,14 +134,17 @@ def render_quadrature(results: dict) -> str:
                              == (pooler, grid, weighted, largest))
                 shown += [f"{convergence_rate(rows, pooler, grid, weighted):.2f}", f"{final:.1e}"]
             body.append(shown)
-    return "\n".join([*lines, table(["pooler", "grid", "slope, weighted", f"error at n = {largest}, weighted",
-                                     "slope, unweighted", f"error at n = {largest}, unweighted"], body, align="llrrrr")])
+    head = ["pooler", "grid", "slope, weighted", f"error at n = {largest}, weighted", "slope, unweighted",
+            f"error at n = {largest}, unweighted"]
+    return "\n".join([*lines, table(head, body, align="llrrrr")])
 
 
 def render() -> dict[str, str]:
     results, rows = load()
-    return {"run": render_run(results), "table": render_table(results, rows), "claims": render_claims(results, rows),
-            "quadrature": render_quadrature(results)}
+    verdicts = Verdicts(comparisons(results))
+    return {"run": render_run(results), "table": render_table(results, rows),
+            "findings": render_findings(results, verdicts), "verdicts": verdicts.block(),
+            "budget": render_budget(results), "quadrature": render_quadrature(results)}
 
 
-PAGE = Page("docs/sets.md", render)
+PAGE = Page("docs/sets.md", render, readings=True)

@@ -5,6 +5,10 @@ committed ``poolkit bench snr-sweep`` run and its ``--extend`` runs, listed unde
 ``sweep-lr-4x/results.json`` (the learning-rate stage again, at the largest extended budget);
 ``quick-vector0/results.csv`` and ``results.json`` (the earlier ``poolkit bench snr --quick`` run, whose pooler
 ``cls`` read the type-marked vector 0: it is shown as ``vector0``).
+
+Every reading that compares two conditions is a declared test (``page_verdicts``), Holm-adjusted over the page:
+test MSEs on log10 (differences in decades) and the spread of the runs on |ln MSE - its cell's mean|, both
+paired by seed (one seed is one fold and one encoder initialisation, and at one budget one draw of the data).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import statistics
 from pathlib import Path
 
 from rendering import ROOT, Page, read_json, span, table
+from verdicts import Comparison, Verdict, Verdicts
 
 from poolkit_bench.snr import FULL, QUICK
 
@@ -28,6 +33,7 @@ BASELINES = ("baseline_mean", "baseline_x0")
 LOW_SNR = (4, 32)  # the paper's claims are about SNR 0.03-0.25: K = 4 ... 32 of N = 128
 ORDER_OF_MAGNITUDE = 10.0  # the paper: adaptive pooling's error about an order of magnitude below the others'
 PAPER_STD_RATIO = 0.5  # the paper: adaptive pooling's seed variance "over 50%" below the others'
+PAPER_POOLERS = ("mean", "max", "cls")  # the poolers the paper's claims name
 
 
 def snr(k: int, n: int) -> str:
@@ -36,11 +42,6 @@ def snr(k: int, n: int) -> str:
 
 def mse(value: float, digits: int = 4) -> str:
     return f"{value:.{digits}f}" if abs(value) >= 10 ** -digits else f"{value:.1e}"
-
-
-def ks_text(ks: list[int], every: list[int]) -> str:
-    """The K values in ``ks`` as text ("every K" when they are all of ``every``)."""
-    return "every K" if ks == every else "no K" if not ks else "K = " + ", ".join(str(k) for k in ks)
 
 
 # -- the blocks ---------------------------------------------------------------------------------------
@@ -53,6 +54,7 @@ def load_before() -> tuple[dict, dict]:
             cells.setdefault(name, {})[int(row["K"])] = (float(row["mse_mean"]), float(row["mse_std"]))
     results = read_json(BEFORE / "results.json")
     results["settings"]["poolers"] = [BEFORE_NAMES.get(p, p) for p in results["settings"]["poolers"]]
+    results["runs"] = [{**r, "pooler": BEFORE_NAMES.get(r["pooler"], r["pooler"])} for r in results["runs"]]
     return results, cells
 
 
@@ -104,6 +106,14 @@ class Sweep:
         row = self.cells[key]
         return {name: float(row[name]) for name in ("mse_mean", "mse_std", "seeds", "best_last", "cpu_seconds",
                                                     "lr", "budget_x")}
+
+    def per_seed(self, pooler: str, k: int, budget=None, layers=None) -> dict[int, float]:
+        """{seed: test MSE} of the runs of one cell (as :meth:`cell`; not a baseline)."""
+        samples, epochs = budget or self.largest
+        layers = self.layers if layers is None else layers
+        stage = "budget" if layers == self.layers else "depth"
+        return {r["seed"]: r["test_mse"] for r in self.stage_runs(stage, (samples, epochs))
+                if r["pooler"] == pooler and r["K"] == k and r["layers"] == layers}
 
     def mse(self, pooler: str, k: int, budget=None, layers=None) -> float:
         return self.cell(pooler, k, budget, layers)["mse_mean"]
@@ -186,8 +196,9 @@ def render_budget_results(sweep: Sweep) -> str:
 
 def render_ratios(sweep: Sweep) -> str:
     others = [p for p in sweep.poolers if p != "adapool"]
-    lines = ["Each pooler's test MSE over adapool's, at K = " + " / ".join(map(str, sweep.ks)) + " (above 1: adapool "
-             "is better):", ""]
+    lines = ["Each pooler's test MSE over adapool's, at K = " + " / ".join(map(str, sweep.ks)) + " (above 1: adapool's "
+             "is the lower). Descriptive: the ratios the page reads are tested in the claims and the verdicts below.",
+             ""]
     rows = [[budget_name(sweep, budget), *(" / ".join(f"{sweep.ratio(p, k, budget):.2f}" for k in sweep.ks)
                                           for p in others)]
             for budget in sorted(sweep.budgets, key=lambda b: b[0] * b[1])]
@@ -279,20 +290,26 @@ def render_depth(sweep: Sweep) -> str:
     return "\n".join([*lines, table(header, rows, align="r" * len(header))])
 
 
-def std_ratios(sweep: Sweep) -> dict[str, list[float]]:
-    """adapool's std over each other pooler's, per K, at the largest budget."""
-    return {p: [sweep.cell("adapool", k)["mse_std"] / sweep.cell(p, k)["mse_std"] for k in sweep.ks]
-            for p in sweep.poolers if p != "adapool"}
+def cv(sweep: Sweep, pooler: str, k: int) -> float:
+    """The coefficient of variation (sample std over mean) of one cell's test MSE at the largest budget."""
+    cell = sweep.cell(pooler, k)
+    return cell["mse_std"] / cell["mse_mean"]
+
+
+def cv_ratios(sweep: Sweep) -> dict[str, list[float]]:
+    """adapool's coefficient of variation over each other pooler's, per K, at the largest budget."""
+    return {p: [cv(sweep, "adapool", k) / cv(sweep, p, k) for k in sweep.ks] for p in sweep.poolers if p != "adapool"}
 
 
 def render_variance(sweep: Sweep) -> str:
     seeds = int(sweep.cell("adapool", sweep.ks[0])["seeds"])
-    lines = [f"At the largest budget ({budget_name(sweep, sweep.largest)}), the sample std of the test MSE over "
-             f"{seeds} runs (each with its own seed and validation fold), and adapool's std over each other pooler's:",
-             ""]
-    ratios = std_ratios(sweep)
-    header = ["K", *(f"std {p}" for p in sweep.poolers), *(f"adapool / {p}" for p in ratios)]
-    rows = [[k, *(mse(sweep.cell(p, k)["mse_std"]) for p in sweep.poolers), *(f"{r[i]:.2f}" for r in ratios.values())]
+    lines = [f"At the largest budget ({budget_name(sweep, sweep.largest)}), the coefficient of variation of the test "
+             f"MSE over {seeds} runs (each with its own seed and validation fold): the sample std over the mean, in "
+             "%, and adapool's over each other pooler's. Unlike a ratio of stds, it does not grow with a pooler's "
+             "MSE (the stds are in the table of test MSE by budget).", ""]
+    ratios = cv_ratios(sweep)
+    header = ["K", *(f"CV {p} %" for p in sweep.poolers), *(f"adapool / {p}" for p in ratios)]
+    rows = [[k, *(f"{100 * cv(sweep, p, k):.2f}" for p in sweep.poolers), *(f"{r[i]:.2f}" for r in ratios.values())]
             for i, k in enumerate(sweep.ks)]
     return "\n".join([*lines, table(header, rows, align="r" * len(header))])
 
@@ -376,132 +393,292 @@ def render_results(results: dict, cells: dict) -> str:
     return "\n".join([*lines, table(["K", "SNR", *columns], rows, align="r" * (len(columns) + 2))])
 
 
+# -- the readings -------------------------------------------------------------------------------------
+def paired(a: dict[int, float], b: dict[int, float]) -> tuple[list[float], list[float]]:
+    """The values of the seeds that ``a`` and ``b`` share, in seed order."""
+    seeds = sorted(a.keys() & b.keys())
+    return [a[s] for s in seeds], [b[s] for s in seeds]
+
+
+def log10(values: dict[int, float]) -> dict[int, float]:
+    return {seed: math.log10(value) for seed, value in values.items()}
+
+
+def lower_mse(key: str, a: str, b: str, a_mse: dict[int, float], b_mse: dict[int, float], what: str) -> Comparison:
+    """``a`` against ``b`` on log10 test MSE per seed, lower is better; differences in decades (-1: a tenth)."""
+    return Comparison(key, a, b, *paired(log10(a_mse), log10(b_mse)), what, higher_is_better=False, scale=1.0,
+                      unit="decades", digits=2)
+
+
+def gap(sweep: Sweep, k: int, budget=None, layers=None) -> dict[int, float]:
+    """log10(mean / adapool) per seed: by how many decades adapool's test MSE sits below mean pooling's."""
+    mean = log10(sweep.per_seed("mean", k, budget, layers))
+    ada = log10(sweep.per_seed("adapool", k, budget, layers))
+    return {seed: mean[seed] - ada[seed] for seed in mean.keys() & ada.keys()}
+
+
+def wider(key: str, a: str, b: str, a_gap: dict[int, float], b_gap: dict[int, float], k: int) -> Comparison:
+    """The gap log10(mean / adapool) under condition ``a`` against ``b``, paired by seed (higher: wider)."""
+    return Comparison(key, a, b, *paired(a_gap, b_gap), f"log10(mean / adapool), K = {k}", scale=1.0,
+                      unit="decades", digits=2)
+
+
+def spread(values: dict[int, float]) -> dict[int, float]:
+    """|ln MSE - its mean over the runs| per seed: how far each run sits from its cell, scale-free."""
+    logs = {seed: math.log(value) for seed, value in values.items()}
+    centre = statistics.fmean(logs.values())
+    return {seed: abs(value - centre) for seed, value in logs.items()}
+
+
+def mse_key(a: str, b: str, budget: tuple[int, int], k: int) -> str:
+    return f"{a} vs {b}, {budget[0]}x{budget[1]}, K = {k}"
+
+
+def trend_key(k: int, low: tuple[int, int], high: tuple[int, int]) -> str:
+    return f"gap at {high[0]}x{high[1]} vs {low[0]}x{low[1]}, K = {k}"
+
+
+def depth_key(layers: int) -> str:
+    return f"gap with {layers} layers"
+
+
+def layers_name(layers: int) -> str:
+    return f"{layers} layer{'' if layers == 1 else 's'}"
+
+
+def spread_key(pooler: str, k: int) -> str:
+    return f"spread adapool vs {pooler}, K = {k}"
+
+
+def trend_budgets(sweep: Sweep) -> list[tuple[int, int]]:
+    """The budgets with runs of both mean and adapool, smallest first."""
+    return [b for b in sweep.all_budgets if sweep.has("mean", b) and sweep.has("adapool", b)]
+
+
+def depths(sweep: Sweep) -> list[int]:
+    """The encoder depths of the depth stage (the budget stage's own included); none unless it ran mean and
+    adapool."""
+    if not ({"mean", "adapool"} <= set(sweep.settings["depth_poolers"]) and sweep.settings["depths"]):
+        return []
+    return sorted({sweep.layers, *sweep.settings["depths"]})
+
+
+def before_budget(sweep: Sweep, before: tuple[dict, dict]) -> tuple[int, int] | None:
+    """The earlier quick run's budget when it has vector0 at one of the sweep's K and the sweep has that budget."""
+    results, cells = before
+    if not any(k in cells.get("vector0", {}) for k in sweep.ks):
+        return None
+    budget = (results["settings"]["num_samples"], results["settings"]["epochs"])
+    return budget if budget in sweep.budgets else None
+
+
+def before_seeds(before: tuple[dict, dict], pooler: str, k: int) -> dict[int, float]:
+    """{seed: test MSE} of one cell of the earlier quick run."""
+    return {r["seed"]: r["test_mse"] for r in before[0]["runs"] if r["pooler"] == pooler and r["K"] == k}
+
+
+def page_verdicts(sweep: Sweep, before: tuple[dict, dict]) -> Verdicts:
+    """The page's readings, tested and Holm-adjusted together: adapool against mean, max and cls at each one's
+    largest budget (every K for cls, the paper's SNR range for the others); the gap to mean pooling at each budget
+    against the one below and with each depth against the base depth; adapool's spread against that of mean, max
+    and cls; adapool against the analytic baselines; the earlier run's vector0 against the paper's cls and that
+    run's adapool."""
+    comparisons = []
+    named = [p for p in PAPER_POOLERS if p in sweep.poolers]
+    for p in named:
+        top = sweep.top(p)
+        comparisons += [lower_mse(mse_key("adapool", p, top, k), "adapool", p, sweep.per_seed("adapool", k, top),
+                                  sweep.per_seed(p, k, top), f"log10 test MSE, K = {k}, {budget_name(sweep, top)}")
+                        for k in (sweep.ks if p == "cls" else sweep.low_ks())]
+    budgets = trend_budgets(sweep)
+    for k in sweep.low_ks():
+        comparisons += [wider(trend_key(k, low, high), f"{sweep.times(high)}×", f"{sweep.times(low)}×",
+                              gap(sweep, k, high), gap(sweep, k, low), k) for low, high in zip(budgets, budgets[1:])]
+    k, ref = sweep.settings["depth_k"], sweep.reference
+    comparisons += [wider(depth_key(d), layers_name(d), layers_name(sweep.layers), gap(sweep, k, ref, d),
+                          gap(sweep, k, ref), k) for d in depths(sweep) if d != sweep.layers]
+    for p in named:
+        for k in sweep.ks:
+            ada, other = spread(sweep.per_seed("adapool", k)), spread(sweep.per_seed(p, k))
+            comparisons.append(Comparison(spread_key(p, k), "adapool", p, *paired(ada, other),
+                                          f"spread: ln MSE's distance from its cell's mean, K = {k}, "
+                                          f"{budget_name(sweep, sweep.largest)}", higher_is_better=False, unit="%"))
+    for name in BASELINES:
+        for k in sweep.ks:
+            ada = sweep.per_seed("adapool", k)
+            comparisons.append(lower_mse(mse_key("adapool", name, sweep.largest, k), "adapool", name, ada,
+                                         dict.fromkeys(ada, sweep.mse(name, k)),
+                                         f"log10 test MSE, K = {k}, {budget_name(sweep, sweep.largest)}"))
+    if budget := before_budget(sweep, before):
+        vector0 = {k: before_seeds(before, "vector0", k) for k in sweep.ks}
+        comparisons += [lower_mse(mse_key("vector0", "cls", budget, k), "vector0", "cls", vector0[k],
+                                  sweep.per_seed("cls", k, budget), f"log10 test MSE, K = {k}, "
+                                  f"{budget_name(sweep, budget)}: the earlier run's vector0, the sweep's cls")
+                        for k in sweep.ks]
+        comparisons += [lower_mse(mse_key("vector0", "adapool", budget, k), "vector0", "adapool", vector0[k],
+                                  before_seeds(before, "adapool", k), f"log10 test MSE, K = {k}, the earlier run")
+                        for k in sweep.ks]
+    return Verdicts(comparisons)
+
+
+def by_reading(tested: dict[int, Verdict]) -> str:
+    """Each reading with the K values it holds at: 'adapool beats mean at K = 4, 16'."""
+    groups: dict[str, list[str]] = {}
+    for k, v in tested.items():
+        groups.setdefault(v.reading, []).append(str(k))
+    return "; ".join(f"{reading} at K = {', '.join(ks)}" for reading, ks in groups.items())
+
+
+def change(v: Verdict) -> str:
+    """A gap comparison's outcome: 'wider' or 'narrower' (condition a's gap against b's), or 'inside the noise'."""
+    return "inside the noise" if not v.detected else "wider" if v.winner == v.comparison.a else "narrower"
+
+
 def verdict(reproduced: bool, partly: bool) -> str:
     return "reproduced" if reproduced else "partly reproduced" if partly else "not reproduced"
 
 
-def claim_gap(sweep: Sweep) -> str:
-    """The paper: adaptive pooling's error about 10x below mean, max and CLS pooling at SNR 0.03-0.25."""
+def claim_gap(sweep: Sweep, verdicts: Verdicts) -> str:
+    """The paper: adaptive pooling's error about 10x below mean, max and CLS pooling at SNR 0.03-0.25. Its
+    direction: adapool beats each of them at every K in range; its size: every ratio's 95% interval reaches 10x."""
     low = sweep.low_ks()
-    tops = {p: sweep.top(p) for p in ("mean", "max", "cls") if p in sweep.poolers}
+    tops = {p: sweep.top(p) for p in PAPER_POOLERS if p in sweep.poolers}
     gaps = {p: [sweep.ratio(p, k, top) for k in low] for p, top in tops.items()}
-    lowest = min(min(g) for g in gaps.values())
-    losing = {p: [str(k) for k, g in zip(low, gaps[p]) if g <= 1] for p in gaps}
-    if lowest >= ORDER_OF_MAGNITUDE:
-        why = ""
-    elif lowest > 1:
-        why = "; adapool has the lowest MSE of these at every such K, but by less than 10x"
-    else:
-        why = "; " + "; ".join(f"{p} is as good or better at K = {', '.join(ks)}" for p, ks in losing.items() if ks)
+    tested = {p: {k: verdicts[mse_key("adapool", p, top, k)] for k in low} for p, top in tops.items()}
+    direction = all(v.winner == "adapool" for vs in tested.values() for v in vs.values())
+    # the ratio p / adapool is 10 ** -(log10 adapool - log10 p): its interval's top is 10 ** -low
+    reach = [f"{p} at K = {k}" for p, vs in tested.items() for k, v in vs.items() if 10 ** -v.low >= ORDER_OF_MAGNITUDE]
+    size = direction and len(reach) == sum(map(len, tested.values()))
     return (f"- **Adaptive pooling's error about an order of magnitude below mean, max and CLS pooling at SNR "
-            f"0.03-0.25: {verdict(lowest >= ORDER_OF_MAGNITUDE, lowest > 1)}.** Each at the largest budget it was "
-            f"run at, over K = {', '.join(map(str, low))}: "
+            f"0.03-0.25: {verdict(size, direction)}.** Each at the largest budget it was run at, over K = "
+            f"{', '.join(map(str, low))}: "
             + ", ".join(f"{p} / adapool {span(g, unit='x')} ({sweep.times(tops[p])}×)" for p, g in gaps.items())
-            + why + ".")
+            + ". Paired by seed on log10 test MSE: " + "; ".join(by_reading(vs) for vs in tested.values())
+            + f". The ratio's 95% interval reaches {ORDER_OF_MAGNITUDE:g}x for {', '.join(reach) or 'none of them'}.")
 
 
-def claim_trend(sweep: Sweep) -> str:
-    """Whether mean / adapool grows with the budget, per K in the paper's SNR range."""
-    budgets = [b for b in sweep.all_budgets if sweep.has("mean", b) and sweep.has("adapool", b)]
-    steps = []
+def claim_trend(sweep: Sweep, verdicts: Verdicts) -> str:
+    """Whether mean / adapool grows with the budget, per K in the paper's SNR range: each step tested."""
+    budgets = trend_budgets(sweep)
+    steps, outcomes = [], []
     for k in sweep.low_ks():
         trend = [sweep.ratio("mean", k, b) for b in budgets]
-        rising = "rising at every step" if all(b > a for a, b in zip(trend, trend[1:])) else "not rising at every step"
+        tested = [change(verdicts[trend_key(k, a, b)]) for a, b in zip(budgets, budgets[1:])]
+        outcomes += tested
         best = budgets[trend.index(max(trend))]
-        steps.append(f"at K = {k} " + " → ".join(f"{r:.2f}" for r in trend) + f" ({rising}; steps "
-                     + ", ".join(f"{b / a - 1:+.0%}" for a, b in zip(trend, trend[1:]))
-                     + f"; highest at {sweep.times(best)}×)")
+        steps.append(f"at K = {k} " + " → ".join(f"{r:.2f}" for r in trend) + f" (highest at {sweep.times(best)}×), "
+                     "steps " + ", ".join(f"{b / a - 1:+.0%} [{word}]" for a, b, word in zip(trend, trend[1:], tested)))
+    counts = ", ".join(f"{outcomes.count(word)} {word}" for word in ("wider", "narrower", "inside the noise")
+                       if word in outcomes)
+    largest = sweep.largest
+    above = [b for b in budgets if b[0] * b[1] > largest[0] * largest[1]]
+    epochs_only = (f" Above {sweep.times(largest)}× the budget grows the epochs only ({largest[0]:,} samples "
+                   "throughout): those steps read more epochs on the same data, not more data."
+                   if above and all(b[0] == largest[0] for b in above) else "")
     return (f"- **Does mean / adapool grow with the budget?** Over budgets "
-            f"{', '.join(sweep.times(b) + '×' for b in budgets)} of quick mode: " + "; ".join(steps) + ".")
+            f"{', '.join(sweep.times(b) + '×' for b in budgets)} of quick mode: " + "; ".join(steps)
+            + f". Each step tests log10(mean / adapool) per seed against the budget below: of the {len(outcomes)} "
+            f"step{'' if len(outcomes) == 1 else 's'}, {counts}.{epochs_only}")
 
 
-def claim_variance(sweep: Sweep) -> str:
-    """The paper: adaptive pooling's variance across seeds over 50% below the others'."""
-    ratios = std_ratios(sweep)
-    paper = {p: r for p, r in ratios.items() if p in ("mean", "max", "cls")}
+def claim_variance(sweep: Sweep, verdicts: Verdicts) -> str:
+    """The paper: adaptive pooling's variance across seeds over 50% below the others'. Its direction: adapool's
+    spread is the lower one against every pooler it names at every K; its size: the CV ratio below 0.5."""
+    ratios = cv_ratios(sweep)
+    paper = {p: r for p, r in ratios.items() if p in PAPER_POOLERS}
     pairs = [x for r in paper.values() for x in r]
-    below = [p for p, r in paper.items() if statistics.median(r) < 1]
-    reproduced = all(x < PAPER_STD_RATIO for x in pairs)
+    tested = {p: {k: verdicts[spread_key(p, k)] for k in sweep.ks} for p in paper}
+    direction = all(v.winner == "adapool" for vs in tested.values() for v in vs.values())
+    size = direction and all(x < PAPER_STD_RATIO for x in pairs)
     return (f"- **Adaptive pooling's seed variance over 50% below that of mean, max and CLS pooling: "
-            f"{verdict(reproduced, bool(below))}.** At {budget_name(sweep, sweep.largest)}, adapool's std over each "
-            f"other pooler's, over K = {', '.join(map(str, sweep.ks))}: "
+            f"{verdict(size, direction)}.** At {budget_name(sweep, sweep.largest)}, adapool's coefficient of "
+            f"variation over each other pooler's, over K = {', '.join(map(str, sweep.ks))}: "
             + ", ".join(f"{p} {span(r)}" for p, r in ratios.items())
             + f". Against {', '.join(paper)} it is below {PAPER_STD_RATIO:g} (the std reading of the claim; the "
             f"variance reading needs below {math.sqrt(PAPER_STD_RATIO):.2f}) in "
-            f"{sum(x < PAPER_STD_RATIO for x in pairs)} of {len(pairs)} (pooler, K) pairs, and its median over K is "
-            "below 1 against "
-            + (", ".join(below) or "none of them") + ".")
+            f"{sum(x < PAPER_STD_RATIO for x in pairs)} of {len(pairs)} (pooler, K) pairs. Paired by seed on each "
+            "run's distance from its cell, |ln MSE − the cell's mean|: "
+            + "; ".join(by_reading(vs) for vs in tested.values()) + ".")
 
 
-def claim_cls(sweep: Sweep, before: tuple[dict, dict]) -> str:
-    """The paper's CLS against adapool, and against the earlier run's type-marked vector 0 at the same budget."""
-    tops = [b for b in sweep.all_budgets if sweep.has("cls", b) and sweep.has("adapool", b)
-            and b in (sweep.largest, sweep.top("cls"))]
-    text = ("- **The paper's CLS:** cls / adapool " + "; ".join(
-        f"at {budget_name(sweep, b)} " + ", ".join(f"{sweep.ratio('cls', k, b):.2f} at K = {k}" for k in sweep.ks)
-        for b in tops) + ".")
-    old = before[1].get("vector0", {})
-    ks = [k for k in sweep.ks if k in old]
-    if ks and (before[0]["settings"]["num_samples"], before[0]["settings"]["epochs"]) in sweep.budgets:
-        budget = (before[0]["settings"]["num_samples"], before[0]["settings"]["epochs"])
+def claim_cls(sweep: Sweep, before: tuple[dict, dict], verdicts: Verdicts) -> str:
+    """The paper's CLS against adapool at its largest budget, and the earlier run's type-marked vector 0 against
+    the paper's cls and against that run's adapool."""
+    top = sweep.top("cls")
+    text = (f"- **The paper's CLS:** cls / adapool at {budget_name(sweep, top)} "
+            + ", ".join(f"{sweep.ratio('cls', k, top):.2f} at K = {k}" for k in sweep.ks) + "; paired by seed: "
+            + by_reading({k: verdicts[mse_key("adapool", "cls", top, k)] for k in sweep.ks}) + ".")
+    if budget := before_budget(sweep, before):
+        old = before[1]["vector0"]
+        ks = [k for k in sweep.ks if k in old]
         text += (f" At {budget_name(sweep, budget)} the earlier quick run's vector0 (then called cls; lr "
                  f"{before[0]['settings']['lr']:g}) had " + ", ".join(f"{mse(old[k][0])} at K = {k}" for k in ks)
                  + "; the paper's cls here has " + ", ".join(mse(sweep.mse("cls", k, budget)) for k in ks)
-                 + f" (lr {sweep.cell('cls', ks[0], budget)['lr']:g}).")
+                 + f" (lr {sweep.cell('cls', ks[0], budget)['lr']:g}): "
+                 + by_reading({k: verdicts[mse_key("vector0", "cls", budget, k)] for k in ks})
+                 + ". Against that run's own adapool: "
+                 + by_reading({k: verdicts[mse_key("vector0", "adapool", budget, k)] for k in ks}) + ".")
     return text
 
 
-def claim_depth(sweep: Sweep) -> str:
+def claim_depth(sweep: Sweep, verdicts: Verdicts) -> str:
     k, ref = sweep.settings["depth_k"], sweep.reference
-    depths = sorted({sweep.layers, *sweep.settings["depths"]})
+    deeper = [d for d in depths(sweep) if d != sweep.layers]
     return (f"- **Depth** (K = {k}, {budget_name(sweep, ref)}): mean / adapool is "
-            + ", ".join(f"{sweep.ratio('mean', k, ref, d):.2f} with {d} layer(s)" for d in depths) + ".")
+            + ", ".join(f"{sweep.ratio('mean', k, ref, d):.2f} with {layers_name(d)}" for d in depths(sweep))
+            + f". Against {layers_name(sweep.layers)}, log10(mean / adapool) per seed: "
+            + ", ".join(f"{layers_name(d)} {change(verdicts[depth_key(d)])}" for d in deeper) + ".")
 
 
 def claim_budget(sweep: Sweep) -> str:
-    last = {p: [r["best_epoch"] == len(r["val_loss"]) - 1 for r in sweep.stage_runs("budget", sweep.largest)
-                if r["pooler"] == p] for p in sweep.poolers}
-    text = (f"- **Training budget:** at {budget_name(sweep, sweep.largest)} the best epoch was the last one in "
-            f"{sum(map(sum, last.values()))} of {sum(map(len, last.values()))} runs ("
-            + ", ".join(f"{p} {sum(v)} of {len(v)}" for p, v in last.items()) + ")")
-    for budget in (b for b in sweep.all_budgets if b[0] * b[1] > sweep.largest[0] * sweep.largest[1]):
+    """The runs whose best validation epoch was the last, per budget and pooler, and the (pooler, budget) cells
+    that are under-trained: most of their runs had it last."""
+    parts, under = [], []
+    for budget in sweep.all_budgets:
         last = {p: [r["best_epoch"] == len(r["val_loss"]) - 1 for r in sweep.stage_runs("budget", budget)
-                    if r["pooler"] == p] for p in sweep.poolers if sweep.has(p, budget)}
-        text += f"; at {budget_name(sweep, budget)} in " + ", ".join(f"{p} {sum(v)} of {len(v)}"
-                                                                     for p, v in last.items())
-    return text + "."
+                    if r["pooler"] == p] for p in sweep.poolers}
+        last = {p: v for p, v in last.items() if v}
+        if not last:
+            continue
+        parts.append(f"at {budget_name(sweep, budget)} the best epoch was the last one in "
+                     f"{sum(map(sum, last.values()))} of {sum(map(len, last.values()))} runs ("
+                     + ", ".join(f"{p} {sum(v)} of {len(v)}" for p, v in last.items()) + ")")
+        most = [p for p, v in last.items() if 2 * sum(v) > len(v)]
+        under.append(f"{sweep.times(budget)}× " + ("every pooler" if len(most) == len(last) else
+                                                    ", ".join(most) or "none"))
+    return (f"- **Training budget:** {'; '.join(parts)}. Under-trained (most of a cell's runs had their best epoch "
+            f"last): {'; '.join(under)}.")
 
 
-def claim_baselines(sweep: Sweep) -> str:
-    ada = {k: sweep.mse("adapool", k) for k in sweep.ks}
-    beat = [k for k in sweep.ks if ada[k] < min(sweep.mse(b, k) for b in BASELINES)]
-    worse_x0 = [k for k in sweep.ks if ada[k] > sweep.mse("baseline_x0", k)]
-    worse_mean = [k for k in sweep.ks if ada[k] > sweep.mse("baseline_mean", k)]
-    return (f"- **Against the analytic baselines** at {budget_name(sweep, sweep.largest)}: adapool beats both at "
-            f"{ks_text(beat, sweep.ks)}; it is worse than predicting vector 0 at {ks_text(worse_x0, sweep.ks)} and "
-            f"worse than predicting the mean of all vectors at {ks_text(worse_mean, sweep.ks)}.")
+def claim_baselines(sweep: Sweep, verdicts: Verdicts) -> str:
+    return (f"- **Against the analytic baselines** at {budget_name(sweep, sweep.largest)}, per seed against the "
+            "baseline's one value on the same test rows: "
+            + "; ".join(by_reading({k: verdicts[mse_key("adapool", name, sweep.largest, k)] for k in sweep.ks})
+                        for name in BASELINES) + ".")
 
 
-def render_claims(sweep: Sweep, before: tuple[dict, dict]) -> str:
-    """Each of the paper's claims with its verdict, and the sweep's findings, computed from the result files."""
-    lines = [claim_gap(sweep), claim_trend(sweep), claim_variance(sweep)]
+def render_claims(sweep: Sweep, before: tuple[dict, dict], verdicts: Verdicts) -> str:
+    """Each of the paper's claims with its verdict, and the sweep's findings, from the result files and the
+    page's tests (``page_verdicts``)."""
+    lines = [claim_gap(sweep, verdicts), claim_trend(sweep, verdicts), claim_variance(sweep, verdicts)]
     if "cls" in sweep.poolers:
-        lines.append(claim_cls(sweep, before))
-    if {"mean", "adapool"} <= set(sweep.settings["depth_poolers"]) and sweep.settings["depths"]:
-        lines.append(claim_depth(sweep))
-    return "\n".join([*lines, claim_budget(sweep), claim_baselines(sweep)])
+        lines.append(claim_cls(sweep, before, verdicts))
+    if depths(sweep):
+        lines.append(claim_depth(sweep, verdicts))
+    return "\n".join([*lines, claim_budget(sweep), claim_baselines(sweep, verdicts)])
 
 
 def render() -> dict[str, str]:
     base = read_json(FOLDER / "baselines.json")
     before = load_before()
     sweep = Sweep.load()
+    verdicts = page_verdicts(sweep, before)
     return {**render_baselines(base), "runtime": render_runtime(before[0]), "full": render_full(FULL),
             "settings": render_settings(FULL, QUICK), "results": render_results(*before),
             "sweep-settings": render_sweep_settings(sweep), "lr": render_lr(sweep),
             "budget-results": render_budget_results(sweep), "ratios": render_ratios(sweep),
-            "extension": render_extension(sweep),
-            "depth": render_depth(sweep), "variance": render_variance(sweep), "claims": render_claims(sweep, before)}
+            "extension": render_extension(sweep), "depth": render_depth(sweep), "variance": render_variance(sweep),
+            "claims": render_claims(sweep, before, verdicts), "verdicts": verdicts.block()}
 
 
-PAGE = Page("docs/snr.md", render)
+PAGE = Page("docs/snr.md", render, readings=True)

@@ -3,14 +3,16 @@ docs/spurious``) and the presets in ``poolkit_bench.spurious``."""
 
 from __future__ import annotations
 
-
 import pandas as pd
 from rendering import ROOT, Page, changed_settings, load_and_machine, presets_table, run_files, table
+from verdicts import Comparison, Verdicts
 
 from poolkit_bench.spurious import METHODS, PAPER, PRESETS, SANITY_POINTS, summarize
 from poolkit_bench.spurious_data import CUE_NAMES, LABEL_CLASSES, LABEL_NAMES
 
 FOLDER = ROOT / "docs" / "spurious"
+ATTENTION = ("attention2d", "adapool2d")  # the input-dependent poolers the paper's claim is about
+LABEL = {"erm": "ERM", "dfr": "DFR"}  # how a method is named in a reading
 DESCRIBE = {"erm": "ERM (GAP + linear, as trained)", "dfr": "DFR (L1 logistic on standardised GAP features)",
             "attention2d": "attention2d + head, retrained", "adapool2d": "adapool2d + head, retrained",
             "flex": "flex + head, retrained (static control)"}
@@ -49,7 +51,24 @@ def render_data(results: dict) -> str:
     return "\n".join([*lines, table(["training agreement", "train", "validation", "reweighting", "test"], rows)])
 
 
-def render_results(summary: pd.DataFrame) -> str:
+def page_verdicts(frame: pd.DataFrame) -> Verdicts:
+    """The page's readings, tested together: per agreement, every method's worst group against DFR's, and each
+    attention pooler's against flex's (the static control), paired by seed."""
+    comparisons = []
+    for agreement in dict.fromkeys(frame["agreement"]):
+        cell = frame[frame["agreement"] == agreement].pivot(index="seed", columns="method", values="worst_group")
+        pairs = [(m, "dfr") for m in METHODS if m != "dfr"] + [(m, "flex") for m in ATTENTION]
+        comparisons += [Comparison(key(agreement, a, b), LABEL.get(a, a), LABEL.get(b, b), cell[a].tolist(),
+                                   cell[b].tolist(),
+                                   f"worst-group acc., agreement {agreement:g}") for a, b in pairs]
+    return Verdicts(comparisons)
+
+
+def key(agreement: float, a: str, b: str) -> str:
+    return f"{agreement:g} {a} vs {b}"
+
+
+def render_results(summary: pd.DataFrame, verdicts: Verdicts) -> str:
     lines = []
     for agreement in dict.fromkeys(summary["agreement"]):
         part = summary[summary["agreement"] == agreement].set_index("method")
@@ -57,13 +76,13 @@ def render_results(summary: pd.DataFrame) -> str:
         rows = []
         for method in METHODS:
             row = part.loc[method]
-            diff = "—" if method == "dfr" else (f"{100 * row['vs_dfr_mean']:+.1f} ± {100 * row['vs_dfr_std']:.1f}"
-                                                + (" *(noise)*" if row["inside_noise"] else ""))
+            vs = verdicts[key(agreement, method, "dfr")] if method != "dfr" else None
             rows.append([DESCRIBE[method], pct(row["worst_group_mean"], row["worst_group_std"]),
-                         pct(row["average_mean"], row["average_std"]), diff, f"{row['cue_mass_mean']:.3f}",
-                         f"{row['garment_mass_mean']:.3f}"])
-        lines += [f"**Training agreement {agreement:g}** (test agreement 0.5; {seeds} seeds, mean ± sample std):", "",
-                  table(["method", "worst-group acc. %", "average acc. %", "worst group vs DFR (points, paired)",
+                         pct(row["average_mean"], row["average_std"]), vs.difference("") + vs.mark if vs else "—",
+                         f"{row['cue_mass_mean']:.3f}", f"{row['garment_mass_mean']:.3f}"])
+        lines += [f"**Training agreement {agreement:g}** (test agreement 0.5; {seeds} seeds, mean ± sample std; "
+                  "the difference to DFR paired by seed, *(noise)* from the page's tests below):", "",
+                  table(["method", "worst-group acc. %", "average acc. %", "worst group vs DFR (points)",
                          "weight on cue", "weight on garment"], rows, align="lrrrrr"), ""]
     return "\n".join(lines)
 
@@ -89,34 +108,52 @@ def render_paper(summary: pd.DataFrame) -> str:
     return table(["data set", "DFR worst-group acc. %", "source"], rows, align="lrl")
 
 
-def paired_to_flex(frame: pd.DataFrame, agreement: float, method: str) -> str:
-    """``method``'s worst-group accuracy minus flex's (the same recipe with static weights), paired by seed: points,
-    mean ± sample std."""
-    cell = frame[frame["agreement"] == agreement].pivot(index="seed", columns="method", values="worst_group")
-    diff = 100 * (cell[method] - cell["flex"])
-    return f"{diff.mean():+.1f} ± {diff.std(ddof=1):.1f}"
-
-
-def render_findings(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
-    """Per agreement: how far DFR lifts ERM's worst group, which retrained poolers differ from DFR beyond seed noise,
-    how far the attention poolers sit above flex, and where each one's weight goes relative to GAP's uniform
-    weights."""
+def render_findings(frame: pd.DataFrame, summary: pd.DataFrame, verdicts: Verdicts) -> str:
+    """Per agreement: DFR against ERM, each attention pooler against DFR and against flex (each from its test),
+    and where each retrained pooler's weight goes relative to GAP's uniform weights; then what the tests say of the
+    paper's claim and of the static control."""
     lines = []
-    for agreement in dict.fromkeys(summary["agreement"]):
+    agreements = list(dict.fromkeys(summary["agreement"]))
+    for agreement in agreements:
         part = summary[summary["agreement"] == agreement].set_index("method")
-        lift = 100 * (part.loc["dfr", "worst_group_mean"] - part.loc["erm", "worst_group_mean"])
-        above = [m for m in METHODS[2:] if not part.loc[m, "inside_noise"] and part.loc[m, "vs_dfr_mean"] > 0]
-        below = [m for m in METHODS[2:] if not part.loc[m, "inside_noise"] and part.loc[m, "vs_dfr_mean"] < 0]
         uniform_cue, uniform_garment = part.loc["erm", "cue_mass_mean"], part.loc["erm", "garment_mass_mean"]
         shifts = "; ".join(f"{m} {part.loc[m, 'cue_mass_mean'] / uniform_cue:.2f}x GAP's weight on the cue and "
                            f"{part.loc[m, 'garment_mass_mean'] / uniform_garment:.2f}x on the garment"
                            for m in METHODS[2:])
-        lines.append(f"- **agreement {agreement:g}:** DFR raises the worst group by {lift:+.1f} points over ERM. "
-                     f"Worst group above DFR beyond seed noise (paired 95% t-interval): {', '.join(above) or 'none'}; "
-                     f"below it: {', '.join(below) or 'none'}. Worst group minus flex's (same recipe, static "
-                     f"weights; paired points): attention2d {paired_to_flex(frame, agreement, 'attention2d')}, "
-                     f"adapool2d {paired_to_flex(frame, agreement, 'adapool2d')}. On minority test images: {shifts}.")
+        tested = [verdicts[key(agreement, "erm", "dfr")]]
+        tested += [verdicts[key(agreement, m, other)] for other in ("dfr", "flex") for m in ATTENTION]
+        lines.append(f"- **agreement {agreement:g}:** " + "; ".join(v.sentence() for v in tested)
+                     + f". On minority test images: {shifts}.")
+    lines += ["", claim_reading(verdicts, agreements, "dfr", "the paper's claim (attention reweighting beats DFR)"),
+              claim_reading(verdicts, agreements, "flex", "input-dependent against static weights (the same recipe "
+                            "with flex)")]
     return "\n".join(lines)
+
+
+def claim_reading(verdicts: Verdicts, agreements: list[float], other: str, what: str) -> str:
+    """One line: over every (attention pooler, agreement), where the pooler beats ``other``, where ``other`` beats
+    it, and how many are inside the noise."""
+    tested = {(m, a): verdicts[key(a, m, other)] for a in agreements for m in ATTENTION}
+    wins = [f"{m} at {a:g}" for (m, a), v in tested.items() if v.winner == LABEL.get(m, m)]
+    losses = [f"{m} at {a:g}" for (m, a), v in tested.items() if v.detected and v.winner != LABEL.get(m, m)]
+    noise = sum(not v.detected for v in tested.values())
+    other = LABEL.get(other, other)
+    return (f"- **{what}:** an attention pooler beats {other} in {len(wins)} of {len(tested)} (pooler, agreement) "
+            f"pairs{' (' + ', '.join(wins) + ')' if wins else ''}; {other} beats it in {len(losses)}"
+            f"{' (' + ', '.join(losses) + ')' if losses else ''}; inside the noise in {noise}.")
+
+
+def render_choices(frame: pd.DataFrame, results: dict) -> str:
+    """How often a choice sat at the end of its range: ERM's best epoch the last one, DFR's C the grid's largest."""
+    s = results["settings"]
+    erm = frame[frame["method"] == "erm"]["chosen"]
+    dfr = frame[frame["method"] == "dfr"]["chosen"]
+    last = sum(choice == f"epoch {s['epochs']}" for choice in erm)
+    edge = sum(choice == f"C {max(s['dfr_cs']):g}" for choice in dfr)
+    return (f"ERM's validation-chosen epoch was the last of its {s['epochs']} in {last} of {len(erm)} runs"
+            f"{' (under-trained)' if 2 * last > len(erm) else ''}; DFR's C was the grid's largest "
+            f"({max(s['dfr_cs']):g}) in {edge} of {len(dfr)} runs. The retrained poolers train a fixed "
+            f"{s['head_epochs']} epochs.")
 
 
 def render_cost(results: dict) -> str:
@@ -135,10 +172,11 @@ def render_cost(results: dict) -> str:
 def render() -> dict[str, str]:
     results, frame = run_files(FOLDER)
     summary = summarize(frame)
-    return {"presets": render_presets(), "data": render_data(results), "results": render_results(summary),
+    verdicts = page_verdicts(frame)
+    return {"presets": render_presets(), "data": render_data(results), "results": render_results(summary, verdicts),
             "sanity": render_sanity(results), "paper": render_paper(summary),
-            "findings": render_findings(frame, summary),
-            "cost": render_cost(results)}
+            "findings": render_findings(frame, summary, verdicts), "choices": render_choices(frame, results),
+            "verdicts": verdicts.block(), "cost": render_cost(results)}
 
 
-PAGE = Page("docs/spurious.md", render)
+PAGE = Page("docs/spurious.md", render, readings=True)

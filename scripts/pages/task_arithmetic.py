@@ -1,24 +1,63 @@
-"""docs/task-arithmetic.md's numbers, rendered from the committed run in docs/task-arithmetic/ (``poolkit bench
-task-arithmetic --out docs/task-arithmetic``) and the presets in ``poolkit_bench.task_arithmetic``.
+"""docs/task-arithmetic.md's numbers and readings, rendered from the committed run in docs/task-arithmetic/
+(``poolkit bench task-arithmetic --out docs/task-arithmetic``) and the presets in ``poolkit_bench.task_arithmetic``.
+Every comparison is a paired t-test over seeds on the mean over tasks (scripts/verdicts.py), Holm-adjusted over the
+page.
 """
 
 from __future__ import annotations
 
 import pandas as pd
-from rendering import ROOT, Page, changed_settings, load_and_machine, presets_table, run_files, table
-
-
+from rendering import ROOT, Page, changed_settings, load_and_machine, presets_table, run_files, span, table
+from verdicts import Comparison, Verdict, Verdicts, counted
 
 from poolkit_bench.task_arithmetic import MODES, PAPER, PRESETS, mode_summary, summarize
 
 FOLDER = ROOT / "docs" / "task-arithmetic"
 DESCRIBE = {"all": "all parameters", "attention": "attention only (W_q, W_k, W_v, W_o)",
             "attention_frozen_head": "attention only, head trained first then frozen"}
+#: the measures two modes are compared on (per seed, the mean over tasks): column -> (name, higher is better)
+MEASURES = {"finetuned_skill": ("single-task skill", True), "merged_skill": ("merged skill", True),
+            "change": ("skill change by merging", True),
+            "interference": ("interference (raw, not normalised by task-vector size)", False)}
+#: Jin et al.'s claims: the text, the mode the claim favours, the mode it sets it against
+CLAIMS = ((PAPER["attention_vs_all"], "attention", "all"), (PAPER["heads"], "attention_frozen_head", "attention"))
+#: what each measure is to a claim: the measures it predicts a winner on, and what the others show beside it
+PREDICTED = ("change", "interference")
+ROLE = {"finetuned_skill": "nothing: what the mode gives before merging",
+        "merged_skill": "nothing: what the merged model gives"}
+#: skills and interference print as the tables do: 3 decimals, no unit
+NUMBERS = {"scale": 1.0, "unit": "", "digits": 3}
 
 
 def pm(mean: float, std: float, fmt: str = "{:.3f}") -> str:
     """``mean ± std`` (the std unsigned; the mean alone when there is no std)."""
     return f"{fmt.format(mean)} ± {fmt.replace('+', '').format(std)}" if std == std else fmt.format(mean)
+
+
+def modes_in(frame: pd.DataFrame) -> list[str]:
+    """The run's modes, in :data:`MODES` order."""
+    return [m for m in MODES if m in set(frame["mode"])]
+
+
+def comparisons(frame: pd.DataFrame) -> list[Comparison]:
+    """Every comparison the page reads, paired by seed on the mean over tasks: each mode's merged against its
+    single-task skill, and for each claim whose modes ran, its two modes on every :data:`MEASURES`."""
+    cells = frame.groupby(["mode", "seed"])[list(MEASURES)].mean()
+
+    def paired(a: tuple[str, str], b: tuple[str, str]) -> tuple[list[float], list[float]]:
+        both = pd.concat([cells.loc[a[0], a[1]], cells.loc[b[0], b[1]]], axis=1, keys=["a", "b"]).dropna()
+        return both["a"].tolist(), both["b"].tolist()
+
+    modes = modes_in(frame)
+    found = [Comparison(f"cost:{mode}", f"`{mode}` merged", f"`{mode}` single-task",
+                        *paired((mode, "merged_skill"), (mode, "finetuned_skill")), "skill", **NUMBERS)
+             for mode in modes]
+    for _, a, b in CLAIMS:
+        if {a, b} <= set(modes):
+            found += [Comparison(f"{column}:{a}-{b}", f"`{a}`", f"`{b}`", *paired((a, column), (b, column)), what,
+                                 higher_is_better=higher, **NUMBERS)
+                      for column, (what, higher) in MEASURES.items()]
+    return found
 
 
 def render_presets() -> str:
@@ -40,6 +79,8 @@ def render_data(results: dict) -> str:
 
 
 def render_results(summary: pd.DataFrame) -> str:
+    """Per mode, a row per task: every score's mean ± sample std over seeds (descriptive: the tests are on the
+    means over tasks)."""
     lines = []
     for mode in [m for m in MODES if m in set(summary["mode"])]:
         part = summary[summary["mode"] == mode]
@@ -55,50 +96,58 @@ def render_results(summary: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def render_modes(modes: pd.DataFrame) -> str:
-    rows = [[row.mode, pm(row.finetuned_skill_mean, row.finetuned_skill_std),
-             pm(row.merged_skill_mean, row.merged_skill_std), pm(row.change_mean, row.change_std, "{:+.3f}"),
-             "—" if row.mode == "all" else pm(row.change_vs_all_mean, row.change_vs_all_std, "{:+.3f}"),
+def render_modes(frame: pd.DataFrame, modes: pd.DataFrame, verdicts: Verdicts) -> str:
+    """Per mode, the mean over tasks: the trainable parameters of a task's run, the skills and the interference
+    (mean ± sample std over seeds), and what merging changed, tested (merged − single-task, 95% interval)."""
+    params = frame.groupby("mode")["trainable_params"]
+    rows = [[f"`{row.mode}`", span(params.get_group(row.mode).unique() / 1e6, unit="M"),
+             pm(row.finetuned_skill_mean, row.finetuned_skill_std), pm(row.merged_skill_mean, row.merged_skill_std),
+             verdicts[f"cost:{row.mode}"].difference() + verdicts[f"cost:{row.mode}"].mark,
              pm(row.interference_mean, row.interference_std)] for row in modes.itertuples(index=False)]
-    return table(["mode", "single-task skill", "merged skill", "skill change by merging",
-                  "change − `all`'s (paired by seed)", "interference"], rows, align="lrrrrr")
+    return table(["mode", "trainable parameters per task's run", "single-task skill", "merged skill",
+                  "skill change by merging (95% interval)", "interference (raw)"], rows, align="lrrrrr")
 
 
-def verdict(diff_mean: float, diff_std: float, seeds: int) -> str:
-    """Whether a paired difference over seeds stands out of its seed spread."""
-    if seeds < 2 or diff_std != diff_std:
-        return "one seed: no spread to judge it by"
-    if abs(diff_mean) <= diff_std:
-        return f"within the seed spread: the mean is within one sample std over {seeds} seeds"
-    return f"larger than the seed spread over {seeds} seeds (a small sample)"
+def beside(verdict: Verdict, favoured: str) -> str:
+    """How a verdict reads beside a claim that predicts ``favoured`` to win it."""
+    if not verdict.detected:
+        return "not shown: inside the noise" if verdict.tested else "not tested"
+    return "as the claim predicts" if verdict.winner == favoured else "against the claim"
 
 
-def paired(frame: pd.DataFrame, mode: str, other: str, column: str) -> tuple[float, float, int]:
-    """``mode``'s per-seed mean over tasks of ``column`` minus ``other``'s: mean, sample std, seeds."""
-    cell = frame.groupby(["mode", "seed"])[column].mean()
-    diff = (cell.loc[mode] - cell.loc[other]).dropna()
-    return float(diff.mean()), float(diff.std(ddof=1)) if len(diff) > 1 else float("nan"), len(diff)
-
-
-def render_paper(frame: pd.DataFrame, modes: pd.DataFrame) -> str:
-    """Each claim of the paper beside the paired differences it predicts: merging costs attention-only less skill
-    than full fine-tuning, and less again with a head that did not train with the encoder."""
-    by_mode = modes.set_index("mode")
-    rows = []
-    for claim, mode, other in ((PAPER["attention_vs_all"], "attention", "all"),
-                               (PAPER["heads"], "attention_frozen_head", "attention")):
-        if not {mode, other} <= set(by_mode.index):
+def render_paper(frame: pd.DataFrame, verdicts: Verdicts) -> str:
+    """Each claim of the paper whose modes ran: its two modes on every measure, the verdict, and how it reads beside
+    what the claim predicts (a winner on the skill change by merging and on the interference; nothing on the
+    skills themselves, which show what the favoured mode gives or costs)."""
+    lines = []
+    for claim, a, b in CLAIMS:
+        if not {a, b} <= set(modes_in(frame)):
             continue
-        mean, std, seeds = paired(frame, mode, other, "change")
-        better = "costs less" if mean > 0 else "does not cost less"
-        inter = paired(frame, mode, other, "interference")
-        rows.append([claim, f"merging `{mode}` {better} than `{other}`: "
-                     f"{pm(by_mode.loc[mode, 'change_mean'], by_mode.loc[mode, 'change_std'], '{:+.3f}')} vs "
-                     f"{pm(by_mode.loc[other, 'change_mean'], by_mode.loc[other, 'change_std'], '{:+.3f}')}, "
-                     f"difference {pm(mean, std, '{:+.3f}')}: {verdict(mean, std, seeds)}",
-                     f"`{mode}` − `{other}`: {pm(inter[0], inter[1], '{:+.3f}')} "
-                     f"({'lower' if inter[0] < 0 else 'not lower'}; {verdict(*inter)})"])
-    return table(["claim (Jin et al.)", "ours: skill change by merging, paired by seed", "ours: interference"], rows)
+        rows = []
+        for column, (what, _) in MEASURES.items():
+            verdict = verdicts[f"{column}:{a}-{b}"]
+            predicts = f"`{a}` wins" if column in PREDICTED else ROLE[column]
+            rows.append([what, predicts, verdict.sentence(), beside(verdict, f"`{a}`") if column in PREDICTED
+                         else "—"])
+        lines += [f"**{claim}** (Jin et al.): `{a}` against `{b}`", "",
+                  table(["measure (mean over tasks)", "the claim predicts", "verdict here", "beside the claim"], rows),
+                  ""]
+    return "\n".join(lines)
+
+
+def render_budget(results: dict) -> str:
+    """Per mode, the fine-tuning runs (seed × task) whose best epoch is the last of the budget, read as
+    under-trained when most are, and the merges whose alpha is the grid's lowest."""
+    settings, runs = results["settings"], results["runs"]
+    epochs, lowest = settings["epochs"], min(settings["grid"])
+    rows = []
+    for mode in [m for m in MODES if m in settings["modes"]]:
+        merges = [run for run in runs if run["mode"] == mode]
+        last = [best == epochs for run in merges for best in run["best_epochs"].values()]
+        rows.append([f"`{mode}`", counted(last), "under-trained" if 2 * sum(last) > len(last) else "—",
+                     counted(run["alpha"] <= lowest for run in merges)])
+    return table(["mode", f"fine-tuning runs whose best epoch is the last (epoch {epochs} of {epochs})", "reading",
+                  f"merges at the grid's lowest alpha ({lowest:g})"], rows, align="lrlr")
 
 
 def render_cost(results: dict) -> str:
@@ -114,10 +163,10 @@ def render_cost(results: dict) -> str:
 
 def render() -> dict[str, str]:
     results, frame = run_files(FOLDER)
-    summary, modes = summarize(frame), mode_summary(frame)
-    return {"presets": render_presets(), "data": render_data(results), "results": render_results(summary),
-            "modes": render_modes(modes), "paper": render_paper(frame, modes), "cost": render_cost(results)}
+    verdicts = Verdicts(comparisons(frame))
+    return {"presets": render_presets(), "data": render_data(results), "results": render_results(summarize(frame)),
+            "modes": render_modes(frame, mode_summary(frame), verdicts), "budget": render_budget(results),
+            "paper": render_paper(frame, verdicts), "verdicts": verdicts.block(), "cost": render_cost(results)}
 
 
-
-PAGE = Page("docs/task-arithmetic.md", render)
+PAGE = Page("docs/task-arithmetic.md", render, readings=True)

@@ -1,5 +1,7 @@
 """docs/vision.md's numbers, rendered from the committed run in docs/vision/ (``poolkit bench vision --out
-docs/vision``) and the presets in ``poolkit_bench.vision``.
+docs/vision``) and the presets in ``poolkit_bench.vision``. Every reading comes from one ``Verdicts`` over the page:
+each pooler against gap, and flex_reg against flex, per variant and size, paired per seed and Holm-adjusted
+together.
 """
 
 from __future__ import annotations
@@ -8,11 +10,17 @@ import numpy as np
 import pandas as pd
 from rendering import (ROOT, Page, changed_settings, difference, load_and_machine, points, presets_table, run_files,
                        table)
+from verdicts import Comparison, Verdicts, counted
 
 from poolkit_bench.vision import BASELINE, PAPER, PRESETS, summarize
 
 FOLDER = ROOT / "docs" / "vision"
 TITLES = {"scratch": "Trained from scratch", "frozen": "Frozen GAP backbone: pooler + head retrained (post hoc)"}
+SETTINGS = {"scratch": "from scratch", "frozen": "frozen backbone"}
+#: the pooler families the page reads together against gap; gem is a power mean (p learned from 3), between the mean
+#: and the maximum, grouped with the maxima as the page always has
+FAMILIES = {"the poolers that take a maximum (gmp, avgmax) or lean towards one (gem)": ("gmp", "gem", "avgmax"),
+            "FlexPooling's poolers (flex, flex_reg, flex+sac)": ("flex", "flex_reg", "flex+sac")}
 
 
 def render_presets() -> str:
@@ -68,7 +76,33 @@ def render_cost(results: dict) -> str:
                "(`default_estimate` in the renderer), not measured."))
 
 
-def render_table(summary: pd.DataFrame, variant: str) -> str:
+def key(variant: str, size: int, a: str, b: str) -> str:
+    """The key of comparison ``a`` against ``b`` in one variant and size."""
+    return f"{variant} {size} {a} - {b}"
+
+
+def settings(frame: pd.DataFrame):
+    """(variant, size, the poolers run there, in the run's order) per setting of ``frame``, in the run's order."""
+    for (variant, size), part in frame.groupby(["variant", "size"], sort=False):
+        yield variant, int(size), list(dict.fromkeys(part["pooler"]))
+
+
+def comparisons(frame: pd.DataFrame) -> list[Comparison]:
+    """The page's comparisons on test accuracy, paired per seed, per variant and size: each pooler against gap, then
+    flex_reg against flex (does the paper's regularised setting add to flex here?)."""
+    found, wide = [], frame.pivot(index=["variant", "size", "seed"], columns="pooler", values="accuracy")
+    for variant, size, poolers in settings(frame):
+        accuracy = wide.loc[(variant, size)]
+        pairs = [(name, BASELINE) for name in poolers if name != BASELINE]
+        pairs += [("flex_reg", "flex")] if {"flex", "flex_reg"} <= set(poolers) else []
+        for a, b in pairs:
+            both = accuracy[[a, b]].dropna()
+            found.append(Comparison(key(variant, size, a, b), a, b, both[a].tolist(), both[b].tolist(),
+                                    f"test accuracy, {SETTINGS[variant]}, {size:,} images", digits=2))
+    return found
+
+
+def render_table(summary: pd.DataFrame, variant: str, verdicts: Verdicts) -> str:
     part = summary[summary["variant"] == variant]
     sizes = list(dict.fromkeys(part["size"]))
     rows = []
@@ -77,17 +111,20 @@ def render_table(summary: pd.DataFrame, variant: str) -> str:
         for size in sizes:
             row = part[(part["pooler"] == name) & (part["size"] == size)].iloc[0]
             cells += [f"{points(row['mean'])} ± {points(row['std'])}",
-                      "—" if name == BASELINE else difference(row["diff_mean"], row["diff_std"], row["inside_noise"])]
+                      "—" if name == BASELINE else difference(row["diff_mean"], row["diff_std"], False)
+                      + verdicts[key(variant, size, name, BASELINE)].mark]
         rows.append(cells)
     header = ["pooler", *(part for n in sizes for part in (f"{n:,} images: accuracy %", "vs gap (points)"))]
     return "\n".join([f"**{TITLES[variant]}.** Test accuracy, mean ± sample std over seeds; vs gap: the mean ± sample "
-                      "std of the per-seed differences, *(noise)* when their 95% t-interval contains 0.", "",
+                      "std of the per-seed differences, *(noise)* when its paired t-test, Holm-adjusted over the page "
+                      "(the verdicts block), leaves it inside the noise.", "",
                       table(header, rows, align="l" + "r" * (len(header) - 1))])
 
 
-def render_paper(summary: pd.DataFrame, dataset: str) -> str:
+def render_paper(summary: pd.DataFrame, dataset: str, verdicts: Verdicts) -> str:
     tiny = PAPER["tiny_imagenet"]
-    rows = [["Tiny ImageNet, the paper's (Ali et al. 2023)", tiny["gap"], tiny["flex"], f"{tiny['flex'] - tiny['gap']:+.2f}"],
+    rows = [["Tiny ImageNet, the paper's (Ali et al. 2023)", tiny["gap"], tiny["flex"],
+             f"{tiny['flex'] - tiny['gap']:+.2f}"],
             ["CIFAR-100, the paper's", "", "", f"{PAPER['cifar100_gain']['flex']:+.2f}; "
              f"{PAPER['cifar100_gain']['flex_l2_dropout']:+.2f} with L2 and dropout on the weights"]]
     for variant in ("scratch", "frozen"):
@@ -98,39 +135,68 @@ def render_paper(summary: pd.DataFrame, dataset: str) -> str:
                 if name in cell.index:
                     rows.append([f"{dataset}, {size:,} images, {variant}, ours: {name}",
                                  points(cell.loc[BASELINE, "mean"]), points(cell.loc[name, "mean"]),
-                                 difference(cell.loc[name, "diff_mean"], cell.loc[name, "diff_std"], False)])
+                                 difference(cell.loc[name, "diff_mean"], cell.loc[name, "diff_std"], False)
+                                 + verdicts[key(variant, size, name, BASELINE)].mark])
     return table(["setting", "GAP", "flex", "flex − GAP (points)"], rows, align="lrrr")
 
 
-def render_readings(summary: pd.DataFrame, frame: pd.DataFrame) -> str:
-    """Which poolers differ from gap beyond seed noise, per variant and size, and the largest gap in points; then
-    flex_reg against plain flex, paired per seed (does the paper's regularised setting add to flex here?)."""
-    lines = []
-    for variant in ("scratch", "frozen"):
-        part = summary[(summary["variant"] == variant) & (summary["pooler"] != BASELINE)]
-        for size in dict.fromkeys(part["size"]):
-            cell = part[part["size"] == size]
-            better = cell[~cell["inside_noise"] & (cell["diff_mean"] > 0)]["pooler"].tolist()
-            worse = cell[~cell["inside_noise"] & (cell["diff_mean"] < 0)]["pooler"].tolist()
-            top = cell.loc[cell["diff_mean"].idxmax()]
-            lines.append(f"- **{variant}, {size:,} images:** above gap beyond seed noise: "
-                         f"{', '.join(better) or 'none'}; below it: {', '.join(worse) or 'none'}; every other "
-                         f"difference sits inside seed noise. Largest mean difference: {top['pooler']} "
-                         f"{100 * top['diff_mean']:+.2f} points.")
-    both = summarize(frame[frame["pooler"].isin(["flex", "flex_reg"])], baseline="flex")
-    for row in both[both["pooler"] == "flex_reg"].itertuples(index=False):
-        lines.append(f"- **flex_reg − flex, {row.variant}, {row.size:,} images:** "
-                     f"{difference(row.diff_mean, row.diff_std, False)} points" + (", inside seed noise." if row.inside_noise else
-                                                         ", beyond seed noise."))
+def render_readings(frame: pd.DataFrame, verdicts: Verdicts) -> str:
+    """Per variant and size, the poolers' readings against gap; flex_reg against flex; then per variant, how many of
+    each family's comparisons against gap leave the noise, and whom they favour."""
+    lines, found = [], list(settings(frame))
+    for variant, size, poolers in found:
+        against = [verdicts[key(variant, size, name, BASELINE)] for name in poolers if name != BASELINE]
+        quiet = [v.comparison.a for v in against if v.tested and not v.detected]
+        told = [v.reading for v in against if not (v.tested and not v.detected)]
+        told += [f"inside the noise: {', '.join(quiet)}"] if quiet else []
+        lines.append(f"- **{SETTINGS[variant]}, {size:,} images, against gap:** {'; '.join(told)}.")
+    for variant, size, poolers in found:
+        if {"flex", "flex_reg"} <= set(poolers):
+            lines.append(f"- **flex_reg against flex, {SETTINGS[variant]}, {size:,} images:** "
+                         f"{verdicts[key(variant, size, 'flex_reg', 'flex')].sentence()}.")
+    for variant in dict.fromkeys(v for v, _, _ in found):
+        for label, family in FAMILIES.items():
+            family_verdicts = [verdicts[key(variant, size, name, BASELINE)] for v, size, poolers in found
+                               if v == variant for name in family if name in poolers]
+            if family_verdicts:
+                won = sum(v.winner == v.comparison.a for v in family_verdicts)
+                lost = sum(v.winner == BASELINE for v in family_verdicts)
+                lines.append(f"- **{SETTINGS[variant]}, {label} against gap, over the sizes:** "
+                             f"{counted(v.detected for v in family_verdicts)} comparisons leave the noise"
+                             + (f": {won} won by the pooler, {lost} by gap." if won + lost else "."))
     return "\n".join(lines)
+
+
+def render_epochs(results: dict) -> str:
+    """Per variant, pooler and size, the runs whose chosen (best-validation) epoch is the last of their budget;
+    'under-trained' where most are."""
+    runs = pd.DataFrame(results["runs"])
+    runs["last"] = [best == len(curve) - 1 for best, curve in zip(runs["best_epoch"], runs["val_accuracy"])]
+    columns = [(v, n) for v in SETTINGS for n in results["settings"]["sizes"]
+               if ((runs["variant"] == v) & (runs["size"] == n)).any()]
+
+    def cell(last: pd.Series) -> str:
+        return counted(last) + (", under-trained" if 2 * last.sum() > len(last) else "")
+
+    groups = dict(list(runs.groupby(["pooler", "variant", "size"])["last"]))
+    rows = [[name, *(cell(groups[name, v, n]) if (name, v, n) in groups else "—" for v, n in columns)]
+            for name in results["settings"]["poolers"]]
+    totals = "; ".join(f"{SETTINGS[v]} {cell(runs[runs['variant'] == v]['last'])}"
+                       for v in dict.fromkeys(v for v, _ in columns))
+    return "\n".join([f"Runs whose chosen epoch is the last of their {results['settings']['epochs']}: "
+                      f"{counted(runs['last'])} in all; {totals}.", "",
+                      table(["pooler", *(f"{SETTINGS[v]}, {n:,} images" for v, n in columns)], rows,
+                            align="l" + "r" * len(columns))])
 
 
 def render() -> dict[str, str]:
     results, frame = run_files(FOLDER)
-    summary = summarize(frame)
-    return {"presets": render_presets(), "cost": render_cost(results), "scratch": render_table(summary, "scratch"),
-            "frozen": render_table(summary, "frozen"), "paper": render_paper(summary, results["settings"]["dataset"]),
-            "readings": render_readings(summary, frame)}
+    summary, verdicts = summarize(frame), Verdicts(comparisons(frame))
+    return {"presets": render_presets(), "cost": render_cost(results),
+            "scratch": render_table(summary, "scratch", verdicts), "frozen": render_table(summary, "frozen", verdicts),
+            "paper": render_paper(summary, results["settings"]["dataset"], verdicts),
+            "readings": render_readings(frame, verdicts), "epochs": render_epochs(results),
+            "verdicts": verdicts.block()}
 
 
-PAGE = Page("docs/vision.md", render)
+PAGE = Page("docs/vision.md", render, readings=True)

@@ -114,14 +114,24 @@ def _sweep(mse_std: dict, small_mean: float, extended: dict | None = None) -> sn
             rows.append({"stage": stage, "samples": samples, "epochs": 1, "layers": 0 if stage == "baseline" else 1,
                          "pooler": pooler, "K": k, "mse_mean": mean, "mse_std": std, "seeds": 5, "best_last": 0,
                          "cpu_seconds": 1.0, "lr": 0.01, "budget_x": samples})
-    runs = [{"stage": "budget", "samples": 200, "epochs": 1, "pooler": p, "best_epoch": e, "val_loss": [1.0, 0.9]}
-            for p in settings["poolers"] for e in (1, 0)]
+    # three seeds per cell at its mean -/0/+ its std (so their sample std is the cell's); the seed above the mean has
+    # its best epoch last
+    runs = [{"stage": "budget", "samples": r["samples"], "epochs": 1, "layers": 1, "pooler": r["pooler"], "K": r["K"],
+             "seed": 1 + i, "test_mse": r["mse_mean"] + z * r["mse_std"], "best_epoch": int(z > 0),
+             "val_loss": [1.0, 0.9]} for r in rows if r["stage"] == "budget" for i, z in enumerate((-1, 0, 1))]
     meta = {"settings": settings, "runs": runs, "quick_budget": [100, 1]}
     if extended:
         poolers = sorted({p for p, _ in extended})
         meta["extensions"] = [{"budgets": [[400, 1]], "poolers": poolers, "lrs": dict.fromkeys(poolers, 0.01)}]
-        rows += [{**rows[0], "samples": 400, "pooler": p, "K": k, "mse_mean": v} for (p, k), v in extended.items()]
+        rows += [{**rows[0], "samples": 400, "pooler": p, "K": k, "mse_mean": v, "mse_std": v / 100}
+                 for (p, k), v in extended.items()]
+        runs += [{**runs[0], "samples": 400, "pooler": p, "K": k, "seed": 1 + i, "test_mse": v * (1 + z / 100)}
+                 for (p, k), v in extended.items() for i, z in enumerate((-1, 0, 1))]
     return snr.Sweep(meta, rows)
+
+
+def _claims(sweep: snr.Sweep, before: tuple) -> str:
+    return snr.render_claims(sweep, before, snr.page_verdicts(sweep, before))
 
 
 def test_snr_claims_and_verdicts_are_computed_from_the_cells():
@@ -132,21 +142,21 @@ def test_snr_claims_and_verdicts_are_computed_from_the_cells():
              ("max", 64): (0.5, 0.01), ("cls", 64): (0.3, 0.01), ("baseline_mean", 4): (0.05, 0.0),
              ("baseline_x0", 4): (0.04, 0.0), ("baseline_mean", 64): (0.008, 0.0), ("baseline_x0", 64): (0.08, 0.0)}
     before = ({"settings": {"lr": 0.01}}, {})
-    text = snr.render_claims(_sweep(cells, small_mean=5.0), before)
+    text = _claims(_sweep(cells, small_mean=5.0), before)
     assert "at SNR 0.03-0.25: reproduced.** Each at the largest budget it was run at, over K = 4: mean / adapool " \
            "20.00x (2×), max / adapool 50.00x (2×), cls / adapool 15.00x (2×)." in text
-    assert "at K = 4 5.00 → 20.00 (rising at every step; steps +300%; highest at 2×)" in text
-    assert "below that of mean, max and CLS pooling: partly reproduced.**" in text
-    assert "mean 0.25 to 2.00, max 0.10 to 0.20" in text and "in 5 of 6 (pooler, K) pairs" in text
-    assert "the best epoch was the last one in 4 of 8 runs" in text
-    assert "adapool beats both at K = 4; it is worse than predicting vector 0 at no K and worse than predicting " \
-           "the mean of all vectors at K = 64." in text
+    assert "at K = 4 5.00 → 20.00 (highest at 2×), steps +300% [wider]" in text
+    assert "below that of mean, max and CLS pooling: not reproduced.**" in text
+    assert "mean 1.00 to 5.00, max 5.00" in text and "in 0 of 6 (pooler, K) pairs" in text
+    assert "at 200 × 1 (2×) the best epoch was the last one in 8 of 24 runs" in text
+    assert "adapool beats baseline_mean at K = 4; baseline_mean beats adapool at K = 64; adapool beats baseline_x0 " \
+           "at K = 4, 64." in text
     cells["cls", 4] = (0.05, 0.003)  # 5x: the direction holds, not the size
-    assert "at SNR 0.03-0.25: partly reproduced.**" in snr.render_claims(_sweep(cells, 5.0), before)
+    assert "at SNR 0.03-0.25: partly reproduced.**" in _claims(_sweep(cells, 5.0), before)
     cells["mean", 4] = (0.009, 0.004)  # mean beats adapool
-    text = snr.render_claims(_sweep(cells, 25.0), before)
-    assert "at SNR 0.03-0.25: not reproduced.**" in text and "mean is as good or better at K = 4" in text
-    assert "at K = 4 25.00 → 0.90 (not rising at every step" in text
+    text = _claims(_sweep(cells, 25.0), before)
+    assert "at SNR 0.03-0.25: not reproduced.**" in text and "adapool and mean: inside the noise at K = 4" in text
+    assert "at K = 4 25.00 → 0.90 (highest at 1×), steps -96% [narrower]" in text
 
 
 def test_snr_claims_read_an_extension_s_budgets():
@@ -157,9 +167,9 @@ def test_snr_claims_read_an_extension_s_budgets():
              ("baseline_x0", 4): (0.04, 0.0), ("baseline_mean", 64): (0.008, 0.0), ("baseline_x0", 64): (0.08, 0.0)}
     extended = {("adapool", 4): 0.01, ("mean", 4): 0.05, ("adapool", 64): 0.02, ("mean", 64): 0.02}
     sweep = _sweep(cells, 5.0, extended)
-    text = snr.render_claims(sweep, ({"settings": {"lr": 0.01}}, {}))
+    text = _claims(sweep, ({"settings": {"lr": 0.01}}, {}))
     assert "mean / adapool 5.00x (4×), max / adapool 50.00x (2×), cls / adapool 15.00x (2×)" in text
-    assert "at K = 4 5.00 → 20.00 → 5.00 (not rising at every step; steps +300%, -75%; highest at 2×)" in text
+    assert "at K = 4 5.00 → 20.00 → 5.00 (highest at 2×), steps +300% [wider], -75% [narrower]" in text
     # the rate choice made again at 400 x 1: a pooler whose choice differs from the extension's rate is named
     check = {"settings": {"budgets": [[400, 1]], "reference": 0, "lr_k": 4, "lrs": [0.003, 0.01]},
              "provenance": {"commit": "abcdef0"}, "runs": [],
@@ -228,3 +238,18 @@ def test_the_leaderboards_reading_says_beats_only_where_the_test_says_so():
                                  None)
     assert any("`adapool` is tied with it: 0.0400 better on the mean" in line for line in noisy), noisy
     assert not any("beats" in line for line in noisy)
+
+
+RESEARCH_PAGES = {"spurious", "snr", "task-arithmetic", "vision", "channel-spatial", "sets", "mil"}
+
+
+def test_every_research_page_renders_its_readings():
+    # catches a research page registered without the claim check, where a hand-typed reading would pass --check
+    assert {name for name in docs.registered() if docs.load(name).readings} == RESEARCH_PAGES
+
+
+def test_claim_words_count_only_outside_rendered_blocks_and_code():
+    # catches a check that flags rendered readings (every page would fail) or misses one typed between two blocks
+    text = ("intro\n<!-- begin:a -->\nA beats B\n```\n<!-- end:a -->\nC is better than D\n<!-- begin:b -->\n"
+            "inside the noise\n<!-- end:b -->\n```\nE beats F\n```\nG outperforms H\n")
+    assert rendering.hand_written_claims(text) == ['line 6: "better than"', 'line 13: "outperforms"']

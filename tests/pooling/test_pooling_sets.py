@@ -55,7 +55,7 @@ def test_generators_learn_from_the_second_step_and_the_gates_from_the_first():
 @pytest.mark.parametrize("options", VARIANTS, ids=str)
 def test_zonotope_pooler_applies_its_value_maps_and_ignores_order_and_padding(options):
     # the folded form (K + 1 weighted sums) against the maps written out: catches G_k x read as x G_k, gates taken
-    # from the wrong source, a context that reads padding
+    # from the wrong source, a context that reads padding, and maps stuck at W_V = C (= attention with its weights)
     torch.manual_seed(1)
     pooler = make_pooler("zonotope_attention", **options)
     randomise_gates(pooler)
@@ -66,7 +66,10 @@ def test_zonotope_pooler_applies_its_value_maps_and_ignores_order_and_padding(op
         torch.testing.assert_close(pooled, explicit_pool(pooler, x, mask), rtol=1e-4, atol=1e-5)
         order = torch.tensor([3, 0, 2, 1, 4, 5])
         torch.testing.assert_close(pooler(x[:, order], mask[:, order]), pooled, rtol=1e-5, atol=1e-6)
-        assert not torch.allclose(pooled, make_pooler("attention")(x, mask), atol=1e-3)
+        attention = make_pooler("attention")  # the same scorer weights: only the value maps can differ
+        assert not attention.load_state_dict(pooler.state_dict(), strict=False).missing_keys
+        assert torch.equal(attention(x, mask, return_weights=True)[1], pooler(x, mask, return_weights=True)[1])
+        assert not torch.allclose(pooled, attention(x, mask), atol=1e-3)
 
 
 def naive_set_attention(layer, x, mask):

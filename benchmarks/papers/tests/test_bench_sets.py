@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 import torch
 
+from poolkit_bench import sets
 from poolkit_bench.sets import make_set_task, summarize
 from poolkit.cli import main
 
@@ -79,3 +81,41 @@ def test_pairs_target_is_the_mean_of_the_features_of_elements_with_a_partner_of_
         selected.append(paired.float().mean().item())
     assert 0.1 < np.mean(selected) < 0.9 and min(selected) == 0  # some elements have partners, some sets none
     assert torch.equal(data.x[~data.mask], torch.zeros_like(data.x[~data.mask]))
+
+
+def test_the_zonotope_models_are_built_with_their_generators_and_use_them(monkeypatch):
+    # catches zonotope models built with 0 generators (in the pooler, in the set layers, from the run's config or as
+    # the default), generators left out of the parameter count, and generators that do not reach the output
+    config = dataclasses.replace(sets.QUICK, tasks=("typed",), train=8, val=4, test=4, max_size=5, seeds=1)
+    built = []
+
+    def no_training(model, train, val, test, config, seed):
+        built.append(model)
+        return {"test_mse": 0.0, "test_mse_per_target": [0.0] * train.y.shape[1], "best_epoch": 0, "val_mse": []}
+
+    monkeypatch.setattr(sets, "fit", no_training)
+    runs = {run["model"]: run for run in sets._task_runs("typed", config, progress=False)}
+    models = dict(zip(runs, built))
+    k, d = config.generators, config.width
+    assert k == sets.DEFAULT.generators and k + 1 >= sets.DEFAULT.types  # the typed task needs K + 1 >= M maps
+    for name, model in models.items():
+        zonotope = name.startswith("zonotope")
+        assert model.pooler.name == ("zonotope_attention" if zonotope else "attention")
+        assert [layer.values.num_generators for layer in model.layers] == [k if zonotope else 0] * len(model.layers)
+        if zonotope:
+            assert model.pooler.values.num_generators == k and model.pooler.values.full.shape == (k, d, d)
+        assert runs[name]["params"] == sets.parameter_count(model)
+    per_layer = k * (d * d + d + 1)  # generators and their gate's Linear(d, k)
+    assert runs["zonotope x1"]["params"] - runs["attention x1"]["params"] == d * d + per_layer  # + the centre C
+    assert runs["zonotope x2"]["params"] - runs["attention x2"]["params"] == d * d + 2 * per_layer
+    model = models["zonotope x2"].eval()
+    data = make_set_task("typed", 3, min_size=2, max_size=5, seed=0)
+    with torch.no_grad():
+        for values in (model.pooler.values, model.layers[0].values):
+            torch.nn.init.normal_(values.gate.weight, std=0.5)  # what training does to the zero-initialised gates
+        before = model(data.x, data.mask)
+        for values in (model.pooler.values, model.layers[0].values):
+            saved = values.full.clone()
+            values.full.mul_(2.0)
+            assert not torch.allclose(model(data.x, data.mask), before, atol=1e-4)  # each generator set is used
+            values.full.copy_(saved)

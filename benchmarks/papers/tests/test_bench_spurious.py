@@ -270,3 +270,51 @@ def test_fit_without_val_or_test_keeps_the_last_epoch():
     result = fit(head, (maps, y), None, None, epochs=3, batch_size=8, lr=1e-2, weight_decay=0.0, seed=0)
     assert result.best_epoch == 2 and result.val_accuracy == [] and np.isnan(result.test_accuracy)
     assert len(result.train_loss) == 3
+
+
+def test_dfr_retrains_draw_the_same_share_of_every_group(monkeypatch):
+    # catches retrain rows drawn from all reweighting rows at random (ignoring groups), a share of each group's own
+    # size instead of the smallest's, rows repeated within a draw, and one draw reused by every retrain
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    sizes = [20, 6, 9, 30]  # unbalanced: a draw that ignores the groups comes out unbalanced too
+    groups = np.repeat(np.arange(4), sizes)
+    y = groups // 2
+    features = np.random.default_rng(0).normal(size=(len(y), 3))
+    features[:, 0] += 2.0 * y
+    whole = StandardScaler().fit(features).transform(features)  # the retrains' standardisation
+    drawn = []
+    fit_logistic = LogisticRegression.fit
+    monkeypatch.setattr(LogisticRegression, "fit", lambda self, x, t: (drawn.append(x), fit_logistic(self, x, t))[1])
+    spurious.fit_dfr(features, y, groups, cs=(1.0, 0.1), retrains=4, subsample=0.5, seed=0)
+    retrains = drawn[2:]  # after one tuning fit per C
+    assert len(retrains) == 4
+    picks = [[int(np.abs(whole - row).sum(1).argmin()) for row in x] for x in retrains]
+    for x, rows in zip(retrains, picks):
+        np.testing.assert_allclose(x, whole[rows])  # each fitted row is one reweighting row
+        assert np.bincount(groups[rows], minlength=4).tolist() == [3, 3, 3, 3]  # int(0.5 * 6) from every group
+        assert len(set(rows)) == len(rows)
+    assert len({tuple(sorted(rows)) for rows in picks}) == 4  # a fresh subsample per retrain
+
+
+def test_dfr_is_l1_logistic_regression_with_liblinear(monkeypatch):
+    # catches an L2 penalty (penalty="l2" or l1_ratio=0): a strongly regularised L1 fit zeroes the weights of
+    # pure-noise features, where L2 only shrinks them; also catches a solver other than liblinear
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    groups = np.repeat(np.arange(4), 12)
+    y = groups // 2
+    features = np.random.default_rng(0).normal(size=(len(y), 9))
+    features[:, 0] += 2.0 * y  # feature 0 carries the label, features 1..8 are noise
+    solvers = []
+    fit_logistic = LogisticRegression.fit
+    monkeypatch.setattr(LogisticRegression, "fit",
+                        lambda self, x, t: (solvers.append(self.solver), fit_logistic(self, x, t))[1])
+    head = spurious.fit_dfr(features, y, groups, cs=(0.1,), retrains=3, subsample=0.8, seed=0)
+    assert head.coef[0] > 0.3 and np.array_equal(head.coef[1:], np.zeros(8))
+    assert set(solvers) == {"liblinear"}
+    monkeypatch.undo()
+    l2 = LogisticRegression(C=0.1, l1_ratio=0.0, solver="liblinear").fit(StandardScaler().fit_transform(features), y)
+    assert (np.abs(l2.coef_[0]) > 1e-3).all()  # the data tells the two apart: L2 leaves every noise weight non-zero

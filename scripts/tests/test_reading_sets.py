@@ -1,0 +1,57 @@
+"""docs/sets.md's readings: each from its paired t over the seeds (test MSE, lower is better), Holm-adjusted over the
+page; a hand-typed claim or a flipped verdict fails ``scripts/docs.py --check``."""
+
+from __future__ import annotations
+
+import pytest
+import rendering
+from pages import sets
+from verdicts import Verdicts
+
+from poolkit.errors import PoolkitError
+
+KEY = "typed: zonotope x1 vs attention x1"
+
+
+def synthetic(zonotope: list[float], attention: list[float], best_epoch: int = 5) -> dict:
+    """A results.json of one task and two models, with the given test MSE per seed."""
+    runs = [{"task": "typed", "model": model, "seed": seed, "params": 10, "test_mse": mse, "best_epoch": best_epoch}
+            for model, values in (("attention x1", attention), ("zonotope x1", zonotope))
+            for seed, mse in enumerate(values, 1)]
+    return {"settings": {"tasks": ["typed"], "models": ["attention x1", "zonotope x1"], "seeds": len(zonotope),
+                         "epochs": 10}, "runs": runs}
+
+
+def test_a_clearly_lower_error_reads_as_a_win_for_the_lower_one():
+    # the zonotope's MSE is far lower on every seed: it wins (a higher-is-better reading would crown attention)
+    results = synthetic([0.010, 0.012, 0.011], [0.50, 0.53, 0.51])
+    verdicts = Verdicts(sets.comparisons(results))
+    assert verdicts[KEY].winner == "zonotope x1"
+    assert "zonotope x1 beats attention x1" in sets.render_findings(results, verdicts)
+    assert "zonotope x1 beats attention x1" in verdicts.block()
+
+
+def test_differences_that_straddle_zero_read_as_noise():
+    results = synthetic([0.20, 0.31, 0.25], [0.25, 0.26, 0.26])
+    verdicts = Verdicts(sets.comparisons(results))
+    assert not verdicts[KEY].detected
+    assert "zonotope x1 and attention x1: inside the noise" in sets.render_findings(results, verdicts)
+
+
+def test_the_budget_counts_runs_whose_best_epoch_is_the_last():
+    assert "3 of 3 (under-trained)" in sets.render_budget(synthetic([0.1] * 3, [0.2] * 3, best_epoch=9))
+    assert "0 of 3; best 6" in sets.render_budget(synthetic([0.1] * 3, [0.2] * 3, best_epoch=5))
+
+
+def test_a_hand_typed_claim_on_the_page_is_refused():
+    text = sets.PAGE.file().read_text()
+    with pytest.raises(PoolkitError, match="hand-written readings"):
+        sets.PAGE.update(text + "\nOne zonotope layer beats stacked attention on every task.\n")
+
+
+def test_a_verdict_flipped_inside_the_verdicts_block_is_stale():
+    text = sets.PAGE.file().read_text()
+    block = rendering.current(text, "verdicts")
+    flipped = block.replace("| zonotope x1 beats attention x1 |", "| zonotope x1 and attention x1: inside the noise |")
+    assert flipped != block
+    assert sets.PAGE.update(text.replace(block, flipped))[1] == ["verdicts"]

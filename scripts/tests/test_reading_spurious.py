@@ -1,0 +1,58 @@
+"""docs/spurious.md's readings come from its tests: the page's one Holm-adjusted family of paired comparisons."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import rendering
+from pages import spurious
+from verdicts import Comparison, Verdicts
+
+from poolkit.errors import PoolkitError
+
+
+def frame(gaps: dict[str, list[float]]) -> pd.DataFrame:
+    """Worst-group accuracies over 5 seeds at one agreement: DFR at 0.8 plus noise, each method at DFR + its gaps."""
+    noise = [0.01, -0.02, 0.0, 0.015, -0.005]
+    rows = [{"agreement": 0.95, "seed": seed, "method": "dfr", "worst_group": 0.8 + noise[seed]} for seed in range(5)]
+    for method, gap in gaps.items():
+        rows += [{"agreement": 0.95, "seed": seed, "method": method, "worst_group": 0.8 + noise[seed] + gap[seed]}
+                 for seed in range(5)]
+    return pd.DataFrame(rows)
+
+
+CLEAR = [0.10, 0.11, 0.09, 0.10, 0.12]
+STRADDLING = [0.05, -0.04, 0.03, -0.05, 0.01]
+
+
+def test_a_method_clearly_above_dfr_beats_it_and_one_straddling_zero_is_inside_the_noise():
+    # catches a hard-coded verdict, a sign flip (DFR named the winner) and a flex reading that ignores its own test
+    data = frame({"erm": [-0.3] * 5, "attention2d": CLEAR, "adapool2d": STRADDLING,
+                  "flex": [-0.2, -0.21, -0.19, -0.2, -0.22]})
+    verdicts = spurious.page_verdicts(data)
+    assert verdicts["0.95 attention2d vs dfr"].reading == "attention2d beats DFR"
+    assert verdicts["0.95 adapool2d vs dfr"].reading == "adapool2d and DFR: inside the noise"
+    assert verdicts["0.95 flex vs dfr"].reading == "DFR beats flex"
+    claim = spurious.claim_reading(verdicts, [0.95], "dfr", "claim")
+    assert "beats DFR in 1 of 2 (pooler, agreement) pairs (attention2d at 0.95); DFR beats it in 0; inside the " \
+           "noise in 1" in claim
+
+
+def test_the_family_is_adjusted_together():
+    # catches per-comparison (unadjusted) verdicts: a difference that clears p < 0.05 alone is inside the noise
+    # once the page's other comparisons share the family
+    borderline = [0.04, 0.01, 0.05, 0.0, 0.03]
+    alone = Verdicts([Comparison("x", "a", "b", [0.8 + g for g in borderline], [0.8] * 5, "m")])
+    assert alone["x"].detected
+    data = frame({"erm": borderline, "attention2d": STRADDLING, "adapool2d": STRADDLING, "flex": STRADDLING})
+    assert not spurious.page_verdicts(data)["0.95 erm vs dfr"].detected
+
+
+def test_a_hand_typed_reading_on_the_page_fails_its_check():
+    text = spurious.PAGE.file().read_text()
+    assert spurious.PAGE.update(text)[1] == []
+    with pytest.raises(PoolkitError, match='hand-written readings.*"beats"'):
+        spurious.PAGE.update(text + "\nattention2d beats DFR at both agreements.\n")
+    block = rendering.current(text, "verdicts")
+    flipped = text.replace(block, block.replace("inside the noise", "beats", 1))
+    assert spurious.PAGE.update(flipped)[1] == ["verdicts"]

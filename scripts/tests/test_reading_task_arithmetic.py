@@ -1,0 +1,93 @@
+"""docs/task-arithmetic.md's readings come from their tests: a synthetic run where one mode is clearly ahead over
+the seeds reads "beats" with that mode as the winner (interference read lower-is-better), one whose differences
+straddle 0 reads "inside the noise", the budget block counts runs whose best epoch is the last; and the real page
+refuses a hand-typed claim and reports a flipped verdict as stale."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import rendering
+from pages import task_arithmetic
+from verdicts import Verdicts
+
+from poolkit.errors import PoolkitError
+
+
+def synthetic(gap: float, straddle: bool = False, seeds: int = 8) -> pd.DataFrame:
+    """Every mode scores alike per seed and task except `attention`, whose skill change by merging (and merged
+    skill) is `all`'s plus a shift and whose interference is `all`'s minus it: the shift is ``gap`` (with a little
+    noise), or with ``straddle`` alternately +``gap`` and -``gap`` around a mean of a tenth of it."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for seed in range(seeds):
+        shift = gap * ((-1) ** seed + 0.1) if straddle else gap + rng.normal(0, abs(gap) / 20)
+        for task in ("a", "b"):
+            finetuned, change, interference = 0.4 + rng.normal(0, 0.01), -0.05 + rng.normal(0, 0.002), 0.2
+            for mode in task_arithmetic.MODES:
+                s = shift if mode == "attention" else 0.0
+                rows.append({"mode": mode, "seed": seed, "task": task, "finetuned_skill": finetuned,
+                             "merged_skill": finetuned + change + s, "change": change + s,
+                             "interference": interference - s, "trainable_params": 1})
+    return pd.DataFrame(rows)
+
+
+def first_claim(paper: str) -> str:
+    """The paper block's table for the first claim, `attention` against `all` (the second sets `attention` against
+    a mode that scores as `all` does here)."""
+    return paper.split(f"**{task_arithmetic.PAPER['heads']}**")[0]
+
+
+def test_a_mode_clearly_ahead_over_the_seeds_beats_the_other_with_the_right_winner():
+    frame = synthetic(0.05)
+    verdicts = Verdicts(task_arithmetic.comparisons(frame))
+    for key in ("change:attention-all", "interference:attention-all"):  # interference: lower is better
+        assert verdicts[key].detected and verdicts[key].winner == "`attention`", key
+        assert verdicts[key].reading == "`attention` beats `all`"
+    assert verdicts["cost:all"].winner == "`all` single-task"  # merging took skill off in every seed
+    assert verdicts["finetuned_skill:attention-all"].reading == "`attention` and `all`: inside the noise"
+    first = first_claim(task_arithmetic.render_paper(frame, verdicts))
+    assert first.count("as the claim predicts") == 2 and "against the claim" not in first
+
+
+def test_the_other_mode_ahead_reads_against_the_claim():
+    # a sign flip: `all` merges with less loss and less interference, so it wins where the claim predicts `attention`
+    frame = synthetic(-0.05)
+    verdicts = Verdicts(task_arithmetic.comparisons(frame))
+    for key in ("change:attention-all", "interference:attention-all"):
+        assert verdicts[key].winner == "`all`", key
+    first = first_claim(task_arithmetic.render_paper(frame, verdicts))
+    assert first.count("against the claim") == 2 and "as the claim predicts" not in first
+
+
+def test_differences_that_straddle_zero_are_inside_the_noise():
+    frame = synthetic(0.05, straddle=True)
+    verdicts = Verdicts(task_arithmetic.comparisons(frame))
+    for key in ("change:attention-all", "interference:attention-all", "merged_skill:attention-all"):
+        assert verdicts[key].reading == "`attention` and `all`: inside the noise", key
+    modes = task_arithmetic.mode_summary(frame)
+    assert "*(noise)*" not in task_arithmetic.render_modes(frame, modes, verdicts).splitlines()[2]  # `all`: a cost
+    assert "beats" not in task_arithmetic.render_paper(frame, verdicts)
+
+
+def test_the_budget_block_reads_runs_whose_best_epoch_is_the_last_as_under_trained():
+    results = {"settings": {"epochs": 2, "grid": [0.1, 0.5], "modes": ["all", "attention"]},
+               "runs": [{"mode": "all", "alpha": 0.1, "best_epochs": {"a": 2, "b": 2}},
+                        {"mode": "all", "alpha": 0.5, "best_epochs": {"a": 1, "b": 2}},
+                        {"mode": "attention", "alpha": 0.5, "best_epochs": {"a": 1, "b": 1}},
+                        {"mode": "attention", "alpha": 0.5, "best_epochs": {"a": 2, "b": 0}}]}
+    rows = task_arithmetic.render_budget(results).splitlines()[2:]
+    assert rows == ["| `all` | 3 of 4 | under-trained | 1 of 2 |", "| `attention` | 1 of 4 | — | 0 of 2 |"]
+
+
+def test_the_real_page_refuses_a_hand_typed_claim_and_reports_a_flipped_verdict():
+    page = task_arithmetic.PAGE
+    text = page.file().read_text()
+    assert page.update(text)[1] == []
+    with pytest.raises(PoolkitError, match="hand-written readings"):
+        page.update(text + "\nMerging `attention` costs less than `all`, and it beats full fine-tuning.\n")
+    block = rendering.current(text, "verdicts")
+    flipped = block.replace("`attention` and `all`: inside the noise", "`attention` beats `all`", 1)
+    assert flipped != block
+    assert "verdicts" in page.update(text.replace(block, flipped))[1]
