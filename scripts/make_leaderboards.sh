@@ -8,6 +8,7 @@
 # Each run records its commit, machine and timings in its leaderboard.json; the page is rendered from those files.
 #   scripts/make_leaderboards.sh                      # all five (about 1.75 hours on 2 CPU cores, most of it fine-tuning)
 #   scripts/make_leaderboards.sh wordnet-depth        # one of: wordnet-supersense wordnet-depth fortunes scorers decision
+#                                                     # recipes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 POOLKIT=${POOLKIT:-.venv/bin/poolkit}
@@ -28,11 +29,15 @@ run() {
     decision) $POOLKIT compare --data builtin:embedded "${common[@]}" --repeats 3 --sizes 250,500,1000,1500 \
                 --poolers adapool,attention_head,gated_attention,attention,latent,mean_max,mean,cls,max \
                 --out docs/leaderboards/wordnet-supersense-repeated ;;
-    *) echo "unknown leaderboard $1: choose wordnet-supersense, wordnet-depth, fortunes, scorers or decision" >&2
+    # the seed recipes over the token pooler MiniLM was trained for: weighted_layer and lstm_layers take the model's
+    # declared pooling (mean) on each layer, beside mean alone; 5 folds x 3 repeats (about 15 minutes)
+    recipes) $POOLKIT compare --data builtin:embedded --folds 5 --epochs 12 --patience 3 --force --repeats 3 \
+               --no-baseline --poolers mean,weighted_layer,lstm_layers --out docs/leaderboards/recipes ;;
+    *) echo "unknown leaderboard $1: choose wordnet-supersense, wordnet-depth, fortunes, scorers, decision or recipes" >&2
        exit 2 ;;
   esac
 }
-for name in "${@:-wordnet-supersense wordnet-depth fortunes scorers decision}"; do
+for name in "${@:-wordnet-supersense wordnet-depth fortunes scorers decision recipes}"; do
   for one in $name; do run "$one"; done
 done
 $PYTHON scripts/docs.py --write leaderboards

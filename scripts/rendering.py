@@ -69,21 +69,25 @@ def replace_blocks(text: str, blocks: dict[str, str]) -> str:
 
 
 #: the words of a reading that compares two conditions: only a rendered block, worded from its test, may use them
-CLAIM = re.compile(r"\b(beats?|beaten|outperform\w*|better than|worse than|inside the noise|beyond (?:seed )?noise|"
-                   r"detectabl\w*|significant\w*|costs? less)\b", re.I)
+CLAIM = re.compile(r"\b(beats?|beaten|outperform\w*|better than|worse than|higher than|lower than|inside the noise|"
+                   r"beyond (?:seed )?noise|detectabl\w*|significant\w*|costs? less|ahead|wins?|won|helps?|"
+                   r"stronger|weaker|superior|inferior)\b", re.I)
 
 
 def hand_written_claims(text: str) -> list[str]:
-    """'line N: "word"' for each claim word (:data:`CLAIM`) in ``text`` outside its rendered blocks and code
-    blocks."""
+    """'line N: "word"' for each claim word (:data:`CLAIM`) in ``text`` outside its rendered blocks, code blocks and
+    quotations (a '>' line: the paper's words, not a reading)."""
     found, in_block, in_code = [], False, False
     for number, line in enumerate(text.splitlines(), 1):
-        if marker := MARKER.search(line):
-            in_block = marker.group(1) == "begin"
+        if markers := list(MARKER.finditer(line)):
+            before = line[:markers[0].start()] if not in_block else ""
+            outside = before + " " + (line[markers[-1].end():] if markers[-1].group(1) == "end" else "")
+            in_block = markers[-1].group(1) == "begin"
         elif not in_block and line.lstrip().startswith("```"):
-            in_code = not in_code
-        elif not (in_block or in_code):
-            found += [f'line {number}: "{m.group(0)}"' for m in CLAIM.finditer(line)]
+            in_code, outside = not in_code, ""
+        else:
+            outside = "" if in_block or in_code or line.lstrip().startswith(">") else line
+        found += [f'line {number}: "{m.group(0)}"' for m in CLAIM.finditer(outside)]
     return found
 
 
@@ -164,7 +168,15 @@ def points(share: float, digits: int = 2) -> str:
     return f"{100 * share:.{digits}f}"
 
 
-def difference(mean: float, std: float, noise: bool, digits: int = 2) -> str:
-    """A paired difference of shares in points, '+0.12 ± 0.30', with *(noise)* when its test says the 95% interval
-    contains 0."""
-    return f"{100 * mean:+.{digits}f} ± {points(std, digits)}" + (" *(noise)*" if noise else "")
+def difference(mean: float, std: float, digits: int = 2) -> str:
+    """A paired difference of shares in points, mean ± sample std: '+0.12 ± 0.30' (its test, where it has one, is
+    a page's verdict: scripts/verdicts.py)."""
+    return f"{100 * mean:+.{digits}f} ± {points(std, digits)}"
+
+
+def accuracy_cells(row, baseline: bool, mark: str) -> list[str]:
+    """A summary row's two table cells: accuracy in %, mean ± sample std over seeds, and its paired difference to
+    the baseline (mean ± sample std of the per-seed differences, then its verdict's ``mark``; '—' for the
+    baseline itself)."""
+    return [f"{points(row['mean'])} ± {points(row['std'])}",
+            "—" if baseline else difference(row["diff_mean"], row["diff_std"]) + mark]

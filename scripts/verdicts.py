@@ -7,6 +7,8 @@ Holm-adjusts them together (Holm 1979), and renders every reading from it -- a t
 sentence, the page's verdicts block -- so that two readings of one page cannot disagree, and a reading that
 contradicts its numbers is a rendered block that differs from its files: ``scripts/docs.py --check`` fails.
 The wording comes from the outcome: "A beats B" when the adjusted p is below 0.05, "inside the noise" otherwise.
+Each interval is adjusted with its p-value: at level 1 - 0.05 p / p_holm, it excludes 0 exactly when the adjusted p
+is below 0.05 (for a Bonferroni family this is the familiar 1 - 0.05 / m), so an interval and its verdict agree.
 """
 
 from __future__ import annotations
@@ -49,8 +51,8 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A comparison's outcome: the mean difference a - b, its 95% interval, the raw and the Holm-adjusted p (None
-    without a test: fewer than two pairs)."""
+    """A comparison's outcome: the mean difference a - b, its Holm-adjusted interval, the raw and the Holm-adjusted
+    p (None without a test: fewer than two pairs, or a value that is not finite)."""
 
     comparison: Comparison
     mean: float
@@ -78,10 +80,12 @@ class Verdict:
 
     @property
     def reading(self) -> str:
-        """'A beats B', 'A and B: inside the noise' or 'A and B: not tested (one seed)'."""
+        """'A beats B', 'A and B: inside the noise' or 'A and B: not tested (one seed)' (or '(a value is not
+        finite)')."""
         c = self.comparison
         if not self.tested:
-            return f"{c.a} and {c.b}: not tested (one {'fold' if c.test_over_train else 'seed'})"
+            why = f"one {'fold' if c.test_over_train else 'seed'}" if len(c.a_values) < 2 else "a value is not finite"
+            return f"{c.a} and {c.b}: not tested ({why})"
         if self.detected:
             return f"{self.winner} beats {c.b if self.winner == c.a else c.a}"
         return f"{c.a} and {c.b}: inside the noise"
@@ -92,7 +96,7 @@ class Verdict:
         return " *(noise)*" if self.tested and not self.detected else ""
 
     def difference(self, interval: str = " ({low} to {high})") -> str:
-        """The mean difference a - b in the comparison's unit, then its 95% interval in the form ``interval``:
+        """The mean difference a - b in the comparison's unit, then its adjusted interval in the form ``interval``:
         '+2.2 points (-5.9 to +10.4)'."""
         c = self.comparison
         value = f"{c.scale * self.mean:+.{c.digits}f}" + (f" {c.unit}" if c.unit else "")
@@ -102,12 +106,12 @@ class Verdict:
                                              high=f"{c.scale * self.high:+.{c.digits}f}")
 
     def sentence(self) -> str:
-        """The reading with its numbers: 'attention2d and DFR: inside the noise (+2.2 points, 95% interval -5.9 to
-        +10.4; paired t, 3 seeds, Holm p = 0.661)'."""
+        """The reading with its numbers: 'attention2d and DFR: inside the noise (+2.2 points, adjusted interval -5.9
+        to +10.4; paired t, 3 seeds, Holm p = 0.661)'."""
         c = self.comparison
         if not self.tested:
             return f"{self.reading} ({self.difference()})"
-        return (f"{self.reading} ({self.difference(', 95% interval {low} to {high}')}; {c.test}, Holm "
+        return (f"{self.reading} ({self.difference(', adjusted interval {low} to {high}')}; {c.test}, Holm "
                 f"p {format_p(self.p_holm, '=')})")
 
 
@@ -134,7 +138,8 @@ class Verdicts:
         self._verdicts = {}
         for c, p, p_holm in zip(comparisons, raw, adjusted):
             d = np.asarray(c.a_values, dtype=np.float64) - np.asarray(c.b_values, dtype=np.float64)
-            low, high = t_interval(d, c.test_over_train) if p is not None else (math.nan, math.nan)
+            level = 1 - TIE_LEVEL * (p / p_holm if p else 1.0) if p is not None else None
+            low, high = t_interval(d, c.test_over_train, level) if p is not None else (math.nan, math.nan)
             self._verdicts[c.key] = Verdict(c, float(d.mean()), low, high, p, p_holm)
 
     def __getitem__(self, key: str) -> Verdict:
@@ -159,13 +164,26 @@ class Verdicts:
         return "\n".join([
             f"{len(self)} comparisons, Holm-adjusted together; {detected} {'leaves' if detected == 1 else 'leave'} the "
             f"noise (adjusted p < {TIE_LEVEL:g}). "
-            "The interval is each comparison's own 95% interval, so one that excludes 0 can still be inside the noise "
-            "after the adjustment.", "",
-            table(["measure", "comparison", "difference (95% interval)", "test", "p", "Holm p", "verdict"], rows,
+            "Each interval is adjusted with its p-value (level 1 − 0.05 p / Holm p), so it excludes 0 exactly when the "
+            "verdict leaves the noise.", "",
+            table(["measure", "comparison", "difference (adjusted interval)", "test", "p", "Holm p", "verdict"], rows,
                   align="llrlrrl")])
+
+
+def paired(frame, index: str, column: str, values: str, a: str, b: str) -> tuple[list[float], list[float]]:
+    """``values`` of conditions ``a`` and ``b`` (in ``column``) paired on ``index`` (a seed or a fold): rows where
+    one side is missing or not finite stay, as NaN, so that the comparison says it is not tested."""
+    cell = frame[frame[column].isin([a, b])].pivot(index=index, columns=column, values=values)
+    return cell[a].tolist(), cell[b].tolist()
 
 
 def counted(values: Iterable[bool]) -> str:
     """'3 of 10' for the true ones among ``values``."""
     values = list(values)
     return f"{sum(values)} of {len(values)}"
+
+
+def last_epochs(last: Iterable[bool]) -> str:
+    """Of runs (``last``: whether each chose its last epoch) '3 of 10', with ' (under-trained)' when most did."""
+    last = [bool(x) for x in last]
+    return counted(last) + (" (under-trained)" if 2 * sum(last) > len(last) else "")

@@ -7,9 +7,9 @@ together.
 from __future__ import annotations
 
 import pandas as pd
-from rendering import (ROOT, Page, changed_settings, difference, load_and_machine, points, presets_table, run_files,
-                       table)
-from verdicts import Comparison, Verdict, Verdicts, counted
+from rendering import (ROOT, Page, accuracy_cells, changed_settings, difference, load_and_machine, points,
+                       presets_table, run_files, table)
+from verdicts import Comparison, Verdict, Verdicts, counted, last_epochs
 
 from poolkit_bench.channel_spatial import BASELINE, PAPER, PRESETS, summarize_runs
 from poolkit.blocks import block_class, block_options, get_block, list_blocks
@@ -155,9 +155,8 @@ def render_table(summary: pd.DataFrame, speed: pd.DataFrame, task: str, verdicts
         cells = [f"`{name}`", family(name)]
         for size in sizes:
             row = part[(part["block"] == name) & (part["size"] == size)].iloc[0]
-            cells += [f"{points(row['mean'])} ± {points(row['std'])}",
-                      "—" if name == BASELINE else difference(row["diff_mean"], row["diff_std"], False)
-                      + verdicts[key(task, int(size), name, BASELINE)].mark]
+            cells += accuracy_cells(row, name == BASELINE, verdicts[key(task, int(size), name, BASELINE)].mark
+                                    if name != BASELINE else "")
         cost = speed.loc[name]
         rows.append([*cells, f"{int(cost['block_params']):,}",
                      f"{cost['forward_ms']:.1f} ms ({cost['vs_none']:.2f}×)"])
@@ -173,16 +172,13 @@ def render_epochs(frame: pd.DataFrame) -> str:
     runs = frame.assign(last=frame["best_epoch"] == frame["epochs"] - 1)
     columns = list(dict.fromkeys(zip(runs["task"], runs["size"], runs["epochs"])))
 
-    def cell(last: pd.Series) -> str:
-        return counted(last) + (", under-trained" if 2 * last.sum() > len(last) else "")
-
     def where(task: str, size: int, epochs: int) -> str:
         return f"{TASKS[task]}, {size:,} images ({epochs} epochs)"
 
-    cells = {group: cell(last) for group, last in runs.groupby(["block", "task", "size"], sort=False)["last"]}
+    cells = {group: last_epochs(last) for group, last in runs.groupby(["block", "task", "size"], sort=False)["last"]}
     rows = [[f"`{name}`", *(cells.get((name, t, n), "—") for t, n, _ in columns)]
             for name in dict.fromkeys(runs["block"])]
-    totals = "; ".join(f"{where(t, n, e)}: {cell(runs[(runs['task'] == t) & (runs['size'] == n)]['last'])}"
+    totals = "; ".join(f"{where(t, n, e)}: {last_epochs(runs[(runs['task'] == t) & (runs['size'] == n)]['last'])}"
                        for t, n, e in columns)
     return "\n".join([f"Runs whose chosen epoch is the last of their budget: {counted(runs['last'])} in all; {totals}.",
                       "", table(["block", *(where(*c) for c in columns)], rows, align="l" + "r" * len(columns))])
@@ -207,11 +203,9 @@ def readings(verdicts: list[Verdict], other: str) -> str:
     return "; ".join(told + ([f"{', '.join(quiet)}, each against {other}: inside the noise"] if quiet else []))
 
 
-def render_verdicts(frame: pd.DataFrame, summary: pd.DataFrame, verdicts: Verdicts | None = None) -> str:
+def render_verdicts(summary: pd.DataFrame, verdicts: Verdicts) -> str:
     """Per size: the best mean, the readings against none, the paper's pick for that size against none and every
-    other block, and what that says of the guidance; then the residual claim. ``verdicts``: the page's (by default
-    those of ``frame`` alone)."""
-    verdicts = Verdicts(comparisons(frame)) if verdicts is None else verdicts
+    other block, and what that says of the guidance; then the residual claim, each from the page's ``verdicts``."""
     lines = []
     part = summary[summary["task"] == "all"]
     sizes = [int(n) for n in sorted(part["size"].unique())]
@@ -235,10 +229,10 @@ def render_verdicts(frame: pd.DataFrame, summary: pd.DataFrame, verdicts: Verdic
                 outcome = f"**detectably below {quoted(above)}**, against the guidance"
             else:
                 outcome = f"**not supported**: `{pick}` does not beat none and every other block"
-            guidance = (f"the paper's pick for {regime} data, `{pick}`, ranks {rank} of {len(cell)} blocks by mean; "
-                        f"{readings(tested, pick)}; {outcome}")
-        lines.append(f"- **{size:,} images:** the best mean is `{best}` ({family(best)}), "
-                     f"{difference(cell.loc[best, 'diff_mean'], cell.loc[best, 'diff_std'], False)} points vs none; "
+            guidance = (f"the paper's pick for {regime} data, `{pick}`, ranks {rank} of {len(cell)} blocks by mean "
+                        f"(untested); {readings(tested, pick)}; {outcome}")
+        lines.append(f"- **{size:,} images:** the best mean (untested) is `{best}` ({family(best)}), "
+                     f"{difference(cell.loc[best, 'diff_mean'], cell.loc[best, 'diff_std'])} points vs none; "
                      f"{against_none}. For the guidance: {guidance}.")
     residual = [f"{size:,} images: {pair(verdicts, 'all', size, 'residual', 'ca_sa').sentence()}" for size in sizes
                 if {"residual", "ca_sa"} <= set(part.loc[part["size"] == size, "block"])]
@@ -275,7 +269,7 @@ def render() -> dict[str, str]:
     return {"catalogue": render_catalogue(), "presets": render_presets(), "guidance": render_guidance(),
             "cost": render_cost(results), "coverage": render_coverage(frame),
             "table": render_table(summary, speed, "all", verdicts), "epochs": render_epochs(frame),
-            "findings": render_verdicts(frame, summary, verdicts),
+            "findings": render_verdicts(summary, verdicts),
             "fine": render_fine(results, summary, speed, verdicts), "verdicts": verdicts.block()}
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 from rendering import ROOT, Page, changed_settings, presets_table, run_files, table
-from verdicts import Comparison, Verdicts, counted
+from verdicts import Comparison, Verdicts, last_epochs
 
 from poolkit_bench.mil import ABLATION_BASE, PAPER, PRESETS, summarize
 
@@ -69,26 +69,25 @@ def key(a: str, b: str, dataset: str) -> str:
 
 
 def paired(frame: pd.DataFrame, a: str, b: str, dataset: str) -> tuple[list[float], list[float]]:
-    """The test-fold accuracies of poolers ``a`` and ``b`` on the same (dataset, repeat, fold), in one order: the
-    folds of ``dataset``, or of every dataset for :data:`ALL`."""
-    part = frame if dataset == ALL else frame[frame["dataset"] == dataset]
-    wide = part[part["pooler"].isin([a, b])].pivot(index=["dataset", "repeat", "fold"], columns="pooler",
-                                                    values="accuracy").dropna()
+    """The test-fold accuracies of poolers ``a`` and ``b`` on the same (repeat, fold) of ``dataset``, in one order
+    (a fold missing on one side stays, as NaN: the comparison then says it is not tested)."""
+    part = frame[(frame["dataset"] == dataset) & frame["pooler"].isin([a, b])]
+    wide = part.pivot(index=["repeat", "fold"], columns="pooler", values="accuracy")
     return wide[a].tolist(), wide[b].tolist()
 
 
 def comparisons(frame: pd.DataFrame, folds: int) -> list[Comparison]:
-    """:data:`ABLATION` and :data:`ZONOTOPE`, where the run has both poolers, on each dataset and on all together:
-    test-fold accuracy, the corrected resampled t of a ``folds``-fold cross-validation (n_test / n_train =
-    1 / (folds - 1))."""
-    datasets = [*dict.fromkeys(frame["dataset"]), ALL]
+    """:data:`ABLATION` and :data:`ZONOTOPE`, where the run has both poolers, on each dataset: test-fold accuracy,
+    the corrected resampled t of a ``folds``-fold cross-validation (n_test / n_train = 1 / (folds - 1)). Not over
+    the datasets pooled: three cross-validations are not one, and their folds' spreads differ."""
+    datasets = list(dict.fromkeys(frame["dataset"]))
     return [Comparison(key(a, b, dataset), NAMES.get(a, a), NAMES.get(b, b), *paired(frame, a, b, dataset),
-                       f"accuracy, {'all datasets' if dataset == ALL else dataset}", test_over_train=1 / (folds - 1))
+                       f"accuracy, {dataset}", test_over_train=1 / (folds - 1))
             for a, b in [*ABLATION, ZONOTOPE] if {a, b} <= set(frame["pooler"]) for dataset in datasets]
 
 
 def difference_cell(verdict) -> str:
-    """A comparison's difference in points with its 95% interval, folds won / lost, and *(noise)* from its
+    """A comparison's difference in points with its adjusted interval, folds won / lost, and *(noise)* from its
     Holm-adjusted test."""
     c = verdict.comparison
     wins = sum(a > b for a, b in zip(c.a_values, c.b_values))
@@ -97,10 +96,10 @@ def difference_cell(verdict) -> str:
 
 
 def differences_table(verdicts: Verdicts, pairs, datasets: list[str], label) -> str:
-    """One row per declared (a, b) of ``pairs`` (named ``label(a, b)``), one column per dataset and all."""
-    rows = [[label(a, b), *(difference_cell(verdicts[key(a, b, d)]) for d in [*datasets, ALL])]
-            for a, b in pairs if key(a, b, ALL) in verdicts]
-    return table(["", *datasets, ALL], rows, align="l" + "r" * (len(datasets) + 1))
+    """One row per declared (a, b) of ``pairs`` (named ``label(a, b)``), one column per dataset."""
+    rows = [[label(a, b), *(difference_cell(verdicts[key(a, b, d)]) for d in datasets)]
+            for a, b in pairs if key(a, b, datasets[0]) in verdicts]
+    return table(["", *datasets], rows, align="l" + "r" * len(datasets))
 
 
 def render_ablation(verdicts: Verdicts, datasets: list[str]) -> str:
@@ -109,27 +108,27 @@ def render_ablation(verdicts: Verdicts, datasets: list[str]) -> str:
         return f"{shown} − {NAMES[b]}"
 
     lines = [f"Accuracy differences between scorers (abmil: `{ABLATION_BASE}`, tanh and sigmoid) on the same test "
-             "folds, in points: mean, its 95% interval (corrected resampled t, Nadeau & Bengio 2003), folds won / "
+             "folds, in points: mean, its adjusted interval (corrected resampled t, Nadeau & Bengio 2003), folds won / "
              "lost; *(noise)* when the Holm-adjusted test of the page's verdicts keeps it inside the noise.", "",
              differences_table(verdicts, ABLATION, datasets, label)]
-    against = [verdicts[key(GLU, b, ALL)].sentence() for b in (ABLATION_BASE, BILINEAR)
-               if key(GLU, b, ALL) in verdicts]
+    against = [f"{d}: {verdicts[key(GLU, b, d)].sentence()}" for b in (ABLATION_BASE, BILINEAR) for d in datasets
+               if key(GLU, b, d) in verdicts]
     if against:
-        lines += ["", f"**Does the one-sided glu win?** Over all datasets: {'; '.join(against)}."]
+        lines += ["", f"**Does the one-sided glu win?** Per dataset: {'; '.join(against)}."]
     return "\n".join(lines)
 
 
 def render_zonotope(verdicts: Verdicts, datasets: list[str]) -> str:
     """zonotope_attention against attention (the same scorer; only the value maps differ) on the same folds."""
     a, b = ZONOTOPE
-    if key(a, b, ALL) not in verdicts:
+    if key(a, b, datasets[0]) not in verdicts:
         return "This run has no `zonotope_attention` and `attention` rows to compare."
     return "\n".join([
-        "Accuracy of `zonotope_attention` minus `attention`'s on the same test folds, in points: mean, its 95% "
+        "Accuracy of `zonotope_attention` minus `attention`'s on the same test folds, in points: mean, its adjusted "
         "interval (corrected resampled t), folds won / lost; *(noise)* when the Holm-adjusted test keeps it inside "
         "the noise.", "",
         differences_table(verdicts, [ZONOTOPE], datasets, lambda a, b: f"{a} − {b}"), "",
-        f"Over all datasets: {verdicts[key(a, b, ALL)].sentence()}."])
+        "Per dataset: " + "; ".join(f"{d}: {verdicts[key(a, b, d)].sentence()}" for d in datasets) + "."])
 
 
 def render_budget(frame: pd.DataFrame, results: dict) -> str:
@@ -138,8 +137,7 @@ def render_budget(frame: pd.DataFrame, results: dict) -> str:
     datasets = list(dict.fromkeys(frame["dataset"]))
 
     def shown(part: pd.DataFrame) -> str:
-        last = (part["epochs"] == epochs).tolist()
-        return counted(last) + (" (under-trained)" if 2 * sum(last) > len(last) else "")
+        return last_epochs(part["epochs"] == epochs)
 
     rows = [[label, *(shown(frame[(frame["pooler"] == label) & (frame["dataset"] == d)]) for d in datasets),
              shown(frame[frame["pooler"] == label])] for label in dict.fromkeys(frame["pooler"])]

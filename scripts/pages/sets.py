@@ -4,17 +4,16 @@ readings, each from a declared test (:data:`COMPARED`, paired t over the seeds, 
 
 from __future__ import annotations
 
-import csv
-
-from rendering import ROOT, Page, read_json, span, table
+from rendering import ROOT, Page, run_files, span, table
 from verdicts import Comparison, Verdicts, counted
 
 FOLDER = ROOT / "docs" / "sets"
 #: the page's comparisons, (a, b) on each task's test MSE: one zonotope layer against one and several attention
-#: layers (the benchmark's question), two zonotope layers against two attention layers (the same depth), and what
-#: depth does for attention
+#: layers (the benchmark's question), against the Set Transformer and DeepSets at its parameter count (the paper's
+#: baselines), two zonotope layers against two attention layers (the same depth), and what depth does for attention
 COMPARED = (("zonotope x1", "attention x1"), ("zonotope x1", "attention x2"), ("zonotope x1", "attention x3"),
-            ("zonotope x2", "attention x2"), ("attention x3", "attention x1"))
+            ("zonotope x1", "set_transformer"), ("zonotope x1", "deepsets"), ("zonotope x2", "attention x2"),
+            ("attention x3", "attention x1"))
 
 
 def number(value: float) -> str:
@@ -22,16 +21,23 @@ def number(value: float) -> str:
     return f"{value:.4f}" if abs(value) >= 1e-3 or value == 0 else f"{value:.1e}"
 
 
-def load() -> tuple[dict, list[dict]]:
-    """(results.json, the rows of results.csv with numbers parsed)."""
-    with open(FOLDER / "results.csv", newline="") as f:
-        rows = [{**row, "depth": int(row["depth"]), "params": int(row["params"]), "mse_mean": float(row["mse_mean"]),
-                 "mse_std": float(row["mse_std"]), "seeds": int(row["seeds"])} for row in csv.DictReader(f)]
-    return read_json(FOLDER / "results.json"), rows
+def load() -> tuple[dict, list[dict], list[dict]]:
+    """(results.json, the per-seed rows of results.csv, their summary per (task, model, target):
+    ``poolkit_bench.sets.summarize``)."""
+    from poolkit_bench.sets import summarize
+
+    results, frame = run_files(FOLDER)
+    return results, frame.to_dict("records"), summarize(frame).to_dict("records")
 
 
 def cell(rows: list[dict], task: str, model: str, target: str = "all") -> dict:
     return next(r for r in rows if (r["task"], r["model"], r["target"]) == (task, model, target))
+
+
+def tdof_cell(seed_rows: list[dict], task: str, model: str) -> str:
+    """The range over seeds of the trained model's TDOF (results.csv, ``tdof``), '—' where no layer has value maps."""
+    values = [r["tdof"] for r in seed_rows if (r["task"], r["model"], r["target"]) == (task, model, "all")]
+    return "—" if any(v != v for v in values) else span([int(v) for v in values], "{:d}")
 
 
 def runs_of(results: dict, task: str, model: str) -> list[dict]:
@@ -66,19 +72,22 @@ def render_run(results: dict) -> str:
             f"test sets; seeds {s['seed']}-{s['seed'] + s['seeds'] - 1}.")
 
 
-def render_table(results: dict, rows: list[dict]) -> str:
-    seeds = results["settings"]["seeds"]
+def render_table(results: dict, seed_rows: list[dict], rows: list[dict]) -> str:
+    seeds, sample = results["settings"]["seeds"], results["settings"]["tdof_sets"]
     lines = [f"Test MSE on standardised targets (1 = predicting the training mean), mean ± sample std over {seeds} "
-             "seeds (`docs/sets/results.csv`); depth = attention layers, the pooler's included.", ""]
+             "seeds (`docs/sets/results.csv`, one row per seed); depth = attention layers, the pooler's included; "
+             f"TDOF of the trained model (its largest over the layers with value maps, on {sample} test sets), its "
+             "range over the seeds, '—' where no layer has value maps.", ""]
     for task in results["settings"]["tasks"]:
         targets = list(dict.fromkeys(r["target"] for r in rows if r["task"] == task and r["target"] != "all"))
         per_target = task == "statistics"
-        head = ["model", "depth", "parameters", "test MSE", *([f"MSE {t}" for t in targets] if per_target else [])]
+        head = ["model", "depth", "width", "parameters", "TDOF", "test MSE",
+                *([f"MSE {t}" for t in targets] if per_target else [])]
         body = []
         for model in results["settings"]["models"]:
             row = cell(rows, task, model)
-            shown = [f"`{model}`", str(row["depth"]), f"{row['params']:,}",
-                     f"{number(row['mse_mean'])} ± {number(row['mse_std'])}"]
+            shown = [f"`{model}`", str(row["depth"]), str(row["width"]), f"{row['params']:,}",
+                     tdof_cell(seed_rows, task, model), f"{number(row['mse_mean'])} ± {number(row['mse_std'])}"]
             if per_target:
                 shown += [number(cell(rows, task, model, t)["mse_mean"]) for t in targets]
             body.append(shown)
@@ -140,9 +149,9 @@ def render_quadrature(results: dict) -> str:
 
 
 def render() -> dict[str, str]:
-    results, rows = load()
+    results, seed_rows, rows = load()
     verdicts = Verdicts(comparisons(results))
-    return {"run": render_run(results), "table": render_table(results, rows),
+    return {"run": render_run(results), "table": render_table(results, seed_rows, rows),
             "findings": render_findings(results, verdicts), "verdicts": verdicts.block(),
             "budget": render_budget(results), "quadrature": render_quadrature(results)}
 

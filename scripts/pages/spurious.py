@@ -108,7 +108,7 @@ def render_paper(summary: pd.DataFrame) -> str:
     return table(["data set", "DFR worst-group acc. %", "source"], rows, align="lrl")
 
 
-def render_findings(frame: pd.DataFrame, summary: pd.DataFrame, verdicts: Verdicts) -> str:
+def render_findings(summary: pd.DataFrame, verdicts: Verdicts) -> str:
     """Per agreement: DFR against ERM, each attention pooler against DFR and against flex (each from its test),
     and where each retrained pooler's weight goes relative to GAP's uniform weights; then what the tests say of the
     paper's claim and of the static control."""
@@ -175,7 +175,7 @@ def render() -> dict[str, str]:
     verdicts = page_verdicts(frame)
     return {"presets": render_presets(), "data": render_data(results), "results": render_results(summary, verdicts),
             "sanity": render_sanity(results), "paper": render_paper(summary),
-            "findings": render_findings(frame, summary, verdicts), "choices": render_choices(frame, results),
+            "findings": render_findings(summary, verdicts), "choices": render_choices(frame, results),
             "verdicts": verdicts.block(), "cost": render_cost(results)}
 
 

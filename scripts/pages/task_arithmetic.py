@@ -6,25 +6,55 @@ page.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 from rendering import ROOT, Page, changed_settings, load_and_machine, presets_table, run_files, span, table
 from verdicts import Comparison, Verdict, Verdicts, counted
 
-from poolkit_bench.task_arithmetic import MODES, PAPER, PRESETS, mode_summary, summarize
+from poolkit_bench.task_arithmetic import MODES, PAPER, PRESETS, XI_ALPHAS, mode_summary, summarize
 
 FOLDER = ROOT / "docs" / "task-arithmetic"
 DESCRIBE = {"all": "all parameters", "attention": "attention only (W_q, W_k, W_v, W_o)",
-            "attention_frozen_head": "attention only, head trained first then frozen"}
+            "attention_frozen_head": "attention only, head trained first then frozen",
+            "linearized": "all parameters of the encoder linearised at the base (tangent space)"}
 #: the measures two modes are compared on (per seed, the mean over tasks): column -> (name, higher is better)
 MEASURES = {"finetuned_skill": ("single-task skill", True), "merged_skill": ("merged skill", True),
             "change": ("skill change by merging", True),
-            "interference": ("interference (raw, not normalised by task-vector size)", False)}
-#: Jin et al.'s claims: the text, the mode the claim favours, the mode it sets it against
-CLAIMS = ((PAPER["attention_vs_all"], "attention", "all"), (PAPER["heads"], "attention_frozen_head", "attention"))
-#: what each measure is to a claim: the measures it predicts a winner on, and what the others show beside it
-PREDICTED = ("change", "interference")
-ROLE = {"finetuned_skill": "nothing: what the mode gives before merging",
-        "merged_skill": "nothing: what the merged model gives"}
+            "interference_per_norm": ("interference per unit L2 norm added", False),
+            "disentanglement_error": ("disentanglement error", False)}
+#: what a measure shows beside a claim that predicts no winner on it
+BEFORE, AFTER, CLOSE = ("nothing: what the mode gives before merging", "nothing: what the merged model gives",
+                        "nothing: the two close")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A paper's claim: its text and source, the mode it is about (``a``) and the one it sets it against (``b``),
+    and per measure it is read on (:data:`MEASURES`' columns) the mode it predicts the winner, or what the measure
+    shows beside it."""
+
+    text: str
+    source: str
+    a: str
+    b: str
+    predicts: dict[str, str]
+
+
+JIN, ORTIZ = "Jin et al.", "Ortiz-Jimenez et al."
+CLAIMS = (
+    Claim(PAPER["attention_vs_all"], JIN, "attention", "all",
+          {"finetuned_skill": BEFORE, "merged_skill": AFTER, "change": "attention",
+           "interference_per_norm": "attention", "disentanglement_error": "attention"}),
+    Claim(PAPER["heads"], JIN, "attention_frozen_head", "attention",
+          {"finetuned_skill": BEFORE, "merged_skill": AFTER, "change": "attention_frozen_head",
+           "interference_per_norm": "attention_frozen_head", "disentanglement_error": "attention_frozen_head"}),
+    Claim(PAPER["linearized_vs_all"], ORTIZ, "linearized", "all",
+          {"finetuned_skill": "all", "merged_skill": "linearized", "interference_per_norm": "linearized",
+           "disentanglement_error": "linearized"}),
+    Claim(PAPER["linearized_vs_attention"], JIN, "linearized", "attention",
+          {"finetuned_skill": "attention", "merged_skill": "attention", "interference_per_norm": CLOSE,
+           "disentanglement_error": CLOSE}))
 #: skills and interference print as the tables do: 3 decimals, no unit
 NUMBERS = {"scale": 1.0, "unit": "", "digits": 3}
 
@@ -41,7 +71,7 @@ def modes_in(frame: pd.DataFrame) -> list[str]:
 
 def comparisons(frame: pd.DataFrame) -> list[Comparison]:
     """Every comparison the page reads, paired by seed on the mean over tasks: each mode's merged against its
-    single-task skill, and for each claim whose modes ran, its two modes on every :data:`MEASURES`."""
+    single-task skill, and for each claim whose modes ran, its two modes on each measure it is read on."""
     cells = frame.groupby(["mode", "seed"])[list(MEASURES)].mean()
 
     def paired(a: tuple[str, str], b: tuple[str, str]) -> tuple[list[float], list[float]]:
@@ -52,11 +82,12 @@ def comparisons(frame: pd.DataFrame) -> list[Comparison]:
     found = [Comparison(f"cost:{mode}", f"`{mode}` merged", f"`{mode}` single-task",
                         *paired((mode, "merged_skill"), (mode, "finetuned_skill")), "skill", **NUMBERS)
              for mode in modes]
-    for _, a, b in CLAIMS:
+    for claim in CLAIMS:
+        a, b = claim.a, claim.b
         if {a, b} <= set(modes):
             found += [Comparison(f"{column}:{a}-{b}", f"`{a}`", f"`{b}`", *paired((a, column), (b, column)), what,
                                  higher_is_better=higher, **NUMBERS)
-                      for column, (what, higher) in MEASURES.items()]
+                      for column, (what, higher) in MEASURES.items() if column in claim.predicts]
     return found
 
 
@@ -69,7 +100,9 @@ def render_presets() -> str:
     names = ["tasks", "rows per task (64% fit, 16% validation, 20% test)", "epochs", "batch size", "max length",
              "encoder / pooler + head learning rate", "frozen-head epochs (first stage)", "alpha grid", "seeds",
              "torch threads"]
-    return presets_table("poolkit_bench.task_arithmetic", PRESETS, column, names)
+    return (presets_table("poolkit_bench.task_arithmetic", PRESETS, column, names) + "\n\nIn every preset the "
+            "disentanglement error is averaged over the shared alphas "
+            f"{' and '.join(f'{a:g}' for a in XI_ALPHAS)} (`poolkit_bench.task_arithmetic.XI_ALPHAS`).")
 
 
 def render_data(results: dict) -> str:
@@ -87,25 +120,35 @@ def render_results(summary: pd.DataFrame) -> str:
         rows = [[row.task, row.metric, pm(row.finetuned_mean, row.finetuned_std), pm(row.merged_mean, row.merged_std),
                  pm(row.own_mean, row.own_std), pm(row.finetuned_skill_mean, row.finetuned_skill_std),
                  pm(row.merged_skill_mean, row.merged_skill_std), pm(row.change_mean, row.change_std, "{:+.3f}"),
-                 pm(row.interference_mean, row.interference_std), pm(row.alpha_mean, row.alpha_std, "{:.2f}")]
+                 pm(row.interference_mean, row.interference_std), pm(row.tau_norm_mean, row.tau_norm_std, "{:.2f}"),
+                 pm(row.interference_per_norm_mean, row.interference_per_norm_std),
+                 pm(row.disentanglement_error_mean, row.disentanglement_error_std),
+                 pm(row.alpha_mean, row.alpha_std, "{:.2f}")]
                 for row in part.itertuples(index=False)]
         lines += [f"**{DESCRIBE[mode]}** (`{mode}`; {int(part['seeds'].iloc[0])} seeds, mean ± sample std):", "",
                   table(["task", "metric", "single task", "merged", "own vector alone", "single-task skill",
-                         "merged skill", "skill change by merging", "interference", "alpha"], rows,
-                        align="llrrrrrrrr"), ""]
+                         "merged skill", "skill change by merging", "interference", "task-vector norm",
+                         "interference per unit norm added", "disentanglement error", "alpha"], rows,
+                        align="llrrrrrrrrrrr"), ""]
     return "\n".join(lines)
 
 
 def render_modes(frame: pd.DataFrame, modes: pd.DataFrame, verdicts: Verdicts) -> str:
-    """Per mode, the mean over tasks: the trainable parameters of a task's run, the skills and the interference
-    (mean ± sample std over seeds), and what merging changed, tested (merged − single-task, 95% interval)."""
+    """Per mode, the mean over tasks: the trainable parameters of a task's run, the skills, the interference, the
+    task vectors' norm and the disentanglement error (mean ± sample std over seeds), and what merging changed,
+    tested (merged − single-task, 95% interval)."""
     params = frame.groupby("mode")["trainable_params"]
+    norms = frame.groupby(["mode", "seed"])["tau_norm"].mean().groupby(level="mode").agg(["mean", "std"])
     rows = [[f"`{row.mode}`", span(params.get_group(row.mode).unique() / 1e6, unit="M"),
              pm(row.finetuned_skill_mean, row.finetuned_skill_std), pm(row.merged_skill_mean, row.merged_skill_std),
              verdicts[f"cost:{row.mode}"].difference() + verdicts[f"cost:{row.mode}"].mark,
-             pm(row.interference_mean, row.interference_std)] for row in modes.itertuples(index=False)]
+             pm(row.interference_mean, row.interference_std), pm(*norms.loc[row.mode], "{:.2f}"),
+             pm(row.interference_per_norm_mean, row.interference_per_norm_std),
+             pm(row.disentanglement_error_mean, row.disentanglement_error_std)]
+            for row in modes.itertuples(index=False)]
     return table(["mode", "trainable parameters per task's run", "single-task skill", "merged skill",
-                  "skill change by merging (95% interval)", "interference (raw)"], rows, align="lrrrrr")
+                  "skill change by merging (95% interval)", "interference (raw)", "task-vector norm",
+                  "interference per unit norm added", "disentanglement error"], rows, align="lrrrrrrrr")
 
 
 def beside(verdict: Verdict, favoured: str) -> str:
@@ -116,20 +159,21 @@ def beside(verdict: Verdict, favoured: str) -> str:
 
 
 def render_paper(frame: pd.DataFrame, verdicts: Verdicts) -> str:
-    """Each claim of the paper whose modes ran: its two modes on every measure, the verdict, and how it reads beside
-    what the claim predicts (a winner on the skill change by merging and on the interference; nothing on the
-    skills themselves, which show what the favoured mode gives or costs)."""
+    """Each claim whose modes ran: its two modes on each measure it is read on, the verdict, and how it reads beside
+    what the claim predicts there (a winner, or nothing: what the measure shows beside it)."""
     lines = []
-    for claim, a, b in CLAIMS:
+    for claim in CLAIMS:
+        a, b = claim.a, claim.b
         if not {a, b} <= set(modes_in(frame)):
             continue
         rows = []
         for column, (what, _) in MEASURES.items():
-            verdict = verdicts[f"{column}:{a}-{b}"]
-            predicts = f"`{a}` wins" if column in PREDICTED else ROLE[column]
-            rows.append([what, predicts, verdict.sentence(), beside(verdict, f"`{a}`") if column in PREDICTED
-                         else "—"])
-        lines += [f"**{claim}** (Jin et al.): `{a}` against `{b}`", "",
+            if column not in claim.predicts:
+                continue
+            verdict, winner = verdicts[f"{column}:{a}-{b}"], claim.predicts[column]
+            rows.append([what, f"`{winner}` wins" if winner in MODES else winner, verdict.sentence(),
+                         beside(verdict, f"`{winner}`") if winner in MODES else "—"])
+        lines += [f"**{claim.text}** ({claim.source}): `{a}` against `{b}`", "",
                   table(["measure (mean over tasks)", "the claim predicts", "verdict here", "beside the claim"], rows),
                   ""]
     return "\n".join(lines)
@@ -150,15 +194,17 @@ def render_budget(results: dict) -> str:
                   f"merges at the grid's lowest alpha ({lowest:g})"], rows, align="lrlr")
 
 
-def render_cost(results: dict) -> str:
+def render_cost(results: dict, frame: pd.DataFrame) -> str:
     s, prov = results["settings"], results["provenance"]
+    mean = frame.groupby("mode")["train_seconds"].mean()
+    seconds = ", ".join(f"`{mode}` {mean[mode]:.0f} s" for mode in modes_in(frame))
     default = PRESETS["default"]
     changed = changed_settings(s, default)
     return (f"The committed run (`docs/task-arithmetic/results.json`; preset {s['preset']}, settings that differ from "
             f"the default preset: {changed}): {len(s['modes'])} modes × {s['seeds']} seeds × "
             f"{len(s['tasks'])} tasks. It took {results['runtime_seconds'] / 60:.1f} minutes of wall time and "
             f"{results['cpu_seconds'] / 60:.1f} CPU-minutes with {s['threads']} torch threads on {prov['cores']} "
-            "cores. " + load_and_machine(results))
+            f"cores. Fine-tuning one task took, on average over its runs: {seconds}. " + load_and_machine(results))
 
 
 def render() -> dict[str, str]:
@@ -166,7 +212,7 @@ def render() -> dict[str, str]:
     verdicts = Verdicts(comparisons(frame))
     return {"presets": render_presets(), "data": render_data(results), "results": render_results(summarize(frame)),
             "modes": render_modes(frame, mode_summary(frame), verdicts), "budget": render_budget(results),
-            "paper": render_paper(frame, verdicts), "verdicts": verdicts.block(), "cost": render_cost(results)}
+            "paper": render_paper(frame, verdicts), "verdicts": verdicts.block(), "cost": render_cost(results, frame)}
 
 
 PAGE = Page("docs/task-arithmetic.md", render, readings=True)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from rendering import (ROOT, Page, changed_settings, difference, load_and_machine, points, presets_table, run_files,
-                       table)
-from verdicts import Comparison, Verdicts, counted
+from rendering import (ROOT, Page, accuracy_cells, changed_settings, difference, load_and_machine, points,
+                       presets_table, run_files, table)
+from verdicts import Comparison, Verdicts, counted, last_epochs
 
 from poolkit_bench.vision import BASELINE, PAPER, PRESETS, summarize
 
@@ -110,14 +110,13 @@ def render_table(summary: pd.DataFrame, variant: str, verdicts: Verdicts) -> str
         cells = [name]
         for size in sizes:
             row = part[(part["pooler"] == name) & (part["size"] == size)].iloc[0]
-            cells += [f"{points(row['mean'])} ± {points(row['std'])}",
-                      "—" if name == BASELINE else difference(row["diff_mean"], row["diff_std"], False)
-                      + verdicts[key(variant, size, name, BASELINE)].mark]
+            cells += accuracy_cells(row, name == BASELINE, verdicts[key(variant, size, name, BASELINE)].mark
+                                    if name != BASELINE else "")
         rows.append(cells)
     header = ["pooler", *(part for n in sizes for part in (f"{n:,} images: accuracy %", "vs gap (points)"))]
-    return "\n".join([f"**{TITLES[variant]}.** Test accuracy, mean ± sample std over seeds; vs gap: the mean ± sample "
-                      "std of the per-seed differences, *(noise)* when its paired t-test, Holm-adjusted over the page "
-                      "(the verdicts block), leaves it inside the noise.", "",
+    return "\n".join([f"**{TITLES[variant]}.** Test accuracy, mean ± sample std over seeds; vs gap: the mean ± "
+                      "sample std of the per-seed differences, *(noise)* when its paired t-test, Holm-adjusted over "
+                      "the page (the verdicts block), leaves it inside the noise.", "",
                       table(header, rows, align="l" + "r" * (len(header) - 1))])
 
 
@@ -135,7 +134,7 @@ def render_paper(summary: pd.DataFrame, dataset: str, verdicts: Verdicts) -> str
                 if name in cell.index:
                     rows.append([f"{dataset}, {size:,} images, {variant}, ours: {name}",
                                  points(cell.loc[BASELINE, "mean"]), points(cell.loc[name, "mean"]),
-                                 difference(cell.loc[name, "diff_mean"], cell.loc[name, "diff_std"], False)
+                                 difference(cell.loc[name, "diff_mean"], cell.loc[name, "diff_std"])
                                  + verdicts[key(variant, size, name, BASELINE)].mark])
     return table(["setting", "GAP", "flex", "flex − GAP (points)"], rows, align="lrrr")
 
@@ -175,13 +174,10 @@ def render_epochs(results: dict) -> str:
     columns = [(v, n) for v in SETTINGS for n in results["settings"]["sizes"]
                if ((runs["variant"] == v) & (runs["size"] == n)).any()]
 
-    def cell(last: pd.Series) -> str:
-        return counted(last) + (", under-trained" if 2 * last.sum() > len(last) else "")
-
     groups = dict(list(runs.groupby(["pooler", "variant", "size"])["last"]))
-    rows = [[name, *(cell(groups[name, v, n]) if (name, v, n) in groups else "—" for v, n in columns)]
+    rows = [[name, *(last_epochs(groups[name, v, n]) if (name, v, n) in groups else "—" for v, n in columns)]
             for name in results["settings"]["poolers"]]
-    totals = "; ".join(f"{SETTINGS[v]} {cell(runs[runs['variant'] == v]['last'])}"
+    totals = "; ".join(f"{SETTINGS[v]} {last_epochs(runs[runs['variant'] == v]['last'])}"
                        for v in dict.fromkeys(v for v, _ in columns))
     return "\n".join([f"Runs whose chosen epoch is the last of their {results['settings']['epochs']}: "
                       f"{counted(runs['last'])} in all; {totals}.", "",

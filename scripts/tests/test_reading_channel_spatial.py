@@ -36,22 +36,26 @@ def test_a_steady_gap_beats_with_the_right_winner_and_a_straddling_one_is_noise(
     assert page.pair(verdicts, "all", 500, "none", "ca_sa").reading == "none beats ca_sa"
     assert page.pair(verdicts, "all", 500, "ca_msa", "none").reading == "ca_msa and none: inside the noise"
     assert page.pair(verdicts, "all", 500, "ca_sa", "residual").winner == "residual"
-    text = page.render_verdicts(frame, summarize_runs(frame), verdicts)
+    text = page.render_verdicts(summarize_runs(frame), verdicts)
     assert "residual beats none; none beats ca_sa; ca_msa, each against none: inside the noise" in text
-    assert "`ca_msa`, ranks 2 of 3 blocks by mean" in text
+    assert "`ca_msa`, ranks 2 of 3 blocks by mean (untested)" in text
     assert "**detectably below `residual`**, against the guidance" in text
     assert "Residual connections" in text and "residual beats ca_sa" in text
+
+
+def verdicts_of(frame) -> str:
+    return page.render_verdicts(summarize_runs(frame), page.Verdicts(page.comparisons(frame)))
 
 
 def test_the_guidance_holds_only_when_the_pick_beats_none_and_every_other_block():
     # catches 'holds' from the best mean alone: the pick steadily ahead of everything holds, ahead by mean only not
     offsets = {**OFFSETS, "ca_msa": (0.080, 0.081, 0.079, 0.080, 0.082)}
     frame = synthetic(offsets)
-    assert "**the guidance holds here**" in page.render_verdicts(frame, summarize_runs(frame))
+    assert "**the guidance holds here**" in verdicts_of(frame)
     noisy = {**OFFSETS, "ca_msa": (0.090, -0.030, 0.150, -0.010, 0.100)}
     frame = synthetic(noisy)
-    text = page.render_verdicts(frame, summarize_runs(frame))
-    assert "the best mean is `ca_msa`" in text and "**not supported**" in text
+    text = verdicts_of(frame)
+    assert "the best mean (untested) is `ca_msa`" in text and "**not supported**" in text
 
 
 def test_the_fine_grained_order_is_read_from_its_verdict():
@@ -74,8 +78,8 @@ def test_the_fine_grained_order_is_read_from_its_verdict():
 def test_runs_that_chose_their_last_epoch_are_counted_and_most_read_under_trained():
     # catches best_epoch read as 1-based (the results count epochs from 0) and 'under-trained' missing where most are
     text = page.render_epochs(synthetic(best_epoch=lambda seed: 3 if seed <= 3 else 1))
-    assert "all ten classes, 500 images (4 epochs): 12 of 20, under-trained" in text
-    assert "| `none` | 3 of 5, under-trained |" in text
+    assert "all ten classes, 500 images (4 epochs): 12 of 20 (under-trained)" in text
+    assert "| `none` | 3 of 5 (under-trained) |" in text
     assert "12 of 20" not in page.render_epochs(synthetic(best_epoch=lambda seed: 2))
 
 

@@ -55,3 +55,24 @@ def test_a_verdict_flipped_inside_the_verdicts_block_is_stale():
     flipped = block.replace("| zonotope x1 beats attention x1 |", "| zonotope x1 and attention x1: inside the noise |")
     assert flipped != block
     assert sets.PAGE.update(text.replace(block, flipped))[1] == ["verdicts"]
+
+
+def test_zonotope_x1_is_compared_with_each_baseline_paired_by_seed():
+    # catches a baseline comparison left undeclared, and values paired in the order of the file instead of by seed
+    mse = {"zonotope x1": [0.1, 0.2, 0.3], "set_transformer": [0.4, 0.5, 0.6], "deepsets": [0.7, 0.8, 0.9]}
+    runs = [{"task": "typed", "model": model, "seed": seed, "test_mse": values[seed - 1]}
+            for model, values in mse.items() for seed in (3, 1, 2)]
+    results = {"settings": {"tasks": ["typed"], "models": list(mse)}, "runs": runs}
+    found = {c.key: c for c in sets.comparisons(results)}
+    assert set(found) == {"typed: zonotope x1 vs set_transformer", "typed: zonotope x1 vs deepsets"}
+    assert list(found["typed: zonotope x1 vs deepsets"].a_values) == mse["zonotope x1"]
+    assert list(found["typed: zonotope x1 vs deepsets"].b_values) == mse["deepsets"]
+
+
+def test_the_tdof_cell_spans_the_seeds_and_marks_models_without_value_maps():
+    # catches a TDOF read from one seed only, or a missing TDOF (NaN in results.csv) printed as a number
+    rows = [{"task": "typed", "model": model, "target": target, "tdof": value}
+            for model, values in (("zonotope x1", (4, 5, 5)), ("deepsets", (float("nan"),) * 3))
+            for value in values for target in ("all", "y0")]
+    assert sets.tdof_cell(rows, "typed", "zonotope x1") == "4 to 5"
+    assert sets.tdof_cell(rows, "typed", "deepsets") == "—"

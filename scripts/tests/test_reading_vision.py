@@ -52,7 +52,7 @@ def test_runs_chosen_at_their_last_epoch_are_counted_and_most_read_under_trained
             for name, bests in {"gap": (2, 2, 1), "gmp": (2, 1, 0)}.items() for best in bests]
     block = vision.render_epochs({"runs": runs, "settings": {"epochs": 3, "sizes": [1000], "poolers": ["gap", "gmp"]}})
     assert block.startswith("Runs whose chosen epoch is the last of their 3: 3 of 6 in all; from scratch 3 of 6.")
-    assert "| gap | 2 of 3, under-trained |" in block and "| gmp | 1 of 3 |" in block
+    assert "| gap | 2 of 3 (under-trained) |" in block and "| gmp | 1 of 3 |" in block
 
 
 def test_the_page_refuses_a_hand_typed_claim_and_reports_a_flipped_verdict_stale():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from scipy import stats
 from verdicts import Comparison, Verdicts
@@ -41,3 +42,18 @@ def test_one_seed_is_not_tested_and_unpaired_values_are_refused():
         Verdicts([Comparison("x", "a", "b", A, B[:3], "m")])
     with pytest.raises(PoolkitError, match=r"declared twice on one page: \['x'\]"):
         Verdicts([Comparison("x", "a", "b", A, B, "m")] * 2)
+
+
+def test_the_adjusted_interval_excludes_zero_exactly_when_the_verdict_leaves_the_noise():
+    # catches a plain 95% interval beside a Holm verdict (the two disagreeing), a z quantile and a ddof-0 std: the
+    # interval is the t-interval at level 1 - 0.05 p / p_holm
+    gaps = [[0.05, 0.04, 0.06, 0.05, 0.05], [0.02, -0.01, 0.04, 0.01, 0.03], [0.03, 0.0, 0.05, 0.01, 0.03],
+            [0.01, -0.02, 0.03, 0.0, 0.02], [0.04, 0.035, 0.045, 0.04, 0.042]]
+    verdicts = Verdicts([Comparison(str(i), "a", "b", [0.8 + g for g in gap], [0.8] * 5, "m")
+                         for i, gap in enumerate(gaps)])
+    for v, gap in zip(verdicts, gaps):
+        level = 1 - 0.05 * v.p / v.p_holm
+        half = stats.t.ppf(0.5 + level / 2, 4) * np.std(gap, ddof=1) / np.sqrt(5)
+        assert (v.low, v.high) == (pytest.approx(np.mean(gap) - half), pytest.approx(np.mean(gap) + half))
+        assert (v.low > 0 or v.high < 0) == v.detected
+    assert [v.detected for v in verdicts] == [True, False, False, False, True]  # the family: both outcomes occur

@@ -151,7 +151,7 @@ def test_the_verdict_follows_the_paired_differences():
         accuracy = {"none": (.70, .80, .90), "residual": (.71, .81, .91), "ca_msa": pick_accuracy}
         frame = pd.DataFrame([("all", b, 500, 4, s, a, 0) for b, values in accuracy.items()
                               for s, a in zip((1, 2, 3), values)], columns=cs.COLUMNS)
-        return render.render_verdicts(frame, cs.summarize_runs(frame))
+        return render.render_verdicts(cs.summarize_runs(frame), render.Verdicts(render.comparisons(frame)))
 
     assert "**the guidance holds here**" in verdict((.72, .82, .92))  # steadily above none and residual
     assert "**detectably below no attention**, against the guidance" in verdict((.69, .79, .89))

@@ -1,4 +1,5 @@
-"""``poolkit bench sets``: the synthetic set tasks, the summary, and a tiny run end to end."""
+"""``poolkit bench sets``: the synthetic set tasks, the models (zonotope, attention, the Set Transformer and DeepSets
+baselines), the TDOF of the trained layers, the per-seed rows and their summary, and a tiny run end to end."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import dataclasses
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from poolkit_bench import sets
-from poolkit_bench.sets import make_set_task, summarize
+from poolkit_bench.sets import make_set_task, per_seed, summarize
 from poolkit.cli import main
 
 
@@ -44,12 +46,16 @@ def test_typed_target_is_a_type_specific_linear_map_and_no_single_map_fits_it():
 
 
 def test_summary_is_the_mean_and_sample_std_over_seeds_per_target():
-    runs = [{"task": "statistics", "model": "zonotope x1", "depth": 1, "params": 10, "targets": ["mean", "variance"],
-             "test_mse": t, "test_mse_per_target": per} for t, per in ((0.2, [0.1, 0.3]), (0.4, [0.3, 0.5]))]
-    frame = summarize(runs).set_index("target")
-    assert frame.loc["all", "mse_mean"] == pytest.approx(0.3)
-    assert frame.loc["all", "mse_std"] == pytest.approx(0.02 ** 0.5)  # ddof 1
-    assert frame.loc["variance", "mse_mean"] == pytest.approx(0.4) and frame.loc["mean", "seeds"] == 2
+    # catches a summary over targets instead of seeds, a population std (ddof 0), and seeds dropped from the rows
+    runs = [{"task": "statistics", "model": "zonotope x1", "seed": seed, "depth": 1, "width": 8, "params": 10,
+             "tdof": 5, "targets": ["mean", "variance"], "test_mse": t, "test_mse_per_target": per}
+            for seed, (t, per) in enumerate(((0.2, [0.1, 0.3]), (0.4, [0.3, 0.5])), 1)]
+    frame = per_seed(runs)
+    assert list(frame.columns) == sets.RUN_COLUMNS and sorted(set(frame["seed"])) == [1, 2] and len(frame) == 6
+    summary = summarize(frame).set_index("target")
+    assert summary.loc["all", "mse_mean"] == pytest.approx(0.3)
+    assert summary.loc["all", "mse_std"] == pytest.approx(0.02 ** 0.5)  # ddof 1
+    assert summary.loc["variance", "mse_mean"] == pytest.approx(0.4) and summary.loc["mean", "seeds"] == 2
 
 
 def test_a_tiny_run_writes_its_results_and_refuses_to_overwrite_them(tmp_path, capsys, one_torch_thread):
@@ -58,8 +64,9 @@ def test_a_tiny_run_writes_its_results_and_refuses_to_overwrite_them(tmp_path, c
     assert main(args) == 0
     assert {p.name for p in out.iterdir()} >= {"results.csv", "results.json", "error_vs_params.png", "quadrature.png"}
     results = json.loads((out / "results.json").read_text())
-    assert {r["model"] for r in results["runs"]} == {"attention x1", "attention x2", "attention x3", "zonotope x1",
-                                                     "zonotope x2"}
+    assert {r["model"] for r in results["runs"]} == set(sets.MODELS)
+    rows = pd.read_csv(out / "results.csv")
+    assert list(rows.columns) == sets.RUN_COLUMNS and set(rows["model"]) == set(sets.MODELS)
     assert results["settings"]["preset"] == "quick" and results["provenance"]["torch"] == torch.__version__
     assert {r["grid"] for r in results["quadrature"]} == {"uniform", "random", "clustered"}
     assert "zonotope x1" in capsys.readouterr().out
@@ -95,7 +102,7 @@ def test_the_zonotope_models_are_built_with_their_generators_and_use_them(monkey
 
     monkeypatch.setattr(sets, "fit", no_training)
     runs = {run["model"]: run for run in sets._task_runs("typed", config, progress=False)}
-    models = dict(zip(runs, built))
+    models = {name: model for name, model in zip(runs, built) if isinstance(model, sets.SetModel)}
     k, d = config.generators, config.width
     assert k == sets.DEFAULT.generators and k + 1 >= sets.DEFAULT.types  # the typed task needs K + 1 >= M maps
     for name, model in models.items():
@@ -119,3 +126,75 @@ def test_the_zonotope_models_are_built_with_their_generators_and_use_them(monkey
             values.full.mul_(2.0)
             assert not torch.allclose(model(data.x, data.mask), before, atol=1e-4)  # each generator set is used
             values.full.copy_(saved)
+
+
+def _sets_of(task: str, count: int = 3) -> sets.SetData:
+    return make_set_task(task, count, min_size=2, max_size=6, pair_types=sets.DEFAULT.pair_types, seed=4)
+
+
+def test_the_set_transformer_block_has_its_ffn_residuals_and_layer_norms():
+    # catches a block without its FFN (or one left out of the parameter count), without either residual, without
+    # the LayerNorms, or a Set Transformer whose blocks are not built
+    width, data = 8, _sets_of("typed")
+    model = sets.SetTransformer(2, data.x.shape[-1], 4, width).eval()
+    mab = 4 * width * width + 4 * width + 2 * 2 * width + (2 * width * width + 2 * width) + (2 * width * width + width)
+    embed, head = (data.x.shape[-1] + 1) * width, width * width + width + 4 * width + 4
+    assert sets.parameter_count(model) == embed + 2 * mab + width + head  # one SAB, the PMA and its seed
+    block, h = model.blocks[0], model.embed(data.x)
+    with torch.no_grad():
+        out = block(h, h, data.mask)
+        torch.testing.assert_close(out.mean(dim=-1), torch.zeros(out.shape[:2]), atol=1e-5, rtol=0)  # LayerNorm last
+        before = model(data.x, data.mask)
+        block.ffn[-1].weight.zero_()
+        block.ffn[-1].bias.zero_()
+        assert not torch.allclose(model(data.x, data.mask), before, atol=1e-4)  # the FFN reaches the output
+        block.attention.out_proj.weight.zero_()
+        block.attention.out_proj.bias.zero_()
+        # attention and FFN both 0: LN2(LN1(h + 0) + 0) through both residuals (without either one: a constant)
+        torch.testing.assert_close(block(h, h, data.mask), block.norm2(block.norm1(h)))
+
+
+def test_deepsets_is_permutation_invariant_and_ignores_padding():
+    # catches a pooling that reads the order of the elements or the padded positions (a plain mean over T)
+    data = _sets_of("statistics")
+    model = sets.DeepSets(data.x.shape[-1], 4, 16).eval()
+    order = torch.randperm(data.x.shape[1])
+    padded = torch.cat([data.x, torch.randn(3, 2, data.x.shape[-1])], dim=1)
+    with torch.no_grad():
+        out = model(data.x, data.mask)
+        torch.testing.assert_close(model(data.x[:, order], data.mask[:, order]), out)
+        torch.testing.assert_close(model(padded, torch.cat([data.mask, torch.zeros(3, 2, dtype=torch.bool)], 1)), out)
+
+
+@pytest.mark.parametrize("task", sets.TASKS)
+def test_the_baselines_are_sized_to_the_zonotope_x1_parameter_count(task):
+    # catches baselines left at the benchmark's width (a Set Transformer at width 32 has about twice the parameters)
+    # or matched to another model, and a Set Transformer width its heads do not divide
+    data, config = _sets_of(task), sets.DEFAULT
+    shape = (data.x.shape[-1], data.y.shape[1])
+    target = sets.parameter_count(sets.build_model("zonotope x1", *shape, config.width, config.generators))
+    for name in ("set_transformer", "deepsets"):
+        width = sets.matched_width(name, *shape, config)
+        assert abs(sets.parameter_count(sets.build_model(name, *shape, width, config.generators)) / target - 1) < 0.1
+    assert sets.matched_width("set_transformer", *shape, config) % sets.HEADS == 0
+
+
+def test_tdof_is_read_from_the_trained_layers(monkeypatch):
+    # catches a TDOF measured before training (or on a fresh model): training that moves the zero-initialised gates
+    # must raise the zonotope pooler's TDOF from 1 to K + 1; the models without value maps have none
+    config = dataclasses.replace(sets.QUICK, tasks=("typed",), train=8, val=4, test=6, max_size=5, seeds=1,
+                                 models=("zonotope x1", "deepsets"))
+
+    def gates_moved(model, train, val, test, config, seed):
+        for module in model.modules():
+            if hasattr(module, "value_maps"):
+                torch.nn.init.normal_(module.values.gate.weight, std=0.5)
+        return {"test_mse": 0.0, "test_mse_per_target": [0.0] * train.y.shape[1], "best_epoch": 0, "val_mse": []}
+
+    monkeypatch.setattr(sets, "fit", gates_moved)
+    runs = {run["model"]: run for run in sets._task_runs("typed", config, progress=False)}
+    k = config.generators
+    assert runs["zonotope x1"]["tdof_layers"] == {"pooler": k + 1} and runs["zonotope x1"]["tdof"] == k + 1
+    assert runs["deepsets"]["tdof"] is None and runs["deepsets"]["tdof_layers"] == {}
+    untrained = sets.build_model("zonotope x1", 8, 4, config.width, k)
+    assert sets.trained_tdof(untrained, _sets_of("typed")) == {"pooler": 1}  # gates 0 at init: one map

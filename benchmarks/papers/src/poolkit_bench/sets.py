@@ -1,5 +1,5 @@
-"""``poolkit bench sets``: one zonotope-attention layer against one and several standard attention layers on
-synthetic set tasks, and the quadrature-pooling convergence study (:mod:`.quadrature`).
+"""``poolkit bench sets``: one zonotope-attention layer against one and several standard attention layers, a Set
+Transformer and DeepSets on synthetic set tasks, and the quadrature-pooling convergence study (:mod:`.quadrature`).
 
 Tasks (generated here, seeded):
 
@@ -17,9 +17,15 @@ Tasks (generated here, seeded):
 
 Models: a linear embedding, L residual set-attention layers (:class:`poolkit.ZonotopeSetAttention`; with no
 generators, standard single-head self-attention), a pooler (``attention`` or ``zonotope_attention``), an MLP head.
+The baselines, each at the width whose parameter count is nearest zonotope x1's (:func:`matched_width`):
+``set_transformer`` (Lee et al. 2019, *Set Transformer*: an SAB block, multi-head self-attention and a row-wise
+FFN, each with a residual and a LayerNorm, then PMA pooling with one seed vector, then the MLP head) and
+``deepsets`` (Zaheer et al. 2017, *Deep Sets*: rho(mean_j phi(x_j)), phi an MLP per element, rho the MLP head).
 Every model has the same budget (epochs, batch, Adam learning rate); the epoch is chosen on validation sets and
-the test sets are scored once. Reported: test MSE on standardised targets (1 = predicting the training mean),
-mean and sample std over seeds, against depth (attention layers, the pooler's included) and parameter count.
+the test sets are scored once. Reported per seed: test MSE on standardised targets (1 = predicting the training
+mean), overall and per target, and the trained model's TDOF (:func:`poolkit.tdof` on the first ``tdof_sets``
+test sets' inputs to each layer with value maps); summarised as the mean and sample std over seeds, against
+depth (attention layers, the pooler's included) and parameter count.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from torch import Tensor, nn
 from poolkit.cli.options import config_from_args
 from poolkit.errors import PoolkitError
 from poolkit.pooling import get_pooler
-from poolkit.nn import ZonotopeSetAttention
+from poolkit.nn import ZonotopeSetAttention, tdof
 from poolkit.settings import Preset, Presets, check_counts, option
 
 from . import quadrature
@@ -47,11 +53,16 @@ from .reporting import print_table, pyplot, run_record, save_figure, write_outpu
 
 TASKS = ("statistics", "typed", "pairs")
 STATISTICS = ("mean", "variance", "q25", "q75")
-#: model name -> (standard or zonotope, depth = set layers + the pooler)
+#: model name -> (kind, depth = attention layers: set layers + an attention pooler)
 MODELS = {"attention x1": ("attention", 1), "attention x2": ("attention", 2), "attention x3": ("attention", 3),
-          "zonotope x1": ("zonotope", 1), "zonotope x2": ("zonotope", 2)}
+          "zonotope x1": ("zonotope", 1), "zonotope x2": ("zonotope", 2), "set_transformer": ("set_transformer", 2),
+          "deepsets": ("deepsets", 0)}
+#: the Set Transformer's heads (its widths are multiples of them)
+HEADS = 4
 RESULT_FILES = ("results.csv", "results.json", "error_vs_params.png", "quadrature.png", "report.html")
-COLUMNS = ["task", "model", "depth", "params", "target", "mse_mean", "mse_std", "seeds"]
+#: results.csv: one row per (task, model, seed, target); ``tdof`` empty where no layer has value maps
+RUN_COLUMNS = ["task", "model", "seed", "depth", "width", "params", "tdof", "target", "mse"]
+COLUMNS = ["task", "model", "depth", "width", "params", "target", "mse_mean", "mse_std", "seeds"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,8 @@ class SetsConfig:
     batch_size: int = 64
     lr: float = 3e-3
     seeds: int = option(3, "seeds per (task, model)")
+    #: test sets whose elements the TDOF is measured on (a few thousand elements; the rank is at most K + 1)
+    tdof_sets: int = 200
     data_seed: int = 0
     seed: int = 1
     #: one: these small ops ran 3-6x slower on two threads when other jobs shared the 2 cores (OpenMP spinning)
@@ -83,7 +96,7 @@ class SetsConfig:
 
     def validated(self) -> SetsConfig:
         check_counts(self, ("train", "val", "test", "min_size", "max_size", "features", "types", "pair_types",
-                            "width", "epochs", "batch_size", "seeds"))
+                            "width", "epochs", "batch_size", "seeds", "tdof_sets"))
         if self.min_size > self.max_size:
             raise PoolkitError(f"min_size {self.min_size} is larger than max_size {self.max_size}")
         for what, given, known in (("task", self.tasks, TASKS), ("model", self.models, tuple(MODELS))):
@@ -154,6 +167,11 @@ def target_names(task: str, outputs: int) -> list[str]:
 
 
 # -- models -----------------------------------------------------------------------------------------
+def mlp_head(width: int, outputs: int) -> nn.Sequential:
+    """Every model's head (DeepSets' rho): Linear -> GELU -> Linear."""
+    return nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.Linear(width, outputs))
+
+
 class SetModel(nn.Module):
     """Linear embedding -> (depth - 1) residual set-attention layers -> pooler -> MLP head: (N, T, F) -> (N, O)."""
 
@@ -165,7 +183,7 @@ class SetModel(nn.Module):
                                     for _ in range(depth - 1))
         self.pooler = (get_pooler("zonotope_attention", width, num_generators=generators, attn_size=width)
                        if kind == "zonotope" else get_pooler("attention", width, attn_size=width))
-        self.head = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.Linear(width, outputs))
+        self.head = mlp_head(width, outputs)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         h = self.embed(x)
@@ -174,11 +192,87 @@ class SetModel(nn.Module):
         return self.head(self.pooler(h, mask))
 
 
+class AttentionBlock(nn.Module):
+    """Lee et al. 2019's MAB(Q, Z): H = LayerNorm(Q + MultiheadAttention(Q, Z, Z)), out = LayerNorm(H + rFF(H)),
+    rFF = Linear(D, 2D) -> ReLU -> Linear(2D, D); padded elements of Z are masked out of the keys."""
+
+    def __init__(self, width: int, heads: int = HEADS) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(width, heads, batch_first=True)
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.ffn = nn.Sequential(nn.Linear(width, 2 * width), nn.ReLU(), nn.Linear(2 * width, width))
+
+    def forward(self, q: Tensor, z: Tensor, mask: Tensor) -> Tensor:
+        h = self.norm1(q + self.attention(q, z, z, key_padding_mask=~mask, need_weights=False)[0])
+        return self.norm2(h + self.ffn(h))
+
+
+class SetTransformer(nn.Module):
+    """Lee et al. 2019: linear embedding -> (depth - 1) SAB = MAB(X, X) -> PMA = MAB(S, X) with one learned seed S
+    (as in the authors' code, without PMA's extra rFF) -> MLP head: (N, T, F) -> (N, O)."""
+
+    def __init__(self, depth: int, in_features: int, outputs: int, width: int) -> None:
+        super().__init__()
+        self.embed = nn.Linear(in_features, width)
+        self.blocks = nn.ModuleList(AttentionBlock(width) for _ in range(depth - 1))
+        self.seed = nn.Parameter(torch.randn(1, 1, width) * width ** -0.5)
+        self.pool = AttentionBlock(width)
+        self.head = mlp_head(width, outputs)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        h = self.embed(x)
+        for block in self.blocks:
+            h = block(h, h, mask)
+        return self.head(self.pool(self.seed.expand(len(h), -1, -1), h, mask)[:, 0])
+
+
+class DeepSets(nn.Module):
+    """Zaheer et al. 2017: rho(mean_j phi(x_j)) over the real elements, phi = three Linear layers with ReLU between,
+    rho the MLP head: (N, T, F) -> (N, O)."""
+
+    def __init__(self, in_features: int, outputs: int, width: int) -> None:
+        super().__init__()
+        self.phi = nn.Sequential(nn.Linear(in_features, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                                 nn.Linear(width, width))
+        self.pool = get_pooler("mean", width)
+        self.rho = mlp_head(width, outputs)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        return self.rho(self.pool(self.phi(x), mask))
+
+
+def build_model(name: str, in_features: int, outputs: int, width: int, generators: int) -> nn.Module:
+    """The model ``name`` of :data:`MODELS` at ``width``."""
+    kind, depth = MODELS[name]
+    if kind == "set_transformer":
+        return SetTransformer(depth, in_features, outputs, width)
+    if kind == "deepsets":
+        return DeepSets(in_features, outputs, width)
+    return SetModel(kind, depth, in_features, outputs, width, generators)
+
+
+def matched_width(name: str, in_features: int, outputs: int, config: SetsConfig) -> int:
+    """``config.width`` for the attention and zonotope models; for a baseline, the width (the Set Transformer's a
+    multiple of :data:`HEADS`) whose parameter count is nearest zonotope x1's at ``config.width``."""
+    if MODELS[name][0] in ("attention", "zonotope"):
+        return config.width
+
+    def count(width: int) -> int:
+        return parameter_count(build_model(name, in_features, outputs, width, config.generators))
+
+    target = parameter_count(build_model("zonotope x1", in_features, outputs, config.width, config.generators))
+    step = HEADS if MODELS[name][0] == "set_transformer" else 1
+    width = step
+    while count(width) < target:
+        width += step
+    return min((w for w in (width - step, width) if w > 0), key=lambda w: abs(count(w) - target))
+
+
 def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def fit(model: SetModel, train: SetData, val: SetData, test: SetData, config: SetsConfig, seed: int) -> dict:
+def fit(model: nn.Module, train: SetData, val: SetData, test: SetData, config: SetsConfig, seed: int) -> dict:
     """Adam on the MSE for ``config.epochs`` epochs; the test MSE (overall and per target) of the epoch with the
     lowest validation MSE."""
     optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
@@ -201,33 +295,51 @@ def fit(model: SetModel, train: SetData, val: SetData, test: SetData, config: Se
             "val_mse": val_curve}
 
 
-def _errors(model: SetModel, data: SetData) -> Tensor:
+def _errors(model: nn.Module, data: SetData) -> Tensor:
     """MSE per target: (O,)."""
     model.eval()
     with torch.no_grad():
         return (model(data.x, data.mask) - data.y).square().mean(dim=0)
 
 
+def trained_tdof(model: nn.Module, data: SetData) -> dict[str, int]:
+    """:func:`poolkit.tdof` of each layer of ``model`` with value maps ({module name: TDOF}; empty for none), on
+    the inputs that layer gets from the sets ``data`` in the model's forward pass."""
+    layers = {name: module for name, module in model.named_modules() if hasattr(module, "value_maps")}
+    inputs = {}
+    hooks = [module.register_forward_pre_hook(lambda _, args, name=name: inputs.__setitem__(name, args))
+             for name, module in layers.items()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(data.x, data.mask)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return {name: tdof(layer, *inputs[name]) for name, layer in layers.items()}
+
+
 # -- the run ----------------------------------------------------------------------------------------
 def run_sets(config: SetsConfig = DEFAULT, out_dir: str | os.PathLike | None = None, *, force: bool = False,
              progress: bool = True) -> pd.DataFrame:
-    """Every (task, model, seed) run and the quadrature study; the summary (columns :data:`COLUMNS`). With
-    ``out_dir``, also results.csv, results.json (settings, provenance, every run, the quadrature rows) and the
-    two plots; existing results are kept unless ``force``."""
+    """Every (task, model, seed) run and the quadrature study; the per-seed rows (:func:`per_seed`). With
+    ``out_dir``, also those rows as results.csv, results.json (settings, provenance, every run, the quadrature rows),
+    the two plots and report.html (with the :func:`summarize` table); existing results are kept unless ``force``."""
     config = config.validated()
     with results_folder(out_dir, RESULT_FILES, force=force) as out:
         clock = Stopwatch()
         with restored_threads(config.threads):
             runs = [run for task in config.tasks for run in _task_runs(task, config, progress)]
         rows = quadrature.convergence(config.quadrature_sizes, seed=config.data_seed)
-        frame = summarize(runs)
+        frame = per_seed(runs)
+        summary = summarize(frame)
         if out is not None:
-            meta = run_record("sets (zonotope attention vs stacked attention; quadrature pooling)", config,
-                              clock.record(), runs=runs, quadrature=rows)
+            meta = run_record("sets (zonotope attention vs stacked attention, Set Transformer, DeepSets; quadrature "
+                              "pooling)", config, clock.record(), runs=runs, quadrature=rows)
             write_outputs(out, frame, meta, {
-                "error vs parameters": ("error_vs_params.png", lambda tmp: plot_errors(frame, tmp)),
+                "error vs parameters": ("error_vs_params.png", lambda tmp: plot_errors(summary, tmp)),
                 "quadrature": ("quadrature.png", lambda tmp: plot_quadrature(rows, tmp))},
-                title=f"sets ({config.preset})", tables={"summary": frame, "quadrature": pd.DataFrame(rows)})
+                title=f"sets ({config.preset})", tables={"summary": summary, "quadrature": pd.DataFrame(rows)})
     return frame
 
 
@@ -241,46 +353,60 @@ def _task_runs(task: str, config: SetsConfig, progress: bool) -> list[dict]:
     train, val = data.rows(slice(0, config.train)), data.rows(slice(config.train, config.train + config.val))
     test = data.rows(slice(config.train + config.val, None))
     names = target_names(task, data.y.shape[1])
+    shape = (data.x.shape[-1], data.y.shape[1])
+    widths = {name: matched_width(name, *shape, config) for name in config.models}
     runs = []
     for seed in range(config.seed, config.seed + config.seeds):
         for model_name in config.models:
-            kind, depth = MODELS[model_name]
             torch.manual_seed(seed)
-            model = SetModel(kind, depth, data.x.shape[-1], data.y.shape[1], config.width, config.generators)
+            model = build_model(model_name, *shape, widths[model_name], config.generators)
             tic = time.perf_counter()
             result = fit(model, train, val, test, config, seed)
-            runs.append({"task": task, "model": model_name, "depth": depth, "params": parameter_count(model),
-                         "seed": seed, "targets": names, **result, "seconds": round(time.perf_counter() - tic, 2)})
+            layers_tdof = trained_tdof(model, test.rows(slice(0, config.tdof_sets)))
+            runs.append({"task": task, "model": model_name, "depth": MODELS[model_name][1],
+                         "width": widths[model_name], "params": parameter_count(model), "seed": seed,
+                         "targets": names, **result, "tdof": max(layers_tdof.values(), default=None),
+                         "tdof_layers": layers_tdof, "seconds": round(time.perf_counter() - tic, 2)})
             if progress:
-                print(f"sets: {task:10s} {model_name:13s} seed {seed}: test MSE {result['test_mse']:.4f} "
-                      f"(best epoch {result['best_epoch']}, {runs[-1]['seconds']:.0f} s)", flush=True)
+                print(f"sets: {task:10s} {model_name:15s} seed {seed}: test MSE {result['test_mse']:.4f} "
+                      f"(best epoch {result['best_epoch']}, TDOF {runs[-1]['tdof']}, {runs[-1]['seconds']:.0f} s)",
+                      flush=True)
     return runs
 
 
-def summarize(runs: list[dict]) -> pd.DataFrame:
-    """Per (task, model) and target ('all': the mean over targets): mean and sample std (ddof 1) over seeds."""
-    rows = []
-    for (task, model), group in pd.DataFrame(runs).groupby(["task", "model"], sort=False):
-        per_target = np.array(group["test_mse_per_target"].tolist())
-        columns = {"all": group["test_mse"].to_numpy(),
-                   **{name: per_target[:, i] for i, name in enumerate(group["targets"].iloc[0])}}
-        for target, values in columns.items():
-            std = float(values.std(ddof=1)) if len(values) > 1 else 0.0
-            rows.append([task, model, int(group["depth"].iloc[0]), int(group["params"].iloc[0]), target,
-                         float(values.mean()), std, len(values)])
-    return pd.DataFrame(rows, columns=COLUMNS)
+def per_seed(runs: list[dict]) -> pd.DataFrame:
+    """One row per run and target ('all': the mean over targets), columns :data:`RUN_COLUMNS`; ``tdof``, the largest
+    over the model's layers with value maps, is read from the trained model."""
+    rows = [[run["task"], run["model"], run["seed"], run["depth"], run["width"], run["params"], run["tdof"], target,
+             mse] for run in runs
+            for target, mse in zip(["all", *run["targets"]], [run["test_mse"], *run["test_mse_per_target"]])]
+    return pd.DataFrame(rows, columns=RUN_COLUMNS).astype({"tdof": "Int64"})
+
+
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, model, target) of the per-seed rows (:func:`per_seed`): mean and sample std (ddof 1) over seeds;
+    columns :data:`COLUMNS`."""
+    groups = frame.groupby(["task", "model", "target"], sort=False)
+    summary = groups.agg(depth=("depth", "first"), width=("width", "first"), params=("params", "first"),
+                         mse_mean=("mse", "mean"), mse_std=("mse", "std"), seeds=("seed", "count")).reset_index()
+    return summary.fillna({"mse_std": 0.0})[COLUMNS]
 
 
 # -- plots ------------------------------------------------------------------------------------------
-def plot_errors(frame: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Test MSE against parameter count, one panel per task, attention models joined in order of depth."""
+def plot_errors(summary: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Test MSE against parameter count (the :func:`summarize` table), one panel per task, one colour per kind of
+    model, the attention and zonotope models joined in order of depth."""
     plt = pyplot()
-    overall = frame[frame["target"] == "all"]
+    overall = summary[summary["target"] == "all"]
+    kinds = overall["model"].map(lambda name: MODELS[name][0])
     tasks = list(dict.fromkeys(overall["task"]))
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.0), dpi=150, squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        for kind, colour in (("attention", "#1f77b4"), ("zonotope", "#d62728")):
-            rows = overall[(overall["task"] == task) & overall["model"].str.startswith(kind)]
+        for kind, colour in (("attention", "#1f77b4"), ("zonotope", "#d62728"), ("set_transformer", "#2ca02c"),
+                             ("deepsets", "#9467bd")):
+            rows = overall[(overall["task"] == task) & (kinds == kind)]
+            if rows.empty:
+                continue
             ax.errorbar(rows["params"], rows["mse_mean"], yerr=rows["mse_std"], marker="o", color=colour,
                         capsize=3, label=kind)
             for _, row in rows.iterrows():
@@ -325,9 +451,9 @@ def run_sets_command(args: argparse.Namespace) -> int:
     """``poolkit bench sets``: run, print the summary, write --out."""
     config = config_from_args(args, PRESETS)
     clock = Stopwatch()
-    frame = run_sets(config, args.out, force=args.force, progress=not args.no_progress)
-    shown = frame[frame["target"] == "all"].drop(columns="target")
-    print_table(f"sets ({config.preset}): test MSE, mean ± std over {config.seeds} seeds", shown.columns,
-                [[f"{v:.4f}" if isinstance(v, float) else str(v) for v in row] for row in shown.itertuples(index=False)],
+    summary = summarize(run_sets(config, args.out, force=args.force, progress=not args.no_progress))
+    shown = summary[summary["target"] == "all"].drop(columns="target")
+    cells = [[f"{v:.4f}" if isinstance(v, float) else str(v) for v in row] for row in shown.itertuples(index=False)]
+    print_table(f"sets ({config.preset}): test MSE, mean ± std over {config.seeds} seeds", shown.columns, cells,
                 clock, args.out)
     return 0
