@@ -177,6 +177,16 @@ def paired(frame, index: str, column: str, values: str, a: str, b: str) -> tuple
     return cell[a].tolist(), cell[b].tolist()
 
 
+def grouped_readings(verdicts: Iterable[Verdict], other: str) -> str:
+    """The readings of ``verdicts`` (each against ``other``), those inside the noise gathered in one: 'x beats
+    none; y, z, each against none: inside the noise'."""
+    verdicts = list(verdicts)
+    quiet = [v.comparison.a if v.comparison.b == other else v.comparison.b for v in verdicts
+             if v.tested and not v.detected]
+    told = [v.reading for v in verdicts if not (v.tested and not v.detected)]
+    return "; ".join(told + ([f"{', '.join(quiet)}, each against {other}: inside the noise"] if quiet else []))
+
+
 def counted(values: Iterable[bool]) -> str:
     """'3 of 10' for the true ones among ``values``."""
     values = list(values)

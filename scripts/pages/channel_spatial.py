@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 from rendering import (ROOT, Page, accuracy_cells, changed_settings, difference, load_and_machine, points,
                        presets_table, run_files, table)
-from verdicts import Comparison, Verdict, Verdicts, counted, last_epochs
+from verdicts import Comparison, Verdict, Verdicts, counted, grouped_readings, last_epochs
 
 from poolkit_bench.channel_spatial import BASELINE, PAPER, PRESETS, summarize_runs
 from poolkit.blocks import block_class, block_options, get_block, list_blocks
@@ -195,14 +195,6 @@ def render_guidance() -> str:
         ["every scale", "residual connections help", "`residual` over `ca_sa` (the same chain without the identity)"]])
 
 
-def readings(verdicts: list[Verdict], other: str) -> str:
-    """The readings of ``verdicts`` (each against ``other``), those inside the noise gathered in one."""
-    quiet = [v.comparison.a if v.comparison.b == other else v.comparison.b for v in verdicts
-             if v.tested and not v.detected]
-    told = [v.reading for v in verdicts if not (v.tested and not v.detected)]
-    return "; ".join(told + ([f"{', '.join(quiet)}, each against {other}: inside the noise"] if quiet else []))
-
-
 def render_verdicts(summary: pd.DataFrame, verdicts: Verdicts) -> str:
     """Per size: the best mean, the readings against none, the paper's pick for that size against none and every
     other block, and what that says of the guidance; then the residual claim, each from the page's ``verdicts``."""
@@ -212,7 +204,8 @@ def render_verdicts(summary: pd.DataFrame, verdicts: Verdicts) -> str:
     for size in sizes:
         cell = part[(part["size"] == size) & (part["block"] != BASELINE)].set_index("block")
         best = cell["mean"].idxmax()
-        against_none = readings([pair(verdicts, "all", size, name, BASELINE) for name in cell.index], BASELINE)
+        against_none = grouped_readings([pair(verdicts, "all", size, name, BASELINE) for name in cell.index],
+                                        BASELINE)
         regime, paper = pick_for(size)
         pick = paper["block"]
         if pick not in cell.index:
@@ -230,7 +223,7 @@ def render_verdicts(summary: pd.DataFrame, verdicts: Verdicts) -> str:
             else:
                 outcome = f"**not supported**: `{pick}` does not beat none and every other block"
             guidance = (f"the paper's pick for {regime} data, `{pick}`, ranks {rank} of {len(cell)} blocks by mean "
-                        f"(untested); {readings(tested, pick)}; {outcome}")
+                        f"(untested); {grouped_readings(tested, pick)}; {outcome}")
         lines.append(f"- **{size:,} images:** the best mean (untested) is `{best}` ({family(best)}), "
                      f"{difference(cell.loc[best, 'diff_mean'], cell.loc[best, 'diff_std'])} points vs none; "
                      f"{against_none}. For the guidance: {guidance}.")

@@ -72,10 +72,10 @@ def modes_in(frame: pd.DataFrame) -> list[str]:
 def comparisons(frame: pd.DataFrame) -> list[Comparison]:
     """Every comparison the page reads, paired by seed on the mean over tasks: each mode's merged against its
     single-task skill, and for each claim whose modes ran, its two modes on each measure it is read on."""
-    cells = frame.groupby(["mode", "seed"])[list(MEASURES)].mean()
+    cells = frame.groupby(["mode", "seed"])[list(MEASURES)].mean(skipna=False)  # a task missing: no test
 
     def paired(a: tuple[str, str], b: tuple[str, str]) -> tuple[list[float], list[float]]:
-        both = pd.concat([cells.loc[a[0], a[1]], cells.loc[b[0], b[1]]], axis=1, keys=["a", "b"]).dropna()
+        both = pd.concat([cells.loc[a[0], a[1]], cells.loc[b[0], b[1]]], axis=1, keys=["a", "b"])
         return both["a"].tolist(), both["b"].tolist()
 
     modes = modes_in(frame)
@@ -138,7 +138,7 @@ def render_modes(frame: pd.DataFrame, modes: pd.DataFrame, verdicts: Verdicts) -
     task vectors' norm and the disentanglement error (mean ± sample std over seeds), and what merging changed,
     tested (merged − single-task, 95% interval)."""
     params = frame.groupby("mode")["trainable_params"]
-    norms = frame.groupby(["mode", "seed"])["tau_norm"].mean().groupby(level="mode").agg(["mean", "std"])
+    norms = frame.groupby(["mode", "seed"])["tau_norm"].mean(skipna=False).groupby(level="mode").agg(["mean", "std"])
     rows = [[f"`{row.mode}`", span(params.get_group(row.mode).unique() / 1e6, unit="M"),
              pm(row.finetuned_skill_mean, row.finetuned_skill_std), pm(row.merged_skill_mean, row.merged_skill_std),
              verdicts[f"cost:{row.mode}"].difference() + verdicts[f"cost:{row.mode}"].mark,
@@ -181,14 +181,16 @@ def render_paper(frame: pd.DataFrame, verdicts: Verdicts) -> str:
 
 def render_budget(results: dict) -> str:
     """Per mode, the fine-tuning runs (seed × task) whose best epoch is the last of the budget, read as
-    under-trained when most are, and the merges whose alpha is the grid's lowest."""
+    under-trained when most are (with one epoch there is no choice to read), and the merges whose alpha is the grid's
+    lowest."""
     settings, runs = results["settings"], results["runs"]
     epochs, lowest = settings["epochs"], min(settings["grid"])
     rows = []
     for mode in [m for m in MODES if m in settings["modes"]]:
         merges = [run for run in runs if run["mode"] == mode]
         last = [best == epochs for run in merges for best in run["best_epochs"].values()]
-        rows.append([f"`{mode}`", counted(last), "under-trained" if 2 * sum(last) > len(last) else "—",
+        reading = "no choice (one epoch)" if epochs == 1 else "under-trained" if 2 * sum(last) > len(last) else "—"
+        rows.append([f"`{mode}`", counted(last), reading,
                      counted(run["alpha"] <= lowest for run in merges)])
     return table(["mode", f"fine-tuning runs whose best epoch is the last (epoch {epochs} of {epochs})", "reading",
                   f"merges at the grid's lowest alpha ({lowest:g})"], rows, align="lrlr")

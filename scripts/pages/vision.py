@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from rendering import (ROOT, Page, accuracy_cells, changed_settings, difference, load_and_machine, points,
                        presets_table, run_files, table)
-from verdicts import Comparison, Verdicts, counted, last_epochs
+from verdicts import Comparison, Verdicts, counted, grouped_readings, last_epochs
 
 from poolkit_bench.vision import BASELINE, PAPER, PRESETS, summarize
 
@@ -145,10 +145,8 @@ def render_readings(frame: pd.DataFrame, verdicts: Verdicts) -> str:
     lines, found = [], list(settings(frame))
     for variant, size, poolers in found:
         against = [verdicts[key(variant, size, name, BASELINE)] for name in poolers if name != BASELINE]
-        quiet = [v.comparison.a for v in against if v.tested and not v.detected]
-        told = [v.reading for v in against if not (v.tested and not v.detected)]
-        told += [f"inside the noise: {', '.join(quiet)}"] if quiet else []
-        lines.append(f"- **{SETTINGS[variant]}, {size:,} images, against gap:** {'; '.join(told)}.")
+        lines.append(f"- **{SETTINGS[variant]}, {size:,} images, against gap:** "
+                     f"{grouped_readings(against, BASELINE)}.")
     for variant, size, poolers in found:
         if {"flex", "flex_reg"} <= set(poolers):
             lines.append(f"- **flex_reg against flex, {SETTINGS[variant]}, {size:,} images:** "

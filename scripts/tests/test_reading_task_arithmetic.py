@@ -113,3 +113,15 @@ def test_the_real_page_refuses_a_hand_typed_claim_and_reports_a_flipped_verdict(
     flipped = block.replace("`attention` and `all`: inside the noise", "`attention` beats `all`", 1)
     assert flipped != block
     assert "verdicts" in page.update(text.replace(block, flipped))[1]
+
+
+def test_one_epoch_is_no_choice_and_a_missing_task_leaves_the_comparison_untested():
+    # catches 'under-trained' read off a one-epoch budget, and a seed's mean over the tasks it happens to have (a
+    # missing task skipped on one side only, so the pair compares different tasks)
+    results = {"settings": {"epochs": 1, "grid": [0.5], "modes": ["all"]},
+               "runs": [{"mode": "all", "alpha": 0.5, "best_epochs": {"a": 1, "b": 1}}]}
+    assert "| `all` | 2 of 2 | no choice (one epoch) | 1 of 1 |" in task_arithmetic.render_budget(results)
+    frame = synthetic(0.05)
+    frame.loc[(frame["mode"] == "attention") & (frame["seed"] == 0) & (frame["task"] == "b"), "merged_skill"] = np.nan
+    verdict = Verdicts(task_arithmetic.comparisons(frame))["merged_skill:attention-all"]
+    assert not verdict.tested and verdict.reading.endswith("not tested (a value is not finite)")

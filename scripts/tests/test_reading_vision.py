@@ -33,7 +33,7 @@ def test_readings_say_beats_for_the_winner_and_inside_the_noise_for_a_straddle()
     assert verdicts[vision.key("scratch", 1000, "gmp", "gap")].winner == "gmp"
     assert verdicts[vision.key("scratch", 1000, "flex_reg", "flex")].winner == "flex"
     readings = vision.render_readings(frame, verdicts)
-    assert "gmp beats gap; gap beats flex_reg; inside the noise: flex." in readings
+    assert "gmp beats gap; gap beats flex_reg; flex, each against gap: inside the noise." in readings
     assert "flex beats flex_reg" in readings
     assert "gap beats gmp" not in readings and "flex_reg beats" not in readings
     assert "gem) against gap, over the sizes:** 1 of 1 comparisons leave the noise: 1 won by the pooler, 0 by gap" \
