@@ -11,13 +11,14 @@ from verdicts import Comparison, Verdicts
 from poolkit.errors import PoolkitError
 
 
-def frame(gaps: dict[str, list[float]]) -> pd.DataFrame:
+def frame(gaps: dict[str, list[float]], agreement: float = 0.95) -> pd.DataFrame:
     """Worst-group accuracies over 5 seeds at one agreement: DFR at 0.8 plus noise, each method at DFR + its gaps;
     the rows shuffled (catches values paired by row order instead of by seed)."""
     noise = [0.01, -0.02, 0.0, 0.015, -0.005]
-    rows = [{"agreement": 0.95, "seed": seed, "method": "dfr", "worst_group": 0.8 + noise[seed]} for seed in range(5)]
+    rows = [{"agreement": agreement, "seed": seed, "method": "dfr", "worst_group": 0.8 + noise[seed]}
+            for seed in range(5)]
     for method, gap in gaps.items():
-        rows += [{"agreement": 0.95, "seed": seed, "method": method, "worst_group": 0.8 + noise[seed] + gap[seed]}
+        rows += [{"agreement": agreement, "seed": seed, "method": method, "worst_group": 0.8 + noise[seed] + gap[seed]}
                  for seed in range(5)]
     return pd.DataFrame(rows).sample(frac=1.0, random_state=0)
 
@@ -57,3 +58,14 @@ def test_a_hand_typed_reading_on_the_page_fails_its_check():
     block = rendering.current(text, "verdicts")
     flipped = text.replace(block, block.replace("inside the noise", "beats", 1))
     assert spurious.PAGE.update(flipped)[1] == ["verdicts"]
+
+
+def test_both_agreements_share_one_family():
+    # catches a Holm adjustment per agreement (6 comparisons) where the page declares 12: a gap whose raw p is about
+    # 0.006 leaves the noise among 6 and stays inside it among 12
+    gap = [g + 0.007 for g in (0.05, 0.01, 0.04, 0.02, 0.03)]
+    quiet = {"erm": STRADDLING, "adapool2d": STRADDLING, "flex": STRADDLING}
+    easier = frame({**quiet, "attention2d": gap})
+    both = pd.concat([easier, frame({**quiet, "attention2d": STRADDLING}, agreement=0.99)])
+    assert spurious.page_verdicts(easier)["0.95 attention2d vs dfr"].detected
+    assert not spurious.page_verdicts(both)["0.95 attention2d vs dfr"].detected
