@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 from rendering import ROOT, Page, changed_settings, presets_table, run_files, table
-from verdicts import Comparison, Verdicts, last_epochs
+from verdicts import Comparison, Verdicts, last_epochs, paired
 
 from poolkit_bench.mil import ABLATION_BASE, PAPER, PRESETS, summarize
 
@@ -68,20 +68,13 @@ def key(a: str, b: str, dataset: str) -> str:
     return f"{dataset}: {a} vs {b}"
 
 
-def paired(frame: pd.DataFrame, a: str, b: str, dataset: str) -> tuple[list[float], list[float]]:
-    """The test-fold accuracies of poolers ``a`` and ``b`` on the same (repeat, fold) of ``dataset``, in one order
-    (a fold missing on one side stays, as NaN: the comparison then says it is not tested)."""
-    part = frame[(frame["dataset"] == dataset) & frame["pooler"].isin([a, b])]
-    wide = part.pivot(index=["repeat", "fold"], columns="pooler", values="accuracy")
-    return wide[a].tolist(), wide[b].tolist()
-
-
 def comparisons(frame: pd.DataFrame, folds: int) -> list[Comparison]:
     """:data:`ABLATION` and :data:`ZONOTOPE`, where the run has both poolers, on each dataset: test-fold accuracy,
     the corrected resampled t of a ``folds``-fold cross-validation (n_test / n_train = 1 / (folds - 1)). Not over
     the datasets pooled: three cross-validations are not one, and their folds' spreads differ."""
     datasets = list(dict.fromkeys(frame["dataset"]))
-    return [Comparison(key(a, b, dataset), NAMES.get(a, a), NAMES.get(b, b), *paired(frame, a, b, dataset),
+    return [Comparison(key(a, b, dataset), NAMES.get(a, a), NAMES.get(b, b),
+                       *paired(frame[frame["dataset"] == dataset], ["repeat", "fold"], "pooler", "accuracy", a, b),
                        f"accuracy, {dataset}", test_over_train=1 / (folds - 1))
             for a, b in [*ABLATION, ZONOTOPE] if {a, b} <= set(frame["pooler"]) for dataset in datasets]
 

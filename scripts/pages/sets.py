@@ -5,7 +5,7 @@ readings, each from a declared test (:data:`COMPARED`, paired t over the seeds, 
 from __future__ import annotations
 
 from rendering import ROOT, Page, run_files, span, table
-from verdicts import Comparison, Verdicts, counted
+from verdicts import Comparison, Verdicts, last_epochs
 
 FOLDER = ROOT / "docs" / "sets"
 #: the page's comparisons, (a, b) on each task's test MSE: one zonotope layer against one and several attention
@@ -115,7 +115,7 @@ def render_budget(results: dict) -> str:
         for model in models:
             best = [r["best_epoch"] for r in runs_of(results, task, model)]
             last = [b == epochs - 1 for b in best]
-            cells.append(f"{counted(last)}{' (under-trained)' if 2 * sum(last) > len(last) else ''}; best "
+            cells.append(f"{last_epochs(last)}; best "
                          f"{span([b + 1 for b in best], '{:d}')}")
         body.append([f"**{task}**", *cells])
     last = sum(r["best_epoch"] == epochs - 1 for r in results["runs"])

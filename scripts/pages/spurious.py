@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 from rendering import ROOT, Page, changed_settings, load_and_machine, presets_table, run_files, table
-from verdicts import Comparison, Verdicts
+from verdicts import Comparison, Verdicts, counted, last_epochs, paired
 
 from poolkit_bench.spurious import METHODS, PAPER, PRESETS, SANITY_POINTS, summarize
 from poolkit_bench.spurious_data import CUE_NAMES, LABEL_CLASSES, LABEL_NAMES
@@ -56,10 +56,10 @@ def page_verdicts(frame: pd.DataFrame) -> Verdicts:
     attention pooler's against flex's (the static control), paired by seed."""
     comparisons = []
     for agreement in dict.fromkeys(frame["agreement"]):
-        cell = frame[frame["agreement"] == agreement].pivot(index="seed", columns="method", values="worst_group")
+        part = frame[frame["agreement"] == agreement]
         pairs = [(m, "dfr") for m in METHODS if m != "dfr"] + [(m, "flex") for m in ATTENTION]
-        comparisons += [Comparison(key(agreement, a, b), LABEL.get(a, a), LABEL.get(b, b), cell[a].tolist(),
-                                   cell[b].tolist(),
+        comparisons += [Comparison(key(agreement, a, b), LABEL.get(a, a), LABEL.get(b, b),
+                                   *paired(part, "seed", "method", "worst_group", a, b),
                                    f"worst-group acc., agreement {agreement:g}") for a, b in pairs]
     return Verdicts(comparisons)
 
@@ -148,11 +148,10 @@ def render_choices(frame: pd.DataFrame, results: dict) -> str:
     s = results["settings"]
     erm = frame[frame["method"] == "erm"]["chosen"]
     dfr = frame[frame["method"] == "dfr"]["chosen"]
-    last = sum(choice == f"epoch {s['epochs']}" for choice in erm)
-    edge = sum(choice == f"C {max(s['dfr_cs']):g}" for choice in dfr)
-    return (f"ERM's validation-chosen epoch was the last of its {s['epochs']} in {last} of {len(erm)} runs"
-            f"{' (under-trained)' if 2 * last > len(erm) else ''}; DFR's C was the grid's largest "
-            f"({max(s['dfr_cs']):g}) in {edge} of {len(dfr)} runs. The retrained poolers train a fixed "
+    last = last_epochs(choice == f"epoch {s['epochs']}" for choice in erm)
+    edge = counted(choice == f"C {max(s['dfr_cs']):g}" for choice in dfr)
+    return (f"ERM's validation-chosen epoch was the last of its {s['epochs']} in {last} runs; DFR's C was the "
+            f"grid's largest ({max(s['dfr_cs']):g}) in {edge} runs. The retrained poolers train a fixed "
             f"{s['head_epochs']} epochs.")
 
 
