@@ -127,6 +127,17 @@ def test_extension_adds_budgets_with_the_run_s_protocol(copied_run):
         snr_sweep.extend_snr_sweep(out, ((80, 3),), ("mean",), progress=False)
 
 
+def test_extension_at_some_of_the_run_s_k_runs_only_those(copied_run):
+    # catches --ks ignored (every K run) or a K the sweep never ran accepted (its rate and baselines unchosen)
+    out, meta = copied_run
+    k = TINY.ks[0]
+    _, after = snr_sweep.extend_snr_sweep(out, ((80, 3),), ("mean",), (k,), progress=False)
+    new = after["runs"][len(meta["runs"]):]
+    assert {r["K"] for r in new} == {k} and len(new) == TINY.seeds and after["extensions"][0]["ks"] == [k]
+    with pytest.raises(PoolkitError, match="--ks must be some of the run's K"):
+        snr_sweep.extend_snr_sweep(out, ((90, 3),), ("mean",), (max(TINY.ks) + 1,), progress=False)
+
+
 def test_extension_under_other_settings_is_refused(copied_run):
     # catches an extension that trusts a results.json whose settings no longer give its numbers (here the data
     # seed was edited), and a CLI that lets other options through beside --extend

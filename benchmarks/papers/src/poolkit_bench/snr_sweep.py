@@ -187,12 +187,13 @@ def recorded_sweep(out_dir: str | os.PathLike) -> tuple[SweepConfig, dict]:
 
 
 def extend_snr_sweep(out_dir: str | os.PathLike, budgets: tuple[tuple[int, int], ...],
-                     poolers: tuple[str, ...] | None = None, *, progress: bool = True) -> tuple[pd.DataFrame, dict]:
-    """Add ``budgets`` for ``poolers`` (default: all of the run's) to the sweep in ``out_dir``, with that run's
-    own protocol, and rewrite its files with every row.
+                     poolers: tuple[str, ...] | None = None, ks: tuple[int, ...] | None = None, *,
+                     progress: bool = True) -> tuple[pd.DataFrame, dict]:
+    """Add ``budgets`` for ``poolers`` at ``ks`` (default: all of the run's) to the sweep in ``out_dir``, with
+    that run's own protocol, and rewrite its files with every row.
 
-    Each pooler keeps the rate the run chose for it on validation rows (stage 1 is not re-run), every K of the
-    run, ``seeds`` runs per cell and its base depth. First the run's first budget-stage run at its reference
+    Each pooler keeps the rate the run chose for it on validation rows (stage 1 is not re-run), ``seeds`` runs
+    per cell and its base depth. First the run's first budget-stage run at its reference
     budget is re-run here; if its losses and test MSE differ from the recorded ones, the settings or the code
     changed and nothing is run (PoolkitError). New runs record their commit; each extension is listed under
     ``extensions`` (budgets, poolers, the check, cost, provenance); ``settings`` stay the original run's."""
@@ -200,6 +201,10 @@ def extend_snr_sweep(out_dir: str | os.PathLike, budgets: tuple[tuple[int, int],
         sweep, before = recorded_sweep(out)
         poolers = sweep.poolers if poolers is None else tuple(dict.fromkeys(resolve_snr_name(p) for p in poolers))
         budgets = tuple((int(s), int(e)) for s, e in budgets)
+        ks = sweep.ks if ks is None else tuple(dict.fromkeys(int(k) for k in ks))
+        if not ks or not set(ks) <= set(sweep.ks):
+            raise PoolkitError(f"--extend {out}: --ks must be some of the run's K ({', '.join(map(str, sweep.ks))}), "
+                               f"got {', '.join(map(str, ks)) or 'none'}")
         had = {(r["stage"], r["samples"], r["epochs"], r["pooler"]) for r in before["runs"]}
         clash = [f"{p} at {s}x{e}" for s, e in budgets for p in poolers if ("budget", s, e, p) in had]
         if not budgets or not poolers or not set(poolers) <= set(sweep.poolers) or clash or len(set(budgets)) < len(
@@ -224,13 +229,14 @@ def extend_snr_sweep(out_dir: str | os.PathLike, budgets: tuple[tuple[int, int],
             raise PoolkitError(f"--extend {out}: its run of {check['pooler']} at K = {check['K']} does not reproduce "
                                f"here (test MSE {check['test_mse']:.6g} then, {again['test_mse']:.6g} now): the settings "
                                "or the code differ from the run's; run a new sweep instead of extending this one")
-        configs = [("budget", sweep._config(p, lrs[p], s, e, sweep.base.layers, sweep.ks, sweep.seeds))
+        configs = [("budget", sweep._config(p, lrs[p], s, e, sweep.base.layers, ks, sweep.seeds))
                    for s, e in budgets for p in poolers]
         fresh = [{**run, "commit": provenance.get("commit")} for run in _run_stage(sweep, configs, progress,
                                                                                    "snr-sweep extend")]
         release_data()
         runs = old + fresh
-        extension = {"budgets": [list(b) for b in budgets], "poolers": list(poolers), "lrs": {p: lrs[p] for p in poolers},
+        extension = {"budgets": [list(b) for b in budgets], "poolers": list(poolers), "ks": list(ks),
+                     "lrs": {p: lrs[p] for p in poolers},
                      "reproduced": reproduced, "runtime_seconds": round(clock.seconds(), 1),
                      "cpu_seconds": round(sum(r["cpu_seconds"] for r in fresh) + again["cpu_seconds"], 1),
                      "provenance": provenance}
@@ -325,9 +331,9 @@ def plot_sweep(frame: pd.DataFrame, path: str | os.PathLike, title: str = "", k_
 
 # -- CLI ------------------------------------------------------------------------------------------------------
 def add_extra_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--extend", metavar="DIR", help="add --budgets (for --poolers, default all) to the sweep in "
-                        "DIR with its own protocol (its results.json), after re-running one of its runs to check that "
-                        "it reproduces; no other option is taken")
+    parser.add_argument("--extend", metavar="DIR", help="add --budgets (for --poolers and --ks, default all) to the "
+                        "sweep in DIR with its own protocol (its results.json), after re-running one of its runs to "
+                        "check that it reproduces; no other option is taken")
 
 
 def run_snr_sweep_command(args: argparse.Namespace) -> int:
@@ -335,12 +341,12 @@ def run_snr_sweep_command(args: argparse.Namespace) -> int:
     clock = Stopwatch()
     sweep = config_from_args(args, PRESETS)
     if args.extend:
-        given = [flag for flag in given_flags(args, PRESETS) if flag not in ("--budgets", "--poolers")]
+        given = [flag for flag in given_flags(args, PRESETS) if flag not in ("--budgets", "--poolers", "--ks")]
         if given or not args.budgets:
-            raise PoolkitError("--extend takes the protocol of the sweep it extends: give only --budgets and "
-                               f"--poolers (got {' '.join(given) or 'no --budgets'})")
-        poolers = sweep.poolers if args.poolers else None
-        frame, _ = extend_snr_sweep(args.extend, sweep.budgets, poolers, progress=not args.no_progress)
+            raise PoolkitError("--extend takes the protocol of the sweep it extends: give only --budgets, --poolers "
+                               f"and --ks (got {' '.join(given) or 'no --budgets'})")
+        frame, _ = extend_snr_sweep(args.extend, sweep.budgets, sweep.poolers if args.poolers else None,
+                                    sweep.ks if args.ks else None, progress=not args.no_progress)
     else:
         frame, _ = run_snr_sweep(sweep, args.out, force=args.force, progress=not args.no_progress)
     shown = frame[frame["stage"] == "budget"].pivot_table(index=["budget_x", "K"], columns="pooler",
