@@ -77,10 +77,15 @@ class Sweep:
         self.extensions = meta.get("extensions", [])
         self.added = {(tuple(b), p) for e in self.extensions for b in e["budgets"] for p in e["poolers"]}
         self.added_poolers = [p for p in self.poolers if any(p == q for _, q in self.added)]
-        self.all_budgets = sorted({*self.budgets, *(b for b, _ in self.added)}, key=lambda b: b[0] * b[1])
+        self.all_budgets = sorted({*self.budgets, *(b for b, _ in self.added)}, key=lambda b: (b[0] * b[1], b[0]))
+        self.quick_budget = tuple(meta["quick_budget"])
 
     def has(self, pooler: str, budget: tuple[int, int]) -> bool:
         return ("budget", *budget, self.layers, pooler, self.ks[0]) in self.cells
+
+    def ks_at(self, budget: tuple[int, int], pooler: str = "adapool") -> list[int]:
+        """The K values ``pooler`` ran at ``budget`` (an extension may run some of the sweep's)."""
+        return [k for k in self.ks if ("budget", *budget, self.layers, pooler, k) in self.cells]
 
     def top(self, pooler: str) -> tuple[int, int]:
         """The largest budget with cells of both ``pooler`` and adapool."""
@@ -219,7 +224,9 @@ def render_extension(sweep: Sweep) -> str:
         runs = sum(1 for run in sweep.runs if run.get("commit") == e["provenance"]["commit"] and sweep.is_added(run)
                    and [run["samples"], run["epochs"]] in e["budgets"] and run["pooler"] in e["poolers"])
         lines.append(f"- `poolkit bench snr-sweep --extend docs/snr/sweep --budgets "
-                     f"{' '.join(f'{b[0]}x{b[1]}' for b in e['budgets'])} --poolers {' '.join(e['poolers'])}` at "
+                     f"{' '.join(f'{b[0]}x{b[1]}' for b in e['budgets'])} --poolers {' '.join(e['poolers'])}"
+                     + (f" --ks {' '.join(map(str, e['ks']))}" if e.get("ks", sweep.ks) != sweep.ks else "")
+                     + "` at "
                      f"commit `{e['provenance']['commit'][:7]}`: {runs} runs at lr "
                      + ", ".join(f"{p} {lr:g}" for p, lr in e["lrs"].items())
                      + f" (the sweep's own choice), {e['cpu_seconds']:,.0f} CPU-seconds, "
@@ -230,18 +237,20 @@ def render_extension(sweep: Sweep) -> str:
     others = [p for p in sweep.added_poolers if p != "adapool"]
     shown = sweep.added_poolers
     lines += ["", "At every budget, for the extended poolers: each one's test MSE over adapool's at K = "
-              + " / ".join(map(str, sweep.ks)) + "; the runs whose best validation epoch was the last, over all K; "
+              + " / ".join(map(str, sweep.ks)) + " ('–': not run at that K); the runs whose best validation epoch was "
+              "the last, over the K run; "
               "and the CPU seconds of these poolers' runs at that budget (`results.csv`: `mse_mean`, `best_last`, "
               "`seeds`, `cpu_seconds`):", ""]
     header = ["budget", *(f"{p} / adapool" for p in others), *(f"best epoch last: {p}" for p in shown),
               "CPU-s per run (median)", "CPU-s, all"]
     rows = []
     for budget in sweep.all_budgets:
-        ratios = [" / ".join(f"{sweep.ratio(p, k, budget):.2f}" for k in sweep.ks) if sweep.has(p, budget)
-                  and sweep.has("adapool", budget) else "" for p in others]
+        ratios = [" / ".join(f"{sweep.ratio(p, k, budget):.2f}" if k in sweep.ks_at(budget, p) else "–"
+                             for k in sweep.ks) if sweep.has(p, budget) and sweep.has("adapool", budget) else ""
+                  for p in others]
         last = []
         for p in shown:
-            cells = [sweep.cell(p, k, budget) for k in sweep.ks] if sweep.has(p, budget) else []
+            cells = [sweep.cell(p, k, budget) for k in sweep.ks_at(budget, p)]
             last.append(f"{sum(c['best_last'] for c in cells):.0f} of {sum(c['seeds'] for c in cells):.0f}"
                         if cells else "")
         cpu = [r["cpu_seconds"] for r in sweep.stage_runs("budget", budget) if r["pooler"] in shown]
@@ -453,9 +462,20 @@ def spread_key(pooler: str, k: int) -> str:
     return f"spread adapool vs {pooler}, K = {k}"
 
 
-def trend_budgets(sweep: Sweep) -> list[tuple[int, int]]:
-    """The budgets with runs of both mean and adapool, smallest first."""
-    return [b for b in sweep.all_budgets if sweep.has("mean", b) and sweep.has("adapool", b)]
+def trend_paths(sweep: Sweep) -> dict[str, list[tuple[int, int]]]:
+    """The budgets with runs of both mean and adapool, smallest first, on two paths that meet at quick mode's
+    budget: ``epochs`` (the sweep's budgets and, above quick mode, more epochs on its samples) and ``samples``
+    (quick mode's epochs on more samples); a path of one budget is left out."""
+    both = [b for b in sweep.all_budgets if sweep.has("mean", b) and sweep.has("adapool", b)]
+    samples, epochs = sweep.quick_budget
+    more_data = [b for b in both if b[1] == epochs and b[0] >= samples]
+    paths = {"epochs": [b for b in both if b not in more_data[1:]], "samples": more_data}
+    return {name: path for name, path in paths.items() if len(path) > 1}
+
+
+def trend_steps(sweep: Sweep) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Each (budget, the next one on its path) of :func:`trend_paths`."""
+    return [step for path in trend_paths(sweep).values() for step in zip(path, path[1:])]
 
 
 def depths(sweep: Sweep) -> list[int]:
@@ -492,11 +512,11 @@ def page_verdicts(sweep: Sweep, before: tuple[dict, dict]) -> Verdicts:
         top = sweep.top(p)
         comparisons += [lower_mse(mse_key("adapool", p, top, k), "adapool", p, sweep.per_seed("adapool", k, top),
                                   sweep.per_seed(p, k, top), f"log10 test MSE, K = {k}, {budget_name(sweep, top)}")
-                        for k in (sweep.ks if p == "cls" else sweep.low_ks())]
-    budgets = trend_budgets(sweep)
+                        for k in gap_ks(sweep, p, top)]
     for k in sweep.low_ks():
-        comparisons += [wider(trend_key(k, low, high), f"{sweep.times(high)}×", f"{sweep.times(low)}×",
-                              gap(sweep, k, high), gap(sweep, k, low), k) for low, high in zip(budgets, budgets[1:])]
+        comparisons += [wider(trend_key(k, low, high), budget_label(high), budget_label(low), gap(sweep, k, high),
+                              gap(sweep, k, low), k) for low, high in trend_steps(sweep)
+                        if k in sweep.ks_at(high, "mean") and k in sweep.ks_at(high)]
     k, ref = sweep.settings["depth_k"], sweep.reference
     comparisons += [wider(depth_key(d), layers_name(d), layers_name(sweep.layers), gap(sweep, k, ref, d),
                           gap(sweep, k, ref), k) for d in depths(sweep) if d != sweep.layers]
@@ -524,6 +544,18 @@ def page_verdicts(sweep: Sweep, before: tuple[dict, dict]) -> Verdicts:
     return Verdicts(comparisons)
 
 
+def gap_ks(sweep: Sweep, pooler: str, budget: tuple[int, int]) -> list[int]:
+    """The K values adapool is compared with ``pooler`` at: every K run there for cls, those in the paper's SNR
+    range for the others."""
+    run = set(sweep.ks_at(budget, pooler)) & set(sweep.ks_at(budget))
+    return [k for k in (sweep.ks if pooler == "cls" else sweep.low_ks()) if k in run]
+
+
+def budget_label(budget: tuple[int, int]) -> str:
+    """A budget as samples x epochs: a comparison's condition."""
+    return f"{budget[0]}x{budget[1]}"
+
+
 def by_reading(tested: dict[int, Verdict]) -> str:
     """Each reading with the K values it holds at: 'adapool beats mean at K = 4, 16'."""
     groups: dict[str, list[str]] = {}
@@ -547,8 +579,9 @@ def claim_gap(sweep: Sweep, verdicts: Verdicts) -> str:
     :data:`SIZE_FLOOR`."""
     low = sweep.low_ks()
     tops = {p: sweep.top(p) for p in PAPER_POOLERS if p in sweep.poolers}
-    gaps = {p: [sweep.ratio(p, k, top) for k in low] for p, top in tops.items()}
-    tested = {p: {k: verdicts[mse_key("adapool", p, top, k)] for k in low} for p, top in tops.items()}
+    in_range = {p: [k for k in gap_ks(sweep, p, top) if k in low] for p, top in tops.items()}
+    gaps = {p: [sweep.ratio(p, k, top) for k in in_range[p]] for p, top in tops.items()}
+    tested = {p: {k: verdicts[mse_key("adapool", p, top, k)] for k in in_range[p]} for p, top in tops.items()}
     direction = all(v.winner == "adapool" for vs in tested.values() for v in vs.values())
     # the ratio p / adapool is 10 ** -(log10 adapool - log10 p): its interval's bottom is 10 ** -high
     reach = [f"{p} at K = {k}" for p, vs in tested.items() for k, v in vs.items() if 10 ** -v.high >= SIZE_FLOOR]
@@ -556,35 +589,33 @@ def claim_gap(sweep: Sweep, verdicts: Verdicts) -> str:
     return (f"- **Adaptive pooling's error about an order of magnitude below mean, max and CLS pooling at SNR "
             f"0.03-0.25: {verdict(size, direction)}.** Each at the largest budget it was run at, over K = "
             f"{', '.join(map(str, low))}: "
-            + ", ".join(f"{p} / adapool {span(g, unit='x')} ({sweep.times(tops[p])}×)" for p, g in gaps.items())
+            + ", ".join(f"{p} / adapool {span(g, unit='x')} at {budget_name(sweep, tops[p])}" for p, g in gaps.items())
             + ". Paired by seed on log10 test MSE: " + "; ".join(by_reading(vs) for vs in tested.values())
             + f". The ratio's adjusted interval lies above {SIZE_FLOOR:.1f}x (about an order of magnitude: nearer 10x "
             f"than 1x) for {', '.join(reach) or 'none of them'}.")
 
 
 def claim_trend(sweep: Sweep, verdicts: Verdicts) -> str:
-    """Whether mean / adapool grows with the budget, per K in the paper's SNR range: each step tested."""
-    budgets = trend_budgets(sweep)
-    steps, outcomes = [], []
-    for k in sweep.low_ks():
-        trend = [sweep.ratio("mean", k, b) for b in budgets]
-        tested = [change(verdicts[trend_key(k, a, b)]) for a, b in zip(budgets, budgets[1:])]
-        outcomes += tested
-        best = budgets[trend.index(max(trend))]
-        steps.append(f"at K = {k} " + " → ".join(f"{r:.2f}" for r in trend)
-                     + f" (largest at {sweep.times(best)}×, by mean, untested), steps "
-                     + ", ".join(f"{b / a - 1:+.0%} [{word}]" for a, b, word in zip(trend, trend[1:], tested)))
+    """Whether mean / adapool grows with the budget, per K in the paper's SNR range, along each path of
+    :func:`trend_paths` (more epochs; more samples): each step tested."""
+    epochs = sweep.quick_budget[1]
+    words = {"epochs": "More epochs", "samples": f"More samples at {epochs} epoch{'' if epochs == 1 else 's'}"}
+    parts, outcomes = [], []
+    for name, path in trend_paths(sweep).items():
+        steps = []
+        for k in sweep.low_ks():
+            shown = [b for b in path if k in sweep.ks_at(b, "mean") and k in sweep.ks_at(b)]
+            trend = [sweep.ratio("mean", k, b) for b in shown]
+            tested = [change(verdicts[trend_key(k, a, b)]) for a, b in zip(shown, shown[1:])]
+            outcomes += tested
+            steps.append(f"at K = {k} " + " → ".join(f"{r:.2f}" for r in trend) + ", steps "
+                         + ", ".join(f"{b / a - 1:+.0%} [{word}]" for a, b, word in zip(trend, trend[1:], tested)))
+        parts.append(f"{words[name]}, over " + " → ".join(budget_label(b) for b in path) + ": " + "; ".join(steps))
     counts = ", ".join(f"{outcomes.count(word)} {word}" for word in ("wider", "narrower", "inside the noise")
                        if word in outcomes)
-    largest = sweep.largest
-    above = [b for b in budgets if b[0] * b[1] > largest[0] * largest[1]]
-    epochs_only = (f" Above {sweep.times(largest)}× the budget grows the epochs only ({largest[0]:,} samples "
-                   "throughout): those steps read more epochs on the same data, not more data."
-                   if above and all(b[0] == largest[0] for b in above) else "")
-    return (f"- **Does mean / adapool grow with the budget?** Over budgets "
-            f"{', '.join(sweep.times(b) + '×' for b in budgets)} of quick mode: " + "; ".join(steps)
-            + f". Each step tests log10(mean / adapool) per seed against the budget below: of the {len(outcomes)} "
-            f"step{'' if len(outcomes) == 1 else 's'}, {counts}.{epochs_only}")
+    return ("- **Does mean / adapool grow with the budget?** " + ". ".join(parts)
+            + f". Each step tests log10(mean / adapool) per seed against the budget before it on its path: of the "
+            f"{len(outcomes)} step{'' if len(outcomes) == 1 else 's'}, {counts}.")
 
 
 def claim_variance(sweep: Sweep, verdicts: Verdicts) -> str:
@@ -611,9 +642,10 @@ def claim_cls(sweep: Sweep, before: tuple[dict, dict], verdicts: Verdicts) -> st
     """The paper's CLS against adapool at its largest budget, and the earlier run's type-marked vector 0 against
     the paper's cls and against that run's adapool."""
     top = sweep.top("cls")
+    ks = gap_ks(sweep, "cls", top)
     text = (f"- **The paper's CLS:** cls / adapool at {budget_name(sweep, top)} "
-            + ", ".join(f"{sweep.ratio('cls', k, top):.2f} at K = {k}" for k in sweep.ks) + "; paired by seed: "
-            + by_reading({k: verdicts[mse_key("adapool", "cls", top, k)] for k in sweep.ks}) + ".")
+            + ", ".join(f"{sweep.ratio('cls', k, top):.2f} at K = {k}" for k in ks) + "; paired by seed: "
+            + by_reading({k: verdicts[mse_key("adapool", "cls", top, k)] for k in ks}) + ".")
     if budget := before_budget(sweep, before):
         old = before[1]["vector0"]
         ks = [k for k in sweep.ks if k in old]

@@ -75,7 +75,7 @@ def test_the_gap_s_growth_with_the_budget_is_read_from_its_test():
     # catches a trend read from the wrong end, and a step called wider without its test
     def gapped(small: float, large: float, noise=NOISE):
         return sweep(cells(large, 50.0, 15.0), cells(small, 50.0, 15.0, noise))
-    assert "(largest at 1×, by mean, untested), steps +100% [wider]" in claims(gapped(2.0, 4.0))
+    assert "→ 4.00, steps +100% [wider]" in claims(gapped(2.0, 4.0))
     assert "steps -50% [narrower]" in claims(gapped(4.0, 2.0))
     assert "steps +1% [inside the noise]" in claims(gapped(2.0, 2.02))
 

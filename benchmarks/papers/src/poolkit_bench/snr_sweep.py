@@ -292,36 +292,53 @@ def _title(sweep: SweepConfig) -> str:
             f"{sweep.base.layers} layer(s), {sweep.seeds} seeds ({sweep.largest_seeds} at the largest)")
 
 
+def budget_paths(budget: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The budget rows on two paths that meet at quick mode's budget: ``epochs`` (the sweep's budgets and, above
+    quick mode, more epochs on its samples) and ``samples`` (quick mode's epochs on more samples); an empty path
+    is left out. Two budgets of one multiple (4000x32, 16000x8) lie on different paths."""
+    more_data = (budget["epochs"] == QUICK.epochs) & (budget["samples"] >= QUICK.num_samples)
+    beyond = more_data & (budget["samples"] > QUICK.num_samples)
+    paths = {"epochs": budget[~beyond], "samples": budget[more_data]}
+    return {name: rows for name, rows in paths.items() if rows["budget_x"].nunique() > 1}
+
+
 def plot_sweep(frame: pd.DataFrame, path: str | os.PathLike, title: str = "", k_shown: int | None = None) -> None:
-    """Left: mean / AdaPool test MSE against the budget (multiples of quick mode), one line per K. Right: each
-    pooler's test MSE against the budget at K = ``k_shown`` (the analytic baselines dashed)."""
+    """Left: mean / AdaPool test MSE against the budget (multiples of quick mode), one line per K and path (more
+    epochs solid, more samples dashed). Right: each pooler's test MSE against the budget at K = ``k_shown`` (the
+    samples path dashed, the analytic baselines grey and black)."""
     plt = pyplot()
     budget = frame[frame["stage"] == "budget"]
-    cells = budget.set_index(["pooler", "K", "budget_x"])["mse_mean"]
+    styles = {"epochs": ("-", "more epochs"), "samples": ("--", "more samples")}
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=150)
-    if {"mean", "adapool"} <= set(budget["pooler"]):
-        for k in sorted(budget["K"].unique()):
-            at = budget[budget["K"] == k].groupby("budget_x")["pooler"].agg(set)
+    k_shown = k_shown if k_shown in set(budget["K"]) else budget["K"].iloc[0]
+    k_colors = {k: f"C{i}" for i, k in enumerate(sorted(budget["K"].unique()))}
+    for name, rows in budget_paths(budget).items():
+        style, label = styles[name]
+        cells = rows.set_index(["pooler", "K", "budget_x"])["mse_mean"]
+        for k in sorted(rows["K"].unique()):
+            at = rows[rows["K"] == k].groupby("budget_x")["pooler"].agg(set)
             xs = sorted(x for x, names in at.items() if {"mean", "adapool"} <= names)
-            left.plot(xs, [cells["mean", k, x] / cells["adapool", k, x] for x in xs], marker="o", label=f"K = {k}")
+            if len(xs) > 1:
+                left.plot(xs, [cells["mean", k, x] / cells["adapool", k, x] for x in xs], marker="o", ls=style,
+                          color=k_colors[k], label=f"K = {k}, {label}")
+        for pooler, group in rows[rows["K"] == k_shown].groupby("pooler", sort=False):
+            group = group.sort_values("budget_x")
+            right.errorbar(group["budget_x"], group["mse_mean"], yerr=group["mse_std"], marker="o", ms=3, capsize=2,
+                           ls=style, label=pooler if name == "epochs" else None, color=PAPER_COLORS.get(pooler))
     left.axhline(1.0, color="grey", lw=1, ls=":")
     left.set_xscale("log", base=2)
     left.set_xlabel("training budget (samples x epochs, multiples of --quick)")
     left.set_ylabel("test MSE of mean / adapool")
-    left.legend(fontsize=7)
-    k_shown = k_shown if k_shown in set(budget["K"]) else budget["K"].iloc[0]
-    for name, group in budget[budget["K"] == k_shown].groupby("pooler", sort=False):
-        group = group.sort_values("budget_x")
-        right.errorbar(group["budget_x"], group["mse_mean"], yerr=group["mse_std"], marker="o", ms=3, capsize=2,
-                       label=name, color=PAPER_COLORS.get(name))
+    left.legend(fontsize=6)
     base = frame[(frame["stage"] == "baseline") & (frame["K"] == k_shown)]
+    base = base[(base["epochs"] != QUICK.epochs) | (base["samples"] <= QUICK.num_samples)]
     base = base.assign(budget_x=base["budget_x"].clip(upper=budget["budget_x"].max())).sort_values("budget_x")
     for name, group in base.groupby("pooler", sort=False):
-        right.plot(group["budget_x"], group["mse_mean"], ls="--", lw=1, color="grey" if name == BASELINES[0] else
+        right.plot(group["budget_x"], group["mse_mean"], ls=":", lw=1, color="grey" if name == BASELINES[0] else
                    "black", label=name)
     right.set_xscale("log", base=2)
     right.set_yscale("log")
-    right.set_xlabel("training budget (multiples of --quick)")
+    right.set_xlabel("training budget (multiples of --quick; dashed: more samples)")
     right.set_ylabel(f"test MSE at K = {k_shown}")
     right.legend(fontsize=6, ncol=2)
     for ax in (left, right):
