@@ -13,7 +13,7 @@ from poolkit_bench.commands import BENCHMARKS, command, parser_for
 from poolkit.cli.options import _flags, _parts, _value, config_from_args, given_flags
 from poolkit.settings import Presets
 
-#: The flags of each command in poolkit 0.2, when each one's argparse was written by hand.
+#: The flags of each command in poolkit 0.2, when each one's argparse was written by hand, and of those added since.
 FLAGS_02 = {
     "snr": "batch-size data-seed device dim epochs folds full heads ks layers lr poolers quick samples seed seeds "
            "threads vectors workers",
@@ -29,6 +29,8 @@ FLAGS_02 = {
     "mil": "batch-size datasets epochs eval-every extend folds full inner-splits lrs poolers quick repeats seed "
            "threads weight-decay workers",
     "sets": "epochs generators quick seeds tasks threads train width",
+    "gated-mlp": "batch-size data data-seed device dim epochs ffns heads layers lr max-length min-count mlp-hidden "
+                 "quick rows seed seeds threads weight-decay workers",  # new in 0.3
     "task-arithmetic": "batch-size encoder-lr epochs full grid head-epochs max-length model modes pooler-lr quick "
                        "rows seed seeds tasks threads",
 }

@@ -329,7 +329,8 @@ def plot_sweep(frame: pd.DataFrame, path: str | os.PathLike, title: str = "", k_
     left.set_xscale("log", base=2)
     left.set_xlabel("training budget (samples x epochs, multiples of --quick)")
     left.set_ylabel("test MSE of mean / adapool")
-    left.legend(fontsize=6)
+    if left.get_legend_handles_labels()[0]:  # no line where no path has two budgets (quick mode)
+        left.legend(fontsize=6)
     base = frame[(frame["stage"] == "baseline") & (frame["K"] == k_shown)]
     base = base[(base["epochs"] != QUICK.epochs) | (base["samples"] <= QUICK.num_samples)]
     base = base.assign(budget_x=base["budget_x"].clip(upper=budget["budget_x"].max())).sort_values("budget_x")
