@@ -31,6 +31,8 @@ FLAGS_02 = {
     "sets": "epochs generators quick seeds tasks threads train width",
     "gated-mlp": "batch-size data data-seed device dim epochs ffns heads layers lr max-length min-count mlp-hidden "
                  "quick rows seed seeds threads weight-decay workers",  # new in 0.3
+    "operator": "batch-size clustered-resolutions device epochs fine fno-layers heads layers lr models modes nu quick "
+                "seed seeds test test-resolutions threads train train-resolution val width workers",  # new in 0.3
     "task-arithmetic": "batch-size encoder-lr epochs full grid head-epochs max-length model modes pooler-lr quick "
                        "rows seed seeds tasks threads",
 }
@@ -138,6 +140,8 @@ TINY_RUNS = {
                 "--epochs 1 --head-epochs 1 --dfr-retrains 2 --seeds 1 --agreements 0.95",
     "mil": "--quick --folds 2 --epochs 2 --eval-every 1",
     "sets": "--quick --tasks statistics",
+    "gated-mlp": "--quick --ffns glu --seeds 1 --epochs 1",
+    "operator": "--quick --models fno --seeds 1 --epochs 1 --clustered-resolutions",
 }
 
 

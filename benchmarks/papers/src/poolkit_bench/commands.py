@@ -48,6 +48,8 @@ BENCHMARKS = (
                  "stripes)"),
     BenchCommand("mil", "mil", "poolers as MIL pooling on MUSK1/MUSK2/ELEPHANT bags (Ilse et al. 2018)"),
     BenchCommand("sets", "sets", "zonotope vs stacked attention on synthetic set tasks; quadrature pooling"),
+    BenchCommand("operator", "neural_operator", "continuum attention vs a Fourier neural operator on 1-D Burgers, "
+                 "trained at one resolution and tested at others (Calvello et al. 2024)"),
     BenchCommand("gated-mlp", "gated_mlp", "feed-forward variants of a small text transformer: GELU MLP, GLU, "
                  "bilinear, both factors activated, bilinear attention (Breslow 2026)"),
     BenchCommand("task-arithmetic", "task_arithmetic", "merging task vectors of full vs attention-only fine-tuning "
