@@ -157,8 +157,8 @@ def run_snr_sweep(sweep: SweepConfig = CPU_SWEEP, out_dir: str | os.PathLike | N
                 lrs[pooler] = min(val, key=val.get)
                 choice[pooler] = {"lr": lrs[pooler], "val_mse": {str(lr): v for lr, v in val.items()}}
         runs += _run_stage(sweep, sweep.configs(lrs), progress, "snr-sweep")
-        meta = run_record("snr-sweep (Brothers, ICML 2025, KNN-centroid noise robustness over budgets)", sweep, clock.record(),
-                          quick_budget=[QUICK.num_samples, QUICK.epochs], lr_choice=choice, runs=runs)
+        meta = run_record("snr-sweep (Brothers, ICML 2025, KNN-centroid noise robustness over budgets)", sweep,
+                          clock.record(), quick_budget=[QUICK.num_samples, QUICK.epochs], lr_choice=choice, runs=runs)
         frame = summarize(sweep, runs, meta["provenance"].get("commit"))
         release_data()
         if out is not None:
@@ -222,13 +222,15 @@ def extend_snr_sweep(out_dir: str | os.PathLike, budgets: tuple[tuple[int, int],
         task = (check["seed"] - sweep.base.seed, check["K"], check["pooler"])
         again = run_jobs([(config, task)], 1, sweep.base.threads, False)[0]
         fields = ("test_mse", "best_epoch", "val_loss", "train_loss")
-        reproduced = {"pooler": check["pooler"], "K": check["K"], "samples": check["samples"], "epochs": check["epochs"],
-                      "seed": check["seed"], "then": {f: check[f] for f in fields}, "now": {f: again[f] for f in fields}}
+        reproduced = {"pooler": check["pooler"], "K": check["K"], "samples": check["samples"],
+                      "epochs": check["epochs"], "seed": check["seed"], "then": {f: check[f] for f in fields},
+                      "now": {f: again[f] for f in fields}}
         if any(again[f] != check[f] for f in fields):
             release_data()
-            raise PoolkitError(f"--extend {out}: its run of {check['pooler']} at K = {check['K']} does not reproduce "
-                               f"here (test MSE {check['test_mse']:.6g} then, {again['test_mse']:.6g} now): the settings "
-                               "or the code differ from the run's; run a new sweep instead of extending this one")
+            raise PoolkitError(f"--extend {out}: its run of {check['pooler']} at K = {check['K']} does not "
+                               f"reproduce here (test MSE {check['test_mse']:.6g} then, {again['test_mse']:.6g} now): "
+                               "the settings or the code differ from the run's; run a new sweep instead of extending "
+                               "this one")
         configs = [("budget", sweep._config(p, lrs[p], s, e, sweep.base.layers, ks, sweep.seeds))
                    for s, e in budgets for p in poolers]
         fresh = [{**run, "commit": provenance.get("commit")} for run in _run_stage(sweep, configs, progress,
