@@ -166,7 +166,8 @@ def test_the_paper_benchmarks_are_their_own_distribution(tmp_path):
     [point] = metadata.entry_points(group=BENCHMARK_GROUP)
     assert point.dist.name == "poolkit-bench"
     assert [command.name for command in bench_commands()] == [
-        "snr", "snr-sweep", "vision", "channel-spatial", "spurious", "mil", "sets", "task-arithmetic"]
+        "snr", "snr-sweep", "vision", "channel-spatial", "spurious", "mil", "sets", "operator", "gated-mlp",
+        "task-arithmetic"]
 
 
 def test_bench_without_the_benchmarks_says_what_to_install(monkeypatch, capsys):
