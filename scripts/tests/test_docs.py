@@ -242,7 +242,8 @@ def test_the_leaderboards_reading_says_beats_only_where_the_test_says_so():
     assert not any("beats" in line for line in noisy)
 
 
-RESEARCH_PAGES = {"spurious", "snr", "task-arithmetic", "vision", "channel-spatial", "sets", "mil", "gated-mlp"}
+RESEARCH_PAGES = {"spurious", "snr", "task-arithmetic", "vision", "channel-spatial", "sets", "mil", "gated-mlp",
+                  "operator"}
 
 
 def test_every_research_page_renders_its_readings():
