@@ -8,7 +8,7 @@ from rendering import ROOT, Page, changed_settings, load_and_machine, presets_ta
 from verdicts import Comparison, Verdicts, counted, last_epochs, paired
 
 from poolkit_bench.spurious import METHODS, PAPER, PRESETS, SANITY_POINTS, summarize
-from poolkit_bench.spurious_data import CUE_NAMES, LABEL_CLASSES, LABEL_NAMES
+from poolkit_bench.spurious_data import CUES, LABEL_CLASSES, LABEL_NAMES
 
 FOLDER = ROOT / "docs" / "spurious"
 ATTENTION = ("attention2d", "adapool2d")  # the input-dependent poolers the paper's claim is about
@@ -40,9 +40,10 @@ def render_presets() -> str:
 
 def render_data(results: dict) -> str:
     s = results["settings"]
+    names = CUES[s.get("cue", "stripes")]  # runs before the cue setting had stripes
     lines = [f"Core label 0 = {LABEL_NAMES[0]} (Fashion-MNIST classes {', '.join(map(str, LABEL_CLASSES[0]))}), "
-             f"1 = {LABEL_NAMES[1]} (classes {', '.join(map(str, LABEL_CLASSES[1]))}); cue 0 = {CUE_NAMES[0]}, "
-             f"1 = {CUE_NAMES[1]}, in a {s['patch']} px patch; the 28 px garment and the patch at random, "
+             f"1 = {LABEL_NAMES[1]} (classes {', '.join(map(str, LABEL_CLASSES[1]))}); cue 0 = {names[0]}, "
+             f"1 = {names[1]}, in a {s['patch']} px patch; the 28 px garment and the patch at random, "
              f"non-overlapping places on a {s['canvas']} px canvas. Group = 2 × label + cue (groups 1 and 2: the cue "
              "disagrees with the label). Exact rows per group 0 / 1 / 2 / 3 in the committed run:", ""]
     rows = [[f"{float(agreement):g}", *(" / ".join(map(str, counts[split]))

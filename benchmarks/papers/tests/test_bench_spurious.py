@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from poolkit_bench import spurious
-from poolkit_bench.spurious_data import (CUE_NAMES, GARMENT, LABEL_CLASSES, assign_cues, make_spurious_data,
-                                         planned_counts, texture)
+from poolkit_bench.spurious_data import (CUES, GARMENT, LABEL_CLASSES, assign_cues, cue_patch, make_spurious_data,
+                                         planned_counts)
 from poolkit_bench.vision_data import Images
 from poolkit.cli import main as cli_main
 from poolkit.errors import PoolkitError
@@ -73,7 +73,7 @@ def test_garment_and_cue_never_overlap_and_each_holds_its_own_pixels():
         for i in range(len(split.y)):
             canvas = split.x[i, 0]
             t, left, b, r = c[i].tolist()
-            assert torch.equal(canvas[t:b, left:r], torch.from_numpy(texture(int(split.cue[i]), 14)))
+            assert torch.equal(canvas[t:b, left:r], torch.from_numpy(cue_patch("stripes", int(split.cue[i]), 14)[0]))
             t, left, b, r = g[i].tolist()
             assert torch.equal(canvas[t:b, left:r], images.train_x[split.source[i], 0] if pool is images.train_y
                                else images.test_x[split.source[i], 0])
@@ -82,7 +82,32 @@ def test_garment_and_cue_never_overlap_and_each_holds_its_own_pixels():
             outside[c[i, 0]:c[i, 2], c[i, 1]:c[i, 3]] = 0
             assert float(outside.abs().sum()) == 0.0  # nothing else on the canvas
         assert all(int(pool[s]) in LABEL_CLASSES[int(y)] for s, y in zip(split.source, split.y))
-    assert len(CUE_NAMES) == 2 and not np.array_equal(texture(0, 8), texture(1, 8))
+    assert len(CUES["stripes"]) == 2 and not np.array_equal(cue_patch("stripes", 0, 8), cue_patch("stripes", 1, 8))
+
+
+def test_the_colour_cue_differs_in_hue_only_on_the_same_draws_as_stripes():
+    # catches a colour cue that is also a brightness cue (a grey-level CNN could read it), a garment tinted by the
+    # channel of its cue, a canvas of one channel, and draws that depend on the kind of cue (the two runs would then
+    # differ in garments and places as well as in the cue)
+    images = fake_fashion()
+    stripes = make_spurious_data(images, agreement=0.9, **SIZES, seed=2)
+    colour = make_spurious_data(images, agreement=0.9, **SIZES, seed=2, cue="colour")
+    for a, b in ((stripes.train, colour.train), (stripes.test, colour.test)):
+        assert b.x.shape == (len(a.y), 3, *a.x.shape[2:])
+        for name in ("y", "cue", "garment_box", "cue_box", "source"):
+            assert torch.equal(getattr(a, name), getattr(b, name))
+        for i in range(len(b.y)):
+            t, left, bottom, r = b.garment_box[i].tolist()
+            garment = b.x[i, :, t:bottom, left:r]
+            assert torch.equal(garment, a.x[i, :, t:bottom, left:r].expand(3, -1, -1))  # grey: equal channels
+            t, left, bottom, r = b.cue_box[i].tolist()
+            patch = b.x[i, :, t:bottom, left:r]
+            assert torch.equal(patch, torch.from_numpy(cue_patch("colour", int(b.cue[i]), 14)))
+    red, green = cue_patch("colour", 0, 6), cue_patch("colour", 1, 6)
+    assert (red[0] == 1).all() and (green[1] == 1).all() and red[1:].sum() == green[[0, 2]].sum() == 0
+    assert red.sum(0).tolist() == green.sum(0).tolist()  # the same brightness
+    with pytest.raises(PoolkitError, match="cue must be one of stripes, colour"):
+        make_spurious_data(images, agreement=0.9, **SIZES, cue="red")
 
 
 def test_splits_share_no_garment_and_the_positions_vary():
@@ -237,6 +262,18 @@ def test_a_tiny_run_writes_its_files_repeats_itself_and_refuses_to_overwrite(tmp
         spurious.run_spurious(TINY, tmp_path, progress=False)
 
 
+def test_a_tiny_run_on_the_colour_cue_trains_on_three_channels(tmp_path, fake_images):
+    # catches a backbone with one input channel (the run would fail on RGB canvases) and a cue setting the data
+    # ignore (the json would name a cue the images did not carry)
+    config = spurious.SpuriousConfig(**{**vars(TINY), "seeds": 1, "cue": "colour"})
+    frame, meta = spurious.run_spurious(config, tmp_path, progress=False)
+    assert len(frame) == len(spurious.METHODS) and frame["worst_group"].between(0, 1).all()
+    assert meta["settings"]["cue"] == "colour" and tuple(meta["labels"]["cue"]) == CUES["colour"]
+    assert "colour cue" in meta["benchmark"]
+    stripes, _ = spurious.run_spurious(spurious.SpuriousConfig(**{**vars(TINY), "seeds": 1}), None, progress=False)
+    assert not np.allclose(frame["cue_mass"], stripes["cue_mass"])  # another cue, another trained network
+
+
 def test_cli_runs_and_names_bad_input(tmp_path, fake_images, capsys):
     # catches the subcommand not wired, --force ignored, and bad input ending in a traceback
     args = ["bench", "spurious", "--quick", "--train-per-label", "30", "--val-per-label", "10",
@@ -247,6 +284,9 @@ def test_cli_runs_and_names_bad_input(tmp_path, fake_images, capsys):
     assert cli_main(args) == 2 and "--force" in capsys.readouterr().err
     assert cli_main(args[:-2] + ["--agreements", "1.5", "--out", str(tmp_path / "b")]) == 2
     assert "agreements" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # argparse's choices: one line, exit 2
+        cli_main(args[:-2] + ["--cue", "texture", "--out", str(tmp_path / "c")])
+    assert exit_.value.code == 2 and "'colour'" in capsys.readouterr().err
 
 
 def test_summary_pairs_each_seed_with_dfr():

@@ -82,7 +82,7 @@ def versus_baseline(row, baseline: str, item: str = "pooler") -> str:
 
 
 def draw_map(ax, image, weights, size: tuple[float, float] | None = None) -> None:
-    """A grey picture (H, W) with a pooler's weights over its last map (h, w) laid over it, stretched to the
+    """A picture, grey (H, W) or RGB (H, W, 3), with a pooler's weights over its last map (h, w) laid over it, stretched to the
     picture (or to ``size`` = (height, width) in picture units), coloured from 0 to the map's largest weight."""
     height, width = size or image.shape
     extent = (0, width, height, 0)

@@ -39,7 +39,7 @@ from poolkit.settings import Preset, Presets, check_counts, option
 
 from .harness import Stopwatch, check_execution, restored_threads, results_folder
 from .reporting import draw_map, paired_difference, print_table, pyplot, run_record, save_figure, write_outputs
-from .spurious_data import CUE_NAMES, LABEL_NAMES, SpuriousData, SpuriousSet, make_spurious_data, planned_counts
+from .spurious_data import CUES, LABEL_NAMES, SpuriousData, SpuriousSet, check_cue, make_spurious_data, planned_counts
 from .vision_data import load_images
 from .vision_model import Backbone, PooledHead, VisionModel, encode, fit, map_weights
 
@@ -69,6 +69,8 @@ class SpuriousConfig:
     test_per_group: int = option(500, "test images of each group")
     canvas: int = 56
     patch: int = 14
+    cue: str = option("stripes", "the spurious cue: stripes (horizontal or vertical, grey canvas) or colour (a red or "
+                      "green patch beside a grey garment, RGB canvas)", choices=tuple(CUES))
     widths: tuple[int, ...] = option((16, 32, 64), "channels per conv stage", metavar="C")
     epochs: int = option(8, "ERM epochs")
     batch_size: int = 64
@@ -108,6 +110,7 @@ class SpuriousConfig:
                                f"{self.dfr_subsample!r}, {self.lr!r}, {self.weight_decay!r}")
         if not self.widths or any(not isinstance(w, int) or w < 1 for w in self.widths):
             raise PoolkitError(f"widths must be positive ints (channels per stage), got {list(self.widths)!r}")
+        check_cue(self.cue)
         check_execution(threads=self.threads)
         return dataclasses.replace(self, agreements=tuple(self.agreements), widths=tuple(self.widths),
                                    dfr_cs=tuple(self.dfr_cs), head_lrs=tuple(self.head_lrs),
@@ -284,7 +287,7 @@ def run_one(config: SpuriousConfig, data: SpuriousData, seed: int) -> tuple[list
     the attention maps of the first minority-group test images)."""
     train, val, reweight, test = data.train, data.val, data.reweight, data.test
     torch.manual_seed(seed)
-    backbone = Backbone(config.widths, float(train.x.mean()), float(train.x.std()))
+    backbone = Backbone(config.widths, float(train.x.mean()), float(train.x.std()), in_channels=train.x.shape[1])
     head = build_head("gap", config.widths[-1], (1, 1), seed + 1)
     erm = VisionModel(backbone, head)
     tic = time.perf_counter()
@@ -355,7 +358,7 @@ def run_spurious(config: SpuriousConfig = DEFAULT, out_dir: str | os.PathLike | 
                                               val_per_label=config.val_per_label,
                                               reweight_per_group=config.reweight_per_group,
                                               test_per_group=config.test_per_group, canvas=config.canvas,
-                                              patch=config.patch, seed=config.data_seed)
+                                              patch=config.patch, cue=config.cue, seed=config.data_seed)
                     counts[str(agreement)] = {name: getattr(data, name).counts()
                                               for name in ("train", "val", "reweight", "test")}
                     for seed in (s for a, s in tasks if a == agreement):
@@ -367,8 +370,8 @@ def run_spurious(config: SpuriousConfig = DEFAULT, out_dir: str | os.PathLike | 
         summary = summarize(frame)
         meta = run_record(
             "spurious (Deep Attention Reweighting vs DFR, Kirichenko et al. ICLR 2023, on Fashion-MNIST garments with a "
-            "stripe cue)", config, clock.record(),
-            labels={"core": LABEL_NAMES, "cue": CUE_NAMES, "group": "2 * label + cue; 1 and 2 are the minority"},
+            f"{config.cue} cue)", config, clock.record(),
+            labels={"core": LABEL_NAMES, "cue": CUES[config.cue], "group": "2 * label + cue; 1 and 2 are the minority"},
             group_counts=counts,
             planned_train_counts={str(a): planned_counts(config.train_per_label, a) for a in config.agreements},
             published=PAPER, sanity=sanity(frame), summary=summary.to_dict(orient="records"), runs=details)
@@ -408,8 +411,8 @@ def sanity(frame: pd.DataFrame) -> dict:
 
 # -- outputs ------------------------------------------------------------------------------------------
 def _write_outputs(out: Path, config: SpuriousConfig, frame: pd.DataFrame, meta: dict) -> None:
-    title = (f"{config.preset}: CNN {'-'.join(map(str, config.widths))}, {2 * config.train_per_label:,} training "
-             f"images, {config.epochs} epochs, {config.seeds} seeds")
+    title = (f"{config.preset}, {config.cue} cue: CNN {'-'.join(map(str, config.widths))}, "
+             f"{2 * config.train_per_label:,} training images, {config.epochs} epochs, {config.seeds} seeds")
     summary = pd.DataFrame(meta["summary"])
     write_outputs(out, frame, meta, {
         "accuracy": ("accuracy.png", lambda tmp: plot_accuracy(summary, tmp, title)),
@@ -450,12 +453,13 @@ def plot_attention(config: SpuriousConfig, meta: dict, path: str | os.PathLike) 
     data = make_spurious_data(load_images("fashion-mnist", config.root), agreement=run["agreement"],
                               train_per_label=config.train_per_label, val_per_label=config.val_per_label,
                               reweight_per_group=config.reweight_per_group, test_per_group=config.test_per_group,
-                              canvas=config.canvas, patch=config.patch, seed=config.data_seed)
+                              canvas=config.canvas, patch=config.patch, cue=config.cue, seed=config.data_seed)
     test, rows = data.test, run["example_rows"]
     fig, axes = plt.subplots(len(rows), 1 + len(RETRAINED), figsize=(2.0 * (1 + len(RETRAINED)), 2.0 * len(rows)),
                              dpi=120, squeeze=False)
     for i, row in enumerate(rows):
-        panels = [("image", test.x[row, 0].numpy())] + [(m, np.asarray(run["examples"][m][i])) for m in RETRAINED]
+        panels = [("image", test.x[row].permute(1, 2, 0).squeeze(2).numpy())]
+        panels += [(m, np.asarray(run["examples"][m][i])) for m in RETRAINED]
         for ax, (title, picture) in zip(axes[i], panels):
             if title == "image":
                 ax.imshow(picture, cmap="gray", interpolation="nearest", extent=(0, config.canvas, config.canvas, 0))
@@ -469,7 +473,7 @@ def plot_attention(config: SpuriousConfig, meta: dict, path: str | os.PathLike) 
             if i == 0:
                 ax.set_title(title, fontsize=8)
         label, cue = int(test.y[row]), int(test.cue[row])
-        axes[i][0].set_ylabel(f"{LABEL_NAMES[label]}\n{CUE_NAMES[cue]}", fontsize=6)
+        axes[i][0].set_ylabel(f"{LABEL_NAMES[label]}\n{CUES[config.cue][cue]}", fontsize=6)
     fig.suptitle(f"minority-group test images, agreement {run['agreement']:g}, seed {run['seed']}: pooling weights "
                  "(red: cue, green: garment)", fontsize=7)
     save_figure(fig, path)
@@ -486,7 +490,7 @@ def run_spurious_command(args: argparse.Namespace) -> int:
             print(f"WARNING: at agreement {agreement}, ERM's worst group is only {check['mean_gap_points']:.1f} points "
                   f"under its average (needed: {SANITY_POINTS:g}): the cue was hardly learned, so this comparison "
                   "says little; results.json records it", file=sys.stderr)
-    print_table(f"spurious benchmark ({config.preset}): test accuracy %, mean ± std over {config.seeds} seeds; "
+    print_table(f"spurious benchmark ({config.preset}, {config.cue} cue): test accuracy %, mean ± std over {config.seeds} seeds; "
                 "weight share on the cue / garment (minority test images)",
                 ["agreement", "method", "worst group", "average", "worst vs dfr", "cue mass", "garment mass"],
                 [[f"{row.agreement:g}", row.method, f"{100 * row.worst_group_mean:.1f} ± {100 * row.worst_group_std:.1f}",

@@ -5,8 +5,10 @@ An offline analogue of Waterbirds (Sagawa et al., ICLR 2020) for last-layer retr
 footwear and bags (Sandal, Sneaker, Bag, Ankle boot); Trouser and Dress, neither, are left out. The split is the one
 the issue proposes, it is balanced (four Fashion-MNIST classes a side, 24,000 training images each) and a CNN learns
 it nearly perfectly without a cue, so a low worst-group accuracy can only come from the cue, not from a hard core
-task. The **cue** is a stripe texture in a square patch: horizontal stripes (cue 0) or vertical (cue 1). Garment
-(28 x 28) and patch sit at random positions on a ``canvas`` x ``canvas`` black image, their boxes never overlapping:
+task. The **cue** fills a square patch, in one of two kinds (:data:`CUES`): ``stripes``, a texture of horizontal
+(cue 0) or vertical (cue 1) stripes on a grey canvas, or ``colour``, a solid red (cue 0) or green (cue 1) patch on an
+RGB canvas whose garment is grey (equal channels), so that the two cues differ in hue only, not in brightness or
+texture. Garment (28 x 28) and patch sit at random positions on a ``canvas`` x ``canvas`` black image, their boxes never overlapping:
 a small CNN's last map resolves them apart, and no fixed-position weighting (flex) can drop the cue.
 
 Groups are (label, cue), ``group = 2 * label + cue``; the cue agrees with the label in groups 0 and 3. The
@@ -29,7 +31,8 @@ from .vision_data import Images
 #: 8 Bag, 9 Ankle boot).
 LABEL_CLASSES = ((0, 2, 4, 6), (5, 7, 8, 9))
 LABEL_NAMES = ("upper-body garment", "footwear or bag")
-CUE_NAMES = ("horizontal stripes", "vertical stripes")
+#: Each kind of cue: the names of cue 0 and cue 1.
+CUES = {"stripes": ("horizontal stripes", "vertical stripes"), "colour": ("red patch", "green patch")}
 GARMENT = 28
 #: Stripe period in pixels (half on, half off).
 STRIPE = 4
@@ -37,7 +40,7 @@ STRIPE = 4
 
 @dataclass(frozen=True)
 class SpuriousSet:
-    """One split: ``x`` float32 (N, 1, S, S) in [0, 1]; ``y`` the core label and ``cue`` the texture, int64 (N,);
+    """One split: ``x`` float32 (N, C, S, S) in [0, 1] (C = :func:`channels` of the cue); ``y`` the core label and ``cue`` the texture, int64 (N,);
     boxes (N, 4) int64 as (top, left, bottom, right), bottom/right exclusive; ``source`` the Fashion-MNIST index."""
 
     x: Tensor
@@ -101,35 +104,53 @@ def place(count: int, canvas: int, patch: int, rng: np.random.Generator) -> tupl
     return garment, patches
 
 
-def texture(cue: int, patch: int) -> np.ndarray:
-    """The cue's patch (patch, patch) float32: stripes of period :data:`STRIPE`, horizontal (cue 0) or vertical (1)."""
+def check_cue(kind: str) -> str:
+    """``kind`` if it names one of :data:`CUES`, else a :class:`PoolkitError` listing them."""
+    if kind not in CUES:
+        raise PoolkitError(f"cue must be one of {', '.join(CUES)}; got {kind!r}")
+    return kind
+
+
+def channels(kind: str) -> int:
+    """Channels of a canvas with a ``kind`` cue: 1 (grey) for stripes, 3 (RGB) for colour."""
+    return 3 if check_cue(kind) == "colour" else 1
+
+
+def cue_patch(kind: str, cue: int, patch: int) -> np.ndarray:
+    """The cue's pixels (C, patch, patch) float32. stripes: period :data:`STRIPE`, horizontal (cue 0) or vertical (1);
+    colour: full red (cue 0) or full green (1), the other channels 0."""
+    if channels(kind) == 3:
+        pixels = np.zeros((3, patch, patch), np.float32)
+        pixels[cue] = 1.0
+        return pixels
     stripes = ((np.arange(patch) % STRIPE) < STRIPE // 2).astype(np.float32)
     rows = np.broadcast_to(stripes[:, None], (patch, patch))
-    return np.ascontiguousarray(rows if cue == 0 else rows.T)
+    return np.ascontiguousarray(rows if cue == 0 else rows.T)[None]
 
 
 def compose(garments: np.ndarray, labels: np.ndarray, cues: np.ndarray, source: np.ndarray, canvas: int, patch: int,
-            rng: np.random.Generator) -> SpuriousSet:
-    """Each garment (N, 28, 28) in [0, 1] and its cue's texture on a black canvas, at :func:`place`'s positions."""
+            rng: np.random.Generator, kind: str = "stripes") -> SpuriousSet:
+    """Each garment (N, 28, 28) in [0, 1] (grey: the same in every channel) and its ``kind`` cue's patch on a black
+    canvas, at :func:`place`'s positions."""
     count = len(labels)
     garment_at, patch_at = place(count, canvas, patch, rng)
-    x = np.zeros((count, canvas, canvas), np.float32)
-    textures = [texture(0, patch), texture(1, patch)]
+    x = np.zeros((count, channels(kind), canvas, canvas), np.float32)
+    patches = [cue_patch(kind, 0, patch), cue_patch(kind, 1, patch)]
     for i in range(count):
         (gy, gx), (py, px) = garment_at[i], patch_at[i]
-        x[i, gy:gy + GARMENT, gx:gx + GARMENT] = garments[i]
-        x[i, py:py + patch, px:px + patch] = textures[cues[i]]
+        x[i, :, gy:gy + GARMENT, gx:gx + GARMENT] = garments[i]
+        x[i, :, py:py + patch, px:px + patch] = patches[cues[i]]
 
     def boxes(corner: np.ndarray, size: int) -> Tensor:
         return torch.from_numpy(np.concatenate([corner, corner + size], axis=1).astype(np.int64))
 
-    return SpuriousSet(torch.from_numpy(x)[:, None], torch.from_numpy(labels.astype(np.int64)),
+    return SpuriousSet(torch.from_numpy(x), torch.from_numpy(labels.astype(np.int64)),
                        torch.from_numpy(cues.astype(np.int64)), boxes(garment_at, GARMENT), boxes(patch_at, patch),
                        torch.from_numpy(source.astype(np.int64)))
 
 
 def make_split(pixels: Tensor, per_label: int, agreement: float, rows: list[np.ndarray], canvas: int,
-               patch: int, rng: np.random.Generator) -> SpuriousSet:
+               patch: int, rng: np.random.Generator, kind: str = "stripes") -> SpuriousSet:
     """``per_label`` garments of each label, taken from the front of ``rows[label]`` (a shuffled index list, consumed),
     at ``agreement``."""
     picked = []
@@ -144,7 +165,7 @@ def make_split(pixels: Tensor, per_label: int, agreement: float, rows: list[np.n
     cues = assign_cues(labels, agreement, rng)
     order = rng.permutation(len(source))  # labels interleaved, so that no slice of a split is one label
     garments = pixels[torch.from_numpy(source[order])].squeeze(1).numpy()
-    return compose(garments, labels[order], cues[order], source[order], canvas, patch, rng)
+    return compose(garments, labels[order], cues[order], source[order], canvas, patch, rng, kind)
 
 
 def label_rows(classes: Tensor, rng: np.random.Generator) -> list[np.ndarray]:
@@ -155,13 +176,15 @@ def label_rows(classes: Tensor, rng: np.random.Generator) -> list[np.ndarray]:
 
 def make_spurious_data(images: Images, *, agreement: float, train_per_label: int, val_per_label: int,
                        reweight_per_group: int, test_per_group: int, canvas: int = 56, patch: int = 14,
-                       seed: int = 0) -> SpuriousData:
-    """The four splits from Fashion-MNIST ``images``, all drawn from ``seed``. Group counts are exact:
+                       cue: str = "stripes", seed: int = 0) -> SpuriousData:
+    """The four splits from Fashion-MNIST ``images`` with a ``cue`` of :data:`CUES`, all drawn from ``seed`` (the
+    same garments, positions and cue assignments for either kind of cue). Group counts are exact:
     :func:`planned_counts` of each split's rows per label (reweight and test at agreement 0.5)."""
     if images.name != "fashion-mnist":
         raise PoolkitError(f"the spurious benchmark is built from Fashion-MNIST, got {images.name!r}")
     if not 0.5 <= agreement <= 1:
         raise PoolkitError(f"agreement is P(cue agrees with the label), in [0.5, 1]; got {agreement!r}")
+    check_cue(cue)
     if patch < 1 or canvas < GARMENT + 2 * patch:  # a centred garment leaves (canvas - 28) / 2 px on each side
         raise PoolkitError(f"a canvas of {canvas} px leaves no room beside a centred 28 px garment for a {patch} px "
                            f"patch: use a canvas of at least {GARMENT + 2 * max(patch, 1)} px or a smaller patch")
@@ -171,9 +194,9 @@ def make_spurious_data(images: Images, *, agreement: float, train_per_label: int
             raise PoolkitError(f"{name} must be an int >= 1, got {value!r}")
     rng = np.random.default_rng(seed)
     pool = label_rows(images.train_y, rng)
-    train, val, reweight = (make_split(images.train_x, n, p, pool, canvas, patch, rng)
+    train, val, reweight = (make_split(images.train_x, n, p, pool, canvas, patch, rng, cue)
                             for n, p in ((train_per_label, agreement), (val_per_label, agreement),
                                          (2 * reweight_per_group, 0.5)))
     test = make_split(images.test_x, 2 * test_per_group, 0.5, label_rows(images.test_y, rng), canvas,
-                      patch, rng)
+                      patch, rng, cue)
     return SpuriousData(train, val, reweight, test, agreement)

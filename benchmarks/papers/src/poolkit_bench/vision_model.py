@@ -24,14 +24,15 @@ def map_sizes(height: int, width: int, stages: int) -> list[tuple[int, int]]:
 
 
 class Backbone(nn.Module):
-    """conv3x3-BN-ReLU stages of ``widths`` channels, max-pool 2x2 between: (B, 1, H, W) -> every stage's map.
-    Inputs are standardised by the training pool's pixel ``mean`` and ``std``."""
+    """conv3x3-BN-ReLU stages of ``widths`` channels, max-pool 2x2 between: (B, in_channels, H, W) -> every stage's
+    map. Inputs are standardised by the training pool's pixel ``mean`` and ``std``."""
 
-    def __init__(self, widths: Sequence[int] = (32, 64, 128), mean: float = 0.0, std: float = 1.0) -> None:
+    def __init__(self, widths: Sequence[int] = (32, 64, 128), mean: float = 0.0, std: float = 1.0,
+                 in_channels: int = 1) -> None:
         super().__init__()
         self.register_buffer("mean", torch.tensor(float(mean)))
         self.register_buffer("std", torch.tensor(float(std)))
-        channels = [1, *widths]
+        channels = [in_channels, *widths]
         self.stages = nn.ModuleList(
             nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU())
             for c_in, c_out in zip(channels, channels[1:]))
