@@ -24,8 +24,8 @@ FLAGS_02 = {
     "channel-spatial": "batch-size blocks data-seed dataset device epochs fine-blocks fine-classes fine-epochs "
                        "fine-size full lr pad quick reduction root seed seeds sizes stages threads val-size "
                        "weight-decay widths workers",
-    "spurious": "agreements data-seed dfr-retrains epochs full head-epochs quick reweight-per-group root seed seeds "
-                "test-per-group threads train-per-label val-per-label widths",
+    "spurious": "agreements cue data-seed dfr-retrains epochs full head-epochs quick reweight-per-group root seed "
+                "seeds test-per-group threads train-per-label val-per-label widths",  # cue: new in 0.3
     "mil": "batch-size datasets epochs eval-every extend folds full inner-splits lrs poolers quick repeats seed "
            "threads weight-decay workers",
     "sets": "epochs generators quick seeds tasks threads train width",

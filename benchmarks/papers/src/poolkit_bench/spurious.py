@@ -490,7 +490,8 @@ def run_spurious_command(args: argparse.Namespace) -> int:
             print(f"WARNING: at agreement {agreement}, ERM's worst group is only {check['mean_gap_points']:.1f} points "
                   f"under its average (needed: {SANITY_POINTS:g}): the cue was hardly learned, so this comparison "
                   "says little; results.json records it", file=sys.stderr)
-    print_table(f"spurious benchmark ({config.preset}, {config.cue} cue): test accuracy %, mean ± std over {config.seeds} seeds; "
+    print_table(f"spurious benchmark ({config.preset}, {config.cue} cue): test accuracy %, mean ± std over "
+                f"{config.seeds} seeds; "
                 "weight share on the cue / garment (minority test images)",
                 ["agreement", "method", "worst group", "average", "worst vs dfr", "cue mass", "garment mass"],
                 [[f"{row.agreement:g}", row.method, f"{100 * row.worst_group_mean:.1f} ± {100 * row.worst_group_std:.1f}",

@@ -8,8 +8,8 @@ it nearly perfectly without a cue, so a low worst-group accuracy can only come f
 task. The **cue** fills a square patch, in one of two kinds (:data:`CUES`): ``stripes``, a texture of horizontal
 (cue 0) or vertical (cue 1) stripes on a grey canvas, or ``colour``, a solid red (cue 0) or green (cue 1) patch on an
 RGB canvas whose garment is grey (equal channels), so that the two cues differ in hue only, not in brightness or
-texture. Garment (28 x 28) and patch sit at random positions on a ``canvas`` x ``canvas`` black image, their boxes never overlapping:
-a small CNN's last map resolves them apart, and no fixed-position weighting (flex) can drop the cue.
+texture. Garment (28 x 28) and patch sit at random positions on a ``canvas`` x ``canvas`` black image, their boxes
+never overlapping: a small CNN's last map resolves them apart, and no fixed-position weighting (flex) can drop the cue.
 
 Groups are (label, cue), ``group = 2 * label + cue``; the cue agrees with the label in groups 0 and 3. The
 agreement is assigned, not drawn: of each label's n rows exactly ``round(agreement * n)`` get the agreeing cue
@@ -40,8 +40,8 @@ STRIPE = 4
 
 @dataclass(frozen=True)
 class SpuriousSet:
-    """One split: ``x`` float32 (N, C, S, S) in [0, 1] (C = :func:`channels` of the cue); ``y`` the core label and ``cue`` the texture, int64 (N,);
-    boxes (N, 4) int64 as (top, left, bottom, right), bottom/right exclusive; ``source`` the Fashion-MNIST index."""
+    """One split: ``x`` float32 (N, C, S, S) in [0, 1] (C = :func:`channels` of the cue); ``y`` the core label and
+    ``cue`` the cue, int64 (N,); boxes (N, 4) int64 as (top, left, bottom, right), bottom/right exclusive; ``source`` the Fashion-MNIST index."""
 
     x: Tensor
     y: Tensor
