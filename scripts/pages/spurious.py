@@ -82,12 +82,17 @@ def conditions(frame: pd.DataFrame) -> list[tuple[str, float]]:
     return list(dict.fromkeys(zip(frame["cue"], frame["agreement"])))
 
 
+def condition_rows(frame: pd.DataFrame, cue: str, agreement: float) -> pd.DataFrame:
+    """The rows of ``frame`` at one cue and agreement."""
+    return frame[(frame["cue"] == cue) & (frame["agreement"] == agreement)]
+
+
 def page_verdicts(frame: pd.DataFrame) -> Verdicts:
     """The page's readings, tested together: per cue and agreement, every method's worst group against DFR's, and
     each attention pooler's against flex's (the static control), paired by seed."""
     comparisons = []
     for cue, agreement in conditions(frame):
-        part = frame[(frame["cue"] == cue) & (frame["agreement"] == agreement)]
+        part = condition_rows(frame, cue, agreement)
         pairs = [(m, "dfr") for m in METHODS if m != "dfr"] + [(m, "flex") for m in ATTENTION]
         comparisons += [Comparison(key(cue, agreement, a, b), LABEL.get(a, a), LABEL.get(b, b),
                                    *paired(part, "seed", "method", "worst_group", a, b),
@@ -102,7 +107,7 @@ def key(cue: str, agreement: float, a: str, b: str) -> str:
 def render_results(summary: pd.DataFrame, verdicts: Verdicts) -> str:
     lines = []
     for cue, agreement in conditions(summary):
-        part = summary[(summary["cue"] == cue) & (summary["agreement"] == agreement)].set_index("method")
+        part = condition_rows(summary, cue, agreement).set_index("method")
         seeds = int(part["seeds"].iloc[0])
         rows = []
         for method in METHODS:
@@ -147,7 +152,7 @@ def render_findings(summary: pd.DataFrame, verdicts: Verdicts) -> str:
     lines = []
     found = conditions(summary)
     for cue, agreement in found:
-        part = summary[(summary["cue"] == cue) & (summary["agreement"] == agreement)].set_index("method")
+        part = condition_rows(summary, cue, agreement).set_index("method")
         uniform_cue, uniform_garment = part.loc["erm", "cue_mass_mean"], part.loc["erm", "garment_mass_mean"]
         shifts = "; ".join(f"{m} {part.loc[m, 'cue_mass_mean'] / uniform_cue:.2f}x GAP's weight on the cue and "
                            f"{part.loc[m, 'garment_mass_mean'] / uniform_garment:.2f}x on the garment"
