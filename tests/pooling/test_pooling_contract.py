@@ -283,8 +283,36 @@ def test_a_pooler_that_says_it_starts_as_mean_computes_mean_pooling(name):
     # and a pooler that claims the start but keeps its own weights; the attention family must be able to start there
     pooler = make_pooler(name)
     if not pooler.start_as_mean():
-        assert pooler.name not in ("attention", "attention_head", "gated_attention"), name
+        assert pooler.name not in ("attention", "attention_head", "gated_attention", "latent", "adapool",
+                                   "latent_dictionary"), name
         return
+    assert_starts_as_mean(pooler, name)
+
+
+@pytest.mark.parametrize("name, options, starts", [
+    ("multihead_attention", {"num_heads": 3, "combine": "project"}, True),
+    ("multihead_attention", {"num_heads": 1}, True),
+    ("multihead_attention", {"num_heads": 3}, False),  # three copies of the mean are not the mean
+    ("latent", {"num_queries": 3, "combine": "mean", "num_heads": 2}, True),
+    ("latent", {"num_queries": 2}, False),
+    ("latent", {"mlp": False}, True),
+    ("adapool", {"query_index": [0, 1], "num_heads": 2}, True),
+    ("adapool", {"query_index": 0}, False),  # the residual adds the first token to the mean
+    ("adapool", {"residual": True}, False)])
+def test_the_learned_query_poolers_start_as_mean_where_their_output_can_be_the_mean(name, options, starts):
+    # catches a projection of the heads that is not their average, a value / output projection left random, the
+    # MLP left in, and a start claimed where the output has k copies of the mean or a residual token beside it
+    pooler = make_pooler(name, **options)
+    before = {key: value.clone() for key, value in pooler.state_dict().items()}
+    assert pooler.start_as_mean() is starts
+    if starts:
+        assert_starts_as_mean(pooler, name)
+    else:  # a pooler that cannot start there keeps its own weights
+        assert all(torch.equal(before[key], value) for key, value in pooler.state_dict().items())
+
+
+def assert_starts_as_mean(pooler, name):
+    """The pooler (after start_as_mean) gives the masked mean of the last layer, and a gradient to some weight."""
     layers = random_layers(2, 6)
     mask = mask_from_lengths([6, 3], 6)
     pooled = pooler(states_for(pooler, layers), mask)

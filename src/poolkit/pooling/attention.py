@@ -223,6 +223,20 @@ class MultiHeadAttentionPooler(Pooler):
             pooled = self.project(pooled.to(self.project.weight.dtype))
         return pooled, weights if heads else weights.mean(dim=1)
 
+    def start_as_mean(self) -> bool:
+        """Every head uniform (its score vector zeroed; the hidden layer's gradient then flows through it) and,
+        with ``combine="project"``, the projection the average of the heads: the mean. Concatenated heads (H > 1)
+        would give H copies of the mean, not the mean: left as initialised."""
+        if self.project is None and self.num_heads > 1:
+            return False
+        with torch.no_grad():
+            self.head_scores.zero_()
+            if self.project is not None:
+                eye = torch.eye(self.hidden_size, dtype=self.project.weight.dtype)
+                self.project.weight.copy_(torch.cat([eye / self.num_heads] * self.num_heads, dim=1))
+                self.project.bias.zero_()
+        return True
+
 
 @register_pooler("gated_attention", "gated", "abmil")
 class GatedAttentionPooler(AttentionPooler):
@@ -235,6 +249,13 @@ class GatedAttentionPooler(AttentionPooler):
     def __init__(self, hidden_size: int, *, attn_size: int = 128, scorer: str = "abmil", init: str = "default",
                  on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, attn_size=attn_size, scorer=scorer, init=init, on_empty=on_empty)
+
+
+def _identity(layer: nn.Linear) -> None:
+    """A square Linear set to the identity map (its bias, if any, zeroed); under no_grad."""
+    layer.weight.copy_(torch.eye(layer.in_features, dtype=layer.weight.dtype))
+    if layer.bias is not None:
+        layer.bias.zero_()
 
 
 def _per_query(quadrature_weights: Tensor | None, dims: int) -> Tensor | None:
@@ -323,6 +344,21 @@ class LatentAttentionPooler(Pooler):
             pooled = pooled + self.mlp(pooled)
         pooled = pooled.flatten(1) if self.combine == "concat" else pooled.mean(dim=1)
         return pooled, weights.flatten(1, 2) if heads else weights.mean(dim=(1, 2))
+
+    def start_as_mean(self) -> bool:
+        """Uniform attention (the keys zeroed), the value and output projections at the identity and the MLP's last
+        layer zeroed: every query's output is the mean of the tokens. Concatenated queries (k > 1) would give k
+        copies of the mean: left as initialised."""
+        if self.combine == "concat" and self.num_queries > 1:
+            return False
+        with torch.no_grad():
+            self.key.weight.zero_()
+            for layer in (self.value, self.out):
+                _identity(layer)
+            if self.mlp is not None:
+                self.mlp[-1].weight.zero_()
+                self.mlp[-1].bias.zero_()
+        return True
 
 
 @register_pooler("latent_dictionary", "nv_embed", "latent_array")
@@ -447,3 +483,15 @@ class AdaptiveAttentionPooler(Pooler):
         if self.residual:
             pooled = pooled + source
         return pooled, weights.flatten(1, 2) if heads else weights.mean(dim=(1, 2))
+
+    def start_as_mean(self) -> bool:
+        """Uniform attention (W_Q zeroed: its gradient is not, the keys read the tokens), W_V and the output
+        projection at the identity: the mean of the tokens. With the residual the query token would be added to it:
+        left as initialised."""
+        if self.residual:
+            return False
+        with torch.no_grad():
+            self.query.weight.zero_()
+            for layer in (self.value, self.out):
+                _identity(layer)
+        return True
