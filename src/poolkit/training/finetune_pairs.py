@@ -10,7 +10,10 @@ warmup, accumulation, early stopping, resume, the run folder) with the contrasti
   through the same encoder + pooler. Each evaluation encodes the validation queries and the **whole corpus** again
   (similarity: the validation pairs), and the checkpoint is chosen by their metric, the untrained model (epoch 0)
   among the candidates; the test units are scored once, by the best checkpoint, ranked against the whole corpus.
-- One process: under several, in-batch negatives would be cut into per-process shares (refused in one line).
+- Several processes (``torchrun`` / ``accelerate launch``): each optimizer step's batch is split across them as
+  train splits its batches, and the loss is the whole batch's: every process gathers the others' vectors (their
+  gradients flow back to the process that made them, :func:`gather`), so a query's in-batch negatives are every
+  document of the step, as in one process.
 
 The output folder is train's without ``oof.csv``: ``fold_K/`` holds a PooledModel with no head (it loads in
 ``TextEncoder``, ``embed`` and ``evaluate``) and test_outputs.npz the fold's units (``test_rows``, ``fit_rows``,
@@ -61,8 +64,9 @@ def pairs_sha1(layout: PairLayout) -> str:
 
 
 class PairCollator:
-    """Training items -> both sides tokenised (``first``, ``second``: input_ids / attention_mask, ...) and what the
-    loss reads (``positives`` / ``left_out``, or ``scores``; see :class:`poolkit.training.contrastive.PairBatch`)."""
+    """Training items -> both sides of their :class:`poolkit.training.contrastive.PairBatch` tokenised (``first``,
+    ``second``: input_ids / attention_mask, ...), the ``items`` themselves and the text rows of the second side
+    (``second_rows``): what the loss of the whole step's batch is built from."""
 
     def __init__(self, layout: PairLayout, tokenizer, max_length: int, padding: str) -> None:
         self.layout, self.tokenizer, self.max_length, self.padding = layout, tokenizer, max_length, padding
@@ -72,10 +76,41 @@ class PairCollator:
                                    max_length=self.max_length, return_tensors="pt"))
 
     def __call__(self, items: list[np.ndarray]) -> dict[str, Any]:
-        batch = PairBatch.of(self.layout, np.stack(items))
-        extra = {name: getattr(batch, name) for name in ("positives", "left_out", "scores")
-                 if getattr(batch, name) is not None}
-        return {"first": self.tokens(batch.first), "second": self.tokens(batch.second), **extra}
+        items = np.stack(items)
+        batch = PairBatch.of(self.layout, items)
+        return {"first": self.tokens(batch.first), "second": self.tokens(batch.second),
+                "items": torch.from_numpy(items), "second_rows": torch.from_numpy(batch.second)}
+
+
+def gather(tensor: torch.Tensor, processes: int) -> torch.Tensor:
+    """Every process's ``tensor`` (sizes may differ along dim 0) joined in rank order, with autograd: a process's
+    gradient reaches the process that made each part (summed over the processes, each computing the same loss; DDP
+    then averages, which leaves the whole batch's gradient). One process: ``tensor`` itself."""
+    if processes == 1:
+        return tensor
+    import torch.distributed as dist
+    from torch.distributed.nn.functional import all_gather
+
+    sizes = [torch.zeros(1, dtype=torch.int64, device=tensor.device) for _ in range(processes)]
+    dist.all_gather(sizes, torch.tensor([len(tensor)], device=tensor.device))
+    sizes = [int(size) for size in sizes]
+    padded = torch.cat([tensor, tensor.new_zeros(max(sizes) - len(tensor), *tensor.shape[1:])])
+    return torch.cat([part[:size] for part, size in zip(all_gather(padded), sizes)])
+
+
+def whole_batch_loss(layout: PairLayout, items: torch.Tensor, first: torch.Tensor, second: torch.Tensor,
+                     second_rows: torch.Tensor, processes: int) -> torch.Tensor:
+    """The contrastive loss of one optimizer step's batch: every process's ``items`` together, each side's vectors
+    gathered (``first`` follows the items; ``second`` this process's :class:`PairBatch` second side, of text rows
+    ``second_rows``, each document of the whole batch read from the first process that has it)."""
+    whole = PairBatch.of(layout, gather(items.to(first.device), processes).cpu().numpy())
+    rows = gather(second_rows.to(first.device), processes).cpu().numpy()
+    seen = {}
+    for position, row in enumerate(rows.tolist()):
+        seen.setdefault(row, position)
+    pick = torch.tensor([seen[row] for row in whole.second.tolist()], device=first.device)
+    return pair_loss(gather(first, processes), gather(second, processes)[pick], whole.positives, whole.left_out,
+                     whole.scores)
 
 
 class _Items(Dataset):
@@ -93,9 +128,6 @@ class _PairRun(_Run):
     """The folds of a table of pairs: units instead of rows, no out-of-fold outputs."""
 
     def __init__(self, config: TrainConfig, layout: PairLayout, out: Path, show: bool, state) -> None:
-        if state.num_processes > 1:
-            raise PoolkitError(f"fine-tuning for {layout.task} runs in one process (its in-batch negatives would be "
-                               "split across processes): run it without torchrun / accelerate launch")
         if config.frozen_head:
             raise PoolkitError(f"`frozen_head` trains a head first, and a {layout.task} model has none: leave it at 0")
         super().__init__(config, layout, out, show, state)
@@ -140,7 +172,8 @@ class _PairFold(_Fold):
     def loss(self, batch: dict[str, Any]) -> torch.Tensor:
         first = self.model(**batch["first"]).pooled.float()
         second = self.model(**batch["second"]).pooled.float()
-        return pair_loss(first, second, batch.get("positives"), batch.get("left_out"), batch.get("scores"))
+        return whole_batch_loss(self.run.data, batch["items"], first, second, batch["second_rows"],
+                                self.accelerator.num_processes)
 
     def embed(self, rows: np.ndarray) -> torch.Tensor:
         """The current model's vectors (len(rows), D) float32 of ``layout.texts[rows]``, in eval mode."""
