@@ -223,3 +223,105 @@ def test_evaluate_quantize_and_query_prompts(model_dir, tmp_path, capsys):
     assert main(["evaluate", "--data", str(data), "--task", "retrieval", "--model", model_dir, "--quantize",
                  "ubinary", "--rescore", "2", "--quiet"]) == 0
     assert "ubinary, top 2 x 100 rescored in float32: ndcg@10" in capsys.readouterr().out
+
+
+def leave_one_out(estimator, vectors: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """scikit-learn's prediction of every row by the estimator fitted on the other rows."""
+    from sklearn.model_selection import LeaveOneOut, cross_val_predict
+
+    return cross_val_predict(estimator, vectors, targets, cv=LeaveOneOut())
+
+
+def test_neighbour_votes_are_scikit_learns_leave_one_out_k_nearest_neighbours():
+    # catches a row voting for itself, neighbours by dot product or distance instead of cosine, ties not going to
+    # the lower class, and a regression mean over the wrong axis
+    from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
+
+    from poolkit.training.embedding_metrics import neighbour_outputs
+
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(60, 6)) * rng.uniform(0.1, 10, size=(60, 1))  # norms differ: cosine matters
+    labels = rng.integers(0, 3, size=60)
+    for k in (1, 4, 7):
+        ours = neighbour_outputs(torch.from_numpy(vectors), labels, "classification", k, 3).argmax(axis=1)
+        theirs = leave_one_out(KNeighborsClassifier(k, metric="cosine", algorithm="brute"), vectors, labels)
+        assert ours.tolist() == theirs.tolist()
+    targets = rng.normal(size=(60, 2))
+    ours = neighbour_outputs(torch.from_numpy(vectors), targets, "regression", 5)
+    theirs = leave_one_out(KNeighborsRegressor(5, metric="cosine", algorithm="brute"), vectors, targets)
+    np.testing.assert_allclose(ours, theirs, atol=1e-6)
+
+
+def test_neighbour_outputs_for_multilabel_and_their_class_scores():
+    # rows 0-3 on one axis, 4-5 on another: each of rows 0-3 has the other three as its 3 neighbours
+    from poolkit.training.embedding_metrics import neighbour_outputs
+
+    vectors = torch.tensor([[1.0, 0.0]] * 4 + [[0.0, 1.0]] * 2) + torch.arange(6.0)[:, None] * 1e-3
+    labels = np.array([[1, 0], [1, 1], [1, 1], [0, 0], [0, 1], [0, 1]], dtype=np.float32)
+    logits = neighbour_outputs(vectors, labels, "multilabel", 3)
+    share = 1 / (1 + np.exp(-logits))
+    # row 0's neighbours 1, 2, 3 have label 0 twice and label 1 twice: (2 + 1/2) / 4 each
+    np.testing.assert_allclose(share[0], [2.5 / 4, 2.5 / 4])
+    np.testing.assert_allclose(share[3], [3.5 / 4, 2.5 / 4])
+    classes = neighbour_outputs(vectors, np.array([0, 0, 1, 1, 2, 2]), "classification", 3, 3)
+    np.testing.assert_allclose(np.exp(classes[0]), [(1 + 1) / 6, (2 + 1) / 6, (0 + 1) / 6])  # votes + 1 per class
+
+
+@pytest.fixture
+def labelled(tmp_path):
+    """A classification table of 24 texts over three labels (a word per label in each text), as a CSV."""
+    rng = np.random.default_rng(3)
+    words = ["the", "cat", "sat", "on", "mat", "dog", "ran"]
+    cues = {"red": "good", "blue": "bad", "green": "film"}
+    rows = [(" ".join([*rng.choice(words, 3), cues[label]]), label) for label in ["red", "blue", "green"] * 8]
+    path = tmp_path / "labelled.csv"
+    pd.DataFrame(rows, columns=["text", "label"]).to_csv(path, index=False)
+    return path
+
+
+def test_evaluate_scores_a_classification_table_by_the_embeddings_nearest_neighbours(model_dir, labelled):
+    # an encoder has no head: each row is predicted from its k most cosine-similar other rows (catches metrics on
+    # the wrong vectors, another pooler than the one asked for, and labels read in another order than the table's)
+    from sklearn.neighbors import KNeighborsClassifier
+
+    from poolkit.models.text_encoder import TextEncoder
+
+    result = evaluate(labelled, "classification", model=model_dir, pooler="max", neighbours=3, progress=False)
+    assert (result["method"], result["neighbours"], result["rows"], result["task"]) == ("knn", 3, 24,
+                                                                                        "classification")
+    assert set(result["metrics"]) == {"accuracy", "macro_f1", "log_loss"} and result["pooler"]["name"] == "max"
+    frame = pd.read_csv(labelled)
+    vectors = TextEncoder(model_dir, "max").encode(list(frame["text"])).numpy()
+    names = sorted(set(frame["label"]))
+    ids = np.array([names.index(label) for label in frame["label"]])
+    theirs = leave_one_out(KNeighborsClassifier(3, metric="cosine", algorithm="brute"), vectors, ids)
+    assert result["metrics"]["accuracy"] == pytest.approx(float((theirs == ids).mean()))
+
+
+def test_evaluate_on_a_table_refuses_what_it_cannot_score_before_any_encoding(model_dir, labelled):
+    with pytest.raises(PoolkitError, match="has no head that predicts classification .* or score its embeddings"):
+        evaluate(labelled, "classification", model=model_dir, method="head")
+    with pytest.raises(PoolkitError, match="`neighbours` 24 needs more rows than that: the table has 24"):
+        evaluate(labelled, "classification", model=model_dir, neighbours=24)
+    with pytest.raises(PoolkitError, match="`dims`, `quantize` and .* leave them out for classification"):
+        evaluate(labelled, "classification", model=model_dir, dims=[8])
+    with pytest.raises(PoolkitError, match="`method` must be one of head, knn, got 'svm'"):
+        evaluate(labelled, "classification", model=model_dir, method="svm")
+    with pytest.raises(PoolkitError, match="`method` picks how a .* table is scored: leave it out for similarity"):
+        evaluate(labelled, "similarity", model=model_dir, method="knn")
+    with pytest.raises(PoolkitError, match="`negative_col` .*"):
+        evaluate(labelled, "classification", model=model_dir, negative_col="x")
+    with pytest.raises(PoolkitError, match="regression target .label. is missing or not a finite number in 24 rows"):
+        evaluate(labelled, "regression", model=model_dir)
+
+
+def test_the_evaluate_command_scores_a_classification_table(model_dir, labelled, tmp_path, capsys):
+    out = tmp_path / "m.json"
+    assert main(["evaluate", "--data", str(labelled), "--task", "classification", "--model", model_dir,
+                 "--neighbours", "3", "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "on 24 rows (3 nearest neighbours, leave one out): accuracy" in printed
+    assert json.loads(out.read_text())["method"] == "knn"
+    assert main(["evaluate", "--data", str(labelled), "--task", "classification", "--model", model_dir,
+                 "--method", "head"]) == 2
+    assert "has no head that predicts classification" in capsys.readouterr().err

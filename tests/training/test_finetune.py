@@ -425,3 +425,46 @@ def test_evaluate_scores_a_run_fold_by_fold(reference, tmp_path):
     assert both["pooler"] == PooledModel.from_pretrained(out / "fold_0").pooler.get_config()
     with pytest.raises(PoolkitError, match="has no fold_5: its folds are fold_0, fold_1"):
         evaluate(table, "similarity", model=out, fold=5)
+
+
+def test_evaluate_scores_a_classification_run_by_each_folds_head(reference, tmp_path):
+    # catches folds averaged into one model, the head replaced by neighbours, and the table's labels numbered by
+    # their own order instead of the model's (a table of one class is a fine test set: the model knows the others)
+    from sklearn.metrics import accuracy_score, log_loss
+
+    from poolkit.training.evaluation import evaluate
+
+    out, _ = reference
+    data = toy_data(n=16, seed=9)
+    names = np.array(["neg", "pos"])
+    table = tmp_path / "new.csv"
+    pd.DataFrame({"text": data.texts, "label": names[data.targets]}).to_csv(table, index=False)
+    result = evaluate(table, "classification", model=out, progress=False)
+    assert result["method"] == "head" and [f["fold"] for f in result["folds"]] == ["fold_0", "fold_1"]
+    for fold in result["folds"]:
+        probs, _ = predict(out / fold["fold"], data.texts, progress=False)
+        assert fold["metrics"]["accuracy"] == pytest.approx(accuracy_score(data.targets, probs.argmax(axis=1)))
+        assert fold["metrics"]["log_loss"] == pytest.approx(log_loss(data.targets, probs, labels=[0, 1]), rel=1e-4)
+    positives = tmp_path / "pos.csv"
+    rows = data.targets == 1
+    pd.DataFrame({"text": np.array(data.texts)[rows], "label": "pos"}).to_csv(positives, index=False)
+    one = evaluate(positives, "classification", model=out / "fold_0", progress=False)
+    probs, _ = predict(out / "fold_0", list(np.array(data.texts)[rows]), progress=False)
+    assert one["metrics"]["accuracy"] == pytest.approx(float((probs.argmax(axis=1) == 1).mean()))
+    with pytest.raises(PoolkitError, match="predicts classification, not regression: pass `task` classification"):
+        evaluate(table, "regression", model=out)
+    with pytest.raises(PoolkitError, match="a trained model's head reads its own pooler: leave `pooler` out"):
+        evaluate(table, "classification", model=out, pooler="max")
+    knn = evaluate(table, "classification", model=out / "fold_0", method="knn", neighbours=3, progress=False)
+    assert knn["method"] == "knn" and knn["pooler"]["name"] == "mean"  # the fold's own pooler, its head unused
+
+
+def test_evaluate_scores_a_regression_run_in_its_targets_units(regression_reference):
+    from poolkit.training.evaluation import evaluate
+    from poolkit.training.metrics import regression_metrics
+
+    out, _ = regression_reference
+    data = toy_regression()[0]
+    result = evaluate(data, "regression", model=out, progress=False)
+    values, _ = predict(out, data.texts, progress=False)
+    assert result["metrics"] == pytest.approx(regression_metrics(values, data.targets), rel=1e-5)

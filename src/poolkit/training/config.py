@@ -230,6 +230,10 @@ WINDOW = 8192
 #: ``evaluate --quantize``: candidates kept per result for rescoring in float32 (sentence-transformers'
 #: ``rescore_multiplier``)
 RESCORE = 4
+#: evaluate on a table of texts and targets: how it is scored (a trained head, or k-nearest neighbours of the
+#: embeddings), and how many neighbours vote for a row
+EVALUATE_METHODS = ("head", "knn")
+NEIGHBOURS = 10
 EMBED_PRESETS = Presets("default", {"default": Preset(EmbedConfig())})
 #: ``evaluate`` encodes as embed does (its vectors are compared by cosine: no normalize, no non-finite ones)
 EVALUATE_PRESETS = Presets("default", {"default": Preset(EncodeConfig())})

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from scipy import stats
 
+from .config import NEIGHBOURS
+
 RETRIEVAL_METRICS = ("ndcg@10", "mrr@10", "map@100", "recall@1", "recall@10")
 SIMILARITY_METRICS = ("spearman", "pearson")
 #: how deep each query's ranking goes (MAP@100)
@@ -106,3 +108,29 @@ def similarity_metrics(left: torch.Tensor, right: torch.Tensor, scores: np.ndarr
     cosine = torch.nn.functional.cosine_similarity(left.double(), right.double(), dim=-1).numpy()
     return {"spearman": float(stats.spearmanr(cosine, scores).statistic),
             "pearson": float(stats.pearsonr(cosine, scores).statistic)}
+
+
+def neighbour_outputs(vectors: torch.Tensor, targets: np.ndarray, task: str, neighbours: int = NEIGHBOURS,
+                      n_classes: int | None = None) -> np.ndarray:
+    """Leave-one-out k-nearest-neighbour predictions, the task's head outputs (as :func:`poolkit.training.metrics.
+    compute_metrics` reads them) with no training: each row predicted from the ``neighbours`` other rows most
+    cosine-similar to it. Regression: their targets' mean (N, T). Classification: log of the class votes with one
+    vote added to every class (N, C): the argmax is the majority, ties to the lower class id, as scikit-learn's
+    ``KNeighborsClassifier``; the log-loss stays finite. Multilabel: the logit of (votes + 1/2) / (k + 1) per label
+    (predicted when at least half the neighbours have it)."""
+    unit = torch.nn.functional.normalize(vectors.float(), dim=-1)
+    rows = unit.shape[0]
+    found = []
+    for start in range(0, rows, QUERY_BLOCK):
+        scores = unit[start:start + QUERY_BLOCK] @ unit.T
+        block = torch.arange(scores.shape[0])
+        scores[block, start + block] = -torch.inf  # a row never votes for itself
+        found.append(scores.topk(neighbours, dim=1).indices)
+    votes = np.asarray(targets)[torch.cat(found).numpy()]  # (N, k, ...)
+    if task == "regression":
+        return votes.reshape(rows, neighbours, -1).mean(axis=1)
+    if task == "classification":
+        counts = np.stack([(votes == c).sum(axis=1) for c in range(n_classes)], axis=1)
+        return np.log((counts + 1.0) / (neighbours + n_classes))
+    share = (votes.sum(axis=1) + 0.5) / (neighbours + 1.0)
+    return np.log(share / (1.0 - share))

@@ -46,22 +46,36 @@ def predict_outputs(model_dir: str | Path, texts: list[str], batch_size: int = 6
         raise PoolkitError("nothing to predict: no texts given")
     total = 0.0
     for fold in folds:
-        meta = json.loads((fold / TRAIN_META).read_text())
-        if meta.get("task") in EMBEDDING_TASKS:
-            raise PoolkitError(f"{fold} is a {meta['task']} model: it gives embeddings, not predictions (use "
-                               "`embed`, or `evaluate` on a table of pairs)")
-        with hf_bars_off():
-            model = PooledModel.from_pretrained(fold)
-        length = check_max_length(max_length, model.config.encoder) or meta["config"]["max_length"]
-        outputs = model_outputs(model, load_tokenizer(str(fold)), texts, length, batch_size, f"predict {fold.name}",
-                                progress)
-        bad = ~np.isfinite(outputs).all(axis=1)
-        if bad.any():
-            rows = ", ".join(str(r + 1) for r in np.flatnonzero(bad)[:5])
-            raise PoolkitError(f"{fold} gives NaN or inf outputs for {int(bad.sum())} of {len(texts)} texts (rows "
-                               f"{rows}; row 1 = first): its weights are not usable (a merge with too large an "
-                               "alpha?), so nothing is predicted")
-        total = total + head_scores(meta["task"], outputs)
+        meta = head_meta(fold)
+        total = total + head_scores(meta["task"], fold_outputs(fold, meta, texts, batch_size, max_length, progress))
     info = {"task": meta["task"], "label_names": meta["label_names"], "target_cols": meta["target_cols"],
             "n_models": len(folds)}
     return total / len(folds), info
+
+
+def head_meta(fold: Path) -> dict[str, Any]:
+    """A fold model's training record (task, label_names, target_cols, config), refused in one line when the model
+    has no head (a retrieval / similarity model)."""
+    meta = json.loads((fold / TRAIN_META).read_text())
+    if meta.get("task") in EMBEDDING_TASKS:
+        raise PoolkitError(f"{fold} is a {meta['task']} model: it gives embeddings, not predictions (use "
+                           "`embed`, or `evaluate` on a table of pairs)")
+    return meta
+
+
+def fold_outputs(fold: Path, meta: dict[str, Any], texts: list[str], batch_size: int = 64,
+                 max_length: int | None = None, progress: bool = False) -> np.ndarray:
+    """One fold model's raw head outputs (N, C) on ``texts`` (at ``max_length``, default the one it was trained
+    with); NaN or inf outputs are refused in one line, naming the rows."""
+    with hf_bars_off():
+        model = PooledModel.from_pretrained(fold)
+    length = check_max_length(max_length, model.config.encoder) or meta["config"]["max_length"]
+    outputs = model_outputs(model, load_tokenizer(str(fold)), texts, length, batch_size, f"predict {fold.name}",
+                            progress)
+    bad = ~np.isfinite(outputs).all(axis=1)
+    if bad.any():
+        rows = ", ".join(str(r + 1) for r in np.flatnonzero(bad)[:5])
+        raise PoolkitError(f"{fold} gives NaN or inf outputs for {int(bad.sum())} of {len(texts)} texts (rows "
+                           f"{rows}; row 1 = first): its weights are not usable (a merge with too large an "
+                           "alpha?), so nothing is predicted")
+    return outputs
