@@ -1,12 +1,15 @@
-"""docs/embeddings.md's numbers, rendered from docs/embeddings/zero-shot.json (``scripts/evaluate_builtin.py``) and
-docs/embeddings/boards.json (``scripts/compare_builtin.py``)."""
+"""docs/embeddings.md's numbers, rendered from docs/embeddings/zero-shot.json (``scripts/evaluate_builtin.py``),
+docs/embeddings/boards.json (``scripts/compare_builtin.py``) and docs/embeddings/finetuned.json
+(``scripts/finetune_builtin.py``)."""
 
 from __future__ import annotations
 
 from rendering import ROOT, Page, read_json, table
+from verdicts import Comparison, Verdicts, last_epochs
 
 RESULT = ROOT / "docs" / "embeddings" / "zero-shot.json"
 BOARDS = ROOT / "docs" / "embeddings" / "boards.json"
+FINETUNED = ROOT / "docs" / "embeddings" / "finetuned.json"
 METRICS = {"retrieval": ("ndcg@10", "mrr@10", "map@100", "recall@1", "recall@10"),
            "similarity": ("spearman", "pearson")}
 #: the figure each task's leaderboard ranks by
@@ -193,15 +196,66 @@ def render_dims(result: dict) -> str:
                  align="l" + "r" * len(means))
 
 
+def render_finetuned_setup(finetuned: dict) -> str:
+    prov, settings = finetuned["provenance"], finetuned["settings"]
+    first = next(iter(finetuned["boards"].values()))["settings"]
+    walls = "; ".join(f"`{data}` {board['wall_seconds'] / 60:.1f}" for data, board in finetuned["boards"].items())
+    return (f"Made by `{finetuned['script']}` (`docs/embeddings/finetuned.json`): for each set, `compare` with the "
+            "frozen board's best row and zero-shot mean, then `--finetune-top 1`: the encoder fine-tuned end to end "
+            f"with the first of them, {settings['finetune_epochs']} epochs, encoder learning rate "
+            f"{first['encoder_lr']:g}, on the frozen board's {settings['folds']} folds (seed {settings['seed']}), the "
+            f"checkpoint chosen on each fold's inner split with the encoder as it came (epoch 0) among the candidates. "
+            f"Minutes: {walls}. Commit {(prov.get('commit') or 'unknown')[:10]}, torch {prov['torch']}, {prov['cpu']} "
+            f"({prov['cores']} cores).")
+
+
+def finetuned_row(board: dict) -> dict:
+    return next(row for row in board["rows"] if row["mode"] == "finetuned")
+
+
+def render_finetuned(finetuned: dict) -> str:
+    epochs, lines = finetuned["settings"]["finetune_epochs"], []
+    for data, board in finetuned["boards"].items():
+        task = board["settings"]["task"]
+        for row in board["rows"]:
+            tuned = row["mode"] == "finetuned"
+            chosen = [fold["best_epoch"] for fold in row["fold_detail"]]
+            lines.append([f"`{data}`", f"`{row['pooler']}`", "fine-tuned" if tuned else
+                          ("trained" if trained(row) else "zero-shot"), MAIN[task],
+                          f"{row['mean']:.4f} ± {row['std']:.4f}", ", ".join(f"{e:g}" for e in chosen),
+                          last_epochs(e == epochs for e in chosen) if tuned else "", f"{row['seconds']:.0f}"])
+    return table(["data", "pooler", "row", "metric", "mean ± std", "epoch chosen per fold", "last epoch chosen",
+                  "sec"], lines, align="llllrlll")
+
+
+def finetuned_verdicts(finetuned: dict) -> Verdicts:
+    """Each fine-tuned row against its own frozen row and against zero-shot mean, fold by fold (the same folds),
+    Holm-adjusted together."""
+    comparisons = []
+    for data, board in finetuned["boards"].items():
+        task, tuned = board["settings"]["task"], finetuned_row(board)
+        frozen = {row["pooler"]: row for row in board["rows"] if row["mode"] != "finetuned"}
+        for other in dict.fromkeys([tuned["pooler"], "mean"]):
+            b = frozen[other]
+            comparisons.append(Comparison(
+                f"{data}:{other}", f"{tuned['pooler']} fine-tuned", f"{other} {'trained' if trained(b) else 'zero-shot'}",
+                [m[MAIN[task]] for m in tuned["fold_metrics"]], [m[MAIN[task]] for m in b["fold_metrics"]],
+                f"{MAIN[task]}, `{data}`", test_over_train=board["settings"]["test_over_train"], scale=1.0, unit="",
+                digits=4))
+    return Verdicts(comparisons)
+
+
 def render() -> dict[str, str]:
-    result, boards = read_json(RESULT), read_json(BOARDS)
+    result, boards, finetuned = read_json(RESULT), read_json(BOARDS), read_json(FINETUNED)
     tables = {f"board-{b['settings']['task']}": render_board(b) for b in boards["boards"].values()}
     return {"setup": render_setup(result), "retrieval": render_task(result, "retrieval"),
             "similarity": render_task(result, "similarity"), "parity": render_parity(result),
             "reading": render_reading(result), "dims": render_dims(result),
             "boards-setup": render_boards_setup(boards), **tables,
             "boards-reading": render_boards_reading(boards), "cost": render_cost(boards),
-            "shuffled": render_shuffled(boards), "checks": render_checks(result, boards)}
+            "shuffled": render_shuffled(boards), "checks": render_checks(result, boards),
+            "finetuned-setup": render_finetuned_setup(finetuned), "finetuned": render_finetuned(finetuned),
+            "finetuned-verdicts": finetuned_verdicts(finetuned).block()}
 
 
 PAGE = Page("docs/embeddings.md", render)

@@ -282,10 +282,16 @@ def test_embed_refuses_an_input_that_is_not_a_file_before_loading_the_model(caps
 
 
 @pytest.mark.parametrize("argv", [["compare", "--poolers", "mean,auto"], ["train", "--pooler", "auto"]])
-def test_auto_pooling_in_compare_and_train_says_where_it_belongs(capsys, tmp_path, table, argv):
-    # "unknown pooler 'auto'. Did you mean 'last'?" before: auto is embed / evaluate / encode's declared pooling
-    code, _, err = run(capsys, *argv, "--data", table, "--out", tmp_path / "out")
-    assert code == 2 and "is for embed, evaluate and poolkit.encode" in err and not (tmp_path / "out").exists(), err
+def test_auto_pooling_in_compare_and_train_needs_a_folder_that_declares_one(capsys, tmp_path, table, bert, argv):
+    # "unknown pooler 'auto'. Did you mean 'last'?" once: auto is the folder's declared pooling, and a bare encoder
+    # folder (no modules.json) declares none (tests/models/test_declared.py runs it on folders that do)
+    code, _, err = run(capsys, *argv, "--data", table, "--model", bert, "--out", tmp_path / "out")
+    assert code == 2 and "auto is the pooling a sentence-transformers folder declares, and" in err, err
+    assert "declares none (no modules.json): name a pooler" in err and not (tmp_path / "out").exists(), err
+    alone = [argv[0], argv[1], "auto"]
+    code, _, err = run(capsys, *alone, "--pooler-opt", "attn_size=8", "--data", table, "--model", bert, "--out",
+                       tmp_path / "out")
+    assert code == 2 and "auto is the pooling the model folder declares: it takes no --pooler-opt" in err, err
 
 
 def test_encode_refuses_texts_that_are_not_strings(bert):

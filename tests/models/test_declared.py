@@ -178,3 +178,34 @@ def test_layer_poolers_pool_tokens_with_the_declared_pooling_unless_told(bert, t
                         epochs=1, cache_dir=tmp_path / "cache", baseline=False, progress=False, report=said.append)
     assert sorted(row["pooler"] for row in board.rows) == ["mean", "mean_layers+mean", "weighted_layer+mean"]
     assert any("pool each layer's tokens with mean, the pooling the model declares" in line for line in said)
+
+
+def test_compare_and_train_take_auto_as_the_pooling_the_folder_declares(bert, tmp_path):
+    # catches auto read as mean whatever the folder declares, several modes not concatenated in their order, a
+    # folder with Dense layers compared as if its pooling were the whole, and train ignoring the declaration
+    import pandas as pd
+
+    from poolkit.training import api
+
+    st_folder(bert, tmp_path / "cls", "cls")
+    st_folder(bert, tmp_path / "two", ("cls", "max"), normalize=False)
+    st_folder(bert, tmp_path / "dense", "mean", dense=[{"out": 8}])
+    texts = [f"the {a} {b}" for a in ("big", "small", "red", "blue") for b in ("cat", "dog", "mat")] * 2
+    pd.DataFrame({"text": texts, "label": ["good", "bad"] * 12}).to_csv(tmp_path / "t.csv", index=False)
+    said = []
+    board = api.compare(tmp_path / "t.csv", poolers="auto,attention", model=str(tmp_path / "cls"), folds=2,
+                        epochs=1, cache_dir=tmp_path / "cache", baseline=False, progress=False, report=said.append)
+    assert sorted(row["pooler"] for row in board.rows) == ["attention", "cls"]
+    assert any(line.startswith("auto: cls, the pooling the model folder declares (cls+normalize; a Normalize")
+               for line in said), said
+    board = api.compare(tmp_path / "t.csv", poolers=["auto"], model=str(tmp_path / "two"), folds=2, epochs=1,
+                        cache_dir=tmp_path / "cache", baseline=False, progress=False)
+    assert board.rows[0]["config"]["name"] == "concat" and board.rows[0]["config"]["poolers"] == ["cls", "max"]
+    metrics = api.train(tmp_path / "t.csv", tmp_path / "run", pooler="auto", model=str(tmp_path / "cls"), folds=1,
+                        epochs=1, batch_size=8, max_length=16, progress=False)
+    assert metrics["config"]["pooler"] == {"name": "cls"}
+    for call in (lambda: api.compare(tmp_path / "t.csv", poolers="auto", model=str(tmp_path / "dense")),
+                 lambda: api.train(tmp_path / "t.csv", tmp_path / "run2", pooler="auto", model=str(tmp_path / "dense"))):
+        with pytest.raises(PoolkitError, match="declares mean\\+dense\\+normalize, and .* trains no Dense layers "
+                                               "after a pooler: pass mean to compare its pooling alone"):
+            call()

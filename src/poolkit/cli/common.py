@@ -10,6 +10,10 @@ from typing import Any
 from ..tasks import EMBEDDING_TASKS as PAIR_TASKS
 from ..errors import PoolkitError
 
+#: --pooler / --poolers auto: the pooling the model folder declares (poolkit.models.text_encoder.AUTO; a literal
+#: here, so that building the parsers imports no torch)
+AUTO = "auto"
+
 POOLER_OPT_HELP = ("pooler option KEY=VALUE (VALUE read as JSON when it parses), repeatable; with several poolers it "
                    "applies to every one that has KEY, and POOLER:KEY=VALUE to that pooler only")
 
@@ -77,8 +81,8 @@ def option_value(text: str) -> Any:
         return text
 
 
-def single_pooler_spec(name: str, pairs: list[str] | None) -> dict[str, Any]:
-    """The one pooler of --pooler (train, embed) with its --pooler-opt options."""
+def single_pooler_spec(name: str, pairs: list[str] | None) -> dict[str, Any] | str:
+    """The one pooler of --pooler (train, embed) with its --pooler-opt options (``auto``: as it is)."""
     names = split_names([name])
     if len(names) != 1 or names[0] in ("default", "all"):
         raise PoolkitError(f"--pooler takes one pooler name, got {name!r}: compare several with "
@@ -89,26 +93,24 @@ def single_pooler_spec(name: str, pairs: list[str] | None) -> dict[str, Any]:
 def encoder_pooler(args: argparse.Namespace) -> str | dict[str, Any] | None:
     """The pooler of embed / evaluate: None (the model's own or declared pooling, else mean), ``auto`` (the
     declared pooling), or the --pooler spec with its --pooler-opt options."""
-    if args.pooler == "auto":
+    if args.pooler == AUTO:
         if args.pooler_opt:
             raise PoolkitError("--pooler auto is the pooling the model folder declares: it takes no --pooler-opt")
-        return "auto"
+        return AUTO
     return single_pooler_spec(args.pooler or "mean", args.pooler_opt) if args.pooler or args.pooler_opt else None
 
 
-def pooler_specs(poolers: list[str], pairs: list[str] | None) -> list[dict[str, Any]]:
+def pooler_specs(poolers: list[str], pairs: list[str] | None) -> list[dict[str, Any] | str]:
     """Specs from --poolers / --pooler names (commas and/or spaces, 'default', 'all', NAME:KEY=VALUE for a pooler
-    with options, e.g. attention:scorer=glu) and --pooler-opt options."""
+    with options, e.g. attention:scorer=glu) and --pooler-opt options; ``auto`` (the pooling the model folder
+    declares, resolved by compare / train once the model is known) stays as it is and takes no options."""
     from ..pooling import pooler_options, pooler_spec
     from ..pooling.spec import resolve_name
     from ..training.api import resolve_poolers
 
     names = split_names(poolers)
-    if "auto" in names:  # TextEncoder's name for a folder's declared pooling, not a pooler of the registry
-        raise PoolkitError("'auto' (the pooling a sentence-transformers folder declares) is for embed, evaluate and "
-                           "poolkit.encode; compare and train take poolers by name (the packaged MiniLM declares "
-                           "mean: pass mean)")
-    specs = resolve_poolers([pooler_from_label(n) if ":" in n else n for n in names])
+    named = [n for n in names if n != AUTO]
+    specs = resolve_poolers([pooler_from_label(n) if ":" in n else n for n in named]) if named else []
     for target, key, value in parse_options(pairs):
         if target is not None:
             name = resolve_name(target)
@@ -117,10 +119,12 @@ def pooler_specs(poolers: list[str], pairs: list[str] | None) -> list[dict[str, 
                 raise PoolkitError(f"--pooler-opt {target}:{key}: {name} is not one of the poolers given "
                                    f"({', '.join(s['name'] for s in specs)}); name it in --pooler / --poolers")
         else:  # every pooler that has the option; when none has it, all (so the error names the known options)
+            if not specs:
+                raise PoolkitError("--pooler auto is the pooling the model folder declares: it takes no --pooler-opt")
             chosen = [i for i, s in enumerate(specs) if key in pooler_options(s["name"])] or range(len(specs))
         for i in chosen:
             specs[i] = pooler_spec(specs[i], **{key: value})
-    return specs
+    return ([AUTO] if AUTO in names else []) + specs
 
 
 def add_pooler_arguments(parser: argparse.ArgumentParser, default: str | None) -> None:

@@ -91,6 +91,22 @@ def read_declared(folder: str | Path) -> Declared | None:
                     normalize=NORMALIZE in kinds)
 
 
+def declared_pooler_spec(folder: str | Path | None, where: str) -> tuple[dict[str, Any], Declared]:
+    """The registry pooler a sentence-transformers folder's pooling is (``pooler="auto"`` in compare and train, which
+    train a pooler and head of the registry: ``where`` names the command in the refusals): its modes as one pooler or
+    ``concat``, and what it declares. Refused in one line when the folder declares nothing, or Dense layers after its
+    pooling (neither trains them); its Normalize leaves a cosine unchanged and is not applied to a head's input."""
+    declared = read_declared(folder) if folder is not None else None
+    if declared is None:
+        raise PoolkitError(f"{where}: `auto` is the pooling a sentence-transformers folder declares, and {folder} "
+                           "declares none (no modules.json): name a pooler")
+    if declared.dense:
+        raise PoolkitError(f"{where}: {folder} declares {declared.label}, and {where} trains no Dense layers after "
+                           f"a pooler: pass {declared.pooler_spec['name']} to compare its pooling alone, or embed / "
+                           "evaluate with `auto` for the whole")
+    return declared.pooler_spec, declared
+
+
 def declared_token_pooler(folder: str | Path) -> str | None:
     """The one token pooler a sentence-transformers folder declares (``mean`` for all-MiniLM-L6-v2), the pooling its
     encoder was trained with; None without a declaration, with several modes, or with one poolkit cannot read."""

@@ -23,7 +23,7 @@ from ..settings import config_from
 from .compare import DEFAULT_DATA, compare, compare_config, compare_folder
 from .config import EmbedConfig, PredictConfig, TrainConfig
 from .evaluation import evaluate
-from .inputs import DEFAULT_POOLERS, fit_to_encoder, load, resolve_poolers
+from .inputs import DEFAULT_POOLERS, declared_poolers, fit_to_encoder, load, resolve_poolers
 
 __all__ = ["DEFAULT_DATA", "DEFAULT_POOLERS", "compare", "compare_config", "compare_folder", "embed", "evaluate",
            "load", "predict", "resolve_poolers", "train", "train_config"]
@@ -49,6 +49,9 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
     MiniLM), else with its own default. ``trust_remote_code``:
     allow a model folder's own code. ``report``: told the task when it was inferred from the target column.
 
+    ``pooler="auto"``: the pooling the model folder declares (a sentence-transformers folder's modes; one with
+    Dense layers after its pooling is refused).
+
     ``task`` retrieval or similarity: ``data`` is a table of pairs (``text_col``, ``pair_col``, ``target_col``
     (default: score), ``negative_col``, ``corpus``: see :func:`poolkit.data.pairs.load_pairs`) and the encoder +
     pooler are fine-tuned with a contrastive loss, with no head (:mod:`poolkit.training.finetune_pairs`); no
@@ -60,6 +63,7 @@ def train(data: str | Path | TableData, out: str | Path, *, pooler: str | dict[s
     from . import finetune
 
     check_writable(Path(out))
+    (pooler,), _ = declared_poolers([pooler], model, "train")  # auto: the pooling the model folder declares
     # a layer pooler pools each layer's tokens as the encoder was trained to, unless told otherwise
     pooler = with_token_pooler(pooler_spec(pooler), declared_token_pooler(resolve_model(model)))
     settings["max_length"] = fit_to_encoder(model, settings.get("max_length"), TrainConfig.max_length,

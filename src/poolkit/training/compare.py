@@ -32,7 +32,7 @@ from ..io import RunFolder
 from ..settings import check_counts, config_from
 from .config import MAX_LENGTH, CompareConfig, ProbeConfig
 from .export import check_export, check_export_pooler
-from .inputs import check_rates, fit_to_encoder, load, resolve_poolers
+from .inputs import check_rates, declared_poolers, fit_to_encoder, load, resolve_poolers
 from .leaderboard import OUTPUTS, Leaderboard, leaderboard_row, mean_std
 from .processes import process_rank
 
@@ -122,6 +122,7 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     existing one is replaced only with ``force``.
     """
     config = compare_config(**settings)
+    poolers, declared = declared_poolers(poolers, config.model)
     specs = resolve_poolers(poolers)  # bad names fail before the data is read
     rank, world = process_rank()
     check_retrieval_columns(task, negative_col, corpus)
@@ -134,6 +135,10 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     if rank == 0:
         check_export(export, force, export_pooler, specs, export_format, config.projection and task in PAIR_TASKS)
     say = report if report is not None and rank == 0 else _quiet
+    if declared is not None:
+        say(f"auto: {declared.pooler_spec['name']}, the pooling the model folder declares "
+            f"({declared.label}" + ("; a Normalize leaves the cosine unchanged and is not applied before a head"
+                                     if declared.normalize else "") + ")")
     columns = {"text_col": text_col, "target_col": target_col, "pair_col": pair_col, "negative_col": negative_col,
                "corpus": corpus}
     run = load_step(data, specs, config, columns, task, limit, say, progress and rank == 0)

@@ -16,6 +16,21 @@ DEFAULT_POOLERS = ("cls", "mean", "max", "mean_max", "gem", "lse", "attention", 
                    "latent", "adapool", "weighted_layer", "mean_layers", "attention_layers", "lstm_layers")
 
 
+def declared_poolers(poolers: str | Sequence[str | dict[str, Any]], model: str | None, where: str = "compare"
+                     ) -> tuple[str | Sequence[str | dict[str, Any]], Any]:
+    """``poolers`` with ``auto`` replaced by the registry pooler that ``model``'s folder declares
+    (:func:`poolkit.models.declared.declared_pooler_spec`), and what it declares (None without ``auto``)."""
+    from ..models.declared import declared_pooler_spec
+    from ..models.encoders import resolve_model
+    from ..models.text_encoder import AUTO
+
+    items = [name.strip() for name in poolers.split(",") if name.strip()] if isinstance(poolers, str) else list(poolers)
+    if AUTO not in items:
+        return poolers, None
+    spec, declared = declared_pooler_spec(resolve_model(model), where)
+    return [spec if item == AUTO else item for item in items], declared
+
+
 def resolve_poolers(poolers: str | Sequence[str | dict[str, Any]]) -> list[dict[str, Any]]:
     """Checked specs from a list of names and spec dicts, or a string of comma-separated names; ``"default"`` stands
     for 15 poolers, ``"all"`` for every registered one."""
