@@ -238,7 +238,8 @@ def finetuned_verdicts(finetuned: dict) -> Verdicts:
         for other in dict.fromkeys([tuned["pooler"], "mean"]):
             b = frozen[other]
             comparisons.append(Comparison(
-                f"{data}:{other}", f"{tuned['pooler']} fine-tuned", f"{other} {'trained' if trained(b) else 'zero-shot'}",
+                f"{data}:{other}", f"{tuned['pooler']} fine-tuned",
+                f"{other} {'trained' if trained(b) else 'zero-shot'}",
                 [m[MAIN[task]] for m in tuned["fold_metrics"]], [m[MAIN[task]] for m in b["fold_metrics"]],
                 f"{MAIN[task]}, `{data}`", test_over_train=board["settings"]["test_over_train"], scale=1.0, unit="",
                 digits=4))

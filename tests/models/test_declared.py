@@ -205,7 +205,8 @@ def test_compare_and_train_take_auto_as_the_pooling_the_folder_declares(bert, tm
                         epochs=1, batch_size=8, max_length=16, progress=False)
     assert metrics["config"]["pooler"] == {"name": "cls"}
     for call in (lambda: api.compare(tmp_path / "t.csv", poolers="auto", model=str(tmp_path / "dense")),
-                 lambda: api.train(tmp_path / "t.csv", tmp_path / "run2", pooler="auto", model=str(tmp_path / "dense"))):
+                 lambda: api.train(tmp_path / "t.csv", tmp_path / "run2", pooler="auto",
+                                   model=str(tmp_path / "dense"))):
         with pytest.raises(PoolkitError, match="declares mean\\+dense\\+normalize, and .* trains no Dense layers "
                                                "after a pooler: pass mean to compare its pooling alone"):
             call()

@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from ..explain.report import Report
     from ..io import RunFolder, refuse_overwrite
     from ..data.texts import read_texts
+    from ..wording import counted
 
     if not args.out.endswith((".html", ".htm")):
         raise PoolkitError(f"--out {args.out} must end in .html: the report is one HTML file")
@@ -65,9 +66,9 @@ def run(args: argparse.Namespace) -> int:
     explanation = explain(args.model, texts, pooler=args.pooler, targets=targets, batch_size=args.batch_size,
                           max_length=args.max_length, allow_incomplete=args.allow_incomplete,
                           trust_remote_code=args.trust_remote_code)
-    title = f"poolkit explain: {explanation.pooler['name']} pooler, {len(texts)} texts"
+    title = f"poolkit explain: {explanation.pooler['name']} pooler, {counted(len(texts), 'text')}"
     Report(title).explanations(explanation).write(out)
-    print(f"{len(texts)} texts explained ({explanation.source}) -> {out}")
+    print(f"{counted(len(texts), 'text')} explained ({explanation.source}) -> {out}")
     if pictures is not None:
         with pictures.claim(force=args.force) as png:
             write_pictures(explanation, png)

@@ -30,6 +30,7 @@ from ..data.pairs import PAIR_TASKS, check_retrieval_columns, load_pairs, pair_f
 from ..errors import PoolkitError
 from ..io import RunFolder
 from ..settings import check_counts, config_from
+from ..wording import counted
 from .config import MAX_LENGTH, CompareConfig, ProbeConfig
 from .export import check_export, check_export_pooler
 from .inputs import check_rates, declared_poolers, fit_to_encoder, load, resolve_poolers
@@ -240,8 +241,9 @@ def encode_step(run: Comparison) -> bool:
     config, table, pairs = run.config, run.table, run.pairs
     rows = _rows(table)
     repeats = f" x {config.repeats} repeats" if config.repeats > 1 else ""
-    run.report(f"poolkit compare: {len(run.specs)} poolers on {table.source} ({rows}, {table.task}, "
-               f"{config.folds} folds{repeats}, up to {config.epochs} epochs), ranked by {run.metric.name}")
+    run.report(f"poolkit compare: {counted(len(run.specs), 'pooler')} on {table.source} ({rows}, {table.task}, "
+               f"{counted(config.folds, 'fold')}{repeats}, up to {counted(config.epochs, 'epoch')}), ranked by "
+               f"{run.metric.name}")
     run.started = time.perf_counter()
     run.features = encode_features(table.texts, config.model, max_length=config.max_length, cache_dir=config.cache_dir,
                                    progress=run.progress, cache=config.cache,
@@ -355,7 +357,8 @@ def export_step(run: Comparison, folder: str | Path, pooler: str | None, export_
     run.settings["export"] = {"folder": str(folder), "format": export_format, "pooler": info["pooler_label"],
                               "epochs": info["epochs"],
                               "rows": info["rows"], "parity_max_abs_diff": info["parity_max_abs_diff"]}
-    run.report(f"exported {info['pooler_label']} refit on all {info['rows']} rows ({info['epochs']} epochs, the "
+    run.report(f"exported {info['pooler_label']} refit on all {info['rows']} rows "
+               f"({counted(info['epochs'], 'epoch')}, the "
                f"median its folds chose) to {folder} ({export_format}; parity {info['parity_max_abs_diff']:.1e})")
 
 
@@ -389,8 +392,8 @@ def finetune_step(run: Comparison, out: Path | None, force: bool) -> None:
         root = (out or Path(scratch)) / "finetuned"
         # a row trained with a projection names a pooler that fine-tuning would train without it
         for result in [r for r in run.results if not r.suffix][:config.finetune_top]:
-            run.report(f"fine-tuning the encoder with {result.label} ({config.folds} folds, {config.finetune_epochs} "
-                       "epochs)")
+            run.report(f"fine-tuning the encoder with {result.label} ({counted(config.folds, 'fold')}, "
+                       f"{counted(config.finetune_epochs, 'epoch')})")
             trained = TrainConfig(model=config.model, pooler=result.spec, folds=config.folds,
                                   epochs=config.finetune_epochs, encoder_lr=config.encoder_lr,
                                   pooler_lr=config.pooler_lr, max_length=config.max_length,
