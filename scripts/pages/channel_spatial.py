@@ -255,9 +255,14 @@ def render_fine(results: dict, summary: pd.DataFrame, speed: pd.DataFrame, verdi
                    "noisy).")
 
 
+def page_verdicts(frame: pd.DataFrame) -> Verdicts:
+    """The page's one family: every task's and size's comparisons, tested and Holm-adjusted together."""
+    return Verdicts(comparisons(frame))
+
+
 def render() -> dict[str, str]:
     results, frame = run_files(FOLDER)
-    summary, verdicts = summarize_runs(frame), Verdicts(comparisons(frame))
+    summary, verdicts = summarize_runs(frame), page_verdicts(frame)
     speed = pd.DataFrame(results["speed"]).set_index("block")
     return {"catalogue": render_catalogue(), "presets": render_presets(), "guidance": render_guidance(),
             "cost": render_cost(results), "coverage": render_coverage(frame),

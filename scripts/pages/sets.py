@@ -148,9 +148,14 @@ def render_quadrature(results: dict) -> str:
     return "\n".join([*lines, table(head, body, align="llrrrr")])
 
 
+def page_verdicts(results: dict) -> Verdicts:
+    """The page's one family: every task's comparisons, tested and Holm-adjusted together."""
+    return Verdicts(comparisons(results))
+
+
 def render() -> dict[str, str]:
     results, seed_rows, rows = load()
-    verdicts = Verdicts(comparisons(results))
+    verdicts = page_verdicts(results)
     return {"run": render_run(results), "table": render_table(results, seed_rows, rows),
             "findings": render_findings(results, verdicts), "verdicts": verdicts.block(),
             "budget": render_budget(results), "quadrature": render_quadrature(results)}

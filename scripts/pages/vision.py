@@ -183,9 +183,14 @@ def render_epochs(results: dict) -> str:
                             align="l" + "r" * len(columns))])
 
 
+def page_verdicts(frame: pd.DataFrame) -> Verdicts:
+    """The page's one family: every setting's (variant and size) comparisons, tested and Holm-adjusted together."""
+    return Verdicts(comparisons(frame))
+
+
 def render() -> dict[str, str]:
     results, frame = run_files(FOLDER)
-    summary, verdicts = summarize(frame), Verdicts(comparisons(frame))
+    summary, verdicts = summarize(frame), page_verdicts(frame)
     return {"presets": render_presets(), "cost": render_cost(results),
             "scratch": render_table(summary, "scratch", verdicts), "frozen": render_table(summary, "frozen", verdicts),
             "paper": render_paper(summary, results["settings"]["dataset"], verdicts),

@@ -95,3 +95,14 @@ def test_the_real_page_refuses_a_hand_typed_claim_and_reports_a_flipped_verdict(
     other = "residual beats none" if "inside the noise" in reading else "residual and none: inside the noise"
     flipped = text.replace(row, row.replace(f"| {reading} |", f"| {other} |"))
     assert flipped != text and page.PAGE.update(flipped)[1] == ["verdicts"]  # and only it: the rest matches its files
+
+
+def test_every_size_shares_one_family():
+    # catches a Holm adjustment per (task, size) where the page declares one family: the clearest comparison's
+    # adjusted p (the smallest raw p) is its raw p times the family's size, which grows with a second size
+    small, large = synthetic(), synthetic().assign(size=2000)
+    alone, joint = page.page_verdicts(small), page.page_verdicts(pd.concat([small, large]))
+    clearest = min(alone, key=lambda v: v.p)  # residual against none or ca_sa
+    assert len(joint) == len(alone) + len(page.page_verdicts(large)) > len(alone)
+    assert clearest.p_holm == pytest.approx(len(alone) * clearest.p)
+    assert joint[clearest.comparison.key].p_holm == pytest.approx(len(joint) * clearest.p)

@@ -76,3 +76,16 @@ def test_the_tdof_cell_spans_the_seeds_and_marks_models_without_value_maps():
             for value in values for target in ("all", "y0")]
     assert sets.tdof_cell(rows, "typed", "zonotope x1") == "4 to 5"
     assert sets.tdof_cell(rows, "typed", "deepsets") == "—"
+
+
+def test_every_task_shares_one_family():
+    # catches a Holm adjustment per task where the page declares one family: the clearer task's adjusted p is its
+    # raw p times 2 once a second task's comparison joins it
+    one = synthetic([0.010, 0.012, 0.011], [0.50, 0.53, 0.51])
+    other = synthetic([0.20, 0.31, 0.25], [0.25, 0.26, 0.26])
+    for run in other["runs"]:
+        run["task"] = "statistics"
+    both = {"settings": {**one["settings"], "tasks": ["typed", "statistics"]}, "runs": one["runs"] + other["runs"]}
+    alone, joint = sets.page_verdicts(one), sets.page_verdicts(both)
+    assert (len(alone), len(joint)) == (1, 2) and alone[KEY].p_holm == pytest.approx(alone[KEY].p)
+    assert joint[KEY].p_holm == pytest.approx(2 * alone[KEY].p)

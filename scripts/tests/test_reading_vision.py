@@ -64,3 +64,15 @@ def test_the_page_refuses_a_hand_typed_claim_and_reports_a_flipped_verdict_stale
     assert "| gmp beats gap |" in block  # from scratch, 6,000 images: the detected one the flip below turns over
     flipped = text.replace(block, block.replace("| gmp beats gap |", "| gmp and gap: inside the noise |"))
     assert page.update(flipped)[1] == ["verdicts"]
+
+
+def test_both_settings_share_one_family():
+    # catches a Holm adjustment per setting (from scratch, frozen) where the page declares one family: the clearest
+    # comparison's adjusted p is its raw p times the family's size, 4 with one setting and 8 with both
+    scratch = synthetic_frame()
+    both = pd.concat([scratch, synthetic_frame().assign(variant="frozen")])
+    k = vision.key("scratch", 1000, "gmp", "gap")
+    alone, joint = vision.page_verdicts(scratch), vision.page_verdicts(both)
+    assert (len(alone), len(joint)) == (4, 8) and alone[k].p == pytest.approx(joint[k].p)
+    smallest = min(v.p for v in alone)
+    assert alone[k].p_holm == pytest.approx(4 * smallest) and joint[k].p_holm == pytest.approx(8 * smallest)
