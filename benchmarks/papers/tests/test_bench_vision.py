@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from poolkit_bench import vision
+from poolkit_bench.reporting import versus_baseline
 from poolkit_bench.vision_data import augment, load_images, read_idx
 from poolkit_bench.vision_model import Backbone, map_sizes
 from poolkit.cli import main as cli_main
@@ -175,6 +176,9 @@ def test_summary_pairs_each_seed_with_gap_and_flags_noise():
     vs_flex = vision.summarize(frame, baseline="flex").set_index("pooler")  # another pooler as the baseline
     assert vs_flex.loc["gmp", "diff_mean"] == pytest.approx(np.mean([.85 - .83, .87 - .93, .71 - .73]))
     assert vs_flex.loc["flex", "diff_mean"] == 0 and not vs_flex.loc["flex", "inside_noise"]
+    # the printout's flag is one comparison's own interval: it says it is unadjusted (the pages adjust over a family)
+    cells = {row.pooler: versus_baseline(row, "gap") for row in vision.summarize(frame).itertuples(index=False)}
+    assert cells["gmp"].endswith(" (noise, unadjusted)") and "noise" not in cells["flex"] and cells["gap"] == ""
 
 
 def test_a_tiny_run_writes_its_files_and_refuses_to_overwrite(tmp_path):

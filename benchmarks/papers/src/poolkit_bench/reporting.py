@@ -75,10 +75,12 @@ def save_figure(fig, path, title: str | None = None) -> None:
 
 
 def versus_baseline(row, baseline: str, item: str = "pooler") -> str:
-    """A summary row's paired difference to the baseline in points, ``(noise)`` when inside seed noise."""
+    """A summary row's paired difference to the baseline in points, ``(noise, unadjusted)`` when its own 95%
+    t-interval holds 0: one comparison alone, where a docs page's verdicts Holm-adjust over the page's family."""
     if getattr(row, item) == baseline:
         return ""
-    return f"{100 * row.diff_mean:+.2f} ± {100 * row.diff_std:.2f}" + (" (noise)" if row.inside_noise else "")
+    return f"{100 * row.diff_mean:+.2f} ± {100 * row.diff_std:.2f}" + (" (noise, unadjusted)" if row.inside_noise
+                                                                          else "")
 
 
 def draw_map(ax, image, weights, size: tuple[float, float] | None = None) -> None:
