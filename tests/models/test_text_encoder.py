@@ -218,3 +218,33 @@ def test_a_built_pooler_is_used_as_it_is(bert):
     torch.testing.assert_close(encoder.encode(TEXTS[:2]), expected, rtol=1e-4, atol=1e-5)
     with pytest.raises(PoolkitError, match="used as it is"):
         TextEncoder(bert, poolkit.get_pooler("mean", hidden_size=16), device="cpu")
+
+
+def test_an_encoder_whose_weights_do_not_match_its_config_is_refused_in_one_line(bert, tmp_path, capsys):
+    # issue 32: a checkpoint saved under another key prefix loaded with every weight at random, and embed wrote its
+    # vectors with exit 0 (transformers said so only in a load report). Catches the check left out of a loader,
+    # and BERT's unused pooler head (missing from many checkpoints) refused with the rest
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from poolkit.models.encoders import load_encoder
+
+    prefixed, headless = tmp_path / "prefixed", tmp_path / "headless"
+    for folder in (prefixed, headless):
+        shutil.copytree(bert, folder)
+    weights = load_file(f"{bert}/model.safetensors")
+    save_file({f"encoder.{key}": value for key, value in weights.items()}, prefixed / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if not k.startswith("pooler.")}, headless / "model.safetensors")
+    for load in (TextEncoder, load_encoder, PooledModel.from_encoder):
+        with pytest.raises(PoolkitError, match=r"prefixed: \d+ of the encoder's weights are not in its files "
+                                               r"\(embeddings\..*transformers would start them at random"):
+            load(str(prefixed))
+    reference = TextEncoder(bert, "mean").encode(["the cat sat"])
+    assert torch.equal(TextEncoder(str(headless), "mean").encode(["the cat sat"]), reference)
+    table = tmp_path / "t.csv"
+    pd.DataFrame({"text": ["the cat sat", "a dog"]}).to_csv(table, index=False)
+    assert main(["embed", "--data", str(table), "--model", str(prefixed), "--out", str(tmp_path / "v.npy")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not in its files" in err and "LOAD REPORT" not in err
+    assert not (tmp_path / "v.npy").exists()

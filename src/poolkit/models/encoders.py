@@ -134,17 +134,50 @@ def load_encoder(name_or_path: str | None, trust_remote_code: bool | None = None
     return _from_pretrained(AutoModel, name_or_path, trust_remote_code, **kwargs)
 
 
+def complete_encoder(auto_class, path: str, trust: bool, **kwargs):
+    """``auto_class.from_pretrained(path)``, refused in one line when weights the encoder computes with are not in
+    its files: transformers would start them at random and say so only in its load report (a checkpoint whose keys
+    do not match its config, e.g. saved under another prefix or architecture). The transformer's own pooler head
+    (BERT's ``pooler.dense``) is never read by poolkit and may be missing."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its load report: what it would say of missing weights is refused below
+    try:
+        with hf_bars_off():
+            model, info = auto_class.from_pretrained(path, trust_remote_code=trust, output_loading_info=True,
+                                                     **kwargs)
+    finally:
+        hf_logging.set_verbosity(level)
+    missing = sorted(key for key in info.get("missing_keys", ()) if not key.startswith(UNUSED_HEADS))
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise PoolkitError(f"{path}: {len(missing)} of the encoder's weights are not in its files ({shown}): "
+                           "transformers would start them at random, so nothing is computed with them; the "
+                           "weights do not match config.json (saved under another key prefix or architecture?)")
+    return model
+
+
 def _from_pretrained(auto_class, name_or_path: str | None, trust_remote_code: bool | None, **kwargs):
     """``auto_class.from_pretrained`` on the resolved model, folder code checked first; not found: one line."""
+    from transformers import AutoModel
+
     path = resolve_model(name_or_path)
     trust = check_model_folder(path, trust_remote_code)
     try:
         with hf_bars_off():
+            if auto_class is AutoModel:
+                return complete_encoder(auto_class, path, trust, **kwargs)
             return auto_class.from_pretrained(path, trust_remote_code=trust, **kwargs)
+    except PoolkitError:
+        raise
     except (OSError, ValueError) as err:
         raise PoolkitError(_not_found(path, err)) from None
 
 
+#: the heads of transformers' encoders that poolkit never reads (it pools the hidden states): their weights may be
+#: missing from a checkpoint
+UNUSED_HEADS = ("pooler.",)
 #: Model types whose position ids start after the padding index: they have that many fewer usable positions.
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "mpnet")
 

@@ -18,7 +18,7 @@ from transformers.utils import ModelOutput
 from ..errors import PoolkitError
 from ..pooling import build_pooler, pooler_spec
 from ..tasks import EMBEDDING_TASKS, HEAD_TASKS
-from .encoders import check_model_folder
+from .encoders import check_model_folder, complete_encoder
 
 TASKS = HEAD_TASKS + EMBEDDING_TASKS
 
@@ -106,7 +106,7 @@ class PooledModel(PreTrainedModel):
         e.g. ``{"name": "attention", "attn_size": 256}``) and the head start fresh. A folder with code of its own
         (``auto_map``) is refused unless ``trust_remote_code`` (default: off, see ``encoders.remote_code``)."""
         trust = check_model_folder(encoder_name_or_path, trust_remote_code)
-        encoder = AutoModel.from_pretrained(encoder_name_or_path, trust_remote_code=trust, **encoder_kwargs)
+        encoder = complete_encoder(AutoModel, encoder_name_or_path, trust, **encoder_kwargs)
         extra = {}
         if label_names is not None:
             extra["id2label"] = dict(enumerate(label_names))

@@ -47,7 +47,8 @@ def predict_outputs(model_dir: str | Path, texts: list[str], batch_size: int = 6
     total = 0.0
     for fold in folds:
         meta = head_meta(fold)
-        total = total + head_scores(meta["task"], fold_outputs(fold, meta, texts, batch_size, max_length, progress))
+        outputs = fold_outputs(fold, meta, texts, batch_size, max_length, progress)  # loading checks the folder
+        total = total + head_scores(meta["task"], outputs)
     info = {"task": meta["task"], "label_names": meta["label_names"], "target_cols": meta["target_cols"],
             "n_models": len(folds)}
     return total / len(folds), info
