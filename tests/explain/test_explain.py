@@ -241,3 +241,16 @@ def test_the_packaged_minilm_gets_its_word_pieces_merged_back_into_the_texts_wor
     assert max(pieces) > 1  # some word is split, or this test checks nothing
     total = sum(pieces) + 2
     np.testing.assert_allclose(item.weights[1:-1], np.array(pieces) / total, rtol=1e-5)
+
+
+def test_a_picture_draws_dollar_signs_in_words_and_labels_as_written(tmp_path):
+    # issue 32, item 15: a label like `$x^$` stopped `explain --png` with matplotlib's mathtext parse error
+    from poolkit.explain.explainer import TextExplanation
+    from poolkit.explain.pictures import text_figure
+
+    item = TextExplanation("costs $x^$ now", ["costs", "$x^$", "now"], [None] * 3, np.array([0.2, 0.5, 0.3]),
+                           prediction="$x^$", probability=0.9)
+    figure = text_figure(item, "mean")
+    figure.savefig(tmp_path / "p.png", format="png")  # rendering is where mathtext parses
+    labels = [label.get_text() for label in figure.axes[0].get_yticklabels()]
+    assert sorted(labels) == ["$x^$", "costs", "now"] and "prediction $x^$" in figure._suptitle.get_text()

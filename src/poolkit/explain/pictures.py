@@ -24,7 +24,8 @@ def text_figure(item: TextExplanation, title: str = ""):
     axes = fig.subplots(1, 2 if layered else 1, squeeze=False)[0]
     positions = range(len(item.words))[::-1]
     axes[0].barh(list(positions), item.weights, color="#d6301f")
-    axes[0].set_yticks(list(positions), item.words, fontsize=8)
+    # texts and labels are the user's: a `$` is a character, not matplotlib's mathtext
+    axes[0].set_yticks(list(positions), item.words, fontsize=8, parse_math=False)
     axes[0].set_xlabel("weight (sum over the word's pieces)")
     if layered:
         axes[1].bar(range(len(item.layer_weights)), item.layer_weights, color="#2b6cb0")
@@ -33,7 +34,7 @@ def text_figure(item: TextExplanation, title: str = ""):
         axes[1].set_ylabel("layer weight")
     predicted = "" if item.prediction is None else f"prediction {item.prediction}" + (
         f" (p = {item.probability:.2f})" if item.probability is not None else "")
-    fig.suptitle("\n".join(t for t in (title, predicted) if t), fontsize=9)
+    fig.suptitle("\n".join(t for t in (title, predicted) if t), fontsize=9, parse_math=False)
     fig.tight_layout()
     return fig
 
