@@ -468,3 +468,21 @@ def test_evaluate_scores_a_regression_run_in_its_targets_units(regression_refere
     result = evaluate(data, "regression", model=out, progress=False)
     values, _ = predict(out, data.texts, progress=False)
     assert result["metrics"] == pytest.approx(regression_metrics(values, data.targets), rel=1e-5)
+
+
+def test_predict_refuses_label_names_that_do_not_fit_the_weights(reference, tmp_path):
+    # issue 32, item 15: a fold's label_names cut to one gave an IndexError; two folds naming their classes in
+    # another order were averaged and labelled by the last fold (a silent wrong answer)
+    run = tmp_path / "run"
+    shutil.copytree(reference[0], run)
+    texts = toy_data(n=4, seed=2).texts
+    meta = run / "fold_0" / META
+    record = json.loads(meta.read_text())
+    meta.write_text(json.dumps({**record, "label_names": ["neg"]}))
+    with pytest.raises(PoolkitError, match="fold_0/poolkit_train.json names 1 output but the model's head has 2"):
+        predict(run, texts, progress=False)
+    meta.write_text(json.dumps({**record, "label_names": ["pos", "neg"]}))
+    with pytest.raises(PoolkitError, match="fold_1 and .*fold_0 name different outputs in their poolkit_train.json"):
+        predict(run, texts, progress=False)
+    probs, info = predict(run / "fold_0", texts, progress=False)  # one fold alone is read as its file says
+    assert info["label_names"] == ["pos", "neg"] and probs.shape == (4, 2)

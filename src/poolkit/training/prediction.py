@@ -17,6 +17,7 @@ from ..models import PooledModel
 from ..models.encoders import AUTOCAST, check_max_length, hf_bars_off, load_tokenizer, resolve_precision
 from ..models.heads import head_scores
 from ..tasks import EMBEDDING_TASKS
+from ..wording import counted
 from .processes import accelerate_state
 
 
@@ -44,10 +45,16 @@ def predict_outputs(model_dir: str | Path, texts: list[str], batch_size: int = 6
     folds = fold_models(model_dir, allow_incomplete)
     if not texts:
         raise PoolkitError("nothing to predict: no texts given")
-    total = 0.0
+    total, first = 0.0, None
     for fold in folds:
         meta = head_meta(fold)
         outputs = fold_outputs(fold, meta, texts, batch_size, max_length, progress)  # loading checks the folder
+        labels = (meta["task"], meta["label_names"], meta["target_cols"])
+        first = first or (fold, labels)
+        if labels != first[1]:
+            raise PoolkitError(f"{fold} and {first[0]} name different outputs in their {TRAIN_META} (task, label "
+                               "names, target columns): averaging them would mislabel them; pass one fold, or "
+                               "restore the files")
         total = total + head_scores(meta["task"], outputs)
     info = {"task": meta["task"], "label_names": meta["label_names"], "target_cols": meta["target_cols"],
             "n_models": len(folds)}
@@ -73,6 +80,10 @@ def fold_outputs(fold: Path, meta: dict[str, Any], texts: list[str], batch_size:
     length = check_max_length(max_length, model.config.encoder) or meta["config"]["max_length"]
     outputs = model_outputs(model, load_tokenizer(str(fold)), texts, length, batch_size, f"predict {fold.name}",
                             progress)
+    names = meta["label_names"] if meta["task"] != "regression" else meta["target_cols"]
+    if names is None or len(names) != outputs.shape[1]:
+        raise PoolkitError(f"{fold}/{TRAIN_META} names {counted(len(names or []), 'output')} but the model's head "
+                           f"has {outputs.shape[1]}: the file does not belong to these weights (edited?); restore it")
     bad = ~np.isfinite(outputs).all(axis=1)
     if bad.any():
         rows = ", ".join(str(r + 1) for r in np.flatnonzero(bad)[:5])
