@@ -486,3 +486,20 @@ def test_predict_refuses_label_names_that_do_not_fit_the_weights(reference, tmp_
         predict(run, texts, progress=False)
     probs, info = predict(run / "fold_0", texts, progress=False)  # one fold alone is read as its file says
     assert info["label_names"] == ["pos", "neg"] and probs.shape == (4, 2)
+
+
+def test_a_saved_model_whose_weights_do_not_fit_its_config_is_refused_in_one_line(reference, tmp_path):
+    # issue 32, item 15: a tensor of another shape gave transformers' RuntimeError after its load report; a tensor
+    # left out was started at random and predicted with (a silent wrong answer)
+    from safetensors.torch import save_file
+
+    fold = tmp_path / "fold_0"
+    shutil.copytree(reference[0] / "fold_0", fold)
+    weights = load_file(fold / "model.safetensors")
+    texts = toy_data(n=3, seed=4).texts
+    save_file({**weights, "head.weight": torch.zeros(3, weights["head.weight"].shape[1])}, fold / "model.safetensors")
+    with pytest.raises(PoolkitError, match="fold_0: some of the model's weights have other shapes than its config"):
+        predict(fold, texts, progress=False)
+    save_file({k: v for k, v in weights.items() if k != "head.weight"}, fold / "model.safetensors")
+    with pytest.raises(PoolkitError, match=r"fold_0: 1 of the model's weights are not in its files \(head.weight\)"):
+        predict(fold, texts, progress=False)

@@ -135,24 +135,35 @@ def load_encoder(name_or_path: str | None, trust_remote_code: bool | None = None
 
 
 def complete_encoder(auto_class, path: str, trust: bool, **kwargs):
-    """``auto_class.from_pretrained(path)``, refused in one line when weights the encoder computes with are not in
-    its files: transformers would start them at random and say so only in its load report (a checkpoint whose keys
-    do not match its config, e.g. saved under another prefix or architecture). The transformer's own pooler head
-    (BERT's ``pooler.dense``) is never read by poolkit and may be missing."""
+    """``auto_class.from_pretrained(path)``, checked by :func:`whole_model` (BERT's pooler head, never read by
+    poolkit, may be missing)."""
+    return whole_model(lambda **info: auto_class.from_pretrained(path, trust_remote_code=trust, **kwargs, **info),
+                       path, "the encoder's", UNUSED_HEADS)
+
+
+def whole_model(load, path: str | Path, whose: str, unused: tuple[str, ...] = ()):
+    """``load(output_loading_info=True)``'s model, quietly, refused in one line when weights it computes with are not
+    in the folder's files (transformers would start them at random and say so only in its load report: a checkpoint
+    whose keys do not match its config, e.g. saved under another prefix or architecture) or have other shapes than
+    its config gives them. Missing keys that start with one of ``unused`` (heads poolkit never reads) are allowed."""
     from transformers.utils import logging as hf_logging
 
     level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # its load report: what it would say of missing weights is refused below
+    hf_logging.set_verbosity_error()  # its load report: what it would say is refused below, in one line
     try:
         with hf_bars_off():
-            model, info = auto_class.from_pretrained(path, trust_remote_code=trust, output_loading_info=True,
-                                                     **kwargs)
+            model, info = load(output_loading_info=True)
+    except RuntimeError as err:
+        if "ignore_mismatched_sizes" not in str(err):
+            raise
+        raise PoolkitError(f"{path}: some of {whose} weights have other shapes than its config.json gives them: the "
+                           "files do not belong together (edited or mixed?); restore the folder") from None
     finally:
         hf_logging.set_verbosity(level)
-    missing = sorted(key for key in info.get("missing_keys", ()) if not key.startswith(UNUSED_HEADS))
+    missing = sorted(key for key in info.get("missing_keys", ()) if not key.startswith(unused))
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise PoolkitError(f"{path}: {len(missing)} of the encoder's weights are not in its files ({shown}): "
+        raise PoolkitError(f"{path}: {len(missing)} of {whose} weights are not in its files ({shown}): "
                            "transformers would start them at random, so nothing is computed with them; the "
                            "weights do not match config.json (saved under another key prefix or architecture?)")
     return model

@@ -18,7 +18,7 @@ from transformers.utils import ModelOutput
 from ..errors import PoolkitError
 from ..pooling import build_pooler, pooler_spec
 from ..tasks import EMBEDDING_TASKS, HEAD_TASKS
-from .encoders import check_model_folder, complete_encoder
+from .encoders import check_model_folder, complete_encoder, whole_model
 
 TASKS = HEAD_TASKS + EMBEDDING_TASKS
 
@@ -119,7 +119,9 @@ class PooledModel(PreTrainedModel):
                         **kwargs: Any) -> PooledModel:
         """A saved PooledModel; a folder with code of its own (``auto_map``) is refused unless ``trust_remote_code``."""
         trust = check_model_folder(pretrained_model_name_or_path, trust_remote_code)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, trust_remote_code=trust, **kwargs)
+        load = super().from_pretrained
+        return whole_model(lambda **info: load(pretrained_model_name_or_path, *args, trust_remote_code=trust,
+                                               **kwargs, **info), pretrained_model_name_or_path, "the model's")
 
     @property
     def needs_hidden_states(self) -> bool:
