@@ -1,6 +1,6 @@
 """docs/embeddings.md's numbers, rendered from docs/embeddings/zero-shot.json (``scripts/evaluate_builtin.py``),
-docs/embeddings/boards.json (``scripts/compare_builtin.py``) and docs/embeddings/finetuned.json
-(``scripts/finetune_builtin.py``)."""
+docs/embeddings/boards.json (``scripts/compare_builtin.py``), docs/embeddings/finetuned.json
+(``scripts/finetune_builtin.py``) and docs/embeddings/shuffled-seeds.json (``scripts/shuffled_seeds.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from verdicts import Comparison, Verdicts, last_epochs
 RESULT = ROOT / "docs" / "embeddings" / "zero-shot.json"
 BOARDS = ROOT / "docs" / "embeddings" / "boards.json"
 FINETUNED = ROOT / "docs" / "embeddings" / "finetuned.json"
+SHUFFLES = ROOT / "docs" / "embeddings" / "shuffled-seeds.json"
 METRICS = {"retrieval": ("ndcg@10", "mrr@10", "map@100", "recall@1", "recall@10"),
            "similarity": ("spearman", "pearson")}
 #: the figure each task's leaderboard ranks by
@@ -246,6 +247,29 @@ def finetuned_verdicts(finetuned: dict) -> Verdicts:
     return Verdicts(comparisons)
 
 
+def shuffle_verdicts(shuffles: dict) -> Verdicts:
+    """Each pooler's nDCG@10 on the shuffled pairs against the chance level of random rankings, paired by shuffle,
+    Holm-adjusted together."""
+    chances = [run["chance"]["ndcg@10_mean"] for run in shuffles["runs"]]
+    return Verdicts(Comparison(name, name, "chance", [run["rows"][name]["mean"] for run in shuffles["runs"]], chances,
+                               "ndcg@10, documents shuffled", scale=1.0, unit="", digits=4)
+                    for name in shuffles["poolers"])
+
+
+def render_shuffles(shuffles: dict) -> str:
+    prov = shuffles["provenance"]
+    rows = [[str(run["shuffle"]), f"{run['chance']['ndcg@10_mean']:.4f} ± {run['chance']['ndcg@10_std']:.4f}",
+             *(f"{run['rows'][name]['mean']:.4f}" for name in shuffles["poolers"])] for run in shuffles["runs"]]
+    return "\n".join([
+        f"Made by `{shuffles['script']}` (`docs/embeddings/shuffled-seeds.json`): `{shuffles['data']}` cut to one row "
+        f"per document and shuffled with each of {len(shuffles['runs'])} seeds, `compare` with "
+        f"{shuffles['folds']} folds each; {shuffles['seconds'] / 60:.1f} minutes. Commit "
+        f"{(prov.get('commit') or 'unknown')[:10]}, torch {prov['torch']}, {prov['cpu']} ({prov['cores']} cores).", "",
+        table(["shuffle", "chance (random rankings)", *(f"`{name}`" for name in shuffles["poolers"])], rows,
+              align="l" + "r" * (1 + len(shuffles["poolers"]))), "",
+        shuffle_verdicts(shuffles).block()])
+
+
 def render() -> dict[str, str]:
     result, boards, finetuned = read_json(RESULT), read_json(BOARDS), read_json(FINETUNED)
     tables = {f"board-{b['settings']['task']}": render_board(b) for b in boards["boards"].values()}
@@ -256,7 +280,8 @@ def render() -> dict[str, str]:
             "boards-reading": render_boards_reading(boards), "cost": render_cost(boards),
             "shuffled": render_shuffled(boards), "checks": render_checks(result, boards),
             "finetuned-setup": render_finetuned_setup(finetuned), "finetuned": render_finetuned(finetuned),
-            "finetuned-verdicts": finetuned_verdicts(finetuned).block()}
+            "finetuned-verdicts": finetuned_verdicts(finetuned).block(),
+            "shuffles": render_shuffles(read_json(SHUFFLES))}
 
 
 PAGE = Page("docs/embeddings.md", render)
