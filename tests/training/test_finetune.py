@@ -503,3 +503,13 @@ def test_a_saved_model_whose_weights_do_not_fit_its_config_is_refused_in_one_lin
     save_file({k: v for k, v in weights.items() if k != "head.weight"}, fold / "model.safetensors")
     with pytest.raises(PoolkitError, match=r"fold_0: 1 of the model's weights are not in its files \(head.weight\)"):
         predict(fold, texts, progress=False)
+
+
+def test_evaluate_refuses_a_table_whose_classes_are_numbered_otherwise(reference):
+    # a TableData numbers its classes itself: scored against a head of another order, every label would be swapped
+    from poolkit.training.evaluation import evaluate
+
+    data = toy_data(n=8, seed=3)
+    swapped = TableData(data.texts, 1 - data.targets, "classification", ["pos", "neg"], ("label",), "text", "toy")
+    with pytest.raises(PoolkitError, match=r"labels \(pos, neg\) are not the model's, in its order \(neg, pos\)"):
+        evaluate(swapped, "classification", model=reference[0])

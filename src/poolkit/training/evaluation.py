@@ -92,11 +92,7 @@ def evaluate(data: str | Path | pd.DataFrame | TableData, task: str, *, model: s
     result = {"task": task, "metrics": scored[0]["metrics"], "model": str(model) if model is not None else None,
               "pooler": scored[0]["pooler"], "pooling": scored[0]["pooling"], **sizes,
               "max_length": scored[0]["max_length"]}
-    if len(scored) > 1:
-        names = list(scored[0]["metrics"])
-        result["metrics"] = fold_mean([s["metrics"] for s in scored])
-        result["std_ddof1"] = {m: float(np.std([s["metrics"][m] for s in scored], ddof=1)) for m in names}
-        result["folds"] = [{"fold": Path(one).name, "metrics": s["metrics"]} for one, s in zip(models, scored)]
+    result.update(over_folds(models, scored))
     if dims:
         result["by_dim"] = [{"dim": dim, "metrics": fold_mean([s["by_dim"][k] for s in scored])}
                             for k, dim in enumerate(dims)]
@@ -125,6 +121,17 @@ def _check_quantize(kinds: Sequence[str] | None, task: str, rescore: int) -> lis
     if not isinstance(rescore, int) or isinstance(rescore, bool) or rescore < 1:
         raise PoolkitError(f"`rescore` must be an int >= 1 (candidates per result kept for rescoring), got {rescore!r}")
     return list(dict.fromkeys(kinds))
+
+
+def over_folds(models: list[str | None], scored: list[dict[str, Any]]) -> dict[str, Any]:
+    """With several fold models: their metrics' mean (``metrics``), sample std (``std_ddof1``) and each fold's
+    (``folds``); with one, nothing (its own metrics stand)."""
+    if len(scored) < 2:
+        return {}
+    names = list(scored[0]["metrics"])
+    return {"metrics": fold_mean([s["metrics"] for s in scored]),
+            "std_ddof1": {m: float(np.std([s["metrics"][m] for s in scored], ddof=1)) for m in names},
+            "folds": [{"fold": Path(one).name, "metrics": s["metrics"]} for one, s in zip(models, scored)]}
 
 
 def fold_mean(metrics: list[dict[str, float]]) -> dict[str, float]:
@@ -209,15 +216,16 @@ def _evaluate_table(data: str | Path | TableData, task: str, model: str | None, 
 
     from ..data.tables import load_table
     from .metrics import compute_metrics
-    from .prediction import fold_outputs, head_meta
+    from .prediction import fold_outputs
 
     if method is not None and method not in EVALUATE_METHODS:
         raise PoolkitError(f"`method` must be one of {', '.join(EVALUATE_METHODS)}, got {method!r}")
     if not isinstance(neighbours, int) or isinstance(neighbours, bool) or neighbours < 1:
         raise PoolkitError(f"`neighbours` must be an int >= 1, got {neighbours!r}")
     models = _models(model, fold)
-    trained = model is not None and (Path(models[0]) / TRAIN_META).is_file()
-    meta = json.loads((Path(models[0]) / TRAIN_META).read_text()) if trained else None
+    metas = [json.loads((Path(one) / TRAIN_META).read_text()) if one is not None and (Path(one) / TRAIN_META).is_file()
+             else None for one in models]
+    meta = metas[0]
     has_head = meta is not None and meta.get("task") in HEAD_TASKS
     method = method or ("head" if has_head else "knn")
     if method == "head":
@@ -234,20 +242,21 @@ def _evaluate_table(data: str | Path | TableData, task: str, model: str | None, 
     table = data if isinstance(data, TableData) else load_table(data, text_col, target_col, task, label_names)
     if table.task != task:
         raise PoolkitError(f"`data` holds a {table.task} table, not {task}: pass `task` {table.task}")
+    if method == "head" and label_names is not None and table.label_names != label_names:
+        raise PoolkitError(f"`data`'s labels ({', '.join(table.label_names)}) are not the model's, in its order "
+                           f"({', '.join(label_names)}): pass the table as a file (read in the model's order)")
     if method == "knn" and neighbours >= len(table):
         raise PoolkitError(f"`neighbours` {neighbours} needs more rows than that: the table has {len(table)} (each "
                            "row is predicted from other rows)")
     started = time.perf_counter()
     n_classes = None if task == "regression" else table.n_outputs
     scored = []
-    for one in models:
+    for one, record in zip(models, metas):
         if method == "head":
-            outputs = fold_outputs(Path(one), head_meta(Path(one)), table.texts, config.batch_size,
-                                   config.max_length, progress)
+            outputs = fold_outputs(Path(one), record, table.texts, config.batch_size, config.max_length, progress)
             scored.append({"metrics": compute_metrics(task, outputs, table.targets, n_classes), "pooler": None,
                            "pooling": "its trained pooler and head",
-                           "max_length": config.max_length or json.loads(
-                               (Path(one) / TRAIN_META).read_text())["config"]["max_length"]})
+                           "max_length": config.max_length or record["config"]["max_length"]})
         else:
             scored.append(_neighbours_score(one, pooler, table, n_classes, neighbours, config, trust_remote_code,
                                             progress))
@@ -255,11 +264,7 @@ def _evaluate_table(data: str | Path | TableData, task: str, model: str | None, 
               "model": str(model) if model is not None else None, "pooler": scored[0]["pooler"],
               "pooling": scored[0]["pooling"], "rows": len(table), "max_length": scored[0]["max_length"],
               **({"neighbours": neighbours} if method == "knn" else {})}
-    if len(scored) > 1:
-        names = list(scored[0]["metrics"])
-        result["metrics"] = fold_mean([s["metrics"] for s in scored])
-        result["std_ddof1"] = {m: float(np.std([s["metrics"][m] for s in scored], ddof=1)) for m in names}
-        result["folds"] = [{"fold": Path(one).name, "metrics": s["metrics"]} for one, s in zip(models, scored)]
+    result.update(over_folds(models, scored))
     return {**result, "seconds": time.perf_counter() - started}
 
 
