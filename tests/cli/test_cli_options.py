@@ -114,7 +114,7 @@ def test_compare_flags_come_from_compare_config():
     (["predict", "--model", "run", "--data", "x.csv", "--out", "o.csv"], "PREDICT_PRESETS",
      ["--allow-incomplete", "--max-length", "64"], {"allow_incomplete": True, "max_length": 64}),
     (["merge", "--runs", "a", "b", "--alpha", "0.5", "--out", "m"], "MERGE_PRESETS",
-     ["--folds", "average", "--grid", "0.5", "1"], {"folds": "average", "grid": (0.5, 1.0)}),
+     ["--fold-pairing", "average", "--grid", "0.5", "1"], {"fold_pairing": "average", "grid": (0.5, 1.0)}),
 ])
 def test_embed_predict_and_merge_flags_come_from_their_configs(base, presets, given, settings):
     # catches a flag whose value does not reach the API under its field's name, a default the help does not show

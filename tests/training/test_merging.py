@@ -214,9 +214,9 @@ def test_frozen_head_is_trained_first_then_fixed(model_dir, tmp_path, monkeypatc
 
 
 def test_fold_models_merge_fold_by_fold_or_averaged(runs, model_dir, tmp_path):
-    # catches --folds average taking one fold's encoder instead of the mean, and fold K merged with another count
+    # catches --fold-pairing average taking one fold's encoder instead of the mean, and fold K merged with another count
     fit(toy_config(model_dir, folds=2, epochs=1), toy_data(), tmp_path / "two", progress=False)
-    merger = TaskArithmetic(model_dir, [tmp_path / "two"], config=MergeConfig(folds="average"))
+    merger = TaskArithmetic(model_dir, [tmp_path / "two"], config=MergeConfig(fold_pairing="average"))
     merger.load_merged([1.0])
     folds = [encoder_state(tmp_path / "two" / f"fold_{k}") for k in (0, 1)]
     for name, value in merger.encoder.state_dict().items():

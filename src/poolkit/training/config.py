@@ -267,13 +267,13 @@ class MergeConfig:
     defaults and of ``poolkit merge``'s flags and help."""
 
     grid: tuple[float, ...] = option(GRID, "alphas a search tries", positive=True, metavar="A")
-    folds: str = option("per-fold", "per-fold: fold K merges the runs' fold K models; average: each run's task vector "
-                        "is the mean over its folds", choices=FOLD_MODES)
+    fold_pairing: str = option("per-fold", "per-fold: fold K merges the runs' fold K models; average: each run's task "
+                               "vector is the mean over its folds", choices=FOLD_MODES)
     batch_size: int = option(64, "texts per batch when a search scores", positive=True)
 
     def check(self) -> None:
-        if self.folds not in FOLD_MODES:
-            raise PoolkitError(f"unknown `folds` {self.folds!r}: use one of {', '.join(FOLD_MODES)}")
+        if self.fold_pairing not in FOLD_MODES:
+            raise PoolkitError(f"unknown `fold_pairing` {self.fold_pairing!r}: use one of {', '.join(FOLD_MODES)}")
         check_counts(self, ("batch_size",))
         check_grid(self.grid)
 

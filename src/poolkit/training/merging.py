@@ -151,7 +151,7 @@ class TaskArithmetic:
                  names: Sequence[str] | None = None, config: MergeConfig = MergeConfig(),
                  progress: bool = False) -> None:
         config.check()
-        folds = config.folds
+        folds = config.fold_pairing
         if not runs:
             raise PoolkitError("no runs to merge: pass `runs` RUN_A RUN_B ... (poolkit train `out` folders)")
         runs = [Path(r) for r in runs]
@@ -346,7 +346,7 @@ def merge(runs: Sequence[str | Path], out: str | Path | None = None, *, base: st
     """Merge the task vectors of ``runs`` (``poolkit train`` folders fine-tuned from ``base``, default the packaged
     MiniLM) with ``alpha`` (one, or one per run) or the alphas a ``search`` (shared | per-task) picks on the runs'
     inner validation rows (needs ``data``: per run, the table it was trained on). ``settings``: MergeConfig's fields
-    (grid, folds, batch_size). Writes ``out`` (see the module doc) when given; returns merge.json's record: alphas,
+    (grid, fold_pairing, batch_size). Writes ``out`` (see the module doc) when given; returns merge.json's record: alphas,
     the search's candidates, validation skill per task."""
     from ..provenance import run_provenance
 
@@ -368,7 +368,7 @@ def merge(runs: Sequence[str | Path], out: str | Path | None = None, *, base: st
     else:
         alphas, tried = merger.alphas_for(alpha), []
     names = [t.name for t in merger.tasks]
-    record = {"base": merger.base_path, "base_sha1": merger.base_sha1, "fold_mode": config.folds,
+    record = {"base": merger.base_path, "base_sha1": merger.base_sha1, "fold_mode": config.fold_pairing,
               "runs": {t.name: str(t.run) for t in merger.tasks}, "alphas": dict(zip(names, alphas)),
               "chosen_by": f"{search} search on the inner validation rows" if search else "given",
               "grid": list(config.grid) if search else None,
