@@ -4,7 +4,7 @@ end to end (contrastively, the encoder as it came among the checkpoint candidate
 first, on the same 5 folds and seed as the frozen boards. Into docs/embeddings/finetuned.json;
 ``scripts/docs.py --write embeddings`` renders it into docs/embeddings.md.
 
-    .venv/bin/python scripts/finetune_builtin.py      # about 80 minutes on 2 CPU cores
+    .venv/bin/python scripts/finetune_builtin.py      # about 45 minutes on 2 CPU cores
 """
 
 from __future__ import annotations
