@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-import rendering
 from pages import channel_spatial as page
+from reading_checks import with_verdict_flipped
 
 from poolkit_bench.channel_spatial import COLUMNS, summarize_runs
 from poolkit.errors import PoolkitError
@@ -89,11 +89,8 @@ def test_the_real_page_refuses_a_hand_typed_claim_and_reports_a_flipped_verdict(
     text = page.PAGE.file().read_text()
     with pytest.raises(PoolkitError, match="hand-written readings"):
         page.PAGE.update(text + "\nOn the fine-grained classes spatial-first is detectably worse than channel-first.\n")
-    block = rendering.current(text, "verdicts")
-    row = next(line for line in block.splitlines() if "| residual − none |" in line)
-    reading = row.rstrip(" |").rsplit("| ", 1)[1]
-    other = "residual beats none" if "inside the noise" in reading else "residual and none: inside the noise"
-    flipped = text.replace(row, row.replace(f"| {reading} |", f"| {other} |"))
+    flipped = with_verdict_flipped(text, "| residual − none |", "residual beats none",
+                                   "residual and none: inside the noise")
     assert flipped != text and page.PAGE.update(flipped)[1] == ["verdicts"]  # and only it: the rest matches its files
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-import rendering
 from pages import gated_mlp
+from reading_checks import with_verdict_flipped
 from verdicts import Verdicts
 
 from poolkit.errors import PoolkitError
@@ -73,8 +73,6 @@ def test_a_hand_typed_claim_on_the_page_is_refused():
 
 def test_a_verdict_flipped_inside_the_verdicts_block_is_stale():
     text = gated_mlp.PAGE.file().read_text()
-    block = rendering.current(text, "verdicts")
-    row = next(line for line in block.splitlines() if line.startswith("| test accuracy | glu − bilinear |"))
-    reading = row.rstrip(" |").rsplit("| ", 1)[1]
-    flipped = "glu beats bilinear" if "inside the noise" in reading else "glu and bilinear: inside the noise"
-    assert gated_mlp.PAGE.update(text.replace(row, row.replace(reading, flipped)))[1] == ["verdicts"]
+    flipped = with_verdict_flipped(text, "| test accuracy | glu − bilinear |", "glu beats bilinear",
+                                   "glu and bilinear: inside the noise")
+    assert flipped != text and gated_mlp.PAGE.update(flipped)[1] == ["verdicts"]

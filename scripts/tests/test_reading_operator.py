@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-import rendering
 from pages import operator
+from reading_checks import with_verdict_flipped
 from verdicts import Verdicts
 
 from poolkit.errors import PoolkitError
@@ -76,9 +76,6 @@ def test_a_hand_typed_claim_on_the_page_is_refused():
 
 def test_a_verdict_flipped_inside_the_verdicts_block_is_stale():
     text = operator.PAGE.file().read_text()
-    block = rendering.current(text, "verdicts")
-    row = next(line for line in block.splitlines() if line.startswith("| test rel L2 | attention at 64 − fno at 64 |"))
-    reading = row.rstrip(" |").rsplit("| ", 1)[1]
-    flipped = "fno at 64 beats attention at 64" if "inside the noise" in reading else \
-        "attention at 64 and fno at 64: inside the noise"
-    assert operator.PAGE.update(text.replace(row, row.replace(reading, flipped)))[1] == ["verdicts"]
+    flipped = with_verdict_flipped(text, "| test rel L2 | attention at 64 − fno at 64 |",
+                                   "fno at 64 beats attention at 64", "attention at 64 and fno at 64: inside the noise")
+    assert flipped != text and operator.PAGE.update(flipped)[1] == ["verdicts"]
