@@ -256,3 +256,21 @@ def test_claim_words_count_only_outside_rendered_blocks_and_code():
     text = ("intro\n<!-- begin:a -->\nA beats B\n```\n<!-- end:a -->\nC is better than D\n<!-- begin:b -->\n"
             "inside the noise\n<!-- end:b -->\n```\nE beats F\n```\nG outperforms H\n")
     assert rendering.hand_written_claims(text) == ['line 6: "better than"', 'line 13: "outperforms"']
+
+
+def test_the_shuffled_pairs_check_fails_when_a_pooler_is_above_chance_over_the_shuffles():
+    # catches a check that reads one shuffle only, one that passes whatever the figures, and one that fails a
+    # pooler for sitting below chance (no leak can do that)
+    from pages import embeddings
+
+    def shuffles(latent: list[float]) -> dict:
+        chance = [0.0020, 0.0023, 0.0025, 0.0023, 0.0024]
+        return {"data": "builtin:x", "poolers": ["mean", "latent"],
+                "runs": [{"shuffle": i, "chance": {"ndcg@10_mean": c},
+                          "rows": {"mean": {"mean": c - 0.0003 * (i % 2)}, "latent": {"mean": value}}}
+                         for i, (c, value) in enumerate(zip(chance, latent))]}
+
+    leak = embeddings.shuffle_check(shuffles([0.05, 0.06, 0.055, 0.052, 0.058]))
+    assert leak[-1] == "**fails**" and "`latent`" in leak[1]
+    assert embeddings.shuffle_check(shuffles([0.0040, 0.0022, 0.0025, 0.0030, 0.0022]))[-1] == "passes"
+    assert embeddings.shuffle_check(shuffles([0.0001, 0.0002, 0.0001, 0.0002, 0.0001]))[-1] == "passes"
