@@ -210,3 +210,35 @@ def test_compare_and_train_take_auto_as_the_pooling_the_folder_declares(bert, tm
         with pytest.raises(PoolkitError, match="declares mean\\+dense\\+normalize, and .* trains no Dense layers "
                                                "after a pooler: pass mean to compare its pooling alone"):
             call()
+
+
+def test_pooled_model_auto_keeps_the_dense_layers_and_normalize_through_save_and_load(bert, tmp_path, monkeypatch):
+    """Issue 28 item 1: ``PooledModel.from_encoder(folder, pooler="auto")`` is the folder's own embedding. Catches the
+    Dense layers dropped (or left at fresh random weights), Normalize skipped, a head sized to the pooler instead of
+    the Dense output, and a saved model that loads back without the modules after its pooler (in PooledModel and in
+    TextEncoder, which embeds with a saved model's own pooling)."""
+    from poolkit.models.pooled_model import PooledModel
+    from poolkit.models.text_encoder import TextEncoder as Encoder
+
+    model = st_folder(bert, tmp_path / "st", ("cls", "mean"), dense=[{"out": 8}, {"out": 6, "act": torch.nn.ReLU()}])
+    expected = model.encode(TEXTS, convert_to_tensor=True)
+    folder = str(tmp_path / "st")
+    embedder = PooledModel.from_encoder(folder, pooler="auto", task="retrieval").eval()
+    assert embedder.output_dim == 6 and embedder.config.after["normalize"]
+    tokenizer = Encoder(folder).tokenizer
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert gap(embedder(**batch).pooled, expected) <= 1e-5
+    classifier = PooledModel.from_encoder(folder, pooler="auto", task="classification", num_labels=3)
+    assert classifier.head.in_features == 6
+    embedder.save_pretrained(tmp_path / "saved")
+    tokenizer.save_pretrained(tmp_path / "saved")
+    loaded = PooledModel.from_pretrained(tmp_path / "saved").eval()
+    with torch.no_grad():
+        assert gap(loaded(**batch).pooled, expected) <= 1e-5
+    assert gap(Encoder(str(tmp_path / "saved")).encode(TEXTS), expected) <= 1e-5
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("POOLKIT_CACHE", str(tmp_path / "cache"))  # the exported graph holds the Dense layers too
+    assert gap(Encoder(str(tmp_path / "saved"), backend="onnx").encode(TEXTS), expected) <= 1e-5
+    with pytest.raises(PoolkitError, match="has no modules.json"):
+        PooledModel.from_encoder(bert, pooler="auto")

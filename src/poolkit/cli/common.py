@@ -10,7 +10,7 @@ from typing import Any
 from ..tasks import EMBEDDING_TASKS as PAIR_TASKS
 from ..errors import PoolkitError
 
-#: --pooler / --poolers auto: the pooling the model folder declares (poolkit.models.text_encoder.AUTO; a literal
+#: --pooler / --poolers auto: the pooling the model folder declares (poolkit.models.declared.AUTO; a literal
 #: here, so that building the parsers imports no torch)
 AUTO = "auto"
 

@@ -14,7 +14,7 @@ import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -22,6 +22,8 @@ from torch.nn import functional as F
 
 from ..errors import PoolkitError
 
+#: the pooler name that asks for a folder's declared pooling
+AUTO = "auto"
 #: sentence-transformers' pooling modes in its concatenation order -> poolkit's poolers.
 MODES = {"cls": "cls", "max": "max", "mean": "mean", "mean_sqrt_len_tokens": "mean_sqrt_len",
          "weightedmean": "weighted_mean", "lasttoken": "last"}
@@ -30,6 +32,8 @@ LEGACY_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max
                 "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
                 "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 TRANSFORMER, POOLING, DENSE, NORMALIZE = "Transformer", "Pooling", "Dense", "Normalize"
+#: sentence-transformers' Dense activation when its config names none
+DEFAULT_ACTIVATION = "torch.nn.modules.activation.Tanh"
 
 
 @dataclass(frozen=True)
@@ -144,17 +148,41 @@ def read_prompts(folder: str | Path) -> tuple[dict[str, str], str | None]:
 
 class AfterPooling(nn.Module):
     """The modules a folder declares after its pooling: Dense layers (linear, then a ``torch.nn`` activation, plus
-    the input when ``use_residual``), then Normalize. (B, D) -> (B, output_dim)."""
+    the input when ``use_residual``), then Normalize. (B, D) -> (B, output_dim).
 
-    def __init__(self, declared: Declared, width: int) -> None:
+    Built from :meth:`get_config` 's record (a saved :class:`~poolkit.models.PooledModel` keeps it in its config and
+    the weights in its state dict), or read with its weights from a folder by :meth:`from_declared`."""
+
+    def __init__(self, dense: Sequence[dict[str, Any]], normalize: bool, width: int,
+                 where: str = "the model's config") -> None:
         super().__init__()
         self.dense = nn.ModuleList()
-        for folder in declared.dense:
-            layer = _dense(folder, width)
+        for config in dense:
+            layer = _Dense.from_config(config, width, where)
             width = layer.out_features
             self.dense.append(layer)
-        self.normalize = declared.normalize
+        self.normalize = bool(normalize)
         self.output_dim = width
+
+    @classmethod
+    def from_declared(cls, declared: Declared, width: int) -> AfterPooling:
+        """The Dense layers and Normalize ``declared`` lists, each Dense with the weights saved in its folder."""
+        configs = [_dense_config(folder) for folder in declared.dense]
+        after = cls([], declared.normalize, width)
+        for folder, config in zip(declared.dense, configs):
+            layer = _Dense.from_config(config, after.output_dim, str(folder / "config.json"))
+            try:
+                layer.load_state_dict(_weights(folder), strict=True)
+            except RuntimeError as err:
+                raise PoolkitError(f"{folder}: its weights do not fit its config.json "
+                                   f"({str(err).splitlines()[0]})") from None
+            after.dense.append(layer)
+            after.output_dim = layer.out_features
+        return after
+
+    def get_config(self) -> dict[str, Any]:
+        """A JSON record that rebuilds these modules (without their weights): ``{"dense": [...], "normalize": ...}``."""
+        return {"dense": [layer.get_config() for layer in self.dense], "normalize": self.normalize}
 
     def forward(self, pooled: Tensor) -> Tensor:
         for layer in self.dense:
@@ -165,15 +193,35 @@ class AfterPooling(nn.Module):
 class _Dense(nn.Module):
     """sentence-transformers' Dense: activation(linear(x)) (+ x, or its projection, with ``use_residual``)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, activation: nn.Module,
-                 residual: bool) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool, activation: str, residual: bool,
+                 where: str) -> None:
         super().__init__()
         self.out_features = out_features
         self.linear = nn.Linear(in_features, out_features, bias=bias)
-        self.activation_function = activation
+        self.activation = activation
+        self.activation_function = _activation(activation, where)
         self.use_residual = residual
         self.residual = nn.Linear(in_features, out_features, bias=False) if residual and (
             in_features != out_features) else None
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], width: int, where: str) -> _Dense:
+        """A Dense layer of a config.json's (or :meth:`get_config` 's) fields, taking ``width`` features."""
+        try:
+            in_features, out_features = int(config["in_features"]), int(config["out_features"])
+        except (KeyError, TypeError, ValueError):
+            raise PoolkitError(f"{where}: a Dense layer needs in_features and out_features") from None
+        if in_features != width:
+            raise PoolkitError(f"{where}: a Dense layer takes {in_features} features but the modules before it give "
+                               f"{width}")
+        return cls(in_features, out_features, bool(config.get("bias", True)),
+                   str(config.get("activation_function", DEFAULT_ACTIVATION)), bool(config.get("use_residual", False)),
+                   where)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"in_features": self.linear.in_features, "out_features": self.out_features,
+                "bias": self.linear.bias is not None, "activation_function": self.activation,
+                "use_residual": self.use_residual}
 
     def forward(self, x: Tensor) -> Tensor:
         out = self.activation_function(self.linear(x))
@@ -182,43 +230,31 @@ class _Dense(nn.Module):
         return out
 
 
-def _dense(folder: Path, width: int) -> _Dense:
-    """The Dense layer saved in ``folder`` (config.json and model.safetensors, or a weights-only pytorch_model.bin)."""
+def _dense_config(folder: Path) -> dict[str, Any]:
+    """A Dense folder's config.json, refused when it reads or writes other than the sentence embedding."""
     config = _json(folder / "config.json")
+    if not isinstance(config, dict):
+        raise PoolkitError(f"{folder / 'config.json'} is not a Dense layer's config (a JSON object)")
     for key in ("module_input_name", "module_output_name"):
         if config.get(key) not in (None, "sentence_embedding"):
             raise PoolkitError(f"{folder / 'config.json'}: {key} {config[key]!r} is not the sentence embedding, "
                                "which poolkit does not rebuild: pass an explicit pooler")
-    try:
-        in_features, out_features = int(config["in_features"]), int(config["out_features"])
-    except (KeyError, TypeError, ValueError):
-        raise PoolkitError(f"{folder / 'config.json'} needs in_features and out_features") from None
-    if in_features != width:
-        raise PoolkitError(f"{folder} takes {in_features} features but the modules before it give {width}")
-    layer = _Dense(in_features, out_features, bool(config.get("bias", True)),
-                   _activation(config.get("activation_function", "torch.nn.modules.activation.Tanh"), folder),
-                   bool(config.get("use_residual", False)))
-    state = _weights(folder)
-    try:
-        layer.load_state_dict(state, strict=True)
-    except RuntimeError as err:
-        raise PoolkitError(f"{folder}: its weights do not fit its config.json ({str(err).splitlines()[0]})") from None
-    return layer
+    return config
 
 
-def _activation(path: Any, folder: Path) -> nn.Module:
+def _activation(path: str, where: str) -> nn.Module:
     """An instance of the ``torch.nn`` module class named by ``path`` (``torch.nn.modules.activation.Tanh``);
     any other name is refused, since it would import code poolkit does not know."""
     module_name, _, class_name = str(path).rpartition(".")
     if not (module_name == "torch.nn" or module_name.startswith("torch.nn.")):
-        raise PoolkitError(f"{folder / 'config.json'}: activation_function {path!r} is not a torch.nn class; poolkit "
+        raise PoolkitError(f"{where}: activation_function {path!r} is not a torch.nn class; poolkit "
                            "imports no other code: pass an explicit pooler")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError):
-        raise PoolkitError(f"{folder / 'config.json'}: no activation_function {path!r} in this torch") from None
+        raise PoolkitError(f"{where}: no activation_function {path!r} in this torch") from None
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise PoolkitError(f"{folder / 'config.json'}: activation_function {path!r} is not a torch.nn module class")
+        raise PoolkitError(f"{where}: activation_function {path!r} is not a torch.nn module class")
     return cls()
 
 

@@ -2,13 +2,15 @@
 similarity: encoder + pooler, no head).
 
 ``PooledModel.from_encoder("path/or/name", pooler="attention", task="classification", num_labels=5)``
-wraps any ``AutoModel`` encoder; ``save_pretrained`` / ``from_pretrained`` round-trip it (safetensors),
+wraps any ``AutoModel`` encoder (``pooler="auto"``: a sentence-transformers folder's own pooling, with the Dense
+layers and Normalize it declares after it, so ``pooled`` is that folder's embedding); ``save_pretrained`` / ``from_pretrained`` round-trip it (safetensors),
 and given ``labels`` it returns the loss, so the Hugging Face ``Trainer`` works unchanged.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from torch import Tensor, nn
@@ -18,6 +20,7 @@ from transformers.utils import ModelOutput
 from ..errors import PoolkitError
 from ..pooling import build_pooler, pooler_spec
 from ..tasks import EMBEDDING_TASKS, HEAD_TASKS
+from .declared import AUTO, AfterPooling, read_declared
 from .encoders import check_model_folder, complete_encoder, whole_model
 
 TASKS = HEAD_TASKS + EMBEDDING_TASKS
@@ -25,14 +28,16 @@ TASKS = HEAD_TASKS + EMBEDDING_TASKS
 
 class PooledConfig(PretrainedConfig):
     """Configuration of a :class:`PooledModel`: the encoder's config, the pooler's spec (its ``get_config()``:
-    name, hidden_size and every option), the head."""
+    name, hidden_size and every option), the modules after the pooler (``after``: a sentence-transformers folder's
+    Dense layers and Normalize, as :meth:`poolkit.models.declared.AfterPooling.get_config` records them; None for
+    none), the head."""
 
     model_type = "poolkit"
     sub_configs = {"encoder": AutoConfig}
 
     def __init__(self, encoder: PretrainedConfig | dict[str, Any] | None = None,
                  pooler: str | dict[str, Any] = "mean", task: str = "regression",
-                 head_dropout: float = 0.1, **kwargs: Any) -> None:
+                 head_dropout: float = 0.1, after: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if isinstance(encoder, dict):
             encoder = dict(encoder)
             encoder = AutoConfig.for_model(encoder.pop("model_type"), **encoder)
@@ -46,6 +51,7 @@ class PooledConfig(PretrainedConfig):
         self.pooler = pooler_spec(pooler)
         self.task = task
         self.head_dropout = head_dropout
+        self.after = after
 
     def to_dict(self) -> dict[str, Any]:
         output = super().to_dict()
@@ -87,8 +93,10 @@ class PooledModel(PreTrainedModel):
         self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder)
         self.pooler = build_pooler(config.pooler, config.encoder.hidden_size, config.encoder.num_hidden_layers)
         config.pooler = self.pooler.get_config()  # the complete spec (every option) is what gets saved
+        self.after = None if config.after is None else AfterPooling(
+            config.after.get("dense", ()), config.after.get("normalize", False), self.pooler.output_dim)
         self.dropout = nn.Dropout(config.head_dropout)
-        self.head = nn.Linear(self.pooler.output_dim, config.num_labels) if config.task in HEAD_TASKS else None
+        self.head = nn.Linear(self.output_dim, config.num_labels) if config.task in HEAD_TASKS else None
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -103,16 +111,32 @@ class PooledModel(PreTrainedModel):
                      num_labels: int = 1, label_names: list[str] | None = None, head_dropout: float = 0.1,
                      trust_remote_code: bool | None = None, **encoder_kwargs: Any) -> PooledModel:
         """A new model on a pretrained encoder (local folder or hub name); the pooler (a name or a spec dict,
-        e.g. ``{"name": "attention", "attn_size": 256}``) and the head start fresh. A folder with code of its own
+        e.g. ``{"name": "attention", "attn_size": 256}``) and the head start fresh. ``pooler="auto"``: the pooling
+        a sentence-transformers folder declares (its ``modules.json``), followed by its Dense layers (with their
+        saved weights) and Normalize; the head, if any, reads that vector. A folder with code of its own
         (``auto_map``) is refused unless ``trust_remote_code`` (default: off, see ``encoders.remote_code``)."""
+        declared = None
+        if pooler == AUTO:
+            declared = read_declared(encoder_name_or_path) if Path(encoder_name_or_path).is_dir() else None
+            if declared is None:
+                raise PoolkitError(f"pooler 'auto' uses the pooling a sentence-transformers folder declares, and "
+                                   f"{encoder_name_or_path} has no modules.json: pass a pooler (e.g. 'mean')")
+            pooler, encoder_name_or_path = declared.pooler_spec, str(declared.encoder)
         trust = check_model_folder(encoder_name_or_path, trust_remote_code)
         encoder = complete_encoder(AutoModel, encoder_name_or_path, trust, **encoder_kwargs)
+        after = None
+        if declared is not None:
+            width = build_pooler(pooler, encoder.config.hidden_size, encoder.config.num_hidden_layers).output_dim
+            after = AfterPooling.from_declared(declared, width)
         extra = {}
         if label_names is not None:
             extra["id2label"] = dict(enumerate(label_names))
-        config = PooledConfig(encoder=encoder.config, pooler=pooler,
-                              task=task, num_labels=num_labels, head_dropout=head_dropout, **extra)
-        return cls(config, encoder=encoder)
+        config = PooledConfig(encoder=encoder.config, pooler=pooler, task=task, num_labels=num_labels,
+                              head_dropout=head_dropout, after=None if after is None else after.get_config(), **extra)
+        model = cls(config, encoder=encoder)
+        if after is not None:
+            model.after.load_state_dict(after.state_dict())
+        return model
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: Any, *args: Any, trust_remote_code: bool | None = None,
@@ -122,6 +146,11 @@ class PooledModel(PreTrainedModel):
         load = super().from_pretrained
         return whole_model(lambda **info: load(pretrained_model_name_or_path, *args, trust_remote_code=trust,
                                                **kwargs, **info), pretrained_model_name_or_path, "the model's")
+
+    @property
+    def output_dim(self) -> int:
+        """Length of ``pooled``: the pooler's, or that of the modules after it."""
+        return self.pooler.output_dim if self.after is None else self.after.output_dim
 
     @property
     def needs_hidden_states(self) -> bool:
@@ -149,8 +178,10 @@ class PooledModel(PreTrainedModel):
                               output_hidden_states=self.needs_hidden_states, return_dict=True, **encoder_kwargs)
         states = output.hidden_states if self.needs_hidden_states else output.last_hidden_state
         if return_weights:
-            return self.pooler(states, attention_mask, return_weights=return_weights)
-        return self.pooler(states, attention_mask), None
+            pooled, weights = self.pooler(states, attention_mask, return_weights=return_weights)
+        else:
+            pooled, weights = self.pooler(states, attention_mask), None
+        return (pooled if self.after is None else self.after(pooled)), weights
 
     def state_dict_with_affine_head(self, scale: Tensor, shift: Tensor) -> dict[str, Tensor]:
         """This model's state dict with ``scale * logits + shift`` (per output, (num_labels,)) folded into the head's

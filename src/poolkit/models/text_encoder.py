@@ -28,13 +28,10 @@ from ..io import build_dir
 from ..pooling import Pooler, build_pooler, pooler_spec
 from ..pooling.masking import skip_first_tokens
 from .backends import BACKENDS, INT8_BACKEND
-from .declared import AfterPooling, declared_token_pooler, read_declared, read_prompts, with_token_pooler
+from .declared import AUTO, AfterPooling, declared_token_pooler, read_declared, read_prompts, with_token_pooler
 from .encoders import (AUTOCAST, adds_no_eos, check_max_length, check_model_folder, hf_bars_off, load_encoder,
                        load_tokenizer, resolve_model, resolve_precision)
 from .pooled_model import PooledConfig, PooledModel
-
-#: The pooler name for the pooling a sentence-transformers folder declares.
-AUTO = "auto"
 
 
 def check_backend(backend: str) -> str:
@@ -131,7 +128,7 @@ class TextEncoder:
                                    "(or pass the bare encoder to pool it another way)")
             with hf_bars_off():
                 pooled = PooledModel.from_pretrained(path, trust_remote_code=trust)
-            self.encoder, self.pooler = pooled.encoder, pooled.pooler
+            self.encoder, self.pooler, self.after = pooled.encoder, pooled.pooler, pooled.after
             self.tokenizer = load_tokenizer(path, trust)
             encoder_path = path
         else:
@@ -165,7 +162,7 @@ class TextEncoder:
                     "without them (mean, cls, max, mean_max, gem, weighted_layer, ...), or allow untrained weights "
                     "(`allow_untrained=True`)")
             if declared is not None:
-                self.after = AfterPooling(declared, self.pooler.output_dim).to(self.device).eval()
+                self.after = AfterPooling.from_declared(declared, self.pooler.output_dim).to(self.device).eval()
         self.declared = declared
         self.encoder.to(self.device).eval()
         self.pooler.to(self.device).eval()

@@ -22,7 +22,7 @@ def declared_poolers(poolers: str | Sequence[str | dict[str, Any]], model: str |
     (:func:`poolkit.models.declared.declared_pooler_spec`), and what it declares (None without ``auto``)."""
     from ..models.declared import declared_pooler_spec
     from ..models.encoders import resolve_model
-    from ..models.text_encoder import AUTO
+    from ..models.declared import AUTO
 
     items = [name.strip() for name in poolers.split(",") if name.strip()] if isinstance(poolers, str) else list(poolers)
     if AUTO not in items:
