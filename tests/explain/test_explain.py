@@ -147,6 +147,18 @@ def test_a_run_folder_averages_its_fold_models_and_scores_errors(run_dir):
         explain(run_dir, texts, targets=["pos", "maybe"])
 
 
+def test_targets_are_checked_before_any_text_is_encoded(run_dir, monkeypatch):
+    # the README's explain line on a regression run with a text label column ran every text, then ended with
+    # "ValueError: could not convert string to float" (issue 33); catches a check made only after the work
+    explainer = Explainer(run_dir)
+    monkeypatch.setattr(Explainer, "_run", lambda *args, **kwargs: pytest.fail("encoded before checking targets"))
+    with pytest.raises(PoolkitError, match="'maybe' is not one of the model's labels"):
+        explainer.explain(["a dog", "a cat"], targets=["pos", "maybe"])
+    explainer.task = "regression"  # the same check for a regression model's values
+    with pytest.raises(PoolkitError, match="the target 'bad' is not a number: check `target_col`"):
+        explainer.explain(["a dog", "a cat"], targets=["1.5", "bad"])
+
+
 def test_explain_refuses_what_it_cannot_explain(model_dir, tmp_path):
     with pytest.raises(PoolkitError, match="no trained model"):
         explain(tmp_path, ["a"])

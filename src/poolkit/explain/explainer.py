@@ -211,6 +211,8 @@ class Explainer:
         texts = _checked_texts(texts)
         if targets is not None and len(targets) != len(texts):
             raise PoolkitError(f"{len(targets)} targets for {len(texts)} texts: give one target per text")
+        if targets is not None:
+            _check_targets(targets, self.task, self.label_names)
         parts = [self._run(member, texts, with_weights=True) for member in self.members]
         items = _average(parts, texts)
         pooler = self.members[0].pooler
@@ -417,13 +419,29 @@ def _average(parts: list[list[dict[str, Any]]], texts: list[str]) -> list[TextEx
     return items
 
 
+def _check_targets(targets: Sequence[Any], task: str | None, label_names: list[str] | None) -> None:
+    """Refuse, before any text is encoded, targets the model's task cannot score: a regression model's target that
+    is not a number, a classifier's that is not one of its labels."""
+    if task == "regression":
+        for target in targets:
+            try:
+                float(target)
+            except (TypeError, ValueError):
+                raise PoolkitError(f"the model predicts regression values, and the target {target!r} is not a number: "
+                                   "check `target_col` (it must hold the values the model was trained on)") from None
+    elif task == "classification":
+        known = set(label_names or ())
+        unknown = next((target for target in targets if str(target) not in known), None)
+        if unknown is not None:
+            raise PoolkitError(f"target {unknown!r} is not one of the model's labels "
+                               f"({', '.join((label_names or [])[:8])}{', ...' if len(label_names or []) > 8 else ''}): "
+                               "check `target_col`")
+
+
 def _score_error(item: TextExplanation, target: Any, task: str | None, label_names: list[str] | None) -> None:
     """The target and the error: 1 - p(target class) (classification), |prediction - target| (regression)."""
     if task == "classification":
         item.target = str(target)
-        if item.target not in item.scores:
-            raise PoolkitError(f"target {target!r} is not one of the model's labels ({', '.join(label_names[:8])}, "
-                               "...): check `target_col`")
         item.error = 1.0 - item.scores[item.target]
     elif task == "regression":
         item.target = float(target)
