@@ -1,7 +1,7 @@
 """The README's Python blocks (issue 33 item 1, first part): the blocks run in README order in one namespace, as a
 reader runs them in one session, each as written or with the substitution this file names; a block that is not
 run yet is listed with why, so a block added to the README without a decision fails. The README's command lines
-are not run here yet (see the issue)."""
+are run by test_readme_commands.py."""
 
 from __future__ import annotations
 
