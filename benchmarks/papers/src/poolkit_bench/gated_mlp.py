@@ -221,7 +221,7 @@ def run_gated_mlp(config: GatedMLPConfig = DEFAULT, out_dir=None, *, force: bool
     config = config.validated()
     clock = Stopwatch()
     texts = encode_texts(config)  # here too: bad data fails before any worker starts or any folder is made
-    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+    with results_folder(out_dir, RESULT_FILES, force=force, settings=config) as out:
         tasks = [(ffn, seed) for seed in range(config.seed, config.seed + config.seeds) for ffn in config.ffns]
         runs = run_tasks(functools.partial(train_one, config, texts) if config.workers == 1 else None, tasks,
                          workers=config.workers, threads=config.threads, progress=progress, desc="gated-mlp",

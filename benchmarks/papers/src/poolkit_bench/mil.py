@@ -121,7 +121,7 @@ def run_mil(config: MILConfig = DEFAULT, out_dir: str | os.PathLike | None = Non
     existing results are kept unless ``force``. ``workers > 1`` spawns processes: a script needs the ``__main__``
     guard."""
     config = config.validated()
-    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+    with results_folder(out_dir, RESULT_FILES, force=force, settings=config) as out:
         for name in config.datasets:  # a missing package or a too-small class fails here, before any work
             stratified_folds(load_bags(name).labels, config.folds, config.seed)
         runs, cost = _timed_tasks(config, _tasks(config, config.poolers), progress)

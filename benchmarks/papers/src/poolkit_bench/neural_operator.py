@@ -227,7 +227,7 @@ def run_neural_operator(config: OperatorConfig = DEFAULT, out_dir: str | os.Path
     (settings, cost, provenance, every run with its validation curve), the plot and report.html; existing results
     are kept unless ``force``. ``workers > 1`` spawns processes: a script needs the ``__main__`` guard."""
     config = config.validated()
-    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+    with results_folder(out_dir, RESULT_FILES, force=force, settings=config) as out:
         clock = Stopwatch()
         tic = time.perf_counter()
         data = make_grids(config)

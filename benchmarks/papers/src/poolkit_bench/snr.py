@@ -147,7 +147,7 @@ def run_snr(config: SNRConfig = QUICK, out_dir: str | os.PathLike | None = None,
     results are kept unless ``force``. With ``workers > 1`` the runs go to spawned processes, so a
     script calling this needs the ``if __name__ == "__main__":`` guard."""
     config = config.validated()
-    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+    with results_folder(out_dir, RESULT_FILES, force=force, settings=config) as out:
         clock = Stopwatch()
         runs = run_jobs([(config, task) for task in tasks(config)], config.workers, config.threads, progress)
         frame = summarize(config, runs, baselines(config))

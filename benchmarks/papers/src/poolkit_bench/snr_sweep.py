@@ -145,7 +145,7 @@ def run_snr_sweep(sweep: SweepConfig = CPU_SWEEP, out_dir: str | os.PathLike | N
     metadata (settings, the learning-rate choice, every run). With ``out_dir``, also write results.csv,
     results.json, budget_sweep.png and report.html there (kept unless ``force``)."""
     sweep = sweep.validated()
-    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+    with results_folder(out_dir, RESULT_FILES, force=force, settings=sweep) as out:
         clock = Stopwatch()
         runs = []
         lrs = {p: sweep.lrs[0] for p in sweep.poolers}

@@ -121,7 +121,7 @@ def run_vision(config: VisionConfig = DEFAULT, out_dir: str | os.PathLike | None
     results.json (settings, provenance, summary, per-epoch curves) and accuracy.png there; existing results are
     kept unless ``force``. ``workers > 1`` spawns processes: a calling script needs the ``__main__`` guard."""
     config = config.validated()
-    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+    with results_folder(out_dir, RESULT_FILES, force=force, settings=config) as out:
         clock = Stopwatch()
         with restored_threads():  # the runner sets config.threads
             runs = run_all(_Runner(config), progress, "vision")
