@@ -10,7 +10,7 @@ import operator
 import pytest
 import torch
 
-from poolkit_bench.harness import restored_threads, run_tasks
+from poolkit_bench.harness import Stopwatch, restored_threads, run_tasks
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -77,8 +77,10 @@ def test_a_stopped_run_keeps_its_finished_tasks_and_the_same_run_continues(tmp_p
         handle.write('{"key": "t: half a li')  # a line cut short by a kill is dropped
     calls.clear()
     with results_folder(tmp_path / "out", ("results.json",), settings={"seeds": 3}):
+        clock = Stopwatch()
         results = run_tasks(_stopping_at(-1, calls) if workers == 1 else _result, tasks, progress=False, desc="t",
                             workers=workers)  # spawned workers need a runner they can import
+        assert clock.record()["tasks_from_a_stopped_run"] == 3  # its seconds are this run's part only: said so
     assert results == [_result(t) for t in tasks]
     if workers == 1:
         assert calls == [3, 4, 5]

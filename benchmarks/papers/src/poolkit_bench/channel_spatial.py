@@ -149,7 +149,7 @@ def run_channel_spatial(config: ChannelSpatialConfig = DEFAULT, out_dir: str | o
     forward time). With ``out_dir``, also write results.csv, results.json and accuracy.png there (existing results
     are kept unless ``force``). ``workers > 1`` spawns processes: a calling script needs the ``__main__`` guard."""
     config = config.validated()
-    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+    with results_folder(out_dir, RESULT_FILES, force=force, settings=config) as out:
         clock = Stopwatch()
         with restored_threads():  # the runner sets config.threads
             runner = _Runner(config)

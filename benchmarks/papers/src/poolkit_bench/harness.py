@@ -71,6 +71,7 @@ class Journal:
         self.path = path
         self.header = {"poolkit_bench_journal": 1, "commit": git_commit(),
                        "settings": hashlib.sha256(repr(settings).encode()).hexdigest()}
+        self.resumed = 0  # tasks this run took from a stopped one
 
     def start(self, *, force: bool) -> None:
         """Check an existing journal (removed with ``force``), or begin one."""
@@ -91,8 +92,12 @@ class Journal:
         """{task key: result} of the tasks finished so far."""
         return {line["key"]: line["result"] for line in self._lines()[1:] if isinstance(line, dict) and "key" in line}
 
-    def add(self, key: str, result: Any) -> None:
-        self._append({"key": key, "result": result})
+    def add(self, key: str, result: Any) -> Any:
+        """Keep ``result``; returns it as a later run reads it back (JSON's lists and floats), so that a run that
+        continues and one that ran through hand on the same values."""
+        line = {"key": key, "result": result}
+        self._append(line)
+        return json.loads(json.dumps(line, default=_jsonable))["result"]
 
     def _append(self, line: dict) -> None:
         text = json.dumps(line, default=_jsonable) + "\n"
@@ -128,9 +133,14 @@ class Stopwatch:
         return time.perf_counter() - self.started
 
     def record(self) -> dict:
-        """runtime_seconds, cpu_seconds and load_average_start_end (the averages then and now)."""
-        return {"runtime_seconds": round(self.seconds(), 1), "cpu_seconds": round(_cpu_seconds() - self.cpu, 1),
-                "load_average_start_end": [list(self.load), list(os.getloadavg())]}
+        """runtime_seconds, cpu_seconds and load_average_start_end (the averages then and now); in a run that
+        continued a stopped one, also tasks_from_a_stopped_run (the seconds then count this run's part only)."""
+        record = {"runtime_seconds": round(self.seconds(), 1), "cpu_seconds": round(_cpu_seconds() - self.cpu, 1),
+                  "load_average_start_end": [list(self.load), list(os.getloadavg())]}
+        journal = _JOURNAL.get()
+        if journal is not None and journal.resumed:
+            record["tasks_from_a_stopped_run"] = journal.resumed
+        return record
 
 
 def _cpu_seconds() -> float:
@@ -224,14 +234,13 @@ def run_tasks(run: Callable[[Any], Any], tasks: Sequence[Any], *, workers: int =
         pending = [i for i in pending if keys[i] not in finished]
         for i in set(range(len(tasks))) - set(pending):
             results[i] = finished[keys[i]]
+        journal.resumed += len(tasks) - len(pending)
         if len(pending) < len(tasks):
             print(f"{desc}: {len(tasks) - len(pending)} of {len(tasks)} {unit}s finished by a stopped run in "
                   f"{journal.path.parent}, continuing", file=sys.stderr)
 
     def done(i: int, result: Any) -> None:
-        results[i] = result
-        if journal is not None:
-            journal.add(keys[i], result)
+        results[i] = result if journal is None else journal.add(keys[i], result)
         bar.update()
 
     if not pending:

@@ -37,7 +37,7 @@ from poolkit.errors import PoolkitError
 from poolkit.pooling import get_pooler
 from poolkit.settings import Preset, Presets, check_counts, option
 
-from .harness import Stopwatch, check_execution, restored_threads, results_folder
+from .harness import Stopwatch, check_execution, results_folder, run_tasks
 from .reporting import draw_map, paired_difference, print_table, pyplot, run_record, save_figure, write_outputs
 from .spurious_data import CUES, LABEL_NAMES, SpuriousData, SpuriousSet, check_cue, make_spurious_data, planned_counts
 from .vision_data import load_images
@@ -282,6 +282,14 @@ def retrain_on_frozen(config: SpuriousConfig, reweight: tuple[Tensor, Tensor, np
     return out
 
 
+def _data(config: SpuriousConfig, images, agreement: float) -> SpuriousData:
+    """The images of one agreement level, drawn by ``config``'s data seed."""
+    return make_spurious_data(images, agreement=agreement, train_per_label=config.train_per_label,
+                              val_per_label=config.val_per_label, reweight_per_group=config.reweight_per_group,
+                              test_per_group=config.test_per_group, canvas=config.canvas, patch=config.patch,
+                              cue=config.cue, seed=config.data_seed)
+
+
 def run_one(config: SpuriousConfig, data: SpuriousData, seed: int) -> tuple[list[dict], dict]:
     """ERM, then every method on its frozen backbone: one row per method, and the run's details (curves, choices,
     the attention maps of the first minority-group test images)."""
@@ -343,29 +351,18 @@ def run_spurious(config: SpuriousConfig = DEFAULT, out_dir: str | os.PathLike | 
     """Run every (agreement, seed); return one row per method (:data:`COLUMNS`) and the results' metadata (settings,
     group counts, summary, sanity check, per-run details). With ``out_dir``, also write :data:`RESULT_FILES` there;
     existing results are kept unless ``force``."""
-    from tqdm.auto import tqdm
-
     config = config.validated()
-    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+    with results_folder(out_dir, RESULT_FILES, force=force, settings=config) as out:
         clock = Stopwatch()
         images = load_images("fashion-mnist", config.root)
-        rows, details, counts = [], [], {}
-        with restored_threads(config.threads):
-            tasks = [(a, config.seed + i) for a in config.agreements for i in range(config.seeds)]
-            with tqdm(total=len(tasks), disable=None if progress else True, desc="spurious", unit="run") as bar:
-                for agreement in config.agreements:
-                    data = make_spurious_data(images, agreement=agreement, train_per_label=config.train_per_label,
-                                              val_per_label=config.val_per_label,
-                                              reweight_per_group=config.reweight_per_group,
-                                              test_per_group=config.test_per_group, canvas=config.canvas,
-                                              patch=config.patch, cue=config.cue, seed=config.data_seed)
-                    counts[str(agreement)] = {name: getattr(data, name).counts()
-                                              for name in ("train", "val", "reweight", "test")}
-                    for seed in (s for a, s in tasks if a == agreement):
-                        run_rows, run_details = run_one(config, data, seed)
-                        rows += run_rows
-                        details.append(run_details)
-                        bar.update()
+        datasets = {agreement: _data(config, images, agreement) for agreement in config.agreements}
+        counts = {str(agreement): {name: getattr(data, name).counts() for name in ("train", "val", "reweight", "test")}
+                  for agreement, data in datasets.items()}
+        tasks = [(a, config.seed + i) for a in config.agreements for i in range(config.seeds)]
+        runs = run_tasks(lambda task: run_one(config, datasets[task[0]], task[1]), tasks, threads=config.threads,
+                         progress=progress, desc="spurious", unit="run")
+        rows = [row for run_rows, _ in runs for row in run_rows]
+        details = [run_details for _, run_details in runs]
         frame = pd.DataFrame(rows, columns=COLUMNS)
         summary = summarize(frame)
         meta = run_record(
@@ -450,10 +447,7 @@ def plot_attention(config: SpuriousConfig, meta: dict, path: str | os.PathLike) 
     plt = pyplot()
 
     run = [r for r in meta["runs"] if r["agreement"] == max(config.agreements)][0]
-    data = make_spurious_data(load_images("fashion-mnist", config.root), agreement=run["agreement"],
-                              train_per_label=config.train_per_label, val_per_label=config.val_per_label,
-                              reweight_per_group=config.reweight_per_group, test_per_group=config.test_per_group,
-                              canvas=config.canvas, patch=config.patch, cue=config.cue, seed=config.data_seed)
+    data = _data(config, load_images("fashion-mnist", config.root), run["agreement"])
     test, rows = data.test, run["example_rows"]
     fig, axes = plt.subplots(len(rows), 1 + len(RETRAINED), figsize=(2.0 * (1 + len(RETRAINED)), 2.0 * len(rows)),
                              dpi=120, squeeze=False)

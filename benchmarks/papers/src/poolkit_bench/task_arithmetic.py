@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import os
 import tempfile
 import time
@@ -52,7 +53,7 @@ from poolkit.cli.options import config_from_args
 from poolkit.errors import PoolkitError
 from poolkit.settings import Preset, Presets, check_counts, option
 
-from .harness import Stopwatch, check_execution, restored_threads, results_folder
+from .harness import Stopwatch, check_execution, results_folder, run_tasks
 from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 
 #: mode -> (train_only, whether the pooler + head are trained first on the frozen encoder and then fixed, whether
@@ -222,6 +223,13 @@ def fit_linearized(settings, table, out: Path) -> dict:
     return fit_run(Linearized, settings, table, out, resume=False, force=False, progress=False)
 
 
+def _run_job(config: TaskArithmeticConfig, tables: list, job: tuple[int, str]) -> tuple[list[dict], dict]:
+    """:func:`run_mode` for one (seed, mode), in a scratch folder of its own."""
+    seed, mode = job
+    with tempfile.TemporaryDirectory(prefix="poolkit-task-arithmetic-") as scratch:
+        return run_mode(config, tables, mode, seed, Path(scratch))
+
+
 def run_mode(config: TaskArithmeticConfig, tables: list, mode: str, seed: int, scratch: Path) -> tuple[list[dict],
                                                                                                         dict]:
     """Fine-tune every task in ``mode``, merge all task vectors (alpha searched on the validation rows) and score
@@ -289,24 +297,17 @@ def run_task_arithmetic(config: TaskArithmeticConfig = DEFAULT, out_dir: str | o
                         force: bool = False, progress: bool = True) -> tuple[pd.DataFrame, dict]:
     """Every (seed, mode): one row per task (:data:`COLUMNS`) and the results' metadata (settings, summary, the alpha
     searches). With ``out_dir``, also write :data:`RESULT_FILES` there; existing results are kept unless ``force``."""
-    from tqdm.auto import tqdm
-
     from poolkit.training.api import load
 
     config = config.validated()
-    with results_folder(out_dir, RESULT_FILES, force=force) as out:
+    with results_folder(out_dir, RESULT_FILES, force=force, settings=config) as out:
         clock = Stopwatch()
         tables = [load(spec, limit=config.rows, seed=config.data_seed) for spec in config.tasks]
-        rows, details = [], []
-        with restored_threads(config.threads):
-            jobs = [(config.seed + i, mode) for i in range(config.seeds) for mode in config.modes]
-            with tqdm(total=len(jobs), disable=None if progress else True, desc="task-arithmetic", unit="run") as bar:
-                for seed, mode in jobs:
-                    with tempfile.TemporaryDirectory(prefix="poolkit-task-arithmetic-") as scratch:
-                        run_rows, run_details = run_mode(config, tables, mode, seed, Path(scratch))
-                    rows += run_rows
-                    details.append(run_details)
-                    bar.update()
+        jobs = [(config.seed + i, mode) for i in range(config.seeds) for mode in config.modes]
+        runs = run_tasks(functools.partial(_run_job, config, tables), jobs, threads=config.threads, progress=progress,
+                         desc="task-arithmetic", unit="run")
+        rows = [row for run_rows, _ in runs for row in run_rows]
+        details = [run_details for _, run_details in runs]
         frame = pd.DataFrame(rows, columns=COLUMNS)
         meta = run_record(
             "task-arithmetic (merging task vectors of full, attention-only and linearised fine-tuning; Jin et al., "
