@@ -299,3 +299,31 @@ def test_a_token_cap_keeps_each_texts_first_tokens_and_whole_summaries(bert, tmp
         encode(bert, tmp_path / "zero", texts=texts, poolers=poolers, token_cap=0)
 
 
+
+
+def test_a_full_disk_is_one_line_before_encoding_and_leaves_no_staging(bert, tmp_path, monkeypatch):
+    """Issue 32 item 13: a full disk while the cache was built gave "Bus error" (exit 135) and left a staging folder.
+    Catches the free-space check skipped, blocks not reserved before the memmaps are written, and staging left."""
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    root = tmp_path / "cache"
+    usage, disk_usage = namedtuple("usage", "total used free"), shutil.disk_usage
+    monkeypatch.setattr(F.shutil, "disk_usage", lambda path: usage(10**6, 10**6 - 1000, 1000))
+    forward = []
+    monkeypatch.setattr(F, "_stored_tokens", lambda *a: forward.append(1) or pytest.fail("encoded"))
+    with pytest.raises(F.PoolkitError, match=r"the feature cache needs [\d.]+ KiB and .* has 1000 B free: free"):
+        encode(bert, root)
+    assert [p for p in root.iterdir() if p.suffix != ".lock"] == []
+    monkeypatch.setattr(F.shutil, "disk_usage", disk_usage)
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(F.os, "posix_fallocate", full)  # the space went between the check and the write
+    with pytest.raises(F.PoolkitError, match="no space left for the feature cache's tokens.npy"):
+        encode(bert, root)
+    assert [p for p in root.iterdir() if p.suffix != ".lock"] == [] and forward == []
+    monkeypatch.undo()
+    assert encode(bert, root).tokens.shape[1] > 0  # with room, the same call builds it

@@ -34,8 +34,10 @@ one waits and reuses it); a staging folder left by a killed run is removed by th
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -45,11 +47,13 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from filelock import FileLock, Timeout
 from ..progress import progress as progress_bar
+from ..wording import size
 
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
@@ -364,13 +368,15 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
     layers, hidden = encoder.config.num_hidden_layers + 1, encoder.config.hidden_size
     kept = {"none": 0, "last": 1, "all": layers}[plan["token_layers"]]
     int8 = plan["token_dtype"] == "int8"
-    tokens = np.lib.format.open_memmap(folder / "tokens.npy", mode="w+", dtype=np.int8 if int8 else DTYPE,
-                                       shape=(kept, int(offsets[-1]), hidden)) if kept else None
-    scales = np.lib.format.open_memmap(folder / "token_scales.npy", mode="w+", dtype=DTYPE,
-                                       shape=(kept, int(offsets[-1]))) if kept and int8 else None
+    planned = {"tokens.npy": (np.int8 if int8 else DTYPE, (kept, int(offsets[-1]), hidden)) if kept else None,
+               "token_scales.npy": (DTYPE, (kept, int(offsets[-1]))) if kept and int8 else None,
+               **{f"summary_{k}.npy": (DTYPE, (layers, len(texts), hidden)) for k in range(len(plan["summaries"]))}}
+    planned = {name: plan_ for name, plan_ in planned.items() if plan_ is not None}
+    check_free_space(folder, sum(np.dtype(dtype).itemsize * math.prod(shape) for dtype, shape in planned.values()))
+    arrays = {name: reserved_memmap(folder / name, dtype, shape) for name, (dtype, shape) in planned.items()}
+    tokens, scales = arrays.get("tokens.npy"), arrays.get("token_scales.npy")
     poolers = [build_pooler(spec, hidden).to(device) for spec in plan["summaries"]]
-    summaries = [np.lib.format.open_memmap(folder / f"summary_{k}.npy", mode="w+", dtype=DTYPE,
-                                           shape=(layers, len(texts), hidden)) for k in range(len(poolers))]
+    summaries = [arrays[f"summary_{k}.npy"] for k in range(len(poolers))]
     bar = progress_bar(total=len(texts), desc="encoding (all layers, once)", unit="text", disable=not progress)
     with torch.inference_mode():
         for rows, batch in batches:
@@ -389,7 +395,7 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
     encode_ms_per_1k = round((time.perf_counter() - started) * 1e6 / max(len(texts), 1), 3)
     for array in [*summaries, *(a for a in (tokens, scales) if a is not None)]:
         array.flush()
-    del tokens, summaries, scales
+    del tokens, summaries, scales, arrays
     np.save(folder / "offsets.npy", offsets)
     if plan.get("token_cap") is not None:
         np.save(folder / "text_lengths.npy", np.asarray(sampler.lengths, dtype=np.int64))
@@ -399,6 +405,34 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
                          "encode_device": device.type, "encode_batch_size": batch_size,
                          "encode_threads": torch.get_num_threads()})
     return folder
+
+
+def check_free_space(folder: Path, needed: int) -> None:
+    """Refuse, in one line and before any encoding, a cache larger than the free space where it is built."""
+    free = shutil.disk_usage(folder).free
+    if needed > free:
+        raise PoolkitError(f"the feature cache needs {size(needed)} and {folder.parent} has {size(free)} free: "
+                           "free some space, give another `cache_dir`, or make the cache "
+                           "smaller (`cache_dtype` int8, `cache_max_tokens`)")
+
+
+def reserved_memmap(path: Path, dtype: Any, shape: tuple[int, ...]) -> np.memmap:
+    """A new .npy memmap of ``shape`` whose blocks are allocated on disk first (``posix_fallocate``), so that a disk
+    filling up while it is written is a one-line error here, not a bus error (SIGBUS) from a page the kernel cannot
+    back."""
+    array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+    try:
+        with open(path, "r+b") as handle:
+            os.posix_fallocate(handle.fileno(), 0, os.fstat(handle.fileno()).st_size)
+    except OSError as err:
+        del array
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise PoolkitError(f"no space left for the feature cache's {path.name} in {path.parent.parent}: free some "
+                               "space, give another `cache_dir`, or make the cache smaller (`cache_dtype` int8, "
+                               "`cache_max_tokens`)") from None
+        if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system that cannot reserve: write as before
+            raise
+    return array
 
 
 def _write_meta(folder: Path, meta: dict) -> None:
@@ -423,7 +457,7 @@ def _join(parts: list[Path], folder: Path) -> None:
         axis = 0 if arrays[0].ndim == 1 else 1  # text_lengths (N,); tokens, scales, summaries: (layers, N or T, ...)
         shape = list(arrays[0].shape)
         shape[axis] = sum(a.shape[axis] for a in arrays)
-        joined = np.lib.format.open_memmap(folder / name, mode="w+", dtype=arrays[0].dtype, shape=tuple(shape))
+        joined = reserved_memmap(folder / name, arrays[0].dtype, tuple(shape))
         at = 0
         for array in arrays:
             for start in range(0, array.shape[axis], JOIN_CHUNK):
