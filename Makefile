@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 # half of the install time, and a run imports a fraction of those files.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: install dev system-data browser demo zoo docs test test-fast test-deep bench clean
+.PHONY: install dev system-data browser timm demo zoo docs test test-fast test-deep bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -71,7 +71,7 @@ zoo: install
 # in scripts/tests/test_docs.py). Where chromium could not be installed, the browser tests are skipped with a banner
 # here and in pytest's summary. --dist worksteal: a worker that runs out of tests takes some of the other's (the
 # few long tests no longer decide when the run ends).
-test: dev system-data browser
+test: dev system-data browser timm
 	@command -v chromium >/dev/null || echo "!!! chromium is missing: the browser tests (tests/explain/test_reports_browser.py) are SKIPPED !!!"
 	POOLKIT_ALLOW_NO_BROWSER=$$(command -v chromium >/dev/null && echo 0 || echo 1) $(PY) -m pytest -q -n 2 --dist worksteal
 
@@ -84,13 +84,15 @@ test-deep: dev
 	@seed=$${SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; echo "hypothesis seed $$seed (make test-deep SEED=$$seed)"; \
 	POOLKIT_HYPOTHESIS=deep $(PY) -m pytest -q -n 2 --dist worksteal --hypothesis-seed=$$seed $$(grep -rl --include="*.py" "@given" tests benchmarks scripts)
 
-# timm only for perf_spatial's comparison (optional, never a poolkit dependency): its wheel unpacked beside the venv,
-# not installed, since an installed timm without torchvision breaks the accelerate command (and torchvision would
-# pull another torch).
-bench: dev
+# timm for perf_spatial's comparison and its peer suite (tests/peers/test_timm_suite.py; optional, never a poolkit
+# dependency): its wheel unpacked beside the venv, not installed, since an installed timm without torchvision breaks
+# the accelerate command (and torchvision would pull another torch). Best effort: what needs it says so.
+timm: dev
 	@[ -d $(VENV)/timm/timm ] || { $(PIP) download --quiet --no-deps --dest $(VENV)/timm timm==1.0.31 \
 	  && $(PY) -m zipfile -e $(VENV)/timm/timm-1.0.31-py3-none-any.whl $(VENV)/timm; } \
-	  || echo "note: timm not unpacked; perf_spatial runs without it"
+	  || echo "note: timm not unpacked; perf_spatial and the timm peer suite run without it"
+
+bench: dev timm
 	$(PY) benchmarks/run_all.py
 
 clean:

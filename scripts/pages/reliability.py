@@ -1,11 +1,13 @@
 """docs/reliability.md's counts of the padding contract's edge cases, before and after, rendered from
-docs/reliability/contract-55de4ff.json (measured by ``scripts/contract_before_after.py --against 55de4ff``)."""
+docs/reliability/contract-55de4ff.json (measured by ``scripts/contract_before_after.py --against 55de4ff``), and the
+peer suites' pass counts from docs/reliability/peers.json (``scripts/peer_suites.py``)."""
 
 from __future__ import annotations
 
 from rendering import ROOT, Page, read_json, table
 
 RESULT = ROOT / "docs" / "reliability" / "contract-55de4ff.json"
+PEERS = ROOT / "docs" / "reliability" / "peers.json"
 
 
 def render() -> dict[str, str]:
@@ -18,7 +20,20 @@ def render() -> dict[str, str]:
     rows = [[text, f"{len(before[key])} of {before['poolers']} poolers", f"{len(after[key])} of {after['poolers']}"]
             for text, key in cases]
     rows.append(["gem with p = 50 finite", before["gem_p50_finite"], after["gem_p50_finite"]])
-    return {"contract": "\n".join([*lines, table(["case", "before", "after"], rows)])}
+    return {"contract": "\n".join([*lines, table(["case", "before", "after"], rows)]), "peers": render_peers(read_json(PEERS))}
+
+
+def render_peers(peers: dict) -> str:
+    prov = peers["provenance"]
+    rows = [[suite["peer"], suite["version"] or "not available", f"`{suite['file']}`", str(suite["passed"]),
+             str(suite["failed"]), str(suite["xfailed"]), str(suite["skipped"])] for suite in peers["suites"]]
+    total = sum(suite["passed"] + suite["failed"] + suite["xfailed"] + suite["skipped"] for suite in peers["suites"])
+    return "\n".join([
+        f"Run by `{peers['script']}` ({peers['seconds']:.0f} s; pytest exit code {peers['pytest_exit_code']}): commit "
+        f"{(prov.get('commit') or 'unknown')[:10]}, torch {prov['torch']}, {prov['cpu']} ({prov['cores']} cores); "
+        f"{total:,} cases in all.", "",
+        table(["peer", "version", "suite", "pass", "fail", "known difference (xfail)", "skipped"], rows,
+              align="lllrrrr")])
 
 
 PAGE = Page("docs/reliability.md", render)

@@ -50,11 +50,14 @@ class PoolerAggregation(Aggregation):
         index, order = index.sort(stable=True)
         rows = x.movedim(dim, 0)[order]  # (N, ..., D): the other axes ride along as independent sets
         sets = rows.shape[1:-1]
-        flat = rows.reshape(rows.shape[0], -1)
+        flat = rows.reshape(rows.shape[0], math.prod(rows.shape[1:]))  # explicit: -1 is ambiguous with no rows
         dense, mask = self.to_dense_batch(flat, index, dim_size=dim_size, dim=0, max_num_elements=max_num_elements)
+        if dense.shape[1] == 0:  # no rows at all: every group empty, pooled from one padded position
+            dense, mask = dense.new_zeros(dense.shape[0], 1, dense.shape[2]), mask.new_zeros(mask.shape[0], 1)
         groups, length = dense.shape[:2]
-        dense = dense.view(groups, length, -1, x.shape[-1]).transpose(1, 2).reshape(-1, length, x.shape[-1])
-        pooled = self.pooler(dense, mask.repeat_interleave(max(1, math.prod(sets)), dim=0))
+        count = math.prod(sets)
+        dense = dense.view(groups, length, count, x.shape[-1]).transpose(1, 2).reshape(-1, length, x.shape[-1])
+        pooled = self.pooler(dense, mask.repeat_interleave(count, dim=0))
         pooled = pooled.view(groups, *sets, -1)  # (G, ..., D')
         return pooled.movedim(0, dim % x.dim())
 

@@ -182,6 +182,10 @@ class MeanMaxPooler(Pooler):
         return torch.cat([mean, masking.masked_extreme(x, mask, largest=True).to(mean.dtype)], dim=-1)
 
 
+#: lse's temperature never falls below this while it learns (softplus(raw) + the floor)
+TEMPERATURE_FLOOR = 1e-4
+
+
 def _positive_parameter(value: float, what: str) -> nn.Parameter:
     """A learnable positive scalar stored as the inverse softplus of ``value``."""
     if not value > 0:
@@ -272,12 +276,15 @@ class LSEPooler(Pooler):
     def __init__(self, hidden_size: int, *, temperature: float = 1.0, learn_temperature: bool = True,
                  on_empty: str = "zeros") -> None:
         super().__init__(hidden_size, on_empty=on_empty)
-        self.raw_temperature = _positive_parameter(float(temperature), "lse temperature")
+        # stored above the floor, so that the temperature it starts at is the one given (timm's LsePlus2d at r = 1/t)
+        if not float(temperature) > TEMPERATURE_FLOOR:
+            raise PoolkitError(f"lse temperature must be > 0 and above its floor {TEMPERATURE_FLOOR}, got {temperature!r}")
+        self.raw_temperature = _positive_parameter(float(temperature) - TEMPERATURE_FLOOR, "lse temperature")
         self.raw_temperature.requires_grad_(learn_temperature)
 
     @property
     def temperature(self) -> Tensor:
-        return nn.functional.softplus(masking.widen(self.raw_temperature)) + 1e-4
+        return nn.functional.softplus(masking.widen(self.raw_temperature)) + TEMPERATURE_FLOOR
 
     def _pooled_and_scaled(self, x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """The pooled (B, D) and x / t (B, T, D), whose softmax over tokens gives the weights."""
