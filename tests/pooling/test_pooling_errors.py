@@ -60,6 +60,7 @@ def test_layer_pooler_given_the_wrong_number_of_layers():
     ("adapool", {"num_heads": 3}, "not divisible"),
     ("gem", {"p": 0.5}, "p must be >= 1"),
     ("lse", {"temperature": 0}, "temperature must be > 0"),
+    ("lse", {"temperature": 1e-4}, "above its floor 0.0001"),
     ("multihead_attention", {"combine": "sum"}, "combine must be one of"),
     ("concat", {"poolers": []}, "non-empty list"),
     ("concat", {"poolers": ["mean", "weighted_layer"]}, "needs num_layers|concat takes token poolers"),
