@@ -122,7 +122,8 @@ def test_a_partial_run_with_other_settings_is_refused_unless_forced(tmp_path, ta
 def test_quantized_output_is_the_codes_of_the_float_vectors_over_every_window(tmp_path, table, model_dir, capsys):
     """embed --quantize writes poolkit.quantize's codes of the float32 output: int8 relative to each dimension's range
     over *all* windows (kept beside, catches ranges of the last window only), binary packed; the float windows are
-    kept for a resumed run with another kind; tables and an existing ranges file are refused before any work."""
+    kept for a resumed run with another kind; tables get the same codes (issue 28: they were refused); an existing
+    ranges file is refused before any work."""
     from poolkit import quantize
     from poolkit.cli import main
 
@@ -141,8 +142,17 @@ def test_quantized_output_is_the_codes_of_the_float_vectors_over_every_window(tm
                  "--window", str(WINDOW), "--quiet"]) == 0
     assert "as ubinary codes" in capsys.readouterr().out
     np.testing.assert_array_equal(np.load(packed), quantize(vectors, "ubinary"))
-    with pytest.raises(PoolkitError, match="writes codes to a .npy file"):
-        embed_to_file(table, tmp_path / "t.parquet", model=model_dir, quantize="int8", progress=False)
+    import pandas as pd
+
+    for name, read in (("t.parquet", pd.read_parquet), ("t.jsonl", lambda f: pd.read_json(f, lines=True))):
+        embed_to_file(table, tmp_path / name, model=model_dir, window=WINDOW, progress=False, quantize="int8")
+        stored = np.stack(read(tmp_path / name)["embedding"].map(np.asarray))  # the table's codes, row by row
+        np.testing.assert_array_equal(stored, codes)
+        np.testing.assert_array_equal(np.load(tmp_path / "t.ranges.npy"), ranges)
+        (tmp_path / "t.ranges.npy").unlink()
+    embed_to_file(table, tmp_path / "t.csv", model=model_dir, window=WINDOW, progress=False, quantize="binary")
+    frame = pd.read_csv(tmp_path / "t.csv")
+    np.testing.assert_array_equal(frame.filter(like="emb_").to_numpy(), quantize(vectors, "binary"))
     (tmp_path / "r.ranges.npy").write_bytes(b"mine")
     with pytest.raises(PoolkitError, match="already exists"):
         embed_to_file(table, tmp_path / "r.npy", model=model_dir, quantize="uint8", progress=False)

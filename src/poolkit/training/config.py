@@ -212,9 +212,10 @@ class EmbedConfig(EncodeConfig):
 
     normalize: bool = option(False, "L2-normalise every vector (for cosine similarity)")
     allow_nonfinite: bool = option(False, "write vectors holding NaN or inf (refused otherwise)")
-    quantize: str | None = option(None, "write quantised codes (.npy only): int8 / uint8 (each dimension's range over "
-                                  "the vectors, kept beside as OUT.ranges.npy) or binary / ubinary (one bit per "
-                                  "dimension, packed)", choices=QUANTIZE_KINDS, metavar="KIND", none="float32")
+    quantize: str | None = option(None, "write quantised codes (in .npy or a table's embedding column): int8 / uint8 "
+                                  "(each dimension's range over the vectors, kept beside as OUT.ranges.npy) or "
+                                  "binary / ubinary (one bit per dimension, 8 to a byte)", choices=QUANTIZE_KINDS,
+                                  metavar="KIND", none="float32")
 
     def check(self) -> None:
         super().check()

@@ -119,8 +119,6 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
     kind, compression = table_format(out, others=(".npy",))
     if window < 1:
         raise PoolkitError(f"`window` must be at least 1 row, got {window}")
-    if config.quantize is not None and kind != ".npy":
-        raise PoolkitError(f"`quantize` writes codes to a .npy file; {out.name} is a {kind} table: write to .npy")
     fingerprint = input_fingerprint(data)  # a missing or unreadable input fails before the model loads
     rank, world = process_rank()
     refuse_overwrite(out, force)
@@ -182,10 +180,11 @@ def embed_to_file(data: str | Path | Sequence[str], out: str | Path, *, model: s
         records = [json.loads((partial / f"window-{i:06d}.json").read_text()) for i in range(windows)]
         rows = sum(record["rows"] for record in records)
         parts = (_load_window(partial, i, records[i]) for i in range(windows))
-        if kind == ".npy" and config.quantize is not None:
-            _write_codes(out, ranges_out, config.quantize, partial, records, rows, encoder.dim)
-        elif kind == ".npy":
-            atomic_write(out, lambda tmp: _write_npy(tmp, parts, rows, encoder.dim))
+        width, dtype = encoder.dim, np.float32
+        if config.quantize is not None:
+            parts, width, dtype = _codes(ranges_out, config.quantize, partial, records, encoder.dim)
+        if kind == ".npy":
+            atomic_write(out, lambda tmp: _write_npy(tmp, parts, rows, width, dtype))
         else:
             frames = (_same_texts(frame, texts, records[i]) for i, (frame, texts) in
                       enumerate(input_windows(data, text_col, window)))
@@ -284,10 +283,11 @@ def ranges_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.ranges.npy")
 
 
-def _write_codes(out: Path, ranges_out: Path | None, kind: str, partial: Path, records: list[dict], rows: int,
-                 dim: int) -> None:
-    """The windows' vectors quantised to ``kind`` into ``out`` (int8 / uint8: relative to each dimension's range over
-    every window, found by a first pass and written to ``ranges_out``)."""
+def _codes(ranges_out: Path | None, kind: str, partial: Path, records: list[dict],
+           dim: int) -> tuple[Iterator[np.ndarray], int, Any]:
+    """The windows' vectors quantised to ``kind``, a window at a time, with their width and dtype (int8 / uint8:
+    relative to each dimension's range over every window, found by a first pass and written to ``ranges_out``;
+    binary: 8 dimensions to a byte)."""
     from ..quantization import quantization_ranges, quantize
 
     def parts() -> Iterator[np.ndarray]:
@@ -302,7 +302,7 @@ def _write_codes(out: Path, ranges_out: Path | None, kind: str, partial: Path, r
     width = dim if ranges is not None else -(-dim // 8)
     dtype = np.uint8 if kind in ("uint8", "ubinary") else np.int8
     codes = (quantize(part, kind, ranges=ranges) if len(part) else np.zeros((0, width), dtype) for part in parts())
-    atomic_write(out, lambda tmp: _write_npy(tmp, codes, rows, width, dtype))
+    return codes, width, dtype
 
 
 def _write_table(tmp: str, kind: str, compression: str | None,
