@@ -67,3 +67,45 @@ def test_mean_pooling_appends_nothing_and_append_eos_needs_an_eos(decoder):
     assert not TextEncoder(bert, "last").append_eos  # BERT ends in [SEP] and has no EOS: nothing to append
     with pytest.raises(PoolkitError, match="the tokenizer has no EOS token"):
         TextEncoder(bert, "last", append_eos=True)
+
+
+def bidirectional_alone(folder: str, ids: list[int]) -> torch.Tensor:
+    """The mean of the decoder's last hidden states over ``ids`` run alone, every attention module switched to
+    non-causal (LLM2Vec's way: ``is_causal = False``, no mask): the reference for bidirectional_attention."""
+    model = load_encoder(folder).eval()
+    for module in model.modules():
+        if hasattr(module, "is_causal"):
+            module.is_causal = False
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).last_hidden_state[0].mean(0)
+
+
+def test_bidirectional_attention_lets_every_token_see_the_whole_text(decoder, tmp_path, monkeypatch):
+    """Issue 28 item 6. Catches the switch not reaching the model (still causal), padding attended in a batch, the
+    first token unchanged by later ones, and an encoder (already bidirectional) or the autocast path let through."""
+    tokenizer = load_tokenizer(decoder)
+    encoder = TextEncoder(decoder, "mean", bidirectional_attention=True)
+    vectors = encoder.encode(TEXTS, batch_size=4)  # padded batches
+    for text, vector in zip(TEXTS, vectors):
+        torch.testing.assert_close(vector, bidirectional_alone(decoder, tokenizer(text)["input_ids"]), rtol=1e-4,
+                                   atol=1e-5)
+    assert not torch.allclose(vectors, TextEncoder(decoder, "mean").encode(TEXTS, batch_size=4), atol=1e-4)
+    assert encoder.settings()["bidirectional_attention"] is True
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("POOLKIT_CACHE", str(tmp_path / "cache"))  # the exported graph holds the mask too
+    torch.testing.assert_close(TextEncoder(decoder, "mean", bidirectional_attention=True, backend="onnx").encode(
+        TEXTS, batch_size=4), vectors, rtol=1e-4, atol=1e-5)
+    with pytest.raises(PoolkitError, match="this encoder already attends both ways"):
+        from tiny_models import tiny_bert_dir
+        TextEncoder(tiny_bert_dir(tmp_path / "bert"), "mean", bidirectional_attention=True)
+    with pytest.raises(PoolkitError, match="float32 only"):
+        TextEncoder(decoder, "mean", bidirectional_attention=True, precision="bf16")
+
+
+def test_a_model_that_stays_causal_under_the_switch_is_refused(decoder, monkeypatch):
+    # catches a switch taken on trust: a model that ignores the 4-D mask would embed causally and say otherwise
+    from poolkit.models import text_encoder
+
+    monkeypatch.setattr(text_encoder, "bidirectional_mask", lambda mask, dtype: mask)  # as if the model ignored it
+    with pytest.raises(PoolkitError, match="does not take a bidirectional mask"):
+        TextEncoder(decoder, "mean", bidirectional_attention=True)

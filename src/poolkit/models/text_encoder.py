@@ -50,14 +50,15 @@ class Embedder(nn.Module):
     form both backends run: TextEncoder calls it in torch, :mod:`.onnx_graph` exports it whole."""
 
     def __init__(self, encoder: nn.Module, pooler: Pooler, after: AfterPooling | None, dim: int,
-                 normalize: bool) -> None:
+                 normalize: bool, bidirectional: bool = False) -> None:
         super().__init__()
         self.encoder, self.pooler, self.after = encoder, pooler, after
-        self.dim, self.normalize = dim, normalize
+        self.dim, self.normalize, self.bidirectional = dim, normalize, bidirectional
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None, skip: int = 0) -> torch.Tensor:
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        inputs = {"input_ids": input_ids, "attention_mask": bidirectional_mask(attention_mask, self.encoder.dtype)
+                  if self.bidirectional else attention_mask}
         if token_type_ids is not None:
             inputs["token_type_ids"] = token_type_ids
         layers = self.pooler.kind == "layer"
@@ -68,6 +69,35 @@ class Embedder(nn.Module):
             pooled = self.after(pooled)
         pooled = pooled[:, :self.dim]
         return F.normalize(pooled, dim=-1) if self.normalize else pooled
+
+
+def bidirectional_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(B, T) 0/1 -> the (B, 1, T, T) additive mask under which every position attends to every real token (0) and
+    to no padding (``dtype``'s lowest value): a decoder given it as its attention mask attends both ways, as LLM2Vec
+    and GritLM run their decoders (transformers' decoders take a 4-D mask as it is)."""
+    keys = attention_mask[:, None, None, :].bool()
+    blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=attention_mask.device)
+    additive = torch.where(keys, torch.zeros((), dtype=dtype, device=attention_mask.device), blocked)
+    length = attention_mask.shape[1]
+    return additive.expand(attention_mask.shape[0], 1, length, length)
+
+
+def check_bidirectional(encoder: nn.Module, tokenizer: Any, device: torch.device) -> None:
+    """Refuse ``bidirectional_attention`` in one line unless ``encoder`` is a causal model that honours the switch:
+    two texts that differ in their last token give the same first state under the model's own mask (causal) and
+    different ones under :func:`bidirectional_mask` (the switch reaches every layer)."""
+    ids = tokenizer(["the cat sat on the mat", "the cat sat on the dog"], return_tensors="pt", padding=True)
+    ids = {k: v.to(device) for k, v in ids.items() if k in ("input_ids", "attention_mask")}
+    with torch.inference_mode():
+        causal = encoder(**ids).last_hidden_state[:, 0]
+        both = encoder(input_ids=ids["input_ids"],
+                       attention_mask=bidirectional_mask(ids["attention_mask"], encoder.dtype)).last_hidden_state[:, 0]
+    if not torch.allclose(causal[0], causal[1], atol=1e-6):
+        raise PoolkitError("`bidirectional_attention` is for decoders (causal models); this encoder already attends "
+                           "both ways: leave it out")
+    if torch.allclose(both[0], both[1], atol=1e-6):
+        raise PoolkitError(f"{type(encoder).__name__} does not take a bidirectional mask (it stays causal): leave "
+                           "`bidirectional_attention` out")
 
 
 class TextEncoder:
@@ -96,7 +126,10 @@ class TextEncoder:
     ``normalize_embeddings``). Decoder embedders (GPT-2, Llama, Qwen, Mistral style): a tokenizer with no pad
     token pads with its EOS; with last-token pooling every text ends in the tokenizer's EOS, appended when the
     tokenizer does not add it and kept by truncation (``append_eos=False`` turns that off); batches are padded on
-    the right, so a tokenizer that pads on the left gives the same vectors. ``precision`` (auto, no, bf16, fp16):
+    the right, so a tokenizer that pads on the left gives the same vectors. ``bidirectional_attention=True``: a
+    decoder attends both ways (every token sees the whole text, LLM2Vec / GritLM style; a 4-D mask given to the
+    model, float32 only), refused in one line on an encoder or a model that stays causal; it suits decoders trained
+    that way, and makes others' vectors worse, not better. ``precision`` (auto, no, bf16, fp16):
     ``auto`` runs bf16 (or fp16) autocast on CUDA and float32 on CPU. ``backend``: ``torch``, or ``onnx`` /
     ``onnx-int8``: the whole embedder (encoder, pooler with its weights, declared modules, ``dim``, ``normalize``)
     exported once into one ONNX graph in the cache (:mod:`.onnx_graph`; int8: its weights quantised) and run by
@@ -107,7 +140,8 @@ class TextEncoder:
     def __init__(self, model: str | None = None, pooler: str | dict[str, Any] | Pooler | None = None, *,
                  normalize: bool = False, dim: int | None = None, max_length: int | None = None,
                  prompt: str | None = None, prompt_name: str | None = None, include_prompt: bool | None = None,
-                 append_eos: bool | None = None, backend: str = "torch", device: str | torch.device | None = None,
+                 append_eos: bool | None = None, bidirectional_attention: bool = False, backend: str = "torch",
+                 device: str | torch.device | None = None,
                  precision: str = "auto", allow_untrained: bool = False, trust_remote_code: bool | None = None,
                  **pooler_options: Any) -> None:
         path = resolve_model(model)
@@ -179,7 +213,13 @@ class TextEncoder:
         self.max_length = check_max_length(max_length, self.encoder.config) or _model_max_length(
             encoder_path, self.tokenizer, self.encoder)
         self.model_path = encoder_path
-        self.module = Embedder(self.encoder, self.pooler, self.after, self.dim, normalize).eval()
+        self.bidirectional_attention = bool(bidirectional_attention)
+        if self.bidirectional_attention:
+            if self.precision != "no":
+                raise PoolkitError("`bidirectional_attention` runs in float32 only: pass precision='no'")
+            check_bidirectional(self.encoder, self.tokenizer, self.device)
+        self.module = Embedder(self.encoder, self.pooler, self.after, self.dim, normalize,
+                               self.bidirectional_attention).eval()
         self._sessions: dict[str, Any] = {}
         if self.backend != "torch":
             self._runner(self.prompt)  # exported (or found in the cache) before any text is read
@@ -199,7 +239,8 @@ class TextEncoder:
         return {"pooler": self.pooler.get_config(), "declared": None if self.declared is None else
                 self.declared.describe(), "prompt": self.prompt, "include_prompt": self.include_prompt,
                 "append_eos": self.append_eos, "normalize": self.normalize, "dim": self.dim,
-                "max_length": self.max_length, "backend": self.backend}
+                "max_length": self.max_length, "backend": self.backend,
+                **({"bidirectional_attention": True} if self.bidirectional_attention else {})}
 
     def prompt_skip(self, prompt: str) -> int:
         """How many leading tokens of each text are kept out of the pool for ``prompt`` (0: all pooled)."""

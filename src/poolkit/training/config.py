@@ -164,6 +164,8 @@ class VectorConfig:
     include_prompt: bool | None = option(None, "keep the prompt's tokens out of the pooled positions (the encoder "
                                          "still attends to them)", flag="--no-include-prompt",
                                          none="what the folder's pooling declares, else included")
+    bidirectional_attention: bool = option(False, "decoders: attend both ways, every token seeing the whole text "
+                                           "(LLM2Vec / GritLM style; for decoders trained so)")
 
     def check(self) -> None:
         check_counts(self, tuple(name for name in ("max_length", "dim") if getattr(self, name) is not None))
@@ -171,7 +173,8 @@ class VectorConfig:
     def encoder_options(self) -> dict[str, Any]:
         """The ``TextEncoder`` arguments these settings give."""
         return {"max_length": self.max_length, "allow_untrained": self.allow_untrained, "dim": self.dim,
-                "prompt": self.prompt, "prompt_name": self.prompt_name, "include_prompt": self.include_prompt}
+                "prompt": self.prompt, "prompt_name": self.prompt_name, "include_prompt": self.include_prompt,
+                "bidirectional_attention": self.bidirectional_attention}
 
 
 @dataclass(frozen=True)
