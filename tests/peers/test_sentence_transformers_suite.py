@@ -128,3 +128,20 @@ def test_saved_and_loaded(bert, mode, tmp_path):
     again = st.SentenceTransformer(str(tmp_path / "ours"), device="cpu", trust_remote_code=True)
     assert isinstance(again[1], PoolkitPooling) and again.prompts == theirs.prompts
     same(st.SentenceTransformer(str(tmp_path / "theirs"), device="cpu").encode(SENTENCES), again.encode(SENTENCES))
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_word_weights_before_the_pooling(bert, mode):
+    # origin: models/WordWeights with Pooling (the token_weights_sum feature its mean modes divide by)
+    from pathlib import Path
+
+    vocab = Path(bert, "vocab.txt").read_text().split()
+    weights = {word: 0.5 + (i % 5) / 2 for i, word in enumerate(vocab)}
+
+    def weighted(pooling):
+        word = st_models.Transformer(bert, max_seq_length=32)
+        return st.SentenceTransformer(modules=[word, st_models.WordWeights(vocab, weights), pooling], device="cpu")
+
+    theirs = weighted(st_models.Pooling(32, pooling_mode=mode))
+    ours = weighted(PoolkitPooling(32, MODES[mode]))
+    same(theirs.encode(SENTENCES, batch_size=2), ours.encode(SENTENCES, batch_size=2))

@@ -26,6 +26,20 @@ require("st", "sentence_transformers.base.modules.module")  # the path sentence-
 from sentence_transformers.base.modules.module import Module  # noqa: E402
 
 
+#: the poolers that divide by a count of the real tokens, which sentence-transformers' Pooling replaces by a
+#: ``token_weights_sum`` feature when a module before it (WordWeights) gives one
+COUNTED = ("mean", "mean_sqrt_len", "weighted_mean")
+
+
+def _weights_sum_factor(name: str, mask: Tensor, weights_sum: Tensor) -> Tensor:
+    """(B,) what turns ``name``'s pooled vector into sentence-transformers' with ``token_weights_sum``: the count it
+    divided by (n real tokens; for weighted_mean the position weights' sum n(n + 1) / 2) over that sum (square
+    roots of both for mean_sqrt_len)."""
+    n = mask.sum(dim=1).float()
+    ratio = (n * (n + 1) / 2 if name == "weighted_mean" else n) / weights_sum.float().clamp(min=1e-9)
+    return ratio.sqrt() if name == "mean_sqrt_len" else ratio
+
+
 #: poolkit's poolers that sentence-transformers' ``Pooling`` has, and its name for each
 NATIVE = {"mean": "mean", "cls": "cls", "max": "max", "last": "lasttoken", "weighted_mean": "weightedmean",
           "mean_sqrt_len": "mean_sqrt_len_tokens"}
@@ -84,6 +98,9 @@ class PoolkitPooling(Module):
         if prompt is not None and mask is not None:  # an int, or a tensor of equal lengths (training batches)
             mask = skip_first_tokens(mask, int(prompt[0] if isinstance(prompt, Tensor) else prompt))
         pooled: Tensor = self.module(states, mask)
+        weights_sum = features.get("token_weights_sum")  # a WordWeights module before: its weights' sum per text
+        if weights_sum is not None and self.module.name in COUNTED and mask is not None:
+            pooled = pooled * _weights_sum_factor(self.module.name, mask, weights_sum).to(pooled.dtype)[:, None]
         features["sentence_embedding"] = pooled
         return features
 
