@@ -126,8 +126,8 @@ class PooledModel(PreTrainedModel):
         encoder = complete_encoder(AutoModel, encoder_name_or_path, trust, **encoder_kwargs)
         after = None
         if declared is not None:
-            width = build_pooler(pooler, encoder.config.hidden_size, encoder.config.num_hidden_layers).output_dim
-            after = AfterPooling.from_declared(declared, width)
+            # each declared mode gives one hidden_size-wide vector, concatenated
+            after = AfterPooling.from_declared(declared, len(declared.modes) * encoder.config.hidden_size)
         extra = {}
         if label_names is not None:
             extra["id2label"] = dict(enumerate(label_names))

@@ -76,7 +76,7 @@ class Journal:
     def start(self, *, force: bool) -> None:
         """Check an existing journal (removed with ``force``), or begin one."""
         if self.path.exists():
-            header = self._lines()[0] if self._lines() else None
+            header = next(iter(self._lines()), None)
             if not (isinstance(header, dict) and header.get("poolkit_bench_journal") == 1):
                 raise PoolkitError(f"{self.path} is not a benchmark journal poolkit wrote: move it away")
             if force:
