@@ -430,12 +430,11 @@ def _check_targets(targets: Sequence[Any], task: str | None, label_names: list[s
                 raise PoolkitError(f"the model predicts regression values, and the target {target!r} is not a number: "
                                    "check `target_col` (it must hold the values the model was trained on)") from None
     elif task == "classification":
-        known = set(label_names or ())
-        unknown = next((target for target in targets if str(target) not in known), None)
+        names = label_names or []
+        unknown = next((target for target in targets if str(target) not in names), None)
         if unknown is not None:
             raise PoolkitError(f"target {unknown!r} is not one of the model's labels "
-                               f"({', '.join((label_names or [])[:8])}{', ...' if len(label_names or []) > 8 else ''}): "
-                               "check `target_col`")
+                               f"({', '.join(names[:8])}{', ...' if len(names) > 8 else ''}): check `target_col`")
 
 
 def _score_error(item: TextExplanation, target: Any, task: str | None, label_names: list[str] | None) -> None:

@@ -154,10 +154,11 @@ class AfterPooling(nn.Module):
     the weights in its state dict), or read with its weights from a folder by :meth:`from_declared`."""
 
     def __init__(self, dense: Sequence[dict[str, Any]], normalize: bool, width: int,
-                 where: str = "the model's config") -> None:
+                 sources: Sequence[str] | None = None) -> None:
+        """``sources``: where each Dense config comes from, named in the refusals (default: the model's config)."""
         super().__init__()
         self.dense = nn.ModuleList()
-        for config in dense:
+        for config, where in zip(dense, sources or ["the model's config"] * len(dense)):
             layer = _Dense.from_config(config, width, where)
             width = layer.out_features
             self.dense.append(layer)
@@ -167,17 +168,14 @@ class AfterPooling(nn.Module):
     @classmethod
     def from_declared(cls, declared: Declared, width: int) -> AfterPooling:
         """The Dense layers and Normalize ``declared`` lists, each Dense with the weights saved in its folder."""
-        configs = [_dense_config(folder) for folder in declared.dense]
-        after = cls([], declared.normalize, width)
-        for folder, config in zip(declared.dense, configs):
-            layer = _Dense.from_config(config, after.output_dim, str(folder / "config.json"))
+        after = cls([_dense_config(folder) for folder in declared.dense], declared.normalize, width,
+                    [str(folder / "config.json") for folder in declared.dense])
+        for folder, layer in zip(declared.dense, after.dense):
             try:
                 layer.load_state_dict(_weights(folder), strict=True)
             except RuntimeError as err:
                 raise PoolkitError(f"{folder}: its weights do not fit its config.json "
                                    f"({str(err).splitlines()[0]})") from None
-            after.dense.append(layer)
-            after.output_dim = layer.out_features
         return after
 
     def get_config(self) -> dict[str, Any]:

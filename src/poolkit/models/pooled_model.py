@@ -3,8 +3,9 @@ similarity: encoder + pooler, no head).
 
 ``PooledModel.from_encoder("path/or/name", pooler="attention", task="classification", num_labels=5)``
 wraps any ``AutoModel`` encoder (``pooler="auto"``: a sentence-transformers folder's own pooling, with the Dense
-layers and Normalize it declares after it, so ``pooled`` is that folder's embedding); ``save_pretrained`` / ``from_pretrained`` round-trip it (safetensors),
-and given ``labels`` it returns the loss, so the Hugging Face ``Trainer`` works unchanged.
+layers and Normalize it declares after it, so ``pooled`` is that folder's embedding); ``save_pretrained`` /
+``from_pretrained`` round-trip it (safetensors), and given ``labels`` it returns the loss, so the Hugging Face
+``Trainer`` works unchanged.
 """
 
 from __future__ import annotations
@@ -86,14 +87,16 @@ class PooledModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
 
-    def __init__(self, config: PooledConfig, encoder: PreTrainedModel | None = None) -> None:
+    def __init__(self, config: PooledConfig, encoder: PreTrainedModel | None = None,
+                 after: AfterPooling | None = None) -> None:
+        """``encoder`` / ``after``: built ones (with their weights) to use instead of fresh ones from the config."""
         super().__init__(config)
         if config.encoder is None:
             raise PoolkitError("PooledConfig needs the encoder's config: use PooledModel.from_encoder(path)")
         self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder)
         self.pooler = build_pooler(config.pooler, config.encoder.hidden_size, config.encoder.num_hidden_layers)
         config.pooler = self.pooler.get_config()  # the complete spec (every option) is what gets saved
-        self.after = None if config.after is None else AfterPooling(
+        self.after = after if after is not None or config.after is None else AfterPooling(
             config.after.get("dense", ()), config.after.get("normalize", False), self.pooler.output_dim)
         self.dropout = nn.Dropout(config.head_dropout)
         self.head = nn.Linear(self.output_dim, config.num_labels) if config.task in HEAD_TASKS else None
@@ -133,10 +136,7 @@ class PooledModel(PreTrainedModel):
             extra["id2label"] = dict(enumerate(label_names))
         config = PooledConfig(encoder=encoder.config, pooler=pooler, task=task, num_labels=num_labels,
                               head_dropout=head_dropout, after=None if after is None else after.get_config(), **extra)
-        model = cls(config, encoder=encoder)
-        if after is not None:
-            model.after.load_state_dict(after.state_dict())
-        return model
+        return cls(config, encoder=encoder, after=after)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: Any, *args: Any, trust_remote_code: bool | None = None,

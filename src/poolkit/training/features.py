@@ -393,7 +393,7 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
             bar.update(len(rows))
     bar.close()
     encode_ms_per_1k = round((time.perf_counter() - started) * 1e6 / max(len(texts), 1), 3)
-    for array in [*summaries, *(a for a in (tokens, scales) if a is not None)]:
+    for array in arrays.values():
         array.flush()
     del tokens, summaries, scales, arrays
     np.save(folder / "offsets.npy", offsets)
@@ -407,13 +407,17 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
     return folder
 
 
+#: the fixes named when the cache does not fit on its disk
+MORE_SPACE = ("free some space, give another `cache_dir`, or make the cache smaller (`cache_dtype` int8, "
+              "`cache_max_tokens`)")
+
+
 def check_free_space(folder: Path, needed: int) -> None:
     """Refuse, in one line and before any encoding, a cache larger than the free space where it is built."""
     free = shutil.disk_usage(folder).free
     if needed > free:
         raise PoolkitError(f"the feature cache needs {size(needed)} and {folder.parent} has {size(free)} free: "
-                           "free some space, give another `cache_dir`, or make the cache "
-                           "smaller (`cache_dtype` int8, `cache_max_tokens`)")
+                           f"{MORE_SPACE}")
 
 
 def reserved_memmap(path: Path, dtype: Any, shape: tuple[int, ...]) -> np.memmap:
@@ -427,9 +431,8 @@ def reserved_memmap(path: Path, dtype: Any, shape: tuple[int, ...]) -> np.memmap
     except OSError as err:
         del array
         if err.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise PoolkitError(f"no space left for the feature cache's {path.name} in {path.parent.parent}: free some "
-                               "space, give another `cache_dir`, or make the cache smaller (`cache_dtype` int8, "
-                               "`cache_max_tokens`)") from None
+            raise PoolkitError(f"no space left for the feature cache's {path.name} in {path.parent.parent}: "
+                               f"{MORE_SPACE}") from None
         if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system that cannot reserve: write as before
             raise
     return array
