@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from poolkit import PoolkitError
 from poolkit.models import PooledModel
@@ -162,3 +163,77 @@ def test_an_export_pooler_that_is_no_row_label_is_refused_before_encoding(bert, 
     api.compare(tmp_path / "t.csv", poolers="mean", model=bert, folds=2, epochs=1, projection=True,
                 export=tmp_path / "e", cache_dir=tmp_path / "cache", progress=False, baseline=False)
     assert (tmp_path / "e" / "poolkit_train.json").is_file()
+
+
+@pytest.mark.parametrize("export_format", ["poolkit", "sentence-transformers"])
+def test_a_fine_tuned_winner_is_refit_with_its_encoder(bert, tmp_path, export_format):
+    # catches a fine-tuned row exported as its frozen twin (encoder untrained), a refit with other settings, rows or
+    # epochs than its folds', the encoder left out of a sentence-transformers folder, and a folder predict or
+    # sentence-transformers cannot load
+    from sentence_transformers import SentenceTransformer
+
+    from poolkit.training import finetune
+    from poolkit.training.config import CompareConfig, TrainConfig
+
+    pd.DataFrame({"text": TEXTS, "label": ["good", "bad"] * 12}).to_csv(tmp_path / "t.csv", index=False)
+    run = dict(poolers="attention", model=bert, folds=2, epochs=2, seed=3, cache_dir=tmp_path / "cache",
+               progress=False, finetune_top=1, finetune_epochs=2, encoder_lr=1e-3, baseline=False)
+    board = api.compare(tmp_path / "t.csv", export=tmp_path / "e", export_mode="finetuned",
+                        export_format=export_format, **run)
+    row = next(r for r in board.rows if r["mode"] == "finetuned")
+    meta = json.loads((tmp_path / "e" / "poolkit_export.json").read_text())
+    epochs = float(np.median([d["best_epoch"] for d in row["fold_detail"]]))
+    assert (meta["mode"], meta["pooler_label"], meta["epochs"], meta["rows"]) == ("finetuned", "attention", epochs, 24)
+    assert board.settings["export"]["mode"] == "finetuned" and not (tmp_path / "e" / "refit").exists()
+    # the same refit by hand: train's loop on every row with the folds' settings, stopped at their median epoch
+    table = api.load(tmp_path / "t.csv")
+    trained = TrainConfig(model=str(bert), pooler=row["config"], folds=2, epochs=2, encoder_lr=1e-3,
+                          pooler_lr=CompareConfig.pooler_lr, max_length=64, val_fraction=ProbeConfig().val_fraction,
+                          seed=3)  # the tiny BERT has 64 positions
+    assert meta["config"] == trained.to_dict()
+    by_hand = finetune.fit(trained, table, tmp_path / "hand", progress=False, refit_epochs=epochs)
+    assert by_hand["fit_rows"] == 24 and meta["steps"] == by_hand["steps"] > 0
+    hand = tmp_path / "hand" / "fold_0"
+    if export_format == "poolkit":
+        expected, _ = predict_outputs(hand, table.texts, progress=False)
+        got, info = predict_outputs(tmp_path / "e", table.texts, progress=False)
+        np.testing.assert_allclose(got, expected, atol=1e-6)
+        assert info["task"] == "classification" and meta["parity_max_abs_diff"] is None
+        frozen = PooledModel.from_encoder(bert, pooler=row["config"]).encoder.state_dict()
+        exported = PooledModel.from_pretrained(tmp_path / "e").encoder.state_dict()
+        assert any(not torch.equal(frozen[k], exported[k]) for k in frozen)  # the encoder was trained
+    else:
+        got = SentenceTransformer(str(tmp_path / "e"), device="cpu", trust_remote_code=True).encode(table.texts)
+        np.testing.assert_allclose(got, TextEncoder(str(hand)).encode(table.texts), atol=1e-5)
+        assert meta["parity_max_abs_diff"] < 1e-5
+
+
+def test_an_export_mode_is_checked_before_any_work(bert, tmp_path):
+    run = dict(model=bert, cache_dir=tmp_path / "cache", export=tmp_path / "e")
+    with pytest.raises(PoolkitError, match="`export_mode` finetuned needs fine-tuned rows: pass `finetune_top`"):
+        api.compare(tmp_path / "t.csv", export_mode="finetuned", **run)
+    with pytest.raises(PoolkitError, match="`export_mode` must be one of frozen, finetuned"):
+        api.compare(tmp_path / "t.csv", export_mode="tuned", **run)
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "e").exists()
+
+
+def test_a_fine_tuned_embedding_winner_is_refit_on_every_query(bert, tmp_path):
+    # catches a refit of the pairs on one fold's queries only, and a contrastive refit that does not reach the folder
+    from poolkit.data.pairs import load_pairs
+    from poolkit.training.contrastive import PairLayout
+    from poolkit.training.finetune_pairs import fit_pairs
+    from poolkit.training.config import TrainConfig
+
+    frame = pd.DataFrame({"text": [f"what is the {t.split()[1]} {t.split()[2]}" for t in TEXTS], "pair": TEXTS})
+    frame.to_csv(tmp_path / "p.csv", index=False)
+    board = api.compare(tmp_path / "p.csv", task="retrieval", poolers="attention", model=bert, folds=2, epochs=1,
+                        seed=3, finetune_top=1, finetune_epochs=2, encoder_lr=1e-3, cache_dir=tmp_path / "cache",
+                        export=tmp_path / "e", export_mode="finetuned", progress=False)
+    meta = json.loads((tmp_path / "e" / "poolkit_export.json").read_text())
+    assert board.settings["export"]["mode"] == "finetuned" and meta["rows"] == 12
+    layout = PairLayout.of(load_pairs(tmp_path / "p.csv", "retrieval"))
+    by_hand = fit_pairs(TrainConfig(**meta["config"]), layout, tmp_path / "hand", progress=False,
+                        refit_epochs=meta["epochs"])
+    assert by_hand["fit_rows"] == 12 and by_hand["steps"] == meta["steps"] > 0
+    np.testing.assert_allclose(TextEncoder(str(tmp_path / "e")).encode(layout.texts),
+                               TextEncoder(str(tmp_path / "hand" / "fold_0")).encode(layout.texts), atol=1e-6)

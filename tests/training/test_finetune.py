@@ -513,3 +513,28 @@ def test_evaluate_refuses_a_table_whose_classes_are_numbered_otherwise(reference
     swapped = TableData(data.texts, 1 - data.targets, "classification", ["pos", "neg"], ("label",), "text", "toy")
     with pytest.raises(PoolkitError, match=r"labels \(pos, neg\) are not the model's, in its order \(neg, pos\)"):
         evaluate(swapped, "classification", model=reference[0])
+
+
+def test_a_refit_trains_on_every_row_for_its_share_of_the_folds_schedule(model_dir, tmp_path):
+    # catches a refit that holds rows out, that trains whole epochs past its stop, that schedules its learning rate
+    # over the refit's own epochs instead of the folds' (the rate would be elsewhere at the stop), and a stop at 0
+    # that trains anyway
+    data, config = toy_data(), toy_config(model_dir, folds=2, epochs=4)
+    half = fit(config, data, tmp_path / "half", progress=False, refit_epochs=1.5)
+    steps_per_epoch = 40 // config.batch_size
+    assert (half["fit_rows"], half["val_rows"], half["test_rows"], half["n_folds"]) == (40, 0, 0, 1)
+    assert half["steps"] == round(1.5 * steps_per_epoch) == half["history"][-1]["step"]
+    assert sorted(p.name for p in (tmp_path / "half").iterdir()) == [".poolkit_outputs.json", "fold_0", "train.log"]
+    weights = load_file(tmp_path / "half" / "fold_0" / "model.safetensors")
+    # the same steps under a 2-epoch schedule: the learning rate decays sooner, so other weights
+    shorter = fit(replace(config, epochs=2), data, tmp_path / "short", progress=False, refit_epochs=1.5)
+    assert shorter["steps"] == half["steps"]
+    other = load_file(tmp_path / "short" / "fold_0" / "model.safetensors")
+    assert any(not torch.equal(weights[k], other[k]) for k in weights)
+    untrained = fit(config, data, tmp_path / "none", progress=False, refit_epochs=0)
+    model = PooledModel.from_pretrained(tmp_path / "none" / "fold_0")
+    assert untrained["steps"] == 0 and finetune.weights_digest(model.encoder) == untrained["base_sha1"]
+    scores, info = predict(tmp_path / "half" / "fold_0", data.texts[:5], progress=False)
+    assert scores.shape == (5, 2) and info["task"] == "classification"
+    with pytest.raises(PoolkitError, match="`refit_epochs` must be between 0 and `epochs` \\(4\\)"):
+        fit(config, data, tmp_path / "over", progress=False, refit_epochs=5)

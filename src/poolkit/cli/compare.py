@@ -33,11 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="output folder (default: runs/compare-<time>)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing leaderboard in --out (and an "
                         "earlier --export folder)")
-    parser.add_argument("--export", metavar="DIR", help="then refit the best learned row (never the baseline) on every "
-                        "row, for the median of the epochs its folds chose, into a model folder that predict, embed, "
-                        "evaluate and explain load")
-    parser.add_argument("--export-pooler", metavar="NAME", help="export this frozen row (its leaderboard label) "
-                        "instead of the best")
+    parser.add_argument("--export", metavar="DIR", help="then refit the best learned row (frozen or fine-tuned; never "
+                        "the baseline) on every row, for the median of the epochs its folds chose, into a model folder "
+                        "that predict, embed, evaluate and explain load")
+    parser.add_argument("--export-pooler", metavar="NAME", help="export the best row with this leaderboard label "
+                        "instead of the best row")
+    parser.add_argument("--export-mode", choices=("frozen", "finetuned"), help="export only a row of this mode "
+                        "(default: either, by the metric)")
     parser.add_argument("--export-format", choices=("poolkit", "sentence-transformers"), default="poolkit",
                         help="poolkit: a model folder with the head; sentence-transformers: a folder "
                              "SentenceTransformer(DIR) loads, giving the refit pooler's vectors (learned poolers need "
@@ -50,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or time.strftime("runs/compare-%Y%m%d-%H%M%S"))
     board = compare(args.data, poolers=pooler_specs(args.poolers, args.pooler_opt), model=args.model, out=out,
                     force=args.force, trust_remote_code=args.trust_remote_code, report=said(args), export=args.export,
-                    export_pooler=args.export_pooler, export_format=args.export_format, **data_kwargs(args),
+                    export_pooler=args.export_pooler, export_format=args.export_format,
+                    export_mode=args.export_mode, **data_kwargs(args),
                     **given_settings(args, COMPARE_PRESETS))
     if board is None:  # a process of several: rank 0 trains and writes the leaderboard
         from ..training.processes import process_rank

@@ -104,7 +104,8 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
             pair_col: str = "pair", negative_col: str | None = None, corpus: str | Path | Sequence[str] | None = None,
             limit: int | None = None, out: str | Path | None = None, force: bool = False, progress: bool = True,
             report: Callable[[str], None] | None = None, export: str | Path | None = None,
-            export_pooler: str | None = None, export_format: str = "poolkit", **settings: Any) -> Leaderboard | None:
+            export_pooler: str | None = None, export_format: str = "poolkit", export_mode: str | None = None,
+            **settings: Any) -> Leaderboard | None:
     """Encode ``data`` once with the frozen encoder, train every pooler + head on the cached layers with the same
     K folds, then (``finetune_top`` K > 0) fine-tune the encoder with the K best poolers; the steps are those of the
     module doc. ``settings``: the fields of :class:`CompareConfig` (model, folds, epochs, pooler_lr, ...).
@@ -119,8 +120,9 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     board before fine-tuning starts) and the fine-tuned models under ``out/finetuned/``; without, fine-tuned models
     are discarded. ``report``: told each step's line (None: nothing is said); ``progress``: progress bars.
     ``export``: a folder for the winner refit on every row (:mod:`poolkit.training.export`; ``export_pooler``: the
-    frozen row to export instead of the best; ``export_format``: poolkit or sentence-transformers), written last; an
-    existing one is replaced only with ``force``.
+    row label to export instead of the best; ``export_mode``: frozen or finetuned rows only, else either, by the
+    metric; ``export_format``: poolkit or sentence-transformers), written last; an existing one is replaced only
+    with ``force``.
     """
     config = compare_config(**settings)
     poolers, declared = declared_poolers(poolers, config.model)
@@ -134,7 +136,8 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
     if out is not None:
         compare_folder(out).check(force=force)
     if rank == 0:
-        check_export(export, force, export_pooler, specs, export_format, config.projection and task in PAIR_TASKS)
+        check_export(export, force, export_pooler, specs, export_format, config.projection and task in PAIR_TASKS,
+                     export_mode, config.finetune_top)
     say = report if report is not None and rank == 0 else _quiet
     if declared is not None:
         say(f"auto: {declared.pooler_spec['name']}, the pooling the model folder declares "
@@ -161,7 +164,7 @@ def compare(data: str | Path | TableData | None = None, *, poolers: str | Sequen
             finetune_step(run, out, force)
             board = publish_step(run, out)
         if export is not None:
-            export_step(run, export, export_pooler, export_format)
+            export_step(run, export, export_pooler, export_format, export_mode)
             board = publish_step(run, out)
         return board
 
@@ -348,18 +351,21 @@ def curve_step(run: Comparison) -> None:
     run.curve = LearningCurve(points, run.metric.name, run.metric.higher_is_better, ratios)
 
 
-def export_step(run: Comparison, folder: str | Path, pooler: str | None, export_format: str) -> None:
-    """export: the best learned row (or ``pooler``'s) refit on every row into ``folder``
+def export_step(run: Comparison, folder: str | Path, pooler: str | None, export_format: str,
+                mode: str | None) -> None:
+    """export: the best learned row (or ``pooler``'s, of ``mode``) refit on every row into ``folder``
     (:func:`poolkit.training.export.export_winner`), recorded in the settings."""
     from .export import export_winner
 
-    info = export_winner(run, folder, pooler, export_format)
+    info = export_winner(run, folder, pooler, export_format, mode)
+    parity = info["parity_max_abs_diff"]
     run.settings["export"] = {"folder": str(folder), "format": export_format, "pooler": info["pooler_label"],
-                              "epochs": info["epochs"],
-                              "rows": info["rows"], "parity_max_abs_diff": info["parity_max_abs_diff"]}
-    run.report(f"exported {info['pooler_label']} refit on all {info['rows']} rows "
-               f"({counted(info['epochs'], 'epoch')}, the "
-               f"median its folds chose) to {folder} ({export_format}; parity {info['parity_max_abs_diff']:.1e})")
+                              "mode": info["mode"], "epochs": info["epochs"], "rows": info["rows"],
+                              "parity_max_abs_diff": parity}
+    what = f"{info['pooler_label']}{' (fine-tuned)' if info['mode'] == 'finetuned' else ''}"
+    run.report(f"exported {what} refit on all {info['rows']} rows ({counted(info['epochs'], 'epoch')}, the "
+               f"median its folds chose) to {folder} ({export_format}"
+               + (f"; parity {parity:.1e})" if parity is not None else "; the refit model's own folder)"))
 
 
 def explain_step(run: Comparison) -> None:
@@ -383,7 +389,6 @@ def finetune_step(run: Comparison, out: Path | None, force: bool) -> None:
     runs go to ``out/finetuned/<pooler>`` (without ``out``: a temporary folder)."""
     from ..models.encoders import remote_code
     from . import finetune
-    from .config import TrainConfig
     from .cv import finetuned_row
     from .finetune_pairs import fit_pairs
 
@@ -394,10 +399,7 @@ def finetune_step(run: Comparison, out: Path | None, force: bool) -> None:
         for result in [r for r in run.results if not r.suffix][:config.finetune_top]:
             run.report(f"fine-tuning the encoder with {result.label} ({counted(config.folds, 'fold')}, "
                        f"{counted(config.finetune_epochs, 'epoch')})")
-            trained = TrainConfig(model=config.model, pooler=result.spec, folds=config.folds,
-                                  epochs=config.finetune_epochs, encoder_lr=config.encoder_lr,
-                                  pooler_lr=config.pooler_lr, max_length=config.max_length,
-                                  val_fraction=run.probe.val_fraction, seed=config.seed)  # the probes' splits
+            trained = config.finetuning(result.spec, run.probe.val_fraction)
             started = time.perf_counter()
             fit = fit_pairs if run.pairs else finetune.fit
             with remote_code(config.trust_remote_code):

@@ -343,5 +343,12 @@ class CompareConfig:
         return replace(self, folds=self.folds or (QUICK_DEFAULTS["folds"] if quick else ProbeConfig.folds),
                        epochs=self.epochs or (QUICK_DEFAULTS["epochs"] if quick else ProbeConfig.epochs))
 
+    def finetuning(self, pooler: dict[str, Any], val_fraction: float) -> TrainConfig:
+        """The fine-tuning of ``finetune_top`` with ``pooler`` (and the export's refit of such a row): these
+        folds, epochs and rates, the probes' share of inner validation rows (their splits)."""
+        return TrainConfig(model=self.model, pooler=pooler, folds=self.folds, epochs=self.finetune_epochs,
+                           encoder_lr=self.encoder_lr, pooler_lr=self.pooler_lr, max_length=self.max_length,
+                           val_fraction=val_fraction, seed=self.seed)
+
 
 COMPARE_PRESETS = Presets("default", {"default": Preset(CompareConfig())})

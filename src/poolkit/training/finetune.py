@@ -234,29 +234,40 @@ def _log_to(path: Path, main: bool):
 
 
 def fit(config: TrainConfig, data: TableData, out_dir: str | Path, resume: bool = False, force: bool = False,
-        progress: bool = True) -> dict[str, Any]:
+        progress: bool = True, refit_epochs: float | None = None) -> dict[str, Any]:
     """Fine-tune one model per fold and write the output folder (see the module doc); returns metrics.json's dict.
 
     ``resume`` continues an interrupted run in ``out_dir`` (finished folds are skipped, a fold in training
     restarts from its last finished epoch) and ends as the uninterrupted run would; ``force`` starts over.
+
+    ``refit_epochs`` (compare's export of a fine-tuned winner, AutoGluon's ``refit_full``): instead of the folds, one
+    model trained on every row for that many epochs of the ``config.epochs`` schedule (the median of the epochs its
+    folds chose: the learning rate is where theirs was at their checkpoints), with no row to validate or test on;
+    the folder holds ``fold_0/`` (its poolkit_train.json records no metrics) and train.log, and the fold's meta is
+    returned.
     """
-    return fit_run(_Run, config, data, out_dir, resume, force, progress)
+    return fit_run(_Run, config, data, out_dir, resume, force, progress, refit_epochs)
 
 
 def fit_run(run_class: type, config: TrainConfig, data: Any, out_dir: str | Path, resume: bool, force: bool,
-            progress: bool) -> dict[str, Any]:
+            progress: bool, refit_epochs: float | None = None) -> dict[str, Any]:
     """:func:`fit` with the fold loop of ``run_class`` (a :class:`_Run`, or the embedding tasks' subclass)."""
     config.check()
+    if refit_epochs is not None and not (0 <= refit_epochs <= config.epochs and not resume):
+        raise PoolkitError(f"`refit_epochs` must be between 0 and `epochs` ({config.epochs}), without `resume`; got "
+                           f"{refit_epochs}")
     state = accelerate_state()
     if config.batch_size % state.num_processes:
         raise PoolkitError(f"`batch_size` {config.batch_size} must be a multiple of the {state.num_processes} "
                            "processes: each global batch is split across them")
     out = Path(out_dir)
     run = run_class(config, data, out, progress and state.is_main_process, state)  # checks model and splits first
+    if refit_epochs is not None:
+        run.splits = [run.every_unit()]
     outputs = [*(f"fold_{k}{end}" for k in range(len(run.splits)) for end in ("", ".partial")), *RESULTS]
     with _claim_out_dir(out, resume, force, state, outputs), _log_to(out / "train.log", state.is_main_process), \
             hf_bars_off():
-        return run.fit(resume)
+        return run.fit(resume) if refit_epochs is None else run.refit(refit_epochs)
 
 
 class _Run:
@@ -279,9 +290,24 @@ class _Run:
         """(fit, validation, test) rows per fold (:func:`poolkit.training.cv.cv_splits`)."""
         return cv_splits(self.data, self.config.folds, self.config.val_fraction, self.config.seed)
 
+    def every_unit(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A refit's (fit, validation, test): every row (or unit) fit on, none to validate or test on."""
+        empty = np.zeros(0, dtype=np.int64)
+        return np.sort(np.concatenate(self.splits[0])), empty, empty
+
     def new_fold(self, k: int, rows: tuple[np.ndarray, np.ndarray, np.ndarray], work: Path) -> _Fold:
         """What trains fold ``k`` on its (fit, validation, test) rows, in ``work``."""
         return _Fold(self, k, *rows, work)
+
+    def refit(self, epochs: float) -> dict[str, Any]:
+        """One model on every row for ``epochs`` epochs of the schedule (see :func:`fit`) -> its meta."""
+        work = self.out / "fold_0.partial"
+        meta = self.new_fold(0, self.splits[0], work).refit(epochs)
+        if self.state.is_main_process:
+            os.rename(work / "best", self.out / "fold_0")
+            shutil.rmtree(work)
+        self.state.wait_for_everyone()
+        return meta
 
     def fit(self, resume: bool) -> dict[str, Any]:
         start = time.perf_counter()
@@ -495,8 +521,9 @@ class _Fold:
                 self.save_state()
         return self.finish()
 
-    def epoch(self) -> None:
-        """One pass over the fit rows; evaluations at the end or every ``eval_every`` optimizer steps."""
+    def epoch(self, stop: int | None = None) -> None:
+        """One pass over the fit rows; evaluations at the end or every ``eval_every`` optimizer steps (``stop``, a
+        refit's: none, and the pass ends at that optimizer step)."""
         config, progress, accelerator = self.config, self.progress, self.accelerator
         self.sampler.epoch = progress.epoch  # the batch order is a function of (seed, epoch): resumes redraw it
         self.model.train()
@@ -517,23 +544,33 @@ class _Fold:
                 bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
             if accelerator.sync_gradients:
                 progress.step += 1
-                if config.eval_every and (progress.step % config.eval_every == 0 or progress.step == self.total_steps):
+                if stop is not None:
+                    if progress.step == stop:
+                        break
+                elif config.eval_every and (progress.step % config.eval_every == 0 or
+                                            progress.step == self.total_steps):
                     self.evaluate(progress.epoch + (i + 1) / len(self.train_loader))
                     if progress.stopped:
                         break
         progress.epoch += 1
-        if not config.eval_every:
+        if stop is None and not config.eval_every:
             self.evaluate(progress.epoch)
 
-    def evaluate(self, epoch: float) -> None:
-        """Inner validation metrics; keep the best checkpoint; count evaluations without improvement (early stop)."""
-        progress, metric = self.progress, self.run.metric
-        metrics, finite = self.validation()
+    def mean_train_loss(self) -> float | None:
+        """The training loss averaged over the batches since it was last read (every process's), or None before
+        any batch."""
         trained = self.loss_count > 0  # not at epoch 0 (the same on every process)
         train_loss = self.accelerator.reduce(self.loss_sum / max(self.loss_count, 1), "mean").item() if trained \
             else None
         self.loss_sum.zero_()
         self.loss_count = 0
+        return train_loss
+
+    def evaluate(self, epoch: float) -> None:
+        """Inner validation metrics; keep the best checkpoint; count evaluations without improvement (early stop)."""
+        progress, metric = self.progress, self.run.metric
+        metrics, finite = self.validation()
+        train_loss = self.mean_train_loss()
         if not ((train_loss is None or math.isfinite(train_loss)) and finite):  # the same on every process
             kept = (f"last good checkpoint kept in {self.work / 'best'}" if progress.best is not None
                     else "no checkpoint")
@@ -579,21 +616,56 @@ class _Fold:
             replace_dir(tmp, dest)
         self.accelerator.wait_for_everyone()
 
+    def meta(self) -> dict[str, Any]:
+        """poolkit_train.json's keys that do not depend on a test: the data's, the run's, the rows, the parameters,
+        the base encoder, the target statistics, the time and the history."""
+        data, progress = self.run.data, self.progress
+        return {"task": data.task, "label_names": data.label_names, "target_cols": list(data.target_cols),
+                "text_col": data.text_col, "fold": self.k, "n_folds": self.config.folds, **self.run.fingerprint,
+                "fit_rows": len(self.fit_rows), "val_rows": len(self.val_rows), "test_rows": len(self.test_rows),
+                "trainable_params": self.trainable, "total_params": self.total, "base_model": self.run.model_path,
+                "base_sha1": self.base_sha1, **self.target_stats, "seconds": progress.seconds,
+                "history": progress.history}
+
+    def refit(self, epochs: float) -> dict[str, Any]:
+        """Train on the fit rows (every row: none to validate or test on) until ``epochs`` epochs of the schedule
+        have passed (0: the model as it starts), save the weights reached to ``best/`` with poolkit_train.json."""
+        config, progress = self.config, self.progress
+        stop = round(epochs * self.total_steps / config.epochs)
+        if self.main:
+            shutil.rmtree(self.work, ignore_errors=True)
+            self.work.mkdir(parents=True)
+        self.accelerator.wait_for_everyone()
+        logger.info(f"refit: {len(self.fit_rows)} rows, {epochs:g} of the schedule's {config.epochs} epochs "
+                    f"({stop} of {self.total_steps} optimizer steps), no validation or test rows; "
+                    f"{self.trainable:,} of {self.total:,} parameters trainable (train_only={config.train_only}), "
+                    f"{self.accelerator.num_processes} process(es)")
+        started = time.perf_counter()
+        while progress.step < stop:
+            self.epoch(stop)
+            train_loss = self.mean_train_loss()
+            progress.history.append({"epoch": round(progress.step * config.epochs / self.total_steps, 4),
+                                     "step": progress.step, "train_loss": train_loss})
+            logger.info(f"refit step {progress.step}: train_loss {train_loss:.4f}")
+        progress.seconds = time.perf_counter() - started
+        self.save_best()
+        meta = {**self.meta(), "n_folds": 1, "refit_epochs": epochs, "steps": stop}
+        if self.main:
+            atomic_write_content(self.work / "best" / META, json.dumps(meta, indent=2) + "\n")
+        self.accelerator.wait_for_everyone()
+        self.accelerator.free_memory()
+        return meta
+
     def finish(self) -> dict[str, Any]:
         """Reload the best weights (in the targets' units: the live model now answers in them too), predict the test
         rows once, write test_outputs.npz and poolkit_train.json."""
         best = self.work / "best"
         self.accelerator.unwrap_model(self.model).load_state_dict(PooledModel.from_pretrained(best).state_dict())
         metrics, arrays = self.test()
-        data, progress, name = self.run.data, self.progress, self.run.metric.name
-        meta = {"task": data.task, "label_names": data.label_names, "target_cols": list(data.target_cols),
-                "text_col": data.text_col, "fold": self.k, "n_folds": self.config.folds, **self.run.fingerprint,
-                "metrics": metrics, "best_epoch": progress.best_epoch, "best_step": progress.best_step,
+        progress, name = self.progress, self.run.metric.name
+        meta = {**self.meta(), "metrics": metrics, "best_epoch": progress.best_epoch, "best_step": progress.best_step,
                 "epochs_run": progress.epoch, "stopped_early": progress.stopped, f"val_{name}": progress.best,
-                f"test_{name}": metrics[name], "fit_rows": len(self.fit_rows), "val_rows": len(self.val_rows),
-                "test_rows": len(self.test_rows), "trainable_params": self.trainable, "total_params": self.total,
-                "base_model": self.run.model_path, "base_sha1": self.base_sha1,
-                **self.target_stats, "seconds": progress.seconds, "history": progress.history}
+                f"test_{name}": metrics[name]}
         if self.main:
             buffer = io.BytesIO()
             np.savez(buffer, test_rows=self.test_rows, fit_rows=self.fit_rows, val_rows=self.val_rows, **arrays)

@@ -42,10 +42,11 @@ from .finetune import _Fold, _Run, _ShortBatchLast, fit_run
 
 
 def fit_pairs(config: TrainConfig, layout: PairLayout, out_dir: str | Path, resume: bool = False, force: bool = False,
-              progress: bool = True) -> dict[str, Any]:
+              progress: bool = True, refit_epochs: float | None = None) -> dict[str, Any]:
     """Fine-tune one encoder + pooler per fold on a table of pairs and write the output folder (see the module doc);
-    returns metrics.json's dict (``resume`` and ``force`` as :func:`poolkit.training.finetune.fit`'s)."""
-    return fit_run(_PairRun, config, layout, out_dir, resume, force, progress)
+    returns metrics.json's dict (``resume``, ``force`` and ``refit_epochs``, every unit then: as
+    :func:`poolkit.training.finetune.fit`'s)."""
+    return fit_run(_PairRun, config, layout, out_dir, resume, force, progress, refit_epochs)
 
 
 def pairs_sha1(layout: PairLayout) -> str:
