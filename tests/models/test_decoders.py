@@ -109,3 +109,65 @@ def test_a_model_that_stays_causal_under_the_switch_is_refused(decoder, monkeypa
     monkeypatch.setattr(text_encoder, "bidirectional_mask", lambda mask, dtype: mask)  # as if the model ignored it
     with pytest.raises(PoolkitError, match="does not take a bidirectional mask"):
         TextEncoder(decoder, "mean", bidirectional_attention=True)
+
+
+def test_compares_cache_pools_last_at_the_eos_and_every_other_pooler_at_the_text_alone(decoder, tmp_path,
+                                                                                        monkeypatch):
+    # catches the cache pooling `last` at the last word (so the board's `last` is not the exported model's), the EOS
+    # left in the mean summary or the token states a learned pooler reads, and a model that attends both ways
+    # served from one such encoding
+    import numpy as np
+
+    from poolkit.pooling import build_pooler
+    from poolkit.training import features as features_module
+    from poolkit.training.features import encode_features
+
+    tokenizer = load_tokenizer(decoder)
+    cache = encode_features(TEXTS, decoder, max_length=32, cache_dir=tmp_path / "c", progress=False,
+                            poolers=["last", "attention"], summaries=["mean"])
+    assert cache.meta["plan"]["append_eos"]
+    rows, hidden = np.arange(len(TEXTS)), cache.hidden_size
+    for name in ("last", "mean"):
+        states, mask = cache.inputs(rows, build_pooler(name, hidden))
+        pooled = build_pooler(name, hidden)(states[-1], mask)
+        torch.testing.assert_close(pooled, TextEncoder(decoder, name).encode(TEXTS), rtol=1e-2, atol=2e-3)
+    states, mask = cache.batch(rows, all_layers=False)
+    for i, text in enumerate(TEXTS):
+        ids = tokenizer(text)["input_ids"]
+        assert int(mask[i].sum()) == len(ids)  # the text's own tokens, the EOS left out
+        model = load_encoder(decoder).eval()
+        with torch.no_grad():
+            expected = model(input_ids=torch.tensor([ids])).last_hidden_state[0]
+        torch.testing.assert_close(states[-1][i, : len(ids)], expected, rtol=1e-2, atol=2e-3)
+    monkeypatch.setattr(features_module, "is_causal", lambda *args: False)
+    with pytest.raises(PoolkitError, match="attends both ways, so that EOS would change the states"):
+        encode_features(TEXTS, decoder, max_length=32, cache=False, progress=False, poolers=["last", "mean"])
+    alone_last = encode_features(TEXTS, decoder, max_length=32, cache=False, progress=False, poolers=["last"])
+    assert alone_last.meta["plan"]["append_eos"]  # `last` alone needs no causal model
+
+
+def test_train_and_predict_pool_a_decoder_at_its_appended_eos(decoder, tmp_path):
+    # catches train's batches or predict's without the EOS the saved model is run with elsewhere (TextEncoder)
+    import numpy as np
+
+    from poolkit.data import TableData
+    from poolkit.models import PooledModel
+    from poolkit.training.config import TrainConfig
+    from poolkit.training.finetune import fit
+    from poolkit.training.prediction import predict_outputs
+
+    texts = [f"{w} {x}" for w in ("good", "bad", "fine", "poor") for x in ("cat", "dog", "mat", "day", "sun")]
+    data = TableData(texts, np.arange(len(texts)) % 2, "classification", ["a", "b"], ("label",), "text", "toy")
+    config = TrainConfig(model=decoder, pooler="last", folds=2, epochs=1, batch_size=4, max_length=16, seed=1)
+    fit(config, data, tmp_path / "run", progress=False)
+    fold = tmp_path / "run" / "fold_0"
+    model, tokenizer = PooledModel.from_pretrained(fold).eval(), load_tokenizer(str(fold))
+    saved = np.load(fold / "test_outputs.npz")
+    with torch.no_grad():
+        by_hand = torch.stack([model(input_ids=torch.tensor([tokenizer(texts[i])["input_ids"] +
+                                                             [tokenizer.eos_token_id]])).logits[0]
+                               for i in saved["test_rows"]]).numpy()
+    np.testing.assert_allclose(saved["outputs"], by_hand, rtol=1e-4, atol=1e-5)
+    scores, _ = predict_outputs(fold, [texts[i] for i in saved["test_rows"]], progress=False)
+    probabilities = np.exp(by_hand - by_hand.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(scores, probabilities / probabilities.sum(axis=1, keepdims=True), atol=1e-4)

@@ -94,6 +94,18 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         return [outputs[i] for i in inverse]
 
 
+def tokenized(tokenizer, texts: Sequence[str], max_length: int, append_eos: bool = False) -> dict[str, list]:
+    """The texts tokenised, unpadded, truncated to ``max_length`` tokens; ``append_eos``: each cut to one token fewer
+    and ended by the tokenizer's EOS (attended; other columns repeat their last value), so truncation keeps it."""
+    encoded = tokenizer(list(texts), truncation=True, max_length=max(max_length - 1, 1) if append_eos else max_length)
+    if append_eos:
+        for key, rows in encoded.items():
+            end = {"input_ids": tokenizer.eos_token_id, "attention_mask": 1}.get(key)
+            for row in rows:
+                row.append(row[-1] if end is None and row else end if end is not None else 0)
+    return encoded
+
+
 def sorted_token_batches(tokenizer, texts: Sequence[str], max_length: int, batch_size: int,
                          device: torch.device | str = "cpu",
                          append_eos: bool = False) -> tuple[LengthGroupedBatchSampler, Iterator]:
@@ -109,13 +121,7 @@ def sorted_token_batches(tokenizer, texts: Sequence[str], max_length: int, batch
     Returns the sampler (its ``lengths`` are the token counts; ``restore`` puts outputs gathered in batch order
     back in input order) and an iterator of (rows, batch dict of tensors).
     """
-    encoded = tokenizer(list(texts), truncation=True,
-                        max_length=max(max_length - 1, 1) if append_eos else max_length)
-    if append_eos:
-        for key, rows in encoded.items():
-            end = {"input_ids": tokenizer.eos_token_id, "attention_mask": 1}.get(key)
-            for row in rows:
-                row.append(row[-1] if end is None and row else end if end is not None else 0)
+    encoded = tokenized(tokenizer, texts, max_length, append_eos)
     lengths = [len(ids) for ids in encoded["input_ids"]]
     budget = batch_size * max(1, -(-sum(lengths) // max(len(lengths), 1)))  # batch_size x the mean length, rounded up
     sampler = LengthGroupedBatchSampler(lengths, batch_size, shuffle=False, max_tokens=budget)
@@ -148,23 +154,22 @@ class TextCollator:
 
     ``padding='longest'`` pads to the batch's longest text (dynamic); ``'max_length'`` pads every batch to
     ``max_length`` (fixed shape, for comparison benchmarks). Texts longer than ``max_length`` are truncated.
+    ``append_eos``: the tokenizer's EOS ends every text, kept by truncation (:func:`tokenized`).
     Targets: int64 (B,) class ids, or float32 (B, T) / (B, C).
     """
 
-    def __init__(self, tokenizer, max_length: int = 512, padding: str = "longest"):
+    def __init__(self, tokenizer, max_length: int = 512, padding: str = "longest", append_eos: bool = False):
         if padding not in PADDINGS:
             raise PoolkitError(f"unknown padding {padding!r}: use one of {', '.join(PADDINGS)}")
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.padding = padding
+        self.append_eos = append_eos
 
     def __call__(self, batch: Sequence[tuple[str, np.ndarray | None]]) -> dict[str, torch.Tensor]:
         texts = [text for text, _ in batch]
-        out = dict(
-            self.tokenizer(
-                texts, padding=self.padding, truncation=True, max_length=self.max_length, return_tensors="pt"
-            )
-        )
+        out = dict(self.tokenizer.pad(tokenized(self.tokenizer, texts, self.max_length, self.append_eos),
+                                      padding=self.padding, max_length=self.max_length, return_tensors="pt"))
         if batch[0][1] is not None:
             out["targets"] = torch.from_numpy(np.stack([target for _, target in batch]))
         return out

@@ -118,6 +118,31 @@ def adds_no_eos(tokenizer) -> bool:
     return eos is not None and (not ids or ids[-1] != eos)
 
 
+def appends_eos(pooler: torch.nn.Module, tokenizer) -> bool:
+    """The default of ``append_eos`` everywhere a model is run from texts (TextEncoder, train, predict, compare's
+    feature cache): whether ``pooler`` pools each text's last token (``last``, or a layer pooler over it) and the
+    tokenizer adds no EOS of its own, which is then appended: a decoder embedder's pooled token is its EOS."""
+    token = pooler.token if getattr(pooler, "kind", None) == "layer" else pooler
+    return getattr(token, "name", None) == "last" and adds_no_eos(tokenizer)
+
+
+def probe_first_states(encoder: torch.nn.Module, tokenizer, device: torch.device | str, mask=None) -> torch.Tensor:
+    """The first token's last-layer state (2, D) of two probe texts that differ only in their last word: equal on a
+    causal model (``mask``: turns the (2, T) attention mask into the one the encoder is given)."""
+    ids = tokenizer(["the cat sat on the mat", "the cat sat on the dog"], return_tensors="pt", padding=True)
+    ids = {k: v.to(device) for k, v in ids.items() if k in ("input_ids", "attention_mask")}
+    given = ids["attention_mask"] if mask is None else mask(ids["attention_mask"])
+    with torch.inference_mode():
+        return encoder(input_ids=ids["input_ids"], attention_mask=given).last_hidden_state[:, 0]
+
+
+def is_causal(encoder: torch.nn.Module, tokenizer, device: torch.device | str) -> bool:
+    """Whether no token's state depends on the tokens after it (a decoder's causal attention), by
+    :func:`probe_first_states`."""
+    first = probe_first_states(encoder, tokenizer, device)
+    return bool(torch.allclose(first[0], first[1], atol=1e-6))
+
+
 def load_config(name_or_path: str | None, trust_remote_code: bool | None = None):
     """The model's ``AutoConfig``, with a one-line error when it cannot be found; model-folder code refused unless
     trusted."""

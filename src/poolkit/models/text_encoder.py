@@ -29,8 +29,8 @@ from ..pooling import Pooler, build_pooler, pooler_spec
 from ..pooling.masking import skip_first_tokens
 from .backends import BACKENDS, INT8_BACKEND
 from .declared import AUTO, AfterPooling, declared_token_pooler, read_declared, read_prompts, with_token_pooler
-from .encoders import (AUTOCAST, adds_no_eos, check_max_length, check_model_folder, hf_bars_off, load_encoder,
-                       load_tokenizer, resolve_model, resolve_precision)
+from .encoders import (AUTOCAST, adds_no_eos, appends_eos, check_max_length, check_model_folder, hf_bars_off,
+                       is_causal, load_encoder, load_tokenizer, probe_first_states, resolve_model, resolve_precision)
 from .pooled_model import PooledConfig, PooledModel
 
 
@@ -86,15 +86,10 @@ def check_bidirectional(encoder: nn.Module, tokenizer: Any, device: torch.device
     """Refuse ``bidirectional_attention`` in one line unless ``encoder`` is a causal model that honours the switch:
     two texts that differ in their last token give the same first state under the model's own mask (causal) and
     different ones under :func:`bidirectional_mask` (the switch reaches every layer)."""
-    ids = tokenizer(["the cat sat on the mat", "the cat sat on the dog"], return_tensors="pt", padding=True)
-    ids = {k: v.to(device) for k, v in ids.items() if k in ("input_ids", "attention_mask")}
-    with torch.inference_mode():
-        causal = encoder(**ids).last_hidden_state[:, 0]
-        both = encoder(input_ids=ids["input_ids"],
-                       attention_mask=bidirectional_mask(ids["attention_mask"], encoder.dtype)).last_hidden_state[:, 0]
-    if not torch.allclose(causal[0], causal[1], atol=1e-6):
+    if not is_causal(encoder, tokenizer, device):
         raise PoolkitError("`bidirectional_attention` is for decoders (causal models); this encoder already attends "
                            "both ways: leave it out")
+    both = probe_first_states(encoder, tokenizer, device, lambda mask: bidirectional_mask(mask, encoder.dtype))
     if torch.allclose(both[0], both[1], atol=1e-6):
         raise PoolkitError(f"{type(encoder).__name__} does not take a bidirectional mask (it stays causal): leave "
                            "`bidirectional_attention` out")
@@ -249,12 +244,11 @@ class TextEncoder:
     def _append_eos(self, asked: bool | None) -> bool:
         """Whether every text gets the tokenizer's EOS appended: by default for last-token pooling when the tokenizer
         does not add one itself (GPT-2, Llama: the decoder embedder's pooled token is its EOS)."""
-        missing = adds_no_eos(self.tokenizer)
         if asked is None:
-            return self.pooler.name == "last" and missing
+            return appends_eos(self.pooler, self.tokenizer)
         if asked and self.tokenizer.eos_token_id is None:
             raise PoolkitError("`append_eos=True` but the tokenizer has no EOS token: leave `append_eos` out")
-        return bool(asked) and missing
+        return bool(asked) and adds_no_eos(self.tokenizer)
 
     def _prompt(self, prompt: str | None, prompt_name: str | None, default: str | None) -> str:
         """The prompt text: ``prompt``, the named one, else the folder's default (``""`` for none)."""

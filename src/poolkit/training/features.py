@@ -16,6 +16,12 @@ optionally int8-quantised or capped to each text's first ``token_cap`` tokens (t
 token; ``offsets`` then counts the kept tokens, and ``text_lengths.npy`` keeps each text's own count).
 docs/scale.md measures the bytes per text before and after, and what int8 and a cap cost on a leaderboard.
 
+A decoder embedder is pooled at its EOS: where the plan has a ``last`` summary and the tokenizer adds no EOS
+(GPT-2's, Llama's), each text is encoded with the EOS appended (``append_eos`` in the plan, so in the key), as
+:class:`~poolkit.models.TextEncoder` appends it. The ``last`` summary reads that EOS; every other summary and the
+stored token states leave its position out, which on a causal model gives them exactly the states of the text
+alone (a model that attends both ways is refused unless ``last`` is all the plan holds).
+
 Under ``torchrun`` / ``accelerate launch`` (``RANK`` / ``WORLD_SIZE`` set) the encoding is shared like
 ``poolkit embed``'s (:mod:`poolkit.training.streaming`): process ``r`` encodes the ``r``-th of ``W`` contiguous
 shares of the texts on its own device into ``<key>.tmp/part-r/``; rank 0, holding the key's lock, first says in
@@ -58,8 +64,8 @@ from ..wording import size
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
 from ..io import TMP_SUFFIX, atomic_write_json, file_digest, is_cache_name, made_by_poolkit, replace_dir, temp_dir
-from ..models.encoders import (check_model_folder, load_config, load_encoder, load_tokenizer, model_fingerprint,
-                               resolve_model)
+from ..models.encoders import (adds_no_eos, check_model_folder, is_causal, load_config, load_encoder, load_tokenizer,
+                               model_fingerprint, resolve_model)
 from ..pooling import Pooler, build_pooler
 
 CACHE_VERSION = 3
@@ -276,6 +282,8 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
     if poolers is not None:
         config = load_config(model_path, trust)
         plan = cache_plan(poolers, config.hidden_size, config.num_hidden_layers, summaries, token_dtype, token_cap)
+        if any(s["name"] == "last" for s in plan["summaries"]) and adds_no_eos(load_tokenizer(model_path, trust)):
+            plan["append_eos"] = True  # the EOS a decoder embedder is pooled at, as TextEncoder appends it
     features = _cached(texts, model_path, max_length, batch_size, cache_dir, progress, device, cache, trust, plan)
     if progress and features is not None:
         print(f"feature cache: {features.bytes_per_text() / 1024:.1f} KiB per text ({_describe(plan)})", flush=True)
@@ -284,8 +292,10 @@ def encode_features(texts: list[str], model: str | None = None, max_length: int 
 
 def _describe(plan: dict) -> str:
     names = ", ".join(s["name"] for s in plan["summaries"]) or "none"
+    eos = " (last: at an appended EOS)" if plan.get("append_eos") else ""
     cap = f", first {plan['token_cap']} tokens per text" if plan.get("token_cap") else ""
-    return f"per-layer summaries: {names}; token states: {plan['token_layers']} layers, {plan['token_dtype']}{cap}"
+    return (f"per-layer summaries: {names}{eos}; token states: {plan['token_layers']} layers, "
+            f"{plan['token_dtype']}{cap}")
 
 
 def _cached(texts: list[str], model_path: str, max_length: int, batch_size: int, cache_dir: str | Path | None,
@@ -361,9 +371,16 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
     encoder.to(device)
+    eos = bool(plan.get("append_eos"))
+    if eos and (plan["token_layers"] != "none" or any(s["name"] != "last" for s in plan["summaries"])) \
+            and not is_causal(encoder, tokenizer, device):
+        raise PoolkitError(f"`last` is pooled at an EOS appended to each text (the tokenizer adds none), and "
+                           f"{model_path} attends both ways, so that EOS would change the states the other poolers "
+                           "read: compare `last` in a run of its own (with `baseline` off), or the others without it")
     started = time.perf_counter()  # the encoder's own cost: tokenising + the forward passes, not loading it
-    sampler, batches = sorted_token_batches(tokenizer, texts, max_length, batch_size, device)
-    lengths = sampler.lengths if plan.get("token_cap") is None else np.minimum(sampler.lengths, plan["token_cap"])
+    sampler, batches = sorted_token_batches(tokenizer, texts, max_length, batch_size, device, append_eos=eos)
+    own = sampler.lengths - eos  # each text's own tokens: an appended EOS is read by `last` alone
+    lengths = own if plan.get("token_cap") is None else np.minimum(own, plan["token_cap"])
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # the tokens kept
     layers, hidden = encoder.config.num_hidden_layers + 1, encoder.config.hidden_size
     kept = {"none": 0, "last": 1, "all": layers}[plan["token_layers"]]
@@ -381,8 +398,13 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
     with torch.inference_mode():
         for rows, batch in batches:
             states = encoder(**batch, output_hidden_states=True).hidden_states
+            mask = own_mask = batch["attention_mask"]
+            if eos:  # right padding: each row's last real position is its EOS (on a causal model no other state
+                own_mask = mask.clone()  # depends on it)
+                own_mask[torch.arange(len(rows)), mask.sum(1) - 1] = 0
             for pooler, summary in zip(poolers, summaries):  # pooled from the float32 states, then stored
-                pooled = torch.stack([pooler(h, batch["attention_mask"]) for h in states])  # (L + 1, B, D)
+                read = mask if pooler.name == "last" else own_mask
+                pooled = torch.stack([pooler(h, read) for h in states])  # (L + 1, B, D)
                 summary[:, rows] = pooled.to(torch.float16).cpu().numpy()
             if tokens is not None:
                 stacked, scale = _stored_tokens(torch.stack(states[-kept:]), int8)  # (kept, B, T, D), (kept, B, T)
@@ -398,7 +420,7 @@ def _encode(texts: list[str], model_path: str, max_length: int, batch_size: int,
     del tokens, summaries, scales, arrays
     np.save(folder / "offsets.npy", offsets)
     if plan.get("token_cap") is not None:
-        np.save(folder / "text_lengths.npy", np.asarray(sampler.lengths, dtype=np.int64))
+        np.save(folder / "text_lengths.npy", np.asarray(own, dtype=np.int64))
     _write_meta(folder, {"version": CACHE_VERSION, "model": model_path, "max_length": max_length, "texts": len(texts),
                          "layers": layers, "hidden_size": hidden, "tokens": int(offsets[-1]),
                          "dtype": np.dtype(DTYPE).name, "plan": plan, "encode_ms_per_1k": encode_ms_per_1k,

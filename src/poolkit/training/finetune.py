@@ -76,7 +76,7 @@ from ..errors import PoolkitError
 from ..io import RunFolder, atomic_write_content, existing_dir, replace_dir, temp_dir
 from ..io.runs import FOLD_DIR, TRAIN_META
 from ..models import PooledModel
-from ..models.encoders import hf_bars_off, load_tokenizer, resolve_model, resolve_precision
+from ..models.encoders import appends_eos, hf_bars_off, load_tokenizer, resolve_model, resolve_precision
 from ..models.heads import head_scores
 from ..provenance import run_provenance
 from .config import TrainConfig
@@ -157,13 +157,15 @@ class _ShortBatchLast(Sampler[list[int]]):
 
 
 def _loader(texts: list[str], targets: np.ndarray | None, tokenizer, batch_size: int, max_length: int,
-            padding: str, seed: int | None = None) -> tuple[LengthGroupedBatchSampler, DataLoader]:
-    """Length-grouped DataLoader with dynamic padding: shuffled for training (``seed`` given), else longest first."""
+            padding: str, seed: int | None = None, append_eos: bool = False
+            ) -> tuple[LengthGroupedBatchSampler, DataLoader]:
+    """Length-grouped DataLoader with dynamic padding: shuffled for training (``seed`` given), else longest first;
+    ``append_eos``: as :class:`~poolkit.data.TextCollator`'s."""
     sampler = LengthGroupedBatchSampler([len(t) for t in texts], batch_size, shuffle=seed is not None,
                                         seed=seed or 0)
     batches = _ShortBatchLast(sampler) if seed is not None else sampler
     loader = DataLoader(TextDataset(texts, targets), batch_sampler=batches,
-                        collate_fn=TextCollator(tokenizer, max_length, padding))
+                        collate_fn=TextCollator(tokenizer, max_length, padding, append_eos))
     return sampler, loader
 
 
@@ -428,10 +430,11 @@ class _Fold:
         run, config, data = self.run, self.config, self.run.data
         # regression: standardised on the fit rows (a zero-initialised head starts at their mean)
         self.targets = _Targets(data, self.fit_rows)
+        eos = appends_eos(model.pooler, run.tokenizer)  # as TextEncoder and predict run the saved model
         self.sampler, train_loader = _loader([data.texts[i] for i in self.fit_rows],
                                              self.targets.values[self.fit_rows].numpy(), run.tokenizer,
                                              config.batch_size, config.max_length, config.padding,
-                                             seed=config.seed + self.k)
+                                             seed=config.seed + self.k, append_eos=eos)
         if config.frozen_head and existing_dir(self.work / ".state") is None:  # a resumed fold reloads its head
             started = time.perf_counter()
             fit_head_first(model, train_loader, self.sampler, config, self.accelerator.device)
@@ -439,7 +442,7 @@ class _Fold:
                         f"({time.perf_counter() - started:.1f}s), fixed from now on")
         (self.val_sampler, val_loader), (self.test_sampler, test_loader) = (
             _loader([data.texts[i] for i in rows], None, run.tokenizer, config.batch_size, config.max_length,
-                    config.padding) for rows in (self.val_rows, self.test_rows))
+                    config.padding, append_eos=eos) for rows in (self.val_rows, self.test_rows))
         return train_loader, {"val_loader": val_loader, "test_loader": test_loader}
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -31,9 +31,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..data.batching import LengthGroupedBatchSampler, sorted_token_batches
+from ..data.batching import LengthGroupedBatchSampler, TextCollator, sorted_token_batches
 from ..data.pairs import RetrievalData, pair_folds, pair_split
 from ..errors import PoolkitError
+from ..models.encoders import appends_eos
 from ..io import atomic_write_content
 from .config import TrainConfig
 from .contrastive import PairBatch, PairLayout, pair_loss, training_items, unit_metrics
@@ -69,12 +70,12 @@ class PairCollator:
     ``second``: input_ids / attention_mask, ...), the ``items`` themselves and the text rows of the second side
     (``second_rows``): what the loss of the whole step's batch is built from."""
 
-    def __init__(self, layout: PairLayout, tokenizer, max_length: int, padding: str) -> None:
-        self.layout, self.tokenizer, self.max_length, self.padding = layout, tokenizer, max_length, padding
+    def __init__(self, layout: PairLayout, tokenizer, max_length: int, padding: str, append_eos: bool = False) -> None:
+        self.layout = layout
+        self.collate = TextCollator(tokenizer, max_length, padding, append_eos)
 
     def tokens(self, rows: np.ndarray) -> dict[str, torch.Tensor]:
-        return dict(self.tokenizer([self.layout.texts[i] for i in rows], padding=self.padding, truncation=True,
-                                   max_length=self.max_length, return_tensors="pt"))
+        return self.collate([(self.layout.texts[i], None) for i in rows])
 
     def __call__(self, items: list[np.ndarray]) -> dict[str, Any]:
         items = np.stack(items)
@@ -167,7 +168,8 @@ class _PairFold(_Fold):
         lengths = [len(layout.texts[layout.first[item[0]]]) for item in items]
         self.sampler = LengthGroupedBatchSampler(lengths, config.batch_size, shuffle=True, seed=config.seed + self.k)
         loader = DataLoader(_Items(items), batch_sampler=_ShortBatchLast(self.sampler),
-                            collate_fn=PairCollator(layout, run.tokenizer, config.max_length, config.padding))
+                            collate_fn=PairCollator(layout, run.tokenizer, config.max_length, config.padding,
+                                                    appends_eos(model.pooler, run.tokenizer)))
         return loader, {}
 
     def loss(self, batch: dict[str, Any]) -> torch.Tensor:
@@ -183,7 +185,8 @@ class _PairFold(_Fold):
         model.eval()
         texts = [self.run.data.texts[i] for i in rows]
         sampler, batches = sorted_token_batches(self.run.tokenizer, texts, self.config.max_length,
-                                                self.config.batch_size, self.accelerator.device)
+                                                self.config.batch_size, self.accelerator.device,
+                                                append_eos=appends_eos(model.pooler, self.run.tokenizer))
         out = []
         with torch.inference_mode(), self.accelerator.autocast():
             for _, batch in batches:

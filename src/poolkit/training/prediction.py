@@ -14,7 +14,7 @@ from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
 from ..io.runs import TRAIN_META, fold_models
 from ..models import PooledModel
-from ..models.encoders import AUTOCAST, check_max_length, hf_bars_off, load_tokenizer, resolve_precision
+from ..models.encoders import AUTOCAST, appends_eos, check_max_length, hf_bars_off, load_tokenizer, resolve_precision
 from ..models.heads import head_scores
 from ..tasks import EMBEDDING_TASKS
 from ..wording import counted
@@ -24,11 +24,13 @@ from .processes import accelerate_state
 def model_outputs(model: PooledModel, tokenizer, texts: list[str], max_length: int, batch_size: int = 64,
                   desc: str = "", progress: bool = False) -> np.ndarray:
     """A model's raw head outputs float32 (N, C) for ``texts``, in their order: on accelerate's device, in eval mode,
-    under the device's automatic precision, batched as ``TextEncoder.encode`` is (length-sorted, padded per batch)."""
+    under the device's automatic precision, batched as ``TextEncoder.encode`` is (length-sorted, padded per batch;
+    the EOS appended where TextEncoder appends it)."""
     device = accelerate_state().device
     precision = resolve_precision("auto", device)
     model.to(device).eval()
-    sampler, batches = sorted_token_batches(tokenizer, list(texts), max_length, batch_size, device)
+    sampler, batches = sorted_token_batches(tokenizer, list(texts), max_length, batch_size, device,
+                                            append_eos=appends_eos(model.pooler, tokenizer))
     chunks = []
     with torch.inference_mode(), torch.autocast(device.type, dtype=AUTOCAST.get(precision), enabled=precision != "no"):
         for _, batch in progress_bar(batches, total=len(sampler), desc=desc, disable=not progress, leave=False):
