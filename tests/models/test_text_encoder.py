@@ -248,3 +248,40 @@ def test_an_encoder_whose_weights_do_not_match_its_config_is_refused_in_one_line
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not in its files" in err and "LOAD REPORT" not in err
     assert not (tmp_path / "v.npy").exists()
+
+
+def test_a_pickle_holding_more_than_tensors_is_refused_plainly_with_its_conversion(bert, tmp_path, capsys):
+    # issue 32 item 15: torch's own refusal ("re-running with weights_only=False will likely succeed") invited the
+    # unsafe load. Catches that message passed through, a pickle of plain tensors refused with it, and a conversion
+    # line that does not give the same model back
+    import os
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+
+    import numpy as np
+    from safetensors.torch import load_file
+
+    plain, mixed = tmp_path / "plain", tmp_path / "mixed"
+    weights = load_file(f"{bert}/model.safetensors")
+    for folder, extra in ((plain, {}), (mixed, {"step": np.arange(3)})):
+        shutil.copytree(bert, folder)
+        (folder / "model.safetensors").unlink()
+        torch.save({**weights, **extra}, folder / "pytorch_model.bin")
+    reference = TextEncoder(bert, "mean").encode(["the cat sat"])
+    assert torch.equal(TextEncoder(str(plain), "mean").encode(["the cat sat"]), reference)  # tensors only: loaded
+    for load in (TextEncoder, PooledModel.from_encoder):
+        with pytest.raises(PoolkitError, match=r"mixed: its pickled weights \(pytorch_model.bin\) hold objects "
+                                               r"besides tensors, and poolkit never unpickles those"):
+            load(str(mixed))
+    table = tmp_path / "t.csv"
+    pd.DataFrame({"text": ["the cat sat", "a dog"]}).to_csv(table, index=False)
+    assert main(["embed", "--data", str(table), "--model", str(mixed), "--out", str(tmp_path / "v.npy")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "weights_only=False will likely succeed" not in err
+    command = err.split("convert it to safetensors: ")[1].split(" and move ")[0]
+    subprocess.run([sys.executable if part == "python" else part for part in shlex.split(command)], check=True,
+                   env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    (mixed / "pytorch_model.bin").unlink()
+    assert torch.equal(TextEncoder(str(mixed), "mean").encode(["the cat sat"]), reference)

@@ -327,3 +327,28 @@ def test_a_full_disk_is_one_line_before_encoding_and_leaves_no_staging(bert, tmp
     assert [p for p in root.iterdir() if p.suffix != ".lock"] == [] and forward == []
     monkeypatch.undo()
     assert encode(bert, root).tokens.shape[1] > 0  # with room, the same call builds it
+
+
+def test_a_read_only_cache_folder_is_read_and_never_written(bert, tmp_path, monkeypatch, capsys):
+    # issue 32 item 15: a read-only cache folder gave a PermissionError traceback. Catches a shared read-only
+    # cache refused although it holds the features (or a lock file tried there), and a miss in it that starts
+    # encoding or says nothing useful. (os.access is patched: root writes anywhere, so chmod cannot show it.)
+    from poolkit.io import runs
+
+    root = tmp_path / "shared"
+    built = encode(bert, root)
+    before = sorted(p.name for p in root.iterdir())
+    real = os.access
+    monkeypatch.setattr(runs.os, "access", lambda path, mode: False if Path(path) == root else real(path, mode))
+    again = encode(bert, root)
+    assert np.array_equal(np.asarray(again.tokens), np.asarray(built.tokens))
+    assert sorted(p.name for p in root.iterdir()) == before  # no lock, no staging
+    with pytest.raises(F.PoolkitError, match=r"`cache_dir` .*shared cannot be written: no write permission in .*"
+                                             r"\(it holds no cache for these texts and settings\)"):
+        encode(bert, root, texts=TEXTS[:2])
+    table = tmp_path / "t.csv"
+    table.write_text("text,label\n" + "".join(f"text {i} here,{i % 2}\n" for i in range(12)))
+    code = main(["compare", "--data", str(table), "--model", bert, "--poolers", "mean", "--folds", "2",
+                 "--cache-dir", str(root), "--out", str(tmp_path / "board")])
+    assert code == 2 and capsys.readouterr().err.count("\n") == 1
+    assert sorted(p.name for p in root.iterdir()) == before and not (tmp_path / "board").exists()

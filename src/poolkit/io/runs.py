@@ -133,34 +133,46 @@ class RunFolder:
         ``settings`` other than the manifest's; forced, what earlier runs wrote is removed (see the class). The
         manifest names every entry of this kind still there and this run's outputs, and ``settings``."""
         self.check(force=force, resume=resume)
+        made = not self.path.exists()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise PoolkitError(f"could not make {self.flag} {self.path}: {error}") from None
-        with locked_dir(self.path, self.flag):
-            self.check(force=force, resume=resume)  # again under the lock: another run may have written meanwhile
-            settings = None if settings is None else json.loads(json.dumps(settings))  # as read back
-            found = self.manifest()
-            before = (found or {}).get("settings")
-            if resume and settings is not None and self.in_the_way() and before != settings:
-                changed = sorted(k for k in settings if (before or {}).get(k) != settings[k]) if isinstance(
-                    before, dict) else ["unrecorded"]
-                raise PoolkitError(f"{self.path} holds a run with other settings ({', '.join(changed) or 'some'} "
-                                   "differ): rerun with the same settings to resume it, or pass `force=True` to start "
-                                   "over")
-            stale = self.written() if force else []
-            if force and self.resumable:
-                _remove(stale)
-                found, stale = None, []
-            listed = [] if found is None else self._listed(found)
-            self._record([*listed, *(p for p in self.outputs if p not in listed)], settings if settings is not None
-                         else before)
-            yield self.path
-            if stale:  # this run is done: what the earlier one wrote and this one did not write again goes now
-                _remove([e for e in stale if not self._matches(e.name, self.outputs)])
-                left = [n for n in self._listed(self.manifest()) if n not in self.outputs and any(
-                    fnmatch.fnmatchcase(e.name, n) for e in self._entries())]
-                self._record([*left, *self.outputs], settings)
+        try:
+            with locked_dir(self.path, self.flag):
+                self.check(force=force, resume=resume)  # again under the lock: another run may have written meanwhile
+                settings = None if settings is None else json.loads(json.dumps(settings))  # as read back
+                found = self.manifest()
+                before = (found or {}).get("settings")
+                if resume and settings is not None and self.in_the_way() and before != settings:
+                    changed = sorted(k for k in settings if (before or {}).get(k) != settings[k]) if isinstance(
+                        before, dict) else ["unrecorded"]
+                    raise PoolkitError(f"{self.path} holds a run with other settings "
+                                       f"({', '.join(changed) or 'some'} differ): rerun with the same settings to "
+                                       "resume it, or pass `force=True` to start over")
+                stale = self.written() if force else []
+                if force and self.resumable:
+                    _remove(stale)
+                    found, stale = None, []
+                listed = [] if found is None else self._listed(found)
+                self._record([*listed, *(p for p in self.outputs if p not in listed)],
+                             settings if settings is not None else before)
+                yield self.path
+                if stale:  # this run is done: what the earlier one wrote and this one did not write again goes now
+                    _remove([e for e in stale if not self._matches(e.name, self.outputs)])
+                    left = [n for n in self._listed(self.manifest()) if n not in self.outputs and any(
+                        fnmatch.fnmatchcase(e.name, n) for e in self._entries())]
+                    self._record([*left, *self.outputs], settings)
+        except BaseException:
+            if made:  # a run that failed before writing anything leaves no folder behind
+                self._unmake()
+            raise
+
+    def _unmake(self) -> None:
+        """Remove the folder :meth:`claim` made when nothing but its manifest is in it (if the run has not)."""
+        if self.path.is_dir() and [entry.name for entry in self.path.iterdir()] in ([], [MANIFEST]):
+            (self.path / MANIFEST).unlink(missing_ok=True)
+            self.path.rmdir()
 
     def clear(self) -> None:
         """Remove what runs of this kind wrote here (:meth:`written`) and the manifest, then the folder when nothing

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import numbers
 import os
+import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -183,6 +184,8 @@ def whole_model(load, path: str | Path, whose: str, unused: tuple[str, ...] = ()
             raise
         raise PoolkitError(f"{path}: some of {whose} weights have other shapes than its config.json gives them: the "
                            "files do not belong together (edited or mixed?); restore the folder") from None
+    except pickle.UnpicklingError:
+        raise PoolkitError(pickle_refused(path)) from None
     finally:
         hf_logging.set_verbosity(level)
     missing = sorted(key for key in info.get("missing_keys", ()) if not key.startswith(unused))
@@ -192,6 +195,18 @@ def whole_model(load, path: str | Path, whose: str, unused: tuple[str, ...] = ()
                            "transformers would start them at random, so nothing is computed with them; the "
                            "weights do not match config.json (saved under another key prefix or architecture?)")
     return model
+
+
+def pickle_refused(path: str | Path) -> str:
+    """The one line for a folder whose pickled weights hold more than tensors: poolkit unpickles only tensors (torch's
+    ``weights_only``), never the objects a pickle can run code through; how to convert it to safetensors."""
+    pickles = sorted(p.name for p in Path(path).glob("*.bin")) if Path(path).is_dir() else []
+    where = Path(path) / (pickles[0] if pickles else "pytorch_model.bin")
+    return (f"{path}: its pickled weights ({', '.join(pickles) or 'a .bin file'}) hold objects besides tensors, and "
+            "poolkit never unpickles those (a pickle can run code on loading); if you trust its source, convert it "
+            "to safetensors: python -c \"import torch; from safetensors.torch import save_file; "
+            f"w = torch.load('{where}', weights_only=False); save_file({{k: v.contiguous() for k, v in w.items() "
+            f"if isinstance(v, torch.Tensor)}}, '{Path(path) / 'model.safetensors'}')\" and move {where.name} away")
 
 
 def _from_pretrained(auto_class, name_or_path: str | None, trust_remote_code: bool | None, **kwargs):

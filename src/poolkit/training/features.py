@@ -35,7 +35,9 @@ kept (the plan); and :data:`CACHE_VERSION`. ``meta.json``, written last, records
 (``encode_ms_per_1k``: tokenising and the forward passes, ms per 1,000 texts, with the device, batch size and
 threads it ran with) and each file's size and SHA-256, checked on open: a damaged cache is rebuilt, saying so.
 A cache is built in ``<key>.tmp``, flushed and renamed into place under ``<key>.lock`` (one run encodes, a second
-one waits and reuses it); a staging folder left by a killed run is removed by the next run.
+one waits and reuses it); a staging folder left by a killed run is removed by the next run. A cache folder that
+cannot be written (a shared, read-only one) is only read: an intact cache there is used, with no lock; anything
+else is refused in one line before any work.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from ..wording import size
 from ..data.batching import sorted_token_batches
 from ..errors import PoolkitError
 from ..io import TMP_SUFFIX, atomic_write_json, file_digest, is_cache_name, made_by_poolkit, replace_dir, temp_dir
+from ..io.runs import check_writable
 from ..models.encoders import (adds_no_eos, check_model_folder, is_causal, load_config, load_encoder, load_tokenizer,
                                model_fingerprint, resolve_model)
 from ..pooling import Pooler, build_pooler
@@ -317,10 +320,21 @@ def _cached(texts: list[str], model_path: str, max_length: int, batch_size: int,
         weakref.finalize(features, shutil.rmtree, scratch, True)
         return features
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    clean_staging(root)
     key = cache_key(model_path, texts, max_length, plan)
     folder, signal = root / key, root / (key + LAUNCH)
+    try:
+        check_writable(root, "`cache_dir`")
+    except PoolkitError as err:  # a shared, read-only cache: read what it holds, write nothing
+        if not folder.is_dir():
+            raise PoolkitError(f"{err} (it holds no cache for these texts and settings)") from None
+        try:
+            features = open_cache(folder)
+        except DamagedCache as damage:
+            raise PoolkitError(f"feature cache {folder} is damaged ({damage}) and {root} cannot be written to "
+                               "rebuild it: choose another `cache_dir`") from None
+        return features if rank == 0 else None
+    root.mkdir(parents=True, exist_ok=True)
+    clean_staging(root)
     bounds = [len(texts) * r // world for r in range(world + 1)]
 
     def encode_share(r: int, staging: Path) -> Path:
