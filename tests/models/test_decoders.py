@@ -171,3 +171,15 @@ def test_train_and_predict_pool_a_decoder_at_its_appended_eos(decoder, tmp_path)
     scores, _ = predict_outputs(fold, [texts[i] for i in saved["test_rows"]], progress=False)
     probabilities = np.exp(by_hand - by_hand.max(axis=1, keepdims=True))
     np.testing.assert_allclose(scores, probabilities / probabilities.sum(axis=1, keepdims=True), atol=1e-4)
+
+
+def test_explain_runs_a_decoder_pooled_at_its_last_token_with_the_eos_appended(decoder):
+    # catches explain tokenising without the EOS (its weights then belong to another vector than TextEncoder's:
+    # the last word's) and the EOS shown as a word of the text
+    from poolkit.explain import Explainer
+
+    tokenizer = load_tokenizer(decoder)
+    for text, item in zip(TEXTS, Explainer(decoder, "last").explain(TEXTS).items):
+        assert item.words[-1] == tokenizer.eos_token and item.spans[-1] is None
+        assert "".join(item.words[:-1]).replace(" ", "") == text.replace(" ", "")
+        assert item.weights[-1] == pytest.approx(1.0) and sum(item.weights[:-1]) == pytest.approx(0.0)

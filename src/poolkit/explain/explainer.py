@@ -21,6 +21,7 @@ import torch
 
 from ..errors import PoolkitError
 from ..io.runs import TRAIN_META, fold_models
+from ..models.encoders import appends_eos
 from ..models.heads import head_scores
 from ..pooling import Pooler, build_pooler
 
@@ -124,6 +125,12 @@ class _Member:
     target_cols: list[str] | None = None
 
     @property
+    def append_eos(self) -> bool:
+        """Whether each text ends with the tokenizer's EOS, as TextEncoder, train and predict run this pooler
+        (:func:`poolkit.models.encoders.appends_eos`)."""
+        return appends_eos(self.pooler, self.tokenizer)
+
+    @property
     def weights_asked(self) -> bool | str:
         """What the pooler is asked for: its per-head / per-query rows when it has them (asked per call, so
         concurrent explanations share nothing), else its weights."""
@@ -152,6 +159,10 @@ class _CachedMember(_Member):
     head: Any = None
     states: Callable[[np.ndarray], tuple[Any, torch.Tensor]] | None = None
     outputs: Callable[[np.ndarray], np.ndarray] | None = None
+
+    @property
+    def append_eos(self) -> bool:
+        return False  # the cache's token states are each text's own tokens (an appended EOS is left out of them)
 
     def forward(self, batch: dict[str, torch.Tensor], start: int) -> tuple[np.ndarray | None, Any]:
         states, mask = self.states(np.arange(start, start + len(batch["attention_mask"])))
@@ -264,10 +275,18 @@ class Explainer:
         results = []
         for start in range(0, len(texts), self.batch_size):
             chunk = texts[start:start + self.batch_size]
-            encoded = member.tokenizer(chunk, padding=True, truncation=True, max_length=member.max_length,
-                                       return_offsets_mapping=with_weights, return_tensors="pt")
+            eos = member.append_eos
+            encoded = member.tokenizer(chunk, padding=True, truncation=True, max_length=member.max_length - eos,
+                                       return_offsets_mapping=with_weights, return_tensors="pt",
+                                       **({"padding_side": "right"} if eos else {}))
+            if not getattr(encoded, "is_fast", True) or not hasattr(encoded, "word_ids"):
+                raise PoolkitError("explaining words needs a fast tokenizer (word_ids, offsets): load it with "
+                                   "use_fast=True")
+            word_ids = [encoded.word_ids(i) for i in range(len(chunk))]
             offsets = encoded.pop("offset_mapping", None)
             batch = {k: v for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            if eos:
+                batch, offsets, word_ids = _ended_by_eos(batch, offsets, word_ids, member.tokenizer.eos_token_id)
             scores, weights = member.forward(batch, start)
             if not with_weights:
                 results.extend({"scores": s} for s in scores)
@@ -281,7 +300,7 @@ class Explainer:
             token, layer, heads = (None if t is None else t.float().cpu().numpy() for t in (token, layer, heads))
             for i, text in enumerate(chunk):
                 results.append({"scores": None if scores is None else scores[i], "token": token[i],
-                                "words": _words(text, encoded, i, offsets[i], member.tokenizer),
+                                "words": _words(text, batch, i, offsets[i], word_ids[i], member.tokenizer),
                                 "layer": None if layer is None else layer[i],
                                 "heads": None if heads is None else heads[i]})
         return results
@@ -366,15 +385,28 @@ def _row_labels(pooler: Pooler) -> list[str]:
     return [f"head {h + 1}" for h in range(heads)]
 
 
-def _words(text: str, encoded, row: int, offsets: torch.Tensor, tokenizer) -> list[tuple[str, tuple[int, int] | None,
-                                                                                              list[int]]]:
+def _ended_by_eos(batch: dict[str, torch.Tensor], offsets: torch.Tensor | None, word_ids: list[list[int | None]],
+                  eos: int) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, list[list[int | None]]]:
+    """A right-padded batch with the EOS put after each row's real tokens (one more column; its offsets (0, 0), no
+    word), as :func:`poolkit.data.batching.tokenized` ends the texts for TextEncoder."""
+    lengths = batch["attention_mask"].sum(dim=1)
+    rows = torch.arange(len(lengths))
+    grown = {k: torch.nn.functional.pad(v, (0, 1)) for k, v in batch.items()}
+    grown["input_ids"][rows, lengths] = eos
+    grown["attention_mask"][rows, lengths] = 1
+    if "token_type_ids" in grown:
+        grown["token_type_ids"][rows, lengths] = grown["token_type_ids"][rows, (lengths - 1).clamp(min=0)]
+    offsets = None if offsets is None else torch.nn.functional.pad(offsets, (0, 0, 0, 1))
+    word_ids = [ids[:n] + [None] + ids[n:] for ids, n in zip(word_ids, lengths.tolist())]
+    return grown, offsets, word_ids
+
+
+def _words(text: str, batch: dict[str, torch.Tensor], row: int, offsets: torch.Tensor, word_ids: list[int | None],
+           tokenizer) -> list[tuple[str, tuple[int, int] | None, list[int]]]:
     """[(word, span or None, token positions)]: the text's words in order (pieces with one word_id merged),
     special tokens as their own entries."""
-    if not getattr(encoded, "is_fast", True) or not hasattr(encoded, "word_ids"):
-        raise PoolkitError("explaining words needs a fast tokenizer (word_ids, offsets): load it with use_fast=True")
-    word_ids = encoded.word_ids(row)
-    mask = encoded["attention_mask"][row].tolist()
-    ids = encoded["input_ids"][row].tolist()
+    mask = batch["attention_mask"][row].tolist()
+    ids = batch["input_ids"][row].tolist()
     words: list[tuple[str, tuple[int, int] | None, list[int]]] = []
     seen: dict[int, int] = {}
     for t, (wid, real) in enumerate(zip(word_ids, mask)):
