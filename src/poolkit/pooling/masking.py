@@ -82,36 +82,60 @@ def real_counts(mask: Tensor) -> Tensor:
 
 
 def masked_weighted_sum(x: Tensor, weights: Tensor, mask: Tensor | None = None) -> Tensor:
-    """sum_t weights[b, t] * x[b, t, :] as one batched matmul, accumulated in float32.
+    """sum_t weights[b, t] * x[b, t, :] as a batched matmul, in the compute dtype (float32 for half inputs).
 
-    x: (B, T, D); weights: (B, T) or (B, H, T) already zero at padding. Returns (B, D) or (B, H, D)
-    in the compute dtype (float32 for half inputs). No (B, T, D) temporary is made: half-precision x is
-    not upcast (that copy, twice x's size, costs more than the sum itself); the weights are cast to x's
-    dtype instead and the matmul accumulates in float32 (oneDNN on CPU, cuBLAS on GPU), so only the
-    weights and the (B, D) result are rounded to x's precision.
+    x: (B, T, D); weights: (B, T) or (B, H, T) already zero at padding. Returns (B, D) or (B, H, D). Half-precision
+    x and its weights are reduced in float32, so a mean rounded once to x's precision afterwards is the correctly
+    rounded mean (sentence-transformers' and timm's): weights cast to bf16 first (1/n rounded) put a bf16 mean one
+    ulp off in about a fifth of its elements. Where :func:`fast.active`, the float32 copy of x is made a block of
+    tokens at a time (:data:`EXACT_BLOCK_BYTES`), never the whole batch at once.
 
     ``mask`` (B, T) bool, for learned weights that may be 0 at a real token (gated weights): their gradient
     is then dropped at the padded positions only. Without it, it is dropped wherever a weight is 0, which
     suits softmax weights (their backward multiplies by the weight itself).
     """
     squeeze = weights.dim() == 2
-    w = (weights.unsqueeze(1) if squeeze else weights).to(x.dtype)
-    # fast.WeightedSum: for learned weights (its weight gradient ignores padded values), and for one weight row
-    # in float32 / float64 (its x gradient is cheaper there); else bmm's own backward is the faster.
-    custom = w.requires_grad or (w.shape[1] == 1 and compute_dtype(x.dtype) == x.dtype and x.requires_grad)
-    if custom and torch.is_grad_enabled() and fast.active(x):
-        out = fast.WeightedSum.apply(w, x, None if mask is None else mask[:, None, :])
+    dtype = compute_dtype(x.dtype)
+    w = (weights.unsqueeze(1) if squeeze else weights).to(dtype)
+    if x.dtype == dtype:
+        out = _weighted_sum(w, x, mask)
     else:
-        out = torch.bmm(w, x)
-    out = out.to(compute_dtype(x.dtype))
+        length = x.shape[1]
+        step = max(1, EXACT_BLOCK_BYTES // max(1, x.shape[0] * x.shape[2] * 4)) if fast.active(x) else length
+        out = None
+        for start in range(0, max(length, 1), max(step, 1)):
+            at = slice(start, start + step)
+            part = _weighted_sum(w[:, :, at], x[:, at].to(dtype), None if mask is None else mask[:, at])
+            out = part if out is None else out + part
     return out.squeeze(1) if squeeze else out
 
 
-def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """Mean over the real tokens: (B, T, D), (B, T) bool -> (B, D) in the compute dtype; empty rows 0."""
+#: the most bytes of float32 tokens :func:`masked_weighted_sum` makes of half-precision x at once (fast forms)
+EXACT_BLOCK_BYTES = 16 << 20
+
+
+def _weighted_sum(w: Tensor, x: Tensor, mask: Tensor | None) -> Tensor:
+    """``torch.bmm(w, x)`` (w (B, H, T), x (B, T, D), one dtype), through :class:`fast.WeightedSum` where its
+    backward is the cheaper: for learned weights (its weight gradient ignores padded values), and for one weight
+    row (its x gradient is a broadcast multiply)."""
+    custom = w.requires_grad or (w.shape[1] == 1 and x.requires_grad)
+    if custom and torch.is_grad_enabled() and fast.active(x):
+        return fast.WeightedSum.apply(w, x, None if mask is None else mask[:, None, :])
+    return torch.bmm(w, x)
+
+
+def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
+    """Mean over the real tokens: (B, T, D), (B, T) bool -> (B, D) in the compute dtype; empty rows 0 (``root``:
+    the sum over the square root of the count, sentence-transformers' mean_sqrt_len).
+
+    Half-precision x, and ``root``: the float32 sum divided by the count, so the result rounded once to x's
+    precision is the correctly rounded mean. float32 / float64 x: the product with :func:`uniform_weights`, the
+    one a uniform softmax (FlexPooling at zero logits) takes, so that the two agree bit for bit."""
     dtype = compute_dtype(x.dtype)
+    if x.dtype == dtype and not root:
+        return masked_weighted_sum(x, uniform_weights(mask))
     counts = real_counts(mask).clamp(min=1).to(dtype)
-    return masked_weighted_sum(x, mask.to(dtype) / counts[:, None])
+    return masked_weighted_sum(x, mask.to(dtype)) / (counts.sqrt() if root else counts)[:, None]
 
 
 def masked_fill_reduce(x: Tensor, mask: Tensor, largest: bool) -> tuple[Tensor, Tensor]:

@@ -64,8 +64,9 @@ class MeanPooler(Pooler):
     quadrature = True  # sum w x / sum w: a quadrature rule's mean of a sampled function
 
     def pool(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None):
-        weights = (masking.uniform_weights(mask) if quadrature_weights is None
-                   else masking.quadrature_mean_weights(mask, quadrature_weights))
+        if quadrature_weights is None:
+            return masking.masked_mean(x, mask), masking.uniform_weights(mask)
+        weights = masking.quadrature_mean_weights(mask, quadrature_weights)
         return masking.masked_weighted_sum(x, weights), weights
 
 
@@ -100,8 +101,7 @@ class MeanSqrtLenPooler(Pooler):
         return self.pool_without_weights(x, mask), masking.uniform_weights(mask)
 
     def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
-        weights = mask.float()
-        return masking.masked_weighted_sum(x, weights.div_(weights.sum(dim=1, keepdim=True).clamp_(min=1).sqrt_()))
+        return masking.masked_mean(x, mask, root=True)
 
 
 @register_pooler("weighted_mean", "weightedmean", "position_weighted_mean")
@@ -172,13 +172,13 @@ class MeanMaxPooler(Pooler):
 
     def pool(self, x: Tensor, mask: Tensor):
         mean_weights = masking.uniform_weights(mask)
-        mean = masking.masked_weighted_sum(x, mean_weights)
+        mean = masking.masked_mean(x, mask)
         maximum, indices = masking.masked_extreme(x, mask, largest=True, with_index=True)
         pooled = torch.cat([mean, maximum.to(mean.dtype)], dim=-1)
         return pooled, (mean_weights + masking.argmax_share(indices, mask)) / 2
 
     def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
-        mean = masking.masked_weighted_sum(x, masking.uniform_weights(mask))
+        mean = masking.masked_mean(x, mask)
         return torch.cat([mean, masking.masked_extreme(x, mask, largest=True).to(mean.dtype)], dim=-1)
 
 
