@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"kind": "spatial", **info, "timm": timm[2],
               "settings": {"shapes": SHAPES, "poolers": POOLERS, "masked": MASKED, "timm_types": TIMM_TYPES,
                            "dtypes": ["fp32", "bf16"], "modes": ["fwd", "fwd+bwd"], "repeats": repeats,
-                           "min_sample_s": MIN_SAMPLE_S, "threads": args.threads, "target": TARGET,
+                           "min_sample_s": MIN_SAMPLE_S, "threads": torch.get_num_threads(), "target": TARGET,
                            "not_a_floor": NOT_A_FLOOR,
                            "figure": "pooler time / floor (or timm) time, median of the per-repeat ratios"},
               "rows": rows}

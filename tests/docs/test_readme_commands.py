@@ -1,8 +1,8 @@
-"""The README's command lines (issue 33 item 1, second part): every ``poolkit`` line of its shell blocks parses
-with poolkit's own parser (a flag renamed in the code and not in the README fails here), the launch lines that
-say they work on CPUs set what a CPU launch needs, and the lines a reader runs one after another in one folder
-run, in README order, each as written or with the substitution this file names and why. A line added to the
-README with neither a run nor a reason fails."""
+"""The README's command lines (issue 33 item 1, second part): every ``poolkit`` line of its shell blocks, and of
+the docs pages it links, parses with poolkit's own parser (a flag renamed in the code and not in the docs fails
+here), the launch lines that say they work on CPUs set what a CPU launch needs, and the lines a reader runs one
+after another in one folder run, in README order, each as written or with the substitution this file names and
+why. A line added to the README with neither a run nor a reason fails."""
 
 from __future__ import annotations
 
@@ -69,10 +69,15 @@ NOT_RUN = {
 }
 
 
-def shell_lines() -> list[str]:
-    """Every command line of the README's bash blocks, continuations joined, comments dropped."""
+def linked_pages() -> list[Path]:
+    """The docs pages the README links, whose quick starts a reader goes on to."""
+    return sorted({README.parent / name for name in re.findall(r"docs/[a-z_-]+\.md", README.read_text())})
+
+
+def shell_lines(page: Path = README) -> list[str]:
+    """Every command line of ``page``'s bash blocks, continuations joined, comments dropped."""
     lines = []
-    for block in SHELL.findall(README.read_text()):
+    for block in SHELL.findall(page.read_text()):
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True)
             if words:
@@ -111,13 +116,15 @@ def test_every_readme_command_line_is_run_or_says_why_not():
     assert sorted(start for start in RUN if not any(decided(line, {start: 0}) for line in lines)) == []
 
 
-def test_every_poolkit_line_of_the_readme_parses():
-    # catches a flag or a command renamed in the code and not in the README (merge's --folds, say) and a value
-    # the parser refuses; a line that elides its arguments ("...") is parsed up to the command
+@pytest.mark.parametrize("page", [README, *linked_pages()], ids=lambda page: page.name)
+def test_every_poolkit_line_of_the_readme_and_its_linked_pages_parses(page):
+    # catches a flag or a command renamed in the code and not in the README or a docs page's quick start (merge's
+    # --folds, say; a bench's options too) and a value the parser refuses; a line that elides its arguments ("...")
+    # is parsed up to the command
     from poolkit.cli import build_parser
 
     refused = []
-    for line in shell_lines():
+    for line in shell_lines(page):
         for variant in variants(line):
             argv = poolkit_argv(variant)
             if argv is None:

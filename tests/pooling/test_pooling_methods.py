@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from torch import nn
@@ -391,9 +393,7 @@ def test_float32_layer_pooler_converts_selected_rows_not_whole_bf16_layers(token
     """A float32 weighted_layer given bf16 states: no float32 copy of any whole (B, T, D) layer is made
     for a linear token pooler (a mean reduces a block of tokens at a time in float32: blocks of 4 here), and at
     most the one mixed layer for a non-linear one; the result matches the float32 computation to bf16 rounding."""
-    from poolkit.pooling import masking
-
-    monkeypatch.setattr(masking, "EXACT_BLOCK_BYTES", 3 * HIDDEN * 4 * 4)
+    monkeypatch.setattr(fast, "EXACT_BLOCK_BYTES", 3 * HIDDEN * 4 * 4)
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class FullFloat32Tensors(TorchDispatchMode):
@@ -527,5 +527,30 @@ def test_half_precision_means_are_the_correctly_rounded_ones(name, dtype, monkey
         got = pooler(x, mask)
         assert got.dtype == dtype and torch.equal(got, expected), (fast_forms, (got != expected).float().mean())
     monkeypatch.setattr(fast, "_enabled", True)
-    monkeypatch.setattr(masking, "EXACT_BLOCK_BYTES", 6 * 64 * 4 * 7)  # blocks of 7 tokens, the last one short
+    monkeypatch.setattr(fast, "EXACT_BLOCK_BYTES", 6 * 64 * 4 * 7)  # blocks of 7 tokens, the last one short
     torch.testing.assert_close(pooler(x, mask).double(), reference[name], rtol=8e-3, atol=0)
+
+
+@pytest.mark.parametrize("name", ["mean", "attention", "weighted_mean"])
+def test_the_half_precision_weighted_sum_gives_the_plain_forms_values_and_gradients(name):
+    """fast.HalfWeightedSum (blocks of float32 tokens forward, x's precision backward) against the plain form (the
+    float32 copy of x under autograd): the same outputs, gradients within bf16 rounding, for x and the pooler's
+    parameters. Catches a forward that drops or repeats tokens, and a backward that loses x's or the weights'
+    gradient."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 23, HIDDEN, generator=gen).bfloat16()
+    mask = mask_from_lengths([23, 5, 0, 11], 23).bool()
+    pooler = make_pooler(name).to(torch.bfloat16)  # bf16 weights: a float32 pooler widens x before the sum
+    results = []
+    for fast_forms in (True, False):
+        inputs = x.clone().requires_grad_()
+        with (contextlib.nullcontext() if fast_forms else fast.disabled()):
+            pooler.zero_grad()
+            out = pooler(inputs, mask)
+            (out.float() * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
+        grads = [inputs.grad.float()] + [p.grad.float().clone() for p in pooler.parameters() if p.grad is not None]
+        results.append((out, grads))
+    (fast_out, fast_grads), (plain_out, plain_grads) = results
+    assert torch.equal(fast_out, plain_out) and len(fast_grads) == len(plain_grads)
+    for ours, theirs in zip(fast_grads, plain_grads):
+        torch.testing.assert_close(ours, theirs, rtol=2e-2, atol=2e-2)

@@ -135,6 +135,42 @@ class WeightedSum(torch.autograd.Function):
         return grad_weights, grad_x, None
 
 
+#: the most bytes of float32 tokens :class:`HalfWeightedSum` makes of half-precision x at once
+EXACT_BLOCK_BYTES = 16 << 20
+
+
+class HalfWeightedSum(torch.autograd.Function):
+    """``torch.bmm(weights, x.float())`` for float32 weights (B, H, T) and half-precision x (B, T, D), -> float32
+    (B, H, D): x is copied to float32 a block of tokens at a time (:data:`EXACT_BLOCK_BYTES`), never whole, and
+    nothing float32 of x's size is kept for the backward pass, which runs in x's precision (x's gradient is x's
+    dtype whatever it is computed in); the weight gradient is dropped at padding as :class:`WeightedSum`'s."""
+
+    @staticmethod
+    def forward(weights: Tensor, x: Tensor, real: Tensor | None) -> Tensor:
+        step = max(1, EXACT_BLOCK_BYTES // max(1, x.shape[0] * x.shape[2] * 4))
+        out = weights.new_zeros(weights.shape[0], weights.shape[1], x.shape[2])
+        for start in range(0, x.shape[1], step):
+            out.baddbmm_(weights[:, :, start:start + step], x[:, start:start + step].float())
+        return out
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        weights, x, real = inputs
+        ctx.save_for_backward(weights, x, real)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        weights, x, real = ctx.saved_tensors
+        grad = grad.contiguous().to(x.dtype)
+        grad_weights = grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_weights = torch.bmm(grad, x.transpose(1, 2)).float()
+            grad_weights = grad_weights.masked_fill(weights == 0 if real is None else ~real, 0)
+        if ctx.needs_input_grad[1]:
+            grad_x = torch.bmm(weights.transpose(1, 2).to(x.dtype), grad)
+        return grad_weights, grad_x, None
+
+
 # -- masked max / min ----------------------------------------------------------------------------
 _index_reduce_warned = False
 

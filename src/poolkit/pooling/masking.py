@@ -87,8 +87,8 @@ def masked_weighted_sum(x: Tensor, weights: Tensor, mask: Tensor | None = None) 
     x: (B, T, D); weights: (B, T) or (B, H, T) already zero at padding. Returns (B, D) or (B, H, D). Half-precision
     x and its weights are reduced in float32, so a mean rounded once to x's precision afterwards is the correctly
     rounded mean (sentence-transformers' and timm's): weights cast to bf16 first (1/n rounded) put a bf16 mean one
-    ulp off in about a fifth of its elements. Where :func:`fast.active`, the float32 copy of x is made a block of
-    tokens at a time (:data:`EXACT_BLOCK_BYTES`), never the whole batch at once.
+    ulp off in about a fifth of its elements. Where :func:`fast.active`, :class:`fast.HalfWeightedSum` makes the
+    float32 copy of x a block of tokens at a time, and runs the backward pass in x's precision.
 
     ``mask`` (B, T) bool, for learned weights that may be 0 at a real token (gated weights): their gradient
     is then dropped at the padded positions only. Without it, it is dropped wherever a weight is 0, which
@@ -99,19 +99,11 @@ def masked_weighted_sum(x: Tensor, weights: Tensor, mask: Tensor | None = None) 
     w = (weights.unsqueeze(1) if squeeze else weights).to(dtype)
     if x.dtype == dtype:
         out = _weighted_sum(w, x, mask)
+    elif fast.active(x):
+        out = fast.HalfWeightedSum.apply(w, x, None if mask is None else mask[:, None, :])
     else:
-        length = x.shape[1]
-        step = max(1, EXACT_BLOCK_BYTES // max(1, x.shape[0] * x.shape[2] * 4)) if fast.active(x) else length
-        out = None
-        for start in range(0, max(length, 1), max(step, 1)):
-            at = slice(start, start + step)
-            part = _weighted_sum(w[:, :, at], x[:, at].to(dtype), None if mask is None else mask[:, at])
-            out = part if out is None else out + part
+        out = _weighted_sum(w, x.to(dtype), mask)
     return out.squeeze(1) if squeeze else out
-
-
-#: the most bytes of float32 tokens :func:`masked_weighted_sum` makes of half-precision x at once (fast forms)
-EXACT_BLOCK_BYTES = 16 << 20
 
 
 def _weighted_sum(w: Tensor, x: Tensor, mask: Tensor | None) -> Tensor:
