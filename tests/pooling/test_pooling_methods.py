@@ -391,9 +391,10 @@ def test_layer_poolers_do_not_stack_all_positions_for_cls(monkeypatch):
 @pytest.mark.parametrize("token_pooler", ["cls", "mean", "attention", "max"])
 def test_float32_layer_pooler_converts_selected_rows_not_whole_bf16_layers(token_pooler, monkeypatch):
     """A float32 weighted_layer given bf16 states: no float32 copy of any whole (B, T, D) layer is made
-    for a linear token pooler (a mean reduces a block of tokens at a time in float32: blocks of 4 here), and at
+    for a linear token pooler (a mean reduces a block of rows at a time in float32: one row here), and at
     most the one mixed layer for a non-linear one; the result matches the float32 computation to bf16 rounding."""
-    monkeypatch.setattr(fast, "EXACT_BLOCK_BYTES", 3 * HIDDEN * 4 * 4)
+    monkeypatch.setattr(fast, "EXACT_WHOLE_BYTES", 0)
+    monkeypatch.setattr(fast, "EXACT_BLOCK_BYTES", 9 * HIDDEN * 4)
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class FullFloat32Tensors(TorchDispatchMode):
@@ -510,7 +511,7 @@ def test_half_precision_means_are_the_correctly_rounded_ones(name, dtype, monkey
     """issue 32 item 18: the 1/n weights cast to bf16 before the sum put a bf16 mean one ulp off in about a fifth of
     its elements, where sentence-transformers' and timm's are correctly rounded. Catches any rounding before the
     float32 sum and its division (the float64 reference rounded once to the dtype must come out exactly), in the
-    plain form and the fast one, and token blocks that drop or repeat tokens."""
+    plain form and the fast one, and blocks of rows that drop or repeat rows."""
     from poolkit.pooling import masking
 
     gen = torch.Generator().manual_seed(7)
@@ -527,8 +528,9 @@ def test_half_precision_means_are_the_correctly_rounded_ones(name, dtype, monkey
         got = pooler(x, mask)
         assert got.dtype == dtype and torch.equal(got, expected), (fast_forms, (got != expected).float().mean())
     monkeypatch.setattr(fast, "_enabled", True)
-    monkeypatch.setattr(fast, "EXACT_BLOCK_BYTES", 6 * 64 * 4 * 7)  # blocks of 7 tokens, the last one short
-    torch.testing.assert_close(pooler(x, mask).double(), reference[name], rtol=8e-3, atol=0)
+    monkeypatch.setattr(fast, "EXACT_WHOLE_BYTES", 0)
+    monkeypatch.setattr(fast, "EXACT_BLOCK_BYTES", 40 * 64 * 4 * 4)  # blocks of 4 rows, the last one short
+    assert torch.equal(pooler(x, mask), expected)
 
 
 @pytest.mark.parametrize("name", ["mean", "attention", "weighted_mean"])
