@@ -235,3 +235,13 @@ def test_the_sample_of_a_limit_run_is_found_in_the_whole_table(model_dir, tmp_pa
     found = TaskArithmetic(model_dir, [tmp_path / "r"], [whole]).tasks[0].data
     assert len(found) == 40 and data_sha1(found) == json.loads((tmp_path / "r" / "fold_0" / finetune.META).read_text())[
         "data_sha1"]
+
+
+@pytest.mark.parametrize("name", ["../other", "/abs/path", ".hidden", "a.tmp", "x.old", RECORD, ""])
+def test_task_names_that_would_reach_outside_out_are_refused_before_any_work(runs, model_dir, tmp_path, name):
+    # issue 32 item 1: `merge --names a ../runs/other` overwrote the other run's metrics.json and weights, and an
+    # absolute name wrote outside --out. Catches a name check that lets a path, a hidden or staging name through
+    out = tmp_path / "merged"
+    with pytest.raises(PoolkitError, match="cannot name a folder in `out`"):
+        merge([runs["good"], runs["count"]], out, base=model_dir, alpha=0.5, names=["a", name])
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []

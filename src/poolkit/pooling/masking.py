@@ -120,12 +120,14 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
     """Mean over the real tokens: (B, T, D), (B, T) bool -> (B, D) in the compute dtype; empty rows 0 (``root``:
     the sum over the square root of the count, sentence-transformers' mean_sqrt_len).
 
-    Half-precision x, and ``root``: the float32 sum divided by the count, so the result rounded once to x's
-    precision is the correctly rounded mean. float32 / float64 x: the product with :func:`uniform_weights`, the
-    one a uniform softmax (FlexPooling at zero logits) takes, so that the two agree bit for bit."""
+    Half-precision x: the float32 sum divided by the count, so the result rounded once to x's precision is the
+    correctly rounded mean. float32 / float64 x: one product with the weights (:func:`uniform_weights`, the ones a
+    uniform softmax takes, so that FlexPooling at zero logits agrees bit for bit)."""
     dtype = compute_dtype(x.dtype)
-    if x.dtype == dtype and not root:
-        return masked_weighted_sum(x, uniform_weights(mask))
+    if x.dtype == dtype:
+        weights = mask.float()
+        scale = weights.sum(dim=1, keepdim=True).clamp_(min=1)
+        return masked_weighted_sum(x, weights.div_(scale.sqrt_() if root else scale))
     counts = real_counts(mask).clamp(min=1).to(dtype)
     return masked_weighted_sum(x, mask.to(dtype)) / (counts.sqrt() if root else counts)[:, None]
 
