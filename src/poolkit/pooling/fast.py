@@ -142,12 +142,12 @@ EXACT_WHOLE_BYTES = 8 << 20
 EXACT_BLOCK_BYTES = 2 << 20
 
 
-class HalfWeightedSum(torch.autograd.Function):
+class HalfWeightedSum(WeightedSum):
     """``torch.bmm(weights, x.float())`` for float32 weights (B, H, T) and half-precision x (B, T, D), -> float32
     (B, H, D): a large x is copied to float32 a block of rows at a time (:data:`EXACT_BLOCK_BYTES`, at least one
     row), and nothing float32 of x's size is kept for the backward pass, which runs in x's precision (x's
     gradient is x's dtype whatever it is computed in); the weight gradient is dropped at padding as
-    :class:`WeightedSum`'s."""
+    :class:`WeightedSum`'s, whose saved tensors it keeps."""
 
     @staticmethod
     def forward(weights: Tensor, x: Tensor, real: Tensor | None) -> Tensor:
@@ -158,11 +158,6 @@ class HalfWeightedSum(torch.autograd.Function):
             at = slice(start, start + rows)
             torch.bmm(weights[at], x[at].float(), out=out[at])
         return out
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        weights, x, real = inputs
-        ctx.save_for_backward(weights, x, real)
 
     @staticmethod
     def backward(ctx, grad: Tensor):

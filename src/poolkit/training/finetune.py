@@ -505,9 +505,8 @@ class _Fold:
             self.accelerator.load_state(str(saved))
             self.progress = progress = Progress(**loaded)
             logger.info(f"fold {self.k}: resumed after epoch {progress.epoch} (step {progress.step})")
-        elif self.main:
-            shutil.rmtree(self.work, ignore_errors=True)
-            self.work.mkdir(parents=True)
+        else:
+            self.empty_work()
         self.accelerator.wait_for_everyone()
         logger.info(f"fold {self.k}: {len(self.fit_rows)} fit / {len(self.val_rows)} validation (checkpoint choice) / "
                     f"{len(self.test_rows)} test rows; "
@@ -630,14 +629,18 @@ class _Fold:
                 "base_sha1": self.base_sha1, **self.target_stats, "seconds": progress.seconds,
                 "history": progress.history}
 
+    def empty_work(self) -> None:
+        """The fold's work folder made afresh, empty (main process)."""
+        if self.main:
+            shutil.rmtree(self.work, ignore_errors=True)
+            self.work.mkdir(parents=True)
+
     def refit(self, epochs: float) -> dict[str, Any]:
         """Train on the fit rows (every row: none to validate or test on) until ``epochs`` epochs of the schedule
         have passed (0: the model as it starts), save the weights reached to ``best/`` with poolkit_train.json."""
         config, progress = self.config, self.progress
         stop = round(epochs * self.total_steps / config.epochs)
-        if self.main:
-            shutil.rmtree(self.work, ignore_errors=True)
-            self.work.mkdir(parents=True)
+        self.empty_work()
         self.accelerator.wait_for_everyone()
         logger.info(f"refit: {len(self.fit_rows)} rows, {epochs:g} of the schedule's {config.epochs} epochs "
                     f"({stop} of {self.total_steps} optimizer steps), no validation or test rows; "
