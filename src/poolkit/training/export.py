@@ -41,7 +41,7 @@ import torch
 from ..errors import PoolkitError
 from ..io import atomic_write_content, build_dir
 from ..io.runs import TRAIN_META, check_writable
-from .leaderboard import BASELINE_LABELS, rank_key
+from .leaderboard import BASELINE_LABELS, best_row, learned_rows
 
 #: what an exported folder's EXPORT_META says made it (``--force`` replaces only such a folder)
 EXPORTED_FROM = "poolkit compare --export"
@@ -119,8 +119,7 @@ def exported_row(rows: list[dict[str, Any]], higher_is_better: bool, pooler: str
                  mode: str | None = None) -> dict[str, Any]:
     """The row to export: the best row with a trained pooler or head (the baseline never; ``mode``: of that mode
     only, else of either), or the best such row labelled ``pooler``."""
-    learned = [row for row in rows if row["pooler"] not in BASELINE_LABELS.values()
-               and (mode is None or row["mode"] == mode)]
+    learned = learned_rows(rows, mode)
     which = f"{mode} pooler row" if mode else "pooler row"
     if pooler is not None:
         found = [row for row in learned if row["pooler"] == pooler]
@@ -130,7 +129,7 @@ def exported_row(rows: list[dict[str, Any]], higher_is_better: bool, pooler: str
         learned = found
     if not learned:
         raise PoolkitError(f"the board has no {which} to export (only the baseline): compare some poolers")
-    return min(learned, key=lambda row: rank_key(row["mean"], higher_is_better))
+    return best_row(learned, higher_is_better)
 
 
 def median_epochs(row: dict[str, Any]) -> float:

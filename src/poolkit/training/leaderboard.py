@@ -116,13 +116,12 @@ class Leaderboard:
         states) or ``"finetuned"`` only (default: either, by the metric)."""
         if mode not in (None, "frozen", "finetuned"):
             raise PoolkitError(f"`mode` must be 'frozen' or 'finetuned' (or left out), got {mode!r}")
-        rows = [row for row in self.rows if row["pooler"] not in BASELINE_LABELS.values()
-                and (mode is None or row["mode"] == mode)]
+        rows = learned_rows(self.rows, mode)
         if not rows:
             which = f"{mode} pooler row" if mode else "pooler row"
             raise PoolkitError(f"the leaderboard has no {which} besides the baseline: leave `mode` out, or compare "
                                "more poolers")
-        return min(rows, key=lambda row: rank_key(row["mean"], self.settings["higher_is_better"]))
+        return best_row(rows, self.settings["higher_is_better"])
 
     @property
     def tested(self) -> bool:
@@ -325,6 +324,16 @@ def _cost_cell(row: dict[str, Any]) -> str:
 def mean_std(mean: float, std: float | None) -> str:
     """"0.5870 ± 0.0123", or "0.5870 (one fold)" when there is no std."""
     return f"{mean:.4f} ± {std:.4f}" if std is not None else f"{mean:.4f} (one fold)"
+
+
+def learned_rows(rows: list[dict[str, Any]], mode: str | None = None) -> list[dict[str, Any]]:
+    """The rows with a pooler of their own (the linear baseline left out), of ``mode`` only when given."""
+    return [row for row in rows if row["pooler"] not in BASELINE_LABELS.values() and mode in (None, row["mode"])]
+
+
+def best_row(rows: list[dict[str, Any]], higher_is_better: bool) -> dict[str, Any]:
+    """The row of ``rows`` with the best metric mean (a NaN mean never)."""
+    return min(rows, key=lambda row: rank_key(row["mean"], higher_is_better))
 
 
 def rank_key(mean: float, higher_is_better: bool) -> float:
