@@ -123,8 +123,8 @@ def appends_eos(pooler: torch.nn.Module, tokenizer) -> bool:
     """The default of ``append_eos`` everywhere a model is run from texts (TextEncoder, train, predict, compare's
     feature cache): whether ``pooler`` pools each text's last token (``last``, or a layer pooler over it) and the
     tokenizer adds no EOS of its own, which is then appended: a decoder embedder's pooled token is its EOS."""
-    token = pooler.token if getattr(pooler, "kind", None) == "layer" else pooler
-    return getattr(token, "name", None) == "last" and adds_no_eos(tokenizer)
+    token = pooler.token if pooler.kind == "layer" else pooler
+    return token.name == "last" and adds_no_eos(tokenizer)
 
 
 def probe_first_states(encoder: torch.nn.Module, tokenizer, device: torch.device | str, mask=None) -> torch.Tensor:
