@@ -1,16 +1,14 @@
 """docs/channel-spatial.md's readings: rendered from the page's one Holm-adjusted ``Verdicts``, worded from the
 outcome (a block that is steadily ahead beats, one whose differences straddle 0 is inside the noise), the runs
-that chose their last epoch counted; and the real page refuses a hand-typed claim and reports a flipped verdict."""
+that chose their last epoch counted (the real page's typed-claim and flipped-verdict checks: test_readings.py)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 from pages import channel_spatial as page
-from reading_checks import with_verdict_flipped
 
 from poolkit_bench.channel_spatial import COLUMNS, summarize_runs
-from poolkit.errors import PoolkitError
 
 SEEDS = (1, 2, 3, 4, 5)
 BASE = (0.70, 0.74, 0.72, 0.76, 0.71)
@@ -81,17 +79,6 @@ def test_runs_that_chose_their_last_epoch_are_counted_and_most_read_under_traine
     assert "all ten classes, 500 images (4 epochs): 12 of 20 (under-trained)" in text
     assert "| `none` | 3 of 5 (under-trained) |" in text
     assert "12 of 20" not in page.render_epochs(synthetic(best_epoch=lambda seed: 2))
-
-
-def test_the_real_page_refuses_a_hand_typed_claim_and_reports_a_flipped_verdict():
-    # the committed page and results: a claim typed outside the blocks fails --check, a verdict edited inside the
-    # verdicts block is a stale block
-    text = page.PAGE.file().read_text()
-    with pytest.raises(PoolkitError, match="hand-written readings"):
-        page.PAGE.update(text + "\nOn the fine-grained classes spatial-first is detectably worse than channel-first.\n")
-    flipped = with_verdict_flipped(text, "| residual − none |", "residual beats none",
-                                   "residual and none: inside the noise")
-    assert flipped != text and page.PAGE.update(flipped)[1] == ["verdicts"]  # and only it: the rest matches its files
 
 
 def test_every_size_shares_one_family():

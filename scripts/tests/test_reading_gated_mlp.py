@@ -1,16 +1,14 @@
 """docs/gated-mlp.md's readings: GLU against each other variant, each from its paired t over the seeds (test accuracy,
-higher is better), Holm-adjusted over the page; a hand-typed claim or a flipped verdict fails
-``scripts/docs.py --check``."""
+higher is better), Holm-adjusted over the page (the real page's typed-claim and flipped-verdict checks:
+test_readings.py)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 from pages import gated_mlp
-from reading_checks import with_verdict_flipped
 from verdicts import Verdicts
 
-from poolkit.errors import PoolkitError
 
 FFNS = ["gelu_mlp", "glu", "bilinear"]
 
@@ -63,16 +61,3 @@ def test_the_budget_counts_runs_whose_best_epoch_is_the_last():
     assert "3 of 3 (under-trained)" in gated_mlp.render_budget(results)
     results, _ = synthetic({"gelu_mlp": [0.4] * 3, "glu": [0.5] * 3, "bilinear": [0.3] * 3}, best_epoch=5)
     assert "| `glu` | 0 of 3 | 6 |" in gated_mlp.render_budget(results)
-
-
-def test_a_hand_typed_claim_on_the_page_is_refused():
-    text = gated_mlp.PAGE.file().read_text()
-    with pytest.raises(PoolkitError, match="hand-written readings"):
-        gated_mlp.PAGE.update(text + "\nThe GLU beats the plain MLP.\n")
-
-
-def test_a_verdict_flipped_inside_the_verdicts_block_is_stale():
-    text = gated_mlp.PAGE.file().read_text()
-    flipped = with_verdict_flipped(text, "| test accuracy | glu − bilinear |", "glu beats bilinear",
-                                   "glu and bilinear: inside the noise")
-    assert flipped != text and gated_mlp.PAGE.update(flipped)[1] == ["verdicts"]

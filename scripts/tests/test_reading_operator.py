@@ -1,15 +1,13 @@
 """docs/operator.md's readings: each from its paired t over the seeds (test rel L2, lower is better), Holm-adjusted
-over the page; a hand-typed claim or a flipped verdict fails ``scripts/docs.py --check``."""
+over the page (the real page's typed-claim and flipped-verdict checks: test_readings.py)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 from pages import operator
-from reading_checks import with_verdict_flipped
 from verdicts import Verdicts
 
-from poolkit.errors import PoolkitError
 
 SETTINGS = {"models": ["attention", "fno"], "train_resolution": 64, "test_resolutions": [32, 64, 128],
             "clustered_resolutions": [64], "seeds": 4}
@@ -66,16 +64,3 @@ def test_invariance_compares_each_model_with_itself_at_the_training_resolution()
 def test_values_pair_by_seed():
     results, frame = synthetic(grid_of(attention=0.02, fno=0.05, unweighted=0.2))
     assert operator.values(frame, "attention", "uniform", 64) == pytest.approx(flat(0.02))
-
-
-def test_a_hand_typed_claim_on_the_page_is_refused():
-    text = operator.PAGE.file().read_text()
-    with pytest.raises(PoolkitError, match="hand-written readings"):
-        operator.PAGE.update(text + "\nThe attention operator beats the FNO at every resolution.\n")
-
-
-def test_a_verdict_flipped_inside_the_verdicts_block_is_stale():
-    text = operator.PAGE.file().read_text()
-    flipped = with_verdict_flipped(text, "| test rel L2 | attention at 64 − fno at 64 |",
-                                   "fno at 64 beats attention at 64", "attention at 64 and fno at 64: inside the noise")
-    assert flipped != text and operator.PAGE.update(flipped)[1] == ["verdicts"]

@@ -1,13 +1,10 @@
 """docs/snr.md's readings come from their tests: a clear difference over the seeds reads 'beats' with the right
-winner, one that straddles 0 reads 'inside the noise', and the page refuses a reading typed against its numbers."""
+winner, one that straddles 0 reads 'inside the noise' (the real page's typed-claim check: test_readings.py)."""
 
 import statistics
 
-import pytest
-import rendering
 from pages import snr
 
-from poolkit.errors import PoolkitError
 
 ADAPOOL = [0.0100, 0.0103, 0.0098, 0.0101, 0.0099]  # five seeds, a percent or two apart
 NOISE = [1.03, 0.97, 1.02, 0.98, 1.0]  # factors whose log straddles 0
@@ -101,13 +98,3 @@ def test_the_baselines_and_the_under_trained_runs_are_read_from_the_runs():
     text = claims(s)
     assert "adapool beats baseline_mean at K = 4; baseline_mean beats adapool at K = 64" in text
     assert "the best epoch was the last one in 40 of 40 runs" in text and "1× every pooler" in text
-
-
-def test_the_page_refuses_a_typed_claim_and_a_flipped_verdict():
-    text = snr.PAGE.file().read_text()
-    with pytest.raises(PoolkitError, match="hand-written readings"):
-        snr.PAGE.update(text + "\nAdaPool beats mean pooling by an order of magnitude here.\n")
-    block = rendering.current(text, "verdicts")
-    flipped = block.replace("| adapool beats mean |", "| mean beats adapool |", 1)
-    assert flipped != block
-    assert "verdicts" in snr.PAGE.update(text.replace(block, flipped))[1]

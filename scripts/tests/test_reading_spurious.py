@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import pandas as pd
-import pytest
-import rendering
 from pages import spurious
 from verdicts import Comparison, Verdicts
-
-from poolkit.errors import PoolkitError
 
 
 def frame(gaps: dict[str, list[float]], agreement: float = 0.95, cue: str = "stripes") -> pd.DataFrame:
@@ -49,16 +45,6 @@ def test_the_family_is_adjusted_together():
     assert alone["x"].detected
     data = frame({"erm": borderline, "attention2d": STRADDLING, "adapool2d": STRADDLING, "flex": STRADDLING})
     assert not spurious.page_verdicts(data)["stripes 0.95 erm vs dfr"].detected
-
-
-def test_a_hand_typed_reading_on_the_page_fails_its_check():
-    text = spurious.PAGE.file().read_text()
-    assert spurious.PAGE.update(text)[1] == []
-    with pytest.raises(PoolkitError, match='hand-written readings.*"beats"'):
-        spurious.PAGE.update(text + "\nattention2d beats DFR at both agreements.\n")
-    block = rendering.current(text, "verdicts")
-    flipped = text.replace(block, block.replace("inside the noise", "beats", 1))
-    assert spurious.PAGE.update(flipped)[1] == ["verdicts"]
 
 
 def test_both_agreements_share_one_family():
