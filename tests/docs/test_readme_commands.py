@@ -6,18 +6,9 @@ why. A line added to the README with neither a run nor a reason fails."""
 
 from __future__ import annotations
 
-import re
-import shlex
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-SHELL = re.compile(r"```bash\n(.*?)```", re.S)
-OPTIONAL = re.compile(r"\s\[([^\]]+)\]")
-ELIDED = "..."
+from quick_starts import (ELIDED, README, SHELL, decided, linked_pages, poolkit_argv, reader_folder, run_line,
+                          shell_lines, substituted, variants)
 
 #: the lines run, in README order, by their first words: the substitutions made (old, new) and why. Every run
 #: also has the default model replaced by a tiny random BERT (the packaged MiniLM would take minutes here).
@@ -69,44 +60,14 @@ NOT_RUN = {
 }
 
 
-def linked_pages() -> list[Path]:
-    """The docs pages the README links, whose quick starts a reader goes on to."""
-    return sorted({README.parent / name for name in re.findall(r"docs/[a-z_-]+\.md", README.read_text())})
 
 
-def shell_lines(page: Path = README) -> list[str]:
-    """Every command line of ``page``'s bash blocks, continuations joined, comments dropped."""
-    lines = []
-    for block in SHELL.findall(page.read_text()):
-        for line in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
-            if words:
-                lines.append(" ".join(line.split("#", 1)[0].split()))
-    return lines
 
 
-def variants(line: str) -> list[str]:
-    """The line without its ``[optional part]`` s, and with them."""
-    return [OPTIONAL.sub("", line), OPTIONAL.sub(r" \1", line)] if OPTIONAL.search(line) else [line]
 
 
-def poolkit_argv(line: str) -> list[str] | None:
-    """The arguments poolkit's parser gets from ``line`` (``poolkit ...`` or a launcher's ``-m poolkit.cli ...``),
-    else None."""
-    words = shlex.split(line)
-    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
-        words = words[1:]
-    if words[:1] == ["poolkit"]:
-        return words[1:]
-    if "poolkit.cli" in words and words[words.index("poolkit.cli") - 1] == "-m":
-        return words[words.index("poolkit.cli") + 1:]
-    return None
 
 
-def decided(line: str, table: dict) -> str | None:
-    """The longest first words of ``table`` that ``line`` starts with (spacing aside), else None."""
-    squeezed = " ".join(line.split())
-    return max((start for start in table if squeezed.startswith(" ".join(start.split()))), key=len, default=None)
 
 
 def test_every_readme_command_line_is_run_or_says_why_not():
@@ -148,43 +109,13 @@ def test_readme_launch_lines_that_say_cpu_set_what_a_cpu_launch_needs():
     assert cpu and all("ACCELERATE_USE_CPU=1" in line.split("#", 1)[0] for line in cpu)
 
 
-def tables(folder: Path) -> None:
-    """The files the README's lines read, small: a labelled table with two numeric targets, pairs for retrieval
-    and similarity, two tables for merge and a corpus."""
-    import pandas as pd
-
-    from tiny_models import WORDS
-
-    rows = range(80)
-    texts = [" ".join(WORDS[(i * k) % len(WORDS)] for k in (1, 3, 7, 11)) for i in rows]
-    labels = ["good" if i % 3 else "bad" for i in rows]
-    train = pd.DataFrame({"text": texts, "label": labels, "y1": [i % 7 * 0.5 for i in rows],
-                          "y2": [(i * 3) % 5 for i in rows]})
-    train.to_csv(folder / "train.csv", index=False)
-    train.head(20).to_csv(folder / "test.csv", index=False)
-    pd.DataFrame({"text": texts[:40], "doc": [f"{t} very good" for t in texts[:40]]}).to_csv(folder / "pairs.csv",
-                                                                                            index=False)
-    pd.DataFrame({"text": texts[:40], "b": texts[1:41], "score": [i % 6 for i in range(40)]}).to_csv(
-        folder / "sts.csv", index=False)
-    train[["text", "y1"]].rename(columns={"y1": "y"}).head(40).to_csv(folder / "a.csv", index=False)
-    train[["text", "y2"]].rename(columns={"y2": "y"}).tail(40).to_csv(folder / "b.csv", index=False)
-    pd.DataFrame({"text": texts}).to_parquet(folder / "corpus.parquet")
 
 
 @pytest.mark.slow  # about 20 poolkit commands one after another on a tiny BERT
 def test_the_readme_command_lines_run_in_order_in_one_folder(monkeypatch, tmp_path):
     from poolkit.cli import main
-    from poolkit.models import encoders
-    from tiny_models import tiny_bert_dir
 
-    tiny = tiny_bert_dir(tmp_path / "tiny-bert")
-    work = tmp_path / "work"
-    work.mkdir()
-    tables(work)
-    monkeypatch.setattr(encoders, "default_model_path", lambda: tiny)
-    monkeypatch.setenv("POOLKIT_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.chdir(work)
+    work = reader_folder(monkeypatch, tmp_path)
     for setup in ("a", "b"):
         assert main(["train", "--data", f"{setup}.csv", "--target-col", "y", "--folds", "2", "--epochs", "1",
                      "--out", f"runs/{setup}"]) == 0
@@ -193,19 +124,9 @@ def test_the_readme_command_lines_run_in_order_in_one_folder(monkeypatch, tmp_pa
         start = decided(line, RUN)
         if start is None:
             continue
-        substitutions, _ = RUN[start]
         variant = variants(line)[-1]  # with its optional parts (the parse test reads both)
-        for old, new in substitutions:
-            assert old in variant, f"the substituted text {old!r} is gone from the README line {line!r}"
-            variant = variant.replace(old, new, 1) if old else f"{variant} {new}"
-        argv = poolkit_argv(variant)
-        if argv is None:  # the one python line
-            words = shlex.split(variant)
-            code = subprocess.run([sys.executable, str(README.parent / words[1]), *words[2:]],
-                                  capture_output=True, text=True).returncode
-        else:
-            code = main(argv)
-        if code != 0:
+        variant = substituted(variant, RUN[start][0], f"the README line {line!r}")
+        if (code := run_line(variant)) != 0:
             failed.append((variant, code))
     assert failed == []
     assert (work / "report.html").is_file() and any((work / "pics").glob("*.png"))
