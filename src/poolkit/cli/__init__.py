@@ -128,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in NEEDS_HF:
             require("hf")
             from ..models.encoders import hf_bars_off
+            from ..training.processes import check_launch
 
+            check_launch()
             with hf_bars_off():  # transformers' own bars (loading weights, writing shards) off: poolkit's show the run
                 return int(args.func(args) or 0)
         return int(args.func(args) or 0)

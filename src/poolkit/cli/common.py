@@ -178,7 +178,11 @@ def add_text_input_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def said(args: argparse.Namespace):
-    """A ``report`` callable for the library: each line printed in the command's terms (its flags)."""
+    """A ``report`` callable for the library: each line printed in the command's terms (its flags), by the first
+    process of a launch only."""
+    from ..training.processes import process_rank
     from . import in_flags
 
+    if process_rank()[0]:
+        return lambda line: None
     return lambda line: print(in_flags(line, getattr(args, "command_parser", None)), flush=True)

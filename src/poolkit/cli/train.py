@@ -32,11 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..training.api import train
+    from ..training.processes import process_rank
 
     spec = single_pooler_spec(args.pooler, args.pooler_opt)
     metrics = train(args.data, args.out, pooler=spec, model=args.model, resume=args.resume, force=args.force,
                     trust_remote_code=args.trust_remote_code, report=said(args),
                     **data_kwargs(args), **given_settings(args, TRAIN_PRESETS))
+    if process_rank()[0]:  # the first process reports the launch's result
+        return 0
     metric, std = metrics["primary_metric"], metrics["std_ddof1"][metrics["primary_metric"]]
     spread = f" ± {std:.4f} (sample std)" if std is not None else ""
     print(f"{spec['name']}: test {metric} {metrics['mean'][metric]:.4f}{spread} over {metrics['n_folds']} fold(s); "

@@ -1,7 +1,7 @@
 """Fine-tuning encoder + pooler + head (``poolkit train``), on one device or many through Hugging Face accelerate.
 
 The same code runs alone or under ``accelerate launch --num_processes N`` (DDP, multi-GPU / multi-node; on
-CPUs: ``ACCELERATE_USE_CPU=1 torchrun --nproc_per_node N``, gloo). Each global batch of ``batch_size`` rows is
+CPUs: ``torchrun --nproc_per_node N`` or ``accelerate launch --multi_gpu --num_processes N``, gloo). Each global batch of ``batch_size`` rows is
 split across the processes (``split_batches``), every process draws the same length-grouped batch order, and
 the learning-rate schedule counts optimizer steps, so N processes train like one: the same up to float noise
 when dropout is off and the training rows fill whole batches (accelerate completes a short last batch with
@@ -84,7 +84,7 @@ from .cv import check_same, cv_splits, fingerprint, fold_detail
 from .metrics import compute_metrics, primary_metric
 from .optim import freeze, param_groups
 from .probing import _Targets
-from .processes import accelerate_state
+from .processes import accelerate_state, cpu_launch
 
 META = TRAIN_META
 TEST_OUTPUTS = "test_outputs.npz"
@@ -400,7 +400,7 @@ class _Fold:
         self.run, self.k, self.work, self.config = run, k, work, config
         self.fit_rows, self.val_rows, self.test_rows = fit, val, test
         self.accelerator = Accelerator(
-            mixed_precision=resolve_precision(config.precision, run.state.device),
+            cpu=cpu_launch(), mixed_precision=resolve_precision(config.precision, run.state.device),
             gradient_accumulation_steps=config.grad_accum,
             dataloader_config=DataLoaderConfiguration(split_batches=True),
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])

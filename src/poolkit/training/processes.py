@@ -53,15 +53,57 @@ def wait_for(ready, what: str, poll: float = 0.2) -> None:
             print(f"still waiting for {what} ({(note - start) / 60:.0f} min)", flush=True)
 
 
-def accelerate_state():
-    """accelerate's process state; like ``Accelerator`` it honours ACCELERATE_USE_CPU, which multi-process CPU
-    runs (gloo) need."""
-    from accelerate import PartialState
+def cpu_launch() -> bool:
+    """Whether accelerate should run this launch's processes on CPUs (gloo): it was told so (ACCELERATE_USE_CPU,
+    ``accelerate launch --cpu``), or several processes were launched on a machine without CUDA (``torchrun`` or
+    ``accelerate launch --multi_gpu`` there), where accelerate alone would see one process."""
+    import torch
     from accelerate.utils import parse_flag_from_env
 
-    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+    return parse_flag_from_env("ACCELERATE_USE_CPU") or (process_rank()[1] > 1 and not torch.cuda.is_available())
+
+
+def accelerate_state():
+    """accelerate's process state, on CPUs where :func:`cpu_launch` says so (``Accelerator`` is told the same)."""
+    from accelerate import PartialState
+
+    check_launch()
+    state = PartialState(cpu=cpu_launch())
     launched = int(os.environ.get("WORLD_SIZE", 1))
     if launched != state.num_processes:
         raise PoolkitError(f"{launched} processes were launched but accelerate sees {state.num_processes}: "
                            "on CPUs launch with ACCELERATE_USE_CPU=1 torchrun --nproc_per_node N")
     return state
+
+
+def launcher_asked() -> int:
+    """How many processes the ``accelerate launch`` that started this one was asked for (``--num_processes N`` on
+    its command line); 1 when this process was not started so or the count is not on the command line."""
+    import psutil
+
+    try:
+        words = psutil.Process().parent().cmdline()
+    except (psutil.Error, AttributeError):  # no parent, or one we may not read
+        return 1
+    starts = [i for i in range(1, len(words)) if (words[i] == "launch" and "accelerate" in words[i - 1])
+              or words[i] == "accelerate.commands.launch"]
+    if not starts:
+        return 1
+    for i, word in enumerate(words[starts[0] + 1:], starts[0] + 1):
+        if word == "-m" or word.endswith(".py"):  # the launched program: its own arguments follow
+            break
+        name, _, value = word.partition("=")
+        if name in ("--num_processes", "--num-processes"):
+            value = value or (words[i + 1] if i + 1 < len(words) else "")
+            return int(value) if value.isdigit() else 1
+    return 1
+
+
+def check_launch() -> None:
+    """Refuse a launch that started fewer processes than it was asked for, before any work: ``accelerate launch
+    --num_processes N`` on a machine without GPUs starts one process (its simple launcher) and says nothing."""
+    asked, world = launcher_asked(), process_rank()[1]
+    if world == 1 and asked > 1:
+        raise PoolkitError(f"accelerate launch was asked for {asked} processes but started 1 (without GPUs it starts "
+                           f"one): on CPUs launch with `accelerate launch --multi_gpu --num_processes {asked}` or "
+                           f"`torchrun --nproc_per_node {asked}` (gloo)")

@@ -1,0 +1,83 @@
+"""A launch's processes (poolkit.training.processes): a launch that started fewer processes than it was asked for is
+refused before any work (``accelerate launch --num_processes N`` on a machine without GPUs starts one, silently), and
+several processes on a machine without CUDA run on its CPUs without ACCELERATE_USE_CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from poolkit.errors import PoolkitError
+from poolkit.training import processes
+
+ACCELERATE = [sys.executable, "/venv/bin/accelerate", "launch"]
+
+
+def started_by(monkeypatch, words: list[str]) -> None:
+    """Make this process's parent read as one started with ``words``."""
+
+    class Parent:
+        def cmdline(self):
+            return words
+
+    monkeypatch.setattr(psutil.Process, "parent", lambda self: Parent())
+
+
+@pytest.mark.parametrize("words, asked", [
+    ([*ACCELERATE, "--num_processes", "2", "-m", "poolkit.cli", "train"], 2),
+    ([*ACCELERATE, "--mixed_precision", "no", "--num-processes=3", "run.py"], 3),
+    ([sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "4", "run.py"], 4),
+    ([*ACCELERATE, "-m", "poolkit.cli", "merge", "--num_processes", "5"], 1),  # the program's own flag, not the launch's
+    ([*ACCELERATE, "run.py"], 1),
+    (["/bin/bash", "-c", "poolkit train --num_processes 2"], 1),
+    ([], 1),
+])
+def test_the_count_asked_of_accelerate_launch_is_read_from_its_command_line(monkeypatch, words, asked):
+    # catches the program's own arguments read as the launcher's, '=' forms missed, and any parent taken for accelerate
+    started_by(monkeypatch, words)
+    assert processes.launcher_asked() == asked
+
+
+def test_one_process_where_two_were_asked_is_refused_naming_the_cpu_forms(monkeypatch):
+    started_by(monkeypatch, [*ACCELERATE, "--num_processes", "2", "-m", "poolkit.cli", "train"])
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(PoolkitError, match=r"asked for 2 processes but started 1.*--multi_gpu --num_processes 2.*"
+                                           r"torchrun --nproc_per_node 2"):
+        processes.check_launch()
+    monkeypatch.setenv("WORLD_SIZE", "2")  # the two it was asked for: nothing to refuse
+    processes.check_launch()
+
+
+def test_several_processes_without_cuda_run_on_the_cpus(monkeypatch):
+    # catches the flag demanded again (accelerate alone sees one process there: "2 launched but accelerate sees 1")
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert processes.cpu_launch()
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert not processes.cpu_launch()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert not processes.cpu_launch()  # GPUs: theirs, unless told otherwise
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")
+    assert processes.cpu_launch()
+
+
+@pytest.mark.slow  # one real launch (a few seconds of imports)
+def test_a_real_one_process_accelerate_launch_is_refused_before_any_work(tmp_path):
+    if torch.cuda.device_count() > 1:
+        pytest.skip("with GPUs accelerate starts the processes asked for")
+    (tmp_path / "in.csv").write_text("text\na cat\n")
+    launcher = Path(sys.executable).parent / "accelerate"
+    result = subprocess.run([str(launcher), "launch", "--num_processes", "2", "-m", "poolkit.cli", "embed", "--data",
+                             "in.csv", "--out", "v.npy"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode != 0
+    assert "error: accelerate launch was asked for 2 processes but started 1" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
