@@ -152,15 +152,16 @@ def test_python_dash_m_runs_the_cli():
 
 
 def test_help_imports_neither_torch_nor_transformers():
-    """`poolkit --help` and every command's --help (bench's commands aside: another distribution's modules) build
-    their parsers from plain data. Catches a command module, a config or `import poolkit` that pulls torch,
-    transformers, pandas or the plotting stack back in at parse time."""
+    """`poolkit --help`, every command's --help and `bench --help` (the list of benchmarks; one benchmark's own
+    options come from its module, another distribution's) build their parsers from plain data. Catches a command
+    module, a config or `import poolkit` that pulls torch, transformers, pandas or the plotting stack back in at
+    parse time, and `bench --help` loading every benchmark's module."""
     import subprocess
     import sys
 
     code = ("import sys\nfrom poolkit.cli import main\n"
             "for argv in ([], ['train'], ['predict'], ['embed'], ['evaluate'], ['merge'], ['compare'], ['explain'],\n"
-            "             ['export-onnx'], ['data', 'list'], ['cache', 'list'], ['zoo']):\n"
+            "             ['export-onnx'], ['data', 'list'], ['cache', 'list'], ['zoo'], ['bench']):\n"
             "    try:\n        main([*argv, '--help'])\n    except SystemExit:\n        pass\n"
             "heavy = ('torch', 'transformers', 'pandas', 'numpy', 'matplotlib', 'sklearn', 'scipy')\n"
             "print('IMPORTED', sorted(m for m in heavy if m in sys.modules))\n")
@@ -168,6 +169,7 @@ def test_help_imports_neither_torch_nor_transformers():
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "IMPORTED []"
     assert "export-onnx" in result.stdout and "--backend" in result.stdout  # the help was printed
+    assert "channel-spatial" in result.stdout  # and the benchmarks listed
 
 
 def test_data_list(capsys):

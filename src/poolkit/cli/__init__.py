@@ -54,9 +54,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The whole command line. Given the ``argv`` it will parse, the ``bench`` commands (another distribution's
-    modules, which import torch) are loaded only when ``argv`` asks for ``bench``: ``poolkit --help`` and every other
-    command's parser import neither torch nor transformers."""
+    """The whole command line. Given the ``argv`` it will parse, a ``bench`` command's module (another
+    distribution's, which imports torch) is loaded only when ``argv`` names that benchmark: ``poolkit --help``,
+    ``poolkit bench --help`` and every other command's parser import neither torch nor transformers."""
     from . import cache, compare, data, embed, evaluate, explain, export_onnx, merge, predict, train
 
     parser = Parser(prog="poolkit", description="Pooling that is correct under padding and dtypes: "
@@ -75,14 +75,17 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     cache.add_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmarks that reproduce the research (the poolkit-bench distribution)")
-    asked = next((arg for arg in argv if not arg.startswith("-")), None) if argv is not None else "bench"
+    words = [arg for arg in argv if not arg.startswith("-")] if argv is not None else None
+    asked = "bench" if words is None else next(iter(words), None)
     commands = bench_commands() if asked == "bench" else []
     if commands:
         bench_sub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
+        chosen = words[1] if words and len(words) > 1 else None
         for benchmark in commands:
             command = bench_sub.add_parser(benchmark.name, help=benchmark.help)
-            benchmark.add_arguments(command)
-            command.set_defaults(func=benchmark.run(), command_parser=command)
+            if words is None or benchmark.name == chosen:  # only then its module (torch): `bench --help` lists them
+                benchmark.add_arguments(command)
+                command.set_defaults(func=benchmark.run(), command_parser=command)
     elif asked == "bench":
         bench.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
         bench.set_defaults(func=run_bench_missing)
