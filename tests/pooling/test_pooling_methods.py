@@ -393,7 +393,6 @@ def test_float32_layer_pooler_converts_selected_rows_not_whole_bf16_layers(token
     """A float32 weighted_layer given bf16 states: no float32 copy of any whole (B, T, D) layer is made
     for a linear token pooler (a mean reduces a block of rows at a time in float32: one row here), and at
     most the one mixed layer for a non-linear one; the result matches the float32 computation to bf16 rounding."""
-    monkeypatch.setattr(fast, "EXACT_WHOLE_BYTES", 0)
     monkeypatch.setattr(fast, "EXACT_BLOCK_BYTES", 9 * HIDDEN * 4)
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -528,7 +527,6 @@ def test_half_precision_means_are_the_correctly_rounded_ones(name, dtype, monkey
         got = pooler(x, mask)
         assert got.dtype == dtype and torch.equal(got, expected), (fast_forms, (got != expected).float().mean())
     monkeypatch.setattr(fast, "_enabled", True)
-    monkeypatch.setattr(fast, "EXACT_WHOLE_BYTES", 0)
     monkeypatch.setattr(fast, "EXACT_BLOCK_BYTES", 40 * 64 * 4 * 4)  # blocks of 4 rows, the last one short
     assert torch.equal(pooler(x, mask), expected)
 

@@ -135,28 +135,28 @@ class WeightedSum(torch.autograd.Function):
         return grad_weights, grad_x, None
 
 
-#: :class:`HalfWeightedSum` copies half-precision x to float32 whole up to this many float32 bytes (one product is
-#: then the faster), else a block of rows of at most :data:`EXACT_BLOCK_BYTES` at a time, which stays in a core's
-#: cache between its copy and its product (a fresh copy of x that size costs page faults worth several passes)
-EXACT_WHOLE_BYTES = 8 << 20
-EXACT_BLOCK_BYTES = 2 << 20
+#: :class:`HalfWeightedSum` copies half-precision x to float32 a block of rows of at most this many float32 bytes at a
+#: time (at least one row), into one buffer that it reuses: the block stays in a core's cache between its copy and
+#: its product, and no fresh float32 tensor of x's size is made (one costs page faults worth several passes over x)
+EXACT_BLOCK_BYTES = 512 << 10
 
 
 class HalfWeightedSum(WeightedSum):
     """``torch.bmm(weights, x.float())`` for float32 weights (B, H, T) and half-precision x (B, T, D), -> float32
-    (B, H, D): a large x is copied to float32 a block of rows at a time (:data:`EXACT_BLOCK_BYTES`, at least one
-    row), and nothing float32 of x's size is kept for the backward pass, which runs in x's precision (x's
+    (B, H, D): x is copied to float32 a block of rows at a time (:data:`EXACT_BLOCK_BYTES`) into one reused
+    buffer, and nothing float32 of x's size is kept for the backward pass, which runs in x's precision (x's
     gradient is x's dtype whatever it is computed in); the weight gradient is dropped at padding as
     :class:`WeightedSum`'s, whose saved tensors it keeps."""
 
     @staticmethod
     def forward(weights: Tensor, x: Tensor, real: Tensor | None) -> Tensor:
-        row_bytes = max(1, x.shape[1] * x.shape[2] * 4)
-        rows = x.shape[0] if x.shape[0] * row_bytes <= EXACT_WHOLE_BYTES else max(1, EXACT_BLOCK_BYTES // row_bytes)
+        rows = max(1, min(x.shape[0], EXACT_BLOCK_BYTES // max(1, x.shape[1] * x.shape[2] * 4)))
         out = weights.new_empty(weights.shape[0], weights.shape[1], x.shape[2])
+        block = torch.empty(rows, *x.shape[1:], dtype=torch.float32, device=x.device)
         for start in range(0, x.shape[0], rows):
             at = slice(start, start + rows)
-            torch.bmm(weights[at], x[at].float(), out=out[at])
+            tokens = block[:len(out[at])].copy_(x[at])
+            torch.bmm(weights[at], tokens, out=out[at])
         return out
 
     @staticmethod
