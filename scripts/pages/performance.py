@@ -42,7 +42,8 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "dynamic_padding.json", "bench-cpu-quick-spatial.json", "revisions-55de4ff-head-r11.json",
          "revisions-55de4ff.json", "paths-fast-vs-plain.json", "revisions-cdccd85-nonfinite.json",
          "revisions-6d8be67-padding-t1.json", "revisions-6d8be67-padding-t2.json",
-         "revisions-8ae7c06-exact-half-t1.json", "revisions-8ae7c06-exact-half-t2.json"]
+         "revisions-8ae7c06-exact-half-t1.json", "revisions-8ae7c06-exact-half-t2.json",
+         "revisions-ce36b4f-half-blocks-t1.json", "revisions-ce36b4f-half-blocks-t2.json"]
 #: Cells further than this from 1.00x are listed under each table.
 THRESHOLD = 0.05
 
