@@ -240,6 +240,8 @@ class Pooler(Configurable):
     def parameter_dtype(self) -> torch.dtype | None:
         """The dtype learned poolers compute in: their parameters' (None without parameters or under autocast,
         which then decides)."""
+        if not self._parameters and not self._modules:  # parameter-free (mean, max, ...): no module walk per call
+            return None
         param = next((p for p in self.parameters() if p.is_floating_point()), None)
         if param is None or torch.is_autocast_enabled(param.device.type):
             return None

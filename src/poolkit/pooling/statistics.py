@@ -69,6 +69,11 @@ class MeanPooler(Pooler):
         weights = masking.quadrature_mean_weights(mask, quadrature_weights)
         return masking.masked_weighted_sum(x, weights), weights
 
+    def pool_without_weights(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None) -> Tensor:
+        if quadrature_weights is None:
+            return masking.masked_mean(x, mask)
+        return self.pool(x, mask, quadrature_weights)[0]
+
 
 @register_pooler("sum")
 class SumPooler(Pooler):
