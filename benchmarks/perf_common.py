@@ -9,6 +9,7 @@ variants alike; absolute milliseconds are printed for orientation only.
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime
 import json
 import os
@@ -44,6 +45,10 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1: on a machine whose cores other jobs share, a second "
                              "thread mostly waits for its core at every parallel op; 0 = torch's default)")
+    parser.add_argument("--background", type=int, default=0, metavar="N",
+                        help="N busy processes (a Python spin loop each) beside the timing, from before the first "
+                             "repeat to the end of the run: a controlled load, like other work sharing the cores "
+                             "(default 0: none)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
 
 
@@ -61,11 +66,22 @@ def parse_and_setup(doc: str, argv: list[str] | None,
 def setup(args: argparse.Namespace) -> torch.device:
     if args.threads and args.device == "cpu":
         torch.set_num_threads(args.threads)
+    start_background(args.background)
     torch.manual_seed(0)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda asked for but torch.cuda.is_available() is False")
     return device
+
+
+def start_background(count: int) -> list[subprocess.Popen]:
+    """``count`` busy processes, a Python spin loop each, for the rest of this run (killed at its exit): the
+    controlled background load of ``--background``. Each takes a core when it can, as another job would."""
+    if count < 0:
+        raise SystemExit(f"--background must be 0 or more, got {count}")
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    atexit.register(lambda: [process.kill() for process in busy])
+    return busy
 
 
 def describe(device: torch.device) -> str:

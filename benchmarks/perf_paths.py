@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(grid_table(rows, names, "Cost of the plain forms over the fast forms (plain time / fast time)"))
     result = {"kind": "paths", **info,
               "settings": {"batch": BATCH, "sizes": sizes, "dtypes": ["fp32", "bf16"], "modes": ["fwd", "fwd+bwd"],
-                           "repeats": repeats, "min_sample_s": 0.05, "threads": torch.get_num_threads(), "poolers": names,
+                           "repeats": repeats, "min_sample_s": 0.05, "threads": torch.get_num_threads(),
+                           "background": args.background, "poolers": names,
                            "figure": "plain time / fast time (> 1: the fast forms are faster)"},
               "rows": rows}
     save_json(args.json, result)

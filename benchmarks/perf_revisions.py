@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> dict:
               "new": args.new, "new_commit": new_commit,
               "repeats": repeats, **info,
               "settings": {"batch": BATCH, "sizes": sizes, "dtypes": ["fp32", "bf16"], "modes": ["fwd", "fwd+bwd"],
-                           "repeats": repeats, "min_sample_s": 0.05, "threads": torch.get_num_threads(), "poolers": names,
+                           "repeats": repeats, "min_sample_s": 0.05, "threads": torch.get_num_threads(),
+                           "background": args.background, "poolers": names,
                            "figure": f"old time / new time (> 1: {args.new or 'the working tree'} is faster)"},
               "rows": rows}
     save_json(args.json, result)

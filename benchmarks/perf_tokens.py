@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"kind": "floors", **info,
               "settings": {"batch": BATCH, "sizes": sizes, "dtypes": ["fp32", "bf16"], "modes": ["fwd", "fwd+bwd"],
                            "repeats": repeats, "min_sample_s": 0.05, "threads": torch.get_num_threads(),
-                           "not_a_floor": NOT_A_FLOOR, "read_once": list(READ_ONCE),
+                           "background": args.background, "not_a_floor": NOT_A_FLOOR, "read_once": list(READ_ONCE),
                            "figure": "pooler time / floor time, median of the per-repeat ratios"},
               "rows": rows}
     print(render(result))

@@ -6,6 +6,7 @@ import json
 import re
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,20 @@ def test_the_int8_rule_picks_the_smallest_recipe_that_meets_the_cosine_target_an
     grid = {"float32": {"ndcg@10": 0.30}, "cells": [small_but_loose, bigger, slower, chosen]}
     assert perf_onnx.rule_choice(grid) is chosen
     assert perf_onnx.rule_choice({**grid, "cells": [small_but_loose]}) is None
+
+
+def test_background_starts_that_many_busy_processes_and_stops_them():
+    # catches a --background that starts nothing (a "loaded" table measured on a quiet machine) or leaves spinners
+    import psutil
+
+    before = {child.pid for child in psutil.Process().children()}
+    busy = perf_common.start_background(2)
+    assert len(busy) == 2 and all(process.poll() is None for process in busy)
+    assert {process.pid for process in busy} <= {child.pid for child in psutil.Process().children()} - before
+    time.sleep(0.3)
+    assert all(psutil.Process(process.pid).cpu_times().user > 0.05 for process in busy)  # spinning, not idle
+    for process in busy:
+        process.kill()
+        process.wait(timeout=10)
+    with pytest.raises(SystemExit, match="--background"):
+        perf_common.start_background(-1)

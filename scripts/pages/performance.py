@@ -82,8 +82,10 @@ def provenance(result: dict, path: Path) -> str:
     else:
         what = "`benchmarks/perf_tokens.py`: pooler time / floor time, < 1 is faster than the floor"
     return (f"{what}. {tree(result)}; {result['date'][:10]}, {machine['cpu']}, {machine['cores']} cores, "
-            f"torch {result['torch']}, {settings['threads']} torch thread(s), B = {settings['batch']}, "
-            f"{settings['repeats']} interleaved repeats per cell"
+            f"torch {result['torch']}, {settings['threads']} torch thread(s)"
+            + (f" beside {settings['background']} busy process(es) (`--background`)" if settings.get("background")
+               else "")
+            + f", B = {settings['batch']}, {settings['repeats']} interleaved repeats per cell"
             + (f", load average {load[0]:.1f} at the start" if load else "")
             + f". Data: `{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`.")
 
