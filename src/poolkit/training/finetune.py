@@ -1,12 +1,13 @@
 """Fine-tuning encoder + pooler + head (``poolkit train``), on one device or many through Hugging Face accelerate.
 
 The same code runs alone or under ``accelerate launch --num_processes N`` (DDP, multi-GPU / multi-node; on
-CPUs: ``torchrun --nproc_per_node N`` or ``accelerate launch --multi_gpu --num_processes N``, gloo). Each global batch of ``batch_size`` rows is
-split across the processes (``split_batches``), every process draws the same length-grouped batch order, and
-the learning-rate schedule counts optimizer steps, so N processes train like one: the same up to float noise
-when dropout is off and the training rows fill whole batches (accelerate completes a short last batch with
-repeated rows). DDP looks for unused parameters because encoders compute parts the loss never reaches (BERT's
-own CLS pooler). Several nodes need a shared output folder: every process writes its RNG state there.
+CPUs: ``torchrun --nproc_per_node N`` or ``accelerate launch --multi_gpu --num_processes N``, gloo). Each global
+batch of ``batch_size`` rows is split across the processes (``split_batches``), every process draws the same
+length-grouped batch order, and the learning-rate schedule counts optimizer steps, so N processes train like one:
+the same up to float noise when dropout is off and the training rows fill whole batches (accelerate completes a
+short last batch with repeated rows). DDP looks for unused parameters because encoders compute parts the loss
+never reaches (BERT's own CLS pooler). Several nodes need a shared output folder: every process writes its RNG
+state there.
 
 Cross-validation follows :mod:`poolkit.training.cv` (no choice made during training sees the rows a fold is
 scored on); the fold models are read back by :mod:`poolkit.training.prediction`.

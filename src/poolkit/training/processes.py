@@ -72,15 +72,18 @@ def accelerate_state():
     launched = int(os.environ.get("WORLD_SIZE", 1))
     if launched != state.num_processes:
         raise PoolkitError(f"{launched} processes were launched but accelerate sees {state.num_processes}: "
-                           "on CPUs launch with ACCELERATE_USE_CPU=1 torchrun --nproc_per_node N")
+                           "launch with torchrun --nproc_per_node N (on CPUs: ACCELERATE_USE_CPU=1 where CUDA is "
+                           "present)")
     return state
 
 
 def launcher_asked() -> int:
     """How many processes the ``accelerate launch`` that started this one was asked for (``--num_processes N`` on
     its command line); 1 when this process was not started so or the count is not on the command line."""
-    import psutil
-
+    try:
+        import psutil  # accelerate's own dependency
+    except ImportError:
+        return 1
     try:
         words = psutil.Process().parent().cmdline()
     except (psutil.Error, AttributeError):  # no parent, or one we may not read
