@@ -75,11 +75,13 @@ def setup(args: argparse.Namespace) -> torch.device:
 
 
 def start_background(count: int) -> list[subprocess.Popen]:
-    """``count`` busy processes, a Python spin loop each, for the rest of this run (killed at its exit): the
-    controlled background load of ``--background``. Each takes a core when it can, as another job would."""
+    """``count`` busy processes, a Python spin loop each, for the rest of this run: the controlled background load
+    of ``--background``. Each takes a core when it can, as another job would; each is killed at this run's exit,
+    and stops by itself once this process is gone (killed by a signal, it runs no exit handler)."""
     if count < 0:
         raise SystemExit(f"--background must be 0 or more, got {count}")
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    spin = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass"
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
     atexit.register(lambda: [process.kill() for process in busy])
     return busy
 
