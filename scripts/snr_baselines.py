@@ -14,7 +14,8 @@ import torch
 
 from poolkit.io import atomic_write_json
 from poolkit.provenance import run_provenance
-from poolkit_bench.snr_data import PAPER_KS, PUBLISHED_BASELINES, baseline_mse, make_knn_centroid
+from poolkit_bench.snr_config import PAPER_KS
+from poolkit_bench.snr_data import PUBLISHED_BASELINES, baseline_mse, make_knn_centroid
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "snr" / "baselines.json"
 

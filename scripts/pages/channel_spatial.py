@@ -1,5 +1,6 @@
 """docs/channel-spatial.md's numbers, rendered from the committed run in docs/channel-spatial/ (``poolkit bench
-channel-spatial --out docs/channel-spatial``), the presets in ``poolkit_bench.channel_spatial`` and the block registry.
+channel-spatial --out docs/channel-spatial``), the presets in ``poolkit_bench.channel_spatial_config`` and the block
+registry.
 Every reading comes from one ``Verdicts`` over the page (:func:`comparisons`), paired per seed and Holm-adjusted
 together.
 """
@@ -11,7 +12,8 @@ from rendering import (ROOT, Page, accuracy_cells, changed_settings, difference,
                        presets_table, run_files, table)
 from verdicts import Comparison, Verdict, Verdicts, counted, grouped_readings, last_epochs
 
-from poolkit_bench.channel_spatial import BASELINE, PAPER, PRESETS, summarize_runs
+from poolkit_bench.channel_spatial import PAPER, summarize_runs
+from poolkit_bench.channel_spatial_config import BASELINE, PRESETS
 from poolkit.blocks import block_class, block_options, get_block, list_blocks
 
 FOLDER = ROOT / "docs" / "channel-spatial"
@@ -47,7 +49,7 @@ def render_presets() -> str:
                 f"{c.workers} worker(s), `--device {c.device}`, {threads}"]
     names = ["data", "training images per run", "epochs (per size)", "validation images", "blocks",
              "fine-grained task", "CNN widths", "blocks after stages", "reduction r", "optimiser", "seeds", "execution"]
-    return presets_table("poolkit_bench.channel_spatial", PRESETS, column, names)
+    return presets_table("poolkit_bench.channel_spatial_config", PRESETS, column, names)
 
 
 def render_cost(results: dict) -> str:

@@ -1,5 +1,5 @@
 """docs/mil.md's numbers, rendered from the committed run in docs/mil/ (``poolkit bench mil --out docs/mil``) and the
-presets in ``poolkit_bench.mil``, and its readings, each from a declared test (:func:`comparisons`: the corrected
+presets in ``poolkit_bench.mil_config``, and its readings, each from a declared test (:func:`comparisons`: the corrected
 resampled t over the folds, Holm-adjusted over the page).
 """
 
@@ -9,7 +9,8 @@ import pandas as pd
 from rendering import ROOT, Page, changed_settings, presets_table, run_files, table
 from verdicts import Comparison, Verdicts, last_epochs, paired
 
-from poolkit_bench.mil import ABLATION_BASE, PAPER, PRESETS, summarize
+from poolkit_bench.mil import ABLATION_BASE, PAPER, summarize
+from poolkit_bench.mil_config import PRESETS
 
 FOLDER = ROOT / "docs" / "mil"
 SCORER = f"{ABLATION_BASE}:scorer="
@@ -32,7 +33,7 @@ def render_presets() -> str:
                 f"{c.workers} worker(s) × {c.threads} torch thread"]
     names = ["datasets", "cross-validation", "poolers", "instance MLP", "learning-rate grid", "most epochs",
              "inner hold-outs of the training fold", "optimiser", "execution"]
-    return presets_table("poolkit_bench.mil", PRESETS, column, names)
+    return presets_table("poolkit_bench.mil_config", PRESETS, column, names)
 
 
 def render_data(results: dict) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from rendering import ROOT, Page, read_json, span, table
 from verdicts import Comparison, Verdict, Verdicts
 
-from poolkit_bench.snr import FULL, QUICK
+from poolkit_bench.snr_config import FULL, QUICK
 
 FOLDER = ROOT / "docs" / "snr"
 SWEEP = FOLDER / "sweep"

@@ -1,6 +1,6 @@
 """docs/spurious.md's numbers, rendered from the committed runs in docs/spurious/ (``poolkit bench spurious --out
 docs/spurious``, the stripe cue) and docs/spurious-colour/ (``--cue colour``), and the presets in
-``poolkit_bench.spurious``; the comparisons of both cues are one Holm family."""
+``poolkit_bench.spurious_config``; the comparisons of both cues are one Holm family."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pandas as pd
 from rendering import ROOT, Page, changed_settings, load_and_machine, presets_table, run_files, table
 from verdicts import Comparison, Verdicts, counted, last_epochs, paired
 
-from poolkit_bench.spurious import METHODS, PAPER, PRESETS, SANITY_POINTS, summarize
-from poolkit_bench.spurious_data import CUES, LABEL_CLASSES, LABEL_NAMES
+from poolkit_bench.spurious import METHODS, PAPER, SANITY_POINTS, summarize
+from poolkit_bench.spurious_config import CUES, PRESETS
+from poolkit_bench.spurious_data import LABEL_CLASSES, LABEL_NAMES
 
 #: Each cue's committed run.
 FOLDERS = {"stripes": ROOT / "docs" / "spurious", "colour": ROOT / "docs" / "spurious-colour"}
@@ -37,7 +38,7 @@ def render_presets() -> str:
     names = ["training agreements", "training images", "validation images (training distribution)",
              "reweighting images (balanced)", "test images (balanced)", "CNN widths", "ERM epochs", "DFR",
              "retrained pooler + head", "seeds"]
-    return presets_table("poolkit_bench.spurious", PRESETS, column, names)
+    return presets_table("poolkit_bench.spurious_config", PRESETS, column, names)
 
 
 def cue_of(results: dict) -> str:

@@ -1,7 +1,7 @@
 """docs/task-arithmetic.md's numbers and readings, rendered from the committed run in docs/task-arithmetic/
-(``poolkit bench task-arithmetic --out docs/task-arithmetic``) and the presets in ``poolkit_bench.task_arithmetic``.
-Every comparison is a paired t-test over seeds on the mean over tasks (scripts/verdicts.py), Holm-adjusted over the
-page.
+(``poolkit bench task-arithmetic --out docs/task-arithmetic``) and the presets in
+``poolkit_bench.task_arithmetic_config``. Every comparison is a paired t-test over seeds on the mean over tasks
+(scripts/verdicts.py), Holm-adjusted over the page.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pandas as pd
 from rendering import ROOT, Page, changed_settings, load_and_machine, presets_table, run_files, span, table
 from verdicts import Comparison, Verdict, Verdicts, counted
 
-from poolkit_bench.task_arithmetic import MODES, PAPER, PRESETS, XI_ALPHAS, mode_summary, summarize
+from poolkit_bench.task_arithmetic import PAPER, XI_ALPHAS, mode_summary, summarize
+from poolkit_bench.task_arithmetic_config import MODES, PRESETS
 
 FOLDER = ROOT / "docs" / "task-arithmetic"
 DESCRIBE = {"all": "all parameters", "attention": "attention only (W_q, W_k, W_v, W_o)",
@@ -100,7 +101,7 @@ def render_presets() -> str:
     names = ["tasks", "rows per task (64% fit, 16% validation, 20% test)", "epochs", "batch size", "max length",
              "encoder / pooler + head learning rate", "frozen-head epochs (first stage)", "alpha grid", "seeds",
              "torch threads"]
-    return (presets_table("poolkit_bench.task_arithmetic", PRESETS, column, names) + "\n\nIn every preset the "
+    return (presets_table("poolkit_bench.task_arithmetic_config", PRESETS, column, names) + "\n\nIn every preset the "
             "disentanglement error is averaged over the shared alphas "
             f"{' and '.join(f'{a:g}' for a in XI_ALPHAS)} (`poolkit_bench.task_arithmetic.XI_ALPHAS`).")
 

@@ -1,6 +1,6 @@
 """docs/vision.md's numbers, rendered from the committed run in docs/vision/ (``poolkit bench vision --out
-docs/vision``) and the presets in ``poolkit_bench.vision``. Every reading comes from one ``Verdicts`` over the page:
-each pooler against gap, and flex_reg against flex, per variant and size, paired per seed and Holm-adjusted
+docs/vision``) and the presets in ``poolkit_bench.vision_config``. Every reading comes from one ``Verdicts`` over the
+page: each pooler against gap, and flex_reg against flex, per variant and size, paired per seed and Holm-adjusted
 together.
 """
 
@@ -12,7 +12,8 @@ from rendering import (ROOT, Page, accuracy_cells, changed_settings, difference,
                        presets_table, run_files, table)
 from verdicts import Comparison, Verdicts, counted, grouped_readings, last_epochs
 
-from poolkit_bench.vision import BASELINE, PAPER, PRESETS, summarize
+from poolkit_bench.vision import PAPER, summarize
+from poolkit_bench.vision_config import BASELINE, PRESETS
 
 FOLDER = ROOT / "docs" / "vision"
 TITLES = {"scratch": "Trained from scratch", "frozen": "Frozen GAP backbone: pooler + head retrained (post hoc)"}
@@ -34,7 +35,7 @@ def render_presets() -> str:
                 f"{c.workers} worker(s), `--device {c.device}`, {threads}"]
     names = ["data", "training images per run", "validation images", "CNN widths", "optimiser", "epochs", "seeds",
              "augmentation", "execution"]
-    return presets_table("poolkit_bench.vision", PRESETS, column, names)
+    return presets_table("poolkit_bench.vision_config", PRESETS, column, names)
 
 
 def default_estimate(results: dict) -> float:

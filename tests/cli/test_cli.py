@@ -13,7 +13,7 @@ from poolkit import PoolkitError
 
 from poolkit_bench.commands import parser_for
 from poolkit.cli.options import config_from_args
-from poolkit_bench.snr import PRESETS as SNR_PRESETS
+from poolkit_bench.snr_config import PRESETS as SNR_PRESETS
 from poolkit.cli import main
 from poolkit.cli.common import parse_options, pooler_specs
 from tiny_models import tiny_bert_dir

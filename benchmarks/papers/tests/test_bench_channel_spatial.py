@@ -12,14 +12,15 @@ import pytest
 import torch
 
 from poolkit_bench import channel_spatial as cs
+from poolkit_bench import channel_spatial_config as cs_config
 from poolkit_bench.vision_data import Images
 from poolkit_bench.vision_model import Backbone
-from poolkit.blocks import Block
+from poolkit.blocks import Block, list_blocks
 from poolkit.cli import main as cli_main
 from poolkit.errors import PoolkitError
 from poolkit.io import MANIFEST
 
-TINY = cs.ChannelSpatialConfig(dataset="digits", sizes=(60,), epochs=(1,), val_size=40, blocks=("none", "cbam"),
+TINY = cs_config.ChannelSpatialConfig(dataset="digits", sizes=(60,), epochs=(1,), val_size=40, blocks=("none", "cbam"),
                                fine_blocks=("none", "ca_sa", "sa_ca"), fine_classes=(3, 5, 8, 9), fine_size=40,
                                fine_epochs=1, widths=(4, 6, 8), reduction=2, seeds=2, batch_size=32, pad=1,
                                timing_batch=8, timing_rounds=1, workers=1, preset="test")
@@ -102,7 +103,7 @@ def test_a_tiny_run_writes_its_files_and_the_same_seed_gives_the_same_numbers(tm
     # catches a missing output, a csv out of step with the json, a size column missing, nondeterministic runs, and
     # overwriting old results
     frame, speed = cs.run_channel_spatial(TINY, tmp_path, progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*cs.RESULT_FILES, MANIFEST])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*cs_config.RESULT_FILES, MANIFEST])
     csv = pd.read_csv(tmp_path / "results.csv")
     meta = json.loads((tmp_path / "results.json").read_text())
     assert len(csv) == len(meta["runs"]) == 2 * (2 + 3) and list(csv.columns) == cs.COLUMNS
@@ -136,11 +137,12 @@ def test_cli_runs_and_bad_input_exits_2(tmp_path, capsys):
 
 def test_every_preset_validates_and_full_runs_every_block():
     # catches a preset that only fails when someone runs it (e.g. --full on a GPU), and 'all' not expanding
-    for preset in cs.PRESETS.values():
+    for preset in cs_config.PRESETS.values():
         config = preset.validated()
         assert config.blocks[0] == "none" and len(config.epochs) == len(config.sizes)
-    assert cs.FULL.validated().blocks[1:] == tuple(cs.list_blocks()) and len(cs.FULL.validated().blocks) == 19
-    assert cs.DEFAULT.validated().blocks == cs.DEFAULT_BLOCKS
+    full = cs_config.FULL.validated()
+    assert full.blocks[1:] == tuple(list_blocks()) and len(full.blocks) == 19
+    assert cs_config.DEFAULT.validated().blocks == cs_config.DEFAULT_BLOCKS
 
 
 def test_the_verdict_follows_the_paired_differences():

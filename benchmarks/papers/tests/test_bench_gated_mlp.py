@@ -12,14 +12,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from poolkit_bench import gated_mlp
-from poolkit_bench.gated_mlp_model import FFNS, FeedForward, TextClassifier, ffn_parameters, symmetry_gaps
+from poolkit_bench import gated_mlp, gated_mlp_config
+from poolkit_bench.gated_mlp_config import FFNS
+from poolkit_bench.gated_mlp_model import FeedForward, TextClassifier, ffn_parameters, symmetry_gaps
 from poolkit.cli import main
 
 
 @pytest.fixture(scope="module")
 def quick_texts():
-    return gated_mlp.encode_texts(gated_mlp.QUICK.validated())
+    return gated_mlp.encode_texts(gated_mlp_config.QUICK.validated())
 
 
 @pytest.mark.parametrize("dim, mlp_hidden", [(64, 256), (16, 24), (48, 100)])
@@ -89,7 +90,7 @@ def test_the_encoded_rows_are_split_disjoint_and_stratified_with_fit_only_vocabu
 
 def test_the_epoch_kept_is_the_lowest_validation_loss(quick_texts, one_torch_thread):
     # catches the last epoch kept, and the best chosen on training loss
-    config = dataclasses.replace(gated_mlp.QUICK, epochs=4, lr=3e-2).validated()
+    config = dataclasses.replace(gated_mlp_config.QUICK, epochs=4, lr=3e-2).validated()
     run = gated_mlp.train_one(config, quick_texts, ("glu", 0))
     assert run["best_epoch"] == int(np.argmin(run["val_loss"])) and len(run["val_loss"]) == 4
     assert run["ffn_params"] == 816 and run["hidden"] == 16

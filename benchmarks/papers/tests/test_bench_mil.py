@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from poolkit_bench import mil
+from poolkit_bench import mil, mil_config
 from poolkit_bench.mil_data import Bags, load_bags, read_bags, standardize, stratified_folds
 from poolkit_bench.mil_model import MILModel, pad_bags
 from poolkit.cli import main as cli_main
@@ -20,8 +20,8 @@ from poolkit.errors import PoolkitError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-TINY = mil.MILConfig(datasets=("musk1",), poolers=("mean", "gated_attention", "gated_attention:scorer=glu"), folds=2,
-                     lrs=(1e-3,), epochs=2, eval_every=1, batch_size=16, workers=1, preset="test")
+TINY = mil_config.MILConfig(datasets=("musk1",), poolers=("mean", "gated_attention", "gated_attention:scorer=glu"),
+                            folds=2, lrs=(1e-3,), epochs=2, eval_every=1, batch_size=16, workers=1, preset="test")
 
 
 def toy_bags(sizes=(3, 1, 5, 2, 4, 2, 3, 1), features=4, seed=0) -> Bags:

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from poolkit_bench import neural_operator
+from poolkit_bench import neural_operator, neural_operator_config
 from poolkit_bench.operator_data import (GRF_SCALE, GRF_SHIFT, IC_MODES, clustered_grid, cole_hopf, interpolate,
                                          random_initial_conditions, solve_burgers, subsample)
 from poolkit_bench.operator_model import (AttentionOperator, ContinuumAttention, SpectralConv1d, build_model,
@@ -133,7 +133,7 @@ def test_a_tiny_run_writes_every_model_s_scores_on_every_grid(tmp_path, capsys, 
     assert {p.name for p in out.iterdir()} >= {"results.csv", "results.json", "error_vs_resolution.png"}
     rows = pd.read_csv(out / "results.csv")
     assert list(rows.columns) == neural_operator.COLUMNS
-    quick = neural_operator.QUICK
+    quick = neural_operator_config.QUICK
     cells = set(zip(rows["model"], rows["grid"], rows["resolution"]))
     uniform = {(m, "uniform", r) for m in ("attention", "fno") for r in quick.test_resolutions}
     clustered = {(m, "clustered", r) for m in ("attention", neural_operator.UNWEIGHTED)

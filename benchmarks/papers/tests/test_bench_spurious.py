@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
-from poolkit_bench import spurious
-from poolkit_bench.spurious_data import (CUES, GARMENT, LABEL_CLASSES, assign_cues, cue_patch, make_spurious_data,
+from poolkit_bench import spurious, spurious_config
+from poolkit_bench.spurious_config import CUES
+from poolkit_bench.spurious_data import (GARMENT, LABEL_CLASSES, assign_cues, cue_patch, make_spurious_data,
                                          planned_counts)
 from poolkit_bench.vision_data import Images
 from poolkit.cli import main as cli_main
@@ -140,7 +141,7 @@ def test_bad_generator_settings_name_the_fix(change, match):
 
 
 # -- protocol -----------------------------------------------------------------------------------------
-TINY = spurious.SpuriousConfig(agreements=(0.9,), train_per_label=40, val_per_label=10, reweight_per_group=4,
+TINY = spurious_config.SpuriousConfig(agreements=(0.9,), train_per_label=40, val_per_label=10, reweight_per_group=4,
                                test_per_group=5, widths=(4, 6, 8), epochs=1, dfr_retrains=3, head_epochs=2,
                                head_batch_size=8, head_lrs=(1e-2,), head_weight_decays=(0.01, 0.1), seeds=2, threads=1,
                                preset="test")
@@ -246,7 +247,7 @@ def test_a_tiny_run_writes_its_files_repeats_itself_and_refuses_to_overwrite(tmp
     # catches a missing output, a csv out of step with the json, group counts that are not the planned ones,
     # unseeded training (same seed, other numbers) and overwriting old results
     frame, meta = spurious.run_spurious(TINY, tmp_path, progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*spurious.RESULT_FILES, MANIFEST])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*spurious_config.RESULT_FILES, MANIFEST])
     csv = pd.read_csv(tmp_path / "results.csv")
     saved = json.loads((tmp_path / "results.json").read_text())
     assert len(csv) == 2 * len(spurious.METHODS) and list(csv["method"][:5]) == list(spurious.METHODS)
@@ -265,12 +266,13 @@ def test_a_tiny_run_writes_its_files_repeats_itself_and_refuses_to_overwrite(tmp
 def test_a_tiny_run_on_the_colour_cue_trains_on_three_channels(tmp_path, fake_images):
     # catches a backbone with one input channel (the run would fail on RGB canvases) and a cue setting the data
     # ignore (the json would name a cue the images did not carry)
-    config = spurious.SpuriousConfig(**{**vars(TINY), "seeds": 1, "cue": "colour"})
+    config = spurious_config.SpuriousConfig(**{**vars(TINY), "seeds": 1, "cue": "colour"})
     frame, meta = spurious.run_spurious(config, tmp_path, progress=False)
     assert len(frame) == len(spurious.METHODS) and frame["worst_group"].between(0, 1).all()
     assert meta["settings"]["cue"] == "colour" and tuple(meta["labels"]["cue"]) == CUES["colour"]
     assert "colour cue" in meta["benchmark"]
-    stripes, _ = spurious.run_spurious(spurious.SpuriousConfig(**{**vars(TINY), "seeds": 1}), None, progress=False)
+    stripes, _ = spurious.run_spurious(spurious_config.SpuriousConfig(**{**vars(TINY), "seeds": 1}), None,
+                                       progress=False)
     assert not np.allclose(frame["cue_mass"], stripes["cue_mass"])  # another cue, another trained network
 
 

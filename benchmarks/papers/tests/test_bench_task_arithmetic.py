@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dist_worker import toy_data
-from poolkit_bench import task_arithmetic
+from poolkit_bench import task_arithmetic, task_arithmetic_config
 from poolkit.cli import main as cli_main
 from poolkit.models.encoders import load_encoder, load_tokenizer
 
@@ -116,5 +116,5 @@ def test_a_tiny_run_end_to_end(model_dir, tmp_path):
     assert not np.allclose(linear["linearized"], linear["all"])
     meta = json.loads((out / "results.json").read_text())
     assert meta["provenance"]["commit"] and len(meta["runs"]) == 4 and len(meta["summary"]) == 8
-    assert {row["mode"] for row in meta["modes"]} == set(task_arithmetic.MODES)
+    assert {row["mode"] for row in meta["modes"]} == set(task_arithmetic_config.MODES)
     assert (out / "task_arithmetic.png").stat().st_size > 10_000

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from poolkit_bench import vision
+from poolkit_bench import vision, vision_config
 from poolkit_bench.reporting import versus_baseline
 from poolkit_bench.vision_data import augment, load_images, read_idx
 from poolkit_bench.vision_model import Backbone, map_sizes
@@ -22,8 +22,8 @@ from poolkit.cli import main as cli_main
 from poolkit.errors import PoolkitError
 from poolkit.io import MANIFEST
 
-TINY = vision.VisionConfig(dataset="digits", sizes=(60,), val_size=40, poolers=("gap", "flex", "gmp+sac"), seeds=2,
-                           epochs=1, batch_size=32, pad=1, workers=1, preset="test")
+TINY = vision_config.VisionConfig(dataset="digits", sizes=(60,), val_size=40, poolers=("gap", "flex", "gmp+sac"),
+                                  seeds=2, epochs=1, batch_size=32, pad=1, workers=1, preset="test")
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -89,7 +89,7 @@ def test_backbone_maps_have_the_sizes_flex_and_sac_are_built_for(size):
     assert [tuple(m.shape[1:]) for m in maps] == [(c, h, w) for c, (h, w) in zip((4, 6, 8), map_sizes(size, size, 3))]
 
 
-@pytest.mark.parametrize("name", vision.DEFAULT_POOLERS)
+@pytest.mark.parametrize("name", vision_config.DEFAULT_POOLERS)
 def test_every_benchmark_pooler_gives_class_logits_after_the_cnn(name):
     # catches a pooler that does not read the (B, C, H, W) map (wrong width into the head) and flex not sized to it
     runner = vision._Runner(dataclasses.replace(TINY, widths=(4, 6, 8), poolers=(name,)).validated())
@@ -184,7 +184,7 @@ def test_summary_pairs_each_seed_with_gap_and_flags_noise():
 def test_a_tiny_run_writes_its_files_and_refuses_to_overwrite(tmp_path):
     # catches a missing output, a csv out of step with the json, curves not per epoch, and overwriting old results
     frame = vision.run_vision(TINY, tmp_path, progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*vision.RESULT_FILES, MANIFEST])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*vision_config.RESULT_FILES, MANIFEST])
     csv = pd.read_csv(tmp_path / "results.csv")
     meta = json.loads((tmp_path / "results.json").read_text())
     # 2 seeds x (3 from scratch + gap and flex on the frozen backbone; SAC has no post-hoc form)

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import poolkit
-from poolkit_bench import snr
+from poolkit_bench import snr, snr_config
 from poolkit_bench.commands import parser_for
 from poolkit.cli.options import config_from_args
+from poolkit_bench.snr_config import PAPER_KS
 from poolkit_bench.snr_data import (
-    PAPER_KS,
     PUBLISHED_BASELINES,
     baseline_mse,
     generate_vectors,
@@ -133,13 +133,13 @@ def test_paper_cls_marks_its_token_and_leaves_vector_zero_unmarked():
     # catches a prepended token that is not at index 0, a type embedding still marking vector 0, or a model that
     # marks nothing: the token gets type 0, every vector (vector 0 included) type 1
     x = torch.randn(2, 5, 16)
-    paper = snr._build_model("cls", snr.SNRConfig(layers=1), seed=0).eval()
+    paper = snr._build_model("cls", snr_config.SNRConfig(layers=1), seed=0).eval()
     types = paper.type_embedding.weight
     h = _encoder_input(paper, x)
     assert h.shape == (2, 6, 16)
     assert torch.allclose(h[:, 0], (paper.cls_token[0, 0] + types[0]).expand(2, 16))
     assert torch.allclose(h[:, 1:], x + types[1])
-    ours = snr._build_model("vector0", snr.SNRConfig(layers=1), seed=0).eval()
+    ours = snr._build_model("vector0", snr_config.SNRConfig(layers=1), seed=0).eval()
     h = _encoder_input(ours, x)
     assert h.shape == (2, 5, 16) and ours.cls_token is None
     assert torch.allclose(h[:, 0], x[:, 0] + ours.type_embedding.weight[0])
@@ -148,7 +148,7 @@ def test_paper_cls_marks_its_token_and_leaves_vector_zero_unmarked():
 def test_paper_cls_pooler_reads_only_the_prepended_token():
     # with no encoder layers nothing mixes: the output is the LayerNormed token, whatever the vectors; a pooler
     # reading vector 0 (or any vector) would change with them
-    model = snr._build_model("cls", snr.SNRConfig(layers=0), seed=0).eval()
+    model = snr._build_model("cls", snr_config.SNRConfig(layers=0), seed=0).eval()
     out = model(torch.randn(3, 7, 16))
     expected = model.norm(model.cls_token[0, 0] + model.type_embedding.weight[0])
     assert torch.allclose(out, expected.expand(3, 16)) and torch.allclose(out, model(torch.randn(3, 7, 16)))
@@ -163,7 +163,7 @@ def test_paper_cls_cannot_tell_which_vector_is_vector_zero():
     x = torch.randn(4, 9, 16)
     moved = x.roll(3, dims=1)
     for name, same in (("cls", True), ("vector0", False)):
-        model = snr._build_model(name, snr.SNRConfig(layers=2, heads=2), seed=1).eval()
+        model = snr._build_model(name, snr_config.SNRConfig(layers=2, heads=2), seed=1).eval()
         with torch.no_grad():
             assert torch.allclose(model(x), model(moved), atol=1e-5) is same, name
 
@@ -172,13 +172,13 @@ def test_benchmark_pooler_names():
     # 'cls' (and its registry alias 'first') is the paper's prepended token; 'vector0' is the old, type-marked one
     config = dataclasses.replace(TINY, poolers=("cls", "vector0", "first", "mean")).validated()
     assert config.poolers == ("cls", "vector0", "mean")
-    assert "vector0" in snr.SNRConfig(poolers=("all",)).validated().poolers
-    assert snr.build_pooler("attention", snr.QUICK).get_config()["attn_size"] == snr.QUICK.ff
+    assert "vector0" in snr_config.SNRConfig(poolers=("all",)).validated().poolers
+    assert snr_config.build_pooler("attention", snr_config.QUICK).get_config()["attn_size"] == snr_config.QUICK.ff
 
 
 @pytest.mark.parametrize("name", poolkit.list_poolers(kind="token"))
 def test_tiny_training_lowers_the_loss(name):
-    config = snr.SNRConfig(layers=1, heads=1)
+    config = snr_config.SNRConfig(layers=1, heads=1)
     data = make_knn_centroid(64, ks=(4,), num_vectors=24, seed=5)
     xy = (data.x, data.targets[4])
     rows = torch.arange(64)
@@ -190,7 +190,7 @@ def test_tiny_training_lowers_the_loss(name):
 
 
 # -- runner -----------------------------------------------------------------------------------------
-TINY = snr.SNRConfig(poolers=("adapool", "mean"), ks=(1, 4), seeds=2, num_samples=120, num_vectors=16,
+TINY = snr_config.SNRConfig(poolers=("adapool", "mean"), ks=(1, 4), seeds=2, num_samples=120, num_vectors=16,
                      layers=1, heads=2, epochs=2, batch_size=32, workers=1)
 
 
@@ -232,7 +232,7 @@ def test_results_do_not_depend_on_the_number_of_workers():
 
 
 def test_baselines_in_the_run_match_the_generator():
-    frame = snr.run_snr(snr.SNRConfig(poolers=("mean",), ks=(2,), seeds=1, num_samples=200,
+    frame = snr.run_snr(snr_config.SNRConfig(poolers=("mean",), ks=(2,), seeds=1, num_samples=200,
                                       num_vectors=16, layers=0, epochs=1, workers=1), progress=False)
     data = make_knn_centroid(200, ks=(2,), num_vectors=16, seed=42)
     expected = baseline_mse(data.x[180:], data.targets[2][180:])
@@ -242,7 +242,7 @@ def test_baselines_in_the_run_match_the_generator():
 
 
 def test_all_means_every_token_pooler():
-    config = snr.SNRConfig(poolers=("all",)).validated()
+    config = snr_config.SNRConfig(poolers=("all",)).validated()
     assert set(config.poolers) == set(poolkit.list_poolers(kind="token")) | {"vector0"}
 
 
@@ -276,18 +276,18 @@ def _parse(argv):
 
 
 def _config(argv):
-    return config_from_args(_parse(argv), snr.PRESETS)
+    return config_from_args(_parse(argv), snr_config.PRESETS)
 
 
 def test_presets_and_overrides():
-    assert _config([]) == snr.QUICK
+    assert _config([]) == snr_config.QUICK
     full = _config(["--full"])
     assert (full.layers, full.heads, full.batch_size, full.epochs) == (12, 8, 750, 100)
     assert (full.folds, full.seeds, full.lr, full.num_samples) == (5, 5, 5e-4, 1_000_000)
     custom = _config(["--full", "--poolers", "mean", "cls", "--seeds", "2", "--ks", "1", "8", "--layers", "3"])
     assert custom.poolers == ("mean", "cls") and custom.ks == (1, 8)
     assert (custom.seeds, custom.layers, custom.epochs) == (2, 3, 100)
-    assert (full.workers, full.device, snr.QUICK.device) == (1, "auto", "cpu")
+    assert (full.workers, full.device, snr_config.QUICK.device) == (1, "auto", "cpu")
     with pytest.raises(SystemExit):
         _parse(["--quick", "--full"])
 

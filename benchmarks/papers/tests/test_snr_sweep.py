@@ -8,15 +8,15 @@ import json
 import pandas as pd
 import pytest
 
-from poolkit_bench import snr, snr_sweep
+from poolkit_bench import snr_config, snr_sweep, snr_sweep_config
 from poolkit_bench.commands import parser_for
 from poolkit.cli.options import config_from_args
 from poolkit.errors import PoolkitError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-TINY = snr_sweep.SweepConfig(
-    base=dataclasses.replace(snr.QUICK, num_vectors=12, batch_size=32, workers=1),
+TINY = snr_sweep_config.SweepConfig(
+    base=dataclasses.replace(snr_config.QUICK, num_vectors=12, batch_size=32, workers=1),
     poolers=("mean", "adapool", "cls"), ks=(2, 4), budgets=((60, 1), (80, 2)), reference=0, seeds=2,
     largest_seeds=3, lrs=(1e-2, 3e-3), lr_k=4, depths=(0, 1), depth_poolers=("cls",), depth_k=2)
 
@@ -33,7 +33,7 @@ def test_tiny_sweep_runs_end_to_end_and_writes_its_files(tiny_run):
     assert list(frame.columns) == snr_sweep.COLUMNS
     assert pd.read_csv(out / "results.csv").equals(frame)
     assert json.loads((out / "results.json").read_text())["runs"] == meta["runs"]
-    assert (out / snr_sweep.PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / "report.html").exists()
+    assert (out / snr_sweep_config.PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / "report.html").exists()
     budget = frame[frame["stage"] == "budget"]
     # every pooler at every K and budget; the largest budget has largest_seeds runs per cell, the others seeds
     assert len(budget) == 2 * 3 * 2
@@ -92,11 +92,11 @@ def test_bad_sweep_raises(change, match):
 
 def test_cli_arguments():
     parser = parser_for("snr-sweep")
-    assert config_from_args(parser.parse_args([]), snr_sweep.PRESETS) == snr_sweep.CPU_SWEEP
-    sweep = config_from_args(parser.parse_args(["--budgets", "100x1", "200X2", "--poolers", "mean,cls",
-                                                "--depths", "--workers", "1", "--lrs", "0.01"]), snr_sweep.PRESETS)
+    assert config_from_args(parser.parse_args([]), snr_sweep_config.PRESETS) == snr_sweep_config.CPU_SWEEP
+    sweep = config_from_args(parser.parse_args(["--budgets", "100x1", "200X2", "--poolers", "mean,cls", "--depths",
+                                                "--workers", "1", "--lrs", "0.01"]), snr_sweep_config.PRESETS)
     assert sweep.budgets == ((100, 1), (200, 2)) and sweep.poolers == ("mean", "cls") and sweep.depths == ()
-    assert sweep.base.workers == 1 and sweep.lrs == (0.01,) and sweep.seeds == snr_sweep.CPU_SWEEP.seeds
+    assert sweep.base.workers == 1 and sweep.lrs == (0.01,) and sweep.seeds == snr_sweep_config.CPU_SWEEP.seeds
     with pytest.raises(SystemExit):
         parser.parse_args(["--budgets", "100-1"])
 

@@ -54,9 +54,10 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The whole command line. Given the ``argv`` it will parse, a ``bench`` command's module (another
-    distribution's, which imports torch) is loaded only when ``argv`` names that benchmark: ``poolkit --help``,
-    ``poolkit bench --help`` and every other command's parser import neither torch nor transformers."""
+    """The whole command line. Given the ``argv`` it will parse, a ``bench`` command's options (another
+    distribution's, which may import torch for them) are read only when ``argv`` names that benchmark:
+    ``poolkit --help``, ``poolkit bench --help`` and every other command's parser import neither torch nor
+    transformers."""
     from . import cache, compare, data, embed, evaluate, explain, export_onnx, merge, predict, train
 
     parser = Parser(prog="poolkit", description="Pooling that is correct under padding and dtypes: "
@@ -83,7 +84,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         chosen = words[1] if words and len(words) > 1 else None
         for benchmark in commands:
             command = bench_sub.add_parser(benchmark.name, help=benchmark.help)
-            if words is None or benchmark.name == chosen:  # only then its module (torch): `bench --help` lists them
+            if words is None or benchmark.name == chosen:  # only then its options: `bench --help` lists them
                 benchmark.add_arguments(command)
                 command.set_defaults(func=benchmark.run(), command_parser=command)
     elif asked == "bench":

@@ -7,33 +7,38 @@ import argparse
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 from poolkit.cli.options import add_config_arguments
 
 
 @dataclass(frozen=True)
 class BenchCommand:
-    """``poolkit bench NAME``: its help line and the module of this package that runs it. The module declares its
-    ``PRESETS`` (:class:`~poolkit.settings.Presets`: the options come from their config's fields),
-    ``RESULT_FILES`` and ``run_<module>_command(args)``, and may add arguments of its own in
-    ``add_extra_arguments(parser)``."""
+    """``poolkit bench NAME``: its help line and the module of this package that runs it (its
+    ``run_<module>_command(args)``). Its settings are in ``<module>_config``, which imports no torch, so that the
+    parser is built without it: ``PRESETS`` (:class:`~poolkit.settings.Presets`: the options come from their config's
+    fields), ``RESULT_FILES`` and, for arguments of its own, ``add_extra_arguments(parser)``."""
 
     name: str
     module: str
     help: str
 
+    def config_module(self) -> ModuleType:
+        return importlib.import_module(f"{__package__}.{self.module}_config")
+
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        module = self._module()
-        add_config_arguments(parser, module.PRESETS)
-        add_output_arguments(parser, module.RESULT_FILES)
-        if hasattr(module, "add_extra_arguments"):
-            module.add_extra_arguments(parser)
+        settings = self.config_module()
+        add_config_arguments(parser, settings.PRESETS)
+        add_output_arguments(parser, settings.RESULT_FILES)
+        if hasattr(settings, "add_extra_arguments"):
+            settings.add_extra_arguments(parser)
 
     def run(self) -> Callable[[argparse.Namespace], int]:
-        return getattr(self._module(), f"run_{self.module}_command")
+        """The command's function; it loads the module that runs the benchmark (torch) when called."""
+        return self._run
 
-    def _module(self):
-        return importlib.import_module(f"{__package__}.{self.module}")
+    def _run(self, args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(f"{__package__}.{self.module}"), f"run_{self.module}_command")(args)
 
 
 BENCHMARKS = (

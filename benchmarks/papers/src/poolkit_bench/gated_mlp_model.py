@@ -27,7 +27,8 @@ from torch import Tensor, nn
 
 from poolkit.pooling import get_pooler
 
-FFNS = ("gelu_mlp", "glu", "bilinear", "both", "bilinear_attention")
+from .gated_mlp_config import FFNS
+
 #: the variants with two factors (G x, V x), which the symmetry checks act on
 TWO_FACTOR = FFNS[1:]
 

