@@ -11,7 +11,7 @@ import pytest
 
 from poolkit import PoolkitError
 
-from poolkit_bench.commands import parser_for
+from poolkit_bench.commands import BENCHMARKS, parser_for
 from poolkit.cli.options import config_from_args
 from poolkit_bench.snr_config import PRESETS as SNR_PRESETS
 from poolkit.cli import main
@@ -151,25 +151,50 @@ def test_python_dash_m_runs_the_cli():
     assert result.returncode == 0 and "--pooler-opt" in result.stdout and "--encoder-lr" in result.stdout
 
 
-def test_help_imports_neither_torch_nor_transformers():
-    """`poolkit --help`, every command's --help and `bench --help` (the list of benchmarks; one benchmark's own
-    options come from its module, another distribution's) build their parsers from plain data. Catches a command
-    module, a config or `import poolkit` that pulls torch, transformers, pandas or the plotting stack back in at
-    parse time, and `bench --help` loading every benchmark's module."""
+def _help_in_fresh_interpreter(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter, run after ``import sys``, poolkit.cli's ``main`` and
+    ``show_help(argv)`` (``main([*argv, '--help'])``); ``heavy()`` there: which of torch, transformers, pandas, numpy,
+    matplotlib, sklearn and scipy are imported."""
     import subprocess
     import sys
 
-    code = ("import sys\nfrom poolkit.cli import main\n"
-            "for argv in ([], ['train'], ['predict'], ['embed'], ['evaluate'], ['merge'], ['compare'], ['explain'],\n"
-            "             ['export-onnx'], ['data', 'list'], ['cache', 'list'], ['zoo'], ['bench']):\n"
-            "    try:\n        main([*argv, '--help'])\n    except SystemExit:\n        pass\n"
-            "heavy = ('torch', 'transformers', 'pandas', 'numpy', 'matplotlib', 'sklearn', 'scipy')\n"
-            "print('IMPORTED', sorted(m for m in heavy if m in sys.modules))\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    prelude = ("import sys\nfrom poolkit.cli import main\n"
+               "def show_help(argv):\n    try:\n        main([*argv, '--help'])\n    except SystemExit:\n        pass\n"
+               "HEAVY = ('torch', 'transformers', 'pandas', 'numpy', 'matplotlib', 'sklearn', 'scipy')\n"
+               "def heavy():\n    return sorted(m for m in HEAVY if m in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == "IMPORTED []"
-    assert "export-onnx" in result.stdout and "--backend" in result.stdout  # the help was printed
-    assert "channel-spatial" in result.stdout  # and the benchmarks listed
+    return result.stdout
+
+
+def test_help_imports_neither_torch_nor_transformers():
+    """`poolkit --help`, every command's --help and `bench --help` (the list of benchmarks; each benchmark's own
+    --help: the next test) build their parsers from plain data. Catches a command
+    module, a config or `import poolkit` that pulls torch, transformers, pandas or the plotting stack back in at
+    parse time, and `bench --help` loading every benchmark's module."""
+    out = _help_in_fresh_interpreter(
+        "for argv in ([], ['train'], ['predict'], ['embed'], ['evaluate'], ['merge'], ['compare'], ['explain'],\n"
+        "             ['export-onnx'], ['data', 'list'], ['cache', 'list'], ['zoo'], ['bench']):\n"
+        "    show_help(argv)\n"
+        "print('IMPORTED', heavy())\n")
+    assert out.strip().splitlines()[-1] == "IMPORTED []"
+    assert "export-onnx" in out and "--backend" in out  # the help was printed
+    assert "channel-spatial" in out  # and the benchmarks listed
+
+
+def test_bench_help_imports_no_heavy_module():
+    """Each `poolkit bench NAME --help` builds its parser from the benchmark's settings alone. Catches a config module
+    that imports torch, pandas or the plotting stack (itself or through its runner module), and a command that loads
+    its runner module to build its parser."""
+    out = _help_in_fresh_interpreter(
+        "import contextlib, io\nfrom poolkit_bench.commands import BENCHMARKS\n"
+        "for bench in BENCHMARKS:\n"
+        "    text = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(text):\n"
+        "        show_help(['bench', bench.name])\n"
+        "    print(bench.name, '--out' in text.getvalue(), heavy())\n")
+    # per benchmark, in order: its help was printed, and no heavy module was imported by it or any before it
+    assert out.splitlines() == [f"{bench.name} True []" for bench in BENCHMARKS]
 
 
 def test_data_list(capsys):
