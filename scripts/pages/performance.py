@@ -5,9 +5,10 @@ What ``benchmarks/perf_revisions.py --json`` (old time / new time) and ``benchma
 time / fast time) write gives one block per file, named after it: a table with a pooler per row, a column per
 (T, D, dtype, mode), each cell the median over repeats of the per-repeat ratio; under it the run's provenance and
 the cells whose median is more than ``THRESHOLD`` away from 1 (either way), each with how many of its repeats fall
-on the same side of 1. Several runs of one comparison (the same kind, the same earlier revision) also give an
-agreement block (``agreement: revisions 55de4ff`` / ``agreement: paths``): the cells beyond the threshold in the
-same direction in every run; on a shared machine, a change that one run shows and another does not is noise.
+on the same side of 1. Several runs of one comparison (the same kind, the same earlier revision or timed tree)
+also give an agreement block (``agreement: revisions 55de4ff`` / ``agreement: paths 20a31c2``): the cells beyond
+the threshold in the same direction in every run (on a shared machine, a change that one run shows and another
+does not is noise; runs at other thread counts or loads agree only where a form wins under all of them).
 
 Token poolers against their floors (``benchmarks/run_all.py``'s JSON, or ``perf_tokens.py --json``) give NAME
 (provenance and the family tables, ``perf_tokens.render``) and ``NAME targets`` (``perf_tokens.targets``); spatial
@@ -43,7 +44,8 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "revisions-55de4ff.json", "paths-fast-vs-plain.json", "revisions-cdccd85-nonfinite.json",
          "revisions-6d8be67-padding-t1.json", "revisions-6d8be67-padding-t2.json",
          "revisions-8ae7c06-exact-half-t1.json", "revisions-8ae7c06-exact-half-t2.json",
-         "revisions-ce36b4f-half-blocks-t1.json", "revisions-ce36b4f-half-blocks-t2.json"]
+         "revisions-ce36b4f-half-blocks-t1.json", "revisions-ce36b4f-half-blocks-t2.json",
+         "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json"]
 #: Cells further than this from 1.00x are listed under each table.
 THRESHOLD = 0.05
 
@@ -126,8 +128,10 @@ def render(path: Path, threshold: float = THRESHOLD) -> str:
 
 
 def group_name(result: dict) -> str:
-    """The marker name of the runs-agree block of a comparison: 'agreement: revisions 55de4ff' / 'agreement: paths'."""
-    return "agreement: " + result["kind"] + (f" {result['against_commit'][:7]}" if result["kind"] == "revisions" else "")
+    """The marker name of the runs-agree block of a comparison: 'agreement: revisions 55de4ff' (the earlier
+    revision) / 'agreement: paths 20a31c2' (the tree whose two forms were timed)."""
+    kind = result["kind"]
+    return f"agreement: {kind} " + (result["against_commit"] if kind == "revisions" else result["commit"])[:7]
 
 
 def agreement(paths: list[Path], threshold: float) -> str:
