@@ -80,7 +80,7 @@ def start_background(count: int) -> list[subprocess.Popen]:
     and stops by itself once this process is gone (killed by a signal, it runs no exit handler)."""
     if count < 0:
         raise SystemExit(f"--background must be 0 or more, got {count}")
-    spin = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass"
+    spin = f"import os\nwhile os.getppid() == {os.getpid()}:\n    pass"  # this pid: a spinner started late still stops
     busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
     atexit.register(lambda: [process.kill() for process in busy])
     return busy

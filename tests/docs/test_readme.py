@@ -6,14 +6,10 @@ are run by test_readme_commands.py."""
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
 
 import pytest
-from quick_starts import reader_folder
+from quick_starts import python_blocks, reader_folder
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 HUB_NAME = 'path = "sentence-transformers/all-MiniLM-L6-v2"'
 QUICK_START = "import torch, poolkit\nfrom transformers"
 API = "from poolkit.training import api"
@@ -35,19 +31,16 @@ RUN = {
 NOT_YET: dict[str, str] = {}
 
 
-def blocks() -> list[str]:
-    return BLOCK.findall(README.read_text())
-
-
 def first_lines(block: str, table: dict[str, str]) -> str | None:
     return next((start for start in table if block.startswith(start)), None)
 
 
 def test_every_python_block_of_the_readme_is_run_or_says_why_not():
     # catches a block added to the README with no test and no reason, and one listed twice
-    undecided = [b.splitlines()[0] for b in blocks() if first_lines(b, RUN) is None and first_lines(b, NOT_YET) is None]
+    undecided = [b.splitlines()[0] for b in python_blocks()
+                 if first_lines(b, RUN) is None and first_lines(b, NOT_YET) is None]
     assert undecided == [], f"README blocks neither run nor listed in NOT_YET: {undecided}"
-    assert sorted(first_lines(b, RUN) for b in blocks() if first_lines(b, RUN)) == sorted(RUN)
+    assert sorted(first_lines(b, RUN) for b in python_blocks() if first_lines(b, RUN)) == sorted(RUN)
 
 
 @pytest.mark.slow  # the packaged MiniLM, loaded and saved a few times
@@ -63,7 +56,7 @@ def test_the_readme_blocks_run_in_order_in_one_session(monkeypatch, tmp_path):
     PooledModel.from_encoder(model, pooler="attention").save_pretrained("runs/model/fold_0")
     load_tokenizer(model).save_pretrained("runs/model/fold_0")
     namespace: dict = {}
-    for block in blocks():
+    for block in python_blocks():
         start = first_lines(block, RUN)
         if start in (None, API):
             continue
@@ -79,7 +72,7 @@ def test_the_readme_api_block_runs_on_small_tables(monkeypatch, tmp_path):
     # the block as a reader runs it after the command lines (train.csv, test.csv and pairs.csv in the folder);
     # catches the block's train fine-tuning the baseline (rows[0] was the mean+logistic row, issue 33)
     work = reader_folder(monkeypatch, tmp_path)
-    block = next(b for b in blocks() if b.startswith(API))
+    block = next(b for b in python_blocks() if b.startswith(API))
     namespace: dict = {}
     exec(compile(block, "README.md block 'from poolkit.training import api'", "exec"), namespace)
     board, preds = namespace["board"], namespace["preds"]

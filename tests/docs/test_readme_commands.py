@@ -7,8 +7,9 @@ why. A line added to the README with neither a run nor a reason fails."""
 from __future__ import annotations
 
 import pytest
-from quick_starts import (ELIDED, README, SHELL, decided, linked_pages, poolkit_argv, reader_folder, run_line,
-                          shell_lines, substituted, variants)
+import torch
+from quick_starts import (ELIDED, README, decided, linked_pages, poolkit_argv, reader_folder, run_line, shell_lines,
+                          substituted, variants)
 
 #: the lines run, in README order, by their first words: the substitutions made (old, new) and why. Every run
 #: also has the default model replaced by a tiny random BERT (the packaged MiniLM would take minutes here).
@@ -104,13 +105,10 @@ def test_every_poolkit_line_of_the_readme_and_its_linked_pages_parses(page):
 
 
 @pytest.mark.slow  # two launches of two processes each
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with CUDA launches these lines on its GPUs")
 def test_the_readme_cpu_launch_lines_train_in_two_processes(monkeypatch, tmp_path):
     # the README's torchrun line stopped with "2 processes were launched but accelerate sees 1" without
     # ACCELERATE_USE_CPU=1 (issue 33); each line that says CPUs runs as written, its elided arguments ("...") given
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("a machine with CUDA launches these lines on its GPUs")
     lines = [line for line in shell_lines() if ELIDED in line and "-m poolkit.cli" in line]
     assert [line.split()[0] for line in lines] == ["torchrun", "accelerate"]
     work = reader_folder(monkeypatch, tmp_path)

@@ -33,7 +33,7 @@ def started_by(monkeypatch, words: list[str]) -> None:
     ([*ACCELERATE, "--num_processes", "2", "-m", "poolkit.cli", "train"], 2),
     ([*ACCELERATE, "--mixed_precision", "no", "--num-processes=3", "run.py"], 3),
     ([sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "4", "run.py"], 4),
-    ([*ACCELERATE, "-m", "poolkit.cli", "merge", "--num_processes", "5"], 1),  # the program's own flag, not the launch's
+    ([*ACCELERATE, "-m", "poolkit.cli", "merge", "--num_processes", "5"], 1),  # the program's flag, not the launch's
     ([*ACCELERATE, "run.py"], 1),
     (["/bin/bash", "-c", "poolkit train --num_processes 2"], 1),
     ([], 1),
@@ -70,9 +70,8 @@ def test_several_processes_without_cuda_run_on_the_cpus(monkeypatch):
 
 
 @pytest.mark.slow  # one real launch (a few seconds of imports)
+@pytest.mark.skipif(torch.cuda.device_count() > 1, reason="with GPUs accelerate starts the processes asked for")
 def test_a_real_one_process_accelerate_launch_is_refused_before_any_work(tmp_path):
-    if torch.cuda.device_count() > 1:
-        pytest.skip("with GPUs accelerate starts the processes asked for")
     (tmp_path / "in.csv").write_text("text\na cat\n")
     launcher = Path(sys.executable).parent / "accelerate"
     result = subprocess.run([str(launcher), "launch", "--num_processes", "2", "-m", "poolkit.cli", "embed", "--data",
