@@ -1,8 +1,9 @@
 """What the tests of the README and of the docs pages it links share (tests/docs): a page's shell lines and Python
-blocks, the parts of a line, how a line is run, and the small files the lines read."""
+blocks, the parts of a line, how a line (or a launcher's) is run, and the small files the lines read."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -82,6 +83,14 @@ def run_line(line: str) -> int:
     return subprocess.run([sys.executable, str(ROOT / words[1]), *words[2:]], capture_output=True,
                           text=True).returncode
 
+
+def launched(line: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run a launcher line (``torchrun ...``, ``accelerate launch ...``: its program from this environment's bin
+    folder) in ``cwd``, one torch thread per process; its output captured."""
+    words = shlex.split(line)
+    words[0] = str(Path(sys.executable).parent / words[0])
+    return subprocess.run(words, cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 def tables(folder: Path) -> None:
     """The files the lines read, small: a labelled table with two numeric targets (train.csv; test.csv and new.csv

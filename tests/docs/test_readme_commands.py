@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from quick_starts import (ELIDED, README, decided, linked_pages, poolkit_argv, reader_folder, run_line, shell_lines,
-                          substituted, variants)
+from quick_starts import (ELIDED, README, decided, launched, linked_pages, poolkit_argv, reader_folder, run_line,
+                          shell_lines, substituted, variants)
 
 #: the lines run, in README order, by their first words: the substitutions made (old, new) and why. Every run
 #: also has the default model replaced by a tiny random BERT (the packaged MiniLM would take minutes here).
@@ -115,26 +115,11 @@ def test_the_readme_cpu_launch_lines_train_in_two_processes(monkeypatch, tmp_pat
     model = str(tmp_path / "tiny-bert")
     for k, line in enumerate(lines):
         tail = f"--model {model} --data train.csv --target-col y1 --folds 2 --epochs 1 --out runs/launch{k}"
-        code, out = launched(line.replace(ELIDED, tail))
-        assert code == 0, out[-2000:]
+        result = launched(line.replace(ELIDED, tail))
+        out = result.stdout + result.stderr
+        assert result.returncode == 0, out[-2000:]
         assert "2 process(es)" in (work / f"runs/launch{k}/train.log").read_text()
         assert out.count("test rmse") == 1  # the result line from the first process only
-
-
-def launched(line: str) -> tuple[int, str]:
-    """Run a launcher line (its program from this environment's bin folder) with one torch thread per process;
-    the exit code and the output."""
-    import os
-    import shlex
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    words = shlex.split(line)
-    words[0] = str(Path(sys.executable).parent / words[0])
-    result = subprocess.run(words, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    return result.returncode, result.stdout + result.stderr
 
 
 @pytest.mark.slow  # about 20 poolkit commands one after another on a tiny BERT

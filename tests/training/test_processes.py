@@ -4,14 +4,12 @@ several processes on a machine without CUDA run on its CPUs without ACCELERATE_U
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import psutil
 import pytest
 import torch
+from quick_starts import launched
 
 from poolkit.errors import PoolkitError
 from poolkit.training import processes
@@ -73,10 +71,7 @@ def test_several_processes_without_cuda_run_on_the_cpus(monkeypatch):
 @pytest.mark.skipif(torch.cuda.device_count() > 1, reason="with GPUs accelerate starts the processes asked for")
 def test_a_real_one_process_accelerate_launch_is_refused_before_any_work(tmp_path):
     (tmp_path / "in.csv").write_text("text\na cat\n")
-    launcher = Path(sys.executable).parent / "accelerate"
-    result = subprocess.run([str(launcher), "launch", "--num_processes", "2", "-m", "poolkit.cli", "embed", "--data",
-                             "in.csv", "--out", "v.npy"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = launched("accelerate launch --num_processes 2 -m poolkit.cli embed --data in.csv --out v.npy", tmp_path)
     assert result.returncode != 0
     assert "error: accelerate launch was asked for 2 processes but started 1" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
