@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full", action="store_true", help="the whole grid and more repeats")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1; 0 = torch's default)")
+    parser.add_argument("--background", type=int, default=0, metavar="N",
+                        help="N busy processes beside the whole run (perf_common.start_background; default 0)")
     parser.add_argument("--out", type=Path, default=None, help="write results.json and results.md here")
     parser.add_argument("--only", default=ALL, help="comma-separated subset of: " + ALL.replace(",", ", "))
     parser.add_argument("--json", type=Path, default=None,
@@ -99,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                              "[-<subset>].json)")
     args = parser.parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    perf_common.start_background(args.background)  # started once, here: the suites are not given the option
     common = ["--threads", str(args.threads)] + (["--full"] if args.full else [])
     common += ["--device", device]
     tee = Tee(sys.stdout)
