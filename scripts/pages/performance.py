@@ -21,6 +21,7 @@ that the files no longer give (a suite left out of a re-run) fails ``scripts/doc
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -45,7 +46,13 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "revisions-6d8be67-padding-t1.json", "revisions-6d8be67-padding-t2.json",
          "revisions-8ae7c06-exact-half-t1.json", "revisions-8ae7c06-exact-half-t2.json",
          "revisions-ce36b4f-half-blocks-t1.json", "revisions-ce36b4f-half-blocks-t2.json",
-         "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json"]
+         "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json",
+         "paths-20a31c2-t2-r2.json", "paths-20a31c2-t2-busy2-r2.json"]
+#: The suite's runs at torch's default thread count and beside busy processes (issue 29, item 5), in the page's
+#: order. Each gives only its provenance and target rows (``NAME run``, ``NAME targets``, ``NAME targets 2-5``):
+#: its whole tables stay in the file.
+CONDITIONS = ["suite-fb1b624-t2.json", "suite-fb1b624-t1-busy2.json", "suite-fb1b624-t2-busy2.json"]
+CONDITION_BLOCKS = (" run", " targets", " targets 2-5")
 #: Cells further than this from 1.00x are listed under each table.
 THRESHOLD = 0.05
 
@@ -169,18 +176,31 @@ def _pct(share: float) -> str:
     return f"{100 * share:.1f}%"
 
 
+def threads_used(data: dict) -> str:
+    """The torch threads of a run_all run: '1 torch thread(s)', or "torch's default, 2 torch threads" for
+    ``--threads 0``, the count as the run's device line gives it (run_all reads it before any suite sets one)."""
+    threads = data["options"]["threads"]
+    if threads:
+        return f"{threads} torch thread(s)"
+    default = re.search(r"(\d+) torch threads", data["device"]).group(1)
+    return f"torch's default, {default} torch threads"
+
+
 def suites_run(data: dict, path: Path) -> str:
-    """The provenance of run_all's suites 2-5: the tree, machine, threads, repeats and each suite's load."""
-    machine, suites = data["machine"], data["suites"]
+    """The provenance of a run_all run: the tree, machine, threads, background load, repeats and each suite's load."""
+    machine, suites, options = data["machine"], data["suites"], data["options"]
+    background = options.get("background", 0)
     repeats = ", ".join(f"{name} {suite['repeats']}" for name, suite in suites.items() if "repeats" in suite)
     loads = ", ".join(f"{name} {suite['load_average']['start'][0]:.1f} -> {suite['load_average']['end'][0]:.1f}"
-                      for name, suite in suites.items() if name != "tokens")
-    return (f"`benchmarks/run_all.py --only {data['options']['only']} --threads {data['options']['threads']}`: "
+                      for name, suite in suites.items())
+    return (f"`benchmarks/run_all.py --only {options['only']} --threads {options['threads']}"
+            + (f" --background {background}" if background else "") + "`: "
             f"{tree(data)}; {data['date'][:10]}, {machine['cpu']}, {machine['cores']} cores, torch {data['torch']}, "
-            f"{data['options']['threads']} torch thread(s); interleaved repeats per cell: {repeats} (memory: one "
-            f"call per variant, each in a fresh process); 1-minute load average at each suite's start -> end: "
-            f"{loads}. Data: `{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}` (every repeat's "
-            "ratio is kept in it).")
+            f"{threads_used(data)}" + (f" beside {background} busy process(es)" if background else "")
+            + f"; interleaved repeats per cell: {repeats}" + (" (memory: one call per variant, each in a fresh "
+                                                               "process)" if "memory" in suites else "")
+            + f"; 1-minute load average at each suite's start -> end: {loads}. Data: "
+            f"`{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}` (every repeat's ratio is kept in it).")
 
 
 def snippets_block(suite: dict) -> str:
@@ -296,9 +316,13 @@ SUITE_BLOCKS = {"snippets": lambda suites: snippets_block(suites["snippets"]),
                 "embed": lambda suites: perf_embed.render(suites["embed"]).lstrip("\n")}
 
 
-def blocks(paths: list[Path], threshold: float = THRESHOLD) -> dict[str, str]:
-    """Every block the result files at ``paths`` give, with an agreement block per comparison run more than once."""
+def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Path] = ()) -> dict[str, str]:
+    """Every block the result files at ``paths`` give, with an agreement block per comparison run more than once,
+    and the provenance and target blocks (:data:`CONDITION_BLOCKS`) of the run_all runs at ``conditions``."""
     found, groups = {}, {}
+    for path in conditions:
+        found.update({name: block for name, block in file_blocks(path, read_json(path)).items()
+                      if name.endswith(CONDITION_BLOCKS)})
     for path in paths:
         data = read_json(path)
         if data.get("kind") in MEANING:
@@ -310,4 +334,5 @@ def blocks(paths: list[Path], threshold: float = THRESHOLD) -> dict[str, str]:
     return found
 
 
-PAGE = Page("docs/performance.md", lambda: blocks([RESULTS / name for name in FILES]))
+PAGE = Page("docs/performance.md", lambda: blocks([RESULTS / name for name in FILES],
+                                                  conditions=[RESULTS / name for name in CONDITIONS]))

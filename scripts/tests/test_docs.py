@@ -194,6 +194,24 @@ def test_benchmark_targets_say_when_one_is_missed():
     assert "Targets missed: 1." in text
 
 
+def test_the_readme_speed_claim_names_each_runs_threads_and_load_and_says_slower_below_one():
+    # catches a claim read from the wrong run, one that calls torch's default "0 threads", loses the background
+    # load, or words a ratio below 1 as a speed-up
+    from pages import readme
+
+    def run(threads, background, speedup, device_threads=2):
+        options = {"threads": threads} | ({"background": background} if background is not None else {})
+        return {"options": options, "device": f"CPU, {device_threads} torch threads, 2 cores visible",
+                "machine": {"cpu": "Some CPU", "cores": 2},
+                "suites": {"embed": {"speedup": speedup, "per_repeat": [speedup - 0.1, speedup + 0.1], "texts": 320}}}
+
+    text = readme.claim([run(1, None, 1.24), run(0, 0, 1.3), run(0, 2, 0.934)])
+    assert "1.24x at 1 torch thread(s), quiet (per repeat 1.14 to 1.34x)" in text
+    assert "1.30x at torch's default, 2 torch threads, quiet" in text
+    assert "0.93x (slower) at torch's default, 2 torch threads beside 2 busy process(es)" in text
+    assert "(slower)" not in text.split("0.93x")[0] and "2-core Some CPU" in text
+
+
 def test_the_embeddings_reading_follows_the_figures():
     # catches a best pooler read from the wrong end, mean called the best when another pooler beats it, and two
     # poolers called equal when only their first metric agrees
