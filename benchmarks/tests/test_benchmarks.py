@@ -231,7 +231,10 @@ def test_performance_page_is_rendered_from_its_committed_results(tmp_path):
 
     text = performance.PAGE.file().read_text()
     marked = dict.fromkeys(re.findall(r"<!-- begin:(\S+\.json)", text))
-    assert list(marked) == list(dict.fromkeys(performance.FILES))  # every file the page marks is rendered, in order
+    # Every file the page marks is rendered (whole, or as a condition run's target rows), each list in page order.
+    assert set(marked) == set(performance.FILES) | set(performance.CONDITIONS)
+    for rendered in (performance.FILES, performance.CONDITIONS):
+        assert [name for name in marked if name in rendered] == list(dict.fromkeys(rendered))
     assert performance.PAGE.update(text)[1] == []
     # A figure typed over the render is caught, and the block named.
     edited = text.replace("Not a floor (ratio under 0.95): none", "Not a floor (ratio under 0.95): many")
@@ -242,7 +245,8 @@ def test_performance_page_is_rendered_from_its_committed_results(tmp_path):
     del data["suites"]["embed"]
     (tmp_path / name).write_text(json.dumps(data))
     paths = [tmp_path / name if f == name else performance.RESULTS / f for f in performance.FILES]
-    page = performance.PAGE.__class__(performance.PAGE.path, lambda: performance.blocks(paths))
+    page = performance.PAGE.__class__(performance.PAGE.path, lambda: performance.blocks(
+        paths, conditions=[performance.RESULTS / f for f in performance.CONDITIONS]))
     with pytest.raises(PoolkitError, match=f"marked but not rendered: \\['{name} embed'\\]"):
         page.update(text)
 

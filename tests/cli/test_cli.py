@@ -74,6 +74,25 @@ def test_compare_end_to_end_and_refuses_to_overwrite(capsys, tmp_path, table, be
     assert code == 0 and len(cached(cache)) == 1  # the cache is reused, not rebuilt
 
 
+def test_compare_runs_started_in_one_second_get_their_own_default_folders(capsys, tmp_path, table, bert,
+                                                                          monkeypatch):
+    # catches a default folder named by the second alone: a second compare of a script's back-to-back runs would be
+    # refused (its leaderboard "already there") or, forced, overwrite the first's
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(time, "strftime", lambda fmt, *_: fmt.replace("%Y%m%d-%H%M%S", "20261204-180000"))
+    args = ["compare", "--data", table, "--model", bert, "--poolers", "mean", "--folds", 2, "--epochs", 1,
+            "--cache-dir", tmp_path / "cache"]
+    for _ in range(3):
+        code, stdout, err = run(capsys, *args)
+        assert code == 0, err
+    names = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert names == ["compare-20261204-180000", "compare-20261204-180000-2", "compare-20261204-180000-3"]
+    assert all((tmp_path / "runs" / name / "leaderboard.csv").exists() for name in names)
+    assert "compare-20261204-180000-3" in stdout  # where this run wrote is printed
+
+
 def test_compare_regression_ranks_by_rmse(capsys, tmp_path, table, bert):
     out = tmp_path / "reg"
     code, stdout, _ = run(capsys, "compare", "--data", table, "--target-col", "score", "--model", bert, "--poolers",

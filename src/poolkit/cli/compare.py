@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(settings, COMPARE_PRESETS)
     settings.add_argument("--lr", action=Renamed, use="--pooler-lr")
     add_trust_remote_code_argument(parser)
-    parser.add_argument("--out", help="output folder (default: runs/compare-<time>)")
+    parser.add_argument("--out", help="output folder (default: runs/compare-<time>, with -2, -3, ... after it when that name is taken)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing leaderboard in --out (and an "
                         "earlier --export folder)")
     parser.add_argument("--export", metavar="DIR", help="then refit the best learned row (frozen or fine-tuned; never "
@@ -46,10 +46,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "trust_remote_code=True there) (default: poolkit)")
 
 
+def default_out() -> Path:
+    """runs/compare-<time> to the second, then -2, -3, ... after it while an earlier run holds the name (runs
+    started within one second, as a script's back-to-back compares of small tables are). Two processes that pick
+    one name at once are kept apart by the run folder's lock: the second is refused, and nothing is overwritten."""
+    stamp = Path(time.strftime("runs/compare-%Y%m%d-%H%M%S"))
+    out, n = stamp, 1
+    while out.exists():
+        n += 1
+        out = stamp.with_name(f"{stamp.name}-{n}")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from ..training.api import compare
 
-    out = Path(args.out or time.strftime("runs/compare-%Y%m%d-%H%M%S"))
+    out = Path(args.out) if args.out else default_out()
     board = compare(args.data, poolers=pooler_specs(args.poolers, args.pooler_opt), model=args.model, out=out,
                     force=args.force, trust_remote_code=args.trust_remote_code, report=said(args), export=args.export,
                     export_pooler=args.export_pooler, export_format=args.export_format,
