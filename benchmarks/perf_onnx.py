@@ -7,12 +7,16 @@ batch 32, the model's own pooling (mean + Normalize). Measured in one run:
 1. **Throughput** at 1 thread and at torch's default thread count: sentence-transformers ``encode`` (torch), its
    ``backend="onnx"`` where it loads here (the reason when it does not), and poolkit's ``TextEncoder`` with
    ``backend`` torch, onnx and onnx-int8; whole passes over the texts, the variants interleaved, median of repeats,
-   the ratio per repeat. Targets: onnx >= 2x, onnx-int8 >= 3x sentence-transformers' torch ``encode``.
+   the ratio per repeat. Targets: onnx >= 2x, onnx-int8 >= 3x sentence-transformers' torch ``encode``. Beside them
+   each backend's floor: the encoder's linear layers alone in onnxruntime (float32, and int8 with the shipped
+   recipe) on the same batches' rows, which every pass of that backend computes and more.
 2. **Cost**: each backend's peak RSS (a fresh process that loads the model, for onnx from the cache, and embeds
    the texts once) and the export time of the float32 graph and of its int8 copy.
 3. **Agreement**: onnx vs torch max |diff| over the texts for mean, cls, attention (random weights: the numerics of
    the learned scorer, not a trained one) and weighted_layer (target <= 1e-4).
-4. **The int8 choice**: per-channel vs per-tensor scales x MatMul weights only vs MatMul + the embedding Gather:
+4. **The traced attention**: the graph traced on the encoder's eager attention (what poolkit exports) against the
+   one traced on the model's own (torch's scaled-dot-product attention), float32 and int8, passes interleaved.
+5. **The int8 choice**: per-channel vs per-tensor scales x MatMul weights only vs MatMul + the embedding Gather:
    mean / lowest cosine to the float32 vectors over the throughput texts, nDCG@10 on builtin:wordnet-examples
    (queries ranked against the whole corpus, as ``poolkit evaluate``), time per pass, file size. The rule chooses on
    the cosine, size and time only; nDCG@10 is the held-out check. Target for the shipped choice
@@ -56,10 +60,59 @@ RETRIEVAL = "builtin:wordnet-examples"
 #: torch's own thread count, read before ``--threads`` changes it: the default users run with
 DEFAULT_THREADS = torch.get_num_threads()
 ST = "sentence-transformers encode"
+FLOORS = {"onnx": "floor: the linear layers alone, onnxruntime float32",
+          "onnx-int8": "floor: the linear layers alone, onnxruntime int8"}
 
 
 def _encoder(backend: str, **options) -> TextEncoder:
     return TextEncoder(None, backend=backend, device="cpu", **options)
+
+
+def linear_layers_graph(config, path: Path) -> None:
+    """An ONNX graph of the encoder's linear layers alone, same shapes (per layer: query, key, value and output
+    hidden x hidden, then hidden x intermediate and back), chained one into the next on the (tokens, hidden) rows:
+    every weight matmul of a pass, nothing else (no bias, attention scores, softmax, norms, GELU). Random weights
+    (the time of a matmul does not depend on them)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    hidden, inner = config.hidden_size, config.intermediate_size
+    rng = np.random.default_rng(0)
+    shapes = [(hidden, hidden)] * 4 + [(hidden, inner), (inner, hidden)]
+    weights, nodes, last = [], [], "x"
+    for layer in range(config.num_hidden_layers):
+        for i, shape in enumerate(shapes):
+            name = f"w{layer}_{i}"
+            weights.append(numpy_helper.from_array(
+                (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32), name))
+            nodes.append(helper.make_node("MatMul", [last, name], [f"y{layer}_{i}"]))
+            last = f"y{layer}_{i}"
+    graph = helper.make_graph(nodes, "linear_layers", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                     ["rows", hidden])],
+                              [helper.make_tensor_value_info(last, TensorProto.FLOAT, ["rows", hidden])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def floor_variants(texts: list[str], scratch: Path) -> dict:
+    """The throughput floors: per backend, a pass of the encoder's linear layers alone (:func:`linear_layers_graph`;
+    the int8 one quantised with the shipped recipe) in onnxruntime over the texts' own batches (the rows of each
+    length-sorted batch of :data:`BATCH`, padding included, made before timing: no tokenising either). Every onnx
+    pass does this work and more, so no pass of that backend can be faster."""
+    from poolkit.data.batching import sorted_token_batches
+
+    encoder = _encoder("torch")
+    config = encoder.encoder.config
+    _, batches = sorted_token_batches(encoder.tokenizer, texts, encoder.max_length, BATCH)
+    rows = [np.random.default_rng(0).standard_normal((batch["input_ids"].numel(), config.hidden_size))
+            .astype(np.float32) for _, batch in batches]
+    linear = scratch / "linear.onnx"
+    linear_layers_graph(config, linear)
+    onnx_graph.quantize_graph(linear, scratch / "linear-int8.onnx")
+    variants = {}
+    for backend, file in (("onnx", "linear.onnx"), ("onnx-int8", "linear-int8.onnx")):
+        session = onnx_graph.OnnxSession(scratch, file=file).session
+        variants[FLOORS[backend]] = lambda session=session: [session.run(None, {"x": x}) for x in rows]
+    return variants
 
 
 def throughput(texts: list[str], threads: int, repeats: int) -> dict:
@@ -84,7 +137,9 @@ def throughput(texts: list[str], threads: int, repeats: int) -> dict:
     for backend in ("torch", "onnx", "onnx-int8"):
         encoder = _encoder(backend)  # after set_num_threads: the sessions take the thread count
         variants[f"poolkit {backend}"] = lambda encoder=encoder: encoder.encode(texts, batch_size=BATCH)
-    times = interleaved(variants, torch.device("cpu"), repeats=repeats, min_sample_s=0.0, warmup=1)
+    with tempfile.TemporaryDirectory() as scratch:
+        variants.update(floor_variants(texts, Path(scratch)))
+        times = interleaved(variants, torch.device("cpu"), repeats=repeats, min_sample_s=0.0, warmup=1)
     rows = {name: {"ms": median_ms(times, name), "texts_per_s": len(texts) / (median_ms(times, name) / 1e3),
                    "vs_st": ratio(times, ST, name), "vs_st_per_repeat": per_repeat(times, ST, name)}
             for name in times}
@@ -165,6 +220,37 @@ def int8_grid(texts: list[str], repeats: int) -> dict:
     return result
 
 
+def traced_attention(texts: list[str], repeats: int) -> dict:
+    """The attention the encoder is traced with (poolkit.models.onnx_graph.TRACE_ATTENTION) against the model's own:
+    both graphs and their int8 copies, whole passes over ``texts``, interleaved; the ratio per repeat (own / traced)."""
+    from poolkit.data.batching import sorted_token_batches
+
+    encoder = _encoder("torch")
+    own = encoder.encoder.config._attn_implementation
+
+    def runner(session):
+        def encode():
+            sampler, batches = sorted_token_batches(encoder.tokenizer, texts, encoder.max_length, BATCH)
+            return sampler.restore(torch.cat([session(batch) for _, batch in batches]))
+        return encode
+
+    variants = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for attention in (onnx_graph.TRACE_ATTENTION, None):
+            folder = Path(scratch) / str(attention)
+            folder.mkdir()
+            onnx_graph.export_graph(encoder, folder, attention=attention, int8=True)
+            for int8 in (False, True):
+                variants[(attention or own, int8)] = runner(onnx_graph.OnnxSession(folder, int8=int8))
+        times = interleaved({f"{a} {i}": fn for (a, i), fn in variants.items()}, torch.device("cpu"),
+                            repeats=repeats, min_sample_s=0.0, warmup=1)
+    traced = onnx_graph.TRACE_ATTENTION
+    return {"traced": traced, "own": own, "rows": [
+        {"int8": int8, "traced_ms": median_ms(times, f"{traced} {int8}"), "own_ms": median_ms(times, f"{own} {int8}"),
+         "speedup": ratio(times, f"{own} {int8}", f"{traced} {int8}"),
+         "per_repeat": per_repeat(times, f"{own} {int8}", f"{traced} {int8}")} for int8 in (False, True)]}
+
+
 def rule_choice(grid: dict) -> dict | None:
     """The recipe the measurements choose: of those whose mean cosine to float32 over the throughput texts meets its
     target, the smallest file (to the MiB), then the fastest; None when none does. The retrieval set's nDCG@10 plays
@@ -208,6 +294,12 @@ def render_throughput(result: dict) -> str:
     parts.append("targets at the default thread count: " + "; ".join(
         f"{backend} >= {target:g}x: {default[f'poolkit {backend}']['vs_st']:.2f}x, "
         f"{verdict(default[f'poolkit {backend}']['vs_st'] >= target)}" for backend, target in TARGETS.items()))
+    if FLOORS["onnx"] in default:  # runs before the floors were measured have none
+        parts.append("the floors (the linear layers' matmuls alone, on the same batches, nothing else: no pass of that "
+                     "backend can be faster) at the default thread count: " + "; ".join(
+                         f"{backend} {default[FLOORS[backend]]['vs_st']:.2f}x, the target {target:g}x "
+                         + ("beyond" if default[FLOORS[backend]]["vs_st"] < target else "within")
+                         + " its reach" for backend, target in TARGETS.items()))
     return "\n\n".join(parts)
 
 
@@ -253,9 +345,20 @@ def render_int8(result: dict) -> str:
     return "\n\n".join(parts)
 
 
+def render_trace(result: dict) -> str:
+    """The traced attention against the model's own, per graph."""
+    trace = result["trace"]
+    rows = [["int8" if r["int8"] else "float32", f"{r['traced_ms']:.0f}", f"{r['own_ms']:.0f}", f"{r['speedup']:.2f}x",
+             " ".join(f"{v:.2f}" for v in r["per_repeat"])] for r in trace["rows"]]
+    return table(["graph", f"traced on {trace['traced']} (ms / pass)", f"on the model's own, {trace['own']} (ms / pass)",
+                  "speedup", "per repeat"], rows,
+                 title=f"{result['texts']} texts, batch {BATCH}, torch's default thread count, both graphs interleaved")
+
+
 def render(result: dict) -> str:
     """Every block, as printed at the end of a run."""
-    return "\n\n".join(block(result) for block in (render_throughput, render_cost, render_agreement, render_int8))
+    return "\n\n".join(block(result) for block in (render_throughput, render_cost, render_agreement, render_trace,
+                                                    render_int8))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -280,6 +383,7 @@ def main(argv: list[str] | None = None) -> dict:
                   "rss_mib": {backend: peak_rss(backend, len(texts)) for backend in ("torch", "onnx", "onnx-int8")}}
         torch.set_num_threads(default_threads)
         result["agreement"] = agreement(texts)
+        result["trace"] = traced_attention(texts, repeats)
         result["int8"] = int8_grid(texts, repeats=2)
     if was is None:  # run_all goes on with other suites in this process
         os.environ.pop("POOLKIT_CACHE")

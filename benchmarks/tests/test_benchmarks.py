@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -264,6 +265,30 @@ def test_the_int8_rule_picks_the_smallest_recipe_that_meets_the_cosine_target_an
     grid = {"float32": {"ndcg@10": 0.30}, "cells": [small_but_loose, bigger, slower, chosen]}
     assert perf_onnx.rule_choice(grid) is chosen
     assert perf_onnx.rule_choice({**grid, "cells": [small_but_loose]}) is None
+
+
+def test_the_throughput_floor_holds_every_weight_matmul_of_the_encoder_and_runs(tmp_path):
+    """The floor graph of perf_onnx: one MatMul per linear layer of the encoder's transformer blocks, the same weight
+    shapes (as many weights in all), one into the next on (rows, hidden). Catches a floor missing a layer or a
+    projection (it would be faster than any pass can be, and a target read against it wrong) and one that does not
+    run in onnxruntime on rows of any count."""
+    pytest.importorskip("onnxruntime")
+    import onnx
+    import onnxruntime
+    import perf_onnx
+    from transformers import AutoModel
+    from tiny_models import tiny_bert_dir
+
+    model = AutoModel.from_pretrained(tiny_bert_dir(tmp_path / "bert", hidden=32))
+    linear = [m.weight for m in model.encoder.modules() if isinstance(m, torch.nn.Linear)]
+    perf_onnx.linear_layers_graph(model.config, tmp_path / "floor.onnx")
+    graph = onnx.load(str(tmp_path / "floor.onnx")).graph
+    assert [n.op_type for n in graph.node] == ["MatMul"] * len(linear)
+    assert sorted(tuple(w.dims) for w in graph.initializer) == sorted(tuple(w.T.shape) for w in linear)
+    session = onnxruntime.InferenceSession(str(tmp_path / "floor.onnx"), providers=["CPUExecutionProvider"])
+    for rows in (1, 7):
+        [out] = session.run(None, {"x": np.ones((rows, 32), np.float32)})
+        assert out.shape == (rows, 32) and np.isfinite(out).all()
 
 
 def test_background_starts_that_many_busy_processes_and_stops_them():

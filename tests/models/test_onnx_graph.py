@@ -129,6 +129,37 @@ def test_every_layer_pooler_and_the_token_families_export_inside_the_whole_graph
     assert manifest["parity"]["max_abs_diff_to_torch"] < 1e-5
 
 
+def test_the_encoder_is_traced_with_eager_attention_and_given_its_own_back(bert, tmp_path, monkeypatch):
+    """The graph is traced on the encoder's eager attention: no IsNaN guard of the scaled-dot-product decomposition
+    in it (the trace on the model's own attention has one per layer), the manifest says so, the same vectors, and the
+    encoder runs on its own attention again after, also when the export fails. Catches a switch that does not
+    reach the encoder, and one that leaves torch's backend on the slower eager path."""
+    import onnx
+
+    encoder = TextEncoder(bert, "mean", device="cpu")
+    own = encoder.encoder.config._attn_implementation
+    assert own != "eager"
+    manifests, ops = {}, {}
+    for attention in ("eager", None):
+        folder = tmp_path / str(attention)
+        folder.mkdir()
+        manifests[attention] = onnx_graph.export_graph(encoder, folder, attention=attention)
+        ops[attention] = {node.op_type for node in onnx.load(str(folder / onnx_graph.FLOAT_FILE)).graph.node}
+        assert encoder.encoder.config._attn_implementation == own
+    assert onnx_graph.TRACE_ATTENTION == "eager" and manifests["eager"]["traced_attention"] == "eager"
+    assert "IsNaN" in ops[None] and "IsNaN" not in ops["eager"]
+    assert all(m["parity"]["max_abs_diff_to_torch"] < 1e-5 for m in manifests.values())
+
+    def broken(*args, **kwargs):
+        assert encoder.encoder.config._attn_implementation == "eager"
+        raise RuntimeError("no")
+
+    monkeypatch.setattr(torch.onnx, "export", broken)
+    with pytest.raises(PoolkitError, match="does not export"):
+        onnx_graph.export_graph(encoder, tmp_path / "eager")
+    assert encoder.encoder.config._attn_implementation == own
+
+
 def test_a_layer_pooler_and_the_int8_copy(bert, graph_cache, exports):
     """weighted_layer over attention reads every hidden state inside the graph; the int8 copy is added to the same
     cache folder (no second export), is not the float32 graph, and stays close to it."""

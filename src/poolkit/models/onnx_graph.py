@@ -2,7 +2,8 @@
 
 :func:`export_graph` exports a :class:`~poolkit.models.text_encoder.TextEncoder` 's :class:`Embedder` (the encoder,
 the pooler with its trained weights, the Dense / Normalize modules a folder declares, ``dim``, ``normalize``) with
-torch's dynamo exporter, batch and sequence axes dynamic, into a folder that needs neither torch nor poolkit:
+torch's dynamo exporter (the encoder's attention traced as :data:`TRACE_ATTENTION`), batch and sequence axes
+dynamic, into a folder that needs neither torch nor poolkit:
 
 - ``model.onnx`` (inputs ``input_ids``, ``attention_mask`` and, where the tokenizer makes them, ``token_type_ids``;
   output ``sentence_embedding``);
@@ -64,7 +65,7 @@ class TextEncoder(Protocol):
 
 MANIFEST = "poolkit-onnx.json"
 FORMAT = "poolkit-onnx"
-GRAPH_VERSION = 1
+GRAPH_VERSION = 2  # 2: traced with TRACE_ATTENTION
 FLOAT_FILE, INT8_FILE = "model.onnx", "model-int8.onnx"
 OUTPUT = "sentence_embedding"
 #: How the int8 copy is quantised (onnxruntime.quantization.quantize_dynamic): signed int8 weights, one scale per
@@ -72,6 +73,12 @@ OUTPUT = "sentence_embedding"
 #: grid (docs/onnx.md): per-tensor scales lose about 0.04 of mean cosine to float32 on MiniLM; quantising the
 #: embeddings too costs no agreement and makes the file less than half as large.
 INT8 = {"per_channel": True, "op_types": ["MatMul", "Gather"], "weight_type": "QInt8"}
+#: The attention a Hugging Face encoder is traced with (None: its own, torch's scaled-dot-product attention for most).
+#: The dynamo exporter writes that one out as its decomposition with a NaN guard on every score (IsNaN + Where); the
+#: eager softmax over the masked scores is the same function in fewer ops, and onnxruntime runs it faster
+#: (``benchmarks/perf_onnx.py`` times both traces of MiniLM, docs/onnx.md). Parity with torch is measured on the
+#: graph as traced.
+TRACE_ATTENTION: str | None = "eager"
 #: The largest |difference| to torch an export accepts, relative to the vectors' largest magnitude (at least 1).
 PARITY = 1e-4
 #: Texts of many lengths (an empty one, one past any maximum length) on which an export measures its parity.
@@ -119,10 +126,11 @@ def tokenizer_record(encoder: TextEncoder, prompt: str) -> dict[str, Any]:
 def graph_key(encoder: TextEncoder, prompt: str) -> str:
     """A digest of what decides the graph and its manifest: every tensor of the embedder (encoder, pooler, declared
     modules), the tokenizer's files, the settings, the prompt (its length kept out of the pool, when it is), the
-    exporter's versions, the int8 recipe and :data:`GRAPH_VERSION`."""
+    exporter's versions, the int8 recipe, the traced attention and :data:`GRAPH_VERSION`."""
     from .encoders import model_fingerprint
 
     settings = {"version": GRAPH_VERSION, "poolkit": __version__, "torch": torch.__version__, "int8": INT8,
+                "attention": TRACE_ATTENTION,
                 "settings": {k: v for k, v in encoder.settings().items() if k != "backend"}, "prompt": prompt,
                 "inputs": graph_inputs(encoder), "tokenizer": model_fingerprint(encoder.model_path)}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
@@ -132,11 +140,12 @@ def graph_key(encoder: TextEncoder, prompt: str) -> str:
     return digest.hexdigest()[:32]
 
 
-def export_graph(encoder: TextEncoder, folder: Path, prompt: str | None = None, int8: bool = False
-                 ) -> dict[str, Any]:
+def export_graph(encoder: TextEncoder, folder: Path, prompt: str | None = None, int8: bool = False,
+                 attention: str | None = TRACE_ATTENTION) -> dict[str, Any]:
     """Write ``encoder`` 's whole graph, its tokenizer files and the manifest into the empty ``folder``; ``prompt``:
     the one whose tokens are kept out of the pool when ``include_prompt`` is off (default: the encoder's); ``int8``:
-    the quantised copy too. -> the manifest."""
+    the quantised copy too; ``attention``: the Hugging Face attention implementation to trace (None: the model's
+    own). -> the manifest."""
     prompt = encoder.prompt if prompt is None else prompt
     skip = encoder.prompt_skip(prompt)
     names = graph_inputs(encoder)
@@ -148,7 +157,7 @@ def export_graph(encoder: TextEncoder, folder: Path, prompt: str | None = None, 
     graph = _Graph(encoder.module, skip).to("cpu").eval()
     started = time.perf_counter()
     try:
-        with _quiet_exporter(), torch.no_grad():
+        with _quiet_exporter(), torch.no_grad(), _traced_attention(encoder.module, attention):
             program = torch.onnx.export(graph, tuple(probe[name] for name in names), dynamo=True,
                                         input_names=names, output_names=[OUTPUT], external_data=False,
                                         dynamic_shapes=tuple({0: batch, 1: length} for _ in names), verbose=False)
@@ -178,7 +187,8 @@ def export_graph(encoder: TextEncoder, folder: Path, prompt: str | None = None, 
                               .opset_import if o.domain in ("", "ai.onnx")),
                 "inputs": names, "output": OUTPUT, "dim": encoder.dim, "pooling": encoder.pooling,
                 "settings": {k: v for k, v in encoder.settings().items() if k != "backend"},
-                "tokenizer": tokenizer_record(encoder, prompt), "export_seconds": round(seconds, 2),
+                "tokenizer": tokenizer_record(encoder, prompt), "traced_attention": attention,
+                "export_seconds": round(seconds, 2),
                 "files": {FLOAT_FILE: file_digest(folder / FLOAT_FILE)},
                 "parity": {"texts": len(PROBE_TEXTS), "max_abs_diff_to_torch": diff}}
     if int8:
@@ -364,6 +374,24 @@ def require_onnxruntime():
     import onnxruntime
 
     return onnxruntime
+
+
+@contextmanager
+def _traced_attention(module: nn.Module, implementation: str | None) -> Iterator[None]:
+    """The Hugging Face models in ``module`` on attention ``implementation`` (None: their own) while the exporter
+    traces them, their own implementation again after."""
+    from transformers import PreTrainedModel
+
+    models = [m for m in module.modules() if isinstance(m, PreTrainedModel) and implementation is not None
+              and m.config._attn_implementation != implementation and m._can_set_attn_implementation()]
+    was = [m.config._attn_implementation for m in models]
+    try:
+        for model in models:
+            model.set_attn_implementation(implementation)
+        yield
+    finally:
+        for model, own in reversed(list(zip(models, was))):
+            model.set_attn_implementation(own)
 
 
 @contextmanager
