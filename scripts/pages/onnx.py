@@ -30,6 +30,7 @@ def render() -> dict[str, str]:
     result, intel = read_json(RESULT), read_json(INTEL)
     return {"setup": render_setup(result), "throughput": perf_onnx.render_throughput(result),
             "cost": perf_onnx.render_cost(result), "agreement": perf_onnx.render_agreement(result),
+            "trace": perf_onnx.render_trace(result),
             "int8": perf_onnx.render_int8(result), "intel-setup": render_setup(intel, INTEL.name),
             "intel-throughput": perf_onnx.render_throughput(intel), "intel-int8": perf_onnx.render_int8(intel)}
 

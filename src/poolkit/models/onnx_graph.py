@@ -75,9 +75,8 @@ OUTPUT = "sentence_embedding"
 INT8 = {"per_channel": True, "op_types": ["MatMul", "Gather"], "weight_type": "QInt8"}
 #: The attention a Hugging Face encoder is traced with (None: its own, torch's scaled-dot-product attention for most).
 #: The dynamo exporter writes that one out as its decomposition with a NaN guard on every score (IsNaN + Where); the
-#: eager softmax over the masked scores is the same function in fewer ops, and onnxruntime runs it faster
-#: (``benchmarks/perf_onnx.py`` times both traces of MiniLM, docs/onnx.md). Parity with torch is measured on the
-#: graph as traced.
+#: eager softmax over the masked scores is the same function in fewer ops (``benchmarks/perf_onnx.py`` times both
+#: traces of MiniLM and their int8 copies, docs/onnx.md). Parity with torch is measured on the graph as traced.
 TRACE_ATTENTION: str | None = "eager"
 #: The largest |difference| to torch an export accepts, relative to the vectors' largest magnitude (at least 1).
 PARITY = 1e-4
