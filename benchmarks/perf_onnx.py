@@ -182,19 +182,22 @@ def retrieval_metrics(encode) -> float:
     return unit_metrics(layout, np.arange(len(pairs)), lambda rows: vectors[torch.from_numpy(rows)])["ndcg@10"]
 
 
-def int8_grid(texts: list[str], repeats: int) -> dict:
-    """Every int8 recipe of :data:`INT8_GRID` against the float32 graph: agreement, nDCG@10, time, size."""
+def sorted_encode(encoder: TextEncoder, session, texts: list[str]) -> torch.Tensor:
+    """``texts`` ' vectors from ``session`` (a batch dict -> vectors) in the encoder's length-sorted batches."""
     from poolkit.data.batching import sorted_token_batches
 
+    sampler, batches = sorted_token_batches(encoder.tokenizer, texts, encoder.max_length, BATCH)
+    return sampler.restore(torch.cat([session(batch) for _, batch in batches]))
+
+
+def int8_grid(texts: list[str], repeats: int) -> dict:
+    """Every int8 recipe of :data:`INT8_GRID` against the float32 graph: agreement, nDCG@10, time, size."""
     encoder = _encoder("onnx")
     folder = onnx_graph.cached_graph(encoder, encoder.prompt).folder
     reference = encoder.encode(texts, batch_size=BATCH)
 
     def runner(session):
-        def encode(some):
-            sampler, batches = sorted_token_batches(encoder.tokenizer, some, encoder.max_length, BATCH)
-            return sampler.restore(torch.cat([session(batch) for _, batch in batches]))
-        return encode
+        return lambda some: sorted_encode(encoder, session, some)
 
     float_session = onnx_graph.OnnxSession(folder)
     result = {"float32": {"ndcg@10": retrieval_metrics(runner(float_session)),
@@ -223,17 +226,8 @@ def int8_grid(texts: list[str], repeats: int) -> dict:
 def traced_attention(texts: list[str], repeats: int) -> dict:
     """The attention the encoder is traced with (poolkit.models.onnx_graph.TRACE_ATTENTION) against the model's own:
     both graphs and their int8 copies, whole passes over ``texts``, interleaved; the ratio per repeat (own / traced)."""
-    from poolkit.data.batching import sorted_token_batches
-
     encoder = _encoder("torch")
     own = encoder.encoder.config._attn_implementation
-
-    def runner(session):
-        def encode():
-            sampler, batches = sorted_token_batches(encoder.tokenizer, texts, encoder.max_length, BATCH)
-            return sampler.restore(torch.cat([session(batch) for _, batch in batches]))
-        return encode
-
     variants = {}
     with tempfile.TemporaryDirectory() as scratch:
         for attention in (onnx_graph.TRACE_ATTENTION, None):
@@ -241,7 +235,8 @@ def traced_attention(texts: list[str], repeats: int) -> dict:
             folder.mkdir()
             onnx_graph.export_graph(encoder, folder, attention=attention, int8=True)
             for int8 in (False, True):
-                variants[(attention or own, int8)] = runner(onnx_graph.OnnxSession(folder, int8=int8))
+                session = onnx_graph.OnnxSession(folder, int8=int8)
+                variants[(attention or own, int8)] = lambda session=session: sorted_encode(encoder, session, texts)
         times = interleaved({f"{a} {i}": fn for (a, i), fn in variants.items()}, torch.device("cpu"),
                             repeats=repeats, min_sample_s=0.0, warmup=1)
     traced = onnx_graph.TRACE_ATTENTION
