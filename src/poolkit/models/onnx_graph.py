@@ -381,8 +381,9 @@ def _traced_attention(module: nn.Module, implementation: str | None) -> Iterator
     traces them, their own implementation again after."""
     from transformers import PreTrainedModel
 
-    models = [m for m in module.modules() if isinstance(m, PreTrainedModel) and implementation is not None
-              and m.config._attn_implementation != implementation and m._can_set_attn_implementation()]
+    models = [] if implementation is None else [
+        m for m in module.modules() if isinstance(m, PreTrainedModel)
+        and m.config._attn_implementation != implementation and m._can_set_attn_implementation()]
     was = [m.config._attn_implementation for m in models]
     try:
         for model in models:
