@@ -447,13 +447,24 @@ def test_registry_lists_both_families():
     assert get_pooler("avg", HIDDEN).name == "mean"  # aliases resolve
 
 
+@pytest.fixture(params=["row slices", "index_reduce"])
+def extreme_form(request, monkeypatch):
+    """The fast masked max / min made to take one of its two forms whatever the thread count and row lengths; yields
+    the calls of the row-slice form (to check that the form asked for ran)."""
+    calls = []
+    slices = fast.reduce_row_slices
+    monkeypatch.setattr(fast, "slices_pay", lambda x, mask: request.param == "row slices")
+    monkeypatch.setattr(fast, "reduce_row_slices", lambda *args: calls.append(args) or slices(*args))
+    yield calls
+
+
 @pytest.mark.parametrize("dtype,length", [(torch.float32, 7), (torch.bfloat16, 7), (torch.bfloat16, 300)])
 @pytest.mark.parametrize("name", ["max", "min"])
 @pytest.mark.parametrize("finite", [True, False])
-def test_extreme_gradient_goes_to_the_first_real_holder_of_the_value(name, dtype, length, finite):
+def test_extreme_gradient_goes_to_the_first_real_holder_of_the_value(name, dtype, length, finite, extreme_form):
     """With ties (coarse values, bf16), the winner and the gradient are those of max / min(dim=0) on the
     real tokens alone, under left and right padding; bf16 at T = 300 exceeds bf16's exact integers and
-    infinite values take the comparison path."""
+    infinite values take the comparison path. Both forms of the fast reduction (every row here is one run)."""
     gen = torch.Generator().manual_seed(length)
     x = torch.randint(-3, 4, (4, length, HIDDEN), generator=gen).to(dtype)  # many ties
     x[:, length * 6 // 7, : HIDDEN // 2] = 9 if name == "max" else -9  # late holders (past 256 at T = 300)
@@ -477,6 +488,62 @@ def test_extreme_gradient_goes_to_the_first_real_holder_of_the_value(name, dtype
         assert torch.equal(x.grad[row], expected)
         share = torch.zeros(length).index_add_(0, real[reduced.indices], torch.full((HIDDEN,), 1 / HIDDEN))
         assert close(weights[row], share)
+    assert bool(extreme_form) == (fast.slices_pay(x, mask) and fast.active(x))
+
+
+def runs_mask(rows: list[str]) -> torch.Tensor:
+    """A (B, T) bool mask from strings of '1' (real) and '.' (padding)."""
+    return torch.tensor([[c == "1" for c in row] for row in rows])
+
+
+def test_single_runs_finds_each_rows_run_or_a_gap():
+    """(start, stop) with stop exclusive under right, left and both-sided padding, (0, 0) for an empty row; a row
+    with padding between real tokens (or two runs) gives None: catches off-by-one stops and gaps taken for runs."""
+    assert fast.single_runs(runs_mask(["111..", "..111", ".11..", ".....", "11111"])) == [
+        (0, 3), (2, 5), (1, 3), (0, 0), (0, 5)]
+    assert fast.single_runs(runs_mask(["111..", "1.1.."])) is None
+    assert fast.single_runs(runs_mask(["11111", "11.11"])) is None
+    assert fast.single_runs(runs_mask([".1.1."])) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("largest", [True, False])
+def test_both_fast_extreme_forms_give_the_plain_values(dtype, largest):
+    """reduce_row_slices and reduce_by_index against the filled plain form, exactly, on non-contiguous x under
+    right / left / both-sided padding, a one-token row, NaN and infinite values at real tokens and huge ones at
+    padding; empty rows hold the dtype's extreme in both (the caller zeroes them). Catches max for min, a run one
+    token short or long, padding read, and an empty row left unwritten."""
+    from poolkit.pooling import masking
+
+    gen = torch.Generator().manual_seed(3)
+    mask = runs_mask(["1111111..", "..1111111", ".11111...", ".........", "....1....", "111111111"])
+    x = torch.randn(mask.shape[1], mask.shape[0], HIDDEN, generator=gen).to(dtype).transpose(0, 1)  # strided
+    info = torch.finfo(dtype)
+    x[~mask] = info.max if largest else info.min  # padding that would win
+    x[0, 3, 1], x[2, 2, 4], x[5, 8, 2] = float("nan"), float("inf"), float("-inf")
+    expected, _ = masking.masked_fill_reduce(x, mask, largest)
+    empty = info.min if largest else info.max
+    runs = fast.single_runs(mask)
+    for got in (fast.reduce_row_slices(x, runs, largest), fast.reduce_by_index(x, mask, largest)):
+        assert got.dtype == dtype and torch.equal(got[3], torch.full((HIDDEN,), empty, dtype=dtype))
+        got[3] = 0
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+
+
+def test_row_slices_run_where_the_sweep_says_they_pay(monkeypatch):
+    """The rule of slices_pay: rows of ROW_SLICE_TOKENS real tokens or more on average, with several torch threads
+    or half-precision x; float32 on one thread, shorter rows and an empty batch keep index_reduce."""
+    threads = {"n": 1}
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads["n"])
+    long, short = fast.ROW_SLICE_TOKENS, fast.ROW_SLICE_TOKENS - 1
+    x = torch.zeros(2, 2 * long, 4)
+    mask = mask_from_lengths([long + 1, long - 1], 2 * long).bool()
+    assert not fast.slices_pay(x, mask)  # float32, one thread
+    assert fast.slices_pay(x.bfloat16(), mask) and fast.slices_pay(x.half(), mask)
+    threads["n"] = 2
+    assert fast.slices_pay(x, mask)
+    assert not fast.slices_pay(x, mask_from_lengths([short, short], 2 * long).bool())
+    assert not fast.slices_pay(x[:0], mask[:0])
 
 
 @pytest.mark.parametrize("rnn", [torch.nn.LSTM, torch.nn.GRU])

@@ -175,13 +175,62 @@ class HalfWeightedSum(WeightedSum):
 # -- masked max / min ----------------------------------------------------------------------------
 _index_reduce_warned = False
 
+#: Rows of at least this many real tokens on average are reduced one slice of x per row (:func:`reduce_row_slices`)
+#: where :func:`slices_pay` says so.
+ROW_SLICE_TOKENS = 64
+
 
 def reduce_into_rows(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
-    """Masked max / min in one ``index_reduce`` pass: (B, T, D) -> (B, D); empty rows hold the dtype's extreme.
+    """Masked max / min over tokens without a filled (B, T, D) copy of x: (B, T, D) -> (B, D); empty rows hold the
+    dtype's extreme. On CPU a fresh tensor that size costs page faults worth several passes over x.
 
-    No filled (B, T, D) copy of x: on CPU a fresh tensor that size costs page faults worth several passes
-    over x. Every token is reduced into its row's slot, padded tokens into an extra slot that is dropped.
+    Where every row's real tokens are one run (left or right padding) and :func:`slices_pay`, each row's run is
+    reduced as one slice (:func:`reduce_row_slices`); otherwise in one ``index_reduce`` pass
+    (:func:`reduce_by_index`). Both give the plain form's values exactly.
     """
+    if slices_pay(x, mask):
+        runs = single_runs(mask)
+        if runs is not None:
+            return reduce_row_slices(x, runs, largest)
+    return reduce_by_index(x, mask, largest)
+
+
+def slices_pay(x: Tensor, mask: Tensor) -> bool:
+    """Whether a kernel call per row (:func:`reduce_row_slices`) beats one ``index_reduce`` over the batch: rows of
+    :data:`ROW_SLICE_TOKENS` real tokens or more on average, with several torch threads (each row's reduction runs
+    on all of them, where ``index_reduce`` runs on one) or half-precision x. On one thread in float32 neither form
+    wins across batch sizes and widths, so ``index_reduce`` stays (docs/performance.md, the max rows sweep)."""
+    half = x.dtype in (torch.float16, torch.bfloat16)
+    return (half or torch.get_num_threads() > 1) and int(mask.sum()) >= ROW_SLICE_TOKENS * max(1, x.shape[0])
+
+
+def single_runs(mask: Tensor) -> list[tuple[int, int]] | None:
+    """Each row's real tokens as one ``(start, stop)`` run, or None when a row has padding between real tokens;
+    an empty row gives ``(0, 0)``. In numpy on the CPU mask: a few small torch ops cost several times more here."""
+    real = mask.numpy()
+    if bool(((real[:, 1:] > real[:, :-1]).sum(axis=1) + real[:, 0] > 1).any()):
+        return None
+    first = real.argmax(axis=1)  # the first real token (0 for an empty row)
+    return list(zip(first.tolist(), (first + real.sum(axis=1)).tolist()))
+
+
+def reduce_row_slices(x: Tensor, runs: list[tuple[int, int]], largest: bool) -> Tensor:
+    """Max / min of ``x[b, start:stop]`` over its tokens for each row's run: (B, T, D) -> (B, D), an empty run giving
+    the dtype's extreme (as :func:`reduce_by_index`)."""
+    out = x.new_empty(x.shape[0], x.shape[2])
+    reduce = torch.amax if largest else torch.amin
+    info = torch.finfo(x.dtype)
+    for row, (start, stop) in enumerate(runs):
+        if stop > start:
+            reduce(x[row, start:stop], dim=0, out=out[row])
+        else:
+            out[row].fill_(info.min if largest else info.max)
+    return out
+
+
+def reduce_by_index(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
+    """Masked max / min in one ``index_reduce`` pass: (B, T, D) -> (B, D); empty rows hold the dtype's extreme.
+    Every token is reduced into its row's slot, padded tokens into an extra slot that is dropped."""
     global _index_reduce_warned
     batch, length, dim = x.shape
     info = torch.finfo(x.dtype)
