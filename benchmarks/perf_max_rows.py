@@ -60,8 +60,8 @@ def sweep(device: torch.device, repeats: int, batches=BATCHES, widths=WIDTHS, le
 
 
 def groups(result: dict) -> dict[str, list[dict]]:
-    """The sweep's cells by what the rule does with them: row slices picked; left to index_reduce for being short;
-    left to index_reduce though long (float32 on one thread)."""
+    """A sweep's cells by what the rule does with them: row slices picked; index_reduce kept for short rows; kept
+    though the rows are long (float32, or several threads)."""
     out = {"row slices picked": [], "index_reduce kept: short rows": [], "index_reduce kept: long rows": []}
     for row in result["rows"]:
         if row["rule_picks_slices"]:
@@ -73,32 +73,65 @@ def groups(result: dict) -> dict[str, list[dict]]:
     return {name: rows for name, rows in out.items() if rows}
 
 
-def rule_checks(result: dict) -> list[tuple[str, str, bool]]:
-    """(group, what the sweep shows, whether it backs the rule) per group of :func:`groups`: row slices are picked
-    only where at least :data:`BACKING_SHARE` of the cells are faster with them; index_reduce is kept for short rows
-    only where at least that share is faster with it, and for long rows only where the row slices do not reach that
-    share (neither form winning across the group)."""
+def rule_checks(results: list[dict]) -> list[tuple[str, list[str], bool]]:
+    """(group, what each sweep shows, whether the sweeps back the rule) per group of :func:`groups`, over sweeps at one
+    thread count (quiet, beside busy processes): row slices are picked only where they are faster in at least
+    :data:`BACKING_SHARE` of the cells in every sweep; index_reduce is kept for short rows only where it is faster in
+    that share in every sweep, and for long rows only where the row slices miss that share in some sweep (they are
+    not faster there under every condition)."""
     checks = []
-    for name, rows in groups(result).items():
-        won = sum(r["speedup"] > 1 for r in rows) / len(rows)
+    for name in dict.fromkeys(name for result in results for name in groups(result)):
+        shown, shares = [], []
+        for result in results:
+            rows = groups(result).get(name, [])
+            if not rows:
+                continue
+            speedups = [r["speedup"] for r in rows]
+            shares.append(sum(s > 1 for s in speedups) / len(rows))
+            shown.append(f"{len(rows)} cells, row slices faster in {shares[-1]:.0%}; index_reduce / row slices: "
+                         f"median {statistics.median(speedups):.2f}x, {min(speedups):.2f}x to {max(speedups):.2f}x")
         if name == "row slices picked":
-            backed = won >= BACKING_SHARE
+            backed = all(share >= BACKING_SHARE for share in shares)
         elif name.endswith("short rows"):
-            backed = 1 - won >= BACKING_SHARE
+            backed = all(1 - share >= BACKING_SHARE for share in shares)
         else:
-            backed = won < BACKING_SHARE
-        speedups = [r["speedup"] for r in rows]
-        checks.append((name, f"{len(rows)} cells, row slices faster in {won:.0%}; index_reduce / row slices: median "
-                             f"{statistics.median(speedups):.2f}x, {min(speedups):.2f}x to {max(speedups):.2f}x", backed))
+            backed = any(share < BACKING_SHARE for share in shares)
+        checks.append((name, shown, backed))
     return checks
 
 
+def background(result: dict) -> str:
+    busy = result["settings"].get("background")
+    return f"beside {busy} busy processes" if busy else "quiet"
+
+
 def render(result: dict) -> str:
-    """The rule's checks as a table, one row per group of cells."""
+    """Every cell's ratio: a row per dtype, batch and width, a column per length; ``*``: the rule picks the row
+    slices there."""
     from rendering import table
 
-    body = [[name, shown, "backed" if backed else "**not backed**"] for name, shown, backed in rule_checks(result)]
-    return table(["cells", "the sweep", "the rule"], body)
+    lengths = result["settings"]["lengths"]
+    cells = {(r["dtype"], r["B"], r["D"], r["T"]): r for r in result["rows"]}
+    body = [[dtype, str(batch), str(dim)] + [f"{cells[dtype, batch, dim, t]['speedup']:.2f}"
+                                             + (" *" if cells[dtype, batch, dim, t]["rule_picks_slices"] else "")
+                                             for t in lengths]
+            for dtype, batch, dim in dict.fromkeys((r["dtype"], r["B"], r["D"]) for r in result["rows"])]
+    return table(["dtype", "B", "D"] + [f"T{t}" for t in lengths], body, padded=True)
+
+
+def render_rule(results: list[dict]) -> str:
+    """The rule's checks, a table per thread count: a row per group of cells, a column per sweep at that count."""
+    from rendering import table
+
+    by_threads = {}
+    for result in results:
+        by_threads.setdefault(result["settings"]["threads"], []).append(result)
+    out = []
+    for threads, runs in sorted(by_threads.items()):
+        body = [[name, *shown, "backed" if backed else "**not backed**"] for name, shown, backed in rule_checks(runs)]
+        out.append(f"{threads} torch thread(s):\n\n" + table(["cells", *(background(run) for run in runs),
+                                                                "the rule"], body))
+    return "\n\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -113,6 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
                            "figure": "index_reduce time / row slices time (> 1: the row slices are faster)"},
               "rows": sweep(device, repeats)}
     print(render(result))
+    print(render_rule([result]))
     save_json(args.json, result)
     return result
 

@@ -324,3 +324,95 @@ def test_background_processes_stop_when_the_benchmark_is_killed():
     bench.kill()
     bench.wait(timeout=10)
     spinner.wait(timeout=10)  # psutil.TimeoutExpired if it kept spinning
+
+
+def test_the_max_rows_sweep_times_both_forms_and_marks_the_rules_pick(monkeypatch):
+    """A tiny sweep: one row per (B, D, T, dtype), the rule's pick recorded as slices_pay gives it for the inputs,
+    the two forms' outputs checked equal, the table marking (*) exactly the picked cells."""
+    import perf_max_rows
+
+    from poolkit.pooling import fast
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    rows = perf_max_rows.sweep(torch.device("cpu"), 1, batches=(2,), widths=(8,), lengths=(4, 200))
+    assert [(r["T"], r["dtype"]) for r in rows] == [(4, "fp32"), (4, "bf16"), (200, "fp32"), (200, "bf16")]
+    for r in rows:
+        x, mask = perf_max_rows.inputs(r["B"], r["T"], r["D"], perf_common.DTYPES[r["dtype"]])
+        assert r["rule_picks_slices"] == fast.slices_pay(x, mask) and r["tokens"] == int(mask.sum()) / 2
+        assert len(r["per_repeat"]) == 1 and set(r["ms"]) == {"index_reduce", "row slices"}
+    assert [r["rule_picks_slices"] for r in rows] == [False, False, False, True]  # bf16 long rows on one thread
+    result = {"settings": {"lengths": (4, 200), "row_slice_tokens": fast.ROW_SLICE_TOKENS, "threads": 1},
+              "rows": rows}
+    text = perf_max_rows.render(result)
+    assert text.count(" *") == 1 and re.search(r"\| bf16 +\| 2 +\| 8 +\| \d+\.\d\d +\| \d+\.\d\d \* \|", text)
+    assert perf_max_rows.render_rule([result]).startswith("1 torch thread(s):")
+
+
+def test_rule_checks_back_a_form_only_where_its_cells_favour_it_in_every_sweep():
+    """Catches a check that backs the row slices where they lose in one sweep (the busy one), keeps index_reduce for
+    short rows where the slices are faster, or keeps it for long rows where the slices are faster in every sweep."""
+    import perf_max_rows
+
+    def sweep(picked, short, long):
+        rows = ([{"rule_picks_slices": True, "tokens": 100, "speedup": s} for s in picked]
+                + [{"rule_picks_slices": False, "tokens": 10, "speedup": s} for s in short]
+                + [{"rule_picks_slices": False, "tokens": 100, "speedup": s} for s in long])
+        return {"settings": {"row_slice_tokens": 64}, "rows": rows}
+
+    def backed(*sweeps):
+        return {name: ok for name, _, ok in perf_max_rows.rule_checks(list(sweeps))}
+
+    quiet = sweep([1.2, 1.3, 1.1, 0.9], [0.5, 0.6, 0.7, 1.1], [1.2, 1.3, 1.4, 1.5])
+    busy = sweep([1.2, 1.3, 1.1, 0.9], [0.5, 0.6, 0.7, 1.1], [0.2, 1.3, 0.1, 1.5])
+    assert set(backed(quiet, busy).values()) == {True}
+    assert backed(quiet)["index_reduce kept: long rows"] is False  # faster with slices in every sweep given
+    assert backed(quiet, sweep([1.2, 0.9], [0.5], [1.0]))["row slices picked"] is False  # half lose in one sweep
+    assert backed(quiet, sweep([1.2], [0.5, 1.2], [1.0]))["index_reduce kept: short rows"] is False
+
+
+def test_the_committed_sweeps_back_the_rule_the_code_runs(monkeypatch):
+    """The committed max-rows sweeps, quiet and beside busy processes at one and at two threads, back each group of
+    their cells, and record the pick that fast.slices_pay makes today at the sweep's thread count: a rule changed
+    without new sweeps, or sweeps that contradict it, are red."""
+    import perf_max_rows
+    from pages import performance
+
+    from poolkit.pooling import fast
+
+    sweeps = [json.loads((performance.RESULTS / name).read_text()) for name in performance.FILES
+              if name.startswith("max-rows-")]
+    conditions = {(s["settings"]["threads"], bool(s["settings"]["background"])) for s in sweeps}
+    assert conditions == {(1, False), (1, True), (2, False), (2, True)}
+    for threads in (1, 2):
+        at = [s for s in sweeps if s["settings"]["threads"] == threads]
+        assert all(ok for _, _, ok in perf_max_rows.rule_checks(at)), threads
+    for result in sweeps:
+        monkeypatch.setattr(torch, "get_num_threads", lambda: result["settings"]["threads"])
+        for r in result["rows"]:
+            x = torch.empty(r["B"], r["T"], 0, dtype=perf_common.DTYPES[r["dtype"]])
+            mask = torch.zeros(r["B"] * r["T"], dtype=torch.bool)
+            mask[:round(r["tokens"] * r["B"])] = True
+            assert fast.slices_pay(x, mask.view(r["B"], r["T"])) == r["rule_picks_slices"], r
+
+
+def test_no_committed_run_has_a_cell_where_the_plain_forms_win_at_one_thread_count(tmp_path):
+    """The code runs the fast forms on every eager-CPU call at any thread count (fast.active); that rule holds only
+    while no cell of a pooler's newest runs at one thread count has the plain form faster in every run. A run
+    that shows one is caught (and named in the page's rule block)."""
+    from pages import performance
+
+    files = [performance.RESULTS / name for name in performance.FILES]
+    assert performance.plain_faster_in_every_run(files) and not any(performance.plain_faster_in_every_run(files).values())
+    newest = performance.newest_runs(files)["max"]
+    assert len({data["settings"]["threads"] for _, data in newest}) >= 2
+    slower = []
+    for path, data in newest:
+        for row in data["rows"]:
+            if (row["T"], row["dtype"], row["mode"]) == (512, "bf16", "fwd") and data["settings"]["threads"] > 1:
+                row["speedup"]["max"] = 0.8
+        slower.append(tmp_path / path.name)
+        slower[-1].write_text(json.dumps(data))
+    found = performance.plain_faster_in_every_run(slower + [f for f in files if f not in [p for p, _ in newest]])
+    assert [cell.split(" 0.80x")[0] for cell in found[2]] == ["`max` T512 D768 bf16 fwd"]
+    assert found[1] == []
+    assert "the plain forms faster in every run: `max` T512 D768 bf16 fwd" in performance.rule_block(slower)

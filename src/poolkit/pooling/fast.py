@@ -176,7 +176,7 @@ class HalfWeightedSum(WeightedSum):
 _index_reduce_warned = False
 
 #: Rows of at least this many real tokens on average are reduced one slice of x per row (:func:`reduce_row_slices`)
-#: where :func:`slices_pay` says so.
+#: where :func:`slices_pay` says so; shorter rows pay more for a call per row than they save.
 ROW_SLICE_TOKENS = 64
 
 
@@ -196,12 +196,14 @@ def reduce_into_rows(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
 
 
 def slices_pay(x: Tensor, mask: Tensor) -> bool:
-    """Whether a kernel call per row (:func:`reduce_row_slices`) beats one ``index_reduce`` over the batch: rows of
-    :data:`ROW_SLICE_TOKENS` real tokens or more on average, with several torch threads (each row's reduction runs
-    on all of them, where ``index_reduce`` runs on one) or half-precision x. On one thread in float32 neither form
-    wins across batch sizes and widths, so ``index_reduce`` stays (docs/performance.md, the max rows sweep)."""
-    half = x.dtype in (torch.float16, torch.bfloat16)
-    return (half or torch.get_num_threads() > 1) and int(mask.sum()) >= ROW_SLICE_TOKENS * max(1, x.shape[0])
+    """Whether a kernel call per row (:func:`reduce_row_slices`) beats one ``index_reduce`` over the batch: on one
+    torch thread, for half-precision rows of :data:`ROW_SLICE_TOKENS` real tokens or more on average. With several
+    threads each call is a parallel region: faster still on a quiet machine, but beside other work each region waits
+    for a descheduled thread, many times slower than ``index_reduce``, which runs on one thread and never waits.
+    float32 on one thread: neither form is faster across batch sizes and widths, so ``index_reduce`` stays
+    (docs/performance.md, the max rows sweep)."""
+    return (x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1
+            and int(mask.sum()) >= ROW_SLICE_TOKENS * max(1, x.shape[0]))
 
 
 def single_runs(mask: Tensor) -> list[tuple[int, int]] | None:
