@@ -89,7 +89,7 @@ def test_paths_times_plain_against_fast_forms_and_renders(tmp_path):
         assert len(row["per_repeat"]["max"]) == 2 and row["max_abs_diff"]["mean"] < 1e-2
     text = performance.render(out, 0.05)
     assert "| max " in text and "T512 D768 bf16 fwd+bwd" in text
-    assert performance.blocks([out]) == {"paths.json": text}
+    assert performance.blocks([out]) == {"paths.json": text, "rule: paths": performance.rule_block([out])}
     assert performance.group_name(result) == f"agreement: paths {result['commit'][:7]}"  # runs of one tree agree
     both = performance.agreement([out, out], 0.05)  # one run twice: every listed cell agrees with itself
     assert "`paths.json` (2 repeats), `paths.json` (2 repeats)" in both

@@ -8,7 +8,11 @@ the cells whose median is more than ``THRESHOLD`` away from 1 (either way), each
 on the same side of 1. Several runs of one comparison (the same kind, the same earlier revision or timed tree)
 also give an agreement block (``agreement: revisions 55de4ff`` / ``agreement: paths 20a31c2``): the cells beyond
 the threshold in the same direction in every run (on a shared machine, a change that one run shows and another
-does not is noise; runs at other thread counts or loads agree only where a form wins under all of them).
+does not is noise; runs at other thread counts or loads agree only where a form wins under all of them). The
+plain-vs-fast runs together give ``rule: paths``: per thread count, the cells of each pooler's newest timed tree
+whose plain form is faster in every run (:func:`plain_faster_in_every_run`, which a test holds empty: the fast forms
+run at every thread count). ``benchmarks/perf_max_rows.py`` sweeps give one cell table each and, together,
+``rule: max rows`` (the masked max's choice between its two fast forms, checked per thread count).
 
 Token poolers against their floors (``benchmarks/run_all.py``'s JSON, or ``perf_tokens.py --json``) give NAME
 (provenance and the family tables, ``perf_tokens.render``) and ``NAME targets`` (``perf_tokens.targets``); spatial
@@ -30,6 +34,7 @@ from rendering import ROOT, Page, read_json, span, table
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import perf_embed  # noqa: E402
+import perf_max_rows  # noqa: E402
 import perf_memory  # noqa: E402
 import perf_model  # noqa: E402
 import perf_snippets  # noqa: E402
@@ -47,7 +52,12 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "revisions-8ae7c06-exact-half-t1.json", "revisions-8ae7c06-exact-half-t2.json",
          "revisions-ce36b4f-half-blocks-t1.json", "revisions-ce36b4f-half-blocks-t2.json",
          "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json",
-         "paths-20a31c2-t2-r2.json", "paths-20a31c2-t2-busy2-r2.json"]
+         "paths-20a31c2-t2-r2.json", "paths-20a31c2-t2-busy2-r2.json", "paths-0838b42-max-t1.json",
+         "paths-0838b42-max-t2.json", "paths-0838b42-max-t1-busy2.json", "paths-0838b42-max-t2-busy2.json",
+         "paths-0838b42-rest-t1.json", "paths-0838b42-rest-t2.json", "paths-0838b42-rest-t1-busy2.json",
+         "paths-0838b42-rest-t2-busy2.json",
+         "max-rows-0838b42-t1.json", "max-rows-0838b42-t1-busy2.json", "max-rows-0838b42-t2.json",
+         "max-rows-0838b42-t2-busy2.json"]
 #: The suite's runs at torch's default thread count and beside busy processes (issue 29, item 5), in the page's
 #: order. Each gives only its provenance and target rows (``NAME run``, ``NAME targets``, ``NAME targets 2-5``):
 #: its whole tables stay in the file.
@@ -88,13 +98,17 @@ def provenance(result: dict, path: Path) -> str:
     elif result["kind"] == "paths":
         what = ("`benchmarks/perf_paths.py`: the working tree's plain forms (`fast.disabled()`) / its fast forms, "
                 "> 1 is the fast forms faster")
+    elif result["kind"] == "max_rows":
+        what = ("`benchmarks/perf_max_rows.py`: the masked max's `index_reduce` form / its row-slices form, > 1 is the "
+                "row slices faster; rows of real lengths drawn from [T/2, T]")
     else:
         what = "`benchmarks/perf_tokens.py`: pooler time / floor time, < 1 is faster than the floor"
     return (f"{what}. {tree(result)}; {result['date'][:10]}, {machine['cpu']}, {machine['cores']} cores, "
             f"torch {result['torch']}, {settings['threads']} torch thread(s)"
             + (f" beside {settings['background']} busy process(es) (`--background`)" if settings.get("background")
                else "")
-            + f", B = {settings['batch']}, {settings['repeats']} interleaved repeats per cell"
+            + (f", B = {settings['batch']}" if "batch" in settings else "")
+            + f", {settings['repeats']} interleaved repeats per cell"
             + (f", load average {load[0]:.1f} at the start" if load else "")
             + f". Data: `{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`.")
 
@@ -142,16 +156,18 @@ def group_name(result: dict) -> str:
 
 
 def agreement(paths: list[Path], threshold: float) -> str:
-    """Cells beyond ``threshold`` (as rendered) in the same direction in every run of one comparison."""
+    """Cells beyond ``threshold`` (as rendered) in the same direction in every run of one comparison (for each
+    pooler, every run that timed it)."""
     results = [read_json(path) for path in paths]
     up_word, down_word = MEANING[results[0]["kind"]]
     lines = []
-    for name in results[0]["settings"]["poolers"]:
+    for name in dict.fromkeys(n for res in results for n in res["settings"]["poolers"]):
+        timed = [res for res in results if name in res["settings"]["poolers"]]
         up, down = [], []
-        for row in results[0]["rows"]:
+        for row in timed[0]["rows"]:
             label = config_label(row)
             values = [round(next(r for r in res["rows"] if config_label(r) == label)["speedup"][name], 2)
-                      for res in results]
+                      for res in timed]
             cell = f"{label} " + " / ".join(f"{v:.2f}x" for v in values)
             if all(v > 1 + threshold for v in values):
                 up.append(cell)
@@ -162,7 +178,58 @@ def agreement(paths: list[Path], threshold: float) -> str:
             lines.append(f"* `{name}`: " + "; ".join(parts))
     files = ", ".join(f"`{path.name}` ({res['settings']['repeats']} repeats)" for path, res in zip(paths, results))
     return "\n".join([f"Cells more than {threshold:.0%} from 1.00x in the same direction in every run ({files}; "
-                      "medians in that order):", "", *(lines or ["* none"])])
+                      "for each pooler, the runs that timed it; medians in that order):", "", *(lines or ["* none"])])
+
+
+def newest_runs(paths: list[Path]) -> dict[str, list[tuple[Path, dict]]]:
+    """Each pooler's runs of the plain-vs-fast comparison on the newest tree that timed it (by run date): the runs
+    that say what its forms cost now."""
+    runs = [(path, read_json(path)) for path in paths]
+    runs = [(path, data) for path, data in runs if data.get("kind") == "paths"]
+    out = {}
+    for name in dict.fromkeys(n for _, data in runs for n in data["settings"]["poolers"]):
+        timed = [(path, data) for path, data in runs if name in data["settings"]["poolers"]]
+        newest = max(timed, key=lambda run: run[1]["date"])[1]["commit"]
+        out[name] = [(path, data) for path, data in timed if data["commit"] == newest]
+    return out
+
+
+def plain_faster_in_every_run(paths: list[Path], threshold: float = THRESHOLD) -> dict[int, list[str]]:
+    """Per torch thread count: the cells ('max T512 D768 bf16 fwd') whose plain form is faster by more than
+    ``threshold`` (as rendered) in every one of the pooler's newest runs at that thread count (:func:`newest_runs`).
+    The code's rule (``fast.active``: the fast forms on every eager-CPU call, at any thread count) holds only while
+    this is empty; a cell here would need the plain form kept at that thread count."""
+    out = {}
+    for name, runs in newest_runs(paths).items():
+        for threads in sorted({data["settings"]["threads"] for _, data in runs}):
+            at = [data for _, data in runs if data["settings"]["threads"] == threads]
+            cells = out.setdefault(threads, [])
+            for row in at[0]["rows"]:
+                label = config_label(row)
+                values = [round(next(r for r in data["rows"] if config_label(r) == label)["speedup"][name], 2)
+                          for data in at]
+                if all(v < 1 - threshold for v in values):
+                    cells.append(f"`{name}` {label} " + " / ".join(f"{v:.2f}x" for v in values))
+    return out
+
+
+def rule_block(paths: list[Path], threshold: float = THRESHOLD) -> str:
+    """Which form runs where, read off the committed plain-vs-fast runs: per thread count, the runs each pooler's
+    verdict rests on and the cells where the plain form is faster in every one of them."""
+    runs, faster = newest_runs(paths), plain_faster_in_every_run(paths, threshold)
+    lines = []
+    for threads in sorted(faster):
+        sources = {}
+        for name, timed in runs.items():
+            at = [path.name for path, data in timed if data["settings"]["threads"] == threads]
+            if at:
+                sources.setdefault(tuple(at), []).append(f"`{name}`")
+        basis = "; ".join(f"{', '.join(names)}: {', '.join(f'`{n}`' for n in files)}" for files, names in sources.items())
+        verdict = ("no cell has the plain forms faster in every run, so the fast forms run in every cell"
+                   if not faster[threads] else "the plain forms faster in every run: " + ", ".join(faster[threads]))
+        lines.append(f"* {threads} torch thread(s): {verdict} (runs: {basis})")
+    return "\n".join([f"Cells more than {threshold:.0%} below 1.00x in every run of a pooler's newest timed tree at "
+                      "one thread count:", "", *lines])
 
 
 def floors_of(data: dict) -> dict | None:
@@ -319,7 +386,7 @@ SUITE_BLOCKS = {"snippets": lambda suites: snippets_block(suites["snippets"]),
 def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Path] = ()) -> dict[str, str]:
     """Every block the result files at ``paths`` give, with an agreement block per comparison run more than once,
     and the provenance and target blocks (:data:`CONDITION_BLOCKS`) of the run_all runs at ``conditions``."""
-    found, groups = {}, {}
+    found, groups, sweeps = {}, {}, []
     for path in conditions:
         found.update({name: block for name, block in file_blocks(path, read_json(path)).items()
                       if name.endswith(CONDITION_BLOCKS)})
@@ -328,9 +395,16 @@ def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Pat
         if data.get("kind") in MEANING:
             found[path.name] = render(path, threshold)
             groups.setdefault(group_name(data), []).append(path)
+        elif data.get("kind") == "max_rows":
+            found[path.name] = provenance(data, path.resolve()) + "\n\n" + perf_max_rows.render(data)
+            sweeps.append(data)
         else:
             found.update(file_blocks(path, data))
     found.update({name: agreement(group, threshold) for name, group in groups.items() if len(group) > 1})
+    if any(name.startswith("agreement: paths") for name in groups):
+        found["rule: paths"] = rule_block(paths, threshold)
+    if sweeps:
+        found["rule: max rows"] = perf_max_rows.render_rule(sweeps)
     return found
 
 
