@@ -368,6 +368,9 @@ def test_rule_checks_back_a_form_only_where_its_cells_favour_it_in_every_sweep()
     assert backed(quiet)["index_reduce kept: long rows"] is False  # faster with slices in every sweep given
     assert backed(quiet, sweep([1.2, 0.9], [0.5], [1.0]))["row slices picked"] is False  # half lose in one sweep
     assert backed(quiet, sweep([1.2], [0.5, 1.2], [1.0]))["index_reduce kept: short rows"] is False
+    shown = {name: cells for name, cells, _ in perf_max_rows.rule_checks([quiet, sweep([1.2], [], [0.2])])}
+    assert shown["index_reduce kept: short rows"][1] == "no cells"  # a column per sweep, none left out
+    assert backed(quiet, sweep([1.2], [], [0.2]))["index_reduce kept: short rows"] is False
 
 
 def test_the_committed_sweeps_back_the_rule_the_code_runs(monkeypatch):
@@ -403,8 +406,9 @@ def test_no_committed_run_has_a_cell_where_the_plain_forms_win_at_one_thread_cou
 
     files = [performance.RESULTS / name for name in performance.FILES]
     assert performance.plain_faster_in_every_run(files) and not any(performance.plain_faster_in_every_run(files).values())
+    for name, runs in performance.newest_runs(files).items():  # every pooler judged at one and at two threads
+        assert {data["settings"]["threads"] for _, data in runs} == {1, 2}, name
     newest = performance.newest_runs(files)["max"]
-    assert len({data["settings"]["threads"] for _, data in newest}) >= 2
     slower = []
     for path, data in newest:
         for row in data["rows"]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import sys
+from datetime import datetime
 from pathlib import Path
 
 from rendering import ROOT, Page, read_json, span, table
@@ -182,23 +183,30 @@ def agreement(paths: list[Path], threshold: float) -> str:
 
 
 def newest_runs(paths: list[Path]) -> dict[str, list[tuple[Path, dict]]]:
-    """Each pooler's runs of the plain-vs-fast comparison on the newest tree that timed it (by run date): the runs
-    that say what its forms cost now."""
+    """Each pooler's runs of the plain-vs-fast comparison, at each thread count on the newest tree that timed it there
+    (by run date; a tree is its commit and its uncommitted paths): the runs that say what its forms cost now."""
     runs = [(path, read_json(path)) for path in paths]
     runs = [(path, data) for path, data in runs if data.get("kind") == "paths"]
+
+    def tree_of(data: dict) -> tuple:
+        return data["commit"], tuple(data.get("uncommitted") or ())
+
     out = {}
     for name in dict.fromkeys(n for _, data in runs for n in data["settings"]["poolers"]):
         timed = [(path, data) for path, data in runs if name in data["settings"]["poolers"]]
-        newest = max(timed, key=lambda run: run[1]["date"])[1]["commit"]
-        out[name] = [(path, data) for path, data in timed if data["commit"] == newest]
+        for threads in dict.fromkeys(data["settings"]["threads"] for _, data in timed):
+            at = [(path, data) for path, data in timed if data["settings"]["threads"] == threads]
+            newest = tree_of(max(at, key=lambda run: datetime.fromisoformat(run[1]["date"]))[1])
+            out.setdefault(name, []).extend(run for run in at if tree_of(run[1]) == newest)
     return out
 
 
 def plain_faster_in_every_run(paths: list[Path], threshold: float = THRESHOLD) -> dict[int, list[str]]:
     """Per torch thread count: the cells ('max T512 D768 bf16 fwd') whose plain form is faster by more than
-    ``threshold`` (as rendered) in every one of the pooler's newest runs at that thread count (:func:`newest_runs`).
-    The code's rule (``fast.active``: the fast forms on every eager-CPU call, at any thread count) holds only while
-    this is empty; a cell here would need the plain form kept at that thread count."""
+    ``threshold`` (as rendered) in every one of the pooler's newest runs at that thread count (:func:`newest_runs`),
+    quiet and beside busy processes alike. The code's rule (``fast.active``: the fast forms on every eager-CPU call,
+    whatever the thread count) holds at the counts measured only while this is empty; a cell here would need the
+    plain form kept at that thread count."""
     out = {}
     for name, runs in newest_runs(paths).items():
         for threads in sorted({data["settings"]["threads"] for _, data in runs}):

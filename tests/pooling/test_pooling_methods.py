@@ -497,8 +497,10 @@ def runs_mask(rows: list[str]) -> torch.Tensor:
 
 
 def test_single_runs_finds_each_rows_run_or_a_gap():
-    """(start, stop) with stop exclusive under right, left and both-sided padding, (0, 0) for an empty row; a row
-    with padding between real tokens (or two runs) gives None: catches off-by-one stops and gaps taken for runs."""
+    """(start, stop) with stop exclusive under right, left and both-sided padding, (0, 0) for an empty row (and for
+    every row of a batch of no tokens); a row with padding between real tokens (or two runs) gives None: catches
+    off-by-one stops and gaps taken for runs."""
+    assert fast.single_runs(torch.zeros(2, 0, dtype=torch.bool)) == [(0, 0), (0, 0)]
     assert fast.single_runs(runs_mask(["111..", "..111", ".11..", ".....", "11111"])) == [
         (0, 3), (2, 5), (1, 3), (0, 0), (0, 5)]
     assert fast.single_runs(runs_mask(["111..", "1.1.."])) is None
@@ -512,7 +514,8 @@ def test_both_fast_extreme_forms_give_the_plain_values(dtype, largest):
     """reduce_row_slices and reduce_by_index against the filled plain form, exactly, on non-contiguous x under
     right / left / both-sided padding, a one-token row, NaN and infinite values at real tokens and huge ones at
     padding; empty rows hold the dtype's extreme in both (the caller zeroes them). Catches max for min, a run one
-    token short or long, padding read, and an empty row left unwritten."""
+    token short or long, padding read, an empty row left unwritten, and a padded row's all -inf feature left -inf where
+    the plain form's fill gives the dtype's extreme (or a full row's clamped)."""
     from poolkit.pooling import masking
 
     gen = torch.Generator().manual_seed(3)
@@ -521,10 +524,16 @@ def test_both_fast_extreme_forms_give_the_plain_values(dtype, largest):
     info = torch.finfo(dtype)
     x[~mask] = info.max if largest else info.min  # padding that would win
     x[0, 3, 1], x[2, 2, 4], x[5, 8, 2] = float("nan"), float("inf"), float("-inf")
+    losing = float("-inf") if largest else float("inf")  # a feature that holds it at every real token:
+    x[1, 2:, 5] = x[5, :, 6] = losing  # in a padded row (the plain form's fill wins) and in a full one (it stays)
     expected, _ = masking.masked_fill_reduce(x, mask, largest)
+    assert torch.isinf(expected[5, 6]) and torch.isfinite(expected[1, 5])
     empty = info.min if largest else info.max
     runs = fast.single_runs(mask)
-    for got in (fast.reduce_row_slices(x, runs, largest), fast.reduce_by_index(x, mask, largest)):
+    slices, by_index = fast.reduce_row_slices(x, runs, largest), fast.reduce_by_index(x, mask, largest)
+    assert by_index[5, 6] == empty  # index_reduce's one difference from the plain form
+    by_index[5, 6] = losing
+    for got in (slices, by_index):
         assert got.dtype == dtype and torch.equal(got[3], torch.full((HIDDEN,), empty, dtype=dtype))
         got[3] = 0
         torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
@@ -545,3 +554,81 @@ def test_row_slices_run_where_the_sweep_says_they_pay(monkeypatch):
     assert not fast.slices_pay(x[:0].bfloat16(), mask[:0])
     threads["n"] = 2
     assert not fast.slices_pay(x.bfloat16(), mask)
+
+
+
+@pytest.mark.parametrize("rnn", [torch.nn.LSTM, torch.nn.GRU])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_unrolled_recurrence_equals_torch_rnn(rnn, bidirectional):
+    """The plain cell loop that transforms trace gives nn.LSTM / nn.GRU's own final states."""
+    from poolkit.pooling.layers import final_state
+
+    module = rnn(6, 5, batch_first=True, bidirectional=bidirectional)
+    x = torch.randn(3, 4, 6)
+    _, final = module(x)
+    final = final[0] if isinstance(final, tuple) else final
+    directions = 2 if bidirectional else 1
+    unrolled = torch.stack([final_state(module, x, reverse=d == 1) for d in range(directions)])
+    torch.testing.assert_close(unrolled, final)
+
+
+@pytest.mark.parametrize("name", ["mean_layers", "concat_layers"])
+def test_last_n_defaults_to_what_a_shallow_encoder_has(name):
+    """Default last_n is 4, or every hidden state of a 2-layer encoder (3); an explicit value past them fails."""
+    assert get_pooler(name, HIDDEN, num_layers=NUM_LAYERS).last_n == 4
+    shallow = get_pooler(name, HIDDEN, num_layers=2)
+    assert shallow.last_n == 3 and shallow.output_dim == (3 * HIDDEN if name == "concat_layers" else HIDDEN)
+    layers = [torch.randn(2, 4, HIDDEN) for _ in range(3)]
+    assert shallow(layers, mask_from_lengths([4, 2], 4)).shape == (2, shallow.output_dim)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["mean", "mean_sqrt_len", "sum", "mean_max"])
+def test_half_precision_means_are_the_correctly_rounded_ones(name, dtype, monkeypatch):
+    """issue 32 item 18: the 1/n weights cast to bf16 before the sum put a bf16 mean one ulp off in about a fifth of
+    its elements, where sentence-transformers' and timm's are correctly rounded. Catches any rounding before the
+    float32 sum and its division (the float64 reference rounded once to the dtype must come out exactly), in the
+    plain form and the fast one, and blocks of rows that drop or repeat rows."""
+    from poolkit.pooling import masking
+
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(6, 40, 64, generator=gen).to(dtype)
+    mask = mask_from_lengths([40, 1, 17, 0, 33, 9], 40).bool()
+    total = (x.double() * mask[..., None]).sum(dim=1)
+    count = mask.sum(dim=1, keepdim=True).clamp(min=1).double()
+    reference = {"mean": total / count, "mean_sqrt_len": total / count.sqrt(), "sum": total}
+    reference["mean_max"] = torch.cat([reference["mean"], masking.masked_fill_reduce(x, mask, True)[0].double()], 1)
+    expected = reference[name].to(dtype)
+    pooler = get_pooler(name, hidden_size=64)
+    for fast_forms in (True, False):
+        monkeypatch.setattr(fast, "_enabled", fast_forms)
+        got = pooler(x, mask)
+        assert got.dtype == dtype and torch.equal(got, expected), (fast_forms, (got != expected).float().mean())
+    monkeypatch.setattr(fast, "_enabled", True)
+    monkeypatch.setattr(fast, "EXACT_BLOCK_BYTES", 40 * 64 * 4 * 4)  # blocks of 4 rows, the last one short
+    assert torch.equal(pooler(x, mask), expected)
+
+
+@pytest.mark.parametrize("name", ["mean", "attention", "weighted_mean"])
+def test_the_half_precision_weighted_sum_gives_the_plain_forms_values_and_gradients(name):
+    """fast.HalfWeightedSum (blocks of float32 tokens forward, x's precision backward) against the plain form (the
+    float32 copy of x under autograd): the same outputs, gradients within bf16 rounding, for x and the pooler's
+    parameters. Catches a forward that drops or repeats tokens, and a backward that loses x's or the weights'
+    gradient."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 23, HIDDEN, generator=gen).bfloat16()
+    mask = mask_from_lengths([23, 5, 0, 11], 23).bool()
+    pooler = make_pooler(name).to(torch.bfloat16)  # bf16 weights: a float32 pooler widens x before the sum
+    results = []
+    for fast_forms in (True, False):
+        inputs = x.clone().requires_grad_()
+        with (contextlib.nullcontext() if fast_forms else fast.disabled()):
+            pooler.zero_grad()
+            out = pooler(inputs, mask)
+            (out.float() * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
+        grads = [inputs.grad.float()] + [p.grad.float().clone() for p in pooler.parameters() if p.grad is not None]
+        results.append((out, grads))
+    (fast_out, fast_grads), (plain_out, plain_grads) = results
+    assert torch.equal(fast_out, plain_out) and len(fast_grads) == len(plain_grads)
+    for ours, theirs in zip(fast_grads, plain_grads):
+        torch.testing.assert_close(ours, theirs, rtol=2e-2, atol=2e-2)

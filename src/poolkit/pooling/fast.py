@@ -186,7 +186,8 @@ def reduce_into_rows(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
 
     Where every row's real tokens are one run (left or right padding) and :func:`slices_pay`, each row's run is
     reduced as one slice (:func:`reduce_row_slices`); otherwise in one ``index_reduce`` pass
-    (:func:`reduce_by_index`). Both give the plain form's values exactly.
+    (:func:`reduce_by_index`). Both give the plain form's values exactly, but for a feature that is -inf (min: +inf)
+    at every token of a row without padding, where ``index_reduce`` gives the dtype's extreme.
     """
     if slices_pay(x, mask):
         runs = single_runs(mask)
@@ -198,10 +199,10 @@ def reduce_into_rows(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
 def slices_pay(x: Tensor, mask: Tensor) -> bool:
     """Whether a kernel call per row (:func:`reduce_row_slices`) beats one ``index_reduce`` over the batch: on one
     torch thread, for half-precision rows of :data:`ROW_SLICE_TOKENS` real tokens or more on average. With several
-    threads each call is a parallel region: faster still on a quiet machine, but beside other work each region waits
-    for a descheduled thread, many times slower than ``index_reduce``, which runs on one thread and never waits.
-    float32 on one thread: neither form is faster across batch sizes and widths, so ``index_reduce`` stays
-    (docs/performance.md, the max rows sweep)."""
+    threads each call is a parallel region: faster still on a quiet machine, but beside other work a region waits
+    whenever one of its threads is descheduled, and some calls run many times slower than ``index_reduce``, which
+    runs on one thread and never waits. float32 on one thread: the row slices are faster in about two cells of three but slower in the rest, short
+    of the three in four the rule asks, so ``index_reduce`` stays (docs/performance.md, the max rows sweep)."""
     return (x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1
             and int(mask.sum()) >= ROW_SLICE_TOKENS * max(1, x.shape[0]))
 
@@ -210,6 +211,8 @@ def single_runs(mask: Tensor) -> list[tuple[int, int]] | None:
     """Each row's real tokens as one ``(start, stop)`` run, or None when a row has padding between real tokens;
     an empty row gives ``(0, 0)``. In numpy on the CPU mask: a few small torch ops cost several times more here."""
     real = mask.numpy()
+    if real.shape[1] == 0:
+        return [(0, 0)] * real.shape[0]
     if bool(((real[:, 1:] > real[:, :-1]).sum(axis=1) + real[:, 0] > 1).any()):
         return None
     first = real.argmax(axis=1)  # the first real token (0 for an empty row)
@@ -218,15 +221,23 @@ def single_runs(mask: Tensor) -> list[tuple[int, int]] | None:
 
 def reduce_row_slices(x: Tensor, runs: list[tuple[int, int]], largest: bool) -> Tensor:
     """Max / min of ``x[b, start:stop]`` over its tokens for each row's run: (B, T, D) -> (B, D), an empty run giving
-    the dtype's extreme (as :func:`reduce_by_index`)."""
+    the dtype's extreme (as :func:`reduce_by_index`). A padded row's result is clamped to the dtype's finite range, as
+    the plain form's fill with that extreme gives it where a feature is -inf (+inf for min) at every real token."""
     out = x.new_empty(x.shape[0], x.shape[2])
     reduce = torch.amax if largest else torch.amin
     info = torch.finfo(x.dtype)
+    extreme = info.min if largest else info.max
+    padded = []
     for row, (start, stop) in enumerate(runs):
-        if stop > start:
-            reduce(x[row, start:stop], dim=0, out=out[row])
-        else:
-            out[row].fill_(info.min if largest else info.max)
+        if stop == start:
+            out[row].fill_(extreme)
+            continue
+        reduce(x[row, start:stop], dim=0, out=out[row])
+        if stop - start < x.shape[1]:
+            padded.append(row)
+    if padded:  # clamp keeps NaN
+        rows = torch.tensor(padded, device=x.device)
+        out[rows] = out[rows].clamp(min=extreme) if largest else out[rows].clamp(max=extreme)
     return out
 
 
