@@ -187,7 +187,7 @@ def reduce_into_rows(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
     Where every row's real tokens are one run (left or right padding) and :func:`slices_pay`, each row's run is
     reduced as one slice (:func:`reduce_row_slices`); otherwise in one ``index_reduce`` pass
     (:func:`reduce_by_index`). Both give the plain form's values exactly, but for a feature that is -inf (min: +inf)
-    at every token of a row without padding, where ``index_reduce`` gives the dtype's extreme.
+    at every token of a row without padding, where they give the dtype's extreme.
     """
     if slices_pay(x, mask):
         runs = single_runs(mask)
@@ -221,24 +221,19 @@ def single_runs(mask: Tensor) -> list[tuple[int, int]] | None:
 
 def reduce_row_slices(x: Tensor, runs: list[tuple[int, int]], largest: bool) -> Tensor:
     """Max / min of ``x[b, start:stop]`` over its tokens for each row's run: (B, T, D) -> (B, D), an empty run giving
-    the dtype's extreme (as :func:`reduce_by_index`). A padded row's result is clamped to the dtype's finite range, as
-    the plain form's fill with that extreme gives it where a feature is -inf (+inf for min) at every real token."""
+    the dtype's extreme (as :func:`reduce_by_index`). Results are clamped to the dtype's finite range, as
+    :func:`reduce_by_index` starts from that extreme: where a feature is -inf (+inf for min) at every real token, both
+    give the extreme, as the plain form's fill does in a padded row."""
     out = x.new_empty(x.shape[0], x.shape[2])
     reduce = torch.amax if largest else torch.amin
     info = torch.finfo(x.dtype)
     extreme = info.min if largest else info.max
-    padded = []
     for row, (start, stop) in enumerate(runs):
-        if stop == start:
+        if stop > start:
+            reduce(x[row, start:stop], dim=0, out=out[row])
+        else:
             out[row].fill_(extreme)
-            continue
-        reduce(x[row, start:stop], dim=0, out=out[row])
-        if stop - start < x.shape[1]:
-            padded.append(row)
-    if padded:  # clamp keeps NaN
-        rows = torch.tensor(padded, device=x.device)
-        out[rows] = out[rows].clamp(min=extreme) if largest else out[rows].clamp(max=extreme)
-    return out
+    return out.clamp_(min=extreme) if largest else out.clamp_(max=extreme)  # clamp keeps NaN
 
 
 def reduce_by_index(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
