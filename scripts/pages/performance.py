@@ -53,12 +53,12 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "revisions-8ae7c06-exact-half-t1.json", "revisions-8ae7c06-exact-half-t2.json",
          "revisions-ce36b4f-half-blocks-t1.json", "revisions-ce36b4f-half-blocks-t2.json",
          "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json",
-         "paths-20a31c2-t2-r2.json", "paths-20a31c2-t2-busy2-r2.json", "paths-0838b42-max-t1.json",
-         "paths-0838b42-max-t2.json", "paths-0838b42-max-t1-busy2.json", "paths-0838b42-max-t2-busy2.json",
+         "paths-20a31c2-t2-r2.json", "paths-20a31c2-t2-busy2-r2.json", "paths-d4ea84b-max-t1.json",
+         "paths-d4ea84b-max-t2.json", "paths-d4ea84b-max-t1-busy2.json", "paths-d4ea84b-max-t2-busy2.json",
          "paths-0838b42-rest-t1.json", "paths-0838b42-rest-t2.json", "paths-0838b42-rest-t1-busy2.json",
          "paths-0838b42-rest-t2-busy2.json",
-         "max-rows-0838b42-t1.json", "max-rows-0838b42-t1-busy2.json", "max-rows-0838b42-t2.json",
-         "max-rows-0838b42-t2-busy2.json"]
+         "max-rows-d4ea84b-t1.json", "max-rows-d4ea84b-t1-busy2.json", "max-rows-d4ea84b-t2.json",
+         "max-rows-d4ea84b-t2-busy2.json"]
 #: The suite's runs at torch's default thread count and beside busy processes (issue 29, item 5), in the page's
 #: order. Each gives only its provenance and target rows (``NAME run``, ``NAME targets``, ``NAME targets 2-5``):
 #: its whole tables stay in the file.
