@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from perf_common import DTYPES, interleaved, median_ms, parse_and_setup, per_repeat, ratio, run_info, save_json  # noqa: E402
+from perf_common import (DTYPES, interleaved, median_ms, parse_and_setup, per_repeat, ratio, run_info,  # noqa: E402
+                         save_json)
 from poolkit.pooling import fast  # noqa: E402
 
 BATCHES, WIDTHS, LENGTHS = (8, 32, 128), (128, 384, 768), (32, 64, 128, 256, 512)

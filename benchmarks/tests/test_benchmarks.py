@@ -405,7 +405,8 @@ def test_no_committed_run_has_a_cell_where_the_plain_forms_win_at_one_thread_cou
     from pages import performance
 
     files = [performance.RESULTS / name for name in performance.FILES]
-    assert performance.plain_faster_in_every_run(files) and not any(performance.plain_faster_in_every_run(files).values())
+    faster = performance.plain_faster_in_every_run(files)
+    assert faster and not any(faster.values())
     for name, runs in performance.newest_runs(files).items():  # every pooler judged at one and at two threads
         assert {data["settings"]["threads"] for _, data in runs} == {1, 2}, name
     newest = performance.newest_runs(files)["max"]

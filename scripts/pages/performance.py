@@ -232,7 +232,8 @@ def rule_block(paths: list[Path], threshold: float = THRESHOLD) -> str:
             at = [path.name for path, data in timed if data["settings"]["threads"] == threads]
             if at:
                 sources.setdefault(tuple(at), []).append(f"`{name}`")
-        basis = "; ".join(f"{', '.join(names)}: {', '.join(f'`{n}`' for n in files)}" for files, names in sources.items())
+        basis = "; ".join(f"{', '.join(names)}: {', '.join(f'`{n}`' for n in files)}"
+                          for files, names in sources.items())
         verdict = ("no cell has the plain forms faster in every run, so the fast forms run in every cell"
                    if not faster[threads] else "the plain forms faster in every run: " + ", ".join(faster[threads]))
         lines.append(f"* {threads} torch thread(s): {verdict} (runs: {basis})")

@@ -201,8 +201,9 @@ def slices_pay(x: Tensor, mask: Tensor) -> bool:
     torch thread, for half-precision rows of :data:`ROW_SLICE_TOKENS` real tokens or more on average. With several
     threads each call is a parallel region: faster still on a quiet machine, but beside other work a region waits
     whenever one of its threads is descheduled, and some calls run many times slower than ``index_reduce``, which
-    runs on one thread and never waits. float32 on one thread: the row slices are faster in about half to two thirds of the cells and slower in the
-    rest, short of the three in four the rule asks, so ``index_reduce`` stays (docs/performance.md, the max rows sweep)."""
+    runs on one thread and never waits. float32 on one thread: the row slices are faster in about half to two
+    thirds of the cells and slower in the rest, short of the three in four the rule asks, so ``index_reduce``
+    stays (docs/performance.md, the max rows sweeps)."""
     return (x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1
             and int(mask.sum()) >= ROW_SLICE_TOKENS * max(1, x.shape[0]))
 
