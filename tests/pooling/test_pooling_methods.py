@@ -447,15 +447,17 @@ def test_registry_lists_both_families():
     assert get_pooler("avg", HIDDEN).name == "mean"  # aliases resolve
 
 
-@pytest.fixture(params=["row slices", "index_reduce"])
+@pytest.fixture(params=["plain", "row slices", "index_reduce"])
 def extreme_form(request, monkeypatch):
-    """The fast masked max / min made to take one of its two forms whatever the thread count and row lengths; yields
-    whether the row slices were asked for and the calls they got (to check that the form asked for ran)."""
+    """The masked max / min made to take its plain form or one of its two fast forms whatever the thread count and
+    row lengths; yields whether the row slices were asked for and the calls they got (to check that the form asked
+    for ran)."""
     calls = []
     slices = fast.reduce_row_slices
     monkeypatch.setattr(fast, "slices_pay", lambda x, mask: request.param == "row slices")
     monkeypatch.setattr(fast, "reduce_row_slices", lambda *args: calls.append(args) or slices(*args))
-    yield request.param == "row slices", calls
+    with fast.disabled() if request.param == "plain" else contextlib.nullcontext():
+        yield request.param == "row slices", calls
 
 
 @pytest.mark.parametrize("dtype,length", [(torch.float32, 7), (torch.bfloat16, 7), (torch.bfloat16, 300)])
@@ -514,9 +516,9 @@ def test_single_runs_finds_each_rows_run_or_a_gap():
 def test_both_fast_extreme_forms_give_the_plain_values(dtype, largest):
     """reduce_row_slices and reduce_by_index against the filled plain form, exactly, on non-contiguous x under
     right / left / both-sided padding, a one-token row, NaN and infinite values at real tokens and huge ones at
-    padding; empty rows hold the dtype's extreme in both (the caller zeroes them). Catches max for min, a run one
-    token short or long, padding read, an empty row left unwritten, and an all -inf feature left -inf where the other
-    forms give the dtype's extreme (the plain form's fill in a padded row)."""
+    padding, and a feature that holds -inf (min: +inf) at every real token of a padded row and of a full one;
+    empty rows hold -inf (+inf) in both (reduce_into_rows zeroes them). Catches max for min, a run one token short
+    or long, padding read, an empty row left unwritten, and a start or a clamp at the dtype's finite extreme."""
     from poolkit.pooling import masking
 
     gen = torch.Generator().manual_seed(3)
@@ -525,19 +527,64 @@ def test_both_fast_extreme_forms_give_the_plain_values(dtype, largest):
     info = torch.finfo(dtype)
     x[~mask] = info.max if largest else info.min  # padding that would win
     x[0, 3, 1], x[2, 2, 4], x[5, 8, 2] = float("nan"), float("inf"), float("-inf")
-    losing = float("-inf") if largest else float("inf")  # a feature that holds it at every real token:
-    x[1, 2:, 5] = x[5, :, 6] = losing  # in a padded row (the plain form's fill wins) and in a full one (it stays)
+    losing = float("-inf") if largest else float("inf")
+    x[1, 2:, 5] = x[5, :, 6] = losing  # at every real token of a padded row and of a full one
     expected, _ = masking.masked_fill_reduce(x, mask, largest)
-    assert torch.isinf(expected[5, 6]) and torch.isfinite(expected[1, 5])
-    empty = info.min if largest else info.max
+    assert expected[1, 5] == expected[5, 6] == losing
     runs = fast.single_runs(mask)
-    slices, by_index = fast.reduce_row_slices(x, runs, largest), fast.reduce_by_index(x, mask, largest)
-    assert slices[5, 6] == by_index[5, 6] == empty  # the fast forms' one difference from the plain form
-    slices[5, 6] = by_index[5, 6] = losing
-    for got in (slices, by_index):
-        assert got.dtype == dtype and torch.equal(got[3], torch.full((HIDDEN,), empty, dtype=dtype))
+    for got in (fast.reduce_row_slices(x, runs, largest), fast.reduce_by_index(x, mask, largest)):
+        assert got.dtype == dtype and torch.equal(got[3], torch.full((HIDDEN,), losing, dtype=dtype))
         got[3] = 0
         torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(fast.reduce_into_rows(x, mask, largest), expected, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", ["max", "min", "mean_max"])
+def test_padding_never_changes_an_extreme_its_winner_or_its_gradient(name, extreme_form):
+    """A row pooled alone without padding and inside a batch with left, right and both-sided padding (holding
+    values that would win, and NaN) gives the same values, winners, weights and gradient, where a feature holds the
+    losing infinity at every real token (the fill ties with it), another holds NaN, a third ties at a finite value
+    and a fourth holds the dtype's finite extreme at one token, the losing infinity at the others;
+    padding takes no gradient and an empty row neither. Catches a finite fill (the finite extreme for -inf), a
+    winner on padding (max's first index under left padding), a gradient put there, and an empty row's gradient
+    put at its index 0; the winner an empty row reports is 0 (the plain form's)."""
+    from poolkit.pooling import masking
+
+    gen = torch.Generator().manual_seed(5)
+    largest = name != "min"
+    losing, winning = (float("-inf"), float("inf")) if largest else (float("inf"), float("-inf"))
+    row = torch.randn(4, HIDDEN, generator=gen)
+    row[:, 0], row[1, 1], row[:, 2] = losing, float("nan"), 1.0
+    row[:, 4] = losing
+    row[2, 4] = torch.finfo(row.dtype).min if largest else torch.finfo(row.dtype).max  # ties a finite fill
+    pooler = get_pooler(name, hidden_size=HIDDEN)
+
+    def pooled(x, mask):
+        x = x.clone().requires_grad_(True)
+        out, weights = pooler(x, mask, return_weights=True)
+        out.backward(torch.ones_like(out))
+        return out.detach(), weights, x.grad
+
+    alone = pooled(row[None], torch.ones(1, 4, dtype=torch.bool))
+    mask = runs_mask(["...1111", "1111...", ".1111..", "......."])
+    x = torch.full((4, 7, HIDDEN), winning)
+    x[:, :, 3] = float("nan")
+    x[mask] = row.repeat(3, 1)
+    out, weights, grad = pooled(x, mask)
+    for b in range(3):
+        torch.testing.assert_close(out[b], alone[0][0], rtol=0, atol=0, equal_nan=True)
+        torch.testing.assert_close(weights[b][mask[b]], alone[1][0], rtol=0, atol=0)
+        torch.testing.assert_close(grad[b][mask[b]], alone[2][0], rtol=0, atol=0)
+    assert not grad[~mask].any() and torch.equal(weights[~mask], torch.zeros(int((~mask).sum())))
+    assert torch.equal(out[3], torch.zeros_like(out[3]))
+    index = masking.masked_extreme(x, mask, largest, with_index=True)[1]
+    first = mask.to(torch.uint8).argmax(dim=1, keepdim=True)
+    expected = masking.masked_extreme(row[None], torch.ones(1, 4, dtype=torch.bool), largest, with_index=True)[1]
+    assert torch.equal(index - first, expected.expand(4, -1) * mask.any(dim=1, keepdim=True))  # empty row: 0
+    finite = torch.randn(2, 3, HIDDEN, generator=gen)  # finite values: the fast forms' float-code search
+    assert not masking.masked_extreme(finite, runs_mask(["11.", "..."]), largest, with_index=True)[1][1].any()
+    asked, calls = extreme_form
+    assert bool(calls) == asked
 
 
 def test_row_slices_run_where_the_sweep_says_they_pay(monkeypatch):

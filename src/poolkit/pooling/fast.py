@@ -181,19 +181,22 @@ ROW_SLICE_TOKENS = 64
 
 
 def reduce_into_rows(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
-    """Masked max / min over tokens without a filled (B, T, D) copy of x: (B, T, D) -> (B, D); empty rows hold the
-    dtype's extreme. On CPU a fresh tensor that size costs page faults worth several passes over x.
+    """Masked max / min over tokens without a filled (B, T, D) copy of x: (B, T, D) -> (B, D), the plain form's
+    values exactly (:func:`masking.masked_fill_reduce`); empty rows give 0. On CPU a fresh tensor that size costs
+    page faults worth several passes over x.
 
     Where every row's real tokens are one run (left or right padding) and :func:`slices_pay`, each row's run is
     reduced as one slice (:func:`reduce_row_slices`); otherwise in one ``index_reduce`` pass
-    (:func:`reduce_by_index`). Both give the plain form's values exactly, but for a feature that is -inf (min: +inf)
-    at every token of a row without padding, where they give the dtype's extreme.
+    (:func:`reduce_by_index`).
     """
+    out = None
     if slices_pay(x, mask):
         runs = single_runs(mask)
         if runs is not None:
-            return reduce_row_slices(x, runs, largest)
-    return reduce_by_index(x, mask, largest)
+            out = reduce_row_slices(x, runs, largest)
+    if out is None:
+        out = reduce_by_index(x, mask, largest)
+    return out.masked_fill_(~mask.any(dim=1)[:, None], 0)
 
 
 def slices_pay(x: Tensor, mask: Tensor) -> bool:
@@ -222,30 +225,25 @@ def single_runs(mask: Tensor) -> list[tuple[int, int]] | None:
 
 def reduce_row_slices(x: Tensor, runs: list[tuple[int, int]], largest: bool) -> Tensor:
     """Max / min of ``x[b, start:stop]`` over its tokens for each row's run: (B, T, D) -> (B, D), an empty run giving
-    the dtype's extreme (as :func:`reduce_by_index`). Results are clamped to the dtype's finite range, as
-    :func:`reduce_by_index` starts from that extreme: where a feature is -inf (+inf for min) at every real token, both
-    give the extreme, as the plain form's fill does in a padded row."""
+    -inf (min: +inf), as :func:`reduce_by_index`."""
     out = x.new_empty(x.shape[0], x.shape[2])
     reduce = torch.amax if largest else torch.amin
-    info = torch.finfo(x.dtype)
-    extreme = info.min if largest else info.max
     for row, (start, stop) in enumerate(runs):
         if stop > start:
             reduce(x[row, start:stop], dim=0, out=out[row])
         else:
-            out[row].fill_(extreme)
-    return out.clamp_(min=extreme) if largest else out.clamp_(max=extreme)  # clamp keeps NaN
+            out[row].fill_(float("-inf") if largest else float("inf"))
+    return out
 
 
 def reduce_by_index(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
-    """Masked max / min in one ``index_reduce`` pass: (B, T, D) -> (B, D); empty rows hold the dtype's extreme.
+    """Masked max / min in one ``index_reduce`` pass: (B, T, D) -> (B, D); empty rows hold -inf (min: +inf).
     Every token is reduced into its row's slot, padded tokens into an extra slot that is dropped."""
     global _index_reduce_warned
     batch, length, dim = x.shape
-    info = torch.finfo(x.dtype)
     rows = torch.arange(batch, device=x.device)[:, None].expand(batch, length)
     slots = torch.where(mask, rows, batch).reshape(-1)
-    start = torch.full((batch + 1, dim), info.min if largest else info.max, dtype=x.dtype, device=x.device)
+    start = torch.full((batch + 1, dim), float("-inf") if largest else float("inf"), dtype=x.dtype, device=x.device)
     reduce = "amax" if largest else "amin"
     if _index_reduce_warned:
         return start.index_reduce(0, slots, x.reshape(-1, dim), reduce)[:batch]
@@ -259,7 +257,8 @@ def reduce_by_index(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
 
 
 class MaskedExtreme(torch.autograd.Function):
-    """:func:`reduce_into_rows` with ``max(dim=1)``'s gradient: all of it to the first real holder of the value.
+    """:func:`reduce_into_rows` with the plain form's gradient: all of it to the first real holder of the value (none
+    from an empty row, whose output is the constant 0).
 
     The holder is found in the backward pass, with the (B, T, D) gradient tensor as the scratch buffer of
     :func:`first_holder` (one fresh tensor that size instead of two). The gradient is linear in the
@@ -286,7 +285,8 @@ class MaskedExtreme(torch.autograd.Function):
             flat = (torch.arange(batch, device=x.device)[:, None] * (length * dim)
                     + index * dim + torch.arange(dim, device=x.device))
             grad_x.zero_()
-        return grad_x.put_(flat, grad.to(x.dtype)), None, None  # recorded by autograd under create_graph
+        empty = ~mask.any(dim=1)[:, None]
+        return grad_x.put_(flat, grad.to(x.dtype).masked_fill(empty, 0)), None, None  # recorded under create_graph
 
 
 def first_holder(x: Tensor, values: Tensor, mask: Tensor, largest: bool, scratch: Tensor | None = None) -> Tensor:
@@ -300,7 +300,8 @@ def first_holder(x: Tensor, values: Tensor, mask: Tensor, largest: bool, scratch
     two comparisons). ``scratch`` (x's shape and dtype) holds the code when given. Ranks must be exact in x's
     dtype, so the tokens go in blocks of at most 256 (bf16; 2048 fp16), the last block first, an earlier
     holder replacing a later one. The code needs finite values (inf - inf is NaN); otherwise the
-    comparison form answers.
+    comparison form answers, where a NaN value is held by the first real NaN. A feature with no real holder (an
+    empty row) gives 0.
     """
     length = x.shape[1]
     if bool(values.isfinite().all()):
@@ -316,7 +317,8 @@ def first_holder(x: Tensor, values: Tensor, mask: Tensor, largest: bool, scratch
             best = code.sign_().mul_(rank.neg()).add_(rank).amax(dim=1)  # stop - start - local index; 0: none here
             found = stop - best.long()
             index = found if index is None else torch.where(best > 0, found, index)
-        return index.clamp_(max=length - 1)
-    hit = (x == values[:, None, :]).view(torch.uint8)
+        return index.masked_fill_(index == length, 0)  # T: no real holder in any block
+    values = values[:, None, :]
+    hit = ((x == values) | (x.isnan() & values.isnan())).view(torch.uint8)
     hit.mul_(mask.view(torch.uint8)[:, :, None])  # a uint8 product: much cheaper than a broadcast bool &
     return hit.max(dim=1).indices

@@ -133,23 +133,27 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
 
 
 def masked_fill_reduce(x: Tensor, mask: Tensor, largest: bool) -> tuple[Tensor, Tensor]:
-    """Masked max (``largest``) or min over tokens with the dtype's own extreme as fill.
+    """Masked max (``largest``) or min over tokens, padding filled with -inf (min: +inf).
 
-    Returns (values (B, D), argmax/argmin indices (B, D)); rows with no real token give 0.
+    Returns (values (B, D), indices (B, D)): for each feature the first real token holding the value (a NaN wins, as
+    ``max`` propagates it), and the value read there, so that the gradient goes to that token. A feature that holds
+    the fill at every real token ties with the padding, which may come first (left padding): the first real token is
+    taken instead, so that padding never changes an output, a winner or a gradient. Rows with no real token give 0
+    (and index 0).
     """
-    info = torch.finfo(x.dtype)
-    fill = info.min if largest else info.max
-    filled = x.masked_fill(~mask[:, :, None], fill)
-    values, indices = filled.max(dim=1) if largest else filled.min(dim=1)
-    empty = ~mask.any(dim=1)
-    return values.masked_fill(empty[:, None], 0), indices
+    filled = x.masked_fill(~mask[:, :, None], float("-inf") if largest else float("inf"))
+    indices = filled.argmax(dim=1) if largest else filled.argmin(dim=1)
+    first_real = mask.to(torch.uint8).argmax(dim=1, keepdim=True)
+    indices = torch.where(mask.gather(1, indices), indices, first_real)
+    values = x.gather(1, indices[:, None, :]).squeeze(1)
+    return values.masked_fill(~mask.any(dim=1)[:, None], 0), indices
 
 
 def masked_extreme(x: Tensor, mask: Tensor, largest: bool, with_index: bool = False):
     """Masked max (``largest``) or min over the real tokens: (B, T, D) -> values (B, D) [, index (B, D)].
 
-    The values, index and gradient of :func:`masked_fill_reduce` (``max(dim=1)``'s: the first real token
-    that holds the value wins, and takes the whole gradient). Where :func:`fast.active`, without its
+    The values, index and gradient of :func:`masked_fill_reduce` (the first real token that holds the value
+    wins, and takes the whole gradient). Where :func:`fast.active`, without its
     filled (B, T, D) copy of x (:func:`fast.reduce_into_rows`), the winner looked up only when the index
     is asked for, and by the backward pass. Rows with no real token give 0 (and index 0).
     """
@@ -164,7 +168,6 @@ def masked_extreme(x: Tensor, mask: Tensor, largest: bool, with_index: bool = Fa
     if with_index:
         with torch.no_grad():
             index = fast.first_holder(x, values, mask, largest)
-    values = values.masked_fill(~mask.any(dim=1)[:, None], 0)
     return (values, index) if with_index else values
 
 

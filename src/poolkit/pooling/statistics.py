@@ -133,7 +133,7 @@ class WeightedMeanPooler(Pooler):
 
 
 class _ExtremePooler(Pooler):
-    """Masked max or min over the real tokens, filled with the dtype's own extreme (no -1e9)."""
+    """Masked max or min over the real tokens, padding filled with -inf (min: +inf; no -1e9)."""
     order_invariant = True
 
     largest = True
