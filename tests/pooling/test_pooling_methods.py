@@ -150,6 +150,7 @@ def test_attention_family_output_and_gradients_match_the_textbook_form(name, gra
     gather again in backward)."""
     if blocks == "3 tokens":
         monkeypatch.setattr(fast, "GATHER_CHUNK_BYTES", 3 * HIDDEN * 4)
+        monkeypatch.setattr(fast, "THREADED_BLOCK_BYTES", 0)  # those blocks at any thread count
     gen = torch.Generator().manual_seed(5)
     lengths = [7, 2, 5, 0]
     x = torch.randn(4, 7, HIDDEN, generator=gen)
@@ -394,6 +395,7 @@ def test_float32_layer_pooler_converts_selected_rows_not_whole_bf16_layers(token
     for a linear token pooler (a mean reduces a block of rows at a time in float32: one row here), and at
     most the one mixed layer for a non-linear one; the result matches the float32 computation to bf16 rounding."""
     monkeypatch.setattr(fast, "EXACT_BLOCK_BYTES", 9 * HIDDEN * 4)
+    monkeypatch.setattr(fast, "THREADED_BLOCK_BYTES", 0)  # those blocks at any thread count
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class FullFloat32Tensors(TorchDispatchMode):
@@ -587,6 +589,23 @@ def test_padding_never_changes_an_extreme_its_winner_or_its_gradient(name, extre
     assert bool(calls) == asked
 
 
+def test_blocks_are_cache_sized_on_one_thread_and_few_with_several(monkeypatch):
+    """block_bytes: a form's own (cache-sized) bytes on one torch thread; with several, at least THREADED_BLOCK_BYTES
+    (a larger size of its own kept); and both blocked forms ask it. Catches the rule inverted, a minimum taken for the
+    maximum, and a form that reads its constant directly."""
+    threads = {"n": 1}
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads["n"])
+    assert fast.block_bytes(2 << 20) == 2 << 20
+    threads["n"] = 2
+    assert fast.block_bytes(2 << 20) == fast.THREADED_BLOCK_BYTES and fast.block_bytes(1 << 40) == 1 << 40
+    asked = []
+    monkeypatch.setattr(fast, "block_bytes", lambda single: asked.append(single) or single)
+    x, mask = torch.randn(2, 5, HIDDEN), mask_from_lengths([5, 2], 5).bool()
+    get_pooler("attention", hidden_size=HIDDEN)(x, mask)
+    get_pooler("mean", hidden_size=HIDDEN)(x.bfloat16(), mask)
+    assert asked == [fast.GATHER_CHUNK_BYTES, fast.EXACT_BLOCK_BYTES]
+
+
 def test_row_slices_run_where_the_sweep_says_they_pay(monkeypatch):
     """The rule of slices_pay: half-precision rows of ROW_SLICE_TOKENS real tokens or more on average, on one torch
     thread; float32, several threads (each row's call a parallel region that waits under load), shorter rows and
@@ -654,6 +673,7 @@ def test_half_precision_means_are_the_correctly_rounded_ones(name, dtype, monkey
         assert got.dtype == dtype and torch.equal(got, expected), (fast_forms, (got != expected).float().mean())
     monkeypatch.setattr(fast, "_enabled", True)
     monkeypatch.setattr(fast, "EXACT_BLOCK_BYTES", 40 * 64 * 4 * 4)  # blocks of 4 rows, the last one short
+    monkeypatch.setattr(fast, "THREADED_BLOCK_BYTES", 0)
     assert torch.equal(pooler(x, mask), expected)
 
 

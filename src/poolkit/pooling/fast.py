@@ -48,14 +48,29 @@ def active(x: Tensor) -> bool:
     return _enabled and x.device.type == "cpu" and not transformed()
 
 
+# -- blocks sized for the thread count ----------------------------------------------------------
+#: With several torch threads the blocked forms take blocks of at least this many bytes. Each kernel call is then a
+#: parallel region whose threads wait for each other, and beside other work a region waits whenever one of its
+#: threads is descheduled (milliseconds each): tens of cache-sized blocks per call ran up to 8x slower than the plain
+#: forms under load, a few large ones did not (docs/performance.md, the block sweeps).
+THREADED_BLOCK_BYTES = 32 << 20
+
+
+def block_bytes(single_thread: int) -> int:
+    """Bytes per block of a blocked fast form: ``single_thread`` (sized for a core's cache) on one torch thread, at
+    least :data:`THREADED_BLOCK_BYTES` with several."""
+    return single_thread if torch.get_num_threads() == 1 else max(single_thread, THREADED_BLOCK_BYTES)
+
+
 # -- scoring projections over the real tokens only ---------------------------------------------
-#: Gathered token blocks of GatheredLinear are at most this large (a transient copy, not the whole batch's).
+#: Gathered token blocks of GatheredLinear are at most this large on one thread (:func:`block_bytes`): a transient
+#: copy, not the whole batch's.
 GATHER_CHUNK_BYTES = 2 << 20
 
 
 class GatheredLinear(torch.autograd.Function):
     """``F.linear(tokens[index], weight, bias)``, gathering the tokens in blocks of at most
-    ``GATHER_CHUNK_BYTES`` (the copy is transient, never the size of the batch), and saving ``tokens``
+    ``block_bytes(GATHER_CHUNK_BYTES)`` (the copy is transient, never the size of a large batch), and saving ``tokens``
     (alive anyway) and ``index`` for backward, which gathers again block by block."""
 
     @staticmethod
@@ -94,8 +109,9 @@ class GatheredLinear(torch.autograd.Function):
 
 
 def _blocks(tokens: Tensor, index: Tensor):
-    """(slice of the gathered rows, their token indices) in blocks of at most GATHER_CHUNK_BYTES of tokens."""
-    step = max(1, GATHER_CHUNK_BYTES // (tokens.shape[1] * tokens.element_size()))
+    """(slice of the gathered rows, their token indices) in blocks of at most ``block_bytes(GATHER_CHUNK_BYTES)`` of
+    tokens."""
+    step = max(1, block_bytes(GATHER_CHUNK_BYTES) // (tokens.shape[1] * tokens.element_size()))
     for start in range(0, len(index), step):
         yield slice(start, start + step), index[start:start + step]
 
@@ -136,21 +152,22 @@ class WeightedSum(torch.autograd.Function):
 
 
 #: :class:`HalfWeightedSum` copies half-precision x to float32 a block of rows of at most this many float32 bytes at a
-#: time (at least one row), into one buffer that it reuses: the block stays in a core's cache between its copy and
-#: its product, and no fresh float32 tensor of x's size is made (one costs page faults worth several passes over x)
+#: time on one thread (:func:`block_bytes`; at least one row), into one buffer that it reuses: the block stays in a
+#: core's cache between its copy and its product, and no fresh float32 tensor of x's size is made (one costs page
+#: faults worth several passes over x)
 EXACT_BLOCK_BYTES = 512 << 10
 
 
 class HalfWeightedSum(WeightedSum):
     """``torch.bmm(weights, x.float())`` for float32 weights (B, H, T) and half-precision x (B, T, D), -> float32
-    (B, H, D): x is copied to float32 a block of rows at a time (:data:`EXACT_BLOCK_BYTES`) into one reused
+    (B, H, D): x is copied to float32 a block of rows at a time (``block_bytes(EXACT_BLOCK_BYTES)``) into one reused
     buffer, and nothing float32 of x's size is kept for the backward pass, which runs in x's precision (x's
     gradient is x's dtype whatever it is computed in); the weight gradient is dropped at padding as
     :class:`WeightedSum`'s, whose saved tensors it keeps."""
 
     @staticmethod
     def forward(weights: Tensor, x: Tensor, real: Tensor | None) -> Tensor:
-        rows = max(1, min(x.shape[0], EXACT_BLOCK_BYTES // max(1, x.shape[1] * x.shape[2] * 4)))
+        rows = max(1, min(x.shape[0], block_bytes(EXACT_BLOCK_BYTES) // max(1, x.shape[1] * x.shape[2] * 4)))
         out = weights.new_empty(weights.shape[0], weights.shape[1], x.shape[2])
         block = torch.empty(rows, *x.shape[1:], dtype=torch.float32, device=x.device)
         for start in range(0, x.shape[0], rows):
