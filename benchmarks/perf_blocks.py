@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from perf_common import (DTYPES, interleaved, median_ms, parse_and_setup, per_repeat, ratio, run_info,  # noqa: E402
-                         save_json, timed_call)
+from perf_common import (DTYPES, interleaved, load_label, median_ms, per_repeat, ratio, run_sweep,  # noqa: E402
+                         timed_call)
 from perf_tokens import BATCH, make_inputs  # noqa: E402
 from poolkit import get_pooler  # noqa: E402
 from poolkit.pooling import fast  # noqa: E402
@@ -105,11 +105,6 @@ def rule_checks(results: list[dict]) -> tuple[list[str], bool]:
     return shown, backed
 
 
-def background(result: dict) -> str:
-    busy = result["settings"].get("background")
-    return f"beside {busy} busy processes" if busy else "quiet"
-
-
 def render(result: dict) -> str:
     """Every cell: a row per pooler, shape, dtype and mode; a column per block size (plain time / fast time), the
     picked one marked ``*``."""
@@ -119,7 +114,10 @@ def render(result: dict) -> str:
     body = [[r["pooler"], f"T{r['T']} D{r['D']} {r['dtype']} {r['mode']}", f"{r['ms']['plain']:.1f}"]
             + [f"{r['speedup'][size]:.2f}x" + (" *" if size == pick else "") for size in sizes]
             for r in result["rows"]]
-    return table(["pooler", "cell", "plain ms", *(f"`{size}`" for size in sizes)], body, padded=True)
+    losing = [f"`{size}` {sum(r['speedup'][size] < 1 for r in result['rows'])} of {len(result['rows'])} (lowest "
+              f"{min(r['speedup'][size] for r in result['rows']):.2f}x)" for size in sizes]
+    return (table(["pooler", "cell", "plain ms", *(f"`{size}`" for size in sizes)], body, padded=True)
+            + "\n\nCells where the fast form is slower than the plain form, per block size: " + ", ".join(losing))
 
 
 def render_rule(results: list[dict]) -> str:
@@ -133,27 +131,18 @@ def render_rule(results: list[dict]) -> str:
     body = []
     for threads, runs in sorted(by_threads.items()):
         shown, backed = rule_checks(runs)
-        body += [[str(threads), background(run), line, "backed" if backed else "**not backed**"]
+        body += [[str(threads), load_label(run), line, "backed" if backed else "**not backed**"]
                  for run, line in zip(runs, shown)]
     return table(["torch threads", "load", "the picked block size", "the rule at this thread count"], body)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args, device = parse_and_setup(__doc__, argv)
-    repeats = args.repeats or 5
-    info = run_info(device, args)
-    print(f"# plain time / fast time per block size, {torch.get_num_threads()} torch threads, {repeats} repeats")
-    result = {"kind": "blocks", **info,
-              "settings": {"batch": BATCH, "sizes": list(SIZES), "shapes": SHAPES, "repeats": repeats,
-                           "threads": torch.get_num_threads(), "background": args.background, "picked": picked(),
-                           "cache_bytes": {"gather": fast.GATHER_CHUNK_BYTES, "half copy": fast.EXACT_BLOCK_BYTES},
-                           "backing_share": BACKING_SHARE, "within": WITHIN,
-                           "figure": "plain time / fast time (> 1: the fast form is faster)"},
-              "rows": sweep(device, repeats)}
-    print(render(result))
-    print(render_rule([result]))
-    save_json(args.json, result)
-    return result
+    return run_sweep(__doc__, argv, "blocks", "plain time / fast time per block size",
+                     lambda: {"batch": BATCH, "sizes": list(SIZES), "shapes": SHAPES, "picked": picked(),
+                              "cache_bytes": {"gather": fast.GATHER_CHUNK_BYTES, "half copy": fast.EXACT_BLOCK_BYTES},
+                              "backing_share": BACKING_SHARE, "within": WITHIN,
+                              "figure": "plain time / fast time (> 1: the fast form is faster)"},
+                     sweep, render, render_rule)
 
 
 if __name__ == "__main__":

@@ -207,3 +207,30 @@ def save_json(path: Path | None, payload: dict[str, Any]) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2, default=str))
+
+
+def load_label(result: dict) -> str:
+    """A sweep's load in words: quiet, or beside its ``--background`` busy processes."""
+    busy = result["settings"].get("background")
+    return f"beside {busy} busy processes" if busy else "quiet"
+
+
+def run_sweep(doc: str, argv: list[str] | None, kind: str, title: str, settings: Callable[[], dict[str, Any]],
+              sweep: Callable[[torch.device, int], list[dict]], render: Callable[[dict], str],
+              render_rule: Callable[[list[dict]], str]) -> dict:
+    """The main of a sweep behind a rule (``perf_max_rows``, ``perf_blocks``): the common arguments, ``settings()``
+    read once the thread count is set, ``sweep(device, repeats)`` timed, its table and rule checks printed, the JSON
+    saved."""
+    args, device = parse_and_setup(doc, argv)
+    repeats = args.repeats or 5
+    info = run_info(device, args)
+    print(f"# {title}, {torch.get_num_threads()} torch threads, {repeats} repeats")
+    result = {"kind": kind, **info,
+              "settings": {**settings(), "repeats": repeats, "threads": torch.get_num_threads(),
+                           "background": args.background},
+              "rows": sweep(device, repeats)}
+    print(render(result))
+    print(render_rule([result]))
+    save_json(args.json, result)
+    return result
+

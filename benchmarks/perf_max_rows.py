@@ -19,8 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from perf_common import (DTYPES, interleaved, median_ms, parse_and_setup, per_repeat, ratio, run_info,  # noqa: E402
-                         save_json)
+from perf_common import DTYPES, interleaved, load_label, median_ms, per_repeat, ratio, run_sweep  # noqa: E402
 from poolkit.pooling import fast  # noqa: E402
 
 BATCHES, WIDTHS, LENGTHS = (8, 32, 128), (128, 384, 768), (32, 64, 128, 256, 512)
@@ -103,11 +102,6 @@ def rule_checks(results: list[dict]) -> list[tuple[str, list[str], bool]]:
     return checks
 
 
-def background(result: dict) -> str:
-    busy = result["settings"].get("background")
-    return f"beside {busy} busy processes" if busy else "quiet"
-
-
 def render(result: dict) -> str:
     """Every cell's ratio: a row per dtype, batch and width, a column per length; ``*``: the rule picks the row
     slices there."""
@@ -132,26 +126,17 @@ def render_rule(results: list[dict]) -> str:
     out = []
     for threads, runs in sorted(by_threads.items()):
         body = [[name, *shown, "backed" if backed else "**not backed**"] for name, shown, backed in rule_checks(runs)]
-        out.append(f"{threads} torch thread(s):\n\n" + table(["cells", *(background(run) for run in runs),
+        out.append(f"{threads} torch thread(s):\n\n" + table(["cells", *(load_label(run) for run in runs),
                                                                 "the rule"], body))
     return "\n\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args, device = parse_and_setup(__doc__, argv)
-    repeats = args.repeats or 5
-    info = run_info(device, args)
-    print(f"# index_reduce / row slices, masked max, {torch.get_num_threads()} torch threads, {repeats} repeats")
-    result = {"kind": "max_rows", **info,
-              "settings": {"batches": BATCHES, "widths": WIDTHS, "lengths": LENGTHS, "repeats": repeats,
-                           "threads": torch.get_num_threads(), "background": args.background,
-                           "row_slice_tokens": fast.ROW_SLICE_TOKENS, "backing_share": BACKING_SHARE,
-                           "figure": "index_reduce time / row slices time (> 1: the row slices are faster)"},
-              "rows": sweep(device, repeats)}
-    print(render(result))
-    print(render_rule([result]))
-    save_json(args.json, result)
-    return result
+    return run_sweep(__doc__, argv, "max_rows", "index_reduce / row slices, masked max",
+                     lambda: {"batches": BATCHES, "widths": WIDTHS, "lengths": LENGTHS,
+                              "row_slice_tokens": fast.ROW_SLICE_TOKENS, "backing_share": BACKING_SHARE,
+                              "figure": "index_reduce time / row slices time (> 1: the row slices are faster)"},
+                     sweep, render, render_rule)
 
 
 if __name__ == "__main__":

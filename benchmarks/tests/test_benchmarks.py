@@ -421,3 +421,70 @@ def test_no_committed_run_has_a_cell_where_the_plain_forms_win_at_one_thread_cou
     assert [cell.split(" 0.80x")[0] for cell in found[2]] == ["`max` T512 D768 bf16 fwd"]
     assert found[1] == []
     assert "the plain forms faster in every run: `max` T512 D768 bf16 fwd" in performance.rule_block(slower)
+
+
+def test_the_blocks_sweep_times_every_size_beside_the_plain_form_and_marks_the_pick(monkeypatch):
+    """A tiny sweep: a row per (pooler, shape, dtype, mode) with a ratio per block size and the plain form's time; each
+    size is what block_bytes answers while its variant runs (the named bytes, or each form's own one-thread size),
+    restored after; the pick is block_bytes' at the thread count (the one-thread sizes on one thread) and marked."""
+    import perf_blocks
+
+    from poolkit.pooling import fast
+
+    rows = perf_blocks.sweep(torch.device("cpu"), 1, cases=[("attention", ("fp32",)), ("mean", ("bf16",))],
+                             shapes=[(8, 16)])
+    assert [(r["pooler"], r["mode"]) for r in rows] == [("attention", "fwd"), ("attention", "fwd+bwd"),
+                                                        ("mean", "fwd"), ("mean", "fwd+bwd")]
+    assert all(set(r["speedup"]) == set(perf_blocks.SIZES) and set(r["ms"]) == {"plain", *perf_blocks.SIZES}
+               for r in rows)
+    chosen = fast.block_bytes
+    for size in (8 << 20, None):
+        got = []
+        perf_blocks.sized(lambda: got.append(fast.block_bytes(123)), size)()
+        assert got == [size or 123] and fast.block_bytes is chosen  # restored after the call
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert perf_blocks.picked() == "cache"
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert perf_blocks.SIZES[perf_blocks.picked()] == fast.THREADED_BLOCK_BYTES
+    result = {"settings": {"sizes": list(perf_blocks.SIZES), "picked": "32 MiB", "threads": 2}, "rows": rows}
+    text = perf_blocks.render(result)
+    assert text.count(" *") == len(rows)
+    losing = sum(r["speedup"]["cache"] < 1 for r in rows)
+    assert f"`cache` {losing} of {len(rows)} (lowest {min(r['speedup']['cache'] for r in rows):.2f}x)" in text
+
+
+def test_block_rule_checks_back_a_pick_only_if_it_beats_the_plain_form_and_no_size_is_much_faster():
+    """Catches a check that backs a pick the plain form beats in a busy sweep, one that a much faster size beats on the
+    median cell, or one judged on a single sweep's evidence when the other contradicts it."""
+    import perf_blocks
+
+    def sweep(cells, pick="32 MiB"):
+        return {"settings": {"sizes": ["cache", "32 MiB"], "picked": pick, "threads": 2},
+                "rows": [{"speedup": {"cache": c, "32 MiB": b}} for c, b in cells]}
+
+    quiet = sweep([(1.5, 1.4), (2.0, 1.9), (1.2, 1.3), (3.0, 2.8)])
+    busy = sweep([(0.3, 1.2), (0.4, 1.1), (0.5, 1.3), (0.2, 1.1)])
+    assert perf_blocks.rule_checks([quiet, busy])[1] is True
+    assert perf_blocks.rule_checks([quiet, busy])[0][1].startswith("`32 MiB` beats the plain form in 100% of 4")
+    assert perf_blocks.rule_checks([busy | {"settings": busy["settings"] | {"picked": "cache"}}])[1] is False
+    slow = sweep([(1.5, 1.2), (2.0, 1.6), (1.2, 1.0), (3.0, 2.4)])  # cache 25% faster on the median cell
+    assert perf_blocks.rule_checks([slow])[1] is False
+    assert perf_blocks.rule_checks([quiet, sweep([(1.2, 0.9), (1.2, 0.8), (1.2, 1.1), (1.2, 0.9)])])[1] is False
+
+
+def test_the_committed_block_sweeps_back_the_sizes_the_code_picks(monkeypatch):
+    """The committed block sweeps, quiet and beside busy processes at one and at two threads, back the size they
+    picked, and that pick is fast.block_bytes' today at the sweep's thread count: a size changed without new sweeps,
+    or sweeps that contradict it, are red."""
+    import perf_blocks
+    from pages import performance
+
+    sweeps = [json.loads((performance.RESULTS / name).read_text()) for name in performance.FILES
+              if name.startswith("blocks-")]
+    assert {(s["settings"]["threads"], bool(s["settings"]["background"])) for s in sweeps} == {
+        (1, False), (1, True), (2, False), (2, True)}
+    for threads in (1, 2):
+        assert perf_blocks.rule_checks([s for s in sweeps if s["settings"]["threads"] == threads])[1], threads
+    for result in sweeps:
+        monkeypatch.setattr(torch, "get_num_threads", lambda: result["settings"]["threads"])
+        assert perf_blocks.picked() == result["settings"]["picked"]

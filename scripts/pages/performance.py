@@ -12,7 +12,9 @@ does not is noise; runs at other thread counts or loads agree only where a form 
 plain-vs-fast runs together give ``rule: paths``: per thread count, the cells of each pooler's newest timed tree
 whose plain form is faster in every run (:func:`plain_faster_in_every_run`, which a test holds empty: the fast forms
 run at every thread count). ``benchmarks/perf_max_rows.py`` sweeps give one cell table each and, together,
-``rule: max rows`` (the masked max's choice between its two fast forms, checked per thread count).
+``rule: max rows`` (the masked max's choice between its two fast forms, checked per thread count);
+``benchmarks/perf_blocks.py`` sweeps likewise give a table each and ``rule: blocks`` (the block size of the blocked
+fast forms per thread count).
 
 Token poolers against their floors (``benchmarks/run_all.py``'s JSON, or ``perf_tokens.py --json``) give NAME
 (provenance and the family tables, ``perf_tokens.render``) and ``NAME targets`` (``perf_tokens.targets``); spatial
@@ -35,6 +37,7 @@ from rendering import ROOT, Page, read_json, span, table
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import perf_embed  # noqa: E402
+import perf_blocks  # noqa: E402
 import perf_max_rows  # noqa: E402
 import perf_memory  # noqa: E402
 import perf_model  # noqa: E402
@@ -53,12 +56,13 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "revisions-8ae7c06-exact-half-t1.json", "revisions-8ae7c06-exact-half-t2.json",
          "revisions-ce36b4f-half-blocks-t1.json", "revisions-ce36b4f-half-blocks-t2.json",
          "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json",
-         "paths-20a31c2-t2-r2.json", "paths-20a31c2-t2-busy2-r2.json", "paths-d4ea84b-max-t1.json",
-         "paths-d4ea84b-max-t2.json", "paths-d4ea84b-max-t1-busy2.json", "paths-d4ea84b-max-t2-busy2.json",
+         "paths-20a31c2-t2-r2.json", "paths-20a31c2-t2-busy2-r2.json", "paths-67a30bb-extremes-t1.json",
+         "paths-67a30bb-extremes-t2.json", "paths-67a30bb-extremes-t1-busy2.json", "paths-67a30bb-extremes-t2-busy2.json",
          "paths-0838b42-rest-t1.json", "paths-0838b42-rest-t2.json", "paths-0838b42-rest-t1-busy2.json",
          "paths-0838b42-rest-t2-busy2.json",
-         "max-rows-d4ea84b-t1.json", "max-rows-d4ea84b-t1-busy2.json", "max-rows-d4ea84b-t2.json",
-         "max-rows-d4ea84b-t2-busy2.json"]
+         "max-rows-67a30bb-t1.json", "max-rows-67a30bb-t1-busy2.json", "max-rows-67a30bb-t2.json",
+         "max-rows-67a30bb-t2-busy2.json",
+         "blocks-b18e274-t1.json", "blocks-b18e274-t1-busy2.json", "blocks-b18e274-t2.json", "blocks-b18e274-t2-busy2.json"]
 #: The suite's runs at torch's default thread count and beside busy processes (issue 29, item 5), in the page's
 #: order. Each gives only its provenance and target rows (``NAME run``, ``NAME targets``, ``NAME targets 2-5``):
 #: its whole tables stay in the file.
@@ -99,6 +103,9 @@ def provenance(result: dict, path: Path) -> str:
     elif result["kind"] == "paths":
         what = ("`benchmarks/perf_paths.py`: the working tree's plain forms (`fast.disabled()`) / its fast forms, "
                 "> 1 is the fast forms faster")
+    elif result["kind"] == "blocks":
+        what = ("`benchmarks/perf_blocks.py`: the plain form / the fast form at each block size, > 1 is the fast form "
+                "faster; `*` the size the code picks at this thread count")
     elif result["kind"] == "max_rows":
         what = ("`benchmarks/perf_max_rows.py`: the masked max's `index_reduce` form / its row-slices form, > 1 is the "
                 "row slices faster; rows of real lengths drawn from [T/2, T]")
@@ -395,7 +402,7 @@ SUITE_BLOCKS = {"snippets": lambda suites: snippets_block(suites["snippets"]),
 def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Path] = ()) -> dict[str, str]:
     """Every block the result files at ``paths`` give, with an agreement block per comparison run more than once,
     and the provenance and target blocks (:data:`CONDITION_BLOCKS`) of the run_all runs at ``conditions``."""
-    found, groups, sweeps = {}, {}, []
+    found, groups, sweeps, block_sweeps = {}, {}, [], []
     for path in conditions:
         found.update({name: block for name, block in file_blocks(path, read_json(path)).items()
                       if name.endswith(CONDITION_BLOCKS)})
@@ -407,6 +414,9 @@ def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Pat
         elif data.get("kind") == "max_rows":
             found[path.name] = provenance(data, path.resolve()) + "\n\n" + perf_max_rows.render(data)
             sweeps.append(data)
+        elif data.get("kind") == "blocks":
+            found[path.name] = provenance(data, path.resolve()) + "\n\n" + perf_blocks.render(data)
+            block_sweeps.append(data)
         else:
             found.update(file_blocks(path, data))
     found.update({name: agreement(group, threshold) for name, group in groups.items() if len(group) > 1})
@@ -414,6 +424,8 @@ def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Pat
         found["rule: paths"] = rule_block(paths, threshold)
     if sweeps:
         found["rule: max rows"] = perf_max_rows.render_rule(sweeps)
+    if block_sweeps:
+        found["rule: blocks"] = perf_blocks.render_rule(block_sweeps)
     return found
 
 

@@ -51,8 +51,9 @@ def active(x: Tensor) -> bool:
 # -- blocks sized for the thread count ----------------------------------------------------------
 #: With several torch threads the blocked forms take blocks of at least this many bytes. Each kernel call is then a
 #: parallel region whose threads wait for each other, and beside other work a region waits whenever one of its
-#: threads is descheduled (milliseconds each): tens of cache-sized blocks per call ran up to 8x slower than the plain
-#: forms under load, a few large ones did not (docs/performance.md, the block sweeps).
+#: threads is descheduled (milliseconds each): at two threads beside busy processes, tens of cache-sized blocks per
+#: call lost to the plain forms in about half the cells, a few large ones seldom (docs/performance.md, the block
+#: sweeps).
 THREADED_BLOCK_BYTES = 32 << 20
 
 
