@@ -233,4 +233,3 @@ def run_sweep(doc: str, argv: list[str] | None, kind: str, title: str, settings:
     print(render_rule([result]))
     save_json(args.json, result)
     return result
-

@@ -431,8 +431,11 @@ def test_the_blocks_sweep_times_every_size_beside_the_plain_form_and_marks_the_p
 
     from poolkit.pooling import fast
 
+    wired, sized = [], perf_blocks.sized
+    monkeypatch.setattr(perf_blocks, "sized", lambda call, size: wired.append(size) or sized(call, size))
     rows = perf_blocks.sweep(torch.device("cpu"), 1, cases=[("attention", ("fp32",)), ("mean", ("bf16",))],
                              shapes=[(8, 16)])
+    assert wired == list(perf_blocks.SIZES.values()) * len(rows)  # every variant gets its own size
     assert [(r["pooler"], r["mode"]) for r in rows] == [("attention", "fwd"), ("attention", "fwd+bwd"),
                                                         ("mean", "fwd"), ("mean", "fwd+bwd")]
     assert all(set(r["speedup"]) == set(perf_blocks.SIZES) and set(r["ms"]) == {"plain", *perf_blocks.SIZES}
@@ -474,10 +477,12 @@ def test_block_rule_checks_back_a_pick_only_if_it_beats_the_plain_form_and_no_si
 
 def test_the_committed_block_sweeps_back_the_sizes_the_code_picks(monkeypatch):
     """The committed block sweeps, quiet and beside busy processes at one and at two threads, back the size they
-    picked, and that pick is fast.block_bytes' today at the sweep's thread count: a size changed without new sweeps,
-    or sweeps that contradict it, are red."""
+    picked, that pick is fast.block_bytes' today at the sweep's thread count, and their cache sizes are today's: a
+    size changed without new sweeps (the threaded one or either cache size), or sweeps that contradict it, are red."""
     import perf_blocks
     from pages import performance
+
+    from poolkit.pooling import fast
 
     sweeps = [json.loads((performance.RESULTS / name).read_text()) for name in performance.FILES
               if name.startswith("blocks-")]
@@ -488,3 +493,5 @@ def test_the_committed_block_sweeps_back_the_sizes_the_code_picks(monkeypatch):
     for result in sweeps:
         monkeypatch.setattr(torch, "get_num_threads", lambda: result["settings"]["threads"])
         assert perf_blocks.picked() == result["settings"]["picked"]
+        assert result["settings"]["cache_bytes"] == {"gather": fast.GATHER_CHUNK_BYTES,
+                                                     "half copy": fast.EXACT_BLOCK_BYTES}

@@ -36,8 +36,8 @@ from rendering import ROOT, Page, read_json, span, table
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import perf_embed  # noqa: E402
 import perf_blocks  # noqa: E402
+import perf_embed  # noqa: E402
 import perf_max_rows  # noqa: E402
 import perf_memory  # noqa: E402
 import perf_model  # noqa: E402

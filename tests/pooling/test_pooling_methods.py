@@ -549,7 +549,9 @@ def test_padding_never_changes_an_extreme_its_winner_or_its_gradient(name, extre
     and a fourth holds the dtype's finite extreme at one token, the losing infinity at the others;
     padding takes no gradient and an empty row neither. Catches a finite fill (the finite extreme for -inf), a
     winner on padding (max's first index under left padding), a gradient put there, and an empty row's gradient
-    put at its index 0; the winner an empty row reports is 0 (the plain form's)."""
+    put at its index 0; the winner an empty row reports is 0 (the plain form's). mean_max's forward zeroes the padding
+    (its mean reads it), so for mean_max the padded values never reach the extreme: the losing infinity's tie with the
+    fill is what it checks."""
     from poolkit.pooling import masking
 
     gen = torch.Generator().manual_seed(5)

@@ -143,8 +143,7 @@ def masked_fill_reduce(x: Tensor, mask: Tensor, largest: bool) -> tuple[Tensor, 
     """
     filled = x.masked_fill(~mask[:, :, None], float("-inf") if largest else float("inf"))
     indices = filled.argmax(dim=1) if largest else filled.argmin(dim=1)
-    first_real = mask.to(torch.uint8).argmax(dim=1, keepdim=True)
-    indices = torch.where(mask.gather(1, indices), indices, first_real)
+    indices = torch.where(mask.gather(1, indices), indices, first_real_index(mask)[:, None])
     values = x.gather(1, indices[:, None, :]).squeeze(1)
     return values.masked_fill(~mask.any(dim=1)[:, None], 0), indices
 
