@@ -207,13 +207,8 @@ def reduce_into_rows(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
     reduced as one slice (:func:`reduce_row_slices`); otherwise in one ``index_reduce`` pass
     (:func:`reduce_by_index`).
     """
-    out = None
-    if slices_pay(x, mask):
-        runs = single_runs(mask)
-        if runs is not None:
-            out = reduce_row_slices(x, runs, largest)
-    if out is None:
-        out = reduce_by_index(x, mask, largest)
+    runs = single_runs(mask) if slices_pay(x, mask) else None
+    out = reduce_by_index(x, mask, largest) if runs is None else reduce_row_slices(x, runs, largest)
     return out.masked_fill_(~mask.any(dim=1)[:, None], 0)
 
 
