@@ -2,7 +2,7 @@
 
 Two fast forms work through x a block at a time: ``fast.GatheredLinear`` (the attention family's scoring over the
 real tokens, gathered a block at a time) and ``fast.HalfWeightedSum`` (a half-precision x copied to float32 a block at
-a time, for the mean and for attention's weighted sum). Their one-thread block sizes are sized for a core's cache
+a time, for the mean (and mean_max, adapool's default query) and for attention's weighted sum). Their one-thread block sizes are sized for a core's cache
 (2 MiB gathered, 512 KiB copied); with several threads every block costs parallel regions that, beside other work,
 wait for descheduled threads. Each cell times the pooler's plain form (``fast.disabled()``) and its fast form with
 every block size of :data:`SIZES` (``cache``: the one-thread sizes), interleaved, and records which size
@@ -11,10 +11,12 @@ by benchmarks/tests) says whether the sweeps at one thread count back that pick.
 right padding, real lengths drawn from [T/2, T]). Figures: plain time / fast time (> 1: the fast form is faster).
 
     .venv/bin/python benchmarks/perf_blocks.py --threads 0 --background 2 --json benchmarks/results/blocks-t2-busy2.json
+    .venv/bin/python benchmarks/perf_blocks.py --poolers mean,adapool,mean_max --threads 0   # the half copy's cells
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -30,10 +32,10 @@ from poolkit import get_pooler  # noqa: E402
 from poolkit.pooling import fast  # noqa: E402
 
 #: Block sizes timed: ``cache`` keeps each form's one-thread size; the others give both forms that many bytes.
-SIZES = {"cache": None, "8 MiB": 8 << 20, "32 MiB": 32 << 20, "whole": 1 << 62}
+SIZES = {"cache": None, "8 MiB": 8 << 20, "16 MiB": 16 << 20, "32 MiB": 32 << 20, "whole": 1 << 62}
 #: (pooler, dtypes) per blocked form: the attention family's scoring in both dtypes, the exact half mean in bf16.
 CASES = [("attention", ("fp32", "bf16")), ("gated_attention", ("fp32", "bf16")), ("mean", ("bf16",)),
-         ("adapool", ("bf16",))]
+         ("adapool", ("bf16",)), ("mean_max", ("bf16",))]
 SHAPES = [(128, 384), (512, 768)]
 #: The picked size is backed where, in every sweep at that thread count, the fast form with it is faster than the
 #: plain form in at least this share of the cells, and no other size is faster by more than ``WITHIN`` on the
@@ -131,18 +133,34 @@ def render_rule(results: list[dict]) -> str:
     body = []
     for threads, runs in sorted(by_threads.items()):
         shown, backed = rule_checks(runs)
-        body += [[str(threads), load_label(run), line, "backed" if backed else "**not backed**"]
-                 for run, line in zip(runs, shown)]
-    return table(["torch threads", "load", "the picked block size", "the rule at this thread count"], body)
+        body += [[str(threads), load_label(run), ", ".join(dict.fromkeys(r["pooler"] for r in run["rows"])), line,
+                  "backed" if backed else "**not backed**"] for run, line in zip(runs, shown)]
+    return table(["torch threads", "load", "poolers", "the picked block size", "the rule at this thread count"], body)
+
+
+def swept_poolers(text: str) -> list[str]:
+    """``--poolers``: comma-separated poolers of :data:`CASES` (argparse rejects any other, before any work)."""
+    names = text.split(",")
+    unknown = sorted(set(names) - {name for name, _ in CASES})
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{', '.join(unknown)} not swept here; choose from "
+                                         f"{', '.join(name for name, _ in CASES)}")
+    return names
 
 
 def main(argv: list[str] | None = None) -> dict:
     return run_sweep(__doc__, argv, "blocks", "plain time / fast time per block size",
-                     lambda: {"batch": BATCH, "sizes": list(SIZES), "shapes": SHAPES, "picked": picked(),
-                              "cache_bytes": {"gather": fast.GATHER_CHUNK_BYTES, "half copy": fast.EXACT_BLOCK_BYTES},
-                              "backing_share": BACKING_SHARE, "within": WITHIN,
-                              "figure": "plain time / fast time (> 1: the fast form is faster)"},
-                     sweep, render, render_rule)
+                     lambda cases: {"batch": BATCH, "poolers": [name for name, _ in cases], "sizes": list(SIZES),
+                                    "shapes": SHAPES, "picked": picked(),
+                                    "cache_bytes": {"gather": fast.GATHER_CHUNK_BYTES,
+                                                    "half copy": fast.EXACT_BLOCK_BYTES},
+                                    "backing_share": BACKING_SHARE, "within": WITHIN,
+                                    "figure": "plain time / fast time (> 1: the fast form is faster)"},
+                     sweep, render, render_rule,
+                     lambda parser: parser.add_argument("--poolers", type=swept_poolers, default=None,
+                                                        help="comma-separated poolers of CASES (default: all)"),
+                     lambda args: {"cases": [case for case in CASES
+                                             if args.poolers is None or case[0] in args.poolers]})
 
 
 if __name__ == "__main__":

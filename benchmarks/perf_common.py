@@ -215,20 +215,23 @@ def load_label(result: dict) -> str:
     return f"beside {busy} busy processes" if busy else "quiet"
 
 
-def run_sweep(doc: str, argv: list[str] | None, kind: str, title: str, settings: Callable[[], dict[str, Any]],
-              sweep: Callable[[torch.device, int], list[dict]], render: Callable[[dict], str],
-              render_rule: Callable[[list[dict]], str]) -> dict:
-    """The main of a sweep behind a rule (``perf_max_rows``, ``perf_blocks``): the common arguments, ``settings()``
-    read once the thread count is set, ``sweep(device, repeats)`` timed, its table and rule checks printed, the JSON
-    saved."""
-    args, device = parse_and_setup(doc, argv)
+def run_sweep(doc: str, argv: list[str] | None, kind: str, title: str, settings: Callable[..., dict[str, Any]],
+              sweep: Callable[..., list[dict]], render: Callable[[dict], str],
+              render_rule: Callable[[list[dict]], str],
+              add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+              chosen: Callable[[argparse.Namespace], dict[str, Any]] = lambda args: {}) -> dict:
+    """The main of a sweep behind a rule (``perf_max_rows``, ``perf_blocks``): the common arguments and the script's
+    own (``add_arguments``), ``settings(**chosen(args))`` read once the thread count is set, ``sweep(device, repeats,
+    **chosen(args))`` timed, its table and rule checks printed, the JSON saved."""
+    args, device = parse_and_setup(doc, argv, add_arguments)
+    extra = chosen(args)
     repeats = args.repeats or 5
     info = run_info(device, args)
     print(f"# {title}, {torch.get_num_threads()} torch threads, {repeats} repeats")
     result = {"kind": kind, **info,
-              "settings": {**settings(), "repeats": repeats, "threads": torch.get_num_threads(),
+              "settings": {**settings(**extra), "repeats": repeats, "threads": torch.get_num_threads(),
                            "background": args.background},
-              "rows": sweep(device, repeats)}
+              "rows": sweep(device, repeats, **extra)}
     print(render(result))
     print(render_rule([result]))
     save_json(args.json, result)

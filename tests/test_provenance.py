@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 import poolkit
-from poolkit.provenance import git_commit, run_provenance
+from poolkit.provenance import SPEED_FLAGS, git_commit, run_provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,14 +44,18 @@ def test_only_source_changes_mark_a_commit_dirty(tmp_path):
 
 
 def test_provenance_names_the_cpu_model_and_the_kernels_torch_dispatches_to():
-    """The machine a result was made on is its CPU model (as /proc/cpuinfo names it) and torch's CPU kernel
-    instruction set: what decides the order of float sums. Catches a record of the architecture alone ('x86_64')."""
+    """The machine a result was made on is its CPU model (as /proc/cpuinfo names it), its generation (family, model)
+    and the speed-deciding extensions it has, and torch's CPU kernel instruction set: what decides the order of float
+    sums. Catches a record of the architecture alone ('x86_64'), or of the brand alone ('AMD EPYC' covers CPUs with
+    and without VNNI)."""
     info = run_provenance()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
-        names = {line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                 if line.startswith("model name")}
-        assert info["cpu"] in names
+        first = cpuinfo.read_text().split("\n\n")[0].splitlines()
+        field = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip() for line in first if ":" in line}
+        flags = [flag for flag in SPEED_FLAGS if flag in field.get("flags", "").split()]
+        assert info["cpu"] == (f"{field['model name']} (family {field['cpu family']} model {field['model']}"
+                               + (f"; {' '.join(flags)})" if flags else ")"))
     assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     documented = ("DEFAULT", "VSX", "Z VECTOR", "NO AVX", "AVX2", "AVX512", "SVE256")
     assert info["cpu_capability"] in documented

@@ -267,6 +267,24 @@ def test_the_int8_rule_picks_the_smallest_recipe_that_meets_the_cosine_target_an
     assert perf_onnx.rule_choice({**grid, "cells": [small_but_loose]}) is None
 
 
+def test_the_throughput_page_says_what_int8_weights_can_give_on_this_cpu_per_thread_count():
+    """The int8 floor's speed over the float32 floor's, per thread count (where int8 dot products run no faster than
+    float32 FMAs, int8 weights cannot speed a pass up). Catches the ratio inverted, or read off the wrong cell."""
+    import perf_onnx
+
+    def cell(threads, float32, int8):
+        rates = {"sentence-transformers encode": 10, "poolkit torch": 12, "poolkit onnx": 14, "poolkit onnx-int8": 15,
+                 perf_onnx.FLOORS["onnx"]: float32, perf_onnx.FLOORS["onnx-int8"]: int8}
+        return {"threads": threads, "st_onnx_unavailable": None,
+                "variants": {name: {"texts_per_s": rate, "vs_st": rate / 10, "vs_st_per_repeat": [rate / 10]}
+                             for name, rate in rates.items()}}
+
+    result = {"texts": 8, "source": "t", "tokens": {"mean": 4, "max": 8}, "repeats": 1, "load_average": [0.5],
+              "throughput": [cell(1, 20, 40), cell(2, 40, 41)]}
+    assert ("the int8 floor over the float32 floor (texts / s; the most that int8 weights can give a pass on this "
+            "CPU): 1 thread(s) 2.00x, 2 thread(s) 1.02x") in perf_onnx.render_throughput(result)
+
+
 def test_the_throughput_floor_holds_every_weight_matmul_of_the_encoder_and_runs(tmp_path):
     """The floor graph of perf_onnx: one MatMul per linear layer of the encoder's transformer blocks, the same weight
     shapes (as many weights in all), one into the next on (rows, hidden). Catches a floor missing a layer or a
@@ -454,6 +472,26 @@ def test_the_blocks_sweep_times_every_size_beside_the_plain_form_and_marks_the_p
     assert text.count(" *") == len(rows)
     losing = sum(r["speedup"]["cache"] < 1 for r in rows)
     assert f"`cache` {losing} of {len(rows)} (lowest {min(r['speedup']['cache'] for r in rows):.2f}x)" in text
+    assert "| 2 | quiet | attention, mean | `32 MiB` beats the plain form in " in perf_blocks.render_rule([result])
+
+
+def test_the_blocks_sweep_times_only_the_poolers_asked_for_and_refuses_others_before_any_work(monkeypatch, tmp_path):
+    """--poolers narrows the sweep to those cases, and says so in its settings; an unknown name is a usage error
+    (exit 2) before any cell is timed. Catches the option ignored, or recorded without narrowing the sweep."""
+    import perf_blocks
+
+    swept = []
+    row = {"pooler": "mean", "T": 8, "D": 16, "dtype": "bf16", "mode": "fwd", "ms": {"plain": 1.0},
+           "speedup": dict.fromkeys(perf_blocks.SIZES, 1.5)}
+    monkeypatch.setattr(perf_blocks, "sweep", lambda device, repeats, cases: swept.append(cases) or [row])
+    result = perf_blocks.main(["--poolers", "mean_max,mean", "--threads", "0", "--json", str(tmp_path / "sweep.json")])
+    assert swept == [[("mean", ("bf16",)), ("mean_max", ("bf16",))]]
+    assert result["settings"]["poolers"] == ["mean", "mean_max"]
+    assert json.loads((tmp_path / "sweep.json").read_text())["settings"]["poolers"] == ["mean", "mean_max"]
+    assert perf_blocks.main(["--threads", "0"])["settings"]["poolers"] == [name for name, _ in perf_blocks.CASES]
+    with pytest.raises(SystemExit) as refused:
+        perf_blocks.main(["--poolers", "mean,max", "--threads", "0"])
+    assert refused.value.code == 2 and len(swept) == 2
 
 
 def test_block_rule_checks_back_a_pick_only_if_it_beats_the_plain_form_and_no_size_is_much_faster():
