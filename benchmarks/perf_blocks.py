@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -118,8 +119,10 @@ def render(result: dict) -> str:
             for r in result["rows"]]
     losing = [f"`{size}` {sum(r['speedup'][size] < 1 for r in result['rows'])} of {len(result['rows'])} (lowest "
               f"{min(r['speedup'][size] for r in result['rows']):.2f}x)" for size in sizes]
+    fastest = Counter(max(sizes, key=lambda size: r["speedup"][size]) for r in result["rows"])
     return (table(["pooler", "cell", "plain ms", *(f"`{size}`" for size in sizes)], body, padded=True)
-            + "\n\nCells where the fast form is slower than the plain form, per block size: " + ", ".join(losing))
+            + "\n\nCells where the fast form is slower than the plain form, per block size: " + ", ".join(losing)
+            + "\n\nThe fastest size, cells: " + ", ".join(f"`{size}` {fastest[size]}" for size in sizes))
 
 
 def render_rule(results: list[dict]) -> str:

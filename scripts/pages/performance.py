@@ -62,7 +62,9 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "paths-0838b42-rest-t2-busy2.json",
          "max-rows-67a30bb-t1.json", "max-rows-67a30bb-t1-busy2.json", "max-rows-67a30bb-t2.json",
          "max-rows-67a30bb-t2-busy2.json",
-         "blocks-b18e274-t1.json", "blocks-b18e274-t1-busy2.json", "blocks-b18e274-t2.json", "blocks-b18e274-t2-busy2.json"]
+         "blocks-b18e274-t1.json", "blocks-b18e274-t1-busy2.json", "blocks-b18e274-t2.json", "blocks-b18e274-t2-busy2.json",
+         "blocks-4dade0b-half-t2.json", "blocks-4dade0b-half-t2-busy2.json", "blocks-4dade0b-half-t2-busy2-r2.json",
+         "paths-071d2c2-t2.json", "paths-071d2c2-t2-busy2.json"]
 #: The suite's runs at torch's default thread count and beside busy processes (issue 29, item 5), in the page's
 #: order. Each gives only its provenance and target rows (``NAME run``, ``NAME targets``, ``NAME targets 2-5``):
 #: its whole tables stay in the file.
