@@ -1,5 +1,6 @@
 """docs/onnx.md's numbers, rendered from ``benchmarks/results/onnx.json`` (``benchmarks/perf_onnx.py``: each block is
-that script's own renderer), and the same benchmark on an Intel Xeon from ``benchmarks/results/onnx-intel.json``."""
+that script's own renderer), and the same benchmark on other CPUs (:data:`OTHER_CPUS`: an Intel Xeon, a Zen 2 AMD
+EPYC), each giving ``PREFIX-setup``, ``PREFIX-throughput`` and ``PREFIX-int8``."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import perf_onnx  # noqa: E402
 
-RESULT = ROOT / "benchmarks" / "results" / "onnx.json"
-INTEL = ROOT / "benchmarks" / "results" / "onnx-intel.json"
+RESULTS = ROOT / "benchmarks" / "results"
+RESULT = RESULTS / "onnx.json"
+#: The same benchmark on other CPUs: the page's block prefix -> its result file.
+OTHER_CPUS = {"intel": "onnx-intel.json", "zen2": "onnx-zen2.json"}
 
 
 def render_setup(result: dict, file: str = "onnx.json") -> str:
@@ -27,12 +30,15 @@ def render_setup(result: dict, file: str = "onnx.json") -> str:
 
 
 def render() -> dict[str, str]:
-    result, intel = read_json(RESULT), read_json(INTEL)
-    return {"setup": render_setup(result), "throughput": perf_onnx.render_throughput(result),
-            "cost": perf_onnx.render_cost(result), "agreement": perf_onnx.render_agreement(result),
-            "trace": perf_onnx.render_trace(result),
-            "int8": perf_onnx.render_int8(result), "intel-setup": render_setup(intel, INTEL.name),
-            "intel-throughput": perf_onnx.render_throughput(intel), "intel-int8": perf_onnx.render_int8(intel)}
+    result = read_json(RESULT)
+    blocks = {"setup": render_setup(result), "throughput": perf_onnx.render_throughput(result),
+              "cost": perf_onnx.render_cost(result), "agreement": perf_onnx.render_agreement(result),
+              "trace": perf_onnx.render_trace(result), "int8": perf_onnx.render_int8(result)}
+    for prefix, name in OTHER_CPUS.items():
+        other = read_json(RESULTS / name)
+        blocks |= {f"{prefix}-setup": render_setup(other, name), f"{prefix}-throughput": perf_onnx.render_throughput(other),
+                   f"{prefix}-int8": perf_onnx.render_int8(other)}
+    return blocks
 
 
 PAGE = Page("docs/onnx.md", render)
