@@ -50,7 +50,8 @@ from pages.benchmarks_compare import provenance as result_provenance  # noqa: E4
 RESULTS = ROOT / "benchmarks" / "results"
 #: The result files on the page, in its order.
 FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-model_train-embed.json",
-         "dynamic_padding.json", "bench-cpu-quick-spatial.json", "revisions-55de4ff-head-r11.json",
+         "dynamic_padding.json", "embed-4dade0b-t1.json", "embed-4dade0b-t2.json", "embed-4dade0b-t1-busy2.json",
+         "embed-4dade0b-t2-busy2.json", "bench-cpu-quick-spatial.json", "revisions-55de4ff-head-r11.json",
          "revisions-55de4ff.json", "paths-fast-vs-plain.json", "revisions-cdccd85-nonfinite.json",
          "revisions-6d8be67-padding-t1.json", "revisions-6d8be67-padding-t2.json",
          "revisions-8ae7c06-exact-half-t1.json", "revisions-8ae7c06-exact-half-t2.json",

@@ -10,9 +10,11 @@ from rendering import Page, read_json
 
 from pages.performance import RESULTS, threads_used
 
-#: The runs the claim reads: run_all result files with an ``embed`` suite, quiet first.
-RUNS = ["bench-cpu-quick-snippets-memory-model-model_train-embed.json", "suite-fb1b624-t2.json",
-        "suite-fb1b624-t1-busy2.json", "suite-fb1b624-t2-busy2.json"]
+#: The runs the claim reads, a group per machine: run_all result files with an ``embed`` suite, quiet first.
+RUNS = [["bench-cpu-quick-snippets-memory-model-model_train-embed.json", "suite-fb1b624-t2.json",
+         "suite-fb1b624-t1-busy2.json", "suite-fb1b624-t2-busy2.json"],
+        ["embed-4dade0b-t1.json", "embed-4dade0b-t2.json", "embed-4dade0b-t1-busy2.json",
+         "embed-4dade0b-t2-busy2.json"]]
 
 
 def condition(data: dict) -> str:
@@ -26,18 +28,23 @@ def ratio(speedup: float) -> str:
     return f"{speedup:.2f}x" + (" (slower)" if round(speedup, 2) < 1 else "")
 
 
-def claim(runs: list[dict]) -> str:
-    """One sentence: the ratio of each run (its thread count and load), with its per-repeat span."""
-    machines = sorted({data["machine"]["cpu"] for data in runs})
-    parts = []
-    for data in runs:
-        embed = data["suites"]["embed"]
-        parts.append(f"{ratio(embed['speedup'])} at {condition(data)} (per repeat {min(embed['per_repeat']):.2f} "
-                     f"to {max(embed['per_repeat']):.2f}x)")
+def claim(groups: list[list[dict]]) -> str:
+    """One sentence per machine (a group of runs): the ratio of each run (its thread count and load), with its
+    per-repeat span."""
+    sentences = []
+    for runs in groups:
+        machines = sorted({data["machine"]["cpu"] for data in runs})
+        parts = []
+        for data in runs:
+            embed = data["suites"]["embed"]
+            parts.append(f"{ratio(embed['speedup'])} at {condition(data)} (per repeat {min(embed['per_repeat']):.2f} "
+                         f"to {max(embed['per_repeat']):.2f}x)")
+        sentences.append(f"on a {runs[0]['machine']['cores']}-core {' / '.join(machines)}: " + "; ".join(parts) + ".")
+    first = groups[0][0]["suites"]["embed"]["texts"]
     return ("Throughput against sentence-transformers' `encode` on the same model, texts and batch size "
-            f"(`benchmarks/perf_embed.py`, {runs[0]['suites']['embed']['texts']} texts; docs/performance.md, "
-            f"section 5), measured on a {runs[0]['machine']['cores']}-core {' / '.join(machines)}: "
-            + "; ".join(parts) + ".")
+            f"(`benchmarks/perf_embed.py`, {first} texts; docs/performance.md, section 5), measured "
+            + " Measured ".join(sentences))
 
 
-PAGE = Page("README.md", lambda: {"embedding throughput": claim([read_json(RESULTS / name) for name in RUNS])})
+PAGE = Page("README.md", lambda: {"embedding throughput": claim([[read_json(RESULTS / name) for name in group]
+                                                                 for group in RUNS])})

@@ -205,11 +205,16 @@ def test_the_readme_speed_claim_names_each_runs_threads_and_load_and_says_slower
                 "machine": {"cpu": "Some CPU", "cores": 2},
                 "suites": {"embed": {"speedup": speedup, "per_repeat": [speedup - 0.1, speedup + 0.1], "texts": 320}}}
 
-    text = readme.claim([run(1, None, 1.24), run(0, 0, 1.3), run(0, 2, 0.934)])
+    text = readme.claim([[run(1, None, 1.24), run(0, 0, 1.3), run(0, 2, 0.934)]])
     assert "1.24x at 1 torch thread(s), quiet (per repeat 1.14 to 1.34x)" in text
     assert "1.30x at torch's default, 2 torch threads, quiet" in text
     assert "0.93x (slower) at torch's default, 2 torch threads beside 2 busy process(es)" in text
     assert "(slower)" not in text.split("0.93x")[0] and "2-core Some CPU" in text
+    other = run(0, 2, 1.17) | {"machine": {"cpu": "Other CPU", "cores": 2}}
+    two = readme.claim([[run(1, None, 1.24), run(0, 2, 0.934)], [other]])
+    # each machine's runs under its own name, in the order given: catches runs credited to the wrong CPU
+    assert two.index("on a 2-core Some CPU: 1.24x") < two.index("0.93x (slower)") < two.index(
+        " Measured on a 2-core Other CPU: 1.17x at torch's default, 2 torch threads beside 2 busy process(es)")
 
 
 def test_the_embeddings_reading_follows_the_figures():
