@@ -295,11 +295,14 @@ def render_throughput(result: dict) -> str:
                          f"{backend} {default[FLOORS[backend]]['vs_st']:.2f}x, the target {target:g}x "
                          + ("beyond" if default[FLOORS[backend]]["vs_st"] < target else "within")
                          + " its reach" for backend, target in TARGETS.items()))
-        rates = [(cell["threads"], {backend: cell["variants"][name]["texts_per_s"] for backend, name in FLOORS.items()})
-                 for cell in result["throughput"]]
-        parts.append("the int8 floor over the float32 floor (texts / s; the most that int8 weights can give a pass on "
-                     "this CPU): " + ", ".join(f"{threads} thread(s) {rate['onnx-int8'] / rate['onnx']:.2f}x"
-                                              for threads, rate in rates))
+        def int8_over_float32(cell: dict, names: dict) -> str:
+            rate = {backend: cell["variants"][name]["texts_per_s"] for backend, name in names.items()}
+            return f"{cell['threads']} thread(s) {rate['onnx-int8'] / rate['onnx']:.2f}x"
+
+        passes = {backend: f"poolkit {backend}" for backend in TARGETS}
+        parts.append("int8 over float32 on this CPU (texts / s): the linear layers' matmuls alone (the floors) "
+                     + ", ".join(int8_over_float32(cell, FLOORS) for cell in result["throughput"])
+                     + "; whole passes " + ", ".join(int8_over_float32(cell, passes) for cell in result["throughput"]))
     return "\n\n".join(parts)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 import poolkit
-from poolkit.provenance import SPEED_FLAGS, git_commit, run_provenance
+from poolkit.provenance import cpu_model, git_commit, run_provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,13 +49,28 @@ def test_provenance_names_the_cpu_model_and_the_kernels_torch_dispatches_to():
     sums. Catches a record of the architecture alone ('x86_64'), or of the brand alone ('AMD EPYC' covers CPUs with
     and without VNNI)."""
     info = run_provenance()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        first = cpuinfo.read_text().split("\n\n")[0].splitlines()
-        field = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip() for line in first if ":" in line}
-        flags = [flag for flag in SPEED_FLAGS if flag in field.get("flags", "").split()]
-        assert info["cpu"] == (f"{field['model name']} (family {field['cpu family']} model {field['model']}"
-                               + (f"; {' '.join(flags)})" if flags else ")"))
+    if Path("/proc/cpuinfo").is_file():
+        assert info["cpu"] == cpu_model(Path("/proc/cpuinfo").read_text())
     assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     documented = ("DEFAULT", "VSX", "Z VECTOR", "NO AVX", "AVX2", "AVX512", "SVE256")
     assert info["cpu_capability"] in documented
+
+
+def test_the_cpu_model_reads_the_first_processors_name_generation_and_speed_flags():
+    """Fixed /proc/cpuinfo texts: an Intel block with VNNI and AMX, an AMD block with no trailing blank line, a
+    second processor that differs (ignored), tab-separated keys, and an ARM text without a model name (platform's
+    answer). Catches flags read from another processor, flags outside SPEED_FLAGS, a lost family or model, and a
+    crash where a field is missing."""
+    import platform
+
+    intel = ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
+             "model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse avx2 avx512f avx512_vnni amx_int8 "
+             "amx_bf16 avx512_bf16 sha_ni\n\nprocessor\t: 1\ncpu family\t: 25\nmodel\t\t: 1\n"
+             "model name\t: Other\nflags\t\t: avx2\n")
+    assert cpu_model(intel) == ("Intel(R) Xeon(R) Processor (family 6 model 143; avx2 avx512f avx512_vnni "
+                                "avx512_bf16 amx_bf16 amx_int8)")
+    amd = "cpu family\t: 23\nmodel\t\t: 49\nmodel name\t: AMD EPYC\nflags\t\t: fma avx avx2 f16c"
+    assert cpu_model(amd) == "AMD EPYC (family 23 model 49; avx2)"
+    assert cpu_model("model name\t: Plain CPU\n") == "Plain CPU"
+    arm = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\n"
+    assert cpu_model(arm) == (platform.processor() or platform.machine())

@@ -41,19 +41,22 @@ def git_commit(root: Path = Path(__file__).resolve().parents[2]) -> str | None:
 SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
 
 
-def cpu_model() -> str:
-    """The CPU's model name and generation as /proc/cpuinfo gives them ('AMD EPYC (family 23 model 49; avx2)': family,
-    model and the :data:`SPEED_FLAGS` it has), or what platform knows. A brand name alone covers generations whose
-    int8 and bf16 speeds differ severalfold."""
-    try:
-        fields = {}
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if not key.strip() and fields:
-                break  # the first processor's block is read
-            fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        fields = {}
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name and generation as ``cpuinfo`` (default: /proc/cpuinfo's text) gives them for its first
+    processor ('AMD EPYC (family 23 model 49; avx2)': family, model and the :data:`SPEED_FLAGS` it has), or what
+    platform knows where it names no model (ARM). A brand name alone covers generations whose int8 and bf16 speeds
+    differ severalfold."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if not key.strip() and fields:
+            break  # the first processor's block is read
+        fields.setdefault(key.strip(), value.strip())
     if "model name" not in fields:
         return platform.processor() or platform.machine()
     flags = set(fields.get("flags", "").split())
