@@ -2,9 +2,9 @@
 
 Two fast forms work through x a block at a time: ``fast.GatheredLinear`` (the attention family's scoring over the
 real tokens, gathered a block at a time) and ``fast.HalfWeightedSum`` (a half-precision x copied to float32 a block at
-a time, for the mean (and mean_max, adapool's default query) and for attention's weighted sum). Their one-thread block sizes are sized for a core's cache
-(2 MiB gathered, 512 KiB copied); with several threads every block costs parallel regions that, beside other work,
-wait for descheduled threads. Each cell times the pooler's plain form (``fast.disabled()``) and its fast form with
+a time, for the mean (and mean_max, adapool's default query) and for attention's weighted sum). Their one-thread
+block sizes are sized for a core's cache (2 MiB gathered, 512 KiB copied); with several threads every block costs
+parallel regions that, beside other work, wait for descheduled threads. Each cell times the pooler's plain form (``fast.disabled()``) and its fast form with
 every block size of :data:`SIZES` (``cache``: the one-thread sizes), interleaved, and records which size
 ``fast.block_bytes`` picks at this run's thread count. :func:`rule_checks` (rendered in docs/performance.md, asserted
 by benchmarks/tests) says whether the sweeps at one thread count back that pick. Inputs as ``perf_tokens`` (B = 32,

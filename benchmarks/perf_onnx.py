@@ -269,6 +269,12 @@ def export_times() -> dict:
                 "int8_cosine_to_float32": manifest["int8"]["cosine_to_float32"], "opset": manifest["opset"]}
 
 
+def int8_over_float32(cell: dict, names: dict[str, str]) -> str:
+    """'2 thread(s) 1.08x': one thread count's int8 texts / s over float32's, ``names`` the variant of each backend."""
+    rate = {backend: cell["variants"][name]["texts_per_s"] for backend, name in names.items()}
+    return f"{cell['threads']} thread(s) {rate['onnx-int8'] / rate['onnx']:.2f}x"
+
+
 def render_throughput(result: dict) -> str:
     """One table per thread count, and the targets' verdicts at the default."""
     parts = [f"{result['texts']} texts of {result['source']} (tokens: mean {result['tokens']['mean']:.0f}, max "
@@ -295,10 +301,6 @@ def render_throughput(result: dict) -> str:
                          f"{backend} {default[FLOORS[backend]]['vs_st']:.2f}x, the target {target:g}x "
                          + ("beyond" if default[FLOORS[backend]]["vs_st"] < target else "within")
                          + " its reach" for backend, target in TARGETS.items()))
-        def int8_over_float32(cell: dict, names: dict) -> str:
-            rate = {backend: cell["variants"][name]["texts_per_s"] for backend, name in names.items()}
-            return f"{cell['threads']} thread(s) {rate['onnx-int8'] / rate['onnx']:.2f}x"
-
         passes = {backend: f"poolkit {backend}" for backend in TARGETS}
         parts.append("int8 over float32 on this CPU (texts / s): the linear layers' matmuls alone (the floors) "
                      + ", ".join(int8_over_float32(cell, FLOORS) for cell in result["throughput"])

@@ -36,7 +36,8 @@ def render() -> dict[str, str]:
               "trace": perf_onnx.render_trace(result), "int8": perf_onnx.render_int8(result)}
     for prefix, name in OTHER_CPUS.items():
         other = read_json(RESULTS / name)
-        blocks |= {f"{prefix}-setup": render_setup(other, name), f"{prefix}-throughput": perf_onnx.render_throughput(other),
+        blocks |= {f"{prefix}-setup": render_setup(other, name),
+                   f"{prefix}-throughput": perf_onnx.render_throughput(other),
                    f"{prefix}-int8": perf_onnx.render_int8(other)}
     return blocks
 
