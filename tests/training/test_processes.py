@@ -75,3 +75,28 @@ def test_a_real_one_process_accelerate_launch_is_refused_before_any_work(tmp_pat
     assert result.returncode != 0
     assert "error: accelerate launch was asked for 2 processes but started 1" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def test_a_launched_process_group_is_destroyed_at_exit_by_one_handler(monkeypatch, tmp_path):
+    """Several processes register one exit handler (however often the state is asked for) that destroys the process
+    group while the interpreter is whole: left to teardown, gloo's threads can abort a finished process (SIGABRT).
+    Catches the handler missing, registered per call, or leaving the group alive; it is a no-op once destroyed."""
+    import atexit
+
+    import torch.distributed as dist
+
+    handlers = []
+    monkeypatch.setattr(atexit, "register", handlers.append)
+    processes._tear_down_at_exit.cache_clear()
+    processes._tear_down_at_exit()
+    processes._tear_down_at_exit()
+    assert len(handlers) == 1
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        handlers[0]()
+        assert not dist.is_initialized()
+        handlers[0]()  # nothing left to destroy
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        processes._tear_down_at_exit.cache_clear()

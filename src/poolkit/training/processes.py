@@ -3,6 +3,8 @@ device, what tells this launch from an earlier one, and how one waits for anothe
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import time
@@ -63,12 +65,28 @@ def cpu_launch() -> bool:
     return parse_flag_from_env("ACCELERATE_USE_CPU") or (process_rank()[1] > 1 and not torch.cuda.is_available())
 
 
+@functools.cache
+def _tear_down_at_exit() -> None:
+    """Destroy the process group at exit, while the interpreter is still whole (registered once): left to the
+    interpreter's own teardown, gloo's worker threads can abort a process whose work is done ('terminate called
+    without an active exception', SIGABRT; pytorch/pytorch#190489), failing a launch that succeeded."""
+    def destroy() -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+    atexit.register(destroy)
+
+
 def accelerate_state():
     """accelerate's process state, on CPUs where :func:`cpu_launch` says so (``Accelerator`` is told the same)."""
     from accelerate import PartialState
 
     check_launch()
     state = PartialState(cpu=cpu_launch())
+    if state.num_processes > 1:
+        _tear_down_at_exit()
     launched = int(os.environ.get("WORLD_SIZE", 1))
     if launched != state.num_processes:
         raise PoolkitError(f"{launched} processes were launched but accelerate sees {state.num_processes}: "
