@@ -156,6 +156,19 @@ def changed_settings(settings: dict, default) -> str:
     return "; ".join(changed) or "none"
 
 
+#: The generation ``poolkit.provenance.cpu_model`` puts after a CPU's name: "(family 23 model 49; avx2)".
+GENERATION = re.compile(r"\((family \d+ model \d+[^()]*)\)$")
+
+
+def machine(cpu: str, cores: int) -> str:
+    """A CPU and its core count in words, in one pair of brackets: "Intel(R) Xeon(R) Processor (2 cores)", "AMD EPYC
+    (family 23 model 49; avx2; 2 cores)"."""
+    generation = GENERATION.search(cpu)
+    if generation is None:
+        return f"{cpu} ({cores} cores)"
+    return f"{cpu[:generation.start()]}({generation.group(1)}; {cores} cores)"
+
+
 def load_and_machine(results: dict) -> str:
     """A benchmark run's 1-minute load average at its start and end, then its commit, torch and CPU."""
     prov, (start, end) = results["provenance"], results["load_average_start_end"]

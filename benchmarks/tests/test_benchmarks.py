@@ -577,3 +577,61 @@ def test_the_committed_block_sweeps_back_the_sizes_the_code_picks(monkeypatch):
         assert perf_blocks.picked() == result["settings"]["picked"]
         assert result["settings"]["cache_bytes"] == {"gather": fast.GATHER_CHUNK_BYTES,
                                                      "half copy": fast.EXACT_BLOCK_BYTES}
+
+
+def test_where_sorts_profiler_events_into_kinds():
+    """Catches an in-place operator lost to "other operators", an autograd node or a custom Function's Python body
+    counted as an operator, and an unknown operator given a kind it does not have."""
+    import perf_where
+
+    assert perf_where.kind_of("aten::bmm") == "products"
+    assert perf_where.kind_of("aten::mul_") == perf_where.kind_of("aten::tanh") == "elementwise"
+    assert perf_where.kind_of("aten::_index_put_impl_") == perf_where.kind_of("aten::copy_") == "copies and casts"
+    assert perf_where.kind_of("aten::zero_") == "allocation" and perf_where.kind_of("aten::amax") == "reductions"
+    assert perf_where.kind_of("aten::frobnicate") == "other operators"
+    for event in ("MulBackward0", "autograd::engine::evaluate_function: BmmBackward0", "WeightedSum"):
+        assert perf_where.kind_of(event) == perf_where.AUTOGRAD
+    named = [name for names in perf_where.KINDS.values() for name in names]
+    assert len(named) == len(set(named))  # no operator in two kinds
+
+
+def test_where_attributes_the_forward_time_without_counting_anything_twice():
+    """The shares add up to 1: the contract (forward - pooling), the operators scaled down to the pooling's unprofiled
+    time where the profiler made them longer, and what is left outside operators. Catches the profiler's inflated
+    operator time taken as is (shares over 1), or the contract left out."""
+    import perf_where
+
+    spent = dict.fromkeys(perf_where.COLUMNS[:-1], 0.0) | {"products": 3.0, "elementwise": 1.0}
+    shares = perf_where.attribute(spent, pool_ms=8.0, forward_ms=10.0)
+    assert shares["contract"] == pytest.approx(0.2) and shares["products"] == pytest.approx(0.3)
+    assert shares["outside operators"] == pytest.approx(0.4) and sum(shares.values()) == pytest.approx(1)
+    inflated = perf_where.attribute(spent | {"products": 12.0}, pool_ms=8.0, forward_ms=10.0)
+    assert inflated["products"] == pytest.approx(0.8 * 12 / 13) and inflated["outside operators"] == 0
+    assert sum(inflated.values()) == pytest.approx(1)
+
+
+def test_where_times_the_pooling_alone_beside_the_call_and_its_floor(monkeypatch, tmp_path):
+    """A tiny run: a row per pooler and cell with its floor ratio, the pooling alone agreeing with the call (so it is
+    the same work less the checks), operator time found in the kinds that pooler runs (a weighted sum's product, the
+    max's reduction), shares adding up to 1; unknown poolers, sizes and dtypes are usage errors before any work.
+    Catches the pooling alone timed on other inputs or another function, or a profile that records nothing."""
+    import perf_where
+
+    result = perf_where.main(["--sizes", "8x8", "--dtypes", "fp32", "--poolers", "mean,max,attention,latent",
+                              "--repeats", "1", "--profiled-calls", "2", "--json", str(tmp_path / "where.json")])
+    rows = result["rows"]
+    assert [(r["pooler"], r["mode"]) for r in rows] == [(n, m) for m in ("fwd", "fwd+bwd")
+                                                        for n in ("mean", "max", "attention", "latent")]
+    for r in rows:
+        assert r["pool_vs_forward_max_abs_diff"] < 1e-6 and r["ratio"] > 0 and len(r["pool_per_repeat"]) == 1
+        assert sum(r["shares"].values()) == pytest.approx(1) and r["operator_ms"]["products" if r["pooler"] != "max"
+                                                                                  else "reductions"] > 0
+    assert json.loads((tmp_path / "where.json").read_text())["settings"]["poolers"] == ["mean", "max", "attention",
+                                                                                        "latent"]
+    text = perf_where.render(result)
+    assert text.count("| T8 D8 fp32 fwd ") == 4 and "| products " in text
+    for bad in (["--poolers", "mean,cls"], ["--sizes", "8"], ["--dtypes", "fp16"]):
+        monkeypatch.setattr(perf_where, "measure_cell", lambda *a, **k: pytest.fail("timed before refusing"))
+        with pytest.raises(SystemExit) as refused:
+            perf_where.main(bad)
+        assert refused.value.code == 2

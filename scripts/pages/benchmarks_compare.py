@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from rendering import ROOT, Page, read_json, span, table
+from rendering import ROOT, Page, machine, read_json, span, table
 
 RESULTS = ROOT / "benchmarks" / "results"
 NAMES = {"longest": "dynamic (sorted + longest)", "max_length": "fixed (max_length)"}
@@ -21,7 +21,7 @@ def provenance(result: dict, file: str) -> str:
     dirty = result["uncommitted"]
     return (f"From `{file}`: measured {result['date']} at commit `{result['commit'][:10]}`"
             + (f" (with uncommitted changes to {', '.join(f'`{p}`' for p in dirty)})" if dirty else "")
-            + f", on {result['machine']['cpu']} ({result['machine']['cores']} cores), torch {result['torch']}, "
+            + f", on {machine(result['machine']['cpu'], result['machine']['cores'])}, torch {result['torch']}, "
             f"torch threads {result['options']['threads']}; 1-minute load average {load[0]:.1f} at the start and "
             f"{end[0]:.1f} at the end (other sessions shared the cores, so wall seconds are inflated and CPU seconds "
             "are the steadier figure).")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from rendering import ROOT, Page, read_json, table
+from rendering import ROOT, Page, machine, read_json, table
 
 from poolkit.errors import PoolkitError
 from poolkit.models.encoders import model_label
@@ -53,7 +53,7 @@ def provenance(settings: dict) -> str:
         return "no provenance recorded"
     commit = (p["commit"] or "unknown commit")[:7] + (" (uncommitted changes)" if (p["commit"] or "").endswith("+dirty")
                                                        else "")
-    return (f"commit {commit}, poolkit {p['poolkit']}, torch {p['torch']}, {p['cpu']} ({p['cores']} cores), "
+    return (f"commit {commit}, poolkit {p['poolkit']}, torch {p['torch']}, {machine(p['cpu'], p['cores'])}, "
             f"{p['date'][:10]}")
 
 

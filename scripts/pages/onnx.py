@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from rendering import ROOT, Page, read_json
+from rendering import ROOT, Page, machine, read_json
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -26,7 +26,7 @@ def render_setup(result: dict, file: str = "onnx.json") -> str:
             f"(`benchmarks/results/{file}`): commit {commit}, poolkit "
             f"{prov['poolkit']}, torch {prov['torch']}"
             + (f", onnxruntime {result['onnxruntime']}" if "onnxruntime" in result else "")
-            + f", {prov['cpu']} ({prov['cores']} cores), {prov['date']}.")
+            + f", {machine(prov['cpu'], prov['cores'])}, {prov['date']}.")
 
 
 def render() -> dict[str, str]:

@@ -14,7 +14,8 @@ whose plain form is faster in every run (:func:`plain_faster_in_every_run`, whic
 run at every thread count). ``benchmarks/perf_max_rows.py`` sweeps give one cell table each and, together,
 ``rule: max rows`` (the masked max's choice between its two fast forms, checked per thread count);
 ``benchmarks/perf_blocks.py`` sweeps likewise give a table each and ``rule: blocks`` (the block size of the blocked
-fast forms per thread count).
+fast forms per thread count). ``benchmarks/perf_where.py`` runs give a table each: where each token pooler's time
+goes, beside its floor.
 
 Token poolers against their floors (``benchmarks/run_all.py``'s JSON, or ``perf_tokens.py --json``) give NAME
 (provenance and the family tables, ``perf_tokens.render``) and ``NAME targets`` (``perf_tokens.targets``); spatial
@@ -44,6 +45,7 @@ import perf_model  # noqa: E402
 import perf_snippets  # noqa: E402
 import perf_spatial  # noqa: E402
 import perf_tokens  # noqa: E402
+import perf_where  # noqa: E402
 
 from pages.benchmarks_compare import provenance as result_provenance  # noqa: E402
 
@@ -112,6 +114,9 @@ def provenance(result: dict, path: Path) -> str:
     elif result["kind"] == "max_rows":
         what = ("`benchmarks/perf_max_rows.py`: the masked max's `index_reduce` form / its row-slices form, > 1 is the "
                 "row slices faster; rows of real lengths drawn from [T/2, T]")
+    elif result["kind"] == "where":
+        what = ("`benchmarks/perf_where.py`: the pooler's time, the floor's and the pooling's alone (no contract) timed "
+                "side by side, the pooling's operators profiled; shares of the pooler's forward time")
     else:
         what = "`benchmarks/perf_tokens.py`: pooler time / floor time, < 1 is faster than the floor"
     return (f"{what}. {tree(result)}; {result['date'][:10]}, {machine['cpu']}, {machine['cores']} cores, "
@@ -417,6 +422,8 @@ def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Pat
         elif data.get("kind") == "max_rows":
             found[path.name] = provenance(data, path.resolve()) + "\n\n" + perf_max_rows.render(data)
             sweeps.append(data)
+        elif data.get("kind") == "where":
+            found[path.name] = provenance(data, path.resolve()) + "\n\n" + perf_where.render(data)
         elif data.get("kind") == "blocks":
             found[path.name] = provenance(data, path.resolve()) + "\n\n" + perf_blocks.render(data)
             block_sweeps.append(data)

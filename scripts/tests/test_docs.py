@@ -81,6 +81,16 @@ def test_table_aligns_columns_and_writes_empty_cells_as_one_space():
 PAGE = "intro 1.5x\n<!-- begin:a -->\nold a\n<!-- end:a -->\nmiddle\n<!-- begin:b -->\n<!-- end:b -->\ntail\n"
 
 
+def test_a_machine_reads_its_generation_and_core_count_in_one_pair_of_brackets():
+    """Catches the count bracketed after the generation's own brackets, or a brand name's "(R)" taken for them."""
+    from poolkit.provenance import cpu_model
+
+    amd = cpu_model("processor\t: 0\nmodel name\t: AMD EPYC\ncpu family\t: 23\nmodel\t\t: 49\nflags\t\t: fpu avx2\n")
+    assert rendering.machine(amd, 2) == "AMD EPYC (family 23 model 49; avx2; 2 cores)"
+    assert rendering.machine("Intel(R) Xeon(R) Processor", 2) == "Intel(R) Xeon(R) Processor (2 cores)"
+    assert rendering.machine("aarch64", 4) == "aarch64 (4 cores)"
+
+
 def test_replace_blocks_keeps_the_text_outside_and_fills_each_block_once():
     # catches a replacement that drops the hand-written text, appends instead of replacing, or duplicates a block
     want = "intro 1.5x\n<!-- begin:a -->\nnew a\n<!-- end:a -->\nmiddle\n<!-- begin:b -->\nB\n1\n<!-- end:b -->\ntail\n"

@@ -1,0 +1,231 @@
+"""Item 4: where a token pooler's time goes, cell by cell, beside its floor (``perf_tokens``' cells, poolers and floors).
+
+Three calls are timed side by side (interleaved repeats) in every cell:
+
+* the pooler's public ``forward``, as ``perf_tokens`` times it;
+* its pooling alone, ``pool_without_weights`` on the input ``forward`` would pass it (eager CPU: x as given, the
+  boolean mask): no input checks, no mask check, no product that zeroes empty rows, no non-finite guard and no
+  cast back. ``forward`` minus this is the contract's cost per call;
+* the floor, as ``perf_tokens`` builds it.
+
+The pooling alone then runs under ``torch.profiler`` and its operators' self times are summed by kind
+(:data:`KINDS`: products, reductions, softmax, elementwise, copies and casts, allocation, views, other operators;
+then autograd's bookkeeping and custom Functions' Python bodies). They are
+scaled to the pooling's unprofiled time where the profiler's own cost makes them add up to more; what they leave of
+it is time outside any operator: Python, the dispatcher, autograd's bookkeeping. Every figure is a share of the
+pooler's ``forward`` time (median of the repeats), so a row reads: the floor is this much of the call, the contract
+that much, and the pooling's operators the rest, by kind.
+
+    .venv/bin/python benchmarks/perf_where.py --json benchmarks/results/where-t1.json
+    .venv/bin/python benchmarks/perf_where.py --poolers mean,latent --sizes 128x384
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from perf_common import DTYPES, describe, interleaved, median_ms, parse_and_setup, run_info, save_json, table  # noqa: E402
+from perf_common import timed_call  # noqa: E402
+from perf_tokens import (ATTENTION_POOLERS, BATCH, READ_ONCE, STAT_POOLERS, attention_floor,  # noqa: E402
+                         floor_ratio, make_inputs)
+from poolkit import get_pooler  # noqa: E402
+from poolkit.pooling import fast  # noqa: E402
+
+POOLERS = STAT_POOLERS + ATTENTION_POOLERS
+QUICK_SIZES = ((128, 384), (512, 768))
+
+#: Operator kinds, by ATen name without ``aten::`` and without an in-place form's trailing ``_``; an ATen operator no
+#: kind names is "other operators". Composite operators (einsum, linear, softmax's wrappers) keep little self time:
+#: it lands on the kernels they call.
+KINDS = {
+    "products": {"mm", "bmm", "addmm", "baddbmm", "addmv", "mv", "dot", "matmul", "linear", "einsum"},
+    "reductions": {"sum", "mean", "amax", "amin", "max", "min", "any", "all", "argmax", "argmin", "index_reduce",
+                   "cumsum", "logsumexp", "norm", "linalg_vector_norm", "count_nonzero", "max_backward",
+                   "value_selecting_reduction_backward"},
+    "softmax": {"softmax", "_softmax", "log_softmax", "_log_softmax", "_softmax_backward_data",
+                "_log_softmax_backward_data"},
+    "copies and casts": {"copy", "_to_copy", "to", "clone", "contiguous", "index_select", "gather", "index_copy",
+                         "index", "index_put", "_index_put_impl", "cat", "stack", "masked_select", "nonzero", "repeat",
+                         "scatter", "scatter_add", "where", "masked_scatter", "put", "select_backward",
+                         "slice_backward"},
+    "allocation": {"empty", "empty_strided", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full",
+                   "full_like", "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "fill", "zero",
+                   "resize", "arange", "scalar_tensor"},
+    "views": {"view", "reshape", "_reshape_alias", "transpose", "t", "permute", "expand", "expand_as", "select",
+              "slice", "unsqueeze", "squeeze", "as_strided", "flatten", "unflatten", "_unsafe_view", "detach", "alias",
+              "lift_fresh", "split", "chunk", "narrow", "unbind", "view_as", "numpy_T", "movedim", "diagonal",
+              "resolve_conj", "resolve_neg"},
+    "elementwise": {"mul", "add", "sub", "rsub", "div", "tanh", "tanh_backward", "sigmoid", "sigmoid_backward", "exp",
+                    "log", "neg", "masked_fill", "gelu", "gelu_backward", "native_layer_norm",
+                    "native_layer_norm_backward", "layer_norm", "rsqrt", "sqrt", "clamp", "clamp_min", "relu",
+                    "threshold_backward", "silu", "silu_backward", "pow", "reciprocal", "lt", "le", "gt", "ge", "eq",
+                    "ne", "logical_not", "logical_and", "logical_or", "bitwise_not", "bitwise_and", "bitwise_or", "abs",
+                    "sign", "addcmul", "addcdiv", "lerp", "isfinite", "isnan"},
+}
+#: Time in profiler events of no ATen operator: autograd's nodes and engine (``MulBackward0``, ``AccumulateGrad``) and
+#: the Python bodies of custom autograd Functions (``fast.WeightedSum``), outside the operators they call.
+AUTOGRAD = "autograd and Python functions"
+#: The kinds in the order tables show them, then the time outside any profiled event.
+COLUMNS = [*KINDS, "other operators", AUTOGRAD, "outside operators"]
+
+
+def kind_of(event_name: str) -> str:
+    """The kind of a profiler event: ``aten::bmm`` -> "products", an in-place form as its operator (``aten::mul_``
+    -> "elementwise"), ATen operators no kind names -> "other operators", anything else -> :data:`AUTOGRAD`."""
+    name = event_name.removeprefix("aten::")
+    if name == event_name:
+        return AUTOGRAD
+    for candidate in (name, name.rstrip("_")):
+        for kind, names in KINDS.items():
+            if candidate in names:
+                return kind
+    return "other operators"
+
+
+def operator_ms(call, calls: int) -> dict[str, float]:
+    """Self CPU milliseconds per call of ``call`` by kind, from ``calls`` calls under ``torch.profiler`` (CPU only,
+    no shapes or stacks recorded: the cheapest it records)."""
+    call()  # warm: first-call allocations and dispatch caches are not what a pooler costs
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=False, with_stack=False) as prof:
+        for _ in range(calls):
+            call()
+    spent = dict.fromkeys(COLUMNS[:-1], 0.0)
+    for event in prof.key_averages():
+        spent[kind_of(event.key)] += event.self_cpu_time_total / 1e3 / calls
+    return spent
+
+
+def attribute(spent: dict[str, float], pool_ms: float, forward_ms: float) -> dict[str, float]:
+    """Shares of the forward time: the contract (forward - pool), each kind's operator time scaled down to the
+    pooling's unprofiled time where the profiler's cost makes it exceed it, and what is left of the pooling's time
+    outside any operator. The shares add up to 1 (the contract's is 0 where the pooling alone timed slower)."""
+    total = sum(spent.values())
+    scale = min(1.0, pool_ms / total) if total > 0 else 0.0
+    shares = {kind: ms * scale / forward_ms for kind, ms in spent.items()}
+    shares["outside operators"] = max(0.0, pool_ms - total * scale) / forward_ms
+    shares["contract"] = max(0.0, forward_ms - pool_ms) / forward_ms
+    inside = sum(shares.values())
+    return {kind: share / inside for kind, share in shares.items()}
+
+
+def measure_cell(length: int, dim: int, dtype_name: str, mode: str, names: list[str], device: torch.device,
+                 repeats: int, profiled_calls: int, min_sample_s: float = 0.05) -> list[dict]:
+    """Every pooler in ``names`` at one cell: forward, pooling alone and floor interleaved, then the pooling profiled.
+    A row per pooler."""
+    train = mode == "fwd+bwd"
+    x, mask = make_inputs(length, dim, DTYPES[dtype_name], device)
+    x.requires_grad_(train)
+    variants, floors, pools, differs = {}, {}, {}, {}
+    if any(name in STAT_POOLERS for name in names):
+        variants |= {read: timed_call(lambda f=f: f(x), train, [x]) for read, f in READ_ONCE.items()}
+    for name in names:
+        torch.manual_seed(0)
+        pooler = get_pooler(name, hidden_size=dim).to(device=device, dtype=DTYPES[dtype_name]).train(train)
+        leaves = [x, *pooler.parameters()]
+        variants[name] = timed_call(lambda p=pooler: p(x, mask), train, leaves)
+        pools[name] = timed_call(lambda p=pooler: p.pool_without_weights(x, mask), train, leaves)
+        with torch.inference_mode():  # every row has real tokens: the pooling alone is the call, less its checks
+            differs[name] = (pooler(x, mask).float() - pooler.pool_without_weights(x, mask).float()).abs().max().item()
+        variants[f"pool of {name}"] = pools[name]
+        if name in STAT_POOLERS:
+            floors[name] = (list(READ_ONCE), "fastest of " + ", ".join(READ_ONCE))
+        else:
+            what, call, floor_leaves = attention_floor(pooler, x, mask, train)
+            variants[f"floor of {name}"] = timed_call(call, train, floor_leaves)
+            floors[name] = ([f"floor of {name}"], what)
+    times = interleaved(variants, device, repeats=repeats, min_sample_s=min_sample_s)
+    rows = []
+    for name in names:
+        forward_ms, pool_ms = median_ms(times, name), median_ms(times, f"pool of {name}")
+        spent = operator_ms(pools[name], profiled_calls)
+        rows.append({"pooler": name, "T": length, "D": dim, "dtype": dtype_name, "mode": mode,
+                     "floor": floors[name][1], **floor_ratio(times, name, floors[name][0]),
+                     "pool_ms": pool_ms, "pool_vs_forward_max_abs_diff": differs[name],
+                     "pool_per_repeat": [p / f for p, f in zip(times[f"pool of {name}"], times[name])],
+                     "operator_ms": spent, "shares": attribute(spent, pool_ms, forward_ms)})
+    return rows
+
+
+def _pairs(text: str) -> list[tuple[int, int]]:
+    try:
+        sizes = [tuple(int(n) for n in part.split("x")) for part in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or any(len(s) != 2 or min(s) < 1 for s in sizes):
+        raise argparse.ArgumentTypeError(f"sizes must be TxD pairs separated by commas, such as 128x384,512x768; "
+                                         f"got {text!r}")
+    return sizes
+
+
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POOLERS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown pooler(s) {', '.join(unknown) or text!r}; choose from "
+                                         f"{', '.join(POOLERS)}")
+    return names
+
+
+def _dtypes(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names or any(n not in ("fp32", "bf16") for n in names):
+        raise argparse.ArgumentTypeError(f"dtypes are fp32 and / or bf16, comma-separated; got {text!r}")
+    return names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--poolers", type=_names, default=POOLERS,
+                        help=f"comma-separated, from {', '.join(POOLERS)} (default: all)")
+    parser.add_argument("--sizes", type=_pairs, default=list(QUICK_SIZES),
+                        help="TxD cells, comma-separated (default: 128x384,512x768, perf_tokens' quick sizes)")
+    parser.add_argument("--dtypes", type=_dtypes, default=["fp32", "bf16"],
+                        help="comma-separated, of fp32, bf16 (default: both)")
+    parser.add_argument("--profiled-calls", type=int, default=20, help="calls of the pooling under the profiler")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args, device = parse_and_setup(__doc__, argv, add_arguments)
+    if not fast.active(torch.empty(0, device=device)):
+        raise SystemExit("perf_where.py: error: it attributes the eager CPU forms; run it with --device cpu")
+    repeats = args.repeats or 7
+    info = run_info(device, args)
+    print(f"# Where the time goes ({describe(device)}), {repeats} interleaved repeats")
+    rows = []
+    for length, dim in args.sizes:
+        for dtype_name in args.dtypes:
+            for mode in ("fwd", "fwd+bwd"):
+                rows += measure_cell(length, dim, dtype_name, mode, args.poolers, device, repeats, args.profiled_calls)
+                print(f"  measured T={length} D={dim} {dtype_name} {mode}", flush=True)
+    result = {"kind": "where", **info,
+              "settings": {"batch": BATCH, "sizes": args.sizes, "dtypes": args.dtypes, "poolers": args.poolers,
+                           "repeats": repeats, "profiled_calls": args.profiled_calls,
+                           "threads": torch.get_num_threads(), "background": args.background,
+                           "figure": "shares of the pooler's forward time (median over repeats)"},
+              "rows": rows}
+    print(render(result))
+    save_json(args.json, result)
+    return result
+
+
+def render(result: dict) -> str:
+    """A row per pooler and cell: its ratio to the floor, the floor's share of its time, then the contract's and each
+    operator kind's share (of the pooler's forward time), and the time outside operators. Kinds no row spends 1% in
+    are left out of the table."""
+    rows = result["rows"]
+    shown = [kind for kind in ["contract", *COLUMNS] if any(r["shares"][kind] >= 0.01 for r in rows)]
+    body = [[r["pooler"], f"T{r['T']} D{r['D']} {r['dtype']} {r['mode']}", f"{r['ratio']:.2f}",
+             f"{1 / r['ratio']:.0%}", *(f"{r['shares'][kind]:.0%}" for kind in shown)] for r in rows]
+    return table(["pooler", "cell", "/ floor", "floor", *shown], body,
+                 title="**Where the time goes: shares of the pooler's forward time**")
+
+
+if __name__ == "__main__":
+    main()
