@@ -12,6 +12,9 @@
 * latent / adapool never project the tokens (their projections are folded into the queries): the floor
   is their query-side products (each of their Linear weights once, on B x Q rows) and one read of x by
   the queries (a (B, H*Q, D) x (B, D, T) bmm). Target <= 1.2x.
+* In half precision the attention floors are the faster, in each repeat, of their work in the pooler's dtype and in
+  float32 from upcast inputs (the casts timed): where torch emulates half-precision matmuls on the CPU
+  (``fast.emulated_half``), float32 is the faster way to do the same work.
 
 A floor ratio below ``NOT_A_FLOOR`` (0.95: the pooler faster than its floor) means the floor is not a
 floor; the suite flags it in its output, its JSON (``below_floor``) and the rendered table.
@@ -68,30 +71,57 @@ def scoring_weight(pooler) -> torch.Tensor:
     raise KeyError(name)
 
 
+#: Half-precision floors are also timed this way, and the faster way in each repeat is the floor.
+IN_FLOAT32 = " in float32"
+
+
 def attention_floor(pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
-    """(what it is, the timed call, its leaves): the floor of an attention-family pooler (module docstring)."""
+    """(what it is, {way: its timed call}, its leaves): the floor of an attention-family pooler (module docstring).
+
+    In half precision the floor's work is also timed in float32, its inputs upcast inside the timed call (way
+    :data:`IN_FLOAT32`): on CPUs whose half-precision matmuls torch emulates (``fast.emulated_half``) that is the
+    faster way to do the same work, so a half-precision matmul alone would be no floor there."""
     def leaf(weight):
         return weight.detach().clone().requires_grad_(train)
+
+    def ways(work):  # work(cast) -> the floor's output, its inputs passed through cast
+        calls = {"": lambda: work(lambda t: t)}
+        if x.dtype in (torch.bfloat16, torch.float16):
+            calls[IN_FLOAT32] = lambda: work(lambda t: t.float())
+        return calls
 
     if pooler.name in QUERY_POOLERS:
         weights = [leaf(m.weight) for m in pooler.modules() if isinstance(m, nn.Linear)]
         queries, heads = getattr(pooler, "num_queries", 1), pooler.num_heads
         start = torch.randn(x.shape[0] * queries, x.shape[-1], generator=torch.Generator().manual_seed(0)).to(x)
 
-        def query_side():
-            h = start
+        def query_side(cast):
+            h = cast(start)
             for weight in weights:
-                h = F.linear(h, weight)
-            return torch.bmm(h.view(x.shape[0], queries, -1).repeat(1, heads, 1), x.transpose(1, 2))
+                h = F.linear(h, cast(weight))
+            return torch.bmm(h.view(x.shape[0], queries, -1).repeat(1, heads, 1), cast(x).transpose(1, 2))
         return (f"{len(weights)} query-side products on B x {queries} rows + one read of x "
-                f"(bmm (B, {heads * queries}, D) x (B, D, T))"), query_side, [x, *weights]
+                f"(bmm (B, {heads * queries}, D) x (B, D, T))"), ways(query_side), [x, *weights]
     weight = leaf(scoring_weight(pooler))
     real = fast.active(x)  # where the pooler scores the real tokens only, so does its floor
     tokens = x.detach().reshape(-1, x.shape[-1])
     tokens = (tokens[mask.reshape(-1)] if real else tokens).contiguous().requires_grad_(train)
     rows = "real tokens (gathered before timing)" if real else "all B*T positions"
     size = "D" if weight.shape[0] == x.shape[-1] else weight.shape[0]
-    return f"x @ W.T over the {rows}, W {size} x D", lambda: F.linear(tokens, weight), [tokens, weight]
+    return (f"x @ W.T over the {rows}, W {size} x D", ways(lambda cast: F.linear(cast(tokens), cast(weight))),
+            [tokens, weight])
+
+
+def floor_of(name: str, pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
+    """(the timed calls of ``name``'s floor, the names of the candidates the floor is the fastest of in each repeat,
+    the floor in words): the read-once ways for the masked statistics (the same calls for each), the ways of
+    :func:`attention_floor` for the attention family."""
+    if name in STAT_POOLERS:
+        return ({read: timed_call(lambda f=f: f(x), train, [x]) for read, f in READ_ONCE.items()}, list(READ_ONCE),
+                "fastest of " + ", ".join(READ_ONCE))
+    what, calls, leaves = attention_floor(pooler, x, mask, train)
+    variants = {f"floor of {name}{way}": timed_call(call, train, leaves) for way, call in calls.items()}
+    return variants, list(variants), what
 
 
 def floor_ratio(times: dict[str, list[float]], name: str, candidates: list[str]) -> dict:
@@ -156,16 +186,14 @@ def run_config(length: int, dim: int, dtype_name: str, mode: str, device: torch.
     train = mode == "fwd+bwd"
     x, mask = make_inputs(length, dim, DTYPES[dtype_name], device)
     x.requires_grad_(train)
-    variants = {read: timed_call(lambda f=f: f(x), train, [x]) for read, f in READ_ONCE.items()}
-    floors = {name: (list(READ_ONCE), "fastest of " + ", ".join(READ_ONCE)) for name in STAT_POOLERS}
+    variants, floors = {}, {}
     for name in STAT_POOLERS + ATTENTION_POOLERS:
         torch.manual_seed(0)
         pooler = get_pooler(name, hidden_size=dim).to(device=device, dtype=DTYPES[dtype_name]).train(train)
         variants[name] = timed_call(lambda p=pooler: p(x, mask), train, [x, *pooler.parameters()])
-        if name in ATTENTION_POOLERS:
-            what, call, leaves = attention_floor(pooler, x, mask, train)
-            variants[f"floor of {name}"] = timed_call(call, train, leaves)
-            floors[name] = ([f"floor of {name}"], what)
+        floor_calls, candidates, what = floor_of(name, pooler, x, mask, train)
+        variants |= floor_calls
+        floors[name] = (candidates, what)
     times = interleaved(variants, device, repeats=repeats, min_sample_s=min_sample_s)
     return [{"pooler": name, "T": length, "D": dim, "dtype": dtype_name, "mode": mode, "floor": what,
              "target": STAT_TARGET if name in STAT_POOLERS else ATTENTION_TARGET,
@@ -187,6 +215,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"kind": "floors", **info,
               "settings": {"batch": BATCH, "sizes": sizes, "dtypes": ["fp32", "bf16"], "modes": ["fwd", "fwd+bwd"],
                            "repeats": repeats, "min_sample_s": 0.05, "threads": torch.get_num_threads(),
+                           "half_floors_in_float32": True,
                            "background": args.background, "not_a_floor": NOT_A_FLOOR, "read_once": list(READ_ONCE),
                            "figure": "pooler time / floor time, median of the per-repeat ratios"},
               "rows": rows}
@@ -235,6 +264,12 @@ def render(result: dict) -> str:
             "", "Fastest way to read x once, repeats won over every cell: "
             + ", ".join(f"`{read}` {count}" for read, count in sorted(wins.items(), key=lambda w: -w[1])),
             "", f"Not a floor (ratio under {NOT_A_FLOOR}): " + (", ".join(flagged) if flagged else "none")]
+    half = [r for r in rows if r["pooler"] in ATTENTION_POOLERS and r["dtype"] != "fp32"]
+    if half and result["settings"].get("half_floors_in_float32"):
+        won = sum(count for r in half for way, count in r["fastest_floor"].items() if way.endswith(IN_FLOAT32))
+        out += ["", f"Half-precision attention floors, the faster of their work in the pooler's dtype and in float32 "
+                    f"(inputs upcast in the timed call) in each repeat: float32 was the faster in {won} of "
+                    f"{sum(sum(r['fastest_floor'].values()) for r in half)} repeats"]
     return "\n".join(out)
 
 

@@ -34,8 +34,7 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from perf_common import DTYPES, describe, interleaved, median_ms, parse_and_setup, run_info, save_json, table  # noqa: E402
 from perf_common import timed_call  # noqa: E402
-from perf_tokens import (ATTENTION_POOLERS, BATCH, READ_ONCE, STAT_POOLERS, attention_floor,  # noqa: E402
-                         floor_ratio, make_inputs)
+from perf_tokens import ATTENTION_POOLERS, BATCH, STAT_POOLERS, floor_of, floor_ratio, make_inputs  # noqa: E402
 from poolkit import get_pooler  # noqa: E402
 from poolkit.pooling import fast  # noqa: E402
 
@@ -124,23 +123,18 @@ def measure_cell(length: int, dim: int, dtype_name: str, mode: str, names: list[
     x, mask = make_inputs(length, dim, DTYPES[dtype_name], device)
     x.requires_grad_(train)
     variants, floors, pools, differs = {}, {}, {}, {}
-    if any(name in STAT_POOLERS for name in names):
-        variants |= {read: timed_call(lambda f=f: f(x), train, [x]) for read, f in READ_ONCE.items()}
     for name in names:
         torch.manual_seed(0)
         pooler = get_pooler(name, hidden_size=dim).to(device=device, dtype=DTYPES[dtype_name]).train(train)
         leaves = [x, *pooler.parameters()]
         variants[name] = timed_call(lambda p=pooler: p(x, mask), train, leaves)
         pools[name] = timed_call(lambda p=pooler: p.pool_without_weights(x, mask), train, leaves)
+        variants[f"pool of {name}"] = pools[name]
         with torch.inference_mode():  # every row has real tokens: the pooling alone is the call, less its checks
             differs[name] = (pooler(x, mask).float() - pooler.pool_without_weights(x, mask).float()).abs().max().item()
-        variants[f"pool of {name}"] = pools[name]
-        if name in STAT_POOLERS:
-            floors[name] = (list(READ_ONCE), "fastest of " + ", ".join(READ_ONCE))
-        else:
-            what, call, floor_leaves = attention_floor(pooler, x, mask, train)
-            variants[f"floor of {name}"] = timed_call(call, train, floor_leaves)
-            floors[name] = ([f"floor of {name}"], what)
+        floor_calls, candidates, what = floor_of(name, pooler, x, mask, train)
+        variants |= floor_calls
+        floors[name] = (candidates, what)
     times = interleaved(variants, device, repeats=repeats, min_sample_s=min_sample_s)
     rows = []
     for name in names:

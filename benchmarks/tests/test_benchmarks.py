@@ -122,19 +122,40 @@ def test_attention_floors_do_the_poolers_work():
     x = torch.randn(3, 6, 8)
     mask = torch.tensor([[1] * 6, [1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0]]).bool()
     pooler = get_pooler("gated_attention", hidden_size=8, attn_size=4)
-    _, call, _ = perf_tokens.attention_floor(pooler, x, mask, train=False)
+    _, calls, _ = perf_tokens.attention_floor(pooler, x, mask, train=False)
     both = torch.cat([pooler.value.weight, pooler.gate.weight])
     # Eager CPU scores the real tokens only, and so does the floor (the old floor took all 18 positions).
-    torch.testing.assert_close(call(), x[mask] @ both.T)
+    assert list(calls) == [""]  # float32 has one way
+    torch.testing.assert_close(calls[""](), x[mask] @ both.T)
     with fast.disabled():  # the plain forms score every position: so does the floor
-        assert perf_tokens.attention_floor(pooler, x, mask, train=False)[1]().shape == (18, 8)
+        assert perf_tokens.attention_floor(pooler, x, mask, train=False)[1][""]().shape == (18, 8)
 
     latent = get_pooler("latent", hidden_size=8, num_queries=2, num_heads=2)
-    what, call, leaves = perf_tokens.attention_floor(latent, x.requires_grad_(), mask, train=True)
+    what, calls, leaves = perf_tokens.attention_floor(latent, x.requires_grad_(), mask, train=True)
     # One read of x by the H * Q query rows, and each of the 5 Linear weights once: no D x D token projection.
-    assert call().shape == (3, 4, 6) and len(leaves) == 1 + 5 and "5 query-side products" in what
-    call().sum().backward()
+    assert calls[""]().shape == (3, 4, 6) and len(leaves) == 1 + 5 and "5 query-side products" in what
+    calls[""]().sum().backward()
     assert all(leaf.grad is not None for leaf in leaves)
+
+
+@pytest.mark.parametrize("name", ["attention", "latent"])
+def test_a_half_precision_floor_is_also_timed_in_float32_on_the_same_leaves(name):
+    """In bf16 each attention floor has a float32 way: the same product from upcast inputs (so the same values to bf16
+    rounding) whose gradient reaches the bf16 leaves. Catches a float32 way that skips the cast (timing less work) or
+    detaches its inputs (timing no backward)."""
+    import perf_tokens
+    from poolkit import get_pooler
+
+    x = torch.randn(3, 6, 8).bfloat16().requires_grad_()
+    mask = torch.tensor([[1] * 6, [1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0]]).bool()
+    pooler = get_pooler(name, hidden_size=8).bfloat16()
+    _, calls, leaves = perf_tokens.attention_floor(pooler, x, mask, train=True)
+    assert list(calls) == ["", perf_tokens.IN_FLOAT32]
+    half, wide = calls[""](), calls[perf_tokens.IN_FLOAT32]()
+    assert half.dtype == torch.bfloat16 and wide.dtype == torch.float32
+    torch.testing.assert_close(wide.bfloat16(), half, rtol=0.02, atol=0.02)
+    wide.sum().backward()
+    assert all(leaf.grad is not None and leaf.grad.dtype == torch.bfloat16 for leaf in leaves)
 
 
 def test_token_floors_run_and_render(tmp_path):
@@ -162,6 +183,20 @@ def test_token_floors_run_and_render(tmp_path):
     assert "old" not in text and "| mean   | 0.90 ! " in text and "Not a floor (ratio under 0.95): `mean` T8 D8" in text
     verdicts = [line.rsplit("|", 2)[1].strip() for line in text.splitlines() if "<= 1." in line and "cells" in line]
     assert verdicts == ["**missed**" if any(r["ratio"] > 1.3 for r in rows[:3]) else "met", "**missed**", "met"]
+
+
+def test_half_precision_floors_say_how_often_float32_was_the_faster_way():
+    """A bf16 cell times each attention floor both ways and the table says in how many repeats float32 won; a result
+    made before the float32 way existed says nothing of it. Catches a count over the wrong rows or repeats."""
+    import perf_tokens
+
+    rows = perf_tokens.run_config(8, 8, "bf16", "fwd", torch.device("cpu"), repeats=2, min_sample_s=0)
+    attention = [r for r in rows if r["pooler"] in perf_tokens.ATTENTION_POOLERS]
+    assert all(sum(r["fastest_floor"].values()) == 2 for r in attention)
+    won = sum(r["fastest_floor"].get(f"floor of {r['pooler']}{perf_tokens.IN_FLOAT32}", 0) for r in attention)
+    result = {"rows": rows, "settings": {"half_floors_in_float32": True}}
+    assert f"float32 was the faster in {won} of {2 * len(attention)} repeats" in perf_tokens.render(result)
+    assert "float32 was the faster" not in perf_tokens.render({"rows": rows, "settings": {}})
 
 
 def _suites(snippet_speedups, memory_shares, model_shares, embed_speedup) -> dict:

@@ -179,6 +179,69 @@ def test_attention_family_output_and_gradients_match_the_textbook_form(name, gra
         assert close(a, torch.zeros_like(a) if b is None else b)
 
 
+@pytest.mark.parametrize("emulated", [True, False])
+@pytest.mark.parametrize("lengths", [[7, 2, 5, 1], [7, 7, 7, 7]], ids=["padded", "unpadded"])
+def test_half_precision_scoring_runs_in_float32_where_the_cpu_emulates_half_matmuls(emulated, lengths, monkeypatch):
+    """Where torch emulates bf16 matmuls (fast.emulated_half, forced here either way), the scoring projection runs in
+    float32 a block at a time, padded batches or not, each product rounded once to bf16: within bf16 rounding of the
+    plain bf16 form, gradients included (weights summed over blocks in float32), and of the float32 product itself.
+    Catches the rule ignored (a bf16 matmul where it is emulated, or a float32 one where it is not), the unpadded
+    batch left to the slow matmul, rows dropped or repeated between blocks, or gradients lost in the casts."""
+    monkeypatch.setattr(fast, "_emulated_halves", lambda: frozenset({torch.bfloat16}) if emulated else frozenset())
+    monkeypatch.setattr(fast, "GATHER_CHUNK_BYTES", 3 * HIDDEN * 2)  # blocks of 3 tokens, the last one short
+    monkeypatch.setattr(fast, "THREADED_BLOCK_BYTES", 0)
+    widened = []
+    original = fast.GatheredLinear.forward
+    monkeypatch.setattr(fast.GatheredLinear, "forward", staticmethod(
+        lambda tokens, index, weight, bias: widened.append(index is None) or original(tokens, index, weight, bias)))
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(4, 7, HIDDEN, generator=gen).bfloat16()
+    mask = mask_from_lengths(lengths, 7).bool()
+    for name in ("attention", "attention_head", "multihead_attention", "gated_attention"):
+        p = make_pooler(name).bfloat16()
+        results = []
+        for fast_forms in (True, False):
+            monkeypatch.setattr(fast, "_enabled", fast_forms)
+            xs = x.clone().requires_grad_()
+            pooled = p(xs, mask)
+            g = torch.randn(pooled.shape, generator=torch.Generator().manual_seed(0)).bfloat16()
+            results.append([pooled, *torch.autograd.grad(pooled, [xs, *p.parameters()], g)])
+        for got, expected in zip(*results):
+            scale = expected.float().abs().max().item()
+            torch.testing.assert_close(got.float(), expected.float(), rtol=0, atol=scale * 2 ** -6)
+    padded = not all(n == 7 for n in lengths)
+    assert widened == ([False] * 4 if padded else [True] * 4 if emulated else [])  # the fast forms of 4 poolers
+
+    tokens, weight, bias = x.reshape(-1, HIDDEN), torch.randn(5, HIDDEN).bfloat16(), torch.randn(5).bfloat16()
+    index = mask.reshape(-1).nonzero().squeeze(1)
+    exact = torch.nn.functional.linear(tokens.float()[index], weight.float(), bias.float())
+    with _ProductDtypes() as products:
+        product = fast.GatheredLinear.apply(tokens, index, weight, bias)
+    assert products.seen == {torch.float32 if emulated else torch.bfloat16}
+    rounded_once = exact.bfloat16() if emulated else torch.nn.functional.linear(tokens[index], weight, bias)
+    torch.testing.assert_close(product, rounded_once, rtol=2 ** -8, atol=1e-6)
+
+
+def test_half_matmuls_count_as_emulated_exactly_where_torch_has_no_onednn_kernel_for_them():
+    """Catches the rule reversed (float32 products on CPUs with bf16 instructions), or float32 counted as emulated."""
+    assert fast.emulated_half(torch.bfloat16) is not torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert fast.emulated_half(torch.float16) is not torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    assert not fast.emulated_half(torch.float32) and not fast.emulated_half(torch.float64)
+
+
+class _ProductDtypes(torch.overrides.TorchFunctionMode):
+    """Records the dtypes the matrix products inside the block are taken in."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("mm", "addmm"):
+            self.seen.update(a.dtype for a in args if isinstance(a, torch.Tensor))
+        return func(*args, **(kwargs or {}))
+
+
 def test_multihead_output_dims():
     x = torch.randn(2, 5, HIDDEN)
     assert get_pooler("multihead_attention", HIDDEN, num_heads=3)(x).shape == (2, 3 * HIDDEN)

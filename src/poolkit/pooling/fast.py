@@ -11,6 +11,7 @@ run: those need no data-dependent shapes, host syncs or vmap rules.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,6 +64,21 @@ def block_bytes(single_thread: int) -> int:
     return single_thread if torch.get_num_threads() == 1 else max(single_thread, THREADED_BLOCK_BYTES)
 
 
+# -- half-precision matmuls this CPU has no kernels for ----------------------------------------------
+def emulated_half(dtype: torch.dtype) -> bool:
+    """Whether a CPU matmul in ``dtype`` (bfloat16, float16) has no oneDNN kernel on this machine: torch then runs it
+    in a generic loop, several times slower than in float32 (x86 CPUs without AVX-512, such as AMD's before Zen 4;
+    docs/performance.md measures it). torch's own check decides; float32 and float64 are never emulated."""
+    return dtype in _emulated_halves()
+
+
+@functools.cache
+def _emulated_halves() -> frozenset[torch.dtype]:
+    checks = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}
+    return frozenset(dtype for dtype, check in checks.items()
+                     if hasattr(torch.ops.mkldnn, check) and not getattr(torch.ops.mkldnn, check)())
+
+
 # -- scoring projections over the real tokens only ---------------------------------------------
 #: Gathered token blocks of GatheredLinear are at most this large on one thread (:func:`block_bytes`): a transient
 #: copy, not the whole batch's.
@@ -70,16 +86,26 @@ GATHER_CHUNK_BYTES = 2 << 20
 
 
 class GatheredLinear(torch.autograd.Function):
-    """``F.linear(tokens[index], weight, bias)``, gathering the tokens in blocks of at most
-    ``block_bytes(GATHER_CHUNK_BYTES)`` (the copy is transient, never the size of a large batch), and saving ``tokens``
-    (alive anyway) and ``index`` for backward, which gathers again block by block."""
+    """``F.linear(tokens[index], weight, bias)`` (every token where ``index`` is None), a block of at most
+    ``block_bytes(GATHER_CHUNK_BYTES)`` of tokens at a time (a gathered copy is transient, never the size of a large
+    batch), saving ``tokens`` (alive anyway) and ``index`` for backward, which gathers again block by block.
+
+    Half-precision tokens whose matmuls this CPU emulates (:func:`emulated_half`) are multiplied in float32, block by
+    block, each product rounded once to their dtype: what the half-precision matmul computes (float32 sums, one
+    rounding), at float32 speed. The weight gradient then sums the blocks in float32 and rounds once at the end."""
 
     @staticmethod
-    def forward(tokens: Tensor, index: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        out = tokens.new_empty(len(index), weight.shape[0])
+    def forward(tokens: Tensor, index: Tensor | None, weight: Tensor, bias: Tensor | None) -> Tensor:
+        out = tokens.new_empty(len(tokens) if index is None else len(index), weight.shape[0])
+        wide = emulated_half(tokens.dtype)
+        if wide:
+            weight, bias = weight.float(), None if bias is None else bias.float()
         for rows, part in _blocks(tokens, index):
-            block = tokens.index_select(0, part)
-            if bias is None:
+            block = _take(tokens, part)
+            if wide:
+                block = block.float()
+                out[rows] = block.mm(weight.t()) if bias is None else torch.addmm(bias, block, weight.t())
+            elif bias is None:
                 torch.mm(block, weight.t(), out=out[rows])
             else:
                 torch.addmm(bias, block, weight.t(), out=out[rows])
@@ -94,27 +120,43 @@ class GatheredLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         tokens, index, weight = ctx.saved_tensors
+        wide = emulated_half(tokens.dtype)
+        factor = weight.float() if wide else weight
         grad_tokens = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_tokens = tokens.new_zeros(tokens.shape)
         if ctx.needs_input_grad[2]:
-            grad_weight = weight.new_zeros(weight.shape)
+            grad_weight = factor.new_zeros(weight.shape)
         for rows, part in _blocks(tokens, index):
-            if grad_tokens is not None:
-                grad_tokens.index_copy_(0, part, grad[rows].mm(weight))  # in place: autograd records it too
+            block_grad = grad[rows].float() if wide else grad[rows]
+            if grad_tokens is not None:  # in place: autograd records it too
+                product = block_grad.mm(factor).to(tokens.dtype)
+                if index is None:
+                    grad_tokens[part] = product
+                else:
+                    grad_tokens.index_copy_(0, part, product)
             if grad_weight is not None:
-                grad_weight.addmm_(grad[rows].t(), tokens.index_select(0, part))
+                block = _take(tokens, part)
+                grad_weight.addmm_(block_grad.t(), block.float() if wide else block)
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[3]:
             grad_bias = grad.sum(dim=0)
         return grad_tokens, None, grad_weight, grad_bias
 
 
-def _blocks(tokens: Tensor, index: Tensor):
-    """(slice of the gathered rows, their token indices) in blocks of at most ``block_bytes(GATHER_CHUNK_BYTES)`` of
-    tokens."""
+def _blocks(tokens: Tensor, index: Tensor | None):
+    """(slice of the output rows, their tokens: a slice of ``tokens`` where ``index`` is None, else their indices) in
+    blocks of at most ``block_bytes(GATHER_CHUNK_BYTES)`` of tokens."""
     step = max(1, block_bytes(GATHER_CHUNK_BYTES) // (tokens.shape[1] * tokens.element_size()))
-    for start in range(0, len(index), step):
-        yield slice(start, start + step), index[start:start + step]
+    for start in range(0, len(tokens) if index is None else len(index), step):
+        rows = slice(start, start + step)
+        yield rows, rows if index is None else index[rows]
+
+
+def _take(tokens: Tensor, part: slice | Tensor) -> Tensor:
+    """The tokens of one block of :func:`_blocks`: a view of a slice, a gathered copy of indices."""
+    return tokens[part] if isinstance(part, slice) else tokens.index_select(0, part)
 
 
 # -- weighted sums -------------------------------------------------------------------------------

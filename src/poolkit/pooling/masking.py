@@ -46,18 +46,21 @@ def project_tokens(x: Tensor, mask: Tensor, weight: Tensor, bias: Tensor | None,
                    head: Callable[[Tensor], Tensor]) -> Tensor:
     """``head(F.linear(token, weight, bias))`` for every token: (B, T, D) -> (B, T, K), ``head``: (N, A) -> (N, K).
 
-    The plain form projects all B*T tokens. Where :func:`fast.active` (and without autocast), when there is
-    padding, only the real tokens are projected (:class:`fast.GatheredLinear`) and padded positions get 0,
-    which callers mask: a scoring matmul then skips the padding, often a third of the positions of a
-    batch padded to its longest text, with the training memory of the plain form. ``head`` may work in
-    place on its input.
+    The plain form projects all B*T tokens. Where :func:`fast.active` (and without autocast), :class:`fast.GatheredLinear`
+    projects instead: only the real tokens when there is padding (padded positions get 0, which callers mask: a
+    scoring matmul then skips the padding, often a third of the positions of a batch padded to its longest text,
+    with the training memory of the plain form), and every token, a block at a time in float32, where this CPU
+    emulates x's half-precision matmuls (:func:`fast.emulated_half`). ``head`` may work in place on its input.
     """
     batch, length, dim = x.shape
     tokens = x.reshape(batch * length, dim)
-    if fast.active(x) and not torch.is_autocast_enabled("cpu") and not bool(mask.all()):
-        index = mask.reshape(-1).nonzero().squeeze(1)
-        real = head(fast.GatheredLinear.apply(tokens, index, weight, bias))
-        return real.new_zeros(batch * length, real.shape[-1]).index_copy(0, index, real).view(batch, length, -1)
+    if fast.active(x) and not torch.is_autocast_enabled("cpu"):
+        if not bool(mask.all()):
+            index = mask.reshape(-1).nonzero().squeeze(1)
+            real = head(fast.GatheredLinear.apply(tokens, index, weight, bias))
+            return real.new_zeros(batch * length, real.shape[-1]).index_copy(0, index, real).view(batch, length, -1)
+        if fast.emulated_half(x.dtype):
+            return head(fast.GatheredLinear.apply(tokens, None, weight, bias)).view(batch, length, -1)
     return head(F.linear(tokens, weight, bias)).view(batch, length, -1)
 
 
