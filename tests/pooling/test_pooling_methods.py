@@ -222,6 +222,45 @@ def test_half_precision_scoring_runs_in_float32_where_the_cpu_emulates_half_matm
     torch.testing.assert_close(product, rounded_once, rtol=2 ** -8, atol=1e-6)
 
 
+@pytest.mark.parametrize("name, options", [("latent", {}), ("adapool", {}), ("latent_dictionary", {}),
+                                           ("multihead_attention", {"combine": "project"})])
+def test_half_precision_dense_layers_multiply_in_float32_where_the_cpu_emulates_half_matmuls(name, options,
+                                                                                             monkeypatch):
+    """The layers after (or around) the attention, Linear and MLP, multiply in float32 where bf16 matmuls are emulated
+    (forced here), rounded once to bf16: within bf16 rounding of the plain bf16 form, gradients included; bf16 products
+    where they are not. A layer with a forward hook is called as it is, so the hook still fires. Catches a bf16 product
+    left where it is emulated, a float32 one where it is not, or hooks skipped."""
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 6, HIDDEN, generator=gen).bfloat16()
+    mask = mask_from_lengths([6, 2, 4], 6).bool()
+    p = make_pooler(name, **options).bfloat16()
+    for emulated in (True, False):
+        monkeypatch.setattr(fast, "_emulated_halves", lambda e=emulated: frozenset({torch.bfloat16}) if e else frozenset())
+        results = []
+        for fast_forms in (True, False):
+            monkeypatch.setattr(fast, "_enabled", fast_forms)
+            xs = x.clone().requires_grad_()
+            with _ProductDtypes() as products:
+                pooled = p(xs, mask)
+            results.append([pooled, *torch.autograd.grad(pooled, [xs, *p.parameters()], torch.ones_like(pooled))])
+            if fast_forms:  # multihead_attention's score head (N, H * a) x (H * a, H) stays a bf16 product
+                assert (products.seen == {torch.float32} | ({torch.bfloat16} if name == "multihead_attention" else set())
+                        if emulated else torch.bfloat16 in products.seen)
+                dense = [p.project] if name == "multihead_attention" else [p.out, *(getattr(p, "mlp", None) or [])]
+                assert all(products.weights[m.weight.shape] == {torch.float32 if emulated else torch.bfloat16}
+                           for m in dense if type(m) is nn.Linear)
+        for got, expected in zip(*results):
+            scale = expected.float().abs().max().item()
+            torch.testing.assert_close(got.float(), expected.float(), rtol=0, atol=scale * 2 ** -5)
+    monkeypatch.setattr(fast, "_emulated_halves", lambda: frozenset({torch.bfloat16}))
+    monkeypatch.setattr(fast, "_enabled", True)
+    layer = p.project if name == "multihead_attention" else p.out
+    seen = []
+    layer.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    p(x, mask)
+    assert seen == [torch.bfloat16]
+
+
 def test_half_matmuls_count_as_emulated_exactly_where_torch_has_no_onednn_kernel_for_them():
     """Catches the rule reversed (float32 products on CPUs with bf16 instructions), or float32 counted as emulated."""
     assert fast.emulated_half(torch.bfloat16) is not torch.ops.mkldnn._is_mkldnn_bf16_supported()
@@ -234,11 +273,14 @@ class _ProductDtypes(torch.overrides.TorchFunctionMode):
 
     def __init__(self):
         super().__init__()
-        self.seen = set()
+        self.seen, self.weights = set(), {}  # every product's dtypes; F.linear's by its weight's shape
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") in ("mm", "addmm"):
+        name = getattr(func, "__name__", "")
+        if name in ("mm", "addmm", "linear", "matmul", "__matmul__", "bmm", "einsum"):
             self.seen.update(a.dtype for a in args if isinstance(a, torch.Tensor))
+        if name == "linear":
+            self.weights.setdefault(args[1].shape, set()).add(args[1].dtype)
         return func(*args, **(kwargs or {}))
 
 

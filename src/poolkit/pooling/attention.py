@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..errors import PoolkitError
-from . import masking
+from . import fast, masking
 from .base import Pooler
 from .registry import check_positive_int
 from .spec import register_pooler
@@ -220,7 +220,7 @@ class MultiHeadAttentionPooler(Pooler):
         weights = masking.masked_softmax(scores, mask[:, None, :], quadrature_weights=_per_query(quadrature_weights, 1))
         pooled = masking.masked_weighted_sum(x, weights).flatten(1)  # (B, H * D)
         if self.project is not None:
-            pooled = self.project(pooled.to(self.project.weight.dtype))
+            pooled = fast.dense(self.project, pooled.to(self.project.weight.dtype))
         return pooled, weights if heads else weights.mean(dim=1)
 
     def start_as_mean(self) -> bool:
@@ -339,9 +339,9 @@ class LatentAttentionPooler(Pooler):
         scale = (self.hidden_size // self.num_heads) ** -0.5
         attended, weights = cross_attention(query, x, self.key, self.value, mask, self.num_heads, scale,
                                             quadrature_weights)
-        pooled = self.out(attended.to(self.out.weight.dtype))
+        pooled = fast.dense(self.out, attended.to(self.out.weight.dtype))
         if self.mlp is not None:
-            pooled = pooled + self.mlp(pooled)
+            pooled = pooled + fast.dense(self.mlp, pooled)
         pooled = pooled.flatten(1) if self.combine == "concat" else pooled.mean(dim=1)
         return pooled, weights.flatten(1, 2) if heads else weights.mean(dim=(1, 2))
 
@@ -399,14 +399,14 @@ class LatentDictionaryPooler(Pooler):
         """Each token through the dictionary attention and the MLP, with residuals: (B, T, D) -> (B, T, D)."""
         batch, length, dim = x.shape
         heads, head_dim = self.num_heads, dim // self.num_heads
-        query = self.query(self.norm(x)).view(batch, length, heads, head_dim).transpose(1, 2)  # (B, H, T, d)
-        key = self.key(self.latents).view(-1, heads, head_dim).transpose(0, 1)  # (H, r, d)
-        value = self.value(self.latents).view(-1, heads, head_dim).transpose(0, 1)
-        scores = query @ key.transpose(1, 2) * head_dim ** -0.5  # (B, H, T, r); softmax in float32 at least
+        query = fast.dense(self.query, self.norm(x)).view(batch, length, heads, head_dim).transpose(1, 2)  # B, H, T, d
+        key = fast.dense(self.key, self.latents).view(-1, heads, head_dim).transpose(0, 1)  # (H, r, d)
+        value = fast.dense(self.value, self.latents).view(-1, heads, head_dim).transpose(0, 1)
+        scores = fast.matmul(query, key.transpose(1, 2)) * head_dim ** -0.5  # (B, H, T, r); softmax in float32 at least
         weights = torch.softmax(masking.widen(scores), dim=-1).to(x.dtype)
-        attended = (weights @ value).transpose(1, 2).reshape(batch, length, dim)
-        hidden = x + self.out(attended)
-        return hidden + self.mlp(hidden)
+        attended = fast.matmul(weights, value).transpose(1, 2).reshape(batch, length, dim)
+        hidden = x + fast.dense(self.out, attended)
+        return hidden + fast.dense(self.mlp, hidden)
 
     def pool(self, x: Tensor, mask: Tensor):
         weights = masking.uniform_weights(mask)
@@ -477,9 +477,9 @@ class AdaptiveAttentionPooler(Pooler):
     def pool(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None, heads: bool = False):
         source = self.query_tokens(x, mask, quadrature_weights)
         scale = (self.hidden_size // self.num_heads) ** -0.5
-        attended, weights = cross_attention(self.query(source)[:, None, :], x, self.key, self.value, mask,
+        attended, weights = cross_attention(fast.dense(self.query, source)[:, None, :], x, self.key, self.value, mask,
                                             self.num_heads, scale, quadrature_weights)
-        pooled = self.out(attended[:, 0].to(self.out.weight.dtype))
+        pooled = fast.dense(self.out, attended[:, 0].to(self.out.weight.dtype))
         if self.residual:
             pooled = pooled + source
         return pooled, weights.flatten(1, 2) if heads else weights.mean(dim=(1, 2))

@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.autograd import forward_ad
+from torch.nn import functional as F
 
 _enabled = True
 
@@ -77,6 +78,36 @@ def _emulated_halves() -> frozenset[torch.dtype]:
     checks = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}
     return frozenset(dtype for dtype, check in checks.items()
                      if hasattr(torch.ops.mkldnn, check) and not getattr(torch.ops.mkldnn, check)())
+
+
+def dense(layer: nn.Module, h: Tensor) -> Tensor:
+    """``layer(h)``, where the fast forms are active (:func:`active`) and this CPU emulates h's half-precision matmuls
+    (:func:`emulated_half`) with every ``nn.Linear`` in it (the layer itself, or an ``nn.Sequential``'s) multiplying
+    in float32, its product rounded once to h's dtype. Layers with hooks, and any other module, are called as they
+    are."""
+    if not (active(h) and emulated_half(h.dtype)) or _hooked(layer):
+        return layer(h)
+    if type(layer) is nn.Sequential:
+        for inner in layer:
+            h = dense(inner, h)
+        return h
+    if type(layer) is not nn.Linear:
+        return layer(h)
+    bias = None if layer.bias is None else layer.bias.float()
+    return F.linear(h.float(), layer.weight.float(), bias).to(h.dtype)
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b``, in float32 where the fast forms are active and this CPU emulates a's half-precision matmuls
+    (:func:`emulated_half`), the product rounded once to a's dtype."""
+    if active(a) and emulated_half(a.dtype):
+        return (a.float() @ b.float()).to(a.dtype)
+    return a @ b
+
+
+def _hooked(layer: nn.Module) -> bool:
+    return bool(layer._forward_hooks or layer._forward_pre_hooks or nn.modules.module._global_forward_hooks
+                or nn.modules.module._global_forward_pre_hooks)
 
 
 # -- scoring projections over the real tokens only ---------------------------------------------
