@@ -211,14 +211,18 @@ def main(argv: list[str] | None = None) -> dict:
 
 def render(result: dict) -> str:
     """A row per pooler and cell: its ratio to the floor, the floor's share of its time, then the contract's and each
-    operator kind's share (of the pooler's forward time), and the time outside operators. Kinds no row spends 1% in
-    are left out of the table."""
+    operator kind's share (of the pooler's forward time), and the time outside operators; under it, the cell where
+    each kind's share is largest. Kinds no row spends 1% in are left out."""
     rows = result["rows"]
     shown = [kind for kind in ["contract", *COLUMNS] if any(r["shares"][kind] >= 0.01 for r in rows)]
     body = [[r["pooler"], f"T{r['T']} D{r['D']} {r['dtype']} {r['mode']}", f"{r['ratio']:.2f}",
              f"{1 / r['ratio']:.0%}", *(f"{r['shares'][kind]:.0%}" for kind in shown)] for r in rows]
-    return table(["pooler", "cell", "/ floor", "floor", *shown], body,
-                 title="**Where the time goes: shares of the pooler's forward time**")
+    largest = [max(rows, key=lambda r, k=kind: r["shares"][k]) for kind in shown]
+    return "\n".join([table(["pooler", "cell", "/ floor", "floor", *shown], body,
+                             title="**Where the time goes: shares of the pooler's forward time**"), "",
+                       "Each kind at its largest: " + "; ".join(
+                           f"{kind} {r['shares'][kind]:.0%} (`{r['pooler']}` T{r['T']} D{r['D']} {r['dtype']} "
+                           f"{r['mode']})" for kind, r in zip(shown, largest))])
 
 
 if __name__ == "__main__":

@@ -273,7 +273,7 @@ def test_performance_page_is_rendered_from_its_committed_results(tmp_path):
         assert [name for name in marked if name in rendered] == list(dict.fromkeys(rendered))
     assert performance.PAGE.update(text)[1] == []
     # A figure typed over the render is caught, and the block named.
-    edited = text.replace("Not a floor (ratio under 0.95): none", "Not a floor (ratio under 0.95): many")
+    edited = text.replace("Not a floor (ratio under 0.95): none", "Not a floor (ratio under 0.95): many", 1)
     assert edited != text and performance.PAGE.update(edited)[1] == ["bench-cpu-quick-tokens.json"]
     # So is a block whose suite the file no longer holds (a result re-run without it).
     name = "bench-cpu-quick-snippets-memory-model-model_train-embed.json"
@@ -665,8 +665,33 @@ def test_where_times_the_pooling_alone_beside_the_call_and_its_floor(monkeypatch
                                                                                         "latent"]
     text = perf_where.render(result)
     assert text.count("| T8 D8 fp32 fwd ") == 4 and "| products " in text
+    top = max(rows, key=lambda r: r["shares"]["contract"])
+    assert (f"contract {top['shares']['contract']:.0%} (`{top['pooler']}` T8 D8 fp32 {top['mode']})"
+            in text.splitlines()[-1])
     for bad in (["--poolers", "mean,cls"], ["--sizes", "8"], ["--dtypes", "fp16"]):
         monkeypatch.setattr(perf_where, "measure_cell", lambda *a, **k: pytest.fail("timed before refusing"))
         with pytest.raises(SystemExit) as refused:
             perf_where.main(bad)
         assert refused.value.code == 2
+
+
+def test_the_where_readings_on_the_performance_page_hold_for_the_committed_run():
+    """docs/performance.md's readings of the where run, checked cell by cell against its file: the max's reduction its
+    largest kind in forward, bf16 mean / sum spending more on the float32 copy and its loop than on the product, and
+    the x gradient (elementwise) the largest kind beside the products in fp32 forward + backward. Catches a reading
+    the committed run does not bear out."""
+    from pages import performance
+
+    [name] = [n for n in performance.FILES if n.startswith("where-")]
+    rows = json.loads((performance.RESULTS / name).read_text())["rows"]
+    text = performance.PAGE.file().read_text()
+    assert "in every forward cell its masked reduction (reductions) is its largest kind" in text
+    for r in (r for r in rows if r["pooler"] == "max" and r["mode"] == "fwd"):
+        assert max(r["shares"], key=r["shares"].get) == "reductions", r
+    halves = [r for r in rows if r["pooler"] in ("mean", "sum") and r["dtype"] == "bf16" and r["mode"] == "fwd"]
+    assert halves and all(r["shares"]["copies and casts"] + r["shares"]["autograd and Python functions"]
+                          > r["shares"]["products"] for r in halves)
+    trained = [r for r in rows if r["pooler"] in ("mean", "sum", "latent", "adapool") and r["dtype"] == "fp32"
+               and r["mode"] == "fwd+bwd"]
+    assert len(trained) == 8 and all(r["shares"]["elementwise"] == max(v for k, v in r["shares"].items()
+                                                                       if k != "products") for r in trained)
