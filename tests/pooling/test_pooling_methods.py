@@ -256,9 +256,13 @@ def test_half_precision_dense_layers_multiply_in_float32_where_the_cpu_emulates_
     monkeypatch.setattr(fast, "_enabled", True)
     layer = p.project if name == "multihead_attention" else p.out
     seen = []
-    layer.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    handle = layer.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
     p(x, mask)
     assert seen == [torch.bfloat16]
+    handle.remove()
+    layer.register_full_backward_hook(lambda module, grad_in, grad_out: seen.append("backward"))
+    p(x.clone().requires_grad_(), mask).sum().backward()
+    assert seen == [torch.bfloat16, "backward"]
 
 
 def test_half_matmuls_count_as_emulated_exactly_where_torch_has_no_onednn_kernel_for_them():

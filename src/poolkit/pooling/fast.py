@@ -105,9 +105,13 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     return a @ b
 
 
+#: The hook registries a module call runs, its own and the global ones: a layer with any of them is called as it is.
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
 def _hooked(layer: nn.Module) -> bool:
-    return bool(layer._forward_hooks or layer._forward_pre_hooks or nn.modules.module._global_forward_hooks
-                or nn.modules.module._global_forward_pre_hooks)
+    module = nn.modules.module
+    return any(getattr(layer, name) or getattr(module, "_global" + name) for name in _HOOKS)
 
 
 # -- scoring projections over the real tokens only ---------------------------------------------

@@ -47,10 +47,11 @@ def project_tokens(x: Tensor, mask: Tensor, weight: Tensor, bias: Tensor | None,
     """``head(F.linear(token, weight, bias))`` for every token: (B, T, D) -> (B, T, K), ``head``: (N, A) -> (N, K).
 
     The plain form projects all B*T tokens. Where :func:`fast.active` (and without autocast),
-    :class:`fast.GatheredLinear` projects instead: only the real tokens when there is padding (padded positions get 0, which callers mask: a
-    scoring matmul then skips the padding, often a third of the positions of a batch padded to its longest text,
-    with the training memory of the plain form), and every token, a block at a time in float32, where this CPU
-    emulates x's half-precision matmuls (:func:`fast.emulated_half`). ``head`` may work in place on its input.
+    :class:`fast.GatheredLinear` projects instead: only the real tokens when there is padding (padded positions
+    get 0, which callers mask: a scoring matmul then skips the padding, often a third of the positions of a batch
+    padded to its longest text, with the training memory of the plain form), and every token, a block at a time in
+    float32, where this CPU emulates x's half-precision matmuls (:func:`fast.emulated_half`). ``head`` may work in
+    place on its input.
     """
     batch, length, dim = x.shape
     tokens = x.reshape(batch * length, dim)
