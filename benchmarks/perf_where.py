@@ -209,16 +209,24 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
+def profiled(row: dict) -> float:
+    """The pooling's operator time under the profiler over its unprofiled time: above 1, the profiler's own cost per
+    operator is in the kinds (scaled down evenly) and the time outside operators reads 0."""
+    return sum(row["operator_ms"].values()) / row["pool_ms"]
+
+
 def render(result: dict) -> str:
-    """A row per pooler and cell: its ratio to the floor, the floor's share of its time, then the contract's and each
-    operator kind's share (of the pooler's forward time), and the time outside operators; under it, the cell where
-    each kind's share is largest. Kinds no row spends 1% in are left out."""
+    """A row per pooler and cell: its ratio to the floor, the floor's share of its time (1 / ratio: the floor's work
+    overlaps the kinds), :func:`profiled`, then the contract's and each operator kind's share (of the pooler's forward
+    time), and the time outside operators; under it, the cell where each kind's share is largest. Kinds no row
+    spends 1% in are left out."""
     rows = result["rows"]
     shown = [kind for kind in ["contract", *COLUMNS] if any(r["shares"][kind] >= 0.01 for r in rows)]
     body = [[r["pooler"], f"T{r['T']} D{r['D']} {r['dtype']} {r['mode']}", f"{r['ratio']:.2f}",
-             f"{1 / r['ratio']:.0%}", *(f"{r['shares'][kind]:.0%}" for kind in shown)] for r in rows]
+             f"{1 / r['ratio']:.0%}", f"{profiled(r):.2f}", *(f"{r['shares'][kind]:.0%}" for kind in shown)]
+            for r in rows]
     largest = [max(rows, key=lambda r, k=kind: r["shares"][k]) for kind in shown]
-    return "\n".join([table(["pooler", "cell", "/ floor", "floor", *shown], body,
+    return "\n".join([table(["pooler", "cell", "/ floor", "floor", "profiled", *shown], body,
                              title="**Where the time goes: shares of the pooler's forward time**"), "",
                        "Each kind at its largest: " + "; ".join(
                            f"{kind} {r['shares'][kind]:.0%} (`{r['pooler']}` T{r['T']} D{r['D']} {r['dtype']} "

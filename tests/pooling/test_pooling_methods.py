@@ -222,11 +222,11 @@ def test_half_precision_scoring_runs_in_float32_where_the_cpu_emulates_half_matm
     torch.testing.assert_close(product, rounded_once, rtol=2 ** -8, atol=1e-6)
 
 
-@pytest.mark.parametrize("name, options", [("latent", {}), ("adapool", {}), ("latent_dictionary", {}),
+@pytest.mark.parametrize("name, options", [("latent", {}), ("adapool", {}),
                                            ("multihead_attention", {"combine": "project"})])
 def test_half_precision_dense_layers_multiply_in_float32_where_the_cpu_emulates_half_matmuls(name, options,
                                                                                              monkeypatch):
-    """The layers after (or around) the attention, Linear and MLP, multiply in float32 where bf16 matmuls are emulated
+    """The layers after the attention, Linear and MLP, multiply in float32 where bf16 matmuls are emulated
     (forced here), rounded once to bf16: within bf16 rounding of the plain bf16 form, gradients included; bf16 products
     where they are not. A layer with a forward hook is called as it is, so the hook still fires. Catches a bf16 product
     left where it is emulated, a float32 one where it is not, or hooks skipped."""
@@ -265,6 +265,26 @@ def test_half_precision_dense_layers_multiply_in_float32_where_the_cpu_emulates_
     assert seen == [torch.bfloat16, "backward"]
 
 
+def test_double_backward_runs_through_the_float32_scoring_products(monkeypatch):
+    """A gradient penalty (the gradient of a gradient) through the float32 blocks where bf16 matmuls are emulated
+    (forced): within bf16 rounding of the plain bf16 form's. Catches a backward pass written in operations autograd
+    cannot differentiate again, or casts that cut the second-order path."""
+    monkeypatch.setattr(fast, "_emulated_halves", lambda: frozenset({torch.bfloat16}))
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 6, HIDDEN, generator=gen).bfloat16()
+    mask = mask_from_lengths([6, 2, 4], 6).bool()
+    p = make_pooler("attention").bfloat16()
+    results = []
+    for fast_forms in (True, False):
+        monkeypatch.setattr(fast, "_enabled", fast_forms)
+        xs = x.clone().requires_grad_()
+        (first,) = torch.autograd.grad(p(xs, mask).float().pow(2).sum(), xs, create_graph=True)
+        results.append(torch.autograd.grad(first.float().pow(2).sum(), xs)[0])
+    scale = results[1].float().abs().max().item()
+    assert scale > 0
+    torch.testing.assert_close(results[0].float(), results[1].float(), rtol=0, atol=scale * 2 ** -4)
+
+
 def test_half_matmuls_count_as_emulated_exactly_where_torch_has_no_onednn_kernel_for_them():
     """Catches the rule reversed (float32 products on CPUs with bf16 instructions), or float32 counted as emulated."""
     assert fast.emulated_half(torch.bfloat16) is not torch.ops.mkldnn._is_mkldnn_bf16_supported()
@@ -281,7 +301,7 @@ class _ProductDtypes(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
-        if name in ("mm", "addmm", "linear", "matmul", "__matmul__", "bmm", "einsum"):
+        if name in ("mm", "addmm", "linear", "matmul", "bmm", "einsum"):
             self.seen.update(a.dtype for a in args if isinstance(a, torch.Tensor))
         if name == "linear":
             self.weights.setdefault(args[1].shape, set()).add(args[1].dtype)

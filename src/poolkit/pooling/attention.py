@@ -399,14 +399,14 @@ class LatentDictionaryPooler(Pooler):
         """Each token through the dictionary attention and the MLP, with residuals: (B, T, D) -> (B, T, D)."""
         batch, length, dim = x.shape
         heads, head_dim = self.num_heads, dim // self.num_heads
-        query = fast.dense(self.query, self.norm(x)).view(batch, length, heads, head_dim).transpose(1, 2)  # B, H, T, d
-        key = fast.dense(self.key, self.latents).view(-1, heads, head_dim).transpose(0, 1)  # (H, r, d)
-        value = fast.dense(self.value, self.latents).view(-1, heads, head_dim).transpose(0, 1)
-        scores = fast.matmul(query, key.transpose(1, 2)) * head_dim ** -0.5  # (B, H, T, r); softmax in float32 at least
+        query = self.query(self.norm(x)).view(batch, length, heads, head_dim).transpose(1, 2)  # (B, H, T, d)
+        key = self.key(self.latents).view(-1, heads, head_dim).transpose(0, 1)  # (H, r, d)
+        value = self.value(self.latents).view(-1, heads, head_dim).transpose(0, 1)
+        scores = query @ key.transpose(1, 2) * head_dim ** -0.5  # (B, H, T, r); softmax in float32 at least
         weights = torch.softmax(masking.widen(scores), dim=-1).to(x.dtype)
-        attended = fast.matmul(weights, value).transpose(1, 2).reshape(batch, length, dim)
-        hidden = x + fast.dense(self.out, attended)
-        return hidden + fast.dense(self.mlp, hidden)
+        attended = (weights @ value).transpose(1, 2).reshape(batch, length, dim)
+        hidden = x + self.out(attended)
+        return hidden + self.mlp(hidden)
 
     def pool(self, x: Tensor, mask: Tensor):
         weights = masking.uniform_weights(mask)

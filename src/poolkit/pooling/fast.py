@@ -68,8 +68,9 @@ def block_bytes(single_thread: int) -> int:
 # -- half-precision matmuls this CPU has no kernels for ----------------------------------------------
 def emulated_half(dtype: torch.dtype) -> bool:
     """Whether a CPU matmul in ``dtype`` (bfloat16, float16) has no oneDNN kernel on this machine: torch then runs it
-    in a generic loop, several times slower than in float32 (x86 CPUs without AVX-512, such as AMD's before Zen 4;
-    docs/performance.md measures it). torch's own check decides; float32 and float64 are never emulated."""
+    in a generic loop, several times slower than in float32 (bf16 on CPUs without AVX-512, such as AMD's before Zen 4;
+    fp16 on CPUs without AVX-512-FP16 or AMX-FP16; docs/performance.md measures bf16). torch's own check decides;
+    float32 and float64 are never emulated."""
     return dtype in _emulated_halves()
 
 
@@ -81,11 +82,12 @@ def _emulated_halves() -> frozenset[torch.dtype]:
 
 
 def dense(layer: nn.Module, h: Tensor) -> Tensor:
-    """``layer(h)``, where the fast forms are active (:func:`active`) and this CPU emulates h's half-precision matmuls
-    (:func:`emulated_half`) with every ``nn.Linear`` in it (the layer itself, or an ``nn.Sequential``'s) multiplying
-    in float32, its product rounded once to h's dtype. Layers with hooks, and any other module, are called as they
-    are."""
-    if not (active(h) and emulated_half(h.dtype)) or _hooked(layer):
+    """``layer(h)``, where the fast forms are active (:func:`active`, no autocast) and this CPU emulates h's
+    half-precision matmuls (:func:`emulated_half`) with every ``nn.Linear`` in it (the layer itself, or an
+    ``nn.Sequential``'s) multiplying in float32, its product rounded once to h's dtype. Layers with hooks, and any
+    other module, are called as they are. For the few pooled rows after an attention (B x Q): autograd keeps their
+    float32 copies, which on token-sized inputs would double the training memory."""
+    if not (active(h) and emulated_half(h.dtype)) or torch.is_autocast_enabled("cpu") or _hooked(layer):
         return layer(h)
     if type(layer) is nn.Sequential:
         for inner in layer:
@@ -95,14 +97,6 @@ def dense(layer: nn.Module, h: Tensor) -> Tensor:
         return layer(h)
     bias = None if layer.bias is None else layer.bias.float()
     return F.linear(h.float(), layer.weight.float(), bias).to(h.dtype)
-
-
-def matmul(a: Tensor, b: Tensor) -> Tensor:
-    """``a @ b``, in float32 where the fast forms are active and this CPU emulates a's half-precision matmuls
-    (:func:`emulated_half`), the product rounded once to a's dtype."""
-    if active(a) and emulated_half(a.dtype):
-        return (a.float() @ b.float()).to(a.dtype)
-    return a @ b
 
 
 #: The hook registries a module call runs, its own and the global ones: a layer with any of them is called as it is.
