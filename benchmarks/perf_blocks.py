@@ -16,7 +16,6 @@ right padding, real lengths drawn from [T/2, T]). Figures: plain time / fast tim
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -25,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from perf_common import (DTYPES, interleaved, load_label, median_ms, per_repeat, ratio, run_sweep,  # noqa: E402
-                         timed_call)
+from perf_common import (DTYPES, comma_choices, interleaved, load_label, median_ms, per_repeat, ratio,  # noqa: E402
+                         run_sweep, timed_call)
 from perf_tokens import BATCH, make_inputs  # noqa: E402
 from poolkit import get_pooler  # noqa: E402
 from poolkit.pooling import fast  # noqa: E402
@@ -139,16 +138,6 @@ def render_rule(results: list[dict]) -> str:
     return table(["torch threads", "load", "poolers", "the picked block size", "the rule at this thread count"], body)
 
 
-def swept_poolers(text: str) -> list[str]:
-    """``--poolers``: comma-separated poolers of :data:`CASES` (argparse rejects any other, before any work)."""
-    names = text.split(",")
-    unknown = sorted(set(names) - {name for name, _ in CASES})
-    if unknown:
-        raise argparse.ArgumentTypeError(f"{', '.join(unknown)} not swept here; choose from "
-                                         f"{', '.join(name for name, _ in CASES)}")
-    return names
-
-
 def main(argv: list[str] | None = None) -> dict:
     return run_sweep(__doc__, argv, "blocks", "plain time / fast time per block size",
                      lambda cases: {"batch": BATCH, "poolers": [name for name, _ in cases], "sizes": list(SIZES),
@@ -158,7 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
                                     "backing_share": BACKING_SHARE, "within": WITHIN,
                                     "figure": "plain time / fast time (> 1: the fast form is faster)"},
                      sweep, render, render_rule,
-                     lambda parser: parser.add_argument("--poolers", type=swept_poolers, default=None,
+                     lambda parser: parser.add_argument("--poolers", default=None,
+                                                        type=comma_choices([n for n, _ in CASES], "a pooler swept"),
                                                         help="comma-separated poolers of CASES (default: all)"),
                      lambda args: {"cases": [case for case in CASES
                                              if args.poolers is None or case[0] in args.poolers]})

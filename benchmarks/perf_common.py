@@ -52,6 +52,19 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
 
 
+def comma_choices(choices: Sequence[str], what: str) -> Callable[[str], list[str]]:
+    """An argparse ``type`` for a comma-separated list of ``choices`` (``what`` names them in the error): anything else,
+    or nothing, is a usage error (exit 2) before any work."""
+    def parse(text: str) -> list[str]:
+        names = [name.strip() for name in text.split(",") if name.strip()]
+        unknown = [name for name in names if name not in choices]
+        if not names or unknown:
+            raise argparse.ArgumentTypeError(f"{', '.join(unknown) or repr(text)}: not {what} here; choose from "
+                                             f"{', '.join(choices)}")
+        return names
+    return parse
+
+
 def parse_and_setup(doc: str, argv: list[str] | None,
                     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None):
     """A script's command line (the common options plus its own) parsed, threads and seed set: -> (args, device)."""

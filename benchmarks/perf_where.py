@@ -23,7 +23,6 @@ that much, and the pooling's operators the rest, by kind.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -32,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from perf_common import DTYPES, describe, interleaved, median_ms, parse_and_setup, run_info, save_json, table  # noqa: E402
-from perf_common import timed_call  # noqa: E402
+from perf_common import (DTYPES, comma_choices, describe, interleaved, median_ms, parse_and_setup,  # noqa: E402
+                         run_info, save_json, table, timed_call)
 from perf_tokens import ATTENTION_POOLERS, BATCH, STAT_POOLERS, floor_of, floor_ratio, make_inputs  # noqa: E402
 from poolkit import get_pooler  # noqa: E402
 from poolkit.pooling import fast  # noqa: E402
@@ -159,28 +158,12 @@ def _pairs(text: str) -> list[tuple[int, int]]:
     return sizes
 
 
-def _names(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in POOLERS]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"unknown pooler(s) {', '.join(unknown) or text!r}; choose from "
-                                         f"{', '.join(POOLERS)}")
-    return names
-
-
-def _dtypes(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names or any(n not in ("fp32", "bf16") for n in names):
-        raise argparse.ArgumentTypeError(f"dtypes are fp32 and / or bf16, comma-separated; got {text!r}")
-    return names
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--poolers", type=_names, default=POOLERS,
+    parser.add_argument("--poolers", type=comma_choices(POOLERS, "a pooler timed"), default=POOLERS,
                         help=f"comma-separated, from {', '.join(POOLERS)} (default: all)")
     parser.add_argument("--sizes", type=_pairs, default=list(QUICK_SIZES),
                         help="TxD cells, comma-separated (default: 128x384,512x768, perf_tokens' quick sizes)")
-    parser.add_argument("--dtypes", type=_dtypes, default=["fp32", "bf16"],
+    parser.add_argument("--dtypes", type=comma_choices(("fp32", "bf16"), "a dtype timed"), default=["fp32", "bf16"],
                         help="comma-separated, of fp32, bf16 (default: both)")
     parser.add_argument("--profiled-calls", type=int, default=20, help="calls of the pooling under the profiler")
 
