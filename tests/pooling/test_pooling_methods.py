@@ -7,6 +7,7 @@ import contextlib
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import HIDDEN, NUM_LAYERS, make_pooler, mask_from_lengths, random_layers
 from poolkit import PoolkitError, get_pooler, list_poolers
@@ -285,6 +286,65 @@ def test_double_backward_runs_through_the_float32_scoring_products(monkeypatch):
     torch.testing.assert_close(results[0].float(), results[1].float(), rtol=0, atol=scale * 2 ** -4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scores", [1, 3])
+def test_score_products_take_no_matmul_with_an_inner_dimension_of_k_for_the_token_gradient(dtype, scores, monkeypatch):
+    """fast.score_product (an attention's logits: tokens h (..., A) times K score vectors) against F.linear, with bf16
+    matmuls counted as emulated (forced): the same values and weight gradient; h's gradient the same exactly for K = 1
+    (a broadcast multiply: one rounding of an exact product, as the matmul's) and within one bf16 rounding for K = 3
+    in bf16 (a float32 product rounded once). No product with an inner dimension of K is taken for K = 1, nor in bf16
+    for K = 3. Catches the outer product left to the matmul kernel, a bf16 product where bf16 is emulated, or a
+    gradient of the wrong shape or with the weight transposed."""
+    monkeypatch.setattr(fast, "_emulated_halves", lambda: frozenset({torch.bfloat16}))
+    gen = torch.Generator().manual_seed(6)
+    h = torch.randn(2, 5, HIDDEN, generator=gen).to(dtype)  # (B, T, A): the linear scorer scores the tokens
+    w = torch.randn(scores, HIDDEN, generator=gen).to(dtype)
+    g = torch.randn(2, 5, scores, generator=gen).to(dtype)
+    hs, ws = [h.clone().requires_grad_() for _ in range(2)], [w.clone().requires_grad_() for _ in range(2)]
+    ours, theirs = fast.score_product(hs[0], ws[0]), torch.nn.functional.linear(hs[1], ws[1])
+    assert ours.grad_fn.name() == "ScoreProductBackward" and torch.equal(ours, theirs)
+    with _InnerDimensions() as products:
+        got_h, got_w = torch.autograd.grad(ours, [hs[0], ws[0]], g)
+    expected_h, expected_w = torch.autograd.grad(theirs, [hs[1], ws[1]], g)
+    torch.testing.assert_close(got_w, expected_w)
+    if scores == 1:
+        assert torch.equal(got_h, expected_h)
+    else:
+        torch.testing.assert_close(got_h.float(), expected_h.float(), rtol=2 ** -7, atol=1e-6)
+    avoided = [inner for inner, dtypes in products.inner if inner == scores and (scores == 1 or torch.bfloat16 in dtypes)]
+    assert products.inner and not avoided  # the weight gradient's product, over the 10 tokens, is seen
+
+
+@pytest.mark.parametrize("scores", [1, 3])
+def test_score_products_differentiate_twice(scores):
+    """Gradients of gradients through fast.ScoreProduct (float64, numerical check). Catches a backward pass
+    written in operations autograd cannot differentiate again."""
+    gen = torch.Generator().manual_seed(8)
+    h = torch.randn(4, 5, dtype=torch.float64, generator=gen, requires_grad=True)
+    w = torch.randn(scores, 5, dtype=torch.float64, generator=gen, requires_grad=True)
+    assert torch.autograd.gradgradcheck(fast.ScoreProduct.apply, (h, w))
+
+
+@pytest.mark.parametrize("scorer, dtype", [("glu", torch.float32), ("abmil", torch.bfloat16)])
+def test_score_layers_with_hooks_are_called_as_they_are(scorer, dtype):
+    """The two-factor scorers' logit layer goes through fast.score_product when it is a plain bias-free Linear, and
+    is called as a module when it has a hook, so the hook fires, in training too (abmil in float32 folds the layer's
+    weight into two products, tanh from sigmoid, and never calls it). Catches hooks skipped by the fast form, or the
+    fast form never taken."""
+    x = torch.randn(3, 6, HIDDEN, generator=torch.Generator().manual_seed(9)).to(dtype).requires_grad_()
+    mask = mask_from_lengths([6, 2, 4], 6).bool()
+    p = make_pooler("attention", scorer=scorer).to(dtype)
+    seen = []
+    original = fast.ScoreProduct.apply
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fast.ScoreProduct, "apply", lambda *a: seen.append("fast") or original(*a))
+        p(x, mask).sum().backward()
+        handle = p.score.register_forward_hook(lambda module, args, out: seen.append("hook"))
+        p(x, mask).sum().backward()
+        handle.remove()
+    assert seen == ["fast", "hook"]
+
+
 def test_half_matmuls_count_as_emulated_exactly_where_torch_has_no_onednn_kernel_for_them():
     """Catches the rule reversed (float32 products on CPUs with bf16 instructions), or float32 counted as emulated."""
     assert fast.emulated_half(torch.bfloat16) is not torch.ops.mkldnn._is_mkldnn_bf16_supported()
@@ -305,6 +365,22 @@ class _ProductDtypes(torch.overrides.TorchFunctionMode):
             self.seen.update(a.dtype for a in args if isinstance(a, torch.Tensor))
         if name == "linear":
             self.weights.setdefault(args[1].shape, set()).add(args[1].dtype)
+        return func(*args, **(kwargs or {}))
+
+
+class _InnerDimensions(TorchDispatchMode):
+    """Records (inner dimension, operand dtypes) of every matrix product ATen runs inside the block, backward passes
+    included (a dispatch mode sees the autograd engine's calls, a function mode does not)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten.mm.default, torch.ops.aten.bmm.default):
+            self.inner.append((args[0].shape[-1], {args[0].dtype, args[1].dtype}))
+        elif func is torch.ops.aten.addmm.default:
+            self.inner.append((args[1].shape[-1], {args[1].dtype, args[2].dtype}))
         return func(*args, **(kwargs or {}))
 
 

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 
 from ..errors import PoolkitError
 from . import fast, masking
@@ -58,8 +57,9 @@ def tanh_scores(x: Tensor, mask: Tensor, hidden: nn.Linear, score_weight: Tensor
     if sigmoid_for_tanh(x.dtype):
         bias = None if hidden.bias is None else 2 * hidden.bias
         return masking.project_tokens(x, mask, 2 * hidden.weight, bias,
-                                      lambda z: F.linear(z.sigmoid_(), 2 * score_weight))
-    return masking.project_tokens(x, mask, hidden.weight, hidden.bias, lambda z: F.linear(z.tanh_(), score_weight))
+                                      lambda z: fast.score_product(z.sigmoid_(), 2 * score_weight))
+    return masking.project_tokens(x, mask, hidden.weight, hidden.bias,
+                                  lambda z: fast.score_product(z.tanh_(), score_weight))
 
 
 #: The token scorers of the additive-attention poolers, one logit s(h) per real token h (V, U: (a, D) with
@@ -95,12 +95,13 @@ def gated_scores(x: Tensor, mask: Tensor, value: nn.Linear, gate: nn.Linear, sco
             return (left * right).sum(dim=-1, keepdim=True)
         if scorer == "glu":
             left, right = both.chunk(2, dim=-1)
-            return score(left * torch.sigmoid(right))
+            return fast.score_layer(score, left * torch.sigmoid(right))
         if fold == 2:
             s_value, s_gate = both.sigmoid_().chunk(2, dim=-1)
-            return F.linear(s_value * s_gate, 2 * score.weight) - F.linear(s_gate, score.weight)
+            return (fast.score_product(s_value * s_gate, 2 * score.weight)
+                    - fast.score_product(s_gate, score.weight))
         left, right = both.chunk(2, dim=-1)
-        return score(torch.tanh(left) * torch.sigmoid(right))
+        return fast.score_layer(score, torch.tanh(left) * torch.sigmoid(right))
 
     return masking.project_tokens(x, mask, weight, bias, head).squeeze(-1)
 
@@ -149,7 +150,7 @@ class AttentionPooler(Pooler):
             # = self.score(x) + a constant
             scores = tanh_scores(x, mask, self.score[0], self.score[2].weight).squeeze(-1)
         elif self.scorer == "linear":
-            scores = F.linear(x, self.score.weight).squeeze(-1)
+            scores = fast.score_product(x, self.score.weight).squeeze(-1)
         else:
             scores = gated_scores(x, mask, self.value, self.gate, self.score, self.scorer)
         weights = masking.masked_softmax(scores, mask, quadrature_weights=quadrature_weights)

@@ -108,6 +108,57 @@ def _hooked(layer: nn.Module) -> bool:
     return any(getattr(layer, name) or getattr(module, "_global" + name) for name in _HOOKS)
 
 
+# -- logits: a few score vectors per token ------------------------------------------------------
+def score_product(h: Tensor, weight: Tensor) -> Tensor:
+    """``F.linear(h, weight)`` for tokens h (..., A) and a few score vectors ``weight`` (K, A): an attention's logits.
+    Where a gradient is taken and the fast forms are active (no autocast), :class:`ScoreProduct` computes h's
+    gradient without a matmul whose inner dimension is K."""
+    if (active(h) and torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+            and not torch.is_autocast_enabled("cpu")):
+        return ScoreProduct.apply(h, weight)
+    return F.linear(h, weight)
+
+
+def score_layer(layer: nn.Module, h: Tensor) -> Tensor:
+    """``layer(h)`` for a bias-free ``nn.Linear`` score layer through :func:`score_product`; a layer with hooks, a
+    bias or of another type is called as it is."""
+    if type(layer) is not nn.Linear or layer.bias is not None or _hooked(layer):
+        return layer(h)
+    return score_product(h, layer.weight)
+
+
+class ScoreProduct(torch.autograd.Function):
+    """``F.linear(h, weight)`` whose h gradient, grad @ weight (an outer product for K = 1 score vector), is not left
+    to the matmul kernel with an inner dimension of K: on CPU that costs more than the same work as a broadcast
+    multiply, and in a half precision that this CPU emulates (:func:`emulated_half`) torch's generic loop takes about
+    15x the float32 time. For K = 1 it is a broadcast multiply: each entry is the product of two values of h's dtype
+    rounded once, the matmul's value exactly. For larger K in an emulated half precision, a float32 product rounded
+    once. The weight gradient, grad^T @ h (inner dimension: the tokens), stays a matmul in h's dtype."""
+
+    @staticmethod
+    def forward(h: Tensor, weight: Tensor) -> Tensor:
+        return F.linear(h, weight)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        h, weight = ctx.saved_tensors
+        grad_h = grad_weight = None
+        if ctx.needs_input_grad[0]:
+            if weight.shape[0] == 1:
+                grad_h = grad * weight
+            elif emulated_half(h.dtype):
+                grad_h = (grad.float() @ weight.float()).to(h.dtype)
+            else:
+                grad_h = grad @ weight
+        if ctx.needs_input_grad[1]:
+            grad_weight = grad.reshape(-1, weight.shape[0]).t() @ h.reshape(-1, weight.shape[1])
+        return grad_h, grad_weight
+
+
 # -- scoring projections over the real tokens only ---------------------------------------------
 #: Gathered token blocks of GatheredLinear are at most this large on one thread (:func:`block_bytes`): a transient
 #: copy, not the whole batch's.
