@@ -286,23 +286,25 @@ def test_double_backward_runs_through_the_float32_scoring_products(monkeypatch):
     torch.testing.assert_close(results[0].float(), results[1].float(), rtol=0, atol=scale * 2 ** -4)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("emulated", [True, False])
 @pytest.mark.parametrize("scores", [1, 3])
-def test_score_products_take_no_matmul_with_an_inner_dimension_of_k_for_the_token_gradient(dtype, scores, monkeypatch):
-    """fast.score_product (an attention's logits: tokens h (..., A) times K score vectors) against F.linear, with bf16
-    matmuls counted as emulated (forced): the same values and weight gradient; h's gradient the same exactly for K = 1
-    (a broadcast multiply: one rounding of an exact product, as the matmul's) and within one bf16 rounding for K = 3
-    in bf16 (a float32 product rounded once). No product with an inner dimension of K is taken for K = 1, nor in bf16
-    for K = 3. Catches the outer product left to the matmul kernel, a bf16 product where bf16 is emulated, or a
-    gradient of the wrong shape or with the weight transposed."""
-    monkeypatch.setattr(fast, "_emulated_halves", lambda: frozenset({torch.bfloat16}))
+def test_score_products_take_no_half_matmul_with_an_inner_dimension_of_k_where_half_matmuls_are_emulated(
+        emulated, scores, monkeypatch):
+    """fast.score_product (an attention's logits: bf16 tokens h (..., A) times K score vectors) against F.linear,
+    with bf16 matmuls counted as emulated or not (forced): the same values and weight gradient; h's gradient the same
+    exactly for K = 1 (a broadcast multiply: one rounding of an exact product, as the matmul's) and within one bf16
+    rounding for K = 3 (a float32 product rounded once). Where bf16 is emulated no bf16 product with an inner
+    dimension of K is taken (K = 1: none at all); where it is not, F.linear's own backward runs. Catches the outer
+    product left to the generic bf16 loop, the custom form where torch has the kernels, or a gradient of the wrong
+    shape or with the weight transposed."""
+    monkeypatch.setattr(fast, "_emulated_halves", lambda: frozenset({torch.bfloat16}) if emulated else frozenset())
     gen = torch.Generator().manual_seed(6)
-    h = torch.randn(2, 5, HIDDEN, generator=gen).to(dtype)  # (B, T, A): the linear scorer scores the tokens
-    w = torch.randn(scores, HIDDEN, generator=gen).to(dtype)
-    g = torch.randn(2, 5, scores, generator=gen).to(dtype)
+    h = torch.randn(2, 5, HIDDEN, generator=gen).bfloat16()  # (B, T, A): the linear scorer scores the tokens
+    w = torch.randn(scores, HIDDEN, generator=gen).bfloat16()
+    g = torch.randn(2, 5, scores, generator=gen).bfloat16()
     hs, ws = [h.clone().requires_grad_() for _ in range(2)], [w.clone().requires_grad_() for _ in range(2)]
     ours, theirs = fast.score_product(hs[0], ws[0]), torch.nn.functional.linear(hs[1], ws[1])
-    assert ours.grad_fn.name() == "ScoreProductBackward" and torch.equal(ours, theirs)
+    assert (ours.grad_fn.name() == "ScoreProductBackward") is emulated and torch.equal(ours, theirs)
     with _InnerDimensions() as products:
         got_h, got_w = torch.autograd.grad(ours, [hs[0], ws[0]], g)
     expected_h, expected_w = torch.autograd.grad(theirs, [hs[1], ws[1]], g)
@@ -311,8 +313,42 @@ def test_score_products_take_no_matmul_with_an_inner_dimension_of_k_for_the_toke
         assert torch.equal(got_h, expected_h)
     else:
         torch.testing.assert_close(got_h.float(), expected_h.float(), rtol=2 ** -7, atol=1e-6)
-    avoided = [inner for inner, dtypes in products.inner if inner == scores and (scores == 1 or torch.bfloat16 in dtypes)]
-    assert products.inner and not avoided  # the weight gradient's product, over the 10 tokens, is seen
+    avoided = [inner for inner, dtypes in products.inner
+               if inner == scores and (scores == 1 or torch.bfloat16 in dtypes)]
+    assert products.inner and bool(avoided) is not emulated  # the weight gradient's product over the tokens is seen
+
+
+def test_score_products_are_plain_in_float32(monkeypatch):
+    """float32 logits keep F.linear and its own backward, also with half matmuls counted as emulated. Catches the
+    custom form taken where it gained nothing (docs/performance.md)."""
+    monkeypatch.setattr(fast, "_emulated_halves", lambda: frozenset({torch.bfloat16}))
+    h, w = torch.randn(4, HIDDEN, requires_grad=True), torch.randn(1, HIDDEN, requires_grad=True)
+    assert fast.score_product(h, w).grad_fn.name() != "ScoreProductBackward"
+
+
+@pytest.mark.parametrize("queries", [1, 2])
+def test_per_row_score_products_write_the_token_gradient_in_its_own_layout(queries):
+    """fast.score_product with per-row queries (B, K, A) (latent / adapool's queries folded into the keys) against
+    torch's bmm: the same values and gradients; for one query per row the custom form, whose token gradient is a
+    broadcast multiply laid out as the tokens are (torch's is a batched matmul with an inner dimension of 1, written
+    transposed); several queries keep torch's. Catches the custom form left out (or taken for several queries), a
+    transposed or wrongly laid out gradient, or a weight gradient summed over the wrong axis."""
+    gen = torch.Generator().manual_seed(12)
+    h = torch.randn(3, 6, HIDDEN, generator=gen)
+    q = torch.randn(3, queries, HIDDEN, generator=gen)
+    g = torch.randn(3, 6, queries, generator=gen)
+    hs, qs = [h.clone().requires_grad_() for _ in range(2)], [q.clone().requires_grad_() for _ in range(2)]
+    ours = fast.score_product(hs[0], qs[0])
+    theirs = torch.bmm(qs[1], hs[1].transpose(1, 2)).transpose(1, 2)
+    assert (ours.grad_fn.name() == "ScoreProductBackward") is (queries == 1)
+    torch.testing.assert_close(ours, theirs)
+    with _InnerDimensions() as products:
+        got_h, got_q = torch.autograd.grad(ours, [hs[0], qs[0]], g)
+    expected_h, expected_q = torch.autograd.grad(theirs, [hs[1], qs[1]], g)
+    torch.testing.assert_close(got_h, expected_h)
+    torch.testing.assert_close(got_q, expected_q)
+    if queries == 1:
+        assert got_h.is_contiguous() and [inner for inner, _ in products.inner] == [6]  # the query gradient's only
 
 
 @pytest.mark.parametrize("scores", [1, 3])
@@ -320,28 +356,28 @@ def test_score_products_differentiate_twice(scores):
     """Gradients of gradients through fast.ScoreProduct (float64, numerical check). Catches a backward pass
     written in operations autograd cannot differentiate again."""
     gen = torch.Generator().manual_seed(8)
-    h = torch.randn(4, 5, dtype=torch.float64, generator=gen, requires_grad=True)
-    w = torch.randn(scores, 5, dtype=torch.float64, generator=gen, requires_grad=True)
-    assert torch.autograd.gradgradcheck(fast.ScoreProduct.apply, (h, w))
+    h = torch.randn(2, 4, 5, dtype=torch.float64, generator=gen, requires_grad=True)
+    shared, per_row = (torch.randn(*rows, scores, 5, dtype=torch.float64, generator=gen) for rows in ((), (2,)))
+    for w in (shared, per_row):
+        assert torch.autograd.gradgradcheck(fast.ScoreProduct.apply, (h, w.requires_grad_()))
 
 
-@pytest.mark.parametrize("scorer, dtype", [("glu", torch.float32), ("abmil", torch.bfloat16)])
-def test_score_layers_with_hooks_are_called_as_they_are(scorer, dtype):
-    """The two-factor scorers' logit layer goes through fast.score_product when it is a plain bias-free Linear, and
-    is called as a module when it has a hook, so the hook fires, in training too (abmil in float32 folds the layer's
-    weight into two products, tanh from sigmoid, and never calls it). Catches hooks skipped by the fast form, or the
-    fast form never taken."""
-    x = torch.randn(3, 6, HIDDEN, generator=torch.Generator().manual_seed(9)).to(dtype).requires_grad_()
+@pytest.mark.parametrize("scorer", ["glu", "abmil"])
+def test_score_layers_with_hooks_are_called_as_they_are(scorer, monkeypatch):
+    """The two-factor scorers' logit layer goes through fast.score_product when it is a plain bias-free Linear (bf16,
+    counted as emulated), and is called as a module when it has a hook, so the hook fires, in training too. Catches
+    hooks skipped by the fast form, or the fast form never taken."""
+    monkeypatch.setattr(fast, "_emulated_halves", lambda: frozenset({torch.bfloat16}))
+    x = torch.randn(3, 6, HIDDEN, generator=torch.Generator().manual_seed(9)).bfloat16().requires_grad_()
     mask = mask_from_lengths([6, 2, 4], 6).bool()
-    p = make_pooler("attention", scorer=scorer).to(dtype)
+    p = make_pooler("attention", scorer=scorer).bfloat16()
     seen = []
     original = fast.ScoreProduct.apply
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(fast.ScoreProduct, "apply", lambda *a: seen.append("fast") or original(*a))
-        p(x, mask).sum().backward()
-        handle = p.score.register_forward_hook(lambda module, args, out: seen.append("hook"))
-        p(x, mask).sum().backward()
-        handle.remove()
+    monkeypatch.setattr(fast.ScoreProduct, "apply", lambda *a: seen.append("fast") or original(*a))
+    p(x, mask).sum().backward()
+    handle = p.score.register_forward_hook(lambda module, args, out: seen.append("hook"))
+    p(x, mask).sum().backward()
+    handle.remove()
     assert seen == ["fast", "hook"]
 
 

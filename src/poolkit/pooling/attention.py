@@ -287,8 +287,8 @@ def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, 
     queries = query.to(x.dtype).reshape(batch, n_query, num_heads, head_dim)
     key_weight = key.weight.to(x.dtype).view(num_heads, head_dim, dim)
     folded = torch.einsum("bqhk,hkd->bhqd", queries, key_weight) * scale  # (B, H, Q, D)
-    scores = torch.bmm(folded.reshape(batch, -1, dim).to(x.dtype), x.transpose(1, 2))  # (B, H*Q, T)
-    weights = masking.masked_softmax(scores.view(batch, num_heads, n_query, length), mask[:, None, None, :],
+    scores = fast.score_product(x, folded.reshape(batch, -1, dim).to(x.dtype)).transpose(1, 2)  # (B, H*Q, T)
+    weights = masking.masked_softmax(scores.reshape(batch, num_heads, n_query, length), mask[:, None, None, :],
                                      quadrature_weights=_per_query(quadrature_weights, 2))
     mixed = masking.masked_weighted_sum(x, weights.view(batch, -1, length))  # (B, H*Q, D), compute dtype
     value_weight = value.weight.to(x.dtype).view(num_heads, head_dim, dim)

@@ -110,13 +110,20 @@ def _hooked(layer: nn.Module) -> bool:
 
 # -- logits: a few score vectors per token ------------------------------------------------------
 def score_product(h: Tensor, weight: Tensor) -> Tensor:
-    """``F.linear(h, weight)`` for tokens h (..., A) and a few score vectors ``weight`` (K, A): an attention's logits.
+    """Tokens h scored against a few vectors: ``F.linear(h, weight)`` for ``weight`` (K, A) shared by all rows (an
+    attention's logit layer), or, for h (B, T, A) and ``weight`` (B, K, A) per row (queries folded into the keys),
+    ``torch.bmm(weight, h.transpose(1, 2)).transpose(1, 2)``: -> (..., K).
+
     Where a gradient is taken and the fast forms are active (no autocast), :class:`ScoreProduct` computes h's
-    gradient without a matmul whose inner dimension is K."""
+    gradient in h's own layout without a matmul whose inner dimension is K: for one query per row, and for shared
+    weights where this CPU emulates h's half-precision matmuls (:func:`emulated_half`). Shared weights otherwise keep
+    F.linear's own backward: in float32 the broadcast multiply gained nothing measurable on a whole pooler call, and
+    several queries per row keep torch's (docs/performance.md)."""
+    shared = weight.dim() == 2
     if (active(h) and torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
-            and not torch.is_autocast_enabled("cpu")):
+            and not torch.is_autocast_enabled("cpu") and (emulated_half(h.dtype) if shared else weight.shape[1] == 1)):
         return ScoreProduct.apply(h, weight)
-    return F.linear(h, weight)
+    return F.linear(h, weight) if shared else torch.bmm(weight, h.transpose(1, 2)).transpose(1, 2)
 
 
 def score_layer(layer: nn.Module, h: Tensor) -> Tensor:
@@ -128,16 +135,18 @@ def score_layer(layer: nn.Module, h: Tensor) -> Tensor:
 
 
 class ScoreProduct(torch.autograd.Function):
-    """``F.linear(h, weight)`` whose h gradient, grad @ weight (an outer product for K = 1 score vector), is not left
-    to the matmul kernel with an inner dimension of K: on CPU that costs more than the same work as a broadcast
-    multiply, and in a half precision that this CPU emulates (:func:`emulated_half`) torch's generic loop takes about
-    15x the float32 time. For K = 1 it is a broadcast multiply: each entry is the product of two values of h's dtype
-    rounded once, the matmul's value exactly. For larger K in an emulated half precision, a float32 product rounded
-    once. The weight gradient, grad^T @ h (inner dimension: the tokens), stays a matmul in h's dtype."""
+    """:func:`score_product` with h's gradient, grad @ weight (an outer product for K = 1), neither left to a matmul
+    with an inner dimension of K nor made in another layout than h's. For K = 1 a broadcast multiply: each entry the
+    product of two values of h's dtype rounded once, the matmul's value exactly. torch's own backward of the per-row
+    form takes a batched matmul with an inner dimension of 1 and writes h's gradient transposed, which autograd then
+    adds to the gradient of another read of h element by element across the transposition. For larger K (shared
+    weights in a half precision this CPU emulates: torch's generic half loop takes about 15x the float32 time), a
+    float32 product rounded once. The forward product (a matrix-vector product for K = 1, cheaper in h's dtype than
+    an upcast copy of h) and the weight gradient, grad^T @ h (inner dimension: the tokens), stay in h's dtype."""
 
     @staticmethod
     def forward(h: Tensor, weight: Tensor) -> Tensor:
-        return F.linear(h, weight)
+        return F.linear(h, weight) if weight.dim() == 2 else torch.bmm(h, weight.transpose(1, 2))
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -148,14 +157,16 @@ class ScoreProduct(torch.autograd.Function):
         h, weight = ctx.saved_tensors
         grad_h = grad_weight = None
         if ctx.needs_input_grad[0]:
-            if weight.shape[0] == 1:
+            if weight.shape[-2] == 1:
                 grad_h = grad * weight
-            elif emulated_half(h.dtype):
-                grad_h = (grad.float() @ weight.float()).to(h.dtype)
             else:
-                grad_h = grad @ weight
+                wide = torch.promote_types(h.dtype, torch.float32)
+                grad_h = (grad.to(wide) @ weight.to(wide)).to(h.dtype)
         if ctx.needs_input_grad[1]:
-            grad_weight = grad.reshape(-1, weight.shape[0]).t() @ h.reshape(-1, weight.shape[1])
+            if weight.dim() == 2:
+                grad_weight = grad.reshape(-1, weight.shape[0]).t() @ h.reshape(-1, weight.shape[1])
+            else:
+                grad_weight = torch.bmm(grad.transpose(1, 2), h)
         return grad_h, grad_weight
 
 
