@@ -11,7 +11,9 @@
   pooler scores every position and so does the floor. Target <= 1.2x.
 * latent / adapool never project the tokens (their projections are folded into the queries): the floor
   is their query-side products (each of their Linear weights once, on B x Q rows) and one read of x by
-  the queries (a (B, H*Q, D) x (B, D, T) bmm). Target <= 1.2x.
+  the queries, timed two ways in each repeat, the faster the floor: torch's (B, H*Q, D) x (B, D, T) bmm, whose
+  backward writes x's gradient transposed by a batched product with an inner dimension of H*Q, and
+  :class:`ReadOnce`, the same read with x's gradient written once in x's layout. Target <= 1.2x.
 * In half precision the attention floors are the faster, in each repeat, of their work in the pooler's dtype and in
   float32 from upcast inputs (the casts timed): where torch emulates half-precision matmuls on the CPU
   (``fast.emulated_half``), float32 is the faster way to do the same work.
@@ -73,6 +75,30 @@ def scoring_weight(pooler) -> torch.Tensor:
 
 #: Half-precision floors are also timed this way, and the faster way in each repeat is the floor.
 IN_FLOAT32 = " in float32"
+#: latent / adapool's read of x is also timed this way (:class:`ReadOnce`), the faster in each repeat the floor.
+GRADIENT_IN_PLACE = ", x's gradient in its layout"
+
+
+class ReadOnce(torch.autograd.Function):
+    """One read of x (B, T, D) by per-row queries q (B, K, D), ``torch.bmm(x, q.transpose(1, 2))``, whose x gradient
+    is written once, laid out as x: a broadcast multiply for one query (each entry one product), a batched product
+    otherwise. The least a read of x and its gradient cost: poolkit's ``fast.ScoreProduct`` does the same for latent
+    and adapool, and the floor is written here apart from it, so that a slower pooler form cannot slow its floor."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(x, q.transpose(1, 2))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, q = ctx.saved_tensors
+        grad_x = (grad * q if q.shape[1] == 1 else torch.bmm(grad, q)) if ctx.needs_input_grad[0] else None
+        grad_q = torch.bmm(grad.transpose(1, 2), x) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_q
 
 
 def attention_floor(pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
@@ -84,10 +110,10 @@ def attention_floor(pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
     def leaf(weight):
         return weight.detach().clone().requires_grad_(train)
 
-    def ways(work):  # work(cast) -> the floor's output, its inputs passed through cast
-        calls = {"": lambda: work(lambda t: t)}
+    def ways(work, suffix=""):  # work(cast) -> the floor's output, its inputs passed through cast
+        calls = {suffix: lambda: work(lambda t: t)}
         if x.dtype in (torch.bfloat16, torch.float16):
-            calls[IN_FLOAT32] = lambda: work(lambda t: t.float())
+            calls[IN_FLOAT32 + suffix] = lambda: work(lambda t: t.float())
         return calls
 
     if pooler.name in QUERY_POOLERS:
@@ -99,9 +125,16 @@ def attention_floor(pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
             h = cast(start)
             for weight in weights:
                 h = F.linear(h, cast(weight))
-            return torch.bmm(h.view(x.shape[0], queries, -1).repeat(1, heads, 1), cast(x).transpose(1, 2))
+            return h.view(x.shape[0], queries, -1).repeat(1, heads, 1)
+
+        def torch_read(cast):
+            return torch.bmm(query_side(cast), cast(x).transpose(1, 2))
+
+        def read_once(cast):
+            return ReadOnce.apply(cast(x), query_side(cast))
         return (f"{len(weights)} query-side products on B x {queries} rows + one read of x "
-                f"(bmm (B, {heads * queries}, D) x (B, D, T))"), ways(query_side), [x, *weights]
+                f"(bmm (B, {heads * queries}, D) x (B, D, T), or with x's gradient in its layout)"), \
+            ways(torch_read) | ways(read_once, GRADIENT_IN_PLACE), [x, *weights]
     weight = leaf(scoring_weight(pooler))
     real = fast.active(x)  # where the pooler scores the real tokens only, so does its floor
     tokens = x.detach().reshape(-1, x.shape[-1])
@@ -215,7 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"kind": "floors", **info,
               "settings": {"batch": BATCH, "sizes": sizes, "dtypes": ["fp32", "bf16"], "modes": ["fwd", "fwd+bwd"],
                            "repeats": repeats, "min_sample_s": 0.05, "threads": torch.get_num_threads(),
-                           "half_floors_in_float32": True,
+                           "half_floors_in_float32": True, "read_once_floors": True,
                            "background": args.background, "not_a_floor": NOT_A_FLOOR, "read_once": list(READ_ONCE),
                            "figure": "pooler time / floor time, median of the per-repeat ratios"},
               "rows": rows}
@@ -266,10 +299,17 @@ def render(result: dict) -> str:
             "", f"Not a floor (ratio under {NOT_A_FLOOR}): " + (", ".join(flagged) if flagged else "none")]
     half = [r for r in rows if r["pooler"] in ATTENTION_POOLERS and r["dtype"] != "fp32"]
     if half and result["settings"].get("half_floors_in_float32"):
-        won = sum(count for r in half for way, count in r["fastest_floor"].items() if way.endswith(IN_FLOAT32))
+        won = sum(count for r in half for way, count in r["fastest_floor"].items() if IN_FLOAT32 in way)
         out += ["", f"Half-precision attention floors, the faster of their work in the pooler's dtype and in float32 "
                     f"(inputs upcast in the timed call) in each repeat: float32 was the faster in {won} of "
                     f"{sum(sum(r['fastest_floor'].values()) for r in half)} repeats"]
+    trained = [r for r in rows if r["pooler"] in QUERY_POOLERS and r["mode"] == "fwd+bwd"]
+    if trained and result["settings"].get("read_once_floors"):
+        won = sum(count for r in trained for way, count in r["fastest_floor"].items()
+                  if way.endswith(GRADIENT_IN_PLACE))
+        out += ["", f"latent / adapool floors in training, the faster of torch's read of x and the read with x's "
+                    f"gradient in its layout in each repeat: the latter was the faster in {won} of "
+                    f"{sum(sum(r['fastest_floor'].values()) for r in trained)} repeats"]
     return "\n".join(out)
 
 

@@ -133,9 +133,36 @@ def test_attention_floors_do_the_poolers_work():
     latent = get_pooler("latent", hidden_size=8, num_queries=2, num_heads=2)
     what, calls, leaves = perf_tokens.attention_floor(latent, x.requires_grad_(), mask, train=True)
     # One read of x by the H * Q query rows, and each of the 5 Linear weights once: no D x D token projection.
+    assert list(calls) == ["", perf_tokens.GRADIENT_IN_PLACE]
     assert calls[""]().shape == (3, 4, 6) and len(leaves) == 1 + 5 and "5 query-side products" in what
-    calls[""]().sum().backward()
-    assert all(leaf.grad is not None for leaf in leaves)
+    torch.testing.assert_close(calls[perf_tokens.GRADIENT_IN_PLACE](), calls[""]().transpose(1, 2))
+    gradients = []
+    for layout in (lambda: calls[""]().transpose(1, 2), calls[perf_tokens.GRADIENT_IN_PLACE]):
+        layout().pow(2).sum().backward()
+        gradients.append([leaf.grad for leaf in leaves])
+        for leaf in leaves:
+            leaf.grad = None
+    for ours, theirs in zip(*gradients):  # the same work: every leaf's gradient the same
+        torch.testing.assert_close(ours, theirs)
+
+
+@pytest.mark.parametrize("queries", [1, 3])
+def test_the_read_once_floor_writes_torchs_gradient_in_the_tokens_layout(queries):
+    """perf_tokens.ReadOnce (latent / adapool's floor way with x's gradient written once in x's layout) against
+    torch's bmm: the same values and gradients, x's contiguous. Catches a floor that skips the gradient's work or
+    computes a wrong one (a transposed or unsummed query gradient)."""
+    import perf_tokens
+
+    gen = torch.Generator().manual_seed(3)
+    x, q = torch.randn(2, 5, 4, generator=gen), torch.randn(2, queries, 4, generator=gen)
+    g = torch.randn(2, 5, queries, generator=gen)
+    xs, qs = [x.clone().requires_grad_() for _ in range(2)], [q.clone().requires_grad_() for _ in range(2)]
+    ours, theirs = perf_tokens.ReadOnce.apply(xs[0], qs[0]), torch.bmm(qs[1], xs[1].transpose(1, 2)).transpose(1, 2)
+    torch.testing.assert_close(ours, theirs)
+    got, expected = torch.autograd.grad(ours, [xs[0], qs[0]], g), torch.autograd.grad(theirs, [xs[1], qs[1]], g)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+    assert got[0].is_contiguous()
 
 
 @pytest.mark.parametrize("name", ["attention", "latent"])
@@ -150,7 +177,8 @@ def test_a_half_precision_floor_is_also_timed_in_float32_on_the_same_leaves(name
     mask = torch.tensor([[1] * 6, [1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0]]).bool()
     pooler = get_pooler(name, hidden_size=8).bfloat16()
     _, calls, leaves = perf_tokens.attention_floor(pooler, x, mask, train=True)
-    assert list(calls) == ["", perf_tokens.IN_FLOAT32]
+    ways = ["", perf_tokens.IN_FLOAT32]
+    assert list(calls) == (ways if name == "attention" else ways + [w + perf_tokens.GRADIENT_IN_PLACE for w in ways])
     half, wide = calls[""](), calls[perf_tokens.IN_FLOAT32]()
     assert half.dtype == torch.bfloat16 and wide.dtype == torch.float32
     torch.testing.assert_close(wide.bfloat16(), half, rtol=0.02, atol=0.02)
