@@ -83,7 +83,9 @@ class ReadOnce(torch.autograd.Function):
     """One read of x (B, T, D) by per-row queries q (B, K, D), ``torch.bmm(x, q.transpose(1, 2))``, whose x gradient
     is written once, laid out as x: a broadcast multiply for one query (each entry one product), a batched product
     otherwise. The least a read of x and its gradient cost: poolkit's ``fast.ScoreProduct`` does the same for latent
-    and adapool, and the floor is written here apart from it, so that a slower pooler form cannot slow its floor."""
+    and adapool with one query per row (H * Q = 1; more keep torch's product), and the floor is written here apart
+    from it, so that a slower pooler form cannot slow its floor. In forward-only cells it is the same read with x on
+    the left: another way to read x once, the faster of the two the floor there too."""
 
     @staticmethod
     def forward(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

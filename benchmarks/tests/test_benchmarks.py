@@ -142,6 +142,7 @@ def test_attention_floors_do_the_poolers_work():
         gradients.append([leaf.grad for leaf in leaves])
         for leaf in leaves:
             leaf.grad = None
+    assert all(grad is not None for grad in gradients[0])
     for ours, theirs in zip(*gradients):  # the same work: every leaf's gradient the same
         torch.testing.assert_close(ours, theirs)
 
@@ -182,8 +183,11 @@ def test_a_half_precision_floor_is_also_timed_in_float32_on_the_same_leaves(name
     half, wide = calls[""](), calls[perf_tokens.IN_FLOAT32]()
     assert half.dtype == torch.bfloat16 and wide.dtype == torch.float32
     torch.testing.assert_close(wide.bfloat16(), half, rtol=0.02, atol=0.02)
-    wide.sum().backward()
-    assert all(leaf.grad is not None and leaf.grad.dtype == torch.bfloat16 for leaf in leaves)
+    for call in calls.values():
+        call().sum().backward()
+        assert all(leaf.grad is not None and leaf.grad.dtype == torch.bfloat16 for leaf in leaves)
+        for leaf in leaves:
+            leaf.grad = None
 
 
 def test_token_floors_run_and_render(tmp_path):

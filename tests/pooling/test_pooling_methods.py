@@ -331,8 +331,9 @@ def test_per_row_score_products_write_the_token_gradient_in_its_own_layout(queri
     """fast.score_product with per-row queries (B, K, A) (latent / adapool's queries folded into the keys) against
     torch's bmm: the same values and gradients; for one query per row the custom form, whose token gradient is a
     broadcast multiply laid out as the tokens are (torch's is a batched matmul with an inner dimension of 1, written
-    transposed); several queries keep torch's. Catches the custom form left out (or taken for several queries), a
-    transposed or wrongly laid out gradient, or a weight gradient summed over the wrong axis."""
+    transposed); several queries, and tokens that take no gradient, keep torch's. Catches the custom form left out
+    (or taken for several queries, or for the queries' gradient alone), a transposed or wrongly laid out gradient, or
+    a weight gradient summed over the wrong axis."""
     gen = torch.Generator().manual_seed(12)
     h = torch.randn(3, 6, HIDDEN, generator=gen)
     q = torch.randn(3, queries, HIDDEN, generator=gen)
@@ -349,17 +350,22 @@ def test_per_row_score_products_write_the_token_gradient_in_its_own_layout(queri
     torch.testing.assert_close(got_q, expected_q)
     if queries == 1:
         assert got_h.is_contiguous() and [inner for inner, _ in products.inner] == [6]  # the query gradient's only
+    frozen = fast.score_product(h, qs[0])  # tokens without a gradient (a frozen encoder): nothing to gain, torch's
+    assert frozen.grad_fn.name() != "ScoreProductBackward"
 
 
 @pytest.mark.parametrize("scores", [1, 3])
-def test_score_products_differentiate_twice(scores):
-    """Gradients of gradients through fast.ScoreProduct (float64, numerical check). Catches a backward pass
-    written in operations autograd cannot differentiate again."""
+def test_score_products_differentiate_once_and_twice(scores):
+    """Gradients and gradients of gradients through fast.ScoreProduct, shared and per-row weights (float64, numerical
+    checks). Catches a wrong first derivative (in any branch, the per-row float32 product included) or a backward
+    pass written in operations autograd cannot differentiate again."""
     gen = torch.Generator().manual_seed(8)
     h = torch.randn(2, 4, 5, dtype=torch.float64, generator=gen, requires_grad=True)
     shared, per_row = (torch.randn(*rows, scores, 5, dtype=torch.float64, generator=gen) for rows in ((), (2,)))
     for w in (shared, per_row):
-        assert torch.autograd.gradgradcheck(fast.ScoreProduct.apply, (h, w.requires_grad_()))
+        inputs = (h, w.requires_grad_())
+        assert torch.autograd.gradcheck(fast.ScoreProduct.apply, inputs)
+        assert torch.autograd.gradgradcheck(fast.ScoreProduct.apply, inputs)
 
 
 @pytest.mark.parametrize("scorer", ["glu", "abmil"])

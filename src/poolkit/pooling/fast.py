@@ -114,13 +114,13 @@ def score_product(h: Tensor, weight: Tensor) -> Tensor:
     attention's logit layer), or, for h (B, T, A) and ``weight`` (B, K, A) per row (queries folded into the keys),
     ``torch.bmm(weight, h.transpose(1, 2)).transpose(1, 2)``: -> (..., K).
 
-    Where a gradient is taken and the fast forms are active (no autocast), :class:`ScoreProduct` computes h's
-    gradient in h's own layout without a matmul whose inner dimension is K: for one query per row, and for shared
-    weights where this CPU emulates h's half-precision matmuls (:func:`emulated_half`). Shared weights otherwise keep
-    F.linear's own backward: in float32 the broadcast multiply gained nothing measurable on a whole pooler call, and
-    several queries per row keep torch's (docs/performance.md)."""
+    Where h's gradient is taken and the fast forms are active (no autocast), :class:`ScoreProduct` computes it as a
+    contiguous tensor with no half-precision matmul over K (K = 1: a broadcast multiply; more: a float32 product
+    rounded once): for one query per row, and for shared weights where this CPU emulates h's half-precision matmuls
+    (:func:`emulated_half`). Shared weights otherwise keep F.linear's own backward (in float32 the broadcast multiply
+    gained nothing measurable on a whole pooler call), and so do several queries per row (docs/performance.md)."""
     shared = weight.dim() == 2
-    if (active(h) and torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    if (active(h) and torch.is_grad_enabled() and h.requires_grad
             and not torch.is_autocast_enabled("cpu") and (emulated_half(h.dtype) if shared else weight.shape[1] == 1)):
         return ScoreProduct.apply(h, weight)
     return F.linear(h, weight) if shared else torch.bmm(weight, h.transpose(1, 2)).transpose(1, 2)
@@ -135,14 +135,15 @@ def score_layer(layer: nn.Module, h: Tensor) -> Tensor:
 
 
 class ScoreProduct(torch.autograd.Function):
-    """:func:`score_product` with h's gradient, grad @ weight (an outer product for K = 1), neither left to a matmul
-    with an inner dimension of K nor made in another layout than h's. For K = 1 a broadcast multiply: each entry the
-    product of two values of h's dtype rounded once, the matmul's value exactly. torch's own backward of the per-row
-    form takes a batched matmul with an inner dimension of 1 and writes h's gradient transposed, which autograd then
-    adds to the gradient of another read of h element by element across the transposition. For larger K (shared
-    weights in a half precision this CPU emulates: torch's generic half loop takes about 15x the float32 time), a
-    float32 product rounded once. The forward product (a matrix-vector product for K = 1, cheaper in h's dtype than
-    an upcast copy of h) and the weight gradient, grad^T @ h (inner dimension: the tokens), stay in h's dtype."""
+    """:func:`score_product` with h's gradient, grad @ weight (an outer product for K = 1), a contiguous tensor made
+    without a half-precision matmul over K. For K = 1 a broadcast multiply: each entry the product of two values of
+    h's dtype rounded once, the matmul's value exactly. torch's own backward of the per-row form takes a batched
+    matmul with an inner dimension of 1 and writes h's gradient transposed, which autograd then adds to the gradient
+    of another read of h element by element across the transposition. For larger K (shared weights in a half
+    precision this CPU emulates: torch's generic half loop takes about 15x the float32 time), a float32 product
+    rounded once. The forward product (a matrix-vector product for K = 1, cheaper in h's dtype than an upcast copy of
+    h; per row, h on the left: the plain form's value to float rounding) and the weight gradient, grad^T @ h (inner
+    dimension: the tokens), stay in h's dtype."""
 
     @staticmethod
     def forward(h: Tensor, weight: Tensor) -> Tensor:
