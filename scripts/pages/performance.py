@@ -52,7 +52,8 @@ from pages.benchmarks_compare import provenance as result_provenance  # noqa: E4
 RESULTS = ROOT / "benchmarks" / "results"
 #: The result files on the page, in its order.
 FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-model_train-embed.json",
-         "dynamic_padding.json", "tokens-339f8cf-zen2-t1.json", "tokens-d0f20ee-zen2-t1.json", "where-d0f20ee-t1.json",
+         "dynamic_padding.json", "tokens-339f8cf-zen2-t1.json", "tokens-d0f20ee-zen2-t1.json",
+         "tokens-c543733-zen2-t1.json", "tokens-5f61f96-zen2-t1.json", "where-d0f20ee-t1.json",
          "embed-4dade0b-t1.json", "embed-4dade0b-t2.json", "embed-4dade0b-t1-busy2.json",
          "embed-4dade0b-t2-busy2.json", "bench-cpu-quick-spatial.json", "revisions-55de4ff-head-r11.json",
          "revisions-55de4ff.json", "paths-fast-vs-plain.json", "revisions-cdccd85-nonfinite.json",
@@ -70,7 +71,10 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "blocks-4dade0b-half-t2.json", "blocks-4dade0b-half-t2-busy2.json", "blocks-4dade0b-half-t2-busy2-r2.json",
          "paths-071d2c2-t2.json", "paths-071d2c2-t2-busy2.json", "paths-d0f20ee-half-t1.json",
          "paths-d0f20ee-half-t2.json", "paths-d0f20ee-half-t1-busy2.json", "paths-d0f20ee-half-t2-busy2.json",
-         "revisions-339f8cf-dense-t1.json"]
+         "revisions-339f8cf-dense-t1.json", "revisions-f59a729-scores-t1.json", "revisions-f59a729-scores-t2.json",
+         "revisions-f59a729-scores-t1-busy2.json", "revisions-f59a729-scores-t2-busy2.json",
+         "paths-c543733-scores-t1.json", "paths-c543733-scores-t2.json", "paths-c543733-scores-t1-busy2.json",
+         "paths-c543733-scores-t2-busy2.json"]
 #: The suite's runs at torch's default thread count and beside busy processes (issue 29, item 5), in the page's
 #: order. Each gives only its provenance and target rows (``NAME run``, ``NAME targets``, ``NAME targets 2-5``):
 #: its whole tables stay in the file.

@@ -140,7 +140,7 @@ class ScoreProduct(torch.autograd.Function):
     h's dtype rounded once, the matmul's value exactly. torch's own backward of the per-row form takes a batched
     matmul with an inner dimension of 1 and writes h's gradient transposed, which autograd then adds to the gradient
     of another read of h element by element across the transposition. For larger K (shared weights in a half
-    precision this CPU emulates: torch's generic half loop takes about 15x the float32 time), a float32 product
+    precision this CPU emulates: torch's generic half loop is many times slower than float32), a float32 product
     rounded once. The forward product (a matrix-vector product for K = 1, cheaper in h's dtype than an upcast copy of
     h; per row, h on the left: the plain form's value to float rounding) and the weight gradient, grad^T @ h (inner
     dimension: the tokens), stay in h's dtype."""
