@@ -117,8 +117,8 @@ def score_product(h: Tensor, weight: Tensor) -> Tensor:
     Where h's gradient is taken and the fast forms are active (no autocast), :class:`ScoreProduct` computes it as a
     contiguous tensor with no half-precision matmul over K (K = 1: a broadcast multiply; more: a float32 product
     rounded once): for one query per row, and for shared weights where this CPU emulates h's half-precision matmuls
-    (:func:`emulated_half`). Shared weights otherwise keep F.linear's own backward (in float32 the broadcast multiply
-    gained nothing measurable on a whole pooler call), and so do several queries per row (docs/performance.md)."""
+    (:func:`emulated_half`). Shared weights otherwise keep F.linear's own backward (in float32 a first run of the
+    broadcast multiply gained nothing on whole pooler calls: issue 29's note), and so do several queries per row."""
     shared = weight.dim() == 2
     if (active(h) and torch.is_grad_enabled() and h.requires_grad
             and not torch.is_autocast_enabled("cpu") and (emulated_half(h.dtype) if shared else weight.shape[1] == 1)):
@@ -141,9 +141,9 @@ class ScoreProduct(torch.autograd.Function):
     matmul with an inner dimension of 1 and writes h's gradient transposed, which autograd then adds to the gradient
     of another read of h element by element across the transposition. For larger K (shared weights in a half
     precision this CPU emulates: torch's generic half loop is many times slower than float32), a float32 product
-    rounded once. The forward product (a matrix-vector product for K = 1, cheaper in h's dtype than an upcast copy of
-    h; per row, h on the left: the plain form's value to float rounding) and the weight gradient, grad^T @ h (inner
-    dimension: the tokens), stay in h's dtype."""
+    rounded once. The forward product (a matrix-vector product for K = 1, left in h's dtype so that no float32 copy
+    of h is made; per row, h on the left: the plain form's value to float rounding) and the weight gradient,
+    grad^T @ h (inner dimension: the tokens), stay in h's dtype."""
 
     @staticmethod
     def forward(h: Tensor, weight: Tensor) -> Tensor:
