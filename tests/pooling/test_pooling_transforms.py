@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.func import functional_call, grad, jacrev, vmap
 
-from helpers import ALL_POOLERS, make_pooler, mask_from_lengths, random_layers, states_for
+from helpers import ALL_POOLERS, POOLER_VARIANTS, make_pooler, mask_from_lengths, random_layers, states_for
 from poolkit import list_poolers
 from poolkit.pooling import fast
 
@@ -299,3 +299,117 @@ def test_forward_mode_ad_matches_func_jvp(name, path):
         duals = tuple(forward_ad.make_dual(s, t) for s, t in zip(as_tuple(states), tangents))
         tangent = forward_ad.unpack_dual(run(*duals)).tangent
     torch.testing.assert_close(tangent, expected, rtol=1e-4, atol=1e-5)
+
+
+# -- module hooks (pooling/hooks.py) ----------------------------------------------------------------
+HOOKED = [*ALL_POOLERS, *POOLER_VARIANTS, "zonotope_attention[gate=both]", "zonotope_attention[gate=context]"]
+
+
+def hook_setup(name: str):
+    """A float64 pooler in training mode (no dropout) and its inputs, the padding holding NaN and an empty row."""
+    base, _, option = name.partition("[gate=")
+    options = {"gate": option[:-1]} if option else {}
+    if "lstm" in name or "gru" in name:
+        options["dropout"] = 0.0
+    torch.manual_seed(0)
+    pooler = make_pooler(base, **options).double().train()
+    gen = torch.Generator().manual_seed(2)
+    mask = mask_from_lengths([5, 0, 3], 5).bool()
+    layers = [h.double().masked_fill(~mask[:, :, None], float("nan")).requires_grad_()
+              for h in random_layers(3, 5, gen)]
+    return pooler, layers, mask
+
+
+def outputs_and_gradients(pooler, layers, mask):
+    out = pooler(states_for(pooler, layers), mask)
+    leaves = [p for p in pooler.parameters()] + layers
+    grads = torch.autograd.grad(out.square().sum(), leaves, allow_unused=True)
+    return out.detach(), [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads)]
+
+
+def callable_layers(pooler):
+    """The submodules a call can run: those with a forward of their own (not ModuleLists, not parameter holders)."""
+    return [(name, m) for name, m in pooler.named_modules() if name and type(m).forward is not torch.nn.Module.forward]
+
+
+@pytest.mark.parametrize("name", HOOKED)
+def test_hooks_on_every_layer_run_and_leave_outputs_and_gradients_alone(name, path):
+    """A forward hook on every layer of a pooler runs on each call (in training, with NaN in the padding), and hooks
+    that only watch change neither the output nor any gradient (the padding's included: still finite and 0 there).
+    Catches a layer folded into another product and so never called (an attention's scoring layers, latent /
+    adapool's keys and values, a composite's parts, a layer pooler's token pooler), or its module form computing
+    other values or reading the padding."""
+    pooler, layers, mask = hook_setup(name)
+    expected_out, expected_grads = outputs_and_gradients(pooler, layers, mask)
+    ran = []
+    for layer_name, layer in callable_layers(pooler):
+        layer.register_forward_hook(lambda module, args, output, layer_name=layer_name: ran.append(layer_name))
+    out, grads = outputs_and_gradients(pooler, layers, mask)
+    assert sorted(set(ran)) == sorted(layer_name for layer_name, _ in callable_layers(pooler))
+    torch.testing.assert_close(out, expected_out, rtol=1e-9, atol=1e-12)
+    for grad, expected in zip(grads, expected_grads):
+        assert bool(grad.isfinite().all())
+        torch.testing.assert_close(grad, expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", HOOKED)
+def test_a_hook_that_replaces_a_layers_output_changes_the_pooled_output(name, path):
+    """For each layer, a forward hook returning another output (the tensor, or a tuple's first tensor: a part's pooled
+    vectors, rescaled and shifted) changes what the pooler returns. Catches a layer that is called, so its hooks
+    run, but whose output is then dropped for the folded product's."""
+    pooler, layers, mask = hook_setup(name)
+
+    def replace(module, args, output):
+        if isinstance(output, torch.Tensor):
+            return output * 1.5 + 0.25
+        return (output[0] * 1.5 + 0.25, *output[1:])
+
+    with torch.no_grad():
+        expected = pooler(states_for(pooler, layers), mask)
+        for layer_name, layer in callable_layers(pooler):
+            handle = layer.register_forward_hook(replace)
+            changed = pooler(states_for(pooler, layers), mask)
+            handle.remove()
+            if layer_name in RETURNS_TUPLE.get(name.partition("[")[0], ()):
+                continue
+            assert not torch.allclose(changed[[0, 2]], expected[[0, 2]]), layer_name
+
+
+#: Layers whose tuple output's first tensor the pooler does not read: a recurrence's outputs (it reads final states).
+RETURNS_TUPLE = {"lstm_layers": ("rnn",), "gru_layers": ("rnn",)}
+
+
+@pytest.mark.parametrize("name, layer", [("attention", "score.0"), ("latent", "key"), ("adapool", "value"),
+                                         ("multihead_attention", "hidden"), ("gated_attention", "gate")])
+def test_a_pruned_scoring_layer_prunes_the_pooler(name, layer, path):
+    """torch.nn.utils.prune sets a layer's weight from weight_orig * mask in a forward pre-hook: after an optimiser
+    step on weight_orig the pooler answers as one whose layer holds the new pruned weight. Catches a folded form that
+    reads the weight attribute the pre-hook would have refreshed (stale: computed when the pruning was applied)."""
+    from torch.nn.utils import prune
+
+    pooler, layers, mask = hook_setup(name)
+    pruned = pooler.get_submodule(layer)
+    prune.random_unstructured(pruned, "weight", amount=0.5)
+    with torch.no_grad():
+        pruned.weight_orig.add_(torch.randn_like(pruned.weight_orig))  # an optimiser step
+        out = pooler(states_for(pooler, layers), mask)
+        prune.remove(pruned, "weight")  # makes weight_orig * mask the layer's plain weight
+        torch.testing.assert_close(out, pooler(states_for(pooler, layers), mask), rtol=1e-9, atol=1e-12)
+
+
+def test_a_hooked_part_that_reads_the_maps_size_is_called_on_the_map(path):
+    """A composite's positional part (flex reads the map's size) with a hook of its own is called as a module on the
+    map, channels last: the hook runs and sees the map, and the output and weights are the unhooked ones. Catches the
+    part called on the flattened positions (read as a 1 x H*W map)."""
+    pooler = make_pooler("concat", poolers=["flex", "mean"])
+    gen = torch.Generator().manual_seed(3)
+    feature_map = torch.randn(2, pooler.hidden_size, 3, 4, generator=gen)
+    mask = torch.ones(2, 3, 4, dtype=torch.bool)
+    mask[1, 2:] = False
+    expected = pooler(feature_map, mask, return_weights=True)
+    shapes = []
+    pooler.parts[0].register_forward_hook(lambda module, args, output: shapes.append(tuple(args[0].shape)))
+    for got, want in zip(pooler(feature_map, mask, return_weights=True), expected):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(pooler(feature_map, mask), expected[0])
+    assert shapes == [(2, 3, 4, pooler.hidden_size)] * 2

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import PoolkitError
-from . import fast, masking
+from . import fast, hooks, masking
 from .base import Pooler
 from .registry import check_positive_int
 from .spec import register_pooler
@@ -84,26 +84,27 @@ def gated_scores(x: Tensor, mask: Tensor, value: nn.Linear, gate: nn.Linear, sco
     """
     # abmil with tanh from sigmoid (see sigmoid_for_tanh): the 2 of tanh(v) = 2 sigmoid(2v) - 1 folds into the
     # value weights, and w . ((2 s_v - 1) * s_u) = 2w . (s_v * s_u) - w . s_u needs one (B*T, a) product.
-    fold = 2 if scorer == "abmil" and sigmoid_for_tanh(x.dtype) else 1
+    fold = 2 if scorer == "abmil" and sigmoid_for_tanh(x.dtype) and not hooks.hooked(score) else 1
     weight = torch.cat([fold * value.weight, gate.weight])
     bias = torch.cat([fold * value.bias, gate.bias])
 
     def head(both: Tensor) -> Tensor:  # (N, 2a) projections of the real tokens -> (N, 1)
-        if scorer == "bilinear":
-            # A quadratic form: half-precision products would overflow where the projections are only large.
-            left, right = both.to(masking.compute_dtype(both.dtype)).chunk(2, dim=-1)
-            return (left * right).sum(dim=-1, keepdim=True)
-        if scorer == "glu":
-            left, right = both.chunk(2, dim=-1)
-            return fast.score_layer(score, left * torch.sigmoid(right))
         if fold == 2:
             s_value, s_gate = both.sigmoid_().chunk(2, dim=-1)
             return (fast.score_product(s_value * s_gate, 2 * score.weight)
                     - fast.score_product(s_gate, score.weight))
-        left, right = both.chunk(2, dim=-1)
-        return fast.score_layer(score, torch.tanh(left) * torch.sigmoid(right))
+        return two_factor_logits(*both.chunk(2, dim=-1), score, scorer)
 
     return masking.project_tokens(x, mask, weight, bias, head).squeeze(-1)
+
+
+def two_factor_logits(value: Tensor, gate: Tensor, score: nn.Linear | None, scorer: str) -> Tensor:
+    """A two-factor scorer's logits from its factors' projections V h and U h (..., a): -> (..., 1)."""
+    if scorer == "bilinear":
+        # A quadratic form: half-precision products would overflow where the projections are only large.
+        wide = masking.compute_dtype(value.dtype)
+        return (value.to(wide) * gate.to(wide)).sum(dim=-1, keepdim=True)
+    return fast.score_layer(score, (value if scorer == "glu" else torch.tanh(value)) * torch.sigmoid(gate))
 
 
 @register_pooler("attention", "learned_attention")
@@ -146,15 +147,23 @@ class AttentionPooler(Pooler):
                         nn.init.zeros_(layer.bias)
 
     def pool(self, x: Tensor, mask: Tensor, quadrature_weights: Tensor | None = None):
-        if self.scorer == "tanh":
-            # = self.score(x) + a constant
-            scores = tanh_scores(x, mask, self.score[0], self.score[2].weight).squeeze(-1)
-        elif self.scorer == "linear":
-            scores = fast.score_product(x, self.score.weight).squeeze(-1)
-        else:
-            scores = gated_scores(x, mask, self.value, self.gate, self.score, self.scorer)
-        weights = masking.masked_softmax(scores, mask, quadrature_weights=quadrature_weights)
+        weights = masking.masked_softmax(self.logits(x, mask), mask, quadrature_weights=quadrature_weights)
         return masking.masked_weighted_sum(x, weights), weights
+
+    def logits(self, x: Tensor, mask: Tensor) -> Tensor:
+        """Every token's logit, up to a constant: (B, T, D) -> (B, T); the softmax masks the padded positions'.
+        Scoring layers with hooks are called as modules, on the tokens with their padding zeroed (hooks.py)."""
+        two_factor = self.scorer not in ("tanh", "linear")
+        if hooks.hooked(self.score, *((self.value, self.gate) if two_factor else ())):
+            x = masking.zero_padding(x, mask)
+            if not two_factor:
+                return self.score(x).squeeze(-1)
+            return two_factor_logits(self.value(x), self.gate(x), self.score, self.scorer).squeeze(-1)
+        if self.scorer == "tanh":
+            return tanh_scores(x, mask, self.score[0], self.score[2].weight).squeeze(-1)
+        if self.scorer == "linear":
+            return fast.score_product(x, self.score.weight).squeeze(-1)
+        return gated_scores(x, mask, self.value, self.gate, self.score, self.scorer)
 
     def start_as_mean(self) -> bool:
         """Every token's logit 0 (uniform weights: mean pooling): the logit layer's weights zeroed (bilinear: its
@@ -217,7 +226,11 @@ class MultiHeadAttentionPooler(Pooler):
         # Head h scores its own slice of the hidden units: one matmul with a block-diagonal (H, H * a)
         # weight reads the activations in place (an einsum over heads would first copy them per head).
         per_head = torch.block_diag(*self.head_scores.to(x.dtype).unbind(0))
-        scores = tanh_scores(x, mask, self.hidden, per_head).transpose(1, 2)  # (B, H, T)
+        if hooks.hooked(self.hidden):  # called as a module (hooks.py)
+            scores = fast.score_product(torch.tanh(self.hidden(masking.zero_padding(x, mask))), per_head)
+        else:
+            scores = tanh_scores(x, mask, self.hidden, per_head)
+        scores = scores.transpose(1, 2)  # (B, H, T)
         weights = masking.masked_softmax(scores, mask[:, None, :], quadrature_weights=_per_query(quadrature_weights, 1))
         pooled = masking.masked_weighted_sum(x, weights).flatten(1)  # (B, H * D)
         if self.project is not None:
@@ -277,8 +290,11 @@ def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, 
         q_h . K_h x_t = (K_h^T q_h) . x_t        sum_t w_t (V_h x_t + c_h) = V_h (sum_t w_t x_t) + c_h sum_t w_t
 
     so the tokens are read by two (B, H*Q, D) x (B, D, T) matmuls instead of two D x D projections of
-    every token: far fewer flops while H * Q is well under D and Q under T, as in every pooling use.
+    every token: far fewer flops while H * Q is well under D and Q under T, as in every pooling use. Where ``key``
+    or ``value`` has hooks they are called as modules instead (:func:`called_cross_attention`).
     """
+    if hooks.hooked(key, value):
+        return called_cross_attention(query, x, key, value, mask, num_heads, scale, quadrature_weights)
     batch, length, dim = x.shape
     n_query, head_dim = query.shape[1], dim // num_heads
     # Logits rounded to half precision would put a relative error of 2^-9 on each score, enough to move
@@ -296,6 +312,25 @@ def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, 
     if value.bias is not None:
         out = out + value.bias.to(x.dtype).view(num_heads, head_dim) * weights.sum(-1).transpose(1, 2)[..., None]
     return out.reshape(batch, n_query, dim), weights
+
+
+def called_cross_attention(query: Tensor, x: Tensor, key: nn.Module, value: nn.Module, mask: Tensor, num_heads: int,
+                           scale: float, quadrature_weights: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """:func:`cross_attention` unfolded: ``key`` and ``value`` called as modules on every token (their padding
+    zeroed), so that their hooks run (hooks.py); scores and sums in float32 at least, as there."""
+    batch, length, dim = x.shape
+    x = masking.zero_padding(x, mask)
+    wide = masking.compute_dtype(x.dtype)
+
+    def per_head(h: Tensor) -> Tensor:  # (B, N, D) -> (B, N, H, D / H)
+        return h.to(wide).view(batch, -1, num_heads, dim // num_heads)
+
+    keys, values, queries = per_head(key(x)), per_head(value(x)), per_head(query)
+    scores = torch.einsum("bqhk,bthk->bhqt", queries, keys) * scale
+    weights = masking.masked_softmax(scores, mask[:, None, None, :],
+                                     quadrature_weights=_per_query(quadrature_weights, 2))
+    out = torch.einsum("bhqt,bthk->bqhk", weights.to(wide), values)
+    return out.reshape(batch, -1, dim), weights
 
 
 @register_pooler("latent", "pma", "map")

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ..errors import PoolkitError
-from . import fast, masking, quadrature
+from . import fast, hooks, masking, quadrature
 from .registry import POOLERS, Configurable, check_positive_int
 
 Weights = Union[Tensor, dict[str, Tensor]]
@@ -141,6 +141,19 @@ class Pooler(Configurable):
 
     def pool(self, x: Any, mask: Tensor) -> tuple[Tensor, Weights]:
         raise NotImplementedError
+
+    def pool_as_part(self, x: Tensor, mask: Tensor, weights: bool = True, **where: Any):
+        """This pooler inside another (a composite's part, a layer pooler's token pooler) on tokens already checked:
+        ``pool`` (``weights=False``: ``pool_without_weights``), or a call of this pooler as a module where that would
+        run hooks of its own, so that they run (hooks.py); its output is then in the input's dtype. ``where``: pool's
+        keyword arguments, a map's ``grid`` included (the map is then passed channels last)."""
+        if not hooks.hooked_itself(self):
+            return self.pool(x, mask, **where) if weights else self.pool_without_weights(x, mask, **where)
+        grid = where.pop("grid", None)
+        if grid is not None:
+            x, mask = x.unflatten(1, grid), mask.unflatten(1, grid)
+        result = self(x, mask, return_weights=weights, input_format="NHWC" if grid else "NCHW", **where)
+        return (result[0], result[1].flatten(-2) if grid else result[1]) if weights else result
 
     def start_as_mean(self) -> bool:
         """Set the parameters so that the pooler computes mean pooling (uniform attention), where it can; True when

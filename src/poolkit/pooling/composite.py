@@ -44,14 +44,15 @@ class ConcatPooler(Pooler):
         self.output_dim = sum(part.output_dim for part in self.parts)
 
     def pool(self, x: Tensor, mask: Tensor, **where):
-        results = [part.pool(x, mask, **(where if part.positional else {})) for part in self.parts]
+        results = [part.pool_as_part(x, mask, **(where if part.positional else {})) for part in self.parts]
         pooled = torch.cat([p.to(_parts_dtype(x)) for p, _ in results], dim=-1)
         weights = torch.stack([w.float() for _, w in results]).mean(dim=0)
         return pooled, weights
 
     def pool_without_weights(self, x: Tensor, mask: Tensor, **where) -> Tensor:
-        return torch.cat([part.pool_without_weights(x, mask, **(where if part.positional else {})).to(_parts_dtype(x))
-                          for part in self.parts], dim=-1)
+        pooled = [part.pool_as_part(x, mask, weights=False, **(where if part.positional else {}))
+                  for part in self.parts]
+        return torch.cat([p.to(_parts_dtype(x)) for p in pooled], dim=-1)
 
 
 def _parts_dtype(x: Tensor) -> torch.dtype:

@@ -21,6 +21,8 @@ from torch import Tensor, nn
 from torch.autograd import forward_ad
 from torch.nn import functional as F
 
+from .hooks import hooked
+
 _enabled = True
 
 
@@ -87,7 +89,7 @@ def dense(layer: nn.Module, h: Tensor) -> Tensor:
     ``nn.Sequential``'s) multiplying in float32, its product rounded once to h's dtype. Layers with hooks, and any
     other module, are called as they are. For the few pooled rows after an attention (B x Q): autograd keeps their
     float32 copies, which on token-sized inputs would double the training memory."""
-    if not (active(h) and emulated_half(h.dtype)) or torch.is_autocast_enabled("cpu") or _hooked(layer):
+    if not (active(h) and emulated_half(h.dtype)) or torch.is_autocast_enabled("cpu") or hooked(layer):
         return layer(h)
     if type(layer) is nn.Sequential:
         for inner in layer:
@@ -97,15 +99,6 @@ def dense(layer: nn.Module, h: Tensor) -> Tensor:
         return layer(h)
     bias = None if layer.bias is None else layer.bias.float()
     return F.linear(h.float(), layer.weight.float(), bias).to(h.dtype)
-
-
-#: The hook registries a module call runs, its own and the global ones: a layer with any of them is called as it is.
-_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-
-
-def _hooked(layer: nn.Module) -> bool:
-    module = nn.modules.module
-    return any(getattr(layer, name) or getattr(module, "_global" + name) for name in _HOOKS)
 
 
 # -- logits: a few score vectors per token ------------------------------------------------------
@@ -129,7 +122,7 @@ def score_product(h: Tensor, weight: Tensor) -> Tensor:
 def score_layer(layer: nn.Module, h: Tensor) -> Tensor:
     """``layer(h)`` for a bias-free ``nn.Linear`` score layer through :func:`score_product`; a layer with hooks, a
     bias or of another type is called as it is."""
-    if type(layer) is not nn.Linear or layer.bias is not None or _hooked(layer):
+    if type(layer) is not nn.Linear or layer.bias is not None or hooked(layer):
         return layer(h)
     return score_product(h, layer.weight)
 

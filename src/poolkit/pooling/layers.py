@@ -19,7 +19,7 @@ from torch.nn import functional as F
 
 from ..errors import PoolkitError
 
-from . import fast, masking
+from . import fast, hooks, masking
 from .base import Pooler
 from .registry import check_positive_int
 from .spec import build_pooler, pooler_class, pooler_spec, register_pooler
@@ -85,7 +85,7 @@ class LayerPooler(Pooler):
         h = self.token.to_parameter_dtype(h)
         if self.token.reads_padding and not fast.active(h):
             h = masking.zero_padding(h, mask)
-        return self.token.pool(h, mask)
+        return self.token.pool_as_part(h, mask)
 
     def pool_each(self, layers: list[Tensor], mask: Tensor) -> tuple[Tensor, Tensor]:
         """The token pooler applied to every layer: -> vectors (B, L, D') and token weights (B, L, T).
@@ -207,14 +207,15 @@ class ConcatLayersPooler(_LastLayersPooler):
     """The last ``last_n`` layers concatenated feature-wise, then a token pooler: -> (B, last_n * D').
 
     The "concatenate the last 4 layers" recipe (Devlin et al., 2019, feature-based NER). A linear token
-    pooler pools each layer first; others see the (B, T, last_n * D) concatenation.
+    pooler pools each layer first (unless it has hooks of its own, hooks.py: it is then called on the concatenation,
+    the same value); others see the (B, T, last_n * D) concatenation.
     """
 
     concatenates = True
 
     def pool(self, layers: list[Tensor], mask: Tensor):
         selected = self.last_layers(layers)
-        if self.token.linear:
+        if self.token.linear and not hooks.hooked_itself(self.token):
             vectors, token_weights = self.pool_each(selected, mask)
             pooled, token_weights = vectors.flatten(1), token_weights[:, 0]
         else:

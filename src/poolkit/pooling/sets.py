@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..errors import PoolkitError
-from . import masking
+from . import hooks, masking
 from .attention import AttentionPooler
 from .registry import check_positive_int
 from .spec import register_pooler
@@ -77,8 +77,11 @@ class ZonotopeValues(nn.Module):
         dim = x.shape[-1]
         weights = (masking.uniform_weights(mask) if quadrature_weights is None
                    else masking.quadrature_mean_weights(mask, quadrature_weights))
-        context = masking.masked_weighted_sum(x, weights).to(x.dtype)  # (B, D)
-        pre = F.linear(context, self.gate.weight[:, -dim:], self.gate.bias)[:, None, :]  # (B, 1, K)
+        context = masking.masked_weighted_sum(x, weights).to(x.dtype)[:, None, :]  # (B, 1, D)
+        if hooks.hooked(self.gate):  # called as a module on what it reads (hooks.py)
+            both = self.gate_source == "both"
+            return torch.tanh(self.gate(torch.cat([x, context.expand_as(x)], dim=-1) if both else context))
+        pre = F.linear(context, self.gate.weight[:, -dim:], self.gate.bias)  # (B, 1, K)
         if self.gate_source == "both":
             pre = pre + F.linear(x, self.gate.weight[:, :dim])
         return torch.tanh(pre)
