@@ -13,7 +13,9 @@
   is their query-side products (each of their Linear weights once, on B x Q rows) and one read of x by
   the queries, timed two ways in each repeat, the faster the floor: torch's (B, H*Q, D) x (B, D, T) bmm, whose
   backward writes x's gradient transposed by a batched product with an inner dimension of H*Q, and
-  :class:`ReadOnce`, the same read with x's gradient written once in x's layout. Target <= 1.2x.
+  :class:`ReadOnce`, the same read with x's gradient written once in x's layout. adapool's default query is the
+  mean of the real tokens, which must be read before any token is scored: its floor's query-side products start
+  from ``x.sum(1)`` (:func:`query_from_tokens`), a second read of x. Target <= 1.2x.
 * In half precision the attention floors are the faster, in each repeat, of their work in the pooler's dtype and in
   float32 from upcast inputs (the casts timed): where torch emulates half-precision matmuls on the CPU
   (``fast.emulated_half``), float32 is the faster way to do the same work.
@@ -122,19 +124,23 @@ def attention_floor(pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
         weights = [leaf(m.weight) for m in pooler.modules() if isinstance(m, nn.Linear)]
         queries, heads = getattr(pooler, "num_queries", 1), pooler.num_heads
         start = torch.randn(x.shape[0] * queries, x.shape[-1], generator=torch.Generator().manual_seed(0)).to(x)
+        from_tokens = query_from_tokens(pooler)
 
-        def query_side(cast):
-            h = cast(start)
+        def query_side(cast, tokens):
+            h = tokens.sum(dim=1) if from_tokens else cast(start)
             for weight in weights:
                 h = F.linear(h, cast(weight))
             return h.view(x.shape[0], queries, -1).repeat(1, heads, 1)
 
         def torch_read(cast):
-            return torch.bmm(query_side(cast), cast(x).transpose(1, 2))
+            tokens = cast(x)
+            return torch.bmm(query_side(cast, tokens), tokens.transpose(1, 2))
 
         def read_once(cast):
-            return ReadOnce.apply(cast(x), query_side(cast))
-        return (f"{len(weights)} query-side products on B x {queries} rows + one read of x "
+            tokens = cast(x)
+            return ReadOnce.apply(tokens, query_side(cast, tokens))
+        source = "the sum of x over its tokens (the query is their mean), then " if from_tokens else ""
+        return (f"{source}{len(weights)} query-side products on B x {queries} rows + one read of x by the queries "
                 f"(bmm (B, {heads * queries}, D) x (B, D, T), or with x's gradient in its layout)"), \
             ways(torch_read) | ways(read_once, GRADIENT_IN_PLACE), [x, *weights]
     weight = leaf(scoring_weight(pooler))
@@ -145,6 +151,12 @@ def attention_floor(pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
     size = "D" if weight.shape[0] == x.shape[-1] else weight.shape[0]
     return (f"x @ W.T over the {rows}, W {size} x D", ways(lambda cast: F.linear(cast(tokens), cast(weight))),
             [tokens, weight])
+
+
+def query_from_tokens(pooler) -> bool:
+    """Whether the pooler's query is the mean of the real tokens (adapool's default, ``query_index=None``): its work
+    then reads x once more before any score, so its floor does too."""
+    return getattr(pooler, "query_index", 0) is None
 
 
 def floor_of(name: str, pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
@@ -262,7 +274,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 FAMILIES = (("masked statistics vs the fastest way to read x once", STAT_POOLERS, STAT_TARGET),
             ("attention family vs its scoring matmul over the positions it scores", SCORING_POOLERS, ATTENTION_TARGET),
-            ("latent / adapool vs their query-side products and one read of x", QUERY_POOLERS, ATTENTION_TARGET))
+            ("latent / adapool vs their query-side products and their reads of x", QUERY_POOLERS, ATTENTION_TARGET))
 
 
 def _label(row: dict) -> str:

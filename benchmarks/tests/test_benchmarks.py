@@ -147,6 +147,26 @@ def test_attention_floors_do_the_poolers_work():
         torch.testing.assert_close(ours, theirs)
 
 
+@pytest.mark.parametrize("name, options, degree", [("latent", {}, 1), ("adapool", {}, 2),
+                                                    ("adapool", {"query_index": 0}, 1)])
+def test_adapools_floor_reads_x_for_its_query_where_its_query_is_their_mean(name, options, degree):
+    """adapool's default query is the mean of the tokens, so its floor's queries come from x (summed over its tokens)
+    and the floor is of degree 2 in x: floor(2x) = 4 floor(x) (its products have no bias); latent's learned queries
+    and adapool's one picked token (a gather, no read of x) leave it of degree 1. Catches the read left out (a floor
+    doing less than the pooler must), or added where the pooler does not do it."""
+    import perf_tokens
+    from poolkit import get_pooler
+
+    x = torch.randn(3, 6, 8, generator=torch.Generator().manual_seed(4))
+    mask = torch.ones(3, 6, dtype=torch.bool)
+    pooler = get_pooler(name, hidden_size=8, **options)
+    what, calls, _ = perf_tokens.attention_floor(pooler, x, mask, train=False)
+    doubled = perf_tokens.attention_floor(pooler, 2 * x, mask, train=False)[1]
+    for way, call in calls.items():
+        torch.testing.assert_close(doubled[way](), 2 ** degree * call())
+    assert ("the sum of x over its tokens" in what) == (degree == 2)
+
+
 @pytest.mark.parametrize("queries", [1, 3])
 def test_the_read_once_floor_writes_torchs_gradient_in_the_tokens_layout(queries):
     """perf_tokens.ReadOnce (latent / adapool's floor way with x's gradient written once in x's layout) against

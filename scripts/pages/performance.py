@@ -74,7 +74,7 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "revisions-339f8cf-dense-t1.json", "revisions-f59a729-scores-t1.json", "revisions-f59a729-scores-t2.json",
          "revisions-f59a729-scores-t1-busy2.json", "revisions-f59a729-scores-t2-busy2.json",
          "paths-c543733-scores-t1.json", "paths-c543733-scores-t2.json", "paths-c543733-scores-t1-busy2.json",
-         "paths-c543733-scores-t2-busy2.json"]
+         "paths-c543733-scores-t2-busy2.json", "revisions-01cff15-hooks-t1.json", "revisions-01cff15-hooks-t2.json"]
 #: The suite's runs at torch's default thread count and beside busy processes (issue 29, item 5), in the page's
 #: order. Each gives only its provenance and target rows (``NAME run``, ``NAME targets``, ``NAME targets 2-5``):
 #: its whole tables stay in the file.

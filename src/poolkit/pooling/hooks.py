@@ -11,21 +11,34 @@ instead: the same values to float rounding, the hook runs, at the cost of the fo
 from __future__ import annotations
 
 from torch import nn
-
-#: The hook registries a module call runs, its own and the global ones.
-_REGISTRIES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+from torch.nn.modules import module as torch_module
 
 
 def hooked(*layers: nn.Module | None) -> bool:
     """Whether a call of any of ``layers`` (None: skipped) or of a module inside one would run a hook: one of their
-    own, or a global one (``nn.modules.module.register_module_forward_hook`` and the like)."""
-    if any(getattr(nn.modules.module, "_global" + name) for name in _REGISTRIES):
+    own, or a global one (``nn.modules.module.register_module_forward_hook`` and the like). Attribute tests written
+    out, not looped over names: this runs on every call of a pooler with folded layers."""
+    if _global_hooks():
         return any(layer is not None for layer in layers)
-    return any(getattr(module, name) for layer in layers if layer is not None
-               for module in layer.modules() for name in _REGISTRIES)
+    return any(_has_hooks(layer) for layer in layers if layer is not None)
 
 
 def hooked_itself(layer: nn.Module) -> bool:
     """Whether a call of ``layer`` itself would run a hook (its own or a global one), whatever its submodules have:
     for a pooler used as a part, whose own ``pool`` honours its layers' hooks."""
-    return any(getattr(layer, name) or getattr(nn.modules.module, "_global" + name) for name in _REGISTRIES)
+    return _global_hooks() or _own_hooks(layer)
+
+
+def _global_hooks() -> bool:
+    return bool(torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks
+                or torch_module._global_backward_hooks or torch_module._global_backward_pre_hooks)
+
+
+def _own_hooks(layer: nn.Module) -> bool:
+    return bool(layer._forward_hooks or layer._forward_pre_hooks or layer._backward_hooks
+                or layer._backward_pre_hooks)
+
+
+def _has_hooks(layer: nn.Module) -> bool:
+    """Hooks of ``layer``'s own or of a module inside it."""
+    return _own_hooks(layer) or any(_has_hooks(inner) for inner in layer._modules.values() if inner is not None)
