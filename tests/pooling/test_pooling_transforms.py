@@ -12,8 +12,8 @@ import torch
 from torch.func import functional_call, grad, jacrev, vmap
 
 from helpers import ALL_POOLERS, POOLER_VARIANTS, make_pooler, mask_from_lengths, random_layers, states_for
-from poolkit import list_poolers
-from poolkit.pooling import fast
+from poolkit import PoolkitError, list_poolers
+from poolkit.pooling import Pooler, fast
 
 LENGTHS = [4, 2, 3]
 WITH_GLU = [*ALL_POOLERS, "attention[scorer=glu]"]  # one of the scorer options (helpers.POOLER_VARIANTS)
@@ -302,20 +302,28 @@ def test_forward_mode_ad_matches_func_jvp(name, path):
 
 
 # -- module hooks (pooling/hooks.py) ----------------------------------------------------------------
-HOOKED = [*ALL_POOLERS, *POOLER_VARIANTS, "zonotope_attention[gate=both]", "zonotope_attention[gate=context]"]
+#: Option sets whose folded forms differ from the defaults' (several heads / queries, a picked query token, a
+#: projection after the heads, zonotope's other gate sources, a linear token pooler that layer poolers pool per layer).
+HOOK_OPTIONS = {"latent[heads=2,queries=3]": ("latent", {"num_heads": 2, "num_queries": 3}),
+                "adapool[query_index=0,heads=2]": ("adapool", {"query_index": 0, "num_heads": 2}),
+                "multihead_attention[combine=project]": ("multihead_attention", {"combine": "project"}),
+                "zonotope_attention[gate=both,rank=2]": ("zonotope_attention", {"gate": "both", "rank": 2}),
+                "zonotope_attention[gate=context]": ("zonotope_attention", {"gate": "context"}),
+                "weighted_layer[token=mean]": ("weighted_layer", {"token_pooler": "mean"}),
+                "mean_layers[token=mean]": ("mean_layers", {"token_pooler": "mean"})}
+HOOKED = [*ALL_POOLERS, *POOLER_VARIANTS, *HOOK_OPTIONS]
 
 
-def hook_setup(name: str):
-    """A float64 pooler in training mode (no dropout) and its inputs, the padding holding NaN and an empty row."""
-    base, _, option = name.partition("[gate=")
-    options = {"gate": option[:-1]} if option else {}
+def hook_setup(name: str, dtype=torch.float64):
+    """A pooler in training mode (no dropout) and its inputs, the padding holding NaN and an empty row."""
+    base, options = HOOK_OPTIONS.get(name, (name, {}))
     if "lstm" in name or "gru" in name:
-        options["dropout"] = 0.0
+        options = {**options, "dropout": 0.0}
     torch.manual_seed(0)
-    pooler = make_pooler(base, **options).double().train()
+    pooler = make_pooler(base, **options).to(dtype).train()
     gen = torch.Generator().manual_seed(2)
     mask = mask_from_lengths([5, 0, 3], 5).bool()
-    layers = [h.double().masked_fill(~mask[:, :, None], float("nan")).requires_grad_()
+    layers = [h.to(dtype).masked_fill(~mask[:, :, None], float("nan")).requires_grad_()
               for h in random_layers(3, 5, gen)]
     return pooler, layers, mask
 
@@ -323,7 +331,7 @@ def hook_setup(name: str):
 def outputs_and_gradients(pooler, layers, mask):
     out = pooler(states_for(pooler, layers), mask)
     leaves = [p for p in pooler.parameters()] + layers
-    grads = torch.autograd.grad(out.square().sum(), leaves, allow_unused=True)
+    grads = torch.autograd.grad(out.float().square().sum(), leaves, allow_unused=True)
     return out.detach(), [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads)]
 
 
@@ -334,22 +342,34 @@ def callable_layers(pooler):
 
 @pytest.mark.parametrize("name", HOOKED)
 def test_hooks_on_every_layer_run_and_leave_outputs_and_gradients_alone(name, path):
-    """A forward hook on every layer of a pooler runs on each call (in training, with NaN in the padding), and hooks
-    that only watch change neither the output nor any gradient (the padding's included: still finite and 0 there).
-    Catches a layer folded into another product and so never called (an attention's scoring layers, latent /
-    adapool's keys and values, a composite's parts, a layer pooler's token pooler), or its module form computing
-    other values or reading the padding."""
+    """A forward hook on every layer of a pooler runs on each call (in training, with NaN in the padding), never on an
+    input that holds the padding, once per call in a token pooler (the non-finite guard never pools twice); hooks
+    that only watch change neither the output nor any gradient, and the padding's gradient is exactly 0. Catches a
+    layer folded into another product and so never called (an attention's scoring layers, latent / adapool's keys and
+    values, a composite's parts, a layer pooler's token pooler), or its module form computing other values, reading
+    the padding or running twice."""
     pooler, layers, mask = hook_setup(name)
     expected_out, expected_grads = outputs_and_gradients(pooler, layers, mask)
     ran = []
+
+    def watch(module, args, output, layer_name):  # the padding holds NaN: a layer that reads it sees a NaN
+        ran.append(layer_name)
+        if not isinstance(module, Pooler):  # a part gets the tokens as its parent got them, as a caller would
+            assert all(bool(a.isfinite().all()) for a in args if isinstance(a, torch.Tensor)), f"{layer_name}: padding"
+
     for layer_name, layer in callable_layers(pooler):
-        layer.register_forward_hook(lambda module, args, output, layer_name=layer_name: ran.append(layer_name))
+        layer.register_forward_hook(lambda module, args, output, layer_name=layer_name:
+                                    watch(module, args, output, layer_name))
     out, grads = outputs_and_gradients(pooler, layers, mask)
     assert sorted(set(ran)) == sorted(layer_name for layer_name, _ in callable_layers(pooler))
+    if pooler.kind == "token":
+        assert len(ran) == len(set(ran)), ran
     torch.testing.assert_close(out, expected_out, rtol=1e-9, atol=1e-12)
     for grad, expected in zip(grads, expected_grads):
         assert bool(grad.isfinite().all())
         torch.testing.assert_close(grad, expected, rtol=1e-9, atol=1e-12)
+    for grad in grads[-len(layers):]:
+        assert bool((grad[~mask] == 0).all())
 
 
 @pytest.mark.parametrize("name", HOOKED)
@@ -379,15 +399,76 @@ def test_a_hook_that_replaces_a_layers_output_changes_the_pooled_output(name, pa
 RETURNS_TUPLE = {"lstm_layers": ("rnn",), "gru_layers": ("rnn",)}
 
 
+@pytest.mark.parametrize("name", ["weighted_layer", "mean_layers"])
+@pytest.mark.parametrize("grad", [True, False])
+def test_a_hooked_linear_token_pooler_is_called_once_on_the_mixed_layer(name, grad, path):
+    """A layer pooler whose linear token pooler (mean) has a hook calls it once per call on the mixed layer, the whole
+    batch, in training and in inference (which otherwise mixes in chunks of rows): a squaring hook then gives the
+    square of the mixed layer's mean. Catches the per-layer pooling kept (the hook on each layer, its outputs
+    mixed: an affine hook cannot tell the two apart, a square can) or the hook called on parts of the batch."""
+    pooler, layers, _ = hook_setup(f"{name}[token=mean]")
+    layers = [h.detach().nan_to_num(0.0) for h in layers]
+    mask = torch.ones(layers[0].shape[:2], dtype=torch.bool)
+    with torch.no_grad():
+        mixing = pooler(states_for(pooler, layers), mask, return_weights=True)[1]["layer"][0]  # (L',) per layer
+        mixed = sum(w * h for w, h in zip(mixing, layers[-len(mixing):]))
+    shapes = []
+
+    def square(module, args, output):  # output: (pooled, weights), the layer pooler asks for the token weights
+        shapes.append(tuple(args[0].shape))
+        return (output[0].square(), *output[1:])
+
+    pooler.token.register_forward_hook(square)
+    with torch.set_grad_enabled(grad):
+        out = pooler(states_for(pooler, layers), mask)
+    assert shapes == [tuple(layers[0].shape)]
+    torch.testing.assert_close(out.detach(), mixed.mean(dim=1).square(), rtol=1e-6, atol=1e-9)  # float32 weights
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("name", ["attention", "gated_attention", "multihead_attention", "latent", "adapool"])
+def test_hooked_and_folded_forms_agree_in_half_precision(name, dtype, path):
+    """In bf16 (and float32) the module forms answer as the folded ones to the dtype's rounding: their projections run
+    in the layers' own dtype. Catches a module form that rounds its scores or sums in bf16 where the folded form
+    keeps float32."""
+    pooler, layers, mask = hook_setup(name, dtype)
+    layers = [h.detach() for h in layers]
+    with torch.no_grad():
+        expected = pooler(states_for(pooler, layers), mask).float()
+        for _, layer in callable_layers(pooler):
+            layer.register_forward_hook(lambda module, args, output: None)
+        got = pooler(states_for(pooler, layers), mask).float()
+    tolerance = 0.05 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)
+
+
+def test_a_hook_on_a_part_leaves_its_empty_row_policy_as_it_was(path):
+    """A part built with on_empty="raise" raises on an empty row whether or not it has a hook (a module call would
+    check it; so does the part called through pool). Catches a hook that changes what a call does."""
+    pooler = make_pooler("concat", poolers=[{"name": "attention", "on_empty": "raise"}, "mean"])
+    x, mask = torch.randn(2, 4, pooler.hidden_size), mask_from_lengths([4, 0], 4)
+    for hooked in (False, True):
+        if hooked:
+            pooler.parts[0].register_forward_hook(lambda module, args, output: None)
+        with pytest.raises(PoolkitError, match="no real token"):
+            pooler(x, mask)
+
+
 @pytest.mark.parametrize("name, layer", [("attention", "score.0"), ("latent", "key"), ("adapool", "value"),
-                                         ("multihead_attention", "hidden"), ("gated_attention", "gate")])
+                                         ("multihead_attention", "hidden"), ("gated_attention", "gate"),
+                                         ("concat", "parts.0.score.0"), ("weighted_layer", "token.score.0")])
 def test_a_pruned_scoring_layer_prunes_the_pooler(name, layer, path):
     """torch.nn.utils.prune sets a layer's weight from weight_orig * mask in a forward pre-hook: after an optimiser
     step on weight_orig the pooler answers as one whose layer holds the new pruned weight. Catches a folded form that
     reads the weight attribute the pre-hook would have refreshed (stale: computed when the pruning was applied)."""
     from torch.nn.utils import prune
 
-    pooler, layers, mask = hook_setup(name)
+    options = {"token_pooler": "attention"} if name == "weighted_layer" else {}
+    torch.manual_seed(0)
+    pooler = make_pooler(name, **options).double()
+    gen = torch.Generator().manual_seed(2)
+    mask = mask_from_lengths([5, 0, 3], 5)
+    layers = [h.double() for h in random_layers(3, 5, gen)]
     pruned = pooler.get_submodule(layer)
     prune.random_unstructured(pruned, "weight", amount=0.5)
     with torch.no_grad():

@@ -84,7 +84,7 @@ def gated_scores(x: Tensor, mask: Tensor, value: nn.Linear, gate: nn.Linear, sco
     """
     # abmil with tanh from sigmoid (see sigmoid_for_tanh): the 2 of tanh(v) = 2 sigmoid(2v) - 1 folds into the
     # value weights, and w . ((2 s_v - 1) * s_u) = 2w . (s_v * s_u) - w . s_u needs one (B*T, a) product.
-    fold = 2 if scorer == "abmil" and sigmoid_for_tanh(x.dtype) and not hooks.hooked(score) else 1
+    fold = 2 if scorer == "abmil" and sigmoid_for_tanh(x.dtype) else 1
     weight = torch.cat([fold * value.weight, gate.weight])
     bias = torch.cat([fold * value.bias, gate.bias])
 
@@ -152,10 +152,9 @@ class AttentionPooler(Pooler):
 
     def logits(self, x: Tensor, mask: Tensor) -> Tensor:
         """Every token's logit, up to a constant: (B, T, D) -> (B, T); the softmax masks the padded positions'.
-        Scoring layers with hooks are called as modules, on the tokens with their padding zeroed (hooks.py)."""
+        Scoring layers with hooks are called as modules (hooks.py)."""
         two_factor = self.scorer not in ("tanh", "linear")
         if hooks.hooked(self.score, *((self.value, self.gate) if two_factor else ())):
-            x = masking.zero_padding(x, mask)
             if not two_factor:
                 return self.score(x).squeeze(-1)
             return two_factor_logits(self.value(x), self.gate(x), self.score, self.scorer).squeeze(-1)
@@ -227,7 +226,7 @@ class MultiHeadAttentionPooler(Pooler):
         # weight reads the activations in place (an einsum over heads would first copy them per head).
         per_head = torch.block_diag(*self.head_scores.to(x.dtype).unbind(0))
         if hooks.hooked(self.hidden):  # called as a module (hooks.py)
-            scores = fast.score_product(torch.tanh(self.hidden(masking.zero_padding(x, mask))), per_head)
+            scores = fast.score_product(torch.tanh(self.hidden(x)), per_head)
         else:
             scores = tanh_scores(x, mask, self.hidden, per_head)
         scores = scores.transpose(1, 2)  # (B, H, T)
@@ -316,10 +315,10 @@ def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, 
 
 def called_cross_attention(query: Tensor, x: Tensor, key: nn.Module, value: nn.Module, mask: Tensor, num_heads: int,
                            scale: float, quadrature_weights: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """:func:`cross_attention` unfolded: ``key`` and ``value`` called as modules on every token (their padding
-    zeroed), so that their hooks run (hooks.py); scores and sums in float32 at least, as there."""
+    """:func:`cross_attention` unfolded: ``key`` and ``value`` called as modules on every token, so that their hooks
+    run (hooks.py). Their projections are in their own dtype (in half precision the logits then carry the rounding
+    that the folded form avoids); scores and sums in float32 at least, as there."""
     batch, length, dim = x.shape
-    x = masking.zero_padding(x, mask)
     wide = masking.compute_dtype(x.dtype)
 
     def per_head(h: Tensor) -> Tensor:  # (B, N, D) -> (B, N, H, D / H)

@@ -94,10 +94,7 @@ class Pooler(Configurable):
                 raise PoolkitError(f"{self.name} does not take quadrature_weights; the poolers that do: "
                                    f"{', '.join(POOLERS.names(lambda cls: cls.quadrature))}")
             quadrature_weights, mask = quadrature.checked_weights(self, quadrature_weights, mask)
-        if self.on_empty == "raise" and not bool(mask.any(dim=1).all()):
-            rows = (~mask.any(dim=1)).nonzero().flatten().tolist()
-            raise PoolkitError(f"{self.name}: rows {rows[:5]} have no real token (all padding); "
-                               "drop them or build the pooler with on_empty='zeros'")
+        self._check_not_empty(mask)
         batch, length = mask.shape
         degenerate = (batch == 0 or length == 0) and not fast.transformed()
         if degenerate:  # no row or no token: pooled as one all-padding row / position, cut away again after
@@ -109,8 +106,10 @@ class Pooler(Configurable):
             where["quadrature_weights"] = mask.to(quadrature_weights.dtype) if degenerate else quadrature_weights
         x = self.to_parameter_dtype(x)
         checked = fast.active(reference)
-        if not checked and self.reads_padding and self.kind == "token":
-            x = _zero_padding(x, mask)  # transforms, other devices: zeroed before it is read (layers: LayerPooler)
+        if self.reads_padding and self.kind == "token" and (not checked or hooks.hooked(*self.children())):
+            # Transforms, other devices: zeroed before it is read (layers: LayerPooler). With hooks on its layers
+            # (hooks.py), so that a hooked layer never reads the padding and the guard below never pools twice.
+            x = _zero_padding(x, mask)
         pooled, weights = self._pool_and_guard(x, mask, return_weights, where)
         # One float32 sum (cheaper than isfinite().all(); float32 so that large half values do not overflow it).
         if checked and self.reads_padding and not math.isfinite(pooled.sum(dtype=torch.float32).item()):
@@ -142,12 +141,21 @@ class Pooler(Configurable):
     def pool(self, x: Any, mask: Tensor) -> tuple[Tensor, Weights]:
         raise NotImplementedError
 
+    def _check_not_empty(self, mask: Tensor) -> None:
+        """With ``on_empty="raise"``, a row with no real token is an error."""
+        if self.on_empty == "raise" and not bool(mask.any(dim=1).all()):
+            rows = (~mask.any(dim=1)).nonzero().flatten().tolist()
+            raise PoolkitError(f"{self.name}: rows {rows[:5]} have no real token (all padding); "
+                               "drop them or build the pooler with on_empty='zeros'")
+
     def pool_as_part(self, x: Tensor, mask: Tensor, weights: bool = True, **where: Any):
         """This pooler inside another (a composite's part, a layer pooler's token pooler) on tokens already checked:
         ``pool`` (``weights=False``: ``pool_without_weights``), or a call of this pooler as a module where that would
-        run hooks of its own, so that they run (hooks.py); its output is then in the input's dtype. ``where``: pool's
-        keyword arguments, a map's ``grid`` included (the map is then passed channels last)."""
+        run hooks of its own, so that they run (hooks.py); its output is then in the input's dtype. Either way its
+        ``on_empty="raise"`` holds. ``where``: a positional part's ``grid`` (the map is then passed channels last)
+        or ``quadrature_weights``."""
         if not hooks.hooked_itself(self):
+            self._check_not_empty(mask)
             return self.pool(x, mask, **where) if weights else self.pool_without_weights(x, mask, **where)
         grid = where.pop("grid", None)
         if grid is not None:

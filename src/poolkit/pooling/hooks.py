@@ -5,7 +5,10 @@ tokens, latent / adapool's key and value projections into the queries, a composi
 ``pool``). A folded layer is never called, so hooks on it would not run: forward hooks that read or replace its
 output (activation capture, attribution), forward pre-hooks that set its weight (``torch.nn.utils.prune``, the older
 ``weight_norm`` / ``spectral_norm``), backward hooks. Where a layer has a hook, its pooler calls it as a module
-instead: the same values to float rounding, the hook runs, at the cost of the folding.
+instead: the same values to float rounding, the hook runs, at the cost of the folding. ``Pooler.forward`` (and a
+layer pooler, for its token pooler) then zeroes the padding first, so that no hooked layer reads it and the
+non-finite guard never pools a second time. Under ``torch.func`` transforms and compile, ``lstm_layers`` /
+``gru_layers`` unroll their recurrence from its weights (layers.final_state): hooks on ``rnn`` do not run there.
 """
 
 from __future__ import annotations

@@ -80,10 +80,10 @@ class LayerPooler(Pooler):
 
     def token_pool(self, h: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """The token pooler on one (B, T, D') tensor, converted to its dtype. Where the fast forms do not apply
-        (transforms, other devices), a token pooler that reads padding gets it zeroed here, one selected or mixed
-        tensor at a time (see Pooler.forward), never all the layers at once."""
+        (transforms, other devices) or it has hooks (hooks.py), a token pooler that reads padding gets it zeroed
+        here, one selected or mixed tensor at a time (see Pooler.forward), never all the layers at once."""
         h = self.token.to_parameter_dtype(h)
-        if self.token.reads_padding and not fast.active(h):
+        if self.token.reads_padding and (not fast.active(h) or hooks.hooked(self.token)):
             h = masking.zero_padding(h, mask)
         return self.token.pool_as_part(h, mask)
 
@@ -103,13 +103,15 @@ class LayerPooler(Pooler):
         A linear token pooler pools every layer first (for cls: B x D rows), then mixes. Otherwise the mixed
         layer is made; without autograd (inference), in ``MIX_CHUNKS`` chunks of rows, which bounds the
         memory the mix and the token pooler's own activations add (not under a transform: a loop over the batch
-        would fix an exported graph's batch size).
+        would fix an exported graph's batch size). A token pooler with hooks of its own (hooks.py) is called once,
+        on the whole mixed layer.
         """
-        if self.token.linear:
+        hooked = hooks.hooked_itself(self.token)
+        if self.token.linear and not hooked:
             vectors, token_weights = self.pool_each(layers, mask)
             return torch.einsum("bld,l->bd", vectors, weights.to(vectors.dtype)), token_weights[:, 0]
         batch = mask.shape[0]
-        if torch.is_grad_enabled() or batch < 2 or fast.transformed():
+        if torch.is_grad_enabled() or batch < 2 or fast.transformed() or hooked:
             return self._mix_then_pool(layers, weights, mask)
         step = -(-batch // MIX_CHUNKS)
         parts = [self._mix_then_pool([h[start:start + step] for h in layers], weights, mask[start:start + step])
