@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 # half of the install time, and a run imports a fraction of those files.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: install dev system-data browser timm demo zoo docs test test-fast test-deep bench clean
+.PHONY: install dev system-data browser timm st-openvino demo zoo docs test test-fast test-deep bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -92,7 +92,18 @@ timm: dev
 	  && $(PY) -m zipfile -e $(VENV)/timm/timm-1.0.31-py3-none-any.whl $(VENV)/timm; } \
 	  || echo "note: timm not unpacked; perf_spatial and the timm peer suite run without it"
 
-bench: dev timm
+# sentence-transformers' own OpenVINO backend, a peer of perf_onnx's throughput table (benchmarks/st_peer_worker.py runs
+# it): an environment of its own, since its extra's pins (optimum-intel: transformers<5.6) conflict with the dev
+# environment's. Its torchvision, a CUDA build, fails to load beside the CPU torch and is not needed: removed. Best
+# effort: perf_onnx says when it is missing.
+ST_OPENVINO := $(VENV)/st-openvino
+st-openvino: dev
+	@[ -f $(ST_OPENVINO)/.installed ] || { $(PYTHON) -m venv $(ST_OPENVINO) \
+	  && $(ST_OPENVINO)/bin/pip install --quiet --no-compile $(TORCH_PIN) "sentence-transformers[openvino]==6.3.0" \
+	  && $(ST_OPENVINO)/bin/pip uninstall --quiet --yes torchvision && touch $(ST_OPENVINO)/.installed; } \
+	  || echo "note: $(ST_OPENVINO) not built; perf_onnx runs without sentence-transformers' OpenVINO backend"
+
+bench: dev timm st-openvino
 	$(PY) benchmarks/run_all.py
 
 clean:

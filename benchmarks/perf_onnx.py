@@ -29,12 +29,15 @@ batch 32, the model's own pooling (mean + Normalize). Measured in one run:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
 import warnings
+from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -60,6 +63,13 @@ RETRIEVAL = "builtin:wordnet-examples"
 #: torch's own thread count, read before ``--threads`` changes it: the default users run with
 DEFAULT_THREADS = torch.get_num_threads()
 ST = "sentence-transformers encode"
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).resolve().parent / "st_peer_worker.py"
+#: sentence-transformers' own backends that do not install beside poolkit's dev environment (their extras' pins
+#: conflict with it), each run by :data:`WORKER` from an environment of its own: the variant's name -> (the backend,
+#: that environment's python, the command that makes it).
+PEERS = {"sentence-transformers backend='openvino'": ("openvino", ROOT / ".venv" / "st-openvino" / "bin" / "python",
+                                                      "make st-openvino")}
 FLOORS = {"onnx": "floor: the linear layers alone, onnxruntime float32",
           "onnx-int8": "floor: the linear layers alone, onnxruntime int8"}
 
@@ -115,8 +125,68 @@ def floor_variants(texts: list[str], scratch: Path) -> dict:
     return variants
 
 
+class PeerWorker:
+    """:data:`WORKER` run by ``python`` (an environment of its own) on ``texts_file`` with ``model`` (default: the
+    packaged one): a call encodes the texts once in that process and returns when it is done, so the interleaved
+    repeats time it beside the variants here."""
+
+    def __init__(self, python: Path, backend: str, threads: int, texts_file: Path, model: str | None = None) -> None:
+        self.log = tempfile.TemporaryFile("w+")
+        self.process = subprocess.Popen(
+            [str(python), str(WORKER), "--model", model or resolve_model(None), "--backend", backend,
+             "--threads", str(threads), "--texts", str(texts_file), "--batch", str(BATCH)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(self.last_error())
+        self.versions = json.loads(line)["versions"]
+
+    def ask(self, command: str) -> None:
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        if self.process.stdout.readline().strip() != "done":
+            raise RuntimeError(f"{PeerWorker.__name__}: {self.last_error()}")
+
+    def __call__(self) -> None:
+        self.ask("pass")
+
+    def vectors(self, path: Path) -> np.ndarray:
+        self.ask(f"vectors {path}")
+        return np.load(path)
+
+    def last_error(self) -> str:
+        """The worker's last line on stderr (its error), or how it ended."""
+        self.process.wait(timeout=60)
+        self.log.seek(0)
+        lines = [line.strip() for line in self.log.read().splitlines() if line.strip()]
+        return lines[-1][:200] if lines else f"the worker ended with code {self.process.returncode}"
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+        self.log.close()
+
+
+def start_peers(texts_file: Path, threads: int, stack: ExitStack) -> tuple[dict, dict[str, str]]:
+    """A :class:`PeerWorker` per entry of :data:`PEERS` whose environment is there and starts (closed by ``stack``);
+    -> (name -> worker, name -> why it does not run here)."""
+    workers, unavailable = {}, {}
+    for name, (backend, python, make) in PEERS.items():
+        if not python.exists():
+            unavailable[name] = f"its environment ({python.parent.parent.relative_to(ROOT)}) is missing: `{make}`"
+            continue
+        try:
+            workers[name] = PeerWorker(python, backend, threads, texts_file)
+        except Exception as err:  # noqa: BLE001 - the peer's own failure: said in the table's note
+            unavailable[name] = f"{type(err).__name__}: {err}"
+            continue
+        stack.callback(workers[name].close)
+    return workers, unavailable
+
+
 def throughput(texts: list[str], threads: int, repeats: int) -> dict:
-    """Every variant's seconds per pass over ``texts`` at ``threads`` threads, interleaved."""
+    """Every variant's seconds per pass over ``texts`` at ``threads`` threads, interleaved; each peer of
+    :data:`PEERS`' largest difference to sentence-transformers' torch ``encode``."""
     from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(threads)
@@ -124,8 +194,8 @@ def throughput(texts: list[str], threads: int, repeats: int) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         st_model = SentenceTransformer(path, device="cpu")
-    variants = {ST: lambda: st_model.encode(texts, batch_size=BATCH, show_progress_bar=False)}
-    st_onnx = None
+    encode = partial(st_model.encode, texts, batch_size=BATCH, show_progress_bar=False)
+    variants, unavailable, peers = {ST: encode}, {}, {}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -133,17 +203,28 @@ def throughput(texts: list[str], threads: int, repeats: int) -> dict:
         variants["sentence-transformers backend='onnx'"] = lambda: onnx_model.encode(
             texts, batch_size=BATCH, show_progress_bar=False)
     except Exception as err:  # noqa: BLE001 - optimum missing, or no ONNX file in the folder: say why
-        st_onnx = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"
-    for backend in ("torch", "onnx", "onnx-int8"):
-        encoder = _encoder(backend)  # after set_num_threads: the sessions take the thread count
-        variants[f"poolkit {backend}"] = lambda encoder=encoder: encoder.encode(texts, batch_size=BATCH)
-    with tempfile.TemporaryDirectory() as scratch:
+        unavailable["sentence-transformers backend='onnx'"] = (
+            f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}")
+    with tempfile.TemporaryDirectory() as scratch, ExitStack() as stack:
+        texts_file = Path(scratch) / "texts.json"
+        texts_file.write_text(json.dumps(texts))
+        workers, missing = start_peers(texts_file, threads, stack)
+        variants |= workers
+        unavailable |= missing
+        for backend in ("torch", "onnx", "onnx-int8"):
+            encoder = _encoder(backend)  # after set_num_threads: the sessions take the thread count
+            variants[f"poolkit {backend}"] = lambda encoder=encoder: encoder.encode(texts, batch_size=BATCH)
         variants.update(floor_variants(texts, Path(scratch)))
         times = interleaved(variants, torch.device("cpu"), repeats=repeats, min_sample_s=0.0, warmup=1)
+        reference = encode()
+        for name, worker in workers.items():
+            vectors = worker.vectors(Path(scratch) / "peer.npy")
+            peers[name] = {"versions": worker.versions,
+                           "max_abs_diff_to_st_torch": float(np.abs(vectors - reference).max())}
     rows = {name: {"ms": median_ms(times, name), "texts_per_s": len(texts) / (median_ms(times, name) / 1e3),
                    "vs_st": ratio(times, ST, name), "vs_st_per_repeat": per_repeat(times, ST, name)}
             for name in times}
-    return {"threads": threads, "variants": rows, "st_onnx_unavailable": st_onnx}
+    return {"threads": threads, "variants": rows, "unavailable": unavailable, "peers": peers}
 
 
 def peak_rss(backend: str, texts_count: int) -> float:
@@ -275,6 +356,14 @@ def int8_over_float32(cell: dict, names: dict[str, str]) -> str:
     return f"{cell['threads']} thread(s) {rate['onnx-int8'] / rate['onnx']:.2f}x"
 
 
+def unavailable(cell: dict) -> dict[str, str]:
+    """A throughput cell's peers that did not run, and why (older result files hold sentence-transformers'
+    ``backend="onnx"`` only, as ``st_onnx_unavailable``)."""
+    if "unavailable" in cell:
+        return cell["unavailable"]
+    return {"sentence-transformers backend='onnx'": cell["st_onnx_unavailable"]} if cell["st_onnx_unavailable"] else {}
+
+
 def render_throughput(result: dict) -> str:
     """One table per thread count, and the targets' verdicts at the default."""
     parts = [f"{result['texts']} texts of {result['source']} (tokens: mean {result['tokens']['mean']:.0f}, max "
@@ -283,8 +372,10 @@ def render_throughput(result: dict) -> str:
     for cell in result["throughput"]:
         rows = [[name, f"{v['texts_per_s']:.0f}", f"{v['vs_st']:.2f}x",
                  " ".join(f"{r:.2f}" for r in v["vs_st_per_repeat"])] for name, v in cell["variants"].items()]
-        note = (f"\n\nsentence-transformers backend='onnx' does not load here: {cell['st_onnx_unavailable']}"
-                if cell["st_onnx_unavailable"] else "")
+        note = "".join(f"\n\n{name} does not run here: {why}" for name, why in unavailable(cell).items())
+        note += "".join(f"\n\n{name}: " + ", ".join(f"{k} {v}" for k, v in peer["versions"].items())
+                        + f" in its own environment; max |diff| to sentence-transformers encode's vectors "
+                        f"{peer['max_abs_diff_to_st_torch']:.1e}" for name, peer in cell.get("peers", {}).items())
         parts.append(table(["encoder", "texts / s", "vs sentence-transformers encode", "per repeat"], rows,
                            title=f"{result['texts']} texts, batch {BATCH}, {cell['threads']} thread(s)") + note)
     default = result["throughput"][-1]["variants"]

@@ -417,6 +417,41 @@ def test_the_throughput_floor_holds_every_weight_matmul_of_the_encoder_and_runs(
         assert out.shape == (rows, 32) and np.isfinite(out).all()
 
 
+def test_a_peer_worker_encodes_in_its_own_process_what_sentence_transformers_encodes_here(tmp_path, monkeypatch):
+    """perf_onnx's PeerWorker driving st_peer_worker.py (here: this environment's python, sentence-transformers' torch
+    backend, a tiny model): the vectors it saves are sentence-transformers' own for the texts, in their order, after
+    timed passes; a worker that cannot start is reported with its own error line, and a peer whose environment is
+    missing with the command that builds it. Catches vectors of other texts or in another order, a reply read before
+    the work is done, a failing peer that hangs the run or aborts it instead of being named in the table's note."""
+    from importlib import metadata
+
+    import perf_onnx
+    from sentence_transformers import SentenceTransformer
+    from tiny_models import tiny_bert_dir
+
+    model = tiny_bert_dir(tmp_path / "bert", hidden=32)
+    texts = ["a b c d e f", "b", "", "c d e"]
+    texts_file = tmp_path / "texts.json"
+    texts_file.write_text(json.dumps(texts))
+    worker = perf_onnx.PeerWorker(Path(sys.executable), "torch", 1, texts_file, model=model)
+    try:
+        worker()
+        vectors = worker.vectors(tmp_path / "vectors.npy")
+    finally:
+        worker.close()
+    expected = SentenceTransformer(model, device="cpu").encode(texts)
+    assert vectors.shape == expected.shape and np.abs(vectors - expected).max() < 1e-5
+    assert worker.versions["sentence-transformers"] == metadata.version("sentence-transformers")
+    with pytest.raises(RuntimeError, match="invalid choice: 'no-such-backend'"):
+        perf_onnx.PeerWorker(Path(sys.executable), "no-such-backend", 1, texts_file, model=model)
+    missing = tmp_path / "env" / "bin" / "python"
+    monkeypatch.setattr(perf_onnx, "ROOT", tmp_path)
+    monkeypatch.setattr(perf_onnx, "PEERS", {"peer": ("openvino", missing, "make st-openvino")})
+    with perf_onnx.ExitStack() as stack:
+        assert perf_onnx.start_peers(texts_file, 1, stack) == (
+            {}, {"peer": "its environment (env) is missing: `make st-openvino`"})
+
+
 def test_background_starts_that_many_busy_processes_and_stops_them():
     # catches a --background that starts nothing (a "loaded" table measured on a quiet machine) or leaves spinners
     import psutil
