@@ -5,7 +5,8 @@ Same packaged all-MiniLM-L6-v2, same real texts as item 5 (fortune cookies when 
 batch 32, the model's own pooling (mean + Normalize). Measured in one run:
 
 1. **Throughput** at 1 thread and at torch's default thread count: sentence-transformers ``encode`` (torch), its
-   ``backend="onnx"`` where it loads here (the reason when it does not), and poolkit's ``TextEncoder`` with
+   ``backend="onnx"`` where it loads here (the reason when it does not), its ``backend="openvino"`` from an
+   environment of its own (``make st-openvino``; :class:`PeerWorker`), and poolkit's ``TextEncoder`` with
    ``backend`` torch, onnx and onnx-int8; whole passes over the texts, the variants interleaved, median of repeats,
    the ratio per repeat. Targets: onnx >= 2x, onnx-int8 >= 3x sentence-transformers' torch ``encode``. Beside them
    each backend's floor: the encoder's linear layers alone in onnxruntime (float32, and int8 with the shipped
@@ -16,7 +17,10 @@ batch 32, the model's own pooling (mean + Normalize). Measured in one run:
    the learned scorer, not a trained one) and weighted_layer (target <= 1e-4).
 4. **The traced attention**: the graph traced on the encoder's eager attention (what poolkit exports) against the
    one traced on the model's own (torch's scaled-dot-product attention), float32 and int8, passes interleaved.
-5. **The int8 choice**: per-channel vs per-tensor scales x MatMul weights only vs MatMul + the embedding Gather:
+5. **Where a pass's time goes**: onnxruntime's own profile of passes over the texts, float32 and int8 graphs, at
+   torch's default thread count: kernel time per op type, and whether the ops other than the matrix products fit in
+   what each target leaves beyond its floor (if not, the graph misses the target whatever its products cost).
+6. **The int8 choice**: per-channel vs per-tensor scales x MatMul weights only vs MatMul + the embedding Gather:
    mean / lowest cosine to the float32 vectors over the throughput texts, nDCG@10 on builtin:wordnet-examples
    (queries ranked against the whole corpus, as ``poolkit evaluate``), time per pass, file size. The rule chooses on
    the cosine, size and time only; nDCG@10 is the held-out check. Target for the shipped choice
@@ -327,6 +331,40 @@ def traced_attention(texts: list[str], repeats: int) -> dict:
          "per_repeat": per_repeat(times, f"{own} {int8}", f"{traced} {int8}")} for int8 in (False, True)]}
 
 
+def op_profile(texts: list[str], passes: int = 3) -> dict:
+    """Where a pass's time goes inside onnxruntime: its own profile (``enable_profiling``) of ``passes`` passes over
+    the texts' length-sorted batches, the first included, at torch's thread count, per graph (float32, int8): ms per
+    pass of each op type's kernels, summed over their nodes."""
+    import onnxruntime
+
+    from poolkit.data.batching import sorted_token_batches
+
+    encoder = _encoder("onnx")
+    folder = onnx_graph.cached_graph(encoder, encoder.prompt, int8=True).folder
+    _, batches = sorted_token_batches(encoder.tokenizer, texts, encoder.max_length, BATCH)
+    feeds = [{name: tensor.numpy() for name, tensor in batch.items()} for _, batch in batches]
+    graphs = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for graph, file in (("float32", onnx_graph.FLOAT_FILE), ("int8", onnx_graph.INT8_FILE)):
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = torch.get_num_threads()
+            options.enable_profiling = True
+            options.profile_file_prefix = str(Path(scratch) / graph)
+            session = onnxruntime.InferenceSession(str(folder / file), options, providers=["CPUExecutionProvider"])
+            inputs = [node.name for node in session.get_inputs()]
+            for _ in range(passes):
+                for feed in feeds:
+                    session.run(None, {name: feed[name] for name in inputs})
+            events = json.loads(Path(session.end_profiling()).read_text())
+            per_op: dict[str, float] = {}
+            for event in events:
+                if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+                    op = event["args"]["op_name"]
+                    per_op[op] = per_op.get(op, 0.0) + event["dur"] / 1e3 / passes
+            graphs[graph] = dict(sorted(per_op.items(), key=lambda item: -item[1]))
+    return {"threads": torch.get_num_threads(), "passes": passes, "ms_per_pass": graphs}
+
+
 def rule_choice(grid: dict) -> dict | None:
     """The recipe the measurements choose: of those whose mean cosine to float32 over the throughput texts meets its
     target, the smallest file (to the MiB), then the fastest; None when none does. The retrieval set's nDCG@10 plays
@@ -451,10 +489,53 @@ def render_trace(result: dict) -> str:
                  title=f"{result['texts']} texts, batch {BATCH}, torch's default thread count, both graphs interleaved")
 
 
+def is_product(op: str) -> bool:
+    """A matrix product's kernel (float32 MatMul / FusedMatMul / Gemm, the int8 graph's DynamicQuantizeMatMul /
+    MatMulInteger...): the work the floors hold, for the linear layers."""
+    return "MatMul" in op or "Gemm" in op
+
+
+def render_profile(result: dict) -> str:
+    """Each graph's time per op type, and whether its other ops fit in what the target leaves beyond the floor."""
+    profile = result["profile"]
+    graphs = profile["ms_per_pass"]
+    totals = {graph: sum(ops.values()) for graph, ops in graphs.items()}
+    ops = sorted({op for per_op in graphs.values() for op in per_op},
+                 key=lambda op: -max(graphs[g].get(op, 0.0) / totals[g] for g in graphs))
+    shown = [op for op in ops if any(graphs[g].get(op, 0.0) >= 0.005 * totals[g] for g in graphs)]
+    rows = [[op] + [cell for g in graphs for cell in (f"{graphs[g].get(op, 0.0):.0f}",
+                                                      f"{100 * graphs[g].get(op, 0.0) / totals[g]:.1f}%")]
+            for op in shown]
+    rest = [op for op in ops if op not in shown]
+    rows.append([f"the other {len(rest)} op types"] + [cell for g in graphs for cell in (
+        f"{sum(graphs[g].get(op, 0.0) for op in rest):.0f}",
+        f"{100 * sum(graphs[g].get(op, 0.0) for op in rest) / totals[g]:.1f}%")])
+    rows.append(["all"] + [cell for g in graphs for cell in (f"{totals[g]:.0f}", "100%")])
+    parts = [table(["op type"] + [h for g in graphs for h in (f"{g}: ms / pass", "share")], rows,
+                   title=f"onnxruntime's own profile of {profile['passes']} passes over the texts (the first included), "
+                         f"{profile['threads']} thread(s): kernel time per op type")]
+    [cell] = [c for c in result["throughput"] if c["threads"] == profile["threads"]]
+    st_ms = cell["variants"][ST]["ms"]
+    for backend, graph in (("onnx", "float32"), ("onnx-int8", "int8")):
+        target_ms, floor_ms = st_ms / TARGETS[backend], cell["variants"][FLOORS[backend]]["ms"]
+        others = sum(ms for op, ms in graphs[graph].items() if not is_product(op))
+        line = (f"{backend} at {profile['threads']} thread(s): a pass at the target {TARGETS[backend]:g}x takes "
+                f"{target_ms:.0f} ms")
+        if floor_ms >= target_ms:
+            parts.append(line + f", less than the linear layers' floor ({floor_ms:.0f} ms): beyond any graph's reach")
+            continue
+        fits = others <= target_ms - floor_ms
+        parts.append(line + f", {target_ms - floor_ms:.0f} ms more than the linear layers' floor; the {graph} graph's "
+                     f"ops other than its products take {others:.0f} ms per pass: "
+                     + ("within that margin" if fits else "more than that margin, so this graph misses the target "
+                        "here even with its products at the floor"))
+    return "\n\n".join(parts)
+
+
 def render(result: dict) -> str:
     """Every block, as printed at the end of a run."""
     return "\n\n".join(block(result) for block in (render_throughput, render_cost, render_agreement, render_trace,
-                                                    render_int8))
+                                                    render_profile, render_int8))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -480,6 +561,7 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(default_threads)
         result["agreement"] = agreement(texts)
         result["trace"] = traced_attention(texts, repeats)
+        result["profile"] = op_profile(texts)
         result["int8"] = int8_grid(texts, repeats=2)
     if was is None:  # run_all goes on with other suites in this process
         os.environ.pop("POOLKIT_CACHE")

@@ -417,6 +417,35 @@ def test_the_throughput_floor_holds_every_weight_matmul_of_the_encoder_and_runs(
         assert out.shape == (rows, 32) and np.isfinite(out).all()
 
 
+def test_the_profile_reads_a_target_as_missed_where_the_ops_beside_the_products_exceed_its_margin_over_the_floor():
+    """perf_onnx's reading of onnxruntime's profile: at the profile's thread count, a target's pass time (sentence-
+    transformers' ms / the target) less the backend's floor is the margin; the graph's ops that are not matrix products
+    (int8 products included: DynamicQuantizeMatMul, MatMulIntegerToFloat) must fit in it. Catches the margin taken
+    from another thread count's cell, products counted as the other ops (or the reverse), the verdict inverted."""
+    import perf_onnx
+
+    def cell(threads, st_ms):
+        ms = {perf_onnx.ST: st_ms, perf_onnx.FLOORS["onnx"]: 400.0, perf_onnx.FLOORS["onnx-int8"]: 300.0}
+        return {"threads": threads, "variants": {name: {"ms": value} for name, value in ms.items()}}
+
+    profile = {"threads": 2, "passes": 3, "ms_per_pass": {
+        "float32": {"MatMul": 420.0, "FusedMatMul": 30.0, "SkipLayerNormalization": 60.0, "Transpose": 30.0},
+        "int8": {"DynamicQuantizeMatMul": 250.0, "MatMulIntegerToFloat": 60.0, "Gelu": 20.0, "Softmax": 5.0}}}
+    # 2 threads: ST 1000 ms -> onnx at 2x: 500 ms, margin 100 over the floor; other ops 90: within.
+    # int8 at 3x: 333 ms, margin 33; other ops 25: within. At 1 thread (ST 2000 ms) the margins would be 600 / 367.
+    text = perf_onnx.render_profile({"throughput": [cell(1, 2000.0), cell(2, 1000.0)], "profile": profile})
+    assert "a pass at the target 2x takes 500 ms, 100 ms more than the linear layers' floor; the float32 graph's ops "\
+        "other than its products take 90 ms per pass: within that margin" in text
+    assert "a pass at the target 3x takes 333 ms, 33 ms more than the linear layers' floor; the int8 graph's ops other "\
+        "than its products take 25 ms per pass: within that margin" in text
+    profile["ms_per_pass"]["float32"]["Transpose"] = 50.0
+    text = perf_onnx.render_profile({"throughput": [cell(1, 2000.0), cell(2, 1000.0)], "profile": profile})
+    assert "take 110 ms per pass: more than that margin, so this graph misses the target" in text
+    text = perf_onnx.render_profile({"throughput": [cell(1, 2000.0), cell(2, 850.0)], "profile": profile})
+    assert "a pass at the target 3x takes 283 ms, less than the linear layers' floor (300 ms): beyond" in text
+    assert "| SkipLayerNormalization | 60" in text
+
+
 def test_a_peer_worker_encodes_in_its_own_process_what_sentence_transformers_encodes_here(tmp_path, monkeypatch):
     """perf_onnx's PeerWorker driving st_peer_worker.py (here: this environment's python, sentence-transformers' torch
     backend, a tiny model): the vectors it saves are sentence-transformers' own for the texts, in their order, after
