@@ -33,6 +33,7 @@ batch 32, the model's own pooling (mean + Normalize). Measured in one run:
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -404,9 +405,11 @@ def unavailable(cell: dict) -> dict[str, str]:
 
 def render_throughput(result: dict) -> str:
     """One table per thread count, and the targets' verdicts at the default."""
+    busy = result.get("background", 0)
     parts = [f"{result['texts']} texts of {result['source']} (tokens: mean {result['tokens']['mean']:.0f}, max "
-             f"{result['tokens']['max']}), {result['repeats']} interleaved repeats; load average at the end "
-             f"{result['load_average'][0]:.1f}"]
+             f"{result['tokens']['max']}), {result['repeats']} interleaved repeats"
+             + (f", beside {busy} busy process(es) (a Python spin loop each)" if busy else "")
+             + f"; load average at the end {result['load_average'][0]:.1f}"]
     for cell in result["throughput"]:
         rows = [[name, f"{v['texts_per_s']:.0f}", f"{v['vs_st']:.2f}x",
                  " ".join(f"{r:.2f}" for r in v["vs_st_per_repeat"])] for name, v in cell["variants"].items()]
@@ -512,10 +515,13 @@ def render_profile(result: dict) -> str:
         f"{100 * sum(graphs[g].get(op, 0.0) for op in rest) / totals[g]:.1f}%")])
     rows.append(["all"] + [cell for g in graphs for cell in (f"{totals[g]:.0f}", "100%")])
     parts = [table(["op type"] + [h for g in graphs for h in (f"{g}: ms / pass", "share")], rows,
-                   title=f"onnxruntime's own profile of {profile['passes']} passes over the texts (the first included), "
-                         f"{profile['threads']} thread(s): kernel time per op type")]
-    [cell] = [c for c in result["throughput"] if c["threads"] == profile["threads"]]
-    st_ms = cell["variants"][ST]["ms"]
+                   title=f"onnxruntime's own profile of {profile['passes']} passes over the texts (the first "
+                         f"included), {profile['threads']} thread(s): kernel time per op type")]
+    cells = [c for c in result.get("throughput", []) if c["threads"] == profile["threads"]]
+    if not cells:  # a run without the throughput part: nothing to read the profile against
+        return parts[0]
+    st_ms = cells[0]["variants"][ST]["ms"]
+    cell = cells[0]
     for backend, graph in (("onnx", "float32"), ("onnx-int8", "int8")):
         target_ms, floor_ms = st_ms / TARGETS[backend], cell["variants"][FLOORS[backend]]["ms"]
         others = sum(ms for op, ms in graphs[graph].items() if not is_product(op))
@@ -532,15 +538,30 @@ def render_profile(result: dict) -> str:
     return "\n\n".join(parts)
 
 
+#: What a run measures (``--parts``), each with its renderer, in the order printed.
+RENDERERS = {"throughput": render_throughput, "cost": render_cost, "agreement": render_agreement,
+             "trace": render_trace, "profile": render_profile, "int8": render_int8}
+PARTS = tuple(RENDERERS)
+
+
 def render(result: dict) -> str:
     """Every block, as printed at the end of a run."""
-    return "\n\n".join(block(result) for block in (render_throughput, render_cost, render_agreement, render_trace,
-                                                    render_profile, render_int8))
+    return "\n\n".join(render_part(result) for part, render_part in RENDERERS.items() if part in result["parts"])
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args, _ = parse_and_setup(__doc__, argv, lambda parser: parser.add_argument(
-        "--texts", type=int, default=1000, help="number of texts (default 1000)"))
+    def part_list(text: str) -> list[str]:
+        if unknown := sorted(set(text.split(",")) - set(PARTS)):
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}: choose from {', '.join(PARTS)}")
+        return [part for part in PARTS if part in text.split(",")]
+
+    def options(parser) -> None:
+        parser.add_argument("--texts", type=int, default=1000, help="number of texts (default 1000)")
+        parser.add_argument("--parts", type=part_list, default=list(PARTS),
+                            help="comma-separated subset of what is measured: " + ", ".join(PARTS) + " (default all)")
+
+    args, _ = parse_and_setup(__doc__, argv, options)  # a bad option exits here, before any busy process starts
+    parts = args.parts
     repeats = args.repeats or 5
     default_threads = DEFAULT_THREADS  # measured at 1 thread and at torch's default, whatever --threads says
     texts, source = real_texts(args.texts)
@@ -548,21 +569,24 @@ def main(argv: list[str] | None = None) -> dict:
     was = os.environ.get("POOLKIT_CACHE")
     with tempfile.TemporaryDirectory() as cache:
         os.environ["POOLKIT_CACHE"] = cache  # a fresh cache: every export here is measured, none reused
-        export = export_times()
-        tokens = [len(ids) for ids in _encoder("torch").tokenizer(texts, truncation=True, max_length=256)["input_ids"]]
         import onnxruntime
 
         result = {"provenance": provenance, "onnxruntime": onnxruntime.__version__, "texts": len(texts),
-                  "source": source, "batch": BATCH,
-                  "tokens": {"mean": float(np.mean(tokens)), "max": int(max(tokens))},
-                  "repeats": repeats, "export": export,
-                  "throughput": [throughput(texts, threads, repeats) for threads in sorted({1, default_threads})],
-                  "rss_mib": {backend: peak_rss(backend, len(texts)) for backend in ("torch", "onnx", "onnx-int8")}}
+                  "source": source, "batch": BATCH, "parts": parts, "background": args.background,
+                  "repeats": repeats}
+        if "cost" in parts:
+            result["export"] = export_times()
+        tokens = [len(ids) for ids in _encoder("torch").tokenizer(texts, truncation=True, max_length=256)["input_ids"]]
+        result["tokens"] = {"mean": float(np.mean(tokens)), "max": int(max(tokens))}
+        if "throughput" in parts:
+            result["throughput"] = [throughput(texts, threads, repeats) for threads in sorted({1, default_threads})]
+        if "cost" in parts:
+            result["rss_mib"] = {backend: peak_rss(backend, len(texts)) for backend in ("torch", "onnx", "onnx-int8")}
         torch.set_num_threads(default_threads)
-        result["agreement"] = agreement(texts)
-        result["trace"] = traced_attention(texts, repeats)
-        result["profile"] = op_profile(texts)
-        result["int8"] = int8_grid(texts, repeats=2)
+        for part, measure in (("agreement", agreement), ("trace", lambda some: traced_attention(some, repeats)),
+                              ("profile", op_profile), ("int8", lambda some: int8_grid(some, repeats=2))):
+            if part in parts:
+                result[part] = measure(texts)
     if was is None:  # run_all goes on with other suites in this process
         os.environ.pop("POOLKIT_CACHE")
     else:

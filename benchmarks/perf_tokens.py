@@ -123,8 +123,9 @@ def attention_floor(pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
     if pooler.name in QUERY_POOLERS:
         weights = [leaf(m.weight) for m in pooler.modules() if isinstance(m, nn.Linear)]
         queries, heads = getattr(pooler, "num_queries", 1), pooler.num_heads
-        start = torch.randn(x.shape[0] * queries, x.shape[-1], generator=torch.Generator().manual_seed(0)).to(x)
         from_tokens = query_from_tokens(pooler)
+        start = None if from_tokens else torch.randn(x.shape[0] * queries, x.shape[-1],
+                                                     generator=torch.Generator().manual_seed(0)).to(x)
 
         def query_side(cast, tokens):
             h = tokens.sum(dim=1) if from_tokens else cast(start)
@@ -247,10 +248,17 @@ def run_config(length: int, dim: int, dtype_name: str, mode: str, device: torch.
              **floor_ratio(times, name, candidates)} for name, (candidates, what) in floors.items()]
 
 
+def grid(full: bool) -> tuple[list[tuple[int, int]], int]:
+    """The (T, D) cells and the default repeats of a quick run, or of a ``--full`` one."""
+    if full:
+        return [(128, 384), (128, 768), (512, 384), (512, 768)], 9
+    return [(128, 384), (512, 768)], 7
+
+
 def main(argv: list[str] | None = None) -> dict:
     args, device = parse_and_setup(__doc__, argv)
-    repeats = args.repeats or (9 if args.full else 7)
-    sizes = [(128, 384), (128, 768), (512, 384), (512, 768)] if args.full else [(128, 384), (512, 768)]
+    sizes, repeats = grid(args.full)
+    repeats = args.repeats or repeats
     info = run_info(device, args)
     print(f"# Token poolers vs their floor ({describe(device)}), B={BATCH}, {repeats} interleaved repeats")
     rows = []

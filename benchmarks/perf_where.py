@@ -33,12 +33,12 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from perf_common import (DTYPES, comma_choices, describe, interleaved, median_ms, parse_and_setup,  # noqa: E402
                          run_info, save_json, table, timed_call)
-from perf_tokens import ATTENTION_POOLERS, BATCH, STAT_POOLERS, floor_of, floor_ratio, make_inputs  # noqa: E402
+from perf_tokens import (ATTENTION_POOLERS, BATCH, STAT_POOLERS, floor_of, floor_ratio, grid,  # noqa: E402
+                         make_inputs)
 from poolkit import get_pooler  # noqa: E402
 from poolkit.pooling import fast  # noqa: E402
 
 POOLERS = STAT_POOLERS + ATTENTION_POOLERS
-QUICK_SIZES = ((128, 384), (512, 768))
 
 #: Operator kinds, by ATen name without ``aten::`` and without an in-place form's trailing ``_``; an ATen operator no
 #: kind names is "other operators". Composite operators (einsum, linear, softmax's wrappers) keep little self time:
@@ -161,8 +161,8 @@ def _pairs(text: str) -> list[tuple[int, int]]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poolers", type=comma_choices(POOLERS, "a pooler timed"), default=POOLERS,
                         help=f"comma-separated, from {', '.join(POOLERS)} (default: all)")
-    parser.add_argument("--sizes", type=_pairs, default=list(QUICK_SIZES),
-                        help="TxD cells, comma-separated (default: 128x384,512x768, perf_tokens' quick sizes)")
+    parser.add_argument("--sizes", type=_pairs, default=None,
+                        help="TxD cells, comma-separated (default: perf_tokens' cells, quick or --full)")
     parser.add_argument("--dtypes", type=comma_choices(("fp32", "bf16"), "a dtype timed"), default=["fp32", "bf16"],
                         help="comma-separated, of fp32, bf16 (default: both)")
     parser.add_argument("--profiled-calls", type=int, default=20, help="calls of the pooling under the profiler")
@@ -172,17 +172,18 @@ def main(argv: list[str] | None = None) -> dict:
     args, device = parse_and_setup(__doc__, argv, add_arguments)
     if not fast.active(torch.empty(0, device=device)):
         raise SystemExit("perf_where.py: error: it attributes the eager CPU forms; run it with --device cpu")
-    repeats = args.repeats or 7
+    sizes, repeats = grid(args.full)  # perf_tokens' cells and repeats, quick or --full
+    sizes, repeats = args.sizes or sizes, args.repeats or repeats
     info = run_info(device, args)
     print(f"# Where the time goes ({describe(device)}), {repeats} interleaved repeats")
     rows = []
-    for length, dim in args.sizes:
+    for length, dim in sizes:
         for dtype_name in args.dtypes:
             for mode in ("fwd", "fwd+bwd"):
                 rows += measure_cell(length, dim, dtype_name, mode, args.poolers, device, repeats, args.profiled_calls)
                 print(f"  measured T={length} D={dim} {dtype_name} {mode}", flush=True)
     result = {"kind": "where", **info,
-              "settings": {"batch": BATCH, "sizes": args.sizes, "dtypes": args.dtypes, "poolers": args.poolers,
+              "settings": {"batch": BATCH, "sizes": sizes, "dtypes": args.dtypes, "poolers": args.poolers,
                            "repeats": repeats, "profiled_calls": args.profiled_calls,
                            "threads": torch.get_num_threads(), "background": args.background,
                            "figure": "shares of the pooler's forward time (median over repeats)"},

@@ -436,14 +436,31 @@ def test_the_profile_reads_a_target_as_missed_where_the_ops_beside_the_products_
     text = perf_onnx.render_profile({"throughput": [cell(1, 2000.0), cell(2, 1000.0)], "profile": profile})
     assert "a pass at the target 2x takes 500 ms, 100 ms more than the linear layers' floor; the float32 graph's ops "\
         "other than its products take 90 ms per pass: within that margin" in text
-    assert "a pass at the target 3x takes 333 ms, 33 ms more than the linear layers' floor; the int8 graph's ops other "\
-        "than its products take 25 ms per pass: within that margin" in text
+    assert "a pass at the target 3x takes 333 ms, 33 ms more than the linear layers' floor; the int8 graph's ops "\
+        "other than its products take 25 ms per pass: within that margin" in text
     profile["ms_per_pass"]["float32"]["Transpose"] = 50.0
     text = perf_onnx.render_profile({"throughput": [cell(1, 2000.0), cell(2, 1000.0)], "profile": profile})
     assert "take 110 ms per pass: more than that margin, so this graph misses the target" in text
     text = perf_onnx.render_profile({"throughput": [cell(1, 2000.0), cell(2, 850.0)], "profile": profile})
     assert "a pass at the target 3x takes 283 ms, less than the linear layers' floor (300 ms): beyond" in text
     assert "| SkipLayerNormalization | 60" in text
+
+
+def test_perf_onnx_refuses_an_unknown_part_before_any_work_and_renders_only_the_parts_it_measured(capsys, monkeypatch):
+    """``--parts`` names what a run measures (a busy run: the throughput alone). Catches an unknown part accepted (a
+    run that measures nothing asked for) or refused only after the busy processes and exports started, and a run's
+    text rendering a part it did not measure (a KeyError at the end of a long run)."""
+    import perf_onnx
+
+    monkeypatch.setattr(perf_onnx, "real_texts", lambda count: pytest.fail("work started before the options' check"))
+    with pytest.raises(SystemExit) as exit_:
+        perf_onnx.main(["--parts", "throughput,speed", "--background", "1"])
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err
+    assert "--parts: unknown speed: choose from throughput, cost, agreement, trace, profile, int8" in error
+    measured = {"parts": ["agreement"], "texts": 3, "agreement": [
+        {"pooler": "mean", "max_abs_diff": 2e-6, "lowest_cosine": 0.9999999}]}
+    assert perf_onnx.render(measured) == perf_onnx.render_agreement(measured)
 
 
 def test_a_peer_worker_encodes_in_its_own_process_what_sentence_transformers_encodes_here(tmp_path, monkeypatch):
@@ -793,6 +810,25 @@ def test_where_times_the_pooling_alone_beside_the_call_and_its_floor(monkeypatch
         with pytest.raises(SystemExit) as refused:
             perf_where.main(bad)
         assert refused.value.code == 2
+
+
+def test_where_takes_perf_tokens_cells_and_repeats_quick_or_full_unless_told(monkeypatch):
+    """perf_where's default cells are perf_tokens' own (``--full``: its four (T, D) cells and 9 repeats), so that its
+    rows sit beside that run's. Catches ``--full`` ignored, and ``--sizes`` / ``--repeats`` overridden by it."""
+    import perf_tokens
+    import perf_where
+
+    measured = []
+    monkeypatch.setattr(perf_where, "measure_cell", lambda length, dim, dtype, mode, poolers, device, repeats, calls:
+                        measured.append((length, dim, repeats)) or [])
+    monkeypatch.setattr(perf_where, "render", lambda result: "")
+    for argv, cells, repeats in ((["--full"], perf_tokens.grid(True)[0], 9), ([], perf_tokens.grid(False)[0], 7),
+                                 (["--full", "--sizes", "8x8", "--repeats", "2"], [(8, 8)], 2)):
+        measured.clear()
+        result = perf_where.main([*argv, "--dtypes", "fp32", "--poolers", "mean"])
+        assert measured == [(t, d, repeats) for t, d in cells for _ in ("fwd", "fwd+bwd")]
+        assert result["settings"]["sizes"] == cells and result["settings"]["repeats"] == repeats
+    assert len(perf_tokens.grid(True)[0]) == 4
 
 
 def test_the_where_readings_on_the_performance_page_hold_for_the_committed_run():
