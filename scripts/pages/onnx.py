@@ -1,6 +1,7 @@
 """docs/onnx.md's numbers, rendered from ``benchmarks/results/onnx.json`` (``benchmarks/perf_onnx.py``: each block is
 that script's own renderer), and the same benchmark on other CPUs (:data:`OTHER_CPUS`: an Intel Xeon, a Zen 2 AMD
-EPYC), each giving ``PREFIX-setup``, ``PREFIX-throughput`` and ``PREFIX-int8``."""
+EPYC, and the same beside two busy processes), each giving ``PREFIX-setup`` and ``PREFIX-PART`` for each part of
+:data:`OTHER_PARTS` the run measured."""
 
 from __future__ import annotations
 
@@ -15,14 +16,19 @@ import perf_onnx  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 RESULT = RESULTS / "onnx.json"
 #: The same benchmark on other CPUs: the page's block prefix -> its result file.
-OTHER_CPUS = {"intel": "onnx-intel.json", "zen2": "onnx-zen2.json"}
+OTHER_CPUS = {"intel": "onnx-intel.json", "zen2": "onnx-zen2.json", "zen2-busy": "onnx-zen2-busy2.json"}
+#: What the page shows of those runs, where a run measured it (``profile`` since 06592b6; ``--parts`` chooses).
+OTHER_PARTS = ("throughput", "profile", "int8")
 
 
 def render_setup(result: dict, file: str = "onnx.json") -> str:
     prov = result["provenance"]
     commit = prov.get("commit") or "unknown"
     commit = commit[:10] + (" with uncommitted changes" if commit.endswith("+dirty") else "")
-    return (f"Made by `benchmarks/perf_onnx.py --threads 0 --repeats {result['repeats']}` "
+    parts = result.get("parts", list(perf_onnx.PARTS))  # runs before --parts measured them all
+    options = (f" --background {result['background']}" if result.get("background") else "") + (
+        f" --parts {','.join(parts)}" if parts != list(perf_onnx.PARTS) else "")
+    return (f"Made by `benchmarks/perf_onnx.py --threads 0 --repeats {result['repeats']}{options}` "
             f"(`benchmarks/results/{file}`): commit {commit}, poolkit "
             f"{prov['poolkit']}, torch {prov['torch']}"
             + (f", onnxruntime {result['onnxruntime']}" if "onnxruntime" in result else "")
@@ -36,9 +42,8 @@ def render() -> dict[str, str]:
               "trace": perf_onnx.render_trace(result), "int8": perf_onnx.render_int8(result)}
     for prefix, name in OTHER_CPUS.items():
         other = read_json(RESULTS / name)
-        blocks |= {f"{prefix}-setup": render_setup(other, name),
-                   f"{prefix}-throughput": perf_onnx.render_throughput(other),
-                   f"{prefix}-int8": perf_onnx.render_int8(other)}
+        blocks[f"{prefix}-setup"] = render_setup(other, name)
+        blocks |= {f"{prefix}-{part}": perf_onnx.RENDERERS[part](other) for part in OTHER_PARTS if part in other}
     return blocks
 
 
