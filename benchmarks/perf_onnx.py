@@ -20,7 +20,9 @@ batch 32, the model's own pooling (mean + Normalize). Measured in one run:
 5. **Where a pass's time goes**: onnxruntime's own profile of passes over the texts, float32 and int8 graphs, at
    torch's default thread count: kernel time per op type, and whether the ops other than the matrix products fit in
    what each target leaves beyond its floor (if not, the graph misses the target whatever its products cost).
-6. **The int8 choice**: per-channel vs per-tensor scales x MatMul weights only vs MatMul + the embedding Gather:
+6. **onnxruntime's fusions**: the sessions poolkit runs (``onnx_graph.DISABLED_OPTIMIZERS`` left out) against
+   onnxruntime's default optimisations, float32 and int8 graphs, at 1 thread and the default, passes interleaved.
+7. **The int8 choice**: per-channel vs per-tensor scales x MatMul weights only vs MatMul + the embedding Gather:
    mean / lowest cosine to the float32 vectors over the throughput texts, nDCG@10 on builtin:wordnet-examples
    (queries ranked against the whole corpus, as ``poolkit evaluate``), time per pass, file size. The rule chooses on
    the cosine, size and time only; nDCG@10 is the held-out check. Target for the shipped choice
@@ -334,8 +336,8 @@ def traced_attention(texts: list[str], repeats: int) -> dict:
 
 def op_profile(texts: list[str], passes: int = 3) -> dict:
     """Where a pass's time goes inside onnxruntime: its own profile (``enable_profiling``) of ``passes`` passes over
-    the texts' length-sorted batches, the first included, at torch's thread count, per graph (float32, int8): ms per
-    pass of each op type's kernels, summed over their nodes."""
+    the texts' length-sorted batches, the first included, at torch's thread count, per graph (float32, int8), the
+    session as poolkit makes it: ms per pass of each op type's kernels, summed over their nodes."""
     import onnxruntime
 
     from poolkit.data.batching import sorted_token_batches
@@ -351,7 +353,8 @@ def op_profile(texts: list[str], passes: int = 3) -> dict:
             options.intra_op_num_threads = torch.get_num_threads()
             options.enable_profiling = True
             options.profile_file_prefix = str(Path(scratch) / graph)
-            session = onnxruntime.InferenceSession(str(folder / file), options, providers=["CPUExecutionProvider"])
+            session = onnxruntime.InferenceSession(str(folder / file), options, providers=["CPUExecutionProvider"],
+                                                   disabled_optimizers=list(onnx_graph.DISABLED_OPTIMIZERS))
             inputs = [node.name for node in session.get_inputs()]
             for _ in range(passes):
                 for feed in feeds:
@@ -364,6 +367,32 @@ def op_profile(texts: list[str], passes: int = 3) -> dict:
                     per_op[op] = per_op.get(op, 0.0) + event["dur"] / 1e3 / passes
             graphs[graph] = dict(sorted(per_op.items(), key=lambda item: -item[1]))
     return {"threads": torch.get_num_threads(), "passes": passes, "ms_per_pass": graphs}
+
+
+def fusions(texts: list[str], repeats: int) -> dict:
+    """The onnxruntime graph optimisations poolkit's sessions leave out (``onnx_graph.DISABLED_OPTIMIZERS``) against
+    onnxruntime's defaults: the float32 and int8 graphs, whole passes over the texts at 1 thread and at torch's
+    default, both sessions interleaved; the ratio per repeat (defaults / poolkit's) and how far their vectors are."""
+    encoder = _encoder("onnx")
+    folder = onnx_graph.cached_graph(encoder, encoder.prompt, int8=True).folder
+    rows = []
+    for threads in sorted({1, DEFAULT_THREADS}):
+        torch.set_num_threads(threads)  # before the sessions: they take torch's thread count
+        variants, vectors = {}, {}
+        for graph in ("float32", "int8"):
+            for ways, left_out in (("defaults", ()), ("poolkit", onnx_graph.DISABLED_OPTIMIZERS)):
+                session = onnx_graph.OnnxSession(folder, int8=graph == "int8", disabled_optimizers=left_out)
+                variants[f"{graph} {ways}"] = lambda session=session: sorted_encode(encoder, session, texts)
+                vectors[f"{graph} {ways}"] = variants[f"{graph} {ways}"]()
+        times = interleaved(variants, torch.device("cpu"), repeats=repeats, min_sample_s=0.0, warmup=1)
+        rows += [{"threads": threads, "graph": graph, "defaults_ms": median_ms(times, f"{graph} defaults"),
+                  "poolkit_ms": median_ms(times, f"{graph} poolkit"),
+                  "speedup": ratio(times, f"{graph} defaults", f"{graph} poolkit"),
+                  "per_repeat": per_repeat(times, f"{graph} defaults", f"{graph} poolkit"),
+                  "max_abs_diff": float((vectors[f"{graph} defaults"] - vectors[f"{graph} poolkit"]).abs().max())}
+                 for graph in ("float32", "int8")]
+    torch.set_num_threads(DEFAULT_THREADS)
+    return {"left_out": list(onnx_graph.DISABLED_OPTIMIZERS), "rows": rows}
 
 
 def rule_choice(grid: dict) -> dict | None:
@@ -538,9 +567,23 @@ def render_profile(result: dict) -> str:
     return "\n\n".join(parts)
 
 
+def render_fusions(result: dict) -> str:
+    """Passes with onnxruntime's default optimisations against poolkit's sessions, per graph and thread count."""
+    found = result["fusions"]
+    left_out = ", ".join(found["left_out"])
+    rows = [[r["graph"], str(r["threads"]), f"{r['defaults_ms']:.0f}", f"{r['poolkit_ms']:.0f}", f"{r['speedup']:.2f}x",
+             " ".join(f"{v:.2f}" for v in r["per_repeat"]), f"{r['max_abs_diff']:.1e}"] for r in found["rows"]]
+    faster = sum(r["speedup"] > 1 for r in found["rows"])
+    return (table(["graph", "threads", "onnxruntime's defaults (ms / pass)", f"without {left_out} (ms / pass)",
+                   "speedup", "per repeat", "max |diff|"], rows,
+                  title=f"{result['texts']} texts, batch {BATCH}, both sessions interleaved")
+            + f"\n\nleaving out {left_out} (what poolkit's sessions do): faster in {faster} of {len(found['rows'])} "
+              "cells")
+
+
 #: What a run measures (``--parts``), each with its renderer, in the order printed.
 RENDERERS = {"throughput": render_throughput, "cost": render_cost, "agreement": render_agreement,
-             "trace": render_trace, "profile": render_profile, "int8": render_int8}
+             "trace": render_trace, "profile": render_profile, "fusions": render_fusions, "int8": render_int8}
 PARTS = tuple(RENDERERS)
 
 
@@ -584,7 +627,8 @@ def main(argv: list[str] | None = None) -> dict:
             result["rss_mib"] = {backend: peak_rss(backend, len(texts)) for backend in ("torch", "onnx", "onnx-int8")}
         torch.set_num_threads(default_threads)
         for part, measure in (("agreement", agreement), ("trace", lambda some: traced_attention(some, repeats)),
-                              ("profile", op_profile), ("int8", lambda some: int8_grid(some, repeats=2))):
+                              ("profile", op_profile), ("fusions", lambda some: fusions(some, repeats)),
+                              ("int8", lambda some: int8_grid(some, repeats=2))):
             if part in parts:
                 result[part] = measure(texts)
     if was is None:  # run_all goes on with other suites in this process

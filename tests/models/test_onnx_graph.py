@@ -78,6 +78,7 @@ def test_the_onnx_backend_gives_the_torch_vectors_with_a_prompt_left_out_dim_and
     manifest = json.loads((folder / onnx_graph.MANIFEST).read_text())
     assert manifest["parity"]["max_abs_diff_to_torch"] < 1e-5
     assert manifest["tokenizer"]["prompt_tokens_left_out"] == 3 and manifest["dim"] == 20  # [CLS] query :
+    assert manifest["session"] == {"disabled_optimizers": ["SkipLayerNormFusion"]}  # what serve_onnx.py reads
     assert onnx.settings()["backend"] == "onnx"
     again = TextEncoder(bert, onnx.pooler, backend="onnx", **{k: v for k, v in settings.items()
                                                                 if k != "allow_untrained"})

@@ -78,6 +78,11 @@ INT8 = {"per_channel": True, "op_types": ["MatMul", "Gather"], "weight_type": "Q
 #: eager softmax over the masked scores is the same function in fewer ops (``benchmarks/perf_onnx.py`` times both
 #: traces of MiniLM and their int8 copies, docs/onnx.md). Parity with torch is measured on the graph as traced.
 TRACE_ATTENTION: str | None = "eager"
+#: onnxruntime's graph optimisations that poolkit's sessions leave out (``disabled_optimizers``): its fused
+#: SkipLayerNormalization CPU kernel is slower than the Add and LayerNormalization it replaces, in every cell measured
+#: (float32 and int8 graphs, one thread and the default; ``benchmarks/perf_onnx.py``'s fusions part, docs/onnx.md). The
+#: manifest records them, so that a session outside poolkit can do the same (examples/serve_onnx.py does).
+DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 #: The largest |difference| to torch an export accepts, relative to the vectors' largest magnitude (at least 1).
 PARITY = 1e-4
 #: Texts of many lengths (an empty one, one past any maximum length) on which an export measures its parity.
@@ -188,6 +193,7 @@ def export_graph(encoder: TextEncoder, folder: Path, prompt: str | None = None, 
                 "settings": {k: v for k, v in encoder.settings().items() if k != "backend"},
                 "tokenizer": tokenizer_record(encoder, prompt), "traced_attention": attention,
                 "export_seconds": round(seconds, 2),
+                "session": {"disabled_optimizers": list(DISABLED_OPTIMIZERS)},
                 "files": {FLOAT_FILE: file_digest(folder / FLOAT_FILE)},
                 "parity": {"texts": len(PROBE_TEXTS), "max_abs_diff_to_torch": diff}}
     if int8:
@@ -239,11 +245,12 @@ def _torch_vectors(encoder: TextEncoder, skip: int) -> np.ndarray:
 
 class OnnxSession:
     """An exported folder's graph (``file``: another graph file in it) in an ONNX Runtime session: ``session(batch)``
-    takes the tokenizer's batch dict of tensors and gives the (B, dim) float32 vectors. Runs on the CPU with torch's thread count (CUDA when the encoder's
-    device is a GPU and onnxruntime has CUDA)."""
+    takes the tokenizer's batch dict of tensors and gives the (B, dim) float32 vectors. Runs on the CPU with torch's
+    thread count (CUDA when the encoder's device is a GPU and onnxruntime has CUDA), without the graph optimisations
+    ``disabled_optimizers`` names (default :data:`DISABLED_OPTIMIZERS`)."""
 
     def __init__(self, folder: Path, int8: bool = False, device: torch.device | None = None,
-                 file: str | None = None) -> None:
+                 file: str | None = None, disabled_optimizers: tuple[str, ...] = DISABLED_OPTIMIZERS) -> None:
         ort = require_onnxruntime()
         options = ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
@@ -253,7 +260,7 @@ class OnnxSession:
             providers.insert(0, ("CUDAExecutionProvider", {"device_id": device.index or 0}))
         self.folder = folder
         self.session = ort.InferenceSession(str(folder / (file or (INT8_FILE if int8 else FLOAT_FILE))), options,
-                                            providers=providers)
+                                            providers=providers, disabled_optimizers=list(disabled_optimizers))
         self.inputs = [node.name for node in self.session.get_inputs()]
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
