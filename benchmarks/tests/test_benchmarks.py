@@ -393,6 +393,23 @@ def test_the_onnx_page_reads_each_amd_hosts_int8_floor_as_the_committed_runs_sho
     assert "family 23 model 49" in zen2["provenance"]["cpu"]
 
 
+def test_every_committed_run_finds_poolkits_onnxruntime_sessions_faster_than_the_defaults():
+    """poolkit's sessions leave out onnxruntime's SkipLayerNormFusion (onnx_graph.DISABLED_OPTIMIZERS) because every
+    committed run of perf_onnx's fusions part finds passes faster without it, float32 and int8, at each thread count:
+    red when a run (on another CPU) finds a cell where the defaults win, so the choice is made per CPU, and when the
+    choice is changed without a run that measured it."""
+    import perf_onnx
+    from pages import performance
+    from poolkit.models import onnx_graph
+
+    runs = [json.loads(path.read_text()) for path in sorted(performance.RESULTS.glob("onnx*.json"))]
+    runs = [run["fusions"] for run in runs if "fusions" in run]
+    assert runs and all(found["left_out"] == list(onnx_graph.DISABLED_OPTIMIZERS) for found in runs)
+    assert all(row["speedup"] > 1 for found in runs for row in found["rows"])
+    assert {(row["graph"], row["threads"]) for row in runs[0]["rows"]} >= {("float32", 1), ("int8", 1)}
+    assert "fusions" in perf_onnx.PARTS
+
+
 def test_the_throughput_floor_holds_every_weight_matmul_of_the_encoder_and_runs(tmp_path):
     """The floor graph of perf_onnx: one MatMul per linear layer of the encoder's transformer blocks, the same weight
     shapes (as many weights in all), one into the next on (rows, hidden). Catches a floor missing a layer or a

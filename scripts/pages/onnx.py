@@ -1,6 +1,6 @@
 """docs/onnx.md's numbers, rendered from ``benchmarks/results/onnx.json`` (``benchmarks/perf_onnx.py``: each block is
 that script's own renderer), and the same benchmark on other CPUs (:data:`OTHER_CPUS`: an Intel Xeon, a Zen 2 AMD
-EPYC, and the same beside two busy processes), each giving ``PREFIX-setup`` and ``PREFIX-PART`` for each part of
+EPYC, the same beside two busy processes, and onnxruntime's fusions there), each giving ``PREFIX-setup`` and ``PREFIX-PART`` for each part of
 :data:`OTHER_PARTS` the run measured."""
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ import perf_onnx  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 RESULT = RESULTS / "onnx.json"
 #: The same benchmark on other CPUs: the page's block prefix -> its result file.
-OTHER_CPUS = {"intel": "onnx-intel.json", "zen2": "onnx-zen2.json", "zen2-busy": "onnx-zen2-busy2.json"}
-#: What the page shows of those runs, where a run measured it (``profile`` since 06592b6; ``--parts`` chooses).
-OTHER_PARTS = ("throughput", "profile", "int8")
+OTHER_CPUS = {"intel": "onnx-intel.json", "zen2": "onnx-zen2.json", "zen2-busy": "onnx-zen2-busy2.json",
+              "zen2-fusions": "onnx-zen2-fusions.json"}
+#: What the page shows of those runs, where a run measured it (``profile`` since 06592b6, ``fusions`` since 29fb7f9;
+#: ``--parts`` chooses).
+OTHER_PARTS = ("throughput", "profile", "fusions", "int8")
 
 
 def render_setup(result: dict, file: str = "onnx.json") -> str:
