@@ -3,8 +3,8 @@ torch, no poolkit, no transformers): ``python examples/serve_onnx.py DIR [--int8
 
 The folder's ``poolkit-onnx.json`` says how to tokenise: the prompt to put first, the maximum length, the padding id
 (padding on the right) and whether an EOS ends every text (decoder embedders pooled at their last token); its
-``session`` entry, the onnxruntime graph optimisations to leave out (slower than the ops they fuse, on the CPUs
-measured).
+``session`` entry, the onnxruntime graph optimisations to leave out (slower than the ops they fuse on the CPU
+measured, docs/onnx.md).
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ def embed(folder: str | Path, texts: list[str], int8: bool = False) -> np.ndarra
     pads = {"input_ids": how["pad_token_id"], "attention_mask": 0, "token_type_ids": 0}
     feeds = {name: np.array([row + [pads[name]] * (length - len(row)) for row in rows[name]], dtype=np.int64)
              for name in manifest["inputs"]}
-    left_out = manifest.get("session", {}).get("disabled_optimizers", [])  # none in folders exported before it was recorded
+    # the onnxruntime optimisations to leave out (none in folders exported before the manifest recorded them)
+    left_out = manifest.get("session", {}).get("disabled_optimizers", [])
     session = onnxruntime.InferenceSession(str(folder / ("model-int8.onnx" if int8 else "model.onnx")),
                                            providers=["CPUExecutionProvider"], disabled_optimizers=left_out)
     return session.run([manifest["output"]], feeds)[0]

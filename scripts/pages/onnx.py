@@ -1,7 +1,7 @@
 """docs/onnx.md's numbers, rendered from ``benchmarks/results/onnx.json`` (``benchmarks/perf_onnx.py``: each block is
 that script's own renderer), and the same benchmark on other CPUs (:data:`OTHER_CPUS`: an Intel Xeon, a Zen 2 AMD
-EPYC, the same beside two busy processes, and onnxruntime's fusions there), each giving ``PREFIX-setup`` and ``PREFIX-PART`` for each part of
-:data:`OTHER_PARTS` the run measured."""
+EPYC, the same beside two busy processes, onnxruntime's fusions there, and the throughput and profile after them),
+each giving ``PREFIX-setup`` and ``PREFIX-PART`` for each part the page shows of it."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import perf_onnx  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 RESULT = RESULTS / "onnx.json"
-#: The same benchmark on other CPUs: the page's block prefix -> its result file.
-OTHER_CPUS = {"intel": "onnx-intel.json", "zen2": "onnx-zen2.json", "zen2-busy": "onnx-zen2-busy2.json",
-              "zen2-fusions": "onnx-zen2-fusions.json"}
-#: What the page shows of those runs, where a run measured it (``profile`` since 06592b6, ``fusions`` since 29fb7f9;
-#: ``--parts`` chooses).
-OTHER_PARTS = ("throughput", "profile", "fusions", "int8")
+#: The same benchmark on other CPUs: the page's block prefix -> its result file and the parts the page shows of it.
+OTHER_CPUS = {"intel": ("onnx-intel.json", ("throughput", "int8")),
+              "zen2": ("onnx-zen2.json", ("throughput", "int8")),  # its profile predates the weight products' split
+              "zen2-busy": ("onnx-zen2-busy2.json", ("throughput",)),
+              "zen2-fusions": ("onnx-zen2-fusions.json", ("fusions",)),
+              "zen2-after": ("onnx-zen2-profile.json", ("throughput", "profile"))}
 
 
 def render_setup(result: dict, file: str = "onnx.json") -> str:
@@ -42,10 +42,10 @@ def render() -> dict[str, str]:
     blocks = {"setup": render_setup(result), "throughput": perf_onnx.render_throughput(result),
               "cost": perf_onnx.render_cost(result), "agreement": perf_onnx.render_agreement(result),
               "trace": perf_onnx.render_trace(result), "int8": perf_onnx.render_int8(result)}
-    for prefix, name in OTHER_CPUS.items():
+    for prefix, (name, parts) in OTHER_CPUS.items():
         other = read_json(RESULTS / name)
         blocks[f"{prefix}-setup"] = render_setup(other, name)
-        blocks |= {f"{prefix}-{part}": perf_onnx.RENDERERS[part](other) for part in OTHER_PARTS if part in other}
+        blocks |= {f"{prefix}-{part}": perf_onnx.RENDERERS[part](other) for part in parts}
     return blocks
 
 

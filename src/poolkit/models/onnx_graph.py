@@ -246,8 +246,8 @@ def _torch_vectors(encoder: TextEncoder, skip: int) -> np.ndarray:
 class OnnxSession:
     """An exported folder's graph (``file``: another graph file in it) in an ONNX Runtime session: ``session(batch)``
     takes the tokenizer's batch dict of tensors and gives the (B, dim) float32 vectors. Runs on the CPU with torch's
-    thread count (CUDA when the encoder's device is a GPU and onnxruntime has CUDA), without the graph optimisations
-    ``disabled_optimizers`` names (default :data:`DISABLED_OPTIMIZERS`)."""
+    thread count (CUDA when the encoder's device is a GPU and onnxruntime has CUDA); on the CPU, without the graph
+    optimisations ``disabled_optimizers`` names (default :data:`DISABLED_OPTIMIZERS`)."""
 
     def __init__(self, folder: Path, int8: bool = False, device: torch.device | None = None,
                  file: str | None = None, disabled_optimizers: tuple[str, ...] = DISABLED_OPTIMIZERS) -> None:
@@ -259,8 +259,9 @@ class OnnxSession:
         if device is not None and device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():
             providers.insert(0, ("CUDAExecutionProvider", {"device_id": device.index or 0}))
         self.folder = folder
+        left_out = list(disabled_optimizers) if len(providers) == 1 else []  # measured on the CPU only
         self.session = ort.InferenceSession(str(folder / (file or (INT8_FILE if int8 else FLOAT_FILE))), options,
-                                            providers=providers, disabled_optimizers=list(disabled_optimizers))
+                                            providers=providers, disabled_optimizers=left_out)
         self.inputs = [node.name for node in self.session.get_inputs()]
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
