@@ -18,8 +18,9 @@ batch 32, the model's own pooling (mean + Normalize). Measured in one run:
 4. **The traced attention**: the graph traced on the encoder's eager attention (what poolkit exports) against the
    one traced on the model's own (torch's scaled-dot-product attention), float32 and int8, passes interleaved.
 5. **Where a pass's time goes**: onnxruntime's own profile of passes over the texts, float32 and int8 graphs, at
-   torch's default thread count: kernel time per op type, and whether the ops other than the matrix products fit in
-   what each target leaves beyond its floor (if not, the graph misses the target whatever its products cost).
+   torch's default thread count: kernel time per op type, and whether the ops other than the products by a weight
+   (the attention's own products among them) fit in what each target leaves beyond its floor (if not, the graph
+   misses the target even with its products by a weight at the floor).
 6. **onnxruntime's fusions**: the sessions poolkit runs (``onnx_graph.DISABLED_OPTIMIZERS`` left out) against
    onnxruntime's default optimisations, float32 and int8 graphs, at 1 thread and the default, passes interleaved.
 7. **The int8 choice**: per-channel vs per-tensor scales x MatMul weights only vs MatMul + the embedding Gather:
