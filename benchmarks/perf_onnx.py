@@ -380,11 +380,9 @@ def op_profile(texts: list[str], passes: int = 3) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         for graph, file in (("float32", onnx_graph.FLOAT_FILE), ("int8", onnx_graph.INT8_FILE)):
             options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = torch.get_num_threads()
             options.enable_profiling = True
             options.profile_file_prefix = str(Path(scratch) / graph)
-            session = onnxruntime.InferenceSession(str(folder / file), options, providers=["CPUExecutionProvider"],
-                                                   disabled_optimizers=list(onnx_graph.DISABLED_OPTIMIZERS))
+            session = onnx_graph.OnnxSession(folder, file=file, options=options).session  # as poolkit runs it
             inputs = [node.name for node in session.get_inputs()]
             for _ in range(passes):
                 for feed in feeds:

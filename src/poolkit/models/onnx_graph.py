@@ -247,12 +247,14 @@ class OnnxSession:
     """An exported folder's graph (``file``: another graph file in it) in an ONNX Runtime session: ``session(batch)``
     takes the tokenizer's batch dict of tensors and gives the (B, dim) float32 vectors. Runs on the CPU with torch's
     thread count (CUDA when the encoder's device is a GPU and onnxruntime has CUDA); on the CPU, without the graph
-    optimisations ``disabled_optimizers`` names (default :data:`DISABLED_OPTIMIZERS`)."""
+    optimisations ``disabled_optimizers`` names (default :data:`DISABLED_OPTIMIZERS`). ``options``: onnxruntime
+    ``SessionOptions`` to start from (a benchmark's, with profiling on), their threads and log level set here."""
 
     def __init__(self, folder: Path, int8: bool = False, device: torch.device | None = None,
-                 file: str | None = None, disabled_optimizers: tuple[str, ...] = DISABLED_OPTIMIZERS) -> None:
+                 file: str | None = None, disabled_optimizers: tuple[str, ...] = DISABLED_OPTIMIZERS,
+                 options: Any = None) -> None:
         ort = require_onnxruntime()
-        options = ort.SessionOptions()
+        options = options or ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
         options.log_severity_level = 3
         providers: list = ["CPUExecutionProvider"]
