@@ -140,11 +140,13 @@ class PeerWorker:
     """:data:`WORKER` run by ``python`` (an environment of its own) on ``texts_file`` with ``model`` (default: the
     packaged one): a call encodes the texts once in that process and returns when it is done, so the interleaved
     repeats time it beside the variants here. A worker that fails, or gives no reply within ``timeout`` seconds, is
-    killed and raises RuntimeError with its last line on stderr."""
+    killed and raises RuntimeError with its last line on stderr; a call (a timed pass) keeps that error in
+    ``failure`` instead, and later calls return at once, so that the run goes on without the peer."""
 
     def __init__(self, python: Path, backend: str, threads: int, texts_file: Path, model: str | None = None,
                  timeout: float = 900.0) -> None:
         self.timeout, self.log = timeout, tempfile.TemporaryFile("w+")
+        self.failure: str | None = None
         self.process = subprocess.Popen(
             [str(python), str(WORKER), "--model", model or resolve_model(None), "--backend", backend,
              "--threads", str(threads), "--texts", str(texts_file), "--batch", str(BATCH)],
@@ -174,7 +176,11 @@ class PeerWorker:
             raise RuntimeError(self.last_error())
 
     def __call__(self) -> None:
-        self.ask("pass")
+        if self.failure is None:
+            try:
+                self.ask("pass")
+            except RuntimeError as err:
+                self.failure = f"failed during the timed passes: {err}"
 
     def vectors(self, path: Path) -> np.ndarray:
         self.ask(f"vectors {path}")
@@ -204,8 +210,7 @@ class PeerWorker:
 
 def start_peers(texts_file: Path, threads: int, stack: ExitStack) -> tuple[dict, dict[str, str]]:
     """A :class:`PeerWorker` per entry of :data:`PEERS` whose environment is built and starts (closed by ``stack``);
-    -> (name -> worker, name -> why it does not run here). A peer that fails later, during the timed passes, ends
-    the run."""
+    -> (name -> worker, name -> why it does not run here)."""
     workers, not_run = {}, {}
     for name, (backend, python, make) in PEERS.items():
         if not (python.parent.parent / ".installed").exists():  # what `make st-openvino` writes last
@@ -220,6 +225,27 @@ def start_peers(texts_file: Path, threads: int, stack: ExitStack) -> tuple[dict,
     return workers, not_run
 
 
+def peer_agreement(workers: dict[str, PeerWorker], times: dict[str, list[float]], reference: np.ndarray,
+                   path: Path) -> tuple[dict, dict[str, str]]:
+    """-> (name -> the peer's versions and largest difference to ``reference``, name -> why it failed) for the
+    timed ``workers``; a peer that failed during the timed passes, or while giving its vectors (saved to ``path``),
+    has its times taken out of ``times``: a pass that did not run is no time to report."""
+    peers, failed = {}, {}
+    for name, worker in workers.items():
+        if worker.failure is None:
+            try:
+                vectors = worker.vectors(path)
+            except RuntimeError as err:
+                worker.failure = f"failed giving its vectors: {err}"
+        if worker.failure is not None:
+            failed[name] = worker.failure
+            del times[name]
+            continue
+        peers[name] = {"versions": worker.versions,
+                       "max_abs_diff_to_st_torch": float(np.abs(vectors - reference).max())}
+    return peers, failed
+
+
 def throughput(texts: list[str], threads: int, repeats: int) -> dict:
     """Every variant's seconds per pass over ``texts`` at ``threads`` threads, interleaved; each peer of
     :data:`PEERS`' largest difference to sentence-transformers' torch ``encode``."""
@@ -231,7 +257,7 @@ def throughput(texts: list[str], threads: int, repeats: int) -> dict:
         warnings.simplefilter("ignore")
         st_model = SentenceTransformer(path, device="cpu")
     encode = partial(st_model.encode, texts, batch_size=BATCH, show_progress_bar=False)
-    variants, not_run, peers = {ST: encode}, {}, {}
+    variants, not_run = {ST: encode}, {}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -252,11 +278,8 @@ def throughput(texts: list[str], threads: int, repeats: int) -> dict:
             variants[f"poolkit {backend}"] = lambda encoder=encoder: encoder.encode(texts, batch_size=BATCH)
         variants.update(floor_variants(texts, Path(scratch)))
         times = interleaved(variants, torch.device("cpu"), repeats=repeats, min_sample_s=0.0, warmup=1)
-        reference = encode()
-        for name, worker in workers.items():
-            vectors = worker.vectors(Path(scratch) / "peer.npy")
-            peers[name] = {"versions": worker.versions,
-                           "max_abs_diff_to_st_torch": float(np.abs(vectors - reference).max())}
+        peers, failed = peer_agreement(workers, times, encode(), Path(scratch) / "peer.npy")
+        not_run |= failed
     rows = {name: {"ms": median_ms(times, name), "texts_per_s": len(texts) / (median_ms(times, name) / 1e3),
                    "vs_st": ratio(times, ST, name), "vs_st_per_repeat": per_repeat(times, ST, name)}
             for name in times}

@@ -489,10 +489,11 @@ def test_perf_onnx_refuses_an_unknown_part_before_any_work_and_renders_only_the_
 def test_a_peer_worker_encodes_in_its_own_process_what_sentence_transformers_encodes_here(tmp_path, monkeypatch):
     """perf_onnx's PeerWorker driving st_peer_worker.py (here: this environment's python, sentence-transformers' torch
     backend, a tiny model): the vectors it saves are sentence-transformers' own for the texts, in their order, after
-    timed passes; a worker that cannot start is reported with its own error line, and a peer whose environment is
-    missing (not built to its end) with the command that builds it. Catches vectors of other texts or in another
-    order, a reply read before the work is done, a peer that fails to start and aborts the run instead of being named
-    in the table's note."""
+    timed passes; a worker that cannot start, or that dies during the timed passes, is reported with its own error
+    line, and a peer whose environment is missing (not built to its end) with the command that builds it. Catches
+    vectors of other texts or in another order, a reply read before the work is done, a library's print on stdout read as a reply (no redirect), a peer
+    that fails to start or during the timed passes and aborts the run (or keeps its times) instead of being named in
+    the table's note."""
     from importlib import metadata
 
     import perf_onnx
@@ -503,15 +504,37 @@ def test_a_peer_worker_encodes_in_its_own_process_what_sentence_transformers_enc
     texts = ["a b c d e f", "b", "", "c d e"]
     texts_file = tmp_path / "texts.json"
     texts_file.write_text(json.dumps(texts))
-    worker = perf_onnx.PeerWorker(Path(sys.executable), "torch", 1, texts_file, model=model)
-    try:
-        worker()
-        vectors = worker.vectors(tmp_path / "vectors.npy")
-    finally:
-        worker.close()
     expected = SentenceTransformer(model, device="cpu").encode(texts)
-    assert vectors.shape == expected.shape and np.abs(vectors - expected).max() < 1e-5
-    assert worker.versions["sentence-transformers"] == metadata.version("sentence-transformers")
+    # A library that prints on stdout while the worker loads (here: a sitecustomize that prints once
+    # sentence_transformers is imported) must not break the replies.
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(
+        "import builtins\n_import = builtins.__import__\n"
+        "def noisy(name, *args, **kwargs):\n"
+        "    module = _import(name, *args, **kwargs)\n"
+        "    if name == 'sentence_transformers' and not getattr(builtins, 'noisy_done', False):\n"
+        "        builtins.noisy_done = True\n"
+        "        print('a load report on stdout', flush=True)\n"
+        "    return module\n"
+        "builtins.__import__ = noisy\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    workers = {name: perf_onnx.PeerWorker(Path(sys.executable), "torch", 1, texts_file, model=model)
+               for name in ("healthy", "killed")}
+    try:
+        workers["killed"].process.kill()
+        for worker in workers.values():
+            worker()
+            worker()  # the killed one's second call returns at once
+        times = {name: [1.0] for name in (*workers, "other")}
+        peers, failed = perf_onnx.peer_agreement(workers, times, expected, tmp_path / "vectors.npy")
+    finally:
+        for worker in workers.values():
+            worker.close()
+    assert np.load(tmp_path / "vectors.npy").shape == expected.shape
+    assert peers["healthy"]["max_abs_diff_to_st_torch"] < 1e-5
+    assert peers["healthy"]["versions"]["sentence-transformers"] == metadata.version("sentence-transformers")
+    assert set(peers) == {"healthy"} and set(times) == {"healthy", "other"}
+    assert set(failed) == {"killed"} and failed["killed"].startswith("failed during the timed passes: ")
     with pytest.raises(RuntimeError, match="invalid choice: 'no-such-backend'"):
         perf_onnx.PeerWorker(Path(sys.executable), "no-such-backend", 1, texts_file, model=model)
     python = tmp_path / "env" / "bin" / "python"
