@@ -354,6 +354,26 @@ def test_the_int8_rule_picks_the_smallest_recipe_that_meets_the_cosine_target_an
     assert perf_onnx.rule_choice({**grid, "cells": [small_but_loose]}) is None
 
 
+def test_every_committed_int8_grid_chooses_the_recipe_poolkit_ships_and_it_meets_both_targets():
+    """The shipped recipe (poolkit.models.onnx_graph.INT8) against every committed run of the int8 part, on any CPU:
+    the rule's choice, with mean cosine and nDCG@10 at their targets. Catches a recipe changed without a run that
+    supports it, and a run on another CPU (or after a session change, such as a fusion left out) that the shipped
+    recipe fails."""
+    import perf_onnx
+    from pages import onnx as onnx_page
+    from poolkit.models import onnx_graph
+
+    grids = {path.name: json.loads(path.read_text())["int8"] for path in sorted(onnx_page.RESULTS.glob("onnx*.json"))
+             if "int8" in json.loads(path.read_text())}
+    assert {"onnx.json", "onnx-zen2-int8.json"} <= set(grids)
+    for name, grid in grids.items():
+        chosen = perf_onnx.rule_choice(grid)
+        assert chosen is not None, name
+        assert {key: chosen[key] for key in onnx_graph.INT8} == onnx_graph.INT8, name
+        assert chosen["mean_cosine"] >= perf_onnx.COSINE_TARGET, name
+        assert abs(chosen["ndcg@10"] - grid["float32"]["ndcg@10"]) <= perf_onnx.NDCG_TARGET, name
+
+
 def test_the_throughput_page_says_what_int8_weights_give_on_this_cpu_per_thread_count():
     """int8 over float32 per thread count, for the linear layers' matmuls alone (the floors) and for whole passes.
     Catches a ratio inverted, or read off the wrong cell or the wrong rows."""

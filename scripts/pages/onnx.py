@@ -1,6 +1,7 @@
 """docs/onnx.md's numbers, rendered from ``benchmarks/results/onnx.json`` (``benchmarks/perf_onnx.py``: each block is
 that script's own renderer), and the same benchmark on other CPUs (:data:`OTHER_CPUS`: an Intel Xeon, a Zen 2 AMD
-EPYC, the same beside two busy processes, onnxruntime's fusions there, and the throughput and profile after them),
+EPYC, the same beside two busy processes, onnxruntime's fusions there, the throughput and profile after them, and
+the agreement and int8 recipes after them),
 each giving ``PREFIX-setup`` and ``PREFIX-PART`` for each part the page shows of it."""
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 RESULT = RESULTS / "onnx.json"
 #: The same benchmark on other CPUs: the page's block prefix -> its result file and the parts the page shows of it.
 OTHER_CPUS = {"intel": ("onnx-intel.json", ("throughput", "int8")),
-              "zen2": ("onnx-zen2.json", ("throughput", "int8")),  # its profile predates the weight products' split
+              "zen2": ("onnx-zen2.json", ("throughput",)),  # its profile predates the weight products' split
+              "zen2-int8": ("onnx-zen2-int8.json", ("agreement", "int8")),
               "zen2-busy": ("onnx-zen2-busy2.json", ("throughput",)),
               "zen2-fusions": ("onnx-zen2-fusions.json", ("fusions",)),
               "zen2-after": ("onnx-zen2-profile.json", ("throughput", "profile"))}
