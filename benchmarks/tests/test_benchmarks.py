@@ -210,6 +210,30 @@ def test_a_half_precision_floor_is_also_timed_in_float32_on_the_same_leaves(name
             leaf.grad = None
 
 
+def test_the_max_floor_in_training_finds_the_holder_like_the_pooler_and_a_read_stays_the_floor_elsewhere():
+    """max's backward sends each feature's gradient to the token holding its maximum, so its training floor must do
+    that work too: each of its ways puts the whole gradient on the holder (x.sum's backward, a broadcast, would pass
+    as a floor that does less). Catches a training floor of reads, a floor whose gradient is not the max's, and a
+    forward (or mean / sum) floor that stops being the fastest read of x."""
+    import perf_tokens
+    from poolkit import get_pooler
+
+    x = torch.randn(3, 5, 4).requires_grad_()
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    calls, candidates, what = perf_tokens.floor_of("max", get_pooler("max", 4), x, mask, train=True)
+    assert candidates == list(calls) == ["x.amax(1)", "x.max(1).values"] and "holder" in what
+    expected = torch.zeros_like(x).scatter_(1, x.detach().argmax(dim=1, keepdim=True), 1.0)
+    for way, f in perf_tokens.MAX_WITH_HOLDER.items():
+        f(x).backward(torch.ones(3, 4))
+        torch.testing.assert_close(x.grad, expected, msg=way)
+        x.grad = None
+    for name, train in (("max", False), ("mean", True), ("sum", True)):
+        assert perf_tokens.floor_of(name, get_pooler(name, 4), x, mask, train)[1] == list(perf_tokens.READ_ONCE)
+    titles = [family[0] for family in perf_tokens.families({"settings": {"max_with_holder": ["x.amax(1)"]}})]
+    assert "max in training: vs torch's max with its gradient" in titles[0]
+    assert perf_tokens.families({"settings": {}}) == perf_tokens.FAMILIES  # older runs read as they were measured
+
+
 def test_token_floors_run_and_render(tmp_path):
     import perf_tokens
     import rendering
@@ -231,8 +255,8 @@ def test_token_floors_run_and_render(tmp_path):
     path.write_text(json.dumps({"kind": "bench", "suites": {"tokens": result}}))
     blocks = performance.blocks([path])
     assert list(blocks) == ["bench.json", "bench.json targets"]
-    text = rendering.replace_blocks("".join(f"<!-- begin:{n} -->\nold\n<!-- end:{n} -->\n" for n in blocks), blocks)
-    assert "old" not in text and "| mean   | 0.90 ! " in text and "Not a floor (ratio under 0.95): `mean` T8 D8" in text
+    text = rendering.replace_blocks("".join(f"<!-- begin:{n} -->\nSTALE\n<!-- end:{n} -->\n" for n in blocks), blocks)
+    assert "STALE" not in text and "| mean   | 0.90 ! " in text and "Not a floor (ratio under 0.95): `mean` T8 D8" in text
     verdicts = [line.rsplit("|", 2)[1].strip() for line in text.splitlines() if "<= 1." in line and "cells" in line]
     assert verdicts == ["**missed**" if any(r["ratio"] > 1.3 for r in rows[:3]) else "met", "**missed**", "met"]
 
