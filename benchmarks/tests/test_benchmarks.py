@@ -895,14 +895,15 @@ def test_where_times_the_pooling_alone_beside_the_call_and_its_floor(monkeypatch
     assert json.loads((tmp_path / "where.json").read_text())["settings"]["poolers"] == ["mean", "max", "attention",
                                                                                         "latent"]
     text = perf_where.render(result)
-    assert text.count("| T8 D8 fp32 fwd ") == 4 and "| products " in text
+    shares, over = text.split("\n\n**Over their target")  # the shares' table, then the cells over their target
+    assert shares.count("| T8 D8 fp32 fwd ") == 4 and "| products " in shares and "what puts it over" in over
     first = rows[0]  # the profiler's inflation: its operators' time over the pooling's unprofiled time
     assert perf_where.profiled(first) == pytest.approx(sum(first["operator_ms"].values()) / first["pool_ms"])
-    [line] = [line for line in text.splitlines() if line.startswith("| mean ") and "| T8 D8 fp32 fwd " in line]
+    [line] = [line for line in shares.splitlines() if line.startswith("| mean ") and "| T8 D8 fp32 fwd " in line]
     assert f"| {perf_where.profiled(first):.2f} " in line
     top = max(rows, key=lambda r: r["shares"]["contract"])
-    assert (f"contract {top['shares']['contract']:.0%} (`{top['pooler']}` T8 D8 fp32 {top['mode']})"
-            in text.splitlines()[-1])
+    [largest] = [line for line in text.splitlines() if line.startswith("Each kind at its largest: ")]
+    assert f"contract {top['shares']['contract']:.0%} (`{top['pooler']}` T8 D8 fp32 {top['mode']})" in largest
     for bad in (["--poolers", "mean,cls"], ["--sizes", "8"], ["--dtypes", "fp16"]):
         monkeypatch.setattr(perf_where, "measure_cell", lambda *a, **k: pytest.fail("timed before refusing"))
         with pytest.raises(SystemExit) as refused:
@@ -927,6 +928,29 @@ def test_where_takes_perf_tokens_cells_and_repeats_quick_or_full_unless_told(mon
         assert measured == [(t, d, repeats) for t, d in cells for _ in ("fwd", "fwd+bwd")]
         assert result["settings"]["sizes"] == cells and result["settings"]["repeats"] == repeats
     assert len(perf_tokens.grid(True)[0]) == 4
+
+
+def test_where_reads_each_cell_over_its_target_as_set_by_the_contract_or_by_the_poolings_operators():
+    """A cell over its target is the contract's doing only if the pooling alone (the ratio less the contract's share)
+    is within it. Catches the split inverted, one family's target used for another (a statistic at 1.25x is within
+    its 1.3x), and a largest kind that counts the contract among the operators."""
+    import perf_where
+
+    def row(pooler, ratio, contract, **kinds):
+        shares = {"products": 0.0, "reductions": 0.0, "elementwise": 0.0, **kinds, "contract": contract}
+        return {"pooler": pooler, "T": 8, "D": 4, "dtype": "fp32", "mode": "fwd", "ratio": ratio, "shares": shares}
+
+    rows = [row("mean", 1.5, 0.3, products=0.7), row("mean", 1.25, 0.0, products=1.0),
+            row("attention", 1.25, 0.6, products=0.1, elementwise=0.3),
+            row("max", 3.0, 0.5, reductions=0.3, elementwise=0.2)]
+    text = perf_where.over_target(rows)
+    lines = [line for line in text.splitlines() if line.startswith("| mean") or line.startswith("| attention")
+             or line.startswith("| max")]
+    assert "3 of 4 cells, 1 of them still over it" in text and len(lines) == 3
+    assert "1.05" in lines[0] and "the contract (30% of the call)" in lines[0]
+    assert "0.50" in lines[1] and "the contract (60% of the call)" in lines[1]
+    assert "1.50" in lines[2] and "its operators (largest: reductions)" in lines[2]
+    assert perf_where.over_target(rows[1:2]) == "Over their target: none of 1 cells"
 
 
 def test_the_where_readings_on_the_performance_page_hold_for_the_committed_run():
