@@ -156,8 +156,9 @@ def changed_settings(settings: dict, default) -> str:
     return "; ".join(changed) or "none"
 
 
-#: The generation ``poolkit.provenance.cpu_model`` puts after a CPU's name: "(family 23 model 49; avx2)".
-GENERATION = re.compile(r"\((family \d+ model \d+[^()]*)\)$")
+#: The generation ``poolkit.provenance.cpu_model`` puts after a CPU's name: "(family 23 model 49; avx2)", on ARM
+#: "(implementer 0x41 part 0xd40; i8mm)".
+GENERATION = re.compile(r"\(((?:family \d+ model \d+|implementer \S+ part \S+)[^()]*)\)$")
 
 
 def machine(cpu: str, cores: int) -> str:

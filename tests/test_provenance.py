@@ -58,9 +58,9 @@ def test_provenance_names_the_cpu_model_and_the_kernels_torch_dispatches_to():
 
 def test_the_cpu_model_reads_the_first_processors_name_generation_and_speed_flags():
     """Fixed /proc/cpuinfo texts: an Intel block with VNNI and AMX, an AMD block with no trailing blank line, a
-    second processor that differs (ignored), tab-separated keys, and an ARM text without a model name (platform's
-    answer). Catches flags read from another processor, flags outside SPEED_FLAGS, a lost family or model, and a
-    crash where a field is missing."""
+    second processor that differs (ignored), tab-separated keys, an ARM text (no model name: its implementer, part
+    and ARM speed flags), and a text with neither (platform's answer). Catches flags read from another processor,
+    flags outside SPEED_FLAGS, a lost family or model (or ARM part), and a crash where a field is missing."""
     import platform
 
     intel = ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
@@ -72,5 +72,9 @@ def test_the_cpu_model_reads_the_first_processors_name_generation_and_speed_flag
     amd = "cpu family\t: 23\nmodel\t\t: 49\nmodel name\t: AMD EPYC\nflags\t\t: fma avx avx2 f16c"
     assert cpu_model(amd) == "AMD EPYC (family 23 model 49; avx2)"
     assert cpu_model("model name\t: Plain CPU\n") == "Plain CPU"
-    arm = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\n"
-    assert cpu_model(arm) == (platform.processor() or platform.machine())
+    arm = ("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd asimddp sve i8mm bf16\nCPU implementer\t: 0x41\n"
+           "CPU part\t: 0xd40\n\nprocessor\t: 1\nFeatures\t: fp asimd sve2\nCPU implementer\t: 0x41\n")
+    assert cpu_model(arm) == "ARM (implementer 0x41 part 0xd40; asimddp i8mm bf16 sve)"
+    assert cpu_model("processor\t: 0\nFeatures\t: fp asimd\nCPU implementer\t: 0xc0\n") == (
+        "ARM (implementer 0xc0 part unknown)")
+    assert cpu_model("processor\t: 0\nBogoMIPS\t: 50.00\n") == (platform.processor() or platform.machine())

@@ -89,6 +89,8 @@ def test_a_machine_reads_its_generation_and_core_count_in_one_pair_of_brackets()
     assert rendering.machine(amd, 2) == "AMD EPYC (family 23 model 49; avx2; 2 cores)"
     assert rendering.machine("Intel(R) Xeon(R) Processor", 2) == "Intel(R) Xeon(R) Processor (2 cores)"
     assert rendering.machine("aarch64", 4) == "aarch64 (4 cores)"
+    arm = cpu_model("processor\t: 0\nFeatures\t: fp asimddp\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n")
+    assert rendering.machine(arm, 4) == "ARM (implementer 0x41 part 0xd0c; asimddp; 4 cores)"
 
 
 def test_replace_blocks_keeps_the_text_outside_and_fills_each_block_once():

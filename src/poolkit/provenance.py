@@ -39,13 +39,16 @@ def git_commit(root: Path = Path(__file__).resolve().parents[2]) -> str | None:
 #: Instruction-set extensions that change how fast int8, bf16 and float32 kernels can run (onnxruntime's int8 matmuls
 #: on VNNI, torch's bf16 on AVX512-BF16 / AMX): a result names the ones its CPU has.
 SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+#: The same on ARM (/proc/cpuinfo's Features): int8 dot products, int8 matrix products, bf16, scalable vectors.
+ARM_SPEED_FLAGS = ("asimddp", "i8mm", "bf16", "sve", "sve2")
 
 
 def cpu_model(cpuinfo: str | None = None) -> str:
     """The CPU's model name and generation as ``cpuinfo`` (default: /proc/cpuinfo's text) gives them for its first
-    processor ('AMD EPYC (family 23 model 49; avx2)': family, model and the :data:`SPEED_FLAGS` it has), or what
-    platform knows where it names no model (ARM). A brand name alone covers generations whose int8 and bf16 speeds
-    differ severalfold."""
+    processor ('AMD EPYC (family 23 model 49; avx2)': family, model and the :data:`SPEED_FLAGS` it has); an ARM
+    processor, which names no model there, by its implementer and part codes and its :data:`ARM_SPEED_FLAGS`
+    ('ARM (implementer 0x41 part 0xd0c; asimddp)'); else what platform knows. A brand name alone covers generations
+    whose int8 and bf16 speeds differ severalfold."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -57,6 +60,11 @@ def cpu_model(cpuinfo: str | None = None) -> str:
         if not key.strip() and fields:
             break  # the first processor's block is read
         fields.setdefault(key.strip(), value.strip())
+    if "model name" not in fields and "CPU implementer" in fields:
+        features = set(fields.get("Features", "").split())
+        parts = [f"implementer {fields['CPU implementer']} part {fields.get('CPU part', 'unknown')}",
+                 " ".join(flag for flag in ARM_SPEED_FLAGS if flag in features)]
+        return "ARM (" + "; ".join(part for part in parts if part) + ")"
     if "model name" not in fields:
         return platform.processor() or platform.machine()
     flags = set(fields.get("flags", "").split())
