@@ -956,8 +956,9 @@ def test_where_reads_each_cell_over_its_target_as_set_by_the_contract_or_by_the_
 def test_the_where_readings_on_the_performance_page_hold_for_the_committed_run():
     """docs/performance.md's readings of the where run, checked cell by cell against its file: the max's reduction its
     largest kind in forward, bf16 mean / sum spending more on the float32 copy and its loop than on the product, and
-    the x gradient (elementwise) the largest kind beside the products in fp32 forward + backward. Catches a reading
-    the committed run does not bear out."""
+    the x gradient (elementwise) the largest kind beside the products in fp32 forward + backward, and the contract
+    putting at most a tenth of the cells over their target, none by more than 5%. Catches a reading the committed run
+    does not bear out."""
     from pages import performance
 
     [name] = [n for n in performance.FILES if n.startswith("where-")]
@@ -973,3 +974,10 @@ def test_the_where_readings_on_the_performance_page_hold_for_the_committed_run()
                and r["mode"] == "fwd+bwd"]
     assert len(trained) == 8 and all(r["shares"]["elementwise"] == max(v for k, v in r["shares"].items()
                                                                        if k != "products") for r in trained)
+    import perf_where
+
+    over = [r for r in rows if r["ratio"] > perf_where.target_of(r["pooler"])]
+    by_contract = [r for r in over if perf_where.pool_over_floor(r) <= perf_where.target_of(r["pooler"])]
+    assert "The contract puts hardly any cell over its target, and none far over it" in text
+    assert len(by_contract) <= len(over) / 10 and all(r["ratio"] <= 1.05 * perf_where.target_of(r["pooler"])
+                                                      for r in by_contract)

@@ -54,7 +54,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-model_train-embed.json",
          "dynamic_padding.json", "tokens-339f8cf-zen2-t1.json", "tokens-d0f20ee-zen2-t1.json",
          "tokens-c543733-zen2-t1.json", "tokens-5f61f96-zen2-t1.json", "tokens-d19cf7c-zen2-t1.json",
-         "tokens-808a3fc-zen2-t1.json", "where-3643bcf-t1.json",
+         "tokens-808a3fc-zen2-t1.json", "where-2034ecc-t1.json",
          "embed-4dade0b-t1.json", "embed-4dade0b-t2.json", "embed-4dade0b-t1-busy2.json",
          "embed-4dade0b-t2-busy2.json", "bench-cpu-quick-spatial.json", "revisions-55de4ff-head-r11.json",
          "revisions-55de4ff.json", "paths-fast-vs-plain.json", "revisions-cdccd85-nonfinite.json",
