@@ -180,7 +180,7 @@ class PeerWorker:
             try:
                 self.ask("pass")
             except RuntimeError as err:
-                self.failure = f"failed during the timed passes: {err}"
+                self.failure = f"failed during its passes: {err}"
 
     def vectors(self, path: Path) -> np.ndarray:
         self.ask(f"vectors {path}")

@@ -3,9 +3,9 @@
 * Masked mean / sum / max: the floor is the *fastest* of several ways to read the tensor once
   (``x.sum(1)``, ``x.amax(1)``, a contiguous ``x.flatten(1).sum(1)``, the copy ``x.clone()``), all timed in
   the same repeats, the minimum taken per repeat: a slow kernel cannot pass as a floor. ``max`` in training is the
-  exception: its backward must find, for each feature, the token that holds the maximum, work that a read's
-  backward (a broadcast of the incoming gradient) does not do, so its floor is the faster of torch's own maxima over
-  the tokens with their gradients (``x.amax(1)``, ``x.max(1).values``), unmasked. Target <= 1.3x.
+  exception: its backward must find, for each feature, the token that holds the maximum, work that the sums' and
+  the copy's backward (a broadcast of the incoming gradient) do not do, so its floor is the faster of torch's own
+  maxima over the tokens with their gradients (``x.amax(1)``, ``x.max(1).values``), unmasked. Target <= 1.3x.
 * attention / attention_head / multihead_attention / gated_attention: the floor is the matmul of their
   own scoring weight (gated attention's two as one) over the positions the pooler scores. Where the fast
   forms run (eager CPU: ``fast.active``) those are the real tokens only, so the floor multiplies a

@@ -33,8 +33,8 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from perf_common import (DTYPES, comma_choices, describe, interleaved, median_ms, parse_and_setup,  # noqa: E402
                          run_info, save_json, table, timed_call)
-from perf_tokens import (ATTENTION_POOLERS, ATTENTION_TARGET, BATCH, STAT_POOLERS, STAT_TARGET,  # noqa: E402
-                         floor_of, floor_ratio, grid, make_inputs)
+from perf_tokens import (ATTENTION_POOLERS, ATTENTION_TARGET, BATCH, NOT_A_FLOOR, STAT_POOLERS,  # noqa: E402
+                         STAT_TARGET, floor_of, floor_ratio, grid, make_inputs)
 from poolkit import get_pooler  # noqa: E402
 from poolkit.pooling import fast  # noqa: E402
 
@@ -211,20 +211,20 @@ def pool_over_floor(row: dict) -> float:
 
 def over_target(rows: list[dict]) -> str:
     """The cells over their target, each read one of two ways: still over it with the contract's whole cost taken
-    out (the pooling alone over the floor), so that the pooling's own operators set it (its largest kind named), or
-    over it only with the contract's cost."""
+    out (the pooling alone over the floor), so that the pooling itself sets it (its largest kind named: an operator
+    kind, or the time outside operators), or over it only with the contract's cost."""
     over = [r for r in rows if r["ratio"] > target_of(r["pooler"])]
     if not over:
-        return f"Over their target: none of {len(rows)} cells"
+        return f"Over their target: none of the {len(rows)} cells"
     body = []
     for r in over:
         alone = pool_over_floor(r)
         kinds = {kind: share for kind, share in r["shares"].items() if kind != "contract"}
         body.append([r["pooler"], f"T{r['T']} D{r['D']} {r['dtype']} {r['mode']}", f"{target_of(r['pooler'])}x",
                      f"{r['ratio']:.2f}", f"{alone:.2f}",
-                     f"its operators (largest: {max(kinds, key=kinds.get)})" if alone > target_of(r["pooler"])
+                     f"the pooling (largest: {max(kinds, key=kinds.get)})" if alone > target_of(r["pooler"])
                      else f"the contract ({r['shares']['contract']:.0%} of the call)"])
-    set_by_operators = sum(row[-1].startswith("its operators") for row in body)
+    set_by_operators = sum(row[-1].startswith("the pooling") for row in body)
     return table(["pooler", "cell", "target", "/ floor", "pooling alone / floor", "what puts it over"], body,
                  title=f"**Over their target: {len(over)} of {len(rows)} cells, {set_by_operators} of them still over "
                        f"it with the contract's cost taken out** (the pooling alone / floor: the ratio less the "
@@ -232,18 +232,20 @@ def over_target(rows: list[dict]) -> str:
 
 
 def render(result: dict) -> str:
-    """A row per pooler and cell: its ratio to the floor, the floor's share of its time (1 / ratio: the floor's work
-    overlaps the kinds), :func:`profiled`, then the contract's and each operator kind's share (of the pooler's forward
-    time), and the time outside operators; under it, the cell where each kind's share is largest. Kinds no row
-    spends 1% in are left out; last, :func:`over_target`."""
+    """A row per pooler and cell: its ratio to the floor (! under NOT_A_FLOOR), the floor's share of its time
+    (1 / ratio: the floor's work overlaps the kinds), :func:`profiled`, then the contract's and each operator kind's
+    share (of the pooler's forward time), and the time outside operators; under it, the cell where each kind's share
+    is largest. Kinds no row spends 1% in are left out; last, :func:`over_target`."""
     rows = result["rows"]
     shown = [kind for kind in ["contract", *COLUMNS] if any(r["shares"][kind] >= 0.01 for r in rows)]
-    body = [[r["pooler"], f"T{r['T']} D{r['D']} {r['dtype']} {r['mode']}", f"{r['ratio']:.2f}",
+    body = [[r["pooler"], f"T{r['T']} D{r['D']} {r['dtype']} {r['mode']}",
+             f"{r['ratio']:.2f}" + (" !" if r["below_floor"] else ""),
              f"{1 / r['ratio']:.0%}", f"{profiled(r):.2f}", *(f"{r['shares'][kind]:.0%}" for kind in shown)]
             for r in rows]
     largest = [max(rows, key=lambda r, k=kind: r["shares"][k]) for kind in shown]
     return "\n".join([table(["pooler", "cell", "/ floor", "floor", "profiled", *shown], body,
-                             title="**Where the time goes: shares of the pooler's forward time**"), "",
+                             title="**Where the time goes: shares of the pooler's forward time** (! = under "
+                                   f"{NOT_A_FLOOR}: the floor is slower than the pooler there, not a floor)"), "",
                        "Each kind at its largest: " + "; ".join(
                            f"{kind} {r['shares'][kind]:.0%} (`{r['pooler']}` T{r['T']} D{r['D']} {r['dtype']} "
                            f"{r['mode']})" for kind, r in zip(shown, largest)), "", over_target(rows)])

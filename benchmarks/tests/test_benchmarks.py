@@ -255,8 +255,10 @@ def test_token_floors_run_and_render(tmp_path):
     path.write_text(json.dumps({"kind": "bench", "suites": {"tokens": result}}))
     blocks = performance.blocks([path])
     assert list(blocks) == ["bench.json", "bench.json targets"]
-    text = rendering.replace_blocks("".join(f"<!-- begin:{n} -->\nSTALE\n<!-- end:{n} -->\n" for n in blocks), blocks)
-    assert "STALE" not in text and "| mean   | 0.90 ! " in text and "Not a floor (ratio under 0.95): `mean` T8 D8" in text
+    stale = "".join(f"<!-- begin:{n} -->\nSTALE\n<!-- end:{n} -->\n" for n in blocks)
+    text = rendering.replace_blocks(stale, blocks)
+    assert "STALE" not in text and "| mean   | 0.90 ! " in text
+    assert "Not a floor (ratio under 0.95): `mean` T8 D8" in text
     verdicts = [line.rsplit("|", 2)[1].strip() for line in text.splitlines() if "<= 1." in line and "cells" in line]
     assert verdicts == ["**missed**" if any(r["ratio"] > 1.3 for r in rows[:3]) else "met", "**missed**", "met"]
 
@@ -535,9 +537,9 @@ def test_a_peer_worker_encodes_in_its_own_process_what_sentence_transformers_enc
     backend, a tiny model): the vectors it saves are sentence-transformers' own for the texts, in their order, after
     timed passes; a worker that cannot start, or that dies during the timed passes, is reported with its own error
     line, and a peer whose environment is missing (not built to its end) with the command that builds it. Catches
-    vectors of other texts or in another order, a reply read before the work is done, a library's print on stdout read as a reply (no redirect), a peer
-    that fails to start or during the timed passes and aborts the run (or keeps its times) instead of being named in
-    the table's note."""
+    vectors of other texts or in another order, a reply read before the work is done, a library's print on stdout
+    read as a reply (no redirect), a peer that fails to start or during the timed passes and aborts the run (or keeps
+    its times) instead of being named in the table's note."""
     from importlib import metadata
 
     import perf_onnx
@@ -571,6 +573,8 @@ def test_a_peer_worker_encodes_in_its_own_process_what_sentence_transformers_enc
             worker()  # the killed one's second call returns at once
         times = {name: [1.0] for name in (*workers, "other")}
         peers, failed = perf_onnx.peer_agreement(workers, times, expected, tmp_path / "vectors.npy")
+        workers["healthy"].log.seek(0)
+        assert "a load report on stdout" in workers["healthy"].log.read()  # printed, and sent to stderr
     finally:
         for worker in workers.values():
             worker.close()
@@ -578,7 +582,7 @@ def test_a_peer_worker_encodes_in_its_own_process_what_sentence_transformers_enc
     assert peers["healthy"]["max_abs_diff_to_st_torch"] < 1e-5
     assert peers["healthy"]["versions"]["sentence-transformers"] == metadata.version("sentence-transformers")
     assert set(peers) == {"healthy"} and set(times) == {"healthy", "other"}
-    assert set(failed) == {"killed"} and failed["killed"].startswith("failed during the timed passes: ")
+    assert set(failed) == {"killed"} and failed["killed"].startswith("failed during its passes: ")
     with pytest.raises(RuntimeError, match="invalid choice: 'no-such-backend'"):
         perf_onnx.PeerWorker(Path(sys.executable), "no-such-backend", 1, texts_file, model=model)
     python = tmp_path / "env" / "bin" / "python"
@@ -897,6 +901,8 @@ def test_where_times_the_pooling_alone_beside_the_call_and_its_floor(monkeypatch
     text = perf_where.render(result)
     shares, over = text.split("\n\n**Over their target")  # the shares' table, then the cells over their target
     assert shares.count("| T8 D8 fp32 fwd ") == 4 and "| products " in shares and "what puts it over" in over
+    flagged = perf_where.render({**result, "rows": [{**rows[0], "below_floor": True}, *rows[1:]]})
+    assert sum(" ! |" in line for line in flagged.split("\n\n**Over their target")[0].splitlines()) == 1
     first = rows[0]  # the profiler's inflation: its operators' time over the pooling's unprofiled time
     assert perf_where.profiled(first) == pytest.approx(sum(first["operator_ms"].values()) / first["pool_ms"])
     [line] = [line for line in shares.splitlines() if line.startswith("| mean ") and "| T8 D8 fp32 fwd " in line]
@@ -949,8 +955,8 @@ def test_where_reads_each_cell_over_its_target_as_set_by_the_contract_or_by_the_
     assert "3 of 4 cells, 1 of them still over it" in text and len(lines) == 3
     assert "1.05" in lines[0] and "the contract (30% of the call)" in lines[0]
     assert "0.50" in lines[1] and "the contract (60% of the call)" in lines[1]
-    assert "1.50" in lines[2] and "its operators (largest: reductions)" in lines[2]
-    assert perf_where.over_target(rows[1:2]) == "Over their target: none of 1 cells"
+    assert "1.50" in lines[2] and "the pooling (largest: reductions)" in lines[2]
+    assert perf_where.over_target(rows[1:2]) == "Over their target: none of the 1 cells"
 
 
 def test_the_where_readings_on_the_performance_page_hold_for_the_committed_run():
