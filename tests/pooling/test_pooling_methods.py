@@ -223,6 +223,27 @@ def test_half_precision_scoring_runs_in_float32_where_the_cpu_emulates_half_matm
     torch.testing.assert_close(product, rounded_once, rtol=2 ** -8, atol=1e-6)
 
 
+@pytest.mark.parametrize("taken", ["every token", "some tokens"])
+def test_gathered_linear_gradients_match_the_plain_product_block_by_block(taken, monkeypatch):
+    """fast.GatheredLinear in blocks of two tokens: its tokens', weight's and bias's gradients are those of
+    ``F.linear(tokens[index])``, with 0 for the tokens not taken. Catches a block of the tokens' gradient left
+    unwritten (every token taken: the gradient starts uninitialised, so each block must be written), and a token not
+    taken given a gradient."""
+    monkeypatch.setattr(fast, "GATHER_CHUNK_BYTES", 2 * HIDDEN * 4)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # block_bytes: the single-thread size
+    gen = torch.Generator().manual_seed(3)
+    tokens = torch.randn(7, HIDDEN, generator=gen)  # every taken token's gradient is nonzero: an unwritten one fails
+    weight, bias = torch.randn(5, HIDDEN, generator=gen), torch.randn(5, generator=gen)
+    index = None if taken == "every token" else torch.tensor([0, 2, 3, 6])
+    grad = torch.randn(7 if index is None else 4, 5, generator=gen)
+    got = torch.autograd.grad(fast.GatheredLinear.apply(tokens.requires_grad_(), index, weight.requires_grad_(),
+                                                        bias.requires_grad_()), [tokens, weight, bias], grad)
+    chosen = tokens if index is None else tokens[index]
+    expected = torch.autograd.grad(torch.nn.functional.linear(chosen, weight, bias), [tokens, weight, bias], grad)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+
+
 @pytest.mark.parametrize("name, options", [("latent", {}), ("adapool", {}),
                                            ("multihead_attention", {"combine": "project"})])
 def test_half_precision_dense_layers_multiply_in_float32_where_the_cpu_emulates_half_matmuls(name, options,

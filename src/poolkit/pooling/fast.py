@@ -208,8 +208,8 @@ class GatheredLinear(torch.autograd.Function):
         wide = emulated_half(tokens.dtype)
         factor = weight.float() if wide else weight
         grad_tokens = grad_weight = grad_bias = None
-        if ctx.needs_input_grad[0]:
-            grad_tokens = tokens.new_zeros(tokens.shape)
+        if ctx.needs_input_grad[0]:  # every row written when every token is taken; else those not taken are 0
+            grad_tokens = tokens.new_empty(tokens.shape) if index is None else tokens.new_zeros(tokens.shape)
         if ctx.needs_input_grad[2]:
             grad_weight = factor.new_zeros(weight.shape)
         for rows, part in _blocks(tokens, index):
