@@ -304,7 +304,8 @@ def families(result: dict) -> tuple:
     return ((title + " (max in training: vs torch's max with its gradient)", names, target), *rest)
 
 
-def _label(row: dict) -> str:
+def cell_label(row: dict) -> str:
+    """A row's cell in words: 'T128 D384 fp32 fwd'."""
     return f"T{row['T']} D{row['D']} {row['dtype']} {row['mode']}"
 
 
@@ -312,8 +313,8 @@ def render(result: dict) -> str:
     """One table per family (a row per pooler, a column per cell; * over target, ! under NOT_A_FLOOR), the
     floor each pooler is timed against, which read-once candidate was fastest, and the flagged cells."""
     rows = result["rows"]
-    labels = list(dict.fromkeys(_label(r) for r in rows))
-    cell = {(r["pooler"], _label(r)): r for r in rows}
+    labels = list(dict.fromkeys(cell_label(r) for r in rows))
+    cell = {(r["pooler"], cell_label(r)): r for r in rows}
     out = []
     for title, names, target in families(result):
         body = [[name] + [f"{cell[name, label]['ratio']:.2f}" + (" *" if cell[name, label]["ratio"] > target else "")
@@ -328,7 +329,7 @@ def render(result: dict) -> str:
         if r["pooler"] == STAT_POOLERS[0]:
             for read, count in r["fastest_floor"].items():
                 wins[read] = wins.get(read, 0) + count
-    flagged = [f"`{r['pooler']}` {_label(r)} {r['ratio']:.2f}" for r in rows if r["below_floor"]]
+    flagged = [f"`{r['pooler']}` {cell_label(r)} {r['ratio']:.2f}" for r in rows if r["below_floor"]]
     dims = {r["D"] for r in rows}
 
     def timed(names: dict[str, set]) -> str:  # the poolers, with the sizes D where only some use this floor
@@ -361,8 +362,8 @@ def targets(result: dict) -> str:
         rows = sorted((r for r in result["rows"] if r["pooler"] in names), key=lambda r: r["ratio"])
         missed = sum(r["ratio"] > target for r in rows)
         lines.append(f"| {', '.join(names)} <= {target}x, {title} | {len(rows) - missed} of {len(rows)} cells "
-                     f"within; from {rows[0]['ratio']:.2f}x (`{rows[0]['pooler']}` {_label(rows[0])}) to "
-                     f"{rows[-1]['ratio']:.2f}x (`{rows[-1]['pooler']}` {_label(rows[-1])}) | "
+                     f"within; from {rows[0]['ratio']:.2f}x (`{rows[0]['pooler']}` {cell_label(rows[0])}) to "
+                     f"{rows[-1]['ratio']:.2f}x (`{rows[-1]['pooler']}` {cell_label(rows[-1])}) | "
                      f"{'**missed**' if missed else 'met'} |")
     return "\n".join(lines)
 

@@ -34,7 +34,7 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from perf_common import (DTYPES, comma_choices, describe, interleaved, median_ms, parse_and_setup,  # noqa: E402
                          run_info, save_json, table, timed_call)
 from perf_tokens import (ATTENTION_POOLERS, ATTENTION_TARGET, BATCH, NOT_A_FLOOR, STAT_POOLERS,  # noqa: E402
-                         STAT_TARGET, floor_of, floor_ratio, grid, make_inputs)
+                         STAT_TARGET, cell_label, floor_of, floor_ratio, grid, make_inputs)
 from poolkit import get_pooler  # noqa: E402
 from poolkit.pooling import fast  # noqa: E402
 
@@ -220,7 +220,7 @@ def over_target(rows: list[dict]) -> str:
     for r in over:
         alone = pool_over_floor(r)
         kinds = {kind: share for kind, share in r["shares"].items() if kind != "contract"}
-        body.append([r["pooler"], f"T{r['T']} D{r['D']} {r['dtype']} {r['mode']}", f"{target_of(r['pooler'])}x",
+        body.append([r["pooler"], cell_label(r), f"{target_of(r['pooler'])}x",
                      f"{r['ratio']:.2f}", f"{alone:.2f}",
                      f"the pooling (largest: {max(kinds, key=kinds.get)})" if alone > target_of(r["pooler"])
                      else f"the contract ({r['shares']['contract']:.0%} of the call)"])
@@ -238,8 +238,7 @@ def render(result: dict) -> str:
     is largest. Kinds no row spends 1% in are left out; last, :func:`over_target`."""
     rows = result["rows"]
     shown = [kind for kind in ["contract", *COLUMNS] if any(r["shares"][kind] >= 0.01 for r in rows)]
-    body = [[r["pooler"], f"T{r['T']} D{r['D']} {r['dtype']} {r['mode']}",
-             f"{r['ratio']:.2f}" + (" !" if r["below_floor"] else ""),
+    body = [[r["pooler"], cell_label(r), f"{r['ratio']:.2f}" + (" !" if r["below_floor"] else ""),
              f"{1 / r['ratio']:.0%}", f"{profiled(r):.2f}", *(f"{r['shares'][kind]:.0%}" for kind in shown)]
             for r in rows]
     largest = [max(rows, key=lambda r, k=kind: r["shares"][k]) for kind in shown]
@@ -247,8 +246,8 @@ def render(result: dict) -> str:
                              title="**Where the time goes: shares of the pooler's forward time** (! = under "
                                    f"{NOT_A_FLOOR}: the floor is slower than the pooler there, not a floor)"), "",
                        "Each kind at its largest: " + "; ".join(
-                           f"{kind} {r['shares'][kind]:.0%} (`{r['pooler']}` T{r['T']} D{r['D']} {r['dtype']} "
-                           f"{r['mode']})" for kind, r in zip(shown, largest)), "", over_target(rows)])
+                           f"{kind} {r['shares'][kind]:.0%} (`{r['pooler']}` {cell_label(r)})"
+                           for kind, r in zip(shown, largest)), "", over_target(rows)])
 
 
 if __name__ == "__main__":
