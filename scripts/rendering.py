@@ -170,6 +170,12 @@ def machine(cpu: str, cores: int) -> str:
     return f"{cpu[:generation.start()]}({generation.group(1)}; {cores} cores)"
 
 
+def made_at(prov: dict) -> str:
+    """A run's commit, torch and machine as its provenance records them: "0123456789, torch 2.13.0+cpu, AMD EPYC
+    (family 23 model 49; avx2; 2 cores)"."""
+    return f"{(prov.get('commit') or 'unknown')[:10]}, torch {prov['torch']}, {machine(prov['cpu'], prov['cores'])}"
+
+
 def load_and_machine(results: dict) -> str:
     """A benchmark run's 1-minute load average at its start and end, then its commit, torch and CPU."""
     prov, (start, end) = results["provenance"], results["load_average_start_end"]

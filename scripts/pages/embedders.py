@@ -3,7 +3,7 @@ docs/embedders/table.json (``scripts/embedders_table.py``)."""
 
 from __future__ import annotations
 
-from rendering import ROOT, Page, machine, read_json, table
+from rendering import ROOT, Page, made_at, read_json, table
 
 RESULT = ROOT / "docs" / "embedders" / "parity.json"
 TABLE = ROOT / "docs" / "embedders" / "table.json"
@@ -19,8 +19,7 @@ def render_setup(result: dict) -> str:
             "(`SentenceTransformer(folder).encode`) and by `poolkit.encode(texts, model=folder)`, whose default for "
             "such a folder is its declared pooling (`pooler=\"auto\"`); the folders are built by sentence-transformers "
             f"from the packaged all-MiniLM-L6-v2 (Dense layers seeded). The run took {result['seconds']:.0f} s. "
-            f"Commit {(prov.get('commit') or 'unknown')[:10]}, torch {prov['torch']}, "
-            f"{machine(prov['cpu'], prov['cores'])}.")
+            f"Commit {made_at(prov)}.")
 
 
 def render_parity(result: dict) -> str:
@@ -40,7 +39,7 @@ def render_table_setup(results: dict) -> str:
             f"all-MiniLM-L6-v2 (max length {first['max_length']}), each pooler given by name (no training). The "
             f"prompt is a query instruction, `{results['prompt'].strip()}`, before the queries only (the documents go "
             f"without), which MiniLM was not trained with. The run took {results['seconds'] / 60:.1f} minutes. Commit "
-            f"{(prov.get('commit') or 'unknown')[:10]}, torch {prov['torch']}, {machine(prov['cpu'], prov['cores'])}.")
+            f"{made_at(prov)}.")
 
 
 def render_prompts(results: dict) -> str:

@@ -4,7 +4,7 @@ docs/embeddings/boards.json (``scripts/compare_builtin.py``), docs/embeddings/fi
 
 from __future__ import annotations
 
-from rendering import ROOT, Page, machine, read_json, table
+from rendering import ROOT, Page, made_at, read_json, table
 from verdicts import Comparison, Verdicts, last_epochs
 
 RESULT = ROOT / "docs" / "embeddings" / "zero-shot.json"
@@ -37,7 +37,7 @@ def render_setup(result: dict) -> str:
             f"all-MiniLM-L6-v2 (max length {runs['max_length']}, batch {result['settings']['batch_size']}) and each "
             f"parameter-free pooler, no training; " + "; ".join(f"`{d}`: {s}" for d, s in sizes.items())
             + f". The whole run took {result['seconds'] / 60:.1f} minutes. Commit "
-            f"{(prov.get('commit') or 'unknown')[:10]}, torch {prov['torch']}, {machine(prov['cpu'], prov['cores'])}.")
+            f"{made_at(prov)}.")
 
 
 def render_task(result: dict, task: str) -> str:
@@ -106,7 +106,7 @@ def render_boards_setup(boards: dict) -> str:
             f"{probe['patience']}), batch {probe['batch_size']}, pooler learning rate {probe['pooler_lr']:g}, inner "
             f"split {probe['val_fraction']:.0%} of each fold's training queries, seed {probe['seed']}, no projection. "
             f"The whole run took {boards['seconds'] / 60:.1f} minutes. Commit "
-            f"{(prov.get('commit') or 'unknown')[:10]}, torch {prov['torch']}, {machine(prov['cpu'], prov['cores'])}.")
+            f"{made_at(prov)}.")
 
 
 def render_board(board: dict) -> str:
@@ -224,8 +224,7 @@ def render_finetuned_setup(finetuned: dict) -> str:
             f"with the first of them, {settings['finetune_epochs']} epochs, encoder learning rate "
             f"{first['encoder_lr']:g}, on the frozen board's {settings['folds']} folds (seed {settings['seed']}), the "
             f"checkpoint chosen on each fold's inner split with the encoder as it came (epoch 0) among the candidates. "
-            f"Minutes: {walls}. Commit {(prov.get('commit') or 'unknown')[:10]}, torch {prov['torch']}, "
-            f"{machine(prov['cpu'], prov['cores'])}.")
+            f"Minutes: {walls}. Commit {made_at(prov)}.")
 
 
 def finetuned_row(board: dict) -> dict:
@@ -282,7 +281,7 @@ def render_shuffles(shuffles: dict) -> str:
         f"Made by `{shuffles['script']}` (`docs/embeddings/shuffled-seeds.json`): `{shuffles['data']}` cut to one row "
         f"per document and shuffled with each of {len(shuffles['runs'])} seeds, `compare` with "
         f"{shuffles['folds']} folds each; {shuffles['seconds'] / 60:.1f} minutes. Commit "
-        f"{(prov.get('commit') or 'unknown')[:10]}, torch {prov['torch']}, {machine(prov['cpu'], prov['cores'])}.", "",
+        f"{made_at(prov)}.", "",
         table(["shuffle", "chance (random rankings)", *(f"`{name}`" for name in shuffles["poolers"])], rows,
               align="l" + "r" * (1 + len(shuffles["poolers"]))), "",
         shuffle_verdicts(shuffles).block()])

@@ -5,7 +5,7 @@ Source: ``results.json``, written by scripts/explain_wordnet.py (run by scripts/
 
 from __future__ import annotations
 
-from rendering import ROOT, Page, machine, read_json, table
+from rendering import ROOT, Page, made_at, read_json, table
 
 FOLDER = ROOT / "docs" / "explain"
 SHOWN_CLASSES = 8  # the most often predicted classes get a line of top words each
@@ -25,7 +25,7 @@ def render_setup(results: dict) -> str:
             f"training choice saw. Faithfulness: k = {', '.join(map(str, s['ks']))} words deleted, "
             f"{s['draws']} random draws per text and k, seed {s['seed']}. Took {results['seconds']['explain']:.0f} s to "
             f"explain and {results['seconds']['faithfulness']:.0f} s for the curve; commit "
-            f"{(prov.get('commit') or 'unknown')[:10]}, torch {prov['torch']}, {machine(prov['cpu'], prov['cores'])}.")
+            f"{made_at(prov)}.")
 
 
 def render_curve(results: dict) -> str:

@@ -4,7 +4,7 @@ peer suites' pass counts from docs/reliability/peers.json (``scripts/peer_suites
 
 from __future__ import annotations
 
-from rendering import ROOT, Page, machine, read_json, table
+from rendering import ROOT, Page, made_at, read_json, table
 
 RESULT = ROOT / "docs" / "reliability" / "contract-55de4ff.json"
 PEERS = ROOT / "docs" / "reliability" / "peers.json"
@@ -30,7 +30,7 @@ def render_peers(peers: dict) -> str:
     total = sum(suite["passed"] + suite["failed"] + suite["xfailed"] + suite["skipped"] for suite in peers["suites"])
     return "\n".join([
         f"Run by `{peers['script']}` ({peers['seconds']:.0f} s; pytest exit code {peers['pytest_exit_code']}): commit "
-        f"{(prov.get('commit') or 'unknown')[:10]}, torch {prov['torch']}, {machine(prov['cpu'], prov['cores'])}; "
+        f"{made_at(prov)}; "
         f"{total:,} cases in all.", "",
         table(["peer", "version", "suite", "pass", "fail", "known difference (xfail)", "skipped"], rows,
               align="lllrrrr")])
