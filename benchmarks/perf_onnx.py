@@ -393,24 +393,18 @@ def op_profile(texts: list[str], passes: int = 3) -> dict:
     weight (the linear layers: the floors' work) apart, their op type ending in :data:`WEIGHTS`."""
     import onnxruntime
 
-    from poolkit.data.batching import sorted_token_batches
-
     encoder = _encoder("onnx")
     folder = onnx_graph.cached_graph(encoder, encoder.prompt, int8=True).folder
-    _, batches = sorted_token_batches(encoder.tokenizer, texts, encoder.max_length, BATCH)
-    feeds = [{name: tensor.numpy() for name, tensor in batch.items()} for _, batch in batches]
     graphs = {}
     with tempfile.TemporaryDirectory() as scratch:
         for graph, file in (("float32", onnx_graph.FLOAT_FILE), ("int8", onnx_graph.INT8_FILE)):
             options = onnxruntime.SessionOptions()
             options.enable_profiling = True
             options.profile_file_prefix = str(Path(scratch) / graph)
-            session = onnx_graph.OnnxSession(folder, file=file, options=options).session  # as poolkit runs it
-            inputs = [node.name for node in session.get_inputs()]
+            session = onnx_graph.OnnxSession(folder, file=file, options=options)  # as poolkit runs it
             for _ in range(passes):
-                for feed in feeds:
-                    session.run(None, {name: feed[name] for name in inputs})
-            events = json.loads(Path(session.end_profiling()).read_text())
+                sorted_encode(encoder, session, texts)
+            events = json.loads(Path(session.session.end_profiling()).read_text())
             per_op: dict[str, float] = {}
             for event in events:
                 if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
