@@ -902,7 +902,9 @@ def test_where_times_the_pooling_alone_beside_the_call_and_its_floor(monkeypatch
     shares = text.partition("Over their target")[0]  # the shares' table, then the cells over their target
     assert shares.count("| T8 D8 fp32 fwd ") == 4 and "| products " in shares and perf_where.over_target(rows) in text
     flagged = perf_where.render({**result, "rows": [{**row, "below_floor": row is rows[0]} for row in rows]})
-    assert sum(" ! |" in line for line in flagged.partition("Over their target")[0].splitlines()) == 1
+    flags = [bool(re.search(r"\| \d+\.\d\d ! +\|", line))
+             for line in flagged.partition("Over their target")[0].splitlines()]
+    assert sum(flags) == 1  # the table pads its columns: a ratio under 10 leaves spaces after the flag
     first = rows[0]  # the profiler's inflation: its operators' time over the pooling's unprofiled time
     assert perf_where.profiled(first) == pytest.approx(sum(first["operator_ms"].values()) / first["pool_ms"])
     [line] = [line for line in shares.splitlines() if line.startswith("| mean ") and "| T8 D8 fp32 fwd " in line]
