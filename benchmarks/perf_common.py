@@ -228,16 +228,19 @@ def load_label(result: dict) -> str:
     return f"beside {busy} busy processes" if busy else "quiet"
 
 
-def run_sweep(doc: str, argv: list[str] | None, kind: str, title: str, settings: Callable[..., dict[str, Any]],
+def run_sweep(doc: str, argv: list[str] | None, kind: str | Callable[..., str], title: str | Callable[..., str],
+              settings: Callable[..., dict[str, Any]],
               sweep: Callable[..., list[dict]], render: Callable[[dict], str],
               render_rule: Callable[[list[dict]], str],
               add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
               chosen: Callable[[argparse.Namespace], dict[str, Any]] = lambda args: {}) -> dict:
-    """The main of a sweep behind a rule (``perf_max_rows``, ``perf_blocks``): the common arguments and the script's
+    """The main of a sweep behind a rule (``perf_row_slices``, ``perf_blocks``): the common arguments and the script's
     own (``add_arguments``), ``settings(**chosen(args))`` read once the thread count is set, ``sweep(device, repeats,
-    **chosen(args))`` timed, its table and rule checks printed, the JSON saved."""
+    **chosen(args))`` timed, its table and rule checks printed, the JSON saved. ``kind`` and ``title`` may be
+    functions of ``**chosen(args)`` too."""
     args, device = parse_and_setup(doc, argv, add_arguments)
     extra = chosen(args)
+    kind, title = (text(**extra) if callable(text) else text for text in (kind, title))
     repeats = args.repeats or 5
     info = run_info(device, args)
     print(f"# {title}, {torch.get_num_threads()} torch threads, {repeats} repeats")

@@ -635,32 +635,39 @@ def test_background_processes_stop_when_the_benchmark_is_killed():
     spinner.wait(timeout=10)  # psutil.TimeoutExpired if it kept spinning
 
 
-def test_the_max_rows_sweep_times_both_forms_and_marks_the_rules_pick(monkeypatch):
-    """A tiny sweep: one row per (B, D, T, dtype), the rule's pick recorded as slices_pay gives it for the inputs,
-    the two forms' outputs checked equal, the table marking (*) exactly the picked cells."""
-    import perf_max_rows
+@pytest.mark.parametrize("reduction,dtypes,batched", [("max", ("fp32", "bf16"), "index_reduce"),
+                                                       ("sum", ("bf16", "fp16"), "float32 copy")])
+def test_the_row_slices_sweep_times_both_forms_and_marks_the_rules_pick(monkeypatch, reduction, dtypes, batched):
+    """A tiny sweep of each reduction: one row per (B, D, T, dtype), the rule's pick recorded as slices_pay gives it
+    for the inputs, the two forms' outputs checked to agree, the table marking (*) exactly the picked cells and the
+    rule's groups named after the batched form."""
+    import perf_row_slices
 
     from poolkit.pooling import fast
 
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    rows = perf_max_rows.sweep(torch.device("cpu"), 1, batches=(2,), widths=(8,), lengths=(4, 200))
-    assert [(r["T"], r["dtype"]) for r in rows] == [(4, "fp32"), (4, "bf16"), (200, "fp32"), (200, "bf16")]
+    rows = perf_row_slices.sweep(torch.device("cpu"), 1, batches=(2,), widths=(8,), lengths=(4, 200),
+                                 reduction=reduction)
+    assert [(r["T"], r["dtype"]) for r in rows] == [(t, dtype) for t in (4, 200) for dtype in dtypes]
     for r in rows:
-        x, mask = perf_max_rows.inputs(r["B"], r["T"], r["D"], perf_common.DTYPES[r["dtype"]])
+        x, mask = perf_row_slices.inputs(r["B"], r["T"], r["D"], perf_common.DTYPES[r["dtype"]])
         assert r["rule_picks_slices"] == fast.slices_pay(x, mask) and r["tokens"] == int(mask.sum()) / 2
-        assert len(r["per_repeat"]) == 1 and set(r["ms"]) == {"index_reduce", "row slices"}
-    assert [r["rule_picks_slices"] for r in rows] == [False, False, False, True]  # bf16 long rows on one thread
-    result = {"settings": {"lengths": (4, 200), "row_slice_tokens": fast.ROW_SLICE_TOKENS, "threads": 1},
-              "rows": rows}
-    text = perf_max_rows.render(result)
-    assert text.count(" *") == 1 and re.search(r"\| bf16 +\| 2 +\| 8 +\| \d+\.\d\d +\| \d+\.\d\d \* \|", text)
-    assert perf_max_rows.render_rule([result]).startswith("1 torch thread(s):")
+        assert len(r["per_repeat"]) == 1 and set(r["ms"]) == {batched, "row slices"}
+    half = [dtype != "fp32" for dtype in dtypes]
+    assert [r["rule_picks_slices"] for r in rows] == [False, False] + half  # half-precision long rows on one thread
+    result = {"settings": {"lengths": (4, 200), "row_slice_tokens": fast.ROW_SLICE_TOKENS, "threads": 1,
+                           "reduction": reduction}, "rows": rows}
+    text = perf_row_slices.render(result)
+    assert text.count(" *") == sum(half) and re.search(r"\| bf16 +\| 2 +\| 8 +\| \d+\.\d\d +\| \d+\.\d\d \* \|", text)
+    rule = perf_row_slices.render_rule([result])
+    assert rule.startswith("1 torch thread(s):") and f"| {batched} kept: short rows |" in rule
+    assert f"; {batched} / row slices: median" in rule
 
 
 def test_rule_checks_back_a_form_only_where_its_cells_favour_it_in_every_sweep():
     """Catches a check that backs the row slices where they lose in one sweep (the busy one), keeps index_reduce for
     short rows where the slices are faster, or keeps it for long rows where the slices are faster in every sweep."""
-    import perf_max_rows
+    import perf_row_slices
 
     def sweep(picked, short, long):
         rows = ([{"rule_picks_slices": True, "tokens": 100, "speedup": s} for s in picked]
@@ -669,7 +676,7 @@ def test_rule_checks_back_a_form_only_where_its_cells_favour_it_in_every_sweep()
         return {"settings": {"row_slice_tokens": 64}, "rows": rows}
 
     def backed(*sweeps):
-        return {name: ok for name, _, ok in perf_max_rows.rule_checks(list(sweeps))}
+        return {name: ok for name, _, ok in perf_row_slices.rule_checks(list(sweeps))}
 
     quiet = sweep([1.2, 1.3, 1.1, 0.9], [0.5, 0.6, 0.7, 1.1], [1.2, 1.3, 1.4, 1.5])
     busy = sweep([1.2, 1.3, 1.1, 0.9], [0.5, 0.6, 0.7, 1.1], [0.2, 1.3, 0.1, 1.5])
@@ -677,27 +684,29 @@ def test_rule_checks_back_a_form_only_where_its_cells_favour_it_in_every_sweep()
     assert backed(quiet)["index_reduce kept: long rows"] is False  # faster with slices in every sweep given
     assert backed(quiet, sweep([1.2, 0.9], [0.5], [1.0]))["row slices picked"] is False  # half lose in one sweep
     assert backed(quiet, sweep([1.2], [0.5, 1.2], [1.0]))["index_reduce kept: short rows"] is False
-    shown = {name: cells for name, cells, _ in perf_max_rows.rule_checks([quiet, sweep([1.2], [], [0.2])])}
+    shown = {name: cells for name, cells, _ in perf_row_slices.rule_checks([quiet, sweep([1.2], [], [0.2])])}
     assert shown["index_reduce kept: short rows"][1] == "no cells"  # a column per sweep, none left out
     assert backed(quiet, sweep([1.2], [], [0.2]))["index_reduce kept: short rows"] is False
 
 
-def test_the_committed_sweeps_back_the_rule_the_code_runs(monkeypatch):
-    """The committed max-rows sweeps, quiet and beside busy processes at one and at two threads, back each group of
-    their cells, and record the pick that fast.slices_pay makes today at the sweep's thread count: a rule changed
-    without new sweeps, or sweeps that contradict it, are red."""
-    import perf_max_rows
+@pytest.mark.parametrize("prefix", ["max-rows-"])
+def test_the_committed_sweeps_back_the_rule_the_code_runs(monkeypatch, prefix):
+    """The committed sweeps of each reduction (the masked max's, the half-precision sum's), quiet and beside busy
+    processes at one and at two threads, back each group of their cells, and record the pick that fast.slices_pay
+    makes today at the sweep's thread count: a rule changed without new sweeps, or sweeps that contradict it, are
+    red."""
+    import perf_row_slices
     from pages import performance
 
     from poolkit.pooling import fast
 
     sweeps = [json.loads((performance.RESULTS / name).read_text()) for name in performance.FILES
-              if name.startswith("max-rows-")]
+              if name.startswith(prefix)]
     conditions = {(s["settings"]["threads"], bool(s["settings"]["background"])) for s in sweeps}
     assert conditions == {(1, False), (1, True), (2, False), (2, True)}
     for threads in (1, 2):
         at = [s for s in sweeps if s["settings"]["threads"] == threads]
-        assert all(ok for _, _, ok in perf_max_rows.rule_checks(at)), threads
+        assert all(ok for _, _, ok in perf_row_slices.rule_checks(at)), threads
     for result in sweeps:
         monkeypatch.setattr(torch, "get_num_threads", lambda: result["settings"]["threads"])
         for r in result["rows"]:

@@ -11,8 +11,9 @@ the threshold in the same direction in every run (on a shared machine, a change 
 does not is noise; runs at other thread counts or loads agree only where a form wins under all of them). The
 plain-vs-fast runs together give ``rule: paths``: per thread count, the cells of each pooler's newest timed tree
 whose plain form is faster in every run (:func:`plain_faster_in_every_run`, which a test holds empty: the fast forms
-run at every thread count). ``benchmarks/perf_max_rows.py`` sweeps give one cell table each and, together,
-``rule: max rows`` (the masked max's choice between its two fast forms, checked per thread count);
+run at every thread count). ``benchmarks/perf_row_slices.py`` sweeps give one cell table each and, together,
+``rule: max rows`` and ``rule: sum rows`` (the masked max's choice between its two fast forms, and the
+half-precision sum's, checked per thread count);
 ``benchmarks/perf_blocks.py`` sweeps likewise give a table each and ``rule: blocks`` (the block size of the blocked
 fast forms per thread count). ``benchmarks/perf_where.py`` runs give a table each: where each token pooler's time
 goes, beside its floor.
@@ -39,7 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import perf_blocks  # noqa: E402
 import perf_embed  # noqa: E402
-import perf_max_rows  # noqa: E402
+import perf_row_slices  # noqa: E402
 import perf_memory  # noqa: E402
 import perf_model  # noqa: E402
 import perf_snippets  # noqa: E402
@@ -121,8 +122,11 @@ def provenance(result: dict, path: Path) -> str:
         what = ("`benchmarks/perf_blocks.py`: the plain form / the fast form at each block size, > 1 is the fast form "
                 "faster; `*` the size the code picks at this thread count")
     elif result["kind"] == "max_rows":
-        what = ("`benchmarks/perf_max_rows.py`: the masked max's `index_reduce` form / its row-slices form, > 1 is the "
-                "row slices faster; rows of real lengths drawn from [T/2, T]")
+        what = ("`benchmarks/perf_row_slices.py`: the masked max's `index_reduce` form / its row-slices form, > 1 is "
+                "the row slices faster; rows of real lengths drawn from [T/2, T]")
+    elif result["kind"] == "sum_rows":
+        what = ("`benchmarks/perf_row_slices.py --reduction sum`: the half-precision sum's float32 copy and product / "
+                "its row-slices form, > 1 is the row slices faster; rows of real lengths drawn from [T/2, T]")
     elif result["kind"] == "where":
         what = ("`benchmarks/perf_where.py`: the pooler's time, the floor's and the pooling's alone (no contract) timed "
                 "side by side, the pooling's operators profiled; shares of the pooler's forward time")
@@ -419,7 +423,7 @@ SUITE_BLOCKS = {"snippets": lambda suites: snippets_block(suites["snippets"]),
 def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Path] = ()) -> dict[str, str]:
     """Every block the result files at ``paths`` give, with an agreement block per comparison run more than once,
     and the provenance and target blocks (:data:`CONDITION_BLOCKS`) of the run_all runs at ``conditions``."""
-    found, groups, sweeps, block_sweeps = {}, {}, [], []
+    found, groups, sweeps, block_sweeps = {}, {}, {}, []
     for path in conditions:
         found.update({name: block for name, block in file_blocks(path, read_json(path)).items()
                       if name.endswith(CONDITION_BLOCKS)})
@@ -428,9 +432,9 @@ def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Pat
         if data.get("kind") in MEANING:
             found[path.name] = render(path, threshold)
             groups.setdefault(group_name(data), []).append(path)
-        elif data.get("kind") == "max_rows":
-            found[path.name] = provenance(data, path.resolve()) + "\n\n" + perf_max_rows.render(data)
-            sweeps.append(data)
+        elif data.get("kind") in ("max_rows", "sum_rows"):
+            found[path.name] = provenance(data, path.resolve()) + "\n\n" + perf_row_slices.render(data)
+            sweeps.setdefault(data["kind"], []).append(data)
         elif data.get("kind") == "where":
             found[path.name] = provenance(data, path.resolve()) + "\n\n" + perf_where.render(data)
         elif data.get("kind") == "blocks":
@@ -441,8 +445,7 @@ def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Pat
     found.update({name: agreement(group, threshold) for name, group in groups.items() if len(group) > 1})
     if any(name.startswith("agreement: paths") for name in groups):
         found["rule: paths"] = rule_block(paths, threshold)
-    if sweeps:
-        found["rule: max rows"] = perf_max_rows.render_rule(sweeps)
+    found.update({f"rule: {kind.replace('_', ' ')}": perf_row_slices.render_rule(runs) for kind, runs in sweeps.items()})
     if block_sweeps:
         found["rule: blocks"] = perf_blocks.render_rule(block_sweeps)
     return found

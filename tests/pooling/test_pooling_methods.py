@@ -809,6 +809,41 @@ def test_both_fast_extreme_forms_give_the_plain_values(dtype, largest):
     torch.testing.assert_close(fast.reduce_into_rows(x, mask, largest), expected, rtol=0, atol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_half_precision_sum_takes_row_slices_only_where_no_gradient_and_one_run_per_row(dtype, monkeypatch):
+    """masking.masked_sum with the rule saying yes: one float32 sum per row's slice (fast.sum_row_slices), exactly
+    the plain product's float32 sums on small integers (every sum exact), on non-contiguous x under right / left /
+    both-sided padding, a one-token row and an empty one, a NaN at a real token and the dtype's largest value at
+    padding; x that needs a gradient, or a row with a gap, takes the product. Catches padding read, a run one token
+    short or long, an empty row left unwritten, a sum rounded to x's dtype, and row slices cutting a gradient off."""
+    from poolkit.pooling import masking
+
+    calls = []
+    slices = fast.sum_row_slices
+    monkeypatch.setattr(fast, "slices_pay", lambda x, mask: True)
+    monkeypatch.setattr(fast, "sum_row_slices", lambda *args: calls.append(args) or slices(*args))
+    gen = torch.Generator().manual_seed(5)
+    mask = runs_mask(["1111111..", "..1111111", ".11111...", ".........", "....1....", "111111111"])
+    x = torch.randint(-100, 101, (mask.shape[1], mask.shape[0], HIDDEN), generator=gen).to(dtype).transpose(0, 1)
+    x[~mask] = torch.finfo(dtype).max
+    x[2, 3, 1] = float("nan")
+    expected = masking.masked_weighted_sum(x, mask)
+    got = masking.masked_sum(x, mask)
+    assert len(calls) == 1 and got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+    assert bool(got[2, 1].isnan()) and torch.equal(got[3], torch.zeros(HIDDEN))
+    gapped = mask.clone()
+    gapped[0, 3] = False
+    torch.testing.assert_close(masking.masked_sum(x, gapped), masking.masked_weighted_sum(x, gapped), rtol=0, atol=0,
+                               equal_nan=True)
+    leaf = x.nan_to_num().requires_grad_()
+    masking.masked_sum(leaf, mask).sum().backward()
+    assert len(calls) == 1 and torch.equal(leaf.grad, mask[..., None].expand_as(x).to(dtype))
+    with torch.no_grad():
+        masking.masked_sum(leaf, mask)
+    assert len(calls) == 2
+
+
 @pytest.mark.parametrize("name", ["max", "min", "mean_max"])
 def test_padding_never_changes_an_extreme_its_winner_or_its_gradient(name, extreme_form):
     """A row pooled alone without padding and inside a batch with left, right and both-sided padding (holding
@@ -925,7 +960,8 @@ def test_half_precision_means_are_the_correctly_rounded_ones(name, dtype, monkey
     """issue 32 item 18: the 1/n weights cast to bf16 before the sum put a bf16 mean one ulp off in about a fifth of
     its elements, where sentence-transformers' and timm's are correctly rounded. Catches any rounding before the
     float32 sum and its division (the float64 reference rounded once to the dtype must come out exactly), in the
-    plain form and the fast one, and blocks of rows that drop or repeat rows."""
+    plain form and the fast ones (blocks of float32 rows and a product; a float32 sum per row's slice), and blocks of
+    rows that drop or repeat rows."""
     from poolkit.pooling import masking
 
     gen = torch.Generator().manual_seed(7)
@@ -945,6 +981,12 @@ def test_half_precision_means_are_the_correctly_rounded_ones(name, dtype, monkey
     monkeypatch.setattr(fast, "EXACT_BLOCK_BYTES", 40 * 64 * 4 * 4)  # blocks of 4 rows, the last one short
     monkeypatch.setattr(fast, "THREADED_BLOCK_BYTES", 0)
     assert torch.equal(pooler(x, mask), expected)
+    calls = []
+    slices = fast.sum_row_slices
+    monkeypatch.setattr(fast, "ROW_SLICE_TOKENS", 1)  # one float32 sum per row's slice (no gradient is taken)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    monkeypatch.setattr(fast, "sum_row_slices", lambda *args: calls.append(args) or slices(*args))
+    assert torch.equal(pooler(x, mask), expected) and calls
 
 
 @pytest.mark.parametrize("name", ["mean", "attention", "weighted_mean"])

@@ -340,13 +340,14 @@ def reduce_into_rows(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
 
 
 def slices_pay(x: Tensor, mask: Tensor) -> bool:
-    """Whether a kernel call per row (:func:`reduce_row_slices`) beats one ``index_reduce`` over the batch: on one
-    torch thread, for half-precision rows of :data:`ROW_SLICE_TOKENS` real tokens or more on average. With several
+    """Whether a kernel call per row beats one batched form: :func:`reduce_row_slices` over one ``index_reduce``
+    (the masked max / min), :func:`sum_row_slices` over :class:`HalfWeightedSum` (a half-precision mean or sum). On
+    one torch thread, for half-precision rows of :data:`ROW_SLICE_TOKENS` real tokens or more on average. With several
     threads each call is a parallel region: faster still on a quiet machine, but beside other work a region waits
     whenever one of its threads is descheduled, and some calls run many times slower than ``index_reduce``, which
     runs on one thread and never waits. float32 on one thread: the row slices are faster in about half to two
     thirds of the cells and slower in the rest, short of the three in four the rule asks, so ``index_reduce``
-    stays (docs/performance.md, the max rows sweeps)."""
+    stays (docs/performance.md, the max rows and sum rows sweeps)."""
     return (x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1
             and int(mask.sum()) >= ROW_SLICE_TOKENS * max(1, x.shape[0]))
 
@@ -373,6 +374,17 @@ def reduce_row_slices(x: Tensor, runs: list[tuple[int, int]], largest: bool) -> 
             reduce(x[row, start:stop], dim=0, out=out[row])
         else:
             out[row].fill_(float("-inf") if largest else float("inf"))
+    return out
+
+
+def sum_row_slices(x: Tensor, runs: list[tuple[int, int]]) -> Tensor:
+    """The float32 sum of ``x[b, start:stop]`` over its tokens for each row's run: half-precision (B, T, D) -> float32
+    (B, D), an empty run giving 0. torch's sum widens each slice as it reads it, where :class:`HalfWeightedSum`
+    first copies x to float32 (a block at a time) and then multiplies by the weights. No gradient: for x that needs
+    none."""
+    out = x.new_empty(x.shape[0], x.shape[2], dtype=torch.float32)
+    for row, (start, stop) in enumerate(runs):
+        torch.sum(x[row, start:stop], dim=0, dtype=torch.float32, out=out[row])
     return out
 
 

@@ -89,7 +89,7 @@ class SumPooler(Pooler):
         return self.pool_without_weights(x, mask), masking.uniform_weights(mask)
 
     def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
-        return masking.masked_weighted_sum(x, mask)
+        return masking.masked_sum(x, mask)
 
 
 @register_pooler("mean_sqrt_len", "mean_sqrt_len_tokens")

@@ -1,12 +1,16 @@
-"""The masked max's two fast forms side by side: one ``index_reduce`` over the batch (``fast.reduce_by_index``) and a
-kernel call per row (``fast.reduce_row_slices``, with its run finding), over batch sizes, widths, lengths and dtypes.
+"""A kernel call per row against one batched form, side by side, over batch sizes, widths, lengths and dtypes:
+``--reduction max`` (default), the masked max's one ``index_reduce`` over the batch (``fast.reduce_by_index``)
+against a call per row (``fast.reduce_row_slices``), in float32 and bf16; ``--reduction sum``, the half-precision
+mean's float32 sum as a float32 copy of x and a product (``fast.HalfWeightedSum``) against a float32 sum per row
+(``fast.sum_row_slices``), in bf16 and fp16. Both row forms include their run finding.
 
 This sweep is the data behind ``fast.slices_pay``, the rule that picks the form for the thread count in use: each
 cell records which form the rule picks there, and :func:`rule_checks` (rendered in docs/performance.md, asserted by
 benchmarks/tests) says whether the sweep backs it. Rows are right-padded, their real lengths drawn from [T/2, T]
-as in ``perf_tokens``. The figure is index_reduce time / row-slices time (> 1: the row slices are faster).
+as in ``perf_tokens``. The figure is the batched form's time / the row slices' time (> 1: the row slices are faster).
 
-    .venv/bin/python benchmarks/perf_max_rows.py --threads 1 --json benchmarks/results/max-rows-t1.json
+    .venv/bin/python benchmarks/perf_row_slices.py --threads 1 --json benchmarks/results/max-rows-t1.json
+    .venv/bin/python benchmarks/perf_row_slices.py --reduction sum --threads 1 --json benchmarks/results/sum-rows-t1.json
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from perf_common import DTYPES, interleaved, load_label, median_ms, per_repeat, ratio, run_sweep  # noqa: E402
-from poolkit.pooling import fast  # noqa: E402
+from poolkit.pooling import fast, masking  # noqa: E402
 
 BATCHES, WIDTHS, LENGTHS = (8, 32, 128), (128, 384, 768), (32, 64, 128, 256, 512)
 #: A group of cells backs its form when at least this share of them has the median ratio on that form's side of 1.
@@ -34,52 +38,67 @@ def inputs(batch: int, length: int, dim: int, dtype: torch.dtype):
     return torch.randn(batch, length, dim, generator=gen).to(dtype), mask
 
 
-def sweep(device: torch.device, repeats: int, batches=BATCHES, widths=WIDTHS, lengths=LENGTHS) -> list[dict]:
+#: What each ``--reduction`` times: its batched form's name, the dtypes it runs in, and (x, mask) -> each form's
+#: call (the row form named "row slices").
+REDUCTIONS = {
+    "max": ("index_reduce", ("fp32", "bf16"),
+            lambda x, mask: {"index_reduce": lambda: fast.reduce_by_index(x, mask, True),
+                             "row slices": lambda: fast.reduce_row_slices(x, fast.single_runs(mask), True)}),
+    "sum": ("float32 copy", ("bf16", "fp16"),
+            lambda x, mask: {"float32 copy": lambda: masking.masked_weighted_sum(x, mask),
+                             "row slices": lambda: fast.sum_row_slices(x, fast.single_runs(mask))}),
+}
+
+
+def sweep(device: torch.device, repeats: int, batches=BATCHES, widths=WIDTHS, lengths=LENGTHS,
+          reduction: str = "max") -> list[dict]:
+    batched, dtypes, forms = REDUCTIONS[reduction]
     rows = []
     for batch in batches:
         for dim in widths:
             for length in lengths:
-                for dtype_name in ("fp32", "bf16"):
+                for dtype_name in dtypes:
                     x, mask = inputs(batch, length, dim, DTYPES[dtype_name])
                     with torch.inference_mode():
-                        by_index = fast.reduce_by_index(x, mask, True)
-                        slices = fast.reduce_row_slices(x, fast.single_runs(mask), True)
-                        if not torch.equal(by_index, slices):
+                        calls = forms(x, mask)
+                        ours, theirs = calls["row slices"](), calls[batched]()
+                        # the max: the same values; the sum: float32 sums in another order
+                        if not (torch.equal(ours, theirs) if reduction == "max"
+                                else torch.allclose(ours, theirs, rtol=1e-5, atol=1e-5)):
                             raise AssertionError(f"the two forms disagree at B{batch} T{length} D{dim} {dtype_name}")
-                        times = interleaved({"index_reduce": lambda: fast.reduce_by_index(x, mask, True),
-                                             "row slices": lambda: fast.reduce_row_slices(x, fast.single_runs(mask),
-                                                                                          True)},
-                                            device, repeats=repeats)
+                        times = interleaved(calls, device, repeats=repeats)
                     rows.append({"B": batch, "T": length, "D": dim, "dtype": dtype_name,
                                  "tokens": int(mask.sum()) / batch, "rule_picks_slices": fast.slices_pay(x, mask),
-                                 "speedup": ratio(times, "index_reduce", "row slices"),
-                                 "per_repeat": per_repeat(times, "index_reduce", "row slices"),
+                                 "speedup": ratio(times, batched, "row slices"),
+                                 "per_repeat": per_repeat(times, batched, "row slices"),
                                  "ms": {key: median_ms(times, key) for key in times}})
             print(f"  measured B={batch} D={dim}", flush=True)
     return rows
 
 
 def groups(result: dict) -> dict[str, list[dict]]:
-    """A sweep's cells by what the rule does with them: row slices picked; index_reduce kept for short rows; kept
-    though the rows are long (float32, or several threads)."""
-    out = {"row slices picked": [], "index_reduce kept: short rows": [], "index_reduce kept: long rows": []}
+    """A sweep's cells by what the rule does with them: row slices picked; the batched form (``index_reduce`` for
+    the max) kept for short rows; kept though the rows are long (float32, or several threads)."""
+    batched = REDUCTIONS[result["settings"].get("reduction", "max")][0]
+    out = {"row slices picked": [], f"{batched} kept: short rows": [], f"{batched} kept: long rows": []}
     for row in result["rows"]:
         if row["rule_picks_slices"]:
             out["row slices picked"].append(row)
         elif row["tokens"] < result["settings"]["row_slice_tokens"]:
-            out["index_reduce kept: short rows"].append(row)
+            out[f"{batched} kept: short rows"].append(row)
         else:
-            out["index_reduce kept: long rows"].append(row)
+            out[f"{batched} kept: long rows"].append(row)
     return {name: rows for name, rows in out.items() if rows}
 
 
 def rule_checks(results: list[dict]) -> list[tuple[str, list[str], bool]]:
     """(group, what each sweep shows, whether the sweeps back the rule) per group of :func:`groups`, over sweeps at one
     thread count (quiet, beside busy processes): row slices are picked only where they are faster in at least
-    :data:`BACKING_SHARE` of the cells in every sweep; index_reduce is kept for short rows only where it is faster in
-    that share in every sweep, and for long rows only where the row slices miss that share in some sweep (they are
-    not faster there under every condition)."""
+    :data:`BACKING_SHARE` of the cells in every sweep; the batched form is kept for short rows only where it is
+    faster in that share in every sweep, and for long rows only where the row slices miss that share in some sweep
+    (they are not faster there under every condition). The sweeps are of one reduction."""
     checks = []
+    batched = REDUCTIONS[results[0]["settings"].get("reduction", "max")][0]
     for name in dict.fromkeys(name for result in results for name in groups(result)):
         shown, shares = [], []
         for result in results:
@@ -90,7 +109,7 @@ def rule_checks(results: list[dict]) -> list[tuple[str, list[str], bool]]:
                 continue
             speedups = [r["speedup"] for r in rows]
             shares.append(sum(s > 1 for s in speedups) / len(rows))
-            shown.append(f"{len(rows)} cells, row slices faster in {shares[-1]:.0%}; index_reduce / row slices: "
+            shown.append(f"{len(rows)} cells, row slices faster in {shares[-1]:.0%}; {batched} / row slices: "
                          f"median {statistics.median(speedups):.2f}x, {min(speedups):.2f}x to {max(speedups):.2f}x")
         if name == "row slices picked":
             backed = all(share >= BACKING_SHARE for share in shares)
@@ -132,11 +151,20 @@ def render_rule(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    return run_sweep(__doc__, argv, "max_rows", "index_reduce / row slices, masked max",
-                     lambda: {"batches": BATCHES, "widths": WIDTHS, "lengths": LENGTHS,
-                              "row_slice_tokens": fast.ROW_SLICE_TOKENS, "backing_share": BACKING_SHARE,
-                              "figure": "index_reduce time / row slices time (> 1: the row slices are faster)"},
-                     sweep, render, render_rule)
+    def add_arguments(parser) -> None:
+        parser.add_argument("--reduction", choices=tuple(REDUCTIONS), default="max",
+                            help="the masked max's forms (default) or the half-precision sum's")
+
+    def settings(reduction: str) -> dict:
+        batched = REDUCTIONS[reduction][0]
+        return {"reduction": reduction, "batches": BATCHES, "widths": WIDTHS, "lengths": LENGTHS,
+                "row_slice_tokens": fast.ROW_SLICE_TOKENS, "backing_share": BACKING_SHARE,
+                "figure": f"{batched} time / row slices time (> 1: the row slices are faster)"}
+
+    return run_sweep(__doc__, argv, lambda reduction: f"{reduction}_rows",
+                     lambda reduction: f"{REDUCTIONS[reduction][0]} / row slices, masked {reduction}",
+                     settings, sweep, render, render_rule, add_arguments,
+                     lambda parsed: {"reduction": parsed.reduction})
 
 
 if __name__ == "__main__":
