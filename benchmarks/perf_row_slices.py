@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -38,21 +40,40 @@ def inputs(batch: int, length: int, dim: int, dtype: torch.dtype):
     return torch.randn(batch, length, dim, generator=gen).to(dtype), mask
 
 
-#: What each ``--reduction`` times: its batched form's name, the dtypes it runs in, and (x, mask) -> each form's
-#: call (the row form named "row slices").
+class Reduction(NamedTuple):
+    """What a ``--reduction`` times: the batched form's name, the dtypes, (x, mask) -> each form's call (the row
+    form named "row slices"), the rule that picks the row slices, and (row, settings) -> whether a row of the sweep
+    is under the rule's size (its setting named in ``settings``, what :func:`settings` records)."""
+    batched: str
+    dtypes: tuple[str, ...]
+    forms: Callable[[torch.Tensor, torch.Tensor], dict[str, Callable[[], torch.Tensor]]]
+    rule: Callable[[torch.Tensor, torch.Tensor], bool]
+    small: Callable[[dict, dict], bool]
+    settings: Callable[[], dict]
+
+
 REDUCTIONS = {
-    "max": ("index_reduce", ("fp32", "bf16"),
-            lambda x, mask: {"index_reduce": lambda: fast.reduce_by_index(x, mask, True),
-                             "row slices": lambda: fast.reduce_row_slices(x, fast.single_runs(mask), True)}),
-    "sum": ("float32 copy", ("bf16", "fp16"),
-            lambda x, mask: {"float32 copy": lambda: masking.masked_weighted_sum(x, mask),
-                             "row slices": lambda: fast.sum_row_slices(x, fast.single_runs(mask))}),
+    "max": Reduction("index_reduce", ("fp32", "bf16"),
+                     lambda x, mask: {"index_reduce": lambda: fast.reduce_by_index(x, mask, True),
+                                      "row slices": lambda: fast.reduce_row_slices(x, fast.single_runs(mask), True)},
+                     fast.slices_pay, lambda row, settings: row["tokens"] < settings["row_slice_tokens"],
+                     lambda: {"row_slice_tokens": fast.ROW_SLICE_TOKENS}),
+    "sum": Reduction("float32 copy", ("bf16", "fp16"),
+                     lambda x, mask: {"float32 copy": lambda: masking.masked_weighted_sum(x, mask),
+                                      "row slices": lambda: fast.sum_row_slices(x, fast.single_runs(mask))},
+                     fast.row_sums_pay, lambda row, settings: row["tokens"] * row["D"] < settings["row_sum_elements"],
+                     lambda: {"row_sum_elements": fast.ROW_SUM_ELEMENTS}),
 }
+
+
+def reduction_of(result: dict) -> Reduction:
+    """A sweep's reduction (sweeps before ``--reduction`` timed the max)."""
+    return REDUCTIONS[result["settings"].get("reduction", "max")]
 
 
 def sweep(device: torch.device, repeats: int, batches=BATCHES, widths=WIDTHS, lengths=LENGTHS,
           reduction: str = "max") -> list[dict]:
-    batched, dtypes, forms = REDUCTIONS[reduction]
+    batched, dtypes, forms, rule = REDUCTIONS[reduction][:4]
     rows = []
     for batch in batches:
         for dim in widths:
@@ -68,7 +89,7 @@ def sweep(device: torch.device, repeats: int, batches=BATCHES, widths=WIDTHS, le
                             raise AssertionError(f"the two forms disagree at B{batch} T{length} D{dim} {dtype_name}")
                         times = interleaved(calls, device, repeats=repeats)
                     rows.append({"B": batch, "T": length, "D": dim, "dtype": dtype_name,
-                                 "tokens": int(mask.sum()) / batch, "rule_picks_slices": fast.slices_pay(x, mask),
+                                 "tokens": int(mask.sum()) / batch, "rule_picks_slices": rule(x, mask),
                                  "speedup": ratio(times, batched, "row slices"),
                                  "per_repeat": per_repeat(times, batched, "row slices"),
                                  "ms": {key: median_ms(times, key) for key in times}})
@@ -78,13 +99,15 @@ def sweep(device: torch.device, repeats: int, batches=BATCHES, widths=WIDTHS, le
 
 def groups(result: dict) -> dict[str, list[dict]]:
     """A sweep's cells by what the rule does with them: row slices picked; the batched form (``index_reduce`` for
-    the max) kept for short rows; kept though the rows are long (float32, or several threads)."""
-    batched = REDUCTIONS[result["settings"].get("reduction", "max")][0]
+    the max) kept for rows under the rule's size ("short rows"); kept though the rows are long (float32, or several
+    threads)."""
+    reduction = reduction_of(result)
+    batched = reduction.batched
     out = {"row slices picked": [], f"{batched} kept: short rows": [], f"{batched} kept: long rows": []}
     for row in result["rows"]:
         if row["rule_picks_slices"]:
             out["row slices picked"].append(row)
-        elif row["tokens"] < result["settings"]["row_slice_tokens"]:
+        elif reduction.small(row, result["settings"]):
             out[f"{batched} kept: short rows"].append(row)
         else:
             out[f"{batched} kept: long rows"].append(row)
@@ -93,12 +116,14 @@ def groups(result: dict) -> dict[str, list[dict]]:
 
 def rule_checks(results: list[dict]) -> list[tuple[str, list[str], bool]]:
     """(group, what each sweep shows, whether the sweeps back the rule) per group of :func:`groups`, over sweeps at one
-    thread count (quiet, beside busy processes): row slices are picked only where they are faster in at least
-    :data:`BACKING_SHARE` of the cells in every sweep; the batched form is kept for short rows only where it is
-    faster in that share in every sweep, and for long rows only where the row slices miss that share in some sweep
-    (they are not faster there under every condition). The sweeps are of one reduction."""
+    thread count (quiet, beside busy processes) of one reduction: row slices are picked only where they are faster
+    in at least :data:`BACKING_SHARE` of the cells in every sweep; the batched form is kept for short rows only where
+    it is faster in that share in every sweep, and for long rows only where the row slices miss that share in some
+    sweep (they are not faster there under every condition). Where the rule picks the row slices for no cell at
+    this thread count, the rows' size decides nothing, and the short rows take the long rows' check."""
     checks = []
-    batched = REDUCTIONS[results[0]["settings"].get("reduction", "max")][0]
+    batched = reduction_of(results[0]).batched
+    sized = any(row["rule_picks_slices"] for result in results for row in result["rows"])
     for name in dict.fromkeys(name for result in results for name in groups(result)):
         shown, shares = [], []
         for result in results:
@@ -113,7 +138,7 @@ def rule_checks(results: list[dict]) -> list[tuple[str, list[str], bool]]:
                          f"median {statistics.median(speedups):.2f}x, {min(speedups):.2f}x to {max(speedups):.2f}x")
         if name == "row slices picked":
             backed = all(share >= BACKING_SHARE for share in shares)
-        elif name.endswith("short rows"):
+        elif name.endswith("short rows") and sized:
             backed = all(1 - share >= BACKING_SHARE for share in shares)
         else:  # a weak check: it asks only that the row slices are not faster in 3 of 4 cells under every condition
             backed = any(share < BACKING_SHARE for share in shares)
@@ -156,13 +181,13 @@ def main(argv: list[str] | None = None) -> dict:
                             help="the masked max's forms (default) or the half-precision sum's")
 
     def settings(reduction: str) -> dict:
-        batched = REDUCTIONS[reduction][0]
+        batched = REDUCTIONS[reduction].batched
         return {"reduction": reduction, "batches": BATCHES, "widths": WIDTHS, "lengths": LENGTHS,
-                "row_slice_tokens": fast.ROW_SLICE_TOKENS, "backing_share": BACKING_SHARE,
+                **REDUCTIONS[reduction].settings(), "backing_share": BACKING_SHARE,
                 "figure": f"{batched} time / row slices time (> 1: the row slices are faster)"}
 
     return run_sweep(__doc__, argv, lambda reduction: f"{reduction}_rows",
-                     lambda reduction: f"{REDUCTIONS[reduction][0]} / row slices, masked {reduction}",
+                     lambda reduction: f"{REDUCTIONS[reduction].batched} / row slices, masked {reduction}",
                      settings, sweep, render, render_rule, add_arguments,
                      lambda parsed: {"reduction": parsed.reduction})
 

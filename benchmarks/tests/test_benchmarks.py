@@ -646,16 +646,18 @@ def test_the_row_slices_sweep_times_both_forms_and_marks_the_rules_pick(monkeypa
     from poolkit.pooling import fast
 
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    monkeypatch.setattr(fast, "ROW_SUM_ELEMENTS", 64 * 8)  # the sum's rule by elements, at this tiny width
     rows = perf_row_slices.sweep(torch.device("cpu"), 1, batches=(2,), widths=(8,), lengths=(4, 200),
                                  reduction=reduction)
+    rule = perf_row_slices.REDUCTIONS[reduction].rule
     assert [(r["T"], r["dtype"]) for r in rows] == [(t, dtype) for t in (4, 200) for dtype in dtypes]
     for r in rows:
         x, mask = perf_row_slices.inputs(r["B"], r["T"], r["D"], perf_common.DTYPES[r["dtype"]])
-        assert r["rule_picks_slices"] == fast.slices_pay(x, mask) and r["tokens"] == int(mask.sum()) / 2
+        assert r["rule_picks_slices"] == rule(x, mask) and r["tokens"] == int(mask.sum()) / 2
         assert len(r["per_repeat"]) == 1 and set(r["ms"]) == {batched, "row slices"}
     half = [dtype != "fp32" for dtype in dtypes]
     assert [r["rule_picks_slices"] for r in rows] == [False, False] + half  # half-precision long rows on one thread
-    result = {"settings": {"lengths": (4, 200), "row_slice_tokens": fast.ROW_SLICE_TOKENS, "threads": 1,
+    result = {"settings": {"lengths": (4, 200), **perf_row_slices.REDUCTIONS[reduction].settings(), "threads": 1,
                            "reduction": reduction}, "rows": rows}
     text = perf_row_slices.render(result)
     assert text.count(" *") == sum(half) and re.search(r"\| bf16 +\| 2 +\| 8 +\| \d+\.\d\d +\| \d+\.\d\d \* \|", text)
@@ -666,7 +668,9 @@ def test_the_row_slices_sweep_times_both_forms_and_marks_the_rules_pick(monkeypa
 
 def test_rule_checks_back_a_form_only_where_its_cells_favour_it_in_every_sweep():
     """Catches a check that backs the row slices where they lose in one sweep (the busy one), keeps index_reduce for
-    short rows where the slices are faster, or keeps it for long rows where the slices are faster in every sweep."""
+    short rows where the slices are faster, or keeps it for long rows where the slices are faster in every sweep;
+    and, at a thread count where no cell is picked (the size decides nothing), one that asks the short rows for
+    more than the long rows' check, or less."""
     import perf_row_slices
 
     def sweep(picked, short, long):
@@ -687,14 +691,18 @@ def test_rule_checks_back_a_form_only_where_its_cells_favour_it_in_every_sweep()
     shown = {name: cells for name, cells, _ in perf_row_slices.rule_checks([quiet, sweep([1.2], [], [0.2])])}
     assert shown["index_reduce kept: short rows"][1] == "no cells"  # a column per sweep, none left out
     assert backed(quiet, sweep([1.2], [], [0.2]))["index_reduce kept: short rows"] is False
+    unsized = sweep([], [0.5, 0.6, 1.1, 1.2], [1.2, 0.9])  # no cell picked: the short rows take the weak check
+    assert backed(unsized)["index_reduce kept: short rows"] is True
+    assert backed(unsized, sweep([], [1.1, 1.2, 1.3, 0.9], [0.9]))["index_reduce kept: short rows"] is True
+    assert backed(sweep([], [1.1, 1.2, 1.3, 0.9], [0.9]))["index_reduce kept: short rows"] is False
 
 
 @pytest.mark.parametrize("prefix", ["max-rows-"])
 def test_the_committed_sweeps_back_the_rule_the_code_runs(monkeypatch, prefix):
     """The committed sweeps of each reduction (the masked max's, the half-precision sum's), quiet and beside busy
-    processes at one and at two threads, back each group of their cells, and record the pick that fast.slices_pay
-    makes today at the sweep's thread count: a rule changed without new sweeps, or sweeps that contradict it, are
-    red."""
+    processes at one and at two threads, back each group of their cells, and record the pick that the reduction's
+    rule (fast.slices_pay, fast.row_sums_pay) makes today at the sweep's thread count: a rule changed without new
+    sweeps, or sweeps that contradict it, are red."""
     import perf_row_slices
     from pages import performance
 
@@ -709,11 +717,12 @@ def test_the_committed_sweeps_back_the_rule_the_code_runs(monkeypatch, prefix):
         assert all(ok for _, _, ok in perf_row_slices.rule_checks(at)), threads
     for result in sweeps:
         monkeypatch.setattr(torch, "get_num_threads", lambda: result["settings"]["threads"])
+        rule = perf_row_slices.reduction_of(result).rule
         for r in result["rows"]:
-            x = torch.empty(r["B"], r["T"], 0, dtype=perf_common.DTYPES[r["dtype"]])
+            x = torch.empty(1, 1, 1, dtype=perf_common.DTYPES[r["dtype"]]).expand(r["B"], r["T"], r["D"])
             mask = torch.zeros(r["B"] * r["T"], dtype=torch.bool)
             mask[:round(r["tokens"] * r["B"])] = True
-            assert fast.slices_pay(x, mask.view(r["B"], r["T"])) == r["rule_picks_slices"], r
+            assert rule(x, mask.view(r["B"], r["T"])) == r["rule_picks_slices"], r
 
 
 def test_no_committed_run_has_a_cell_where_the_plain_forms_win_at_one_thread_count(tmp_path):

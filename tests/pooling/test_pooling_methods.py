@@ -820,7 +820,7 @@ def test_the_half_precision_sum_takes_row_slices_only_where_no_gradient_and_one_
 
     calls = []
     slices = fast.sum_row_slices
-    monkeypatch.setattr(fast, "slices_pay", lambda x, mask: True)
+    monkeypatch.setattr(fast, "row_sums_pay", lambda x, mask: True)
     monkeypatch.setattr(fast, "sum_row_slices", lambda *args: calls.append(args) or slices(*args))
     gen = torch.Generator().manual_seed(5)
     mask = runs_mask(["1111111..", "..1111111", ".11111...", ".........", "....1....", "111111111"])
@@ -928,6 +928,26 @@ def test_row_slices_run_where_the_sweep_says_they_pay(monkeypatch):
     assert not fast.slices_pay(x.bfloat16(), mask)
 
 
+def test_row_sums_run_where_the_sweep_says_they_pay(monkeypatch):
+    """The rule of row_sums_pay: half-precision rows of ROW_SUM_ELEMENTS real elements (tokens x features) or more
+    on average, on one torch thread; float32, several threads, smaller rows (by tokens or by width) and an empty
+    batch keep the float32 copy and product. Catches the tokens counted without the width, and a rule by T (the
+    padded length) instead of the real tokens."""
+    threads = {"n": 1}
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads["n"])
+    width = 64
+    tokens = fast.ROW_SUM_ELEMENTS // width
+    x = torch.zeros(1, 1, 1).expand(2, 4 * tokens, width)
+    mask = mask_from_lengths([tokens + 1, tokens - 1], 4 * tokens).bool()
+    assert fast.row_sums_pay(x.bfloat16(), mask) and fast.row_sums_pay(x.half(), mask)
+    assert not fast.row_sums_pay(x, mask)  # float32
+    assert not fast.row_sums_pay(x.bfloat16(), mask_from_lengths([tokens, tokens - 1], 4 * tokens).bool())
+    assert not fast.row_sums_pay(x[..., :width - 1].bfloat16(), mask)  # narrower rows
+    assert not fast.row_sums_pay(x[:0].bfloat16(), mask[:0])
+    threads["n"] = 2
+    assert not fast.row_sums_pay(x.bfloat16(), mask)
+
+
 
 @pytest.mark.parametrize("rnn", [torch.nn.LSTM, torch.nn.GRU])
 @pytest.mark.parametrize("bidirectional", [True, False])
@@ -983,7 +1003,7 @@ def test_half_precision_means_are_the_correctly_rounded_ones(name, dtype, monkey
     assert torch.equal(pooler(x, mask), expected)
     calls = []
     slices = fast.sum_row_slices
-    monkeypatch.setattr(fast, "ROW_SLICE_TOKENS", 1)  # one float32 sum per row's slice (no gradient is taken)
+    monkeypatch.setattr(fast, "ROW_SUM_ELEMENTS", 1)  # one float32 sum per row's slice (no gradient is taken)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     monkeypatch.setattr(fast, "sum_row_slices", lambda *args: calls.append(args) or slices(*args))
     assert torch.equal(pooler(x, mask), expected) and calls

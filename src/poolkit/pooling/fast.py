@@ -340,16 +340,30 @@ def reduce_into_rows(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
 
 
 def slices_pay(x: Tensor, mask: Tensor) -> bool:
-    """Whether a kernel call per row beats one batched form: :func:`reduce_row_slices` over one ``index_reduce``
-    (the masked max / min), :func:`sum_row_slices` over :class:`HalfWeightedSum` (a half-precision mean or sum). On
-    one torch thread, for half-precision rows of :data:`ROW_SLICE_TOKENS` real tokens or more on average. With several
+    """Whether a kernel call per row (:func:`reduce_row_slices`) beats one ``index_reduce`` over the batch: on one
+    torch thread, for half-precision rows of :data:`ROW_SLICE_TOKENS` real tokens or more on average. With several
     threads each call is a parallel region: faster still on a quiet machine, but beside other work a region waits
     whenever one of its threads is descheduled, and some calls run many times slower than ``index_reduce``, which
     runs on one thread and never waits. float32 on one thread: the row slices are faster in about half to two
     thirds of the cells and slower in the rest, short of the three in four the rule asks, so ``index_reduce``
-    stays (docs/performance.md, the max rows and sum rows sweeps)."""
+    stays (docs/performance.md, the max rows sweeps)."""
     return (x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1
             and int(mask.sum()) >= ROW_SLICE_TOKENS * max(1, x.shape[0]))
+
+
+#: Rows of at least this many real elements (tokens x features) on average are summed one slice per row
+#: (:func:`sum_row_slices`) where :func:`row_sums_pay` says so.
+ROW_SUM_ELEMENTS = 32 << 10
+
+
+def row_sums_pay(x: Tensor, mask: Tensor) -> bool:
+    """Whether a float32 sum per row's slice (:func:`sum_row_slices`) beats :class:`HalfWeightedSum`'s float32 copy
+    and product for a half-precision mean or sum: on one torch thread, for rows of :data:`ROW_SUM_ELEMENTS` real
+    elements or more on average; a call per row costs more than it saves on smaller ones, and with several threads
+    neither form was faster in three cells of four of any group of the sweeps, quiet or beside busy processes, so
+    the product stays (docs/performance.md, the sum rows sweeps)."""
+    return (x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1
+            and int(mask.sum()) * x.shape[2] >= ROW_SUM_ELEMENTS * max(1, x.shape[0]))
 
 
 def single_runs(mask: Tensor) -> list[tuple[int, int]] | None:

@@ -139,9 +139,9 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
 def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
     """Sum over the real tokens: (B, T, D), (B, T) bool -> (B, D) in the compute dtype, a half-precision x summed in
     float32 (:func:`masked_weighted_sum` with the mask as weights). Where :func:`fast.active`, x needs no gradient,
-    every row's real tokens are one run and :func:`fast.slices_pay`, one float32 sum per row's slice
+    every row's real tokens are one run and :func:`fast.row_sums_pay`, one float32 sum per row's slice
     (:func:`fast.sum_row_slices`) instead of a float32 copy of x and a product."""
-    if (fast.active(x) and not (torch.is_grad_enabled() and x.requires_grad) and fast.slices_pay(x, mask)
+    if (fast.active(x) and not (torch.is_grad_enabled() and x.requires_grad) and fast.row_sums_pay(x, mask)
             and (runs := fast.single_runs(mask)) is not None):
         return fast.sum_row_slices(x, runs)
     return masked_weighted_sum(x, mask)
