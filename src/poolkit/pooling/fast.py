@@ -353,15 +353,15 @@ def slices_pay(x: Tensor, mask: Tensor) -> bool:
 
 #: Rows of at least this many real elements (tokens x features) on average are summed one slice per row
 #: (:func:`sum_row_slices`) where :func:`row_sums_pay` says so.
-ROW_SUM_ELEMENTS = 32 << 10
+ROW_SUM_ELEMENTS = 16 << 10
 
 
 def row_sums_pay(x: Tensor, mask: Tensor) -> bool:
     """Whether a float32 sum per row's slice (:func:`sum_row_slices`) beats :class:`HalfWeightedSum`'s float32 copy
     and product for a half-precision mean or sum: on one torch thread, for rows of :data:`ROW_SUM_ELEMENTS` real
-    elements or more on average; a call per row costs more than it saves on smaller ones, and with several threads
-    neither form was faster in three cells of four of any group of the sweeps, quiet or beside busy processes, so
-    the product stays (docs/performance.md, the sum rows sweeps)."""
+    elements or more on average; a call per row costs more than it saves on smaller ones. With several threads
+    (each call a parallel region) the row slices were faster in fewer than three cells of four of every group of
+    the sweeps, quiet or beside busy processes, so the product stays (docs/performance.md, the sum rows sweeps)."""
     return (x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1
             and int(mask.sum()) * x.shape[2] >= ROW_SUM_ELEMENTS * max(1, x.shape[0]))
 
