@@ -76,9 +76,12 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "st_peer_worker.py"
 #: sentence-transformers' own backends that do not install beside poolkit's dev environment (their extras' pins
 #: conflict with it), each run by :data:`WORKER` from an environment of its own: the variant's name -> (the backend,
-#: that environment's python, the command that makes it).
+#: that environment's python, the command that makes it, the worker's ``--precision``). OpenVINO twice: as users get
+#: it (bf16 on CPUs with native bf16) and held to float32, the precision of every other row.
 PEERS = {"sentence-transformers backend='openvino'": ("openvino", ROOT / ".venv" / "st-openvino" / "bin" / "python",
-                                                      "make st-openvino")}
+                                                      "make st-openvino", "default"),
+         "sentence-transformers backend='openvino', float32": (
+             "openvino", ROOT / ".venv" / "st-openvino" / "bin" / "python", "make st-openvino", "f32")}
 #: How a profile's op type ends for a product by a weight (a linear layer's: the work the floors hold).
 WEIGHTS = " (weights)"
 FLOORS = {"onnx": "floor: the linear layers alone, onnxruntime float32",
@@ -144,12 +147,12 @@ class PeerWorker:
     ``failure`` instead, and later calls return at once, so that the run goes on without the peer."""
 
     def __init__(self, python: Path, backend: str, threads: int, texts_file: Path, model: str | None = None,
-                 timeout: float = 900.0) -> None:
+                 timeout: float = 900.0, precision: str = "default") -> None:
         self.timeout, self.log = timeout, tempfile.TemporaryFile("w+")
         self.failure: str | None = None
         self.process = subprocess.Popen(
             [str(python), str(WORKER), "--model", model or resolve_model(None), "--backend", backend,
-             "--threads", str(threads), "--texts", str(texts_file), "--batch", str(BATCH)],
+             "--threads", str(threads), "--texts", str(texts_file), "--batch", str(BATCH), "--precision", precision],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
         try:
             self.versions = json.loads(self.reply())["versions"]
@@ -212,12 +215,12 @@ def start_peers(texts_file: Path, threads: int, stack: ExitStack) -> tuple[dict,
     """A :class:`PeerWorker` per entry of :data:`PEERS` whose environment is built and starts (closed by ``stack``);
     -> (name -> worker, name -> why it does not run here)."""
     workers, not_run = {}, {}
-    for name, (backend, python, make) in PEERS.items():
+    for name, (backend, python, make, precision) in PEERS.items():
         if not (python.parent.parent / ".installed").exists():  # what `make st-openvino` writes last
             not_run[name] = f"its environment ({python.parent.parent.relative_to(ROOT)}) is missing: `{make}`"
             continue
         try:
-            workers[name] = PeerWorker(python, backend, threads, texts_file)
+            workers[name] = PeerWorker(python, backend, threads, texts_file, precision=precision)
         except Exception as err:  # noqa: BLE001 - the peer's own failure: said in the table's note
             not_run[name] = f"{type(err).__name__}: {err}"
             continue

@@ -6,7 +6,7 @@ sentence-transformers' ``[openvino]`` extra does not install beside poolkit's de
 st-openvino`` builds it an environment of its own (``.venv/st-openvino``); this script imports neither poolkit nor
 anything of this repository, only sentence-transformers, numpy and torch.
 
-    python st_peer_worker.py --model DIR --backend openvino --threads 2 --texts texts.json
+    python st_peer_worker.py --model DIR --backend openvino --threads 2 --texts texts.json [--precision f32]
 
 Loads the model, encodes the texts once (warm-up), then answers one line per command on stdout:
 
@@ -31,10 +31,13 @@ VERSIONS = ("sentence-transformers", "transformers", "torch", "openvino", "optim
             "onnxruntime")
 
 
-def model_options(backend: str, threads: int) -> dict:
-    """sentence-transformers' ``model_kwargs`` that hold its runtime to ``threads`` threads."""
+def model_options(backend: str, threads: int, precision: str = "default") -> dict:
+    """sentence-transformers' ``model_kwargs`` that hold its runtime to ``threads`` threads; ``precision="f32"``
+    holds OpenVINO to float32 (its INFERENCE_PRECISION_HINT), where by default its CPU plugin computes in bf16 on
+    CPUs with native bf16 (AVX512-BF16, AMX); torch and onnxruntime compute in float32 either way."""
     if backend == "openvino":
-        return {"ov_config": {"INFERENCE_NUM_THREADS": threads}}
+        hint = {"INFERENCE_PRECISION_HINT": "f32"} if precision == "f32" else {}
+        return {"ov_config": {"INFERENCE_NUM_THREADS": threads, **hint}}
     if backend == "onnx":
         import onnxruntime
 
@@ -61,6 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--texts", type=Path, required=True, help="a JSON list of the texts to encode")
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--precision", choices=("default", "f32"), default="default",
+                        help="f32: OpenVINO in float32 (default: its own choice, bf16 on CPUs with native bf16)")
     args = parser.parse_args(argv)
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the libraries' prints (load reports) go to stderr
@@ -72,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     texts = json.loads(args.texts.read_text())
     model = SentenceTransformer(args.model, device="cpu", backend=args.backend,
-                                model_kwargs=model_options(args.backend, args.threads))
+                                model_kwargs=model_options(args.backend, args.threads, args.precision))
 
     def encode():
         return model.encode(texts, batch_size=args.batch, show_progress_bar=False, convert_to_numpy=True)

@@ -532,6 +532,20 @@ def test_perf_onnx_refuses_an_unknown_part_before_any_work_and_renders_only_the_
     assert perf_onnx.render(measured) == perf_onnx.render_agreement(measured)
 
 
+def test_the_openvino_peer_is_held_to_float32_only_where_asked():
+    """OpenVINO's CPU plugin computes in bf16 on CPUs with native bf16 unless its precision hint says f32: the
+    float32 peer row must carry the hint, the default row must not, and each threads setting is kept. Catches both
+    rows running the same configuration (a float32 row that is bf16 on such CPUs)."""
+    import perf_onnx
+    import st_peer_worker
+
+    assert st_peer_worker.model_options("openvino", 2) == {"ov_config": {"INFERENCE_NUM_THREADS": 2}}
+    assert st_peer_worker.model_options("openvino", 1, "f32") == {
+        "ov_config": {"INFERENCE_NUM_THREADS": 1, "INFERENCE_PRECISION_HINT": "f32"}}
+    assert st_peer_worker.model_options("torch", 1, "f32") == {}
+    assert sorted(precision for *_, precision in perf_onnx.PEERS.values()) == ["default", "f32"]
+
+
 def test_a_peer_worker_encodes_in_its_own_process_what_sentence_transformers_encodes_here(tmp_path, monkeypatch):
     """perf_onnx's PeerWorker driving st_peer_worker.py (here: this environment's python, sentence-transformers' torch
     backend, a tiny model): the vectors it saves are sentence-transformers' own for the texts, in their order, after
@@ -564,7 +578,8 @@ def test_a_peer_worker_encodes_in_its_own_process_what_sentence_transformers_enc
         "    return module\n"
         "builtins.__import__ = noisy\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
-    workers = {name: perf_onnx.PeerWorker(Path(sys.executable), "torch", 1, texts_file, model=model)
+    workers = {name: perf_onnx.PeerWorker(Path(sys.executable), "torch", 1, texts_file, model=model,
+                                          precision="f32")  # passed on (torch computes in float32 anyway)
                for name in ("healthy", "killed")}
     try:
         workers["killed"].process.kill()
@@ -589,12 +604,12 @@ def test_a_peer_worker_encodes_in_its_own_process_what_sentence_transformers_enc
     python.parent.mkdir(parents=True)
     python.symlink_to(sys.executable)  # built, but not to its end: no .installed
     monkeypatch.setattr(perf_onnx, "ROOT", tmp_path)
-    monkeypatch.setattr(perf_onnx, "PEERS", {"peer": ("openvino", python, "make st-openvino")})
+    monkeypatch.setattr(perf_onnx, "PEERS", {"peer": ("openvino", python, "make st-openvino", "default")})
     with perf_onnx.ExitStack() as stack:
         assert perf_onnx.start_peers(texts_file, 1, stack) == (
             {}, {"peer": "its environment (env) is missing: `make st-openvino`"})
     (tmp_path / "env" / ".installed").touch()
-    monkeypatch.setattr(perf_onnx, "PEERS", {"peer": ("no-such-backend", python, "make st-openvino")})
+    monkeypatch.setattr(perf_onnx, "PEERS", {"peer": ("no-such-backend", python, "make st-openvino", "default")})
     with perf_onnx.ExitStack() as stack:
         workers, not_run = perf_onnx.start_peers(texts_file, 1, stack)
     assert workers == {} and "invalid choice: 'no-such-backend'" in not_run["peer"]
