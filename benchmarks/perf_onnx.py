@@ -155,7 +155,8 @@ class PeerWorker:
              "--threads", str(threads), "--texts", str(texts_file), "--batch", str(BATCH), "--precision", precision],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
         try:
-            self.versions = json.loads(self.reply())["versions"]
+            ready = json.loads(self.reply())
+            self.versions, self.computes_in = ready["versions"], ready["precision"]
         except Exception:
             self.close()
             raise
@@ -244,7 +245,7 @@ def peer_agreement(workers: dict[str, PeerWorker], times: dict[str, list[float]]
             failed[name] = worker.failure
             del times[name]
             continue
-        peers[name] = {"versions": worker.versions,
+        peers[name] = {"versions": worker.versions, "computes_in": worker.computes_in,
                        "max_abs_diff_to_st_torch": float(np.abs(vectors - reference).max())}
     return peers, failed
 
@@ -497,7 +498,9 @@ def render_throughput(result: dict) -> str:
                  " ".join(f"{r:.2f}" for r in v["vs_st_per_repeat"])] for name, v in cell["variants"].items()]
         note = "".join(f"\n\n{name} does not run here: {why}" for name, why in unavailable(cell).items())
         note += "".join(f"\n\n{name}: " + ", ".join(f"{k} {v}" for k, v in peer["versions"].items())
-                        + f" in its own environment; max |diff| to sentence-transformers encode's vectors "
+                        + " in its own environment"
+                        + (f", computing in {peer['computes_in']}" if "computes_in" in peer else "")
+                        + f"; max |diff| to sentence-transformers encode's vectors "
                         f"{peer['max_abs_diff_to_st_torch']:.1e}" for name, peer in cell.get("peers", {}).items())
         parts.append(table(["encoder", "texts / s", "vs sentence-transformers encode", "per repeat"], rows,
                            title=f"{result['texts']} texts, batch {BATCH}, {cell['threads']} thread(s)") + note)

@@ -10,7 +10,8 @@ anything of this repository, only sentence-transformers, numpy and torch.
 
 Loads the model, encodes the texts once (warm-up), then answers one line per command on stdout:
 
-- first, unasked: ``{"ready": true, "versions": {...}}`` (JSON);
+- first, unasked: ``{"ready": true, "versions": {...}, "precision": "bf16"}`` (JSON; the precision the backend
+  computes in, :func:`computed_in`);
 - ``pass``: encodes the texts once, batch ``--batch``, then ``done``;
 - ``vectors PATH``: encodes them and saves the (texts, dim) float32 vectors to PATH (``.npy``), then ``done``.
 
@@ -45,6 +46,14 @@ def model_options(backend: str, threads: int, precision: str = "default") -> dic
         options.intra_op_num_threads = threads
         return {"session_options": options, "provider": "CPUExecutionProvider"}
     return {}
+
+
+def computed_in(model, backend: str) -> str:
+    """The precision a loaded model computes in: OpenVINO's compiled model's inference precision (bf16, f32, ...);
+    f32 for torch and onnxruntime on CPU."""
+    if backend == "openvino":
+        return model[0].auto_model.request.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+    return "f32"
 
 
 def installed_versions() -> dict[str, str]:
@@ -83,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
         return model.encode(texts, batch_size=args.batch, show_progress_bar=False, convert_to_numpy=True)
 
     encode()
-    print(json.dumps({"ready": True, "versions": installed_versions()}), file=replies, flush=True)
+    print(json.dumps({"ready": True, "versions": installed_versions(), "precision": computed_in(model, args.backend)}),
+          file=replies, flush=True)
     for line in sys.stdin:
         command, _, argument = line.strip().partition(" ")
         if command == "pass":

@@ -596,6 +596,7 @@ def test_a_peer_worker_encodes_in_its_own_process_what_sentence_transformers_enc
     assert np.load(tmp_path / "vectors.npy").shape == expected.shape
     assert peers["healthy"]["max_abs_diff_to_st_torch"] < 1e-5
     assert peers["healthy"]["versions"]["sentence-transformers"] == metadata.version("sentence-transformers")
+    assert peers["healthy"]["computes_in"] == "f32"  # what the worker reports torch computes in
     assert set(peers) == {"healthy"} and set(times) == {"healthy", "other"}
     assert set(failed) == {"killed"} and failed["killed"].startswith("failed during its passes: ")
     with pytest.raises(RuntimeError, match="invalid choice: 'no-such-backend'"):
