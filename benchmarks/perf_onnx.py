@@ -6,7 +6,8 @@ batch 32, the model's own pooling (mean + Normalize). Measured in one run:
 
 1. **Throughput** at 1 thread and at torch's default thread count: sentence-transformers ``encode`` (torch), its
    ``backend="onnx"`` where it loads here (the reason when it does not), its ``backend="openvino"`` from an
-   environment of its own (``make st-openvino``; :class:`PeerWorker`), and poolkit's ``TextEncoder`` with
+   environment of its own (``make st-openvino``; :class:`PeerWorker`), twice: as users get it and held to float32,
+   and poolkit's ``TextEncoder`` with
    ``backend`` torch, onnx and onnx-int8; whole passes over the texts, the variants interleaved, median of repeats,
    the ratio per repeat. Targets: onnx >= 2x, onnx-int8 >= 3x sentence-transformers' torch ``encode``. Beside them
    each backend's floor: the encoder's linear layers alone in onnxruntime (float32, and int8 with the shipped
@@ -78,10 +79,9 @@ WORKER = Path(__file__).resolve().parent / "st_peer_worker.py"
 #: conflict with it), each run by :data:`WORKER` from an environment of its own: the variant's name -> (the backend,
 #: that environment's python, the command that makes it, the worker's ``--precision``). OpenVINO twice: as users get
 #: it (bf16 on CPUs with native bf16) and held to float32, the precision of every other row.
-PEERS = {"sentence-transformers backend='openvino'": ("openvino", ROOT / ".venv" / "st-openvino" / "bin" / "python",
-                                                      "make st-openvino", "default"),
-         "sentence-transformers backend='openvino', float32": (
-             "openvino", ROOT / ".venv" / "st-openvino" / "bin" / "python", "make st-openvino", "f32")}
+OPENVINO_PYTHON = ROOT / ".venv" / "st-openvino" / "bin" / "python"
+PEERS = {"sentence-transformers backend='openvino'": ("openvino", OPENVINO_PYTHON, "make st-openvino", "default"),
+         "sentence-transformers backend='openvino', float32": ("openvino", OPENVINO_PYTHON, "make st-openvino", "f32")}
 #: How a profile's op type ends for a product by a weight (a linear layer's: the work the floors hold).
 WEIGHTS = " (weights)"
 FLOORS = {"onnx": "floor: the linear layers alone, onnxruntime float32",

@@ -4,13 +4,15 @@ against a call per row (``fast.reduce_row_slices``), in float32 and bf16; ``--re
 mean's float32 sum as a float32 copy of x and a product (``fast.HalfWeightedSum``) against a float32 sum per row
 (``fast.sum_row_slices``), in bf16 and fp16. Both row forms include their run finding.
 
-This sweep is the data behind ``fast.slices_pay``, the rule that picks the form for the thread count in use: each
+This sweep is the data behind the rule that picks the form for the thread count in use (``fast.slices_pay`` for the
+max, ``fast.row_sums_pay`` for the sum): each
 cell records which form the rule picks there, and :func:`rule_checks` (rendered in docs/performance.md, asserted by
 benchmarks/tests) says whether the sweep backs it. Rows are right-padded, their real lengths drawn from [T/2, T]
 as in ``perf_tokens``. The figure is the batched form's time / the row slices' time (> 1: the row slices are faster).
 
     .venv/bin/python benchmarks/perf_row_slices.py --threads 1 --json benchmarks/results/max-rows-t1.json
-    .venv/bin/python benchmarks/perf_row_slices.py --reduction sum --threads 1 --json benchmarks/results/sum-rows-t1.json
+    .venv/bin/python benchmarks/perf_row_slices.py --reduction sum --threads 1 \
+        --json benchmarks/results/sum-rows-t1.json
 """
 
 from __future__ import annotations
@@ -43,12 +45,12 @@ def inputs(batch: int, length: int, dim: int, dtype: torch.dtype):
 class Reduction(NamedTuple):
     """What a ``--reduction`` times: the batched form's name, the dtypes, (x, mask) -> each form's call (the row
     form named "row slices"), the rule that picks the row slices, and (row, settings) -> whether a row of the sweep
-    is under the rule's size (its setting named in ``settings``, what :func:`settings` records)."""
+    is under the rule's size ("short rows"; the size is the setting that ``settings`` gives, recorded in the run)."""
     batched: str
     dtypes: tuple[str, ...]
     forms: Callable[[torch.Tensor, torch.Tensor], dict[str, Callable[[], torch.Tensor]]]
     rule: Callable[[torch.Tensor, torch.Tensor], bool]
-    small: Callable[[dict, dict], bool]
+    short: Callable[[dict, dict], bool]
     settings: Callable[[], dict]
 
 
@@ -107,7 +109,7 @@ def groups(result: dict) -> dict[str, list[dict]]:
     for row in result["rows"]:
         if row["rule_picks_slices"]:
             out["row slices picked"].append(row)
-        elif reduction.small(row, result["settings"]):
+        elif reduction.short(row, result["settings"]):
             out[f"{batched} kept: short rows"].append(row)
         else:
             out[f"{batched} kept: long rows"].append(row)
@@ -181,10 +183,10 @@ def main(argv: list[str] | None = None) -> dict:
                             help="the masked max's forms (default) or the half-precision sum's")
 
     def settings(reduction: str) -> dict:
-        batched = REDUCTIONS[reduction].batched
+        chosen = REDUCTIONS[reduction]
         return {"reduction": reduction, "batches": BATCHES, "widths": WIDTHS, "lengths": LENGTHS,
-                **REDUCTIONS[reduction].settings(), "backing_share": BACKING_SHARE,
-                "figure": f"{batched} time / row slices time (> 1: the row slices are faster)"}
+                **chosen.settings(), "backing_share": BACKING_SHARE,
+                "figure": f"{chosen.batched} time / row slices time (> 1: the row slices are faster)"}
 
     return run_sweep(__doc__, argv, lambda reduction: f"{reduction}_rows",
                      lambda reduction: f"{REDUCTIONS[reduction].batched} / row slices, masked {reduction}",

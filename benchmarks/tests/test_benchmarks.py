@@ -692,8 +692,8 @@ def test_background_processes_stop_when_the_benchmark_is_killed():
 @pytest.mark.parametrize("reduction,dtypes,batched", [("max", ("fp32", "bf16"), "index_reduce"),
                                                        ("sum", ("bf16", "fp16"), "float32 copy")])
 def test_the_row_slices_sweep_times_both_forms_and_marks_the_rules_pick(monkeypatch, reduction, dtypes, batched):
-    """A tiny sweep of each reduction: one row per (B, D, T, dtype), the rule's pick recorded as slices_pay gives it
-    for the inputs, the two forms' outputs checked to agree, the table marking (*) exactly the picked cells and the
+    """A tiny sweep of each reduction: one row per (B, D, T, dtype), the rule's pick recorded as the reduction's rule
+    gives it for the inputs, the two forms' outputs checked to agree, the table marking (*) exactly the picked cells and the
     rule's groups named after the batched form."""
     import perf_row_slices
 

@@ -81,7 +81,9 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "revisions-339f8cf-dense-t1.json", "revisions-f59a729-scores-t1.json", "revisions-f59a729-scores-t2.json",
          "revisions-f59a729-scores-t1-busy2.json", "revisions-f59a729-scores-t2-busy2.json",
          "paths-c543733-scores-t1.json", "paths-c543733-scores-t2.json", "paths-c543733-scores-t1-busy2.json",
-         "paths-c543733-scores-t2-busy2.json", "revisions-01cff15-hooks-t1.json", "revisions-01cff15-hooks-t2.json"]
+         "paths-c543733-scores-t2-busy2.json", "paths-cdc68df-zen4-t1.json", "paths-cdc68df-zen4-t2.json",
+         "paths-cdc68df-zen4-t1-busy2.json", "paths-cdc68df-zen4-t2-busy2.json", "revisions-01cff15-hooks-t1.json",
+         "revisions-01cff15-hooks-t2.json"]
 #: The suite's runs at torch's default thread count and beside busy processes (issue 29, item 5), in the page's
 #: order. Each gives only its provenance and target rows (``NAME run``, ``NAME targets``, ``NAME targets 2-5``):
 #: its whole tables stay in the file.
@@ -449,7 +451,8 @@ def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Pat
     found.update({name: agreement(group, threshold) for name, group in groups.items() if len(group) > 1})
     if any(name.startswith("agreement: paths") for name in groups):
         found["rule: paths"] = rule_block(paths, threshold)
-    found.update({f"rule: {kind.replace('_', ' ')}": perf_row_slices.render_rule(runs) for kind, runs in sweeps.items()})
+    found.update({f"rule: {kind.replace('_', ' ')}": perf_row_slices.render_rule(runs)
+                  for kind, runs in sweeps.items()})
     if block_sweeps:
         found["rule: blocks"] = perf_blocks.render_rule(block_sweeps)
     return found

@@ -812,7 +812,8 @@ def test_both_fast_extreme_forms_give_the_plain_values(dtype, largest):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_the_half_precision_sum_takes_row_slices_only_where_no_gradient_and_one_run_per_row(dtype, monkeypatch):
     """masking.masked_sum with the rule saying yes: one float32 sum per row's slice (fast.sum_row_slices), exactly
-    the plain product's float32 sums on small integers (every sum exact), on non-contiguous x under right / left /
+    the plain product's float32 sums on integers (every float32 sum exact, many of them past what the half
+    precision holds exactly), on non-contiguous x under right / left /
     both-sided padding, a one-token row and an empty one, a NaN at a real token and the dtype's largest value at
     padding; x that needs a gradient, or a row with a gap, takes the product. Catches padding read, a run one token
     short or long, an empty row left unwritten, a sum rounded to x's dtype, and row slices cutting a gradient off."""
@@ -824,7 +825,7 @@ def test_the_half_precision_sum_takes_row_slices_only_where_no_gradient_and_one_
     monkeypatch.setattr(fast, "sum_row_slices", lambda *args: calls.append(args) or slices(*args))
     gen = torch.Generator().manual_seed(5)
     mask = runs_mask(["1111111..", "..1111111", ".11111...", ".........", "....1....", "111111111"])
-    x = torch.randint(-100, 101, (mask.shape[1], mask.shape[0], HIDDEN), generator=gen).to(dtype).transpose(0, 1)
+    x = torch.randint(-1000, 1001, (mask.shape[1], mask.shape[0], HIDDEN), generator=gen).to(dtype).transpose(0, 1)
     x[~mask] = torch.finfo(dtype).max
     x[2, 3, 1] = float("nan")
     expected = masking.masked_weighted_sum(x, mask)

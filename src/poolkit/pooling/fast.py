@@ -2,7 +2,9 @@
 
 Each form here gives the values and gradients of a plain form in :mod:`masking` (tests hold them to it)
 with less work in eager CPU mode: a scoring matmul over the real tokens only, a cheaper gradient for the
-weighted sum, a masked max/min without a filled copy of the input. They are custom autograd Functions
+weighted sum, a masked max/min without a filled copy of the input. The half-precision sums per row's slice are
+float32 sums like the plain form's, in another order: the same half-precision means once rounded, but for a
+float32 sum that falls on the rounding's edge. They are custom autograd Functions
 whose backward passes are written in differentiable operations, so double backward (gradient
 penalties, Hessian-vector products) runs through them. Under ``torch.func`` transforms (grad, vmap,
 jacrev), ``torch.compile``, export and on other devices, :func:`active` is False and the plain forms
@@ -393,9 +395,9 @@ def reduce_row_slices(x: Tensor, runs: list[tuple[int, int]], largest: bool) -> 
 
 def sum_row_slices(x: Tensor, runs: list[tuple[int, int]]) -> Tensor:
     """The float32 sum of ``x[b, start:stop]`` over its tokens for each row's run: half-precision (B, T, D) -> float32
-    (B, D), an empty run giving 0. torch's sum widens each slice as it reads it, where :class:`HalfWeightedSum`
-    first copies x to float32 (a block at a time) and then multiplies by the weights. No gradient: for x that needs
-    none."""
+    (B, D), an empty run giving 0: each row's real tokens copied to float32 (torch's sum does that on the CPU) and
+    summed, where :class:`HalfWeightedSum` copies every token, padding included, and multiplies them by the
+    weights. No gradient: for x that needs none."""
     out = x.new_empty(x.shape[0], x.shape[2], dtype=torch.float32)
     for row, (start, stop) in enumerate(runs):
         torch.sum(x[row, start:stop], dim=0, dtype=torch.float32, out=out[row])

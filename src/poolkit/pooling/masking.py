@@ -18,7 +18,7 @@ gave, and 0 * inf is NaN. Summation order (CPU family, threads, BLAS kernel) the
 
 Every function here is written in plain, composable operations (autograd of any order, ``torch.func``,
 ``torch.compile``, export); where :func:`fast.active` allows, a faster form from :mod:`fast` that gives
-the same values and gradients runs instead.
+the same values and gradients runs instead (a half-precision sum: float32 sums in another order).
 """
 
 from __future__ import annotations
@@ -140,7 +140,10 @@ def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
     """Sum over the real tokens: (B, T, D), (B, T) bool -> (B, D) in the compute dtype, a half-precision x summed in
     float32 (:func:`masked_weighted_sum` with the mask as weights). Where :func:`fast.active`, x needs no gradient,
     every row's real tokens are one run and :func:`fast.row_sums_pay`, one float32 sum per row's slice
-    (:func:`fast.sum_row_slices`) instead of a float32 copy of x and a product."""
+    (:func:`fast.sum_row_slices`) instead of a float32 copy of x and a product. The rule reads the batch's average
+    row, and the two forms sum in different orders, so a row's float32 sum can differ in its last bits with the
+    batch it comes in (as a product's can with its kernel's blocking); rounded to x's precision, the two agree but
+    for a sum on the rounding's edge."""
     if (fast.active(x) and not (torch.is_grad_enabled() and x.requires_grad) and fast.row_sums_pay(x, mask)
             and (runs := fast.single_runs(mask)) is not None):
         return fast.sum_row_slices(x, runs)
