@@ -76,6 +76,8 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "max-rows-67a30bb-t2-busy2.json",
          "blocks-b18e274-t1.json", "blocks-b18e274-t1-busy2.json", "blocks-b18e274-t2.json", "blocks-b18e274-t2-busy2.json",
          "blocks-4dade0b-half-t2.json", "blocks-4dade0b-half-t2-busy2.json", "blocks-4dade0b-half-t2-busy2-r2.json",
+         "blocks-8872d80-zen4-half-t2.json", "blocks-8872d80-zen4-half-t2-busy2.json",
+         "blocks-8872d80-zen4-half-t2-busy2-r2.json",
          "paths-071d2c2-t2.json", "paths-071d2c2-t2-busy2.json", "paths-d0f20ee-half-t1.json",
          "paths-d0f20ee-half-t2.json", "paths-d0f20ee-half-t1-busy2.json", "paths-d0f20ee-half-t2-busy2.json",
          "revisions-339f8cf-dense-t1.json", "revisions-f59a729-scores-t1.json", "revisions-f59a729-scores-t2.json",
