@@ -75,15 +75,16 @@ def reduction_of(result: dict) -> Reduction:
 
 def sweep(device: torch.device, repeats: int, batches=BATCHES, widths=WIDTHS, lengths=LENGTHS,
           reduction: str = "max") -> list[dict]:
-    batched, dtypes, forms, rule = REDUCTIONS[reduction][:4]
+    chosen = REDUCTIONS[reduction]
+    batched = chosen.batched
     rows = []
     for batch in batches:
         for dim in widths:
             for length in lengths:
-                for dtype_name in dtypes:
+                for dtype_name in chosen.dtypes:
                     x, mask = inputs(batch, length, dim, DTYPES[dtype_name])
                     with torch.inference_mode():
-                        calls = forms(x, mask)
+                        calls = chosen.forms(x, mask)
                         ours, theirs = calls["row slices"](), calls[batched]()
                         # the max: the same values; the sum: float32 sums in another order
                         if not (torch.equal(ours, theirs) if reduction == "max"
@@ -91,7 +92,7 @@ def sweep(device: torch.device, repeats: int, batches=BATCHES, widths=WIDTHS, le
                             raise AssertionError(f"the two forms disagree at B{batch} T{length} D{dim} {dtype_name}")
                         times = interleaved(calls, device, repeats=repeats)
                     rows.append({"B": batch, "T": length, "D": dim, "dtype": dtype_name,
-                                 "tokens": int(mask.sum()) / batch, "rule_picks_slices": rule(x, mask),
+                                 "tokens": int(mask.sum()) / batch, "rule_picks_slices": chosen.rule(x, mask),
                                  "speedup": ratio(times, batched, "row slices"),
                                  "per_repeat": per_repeat(times, batched, "row slices"),
                                  "ms": {key: median_ms(times, key) for key in times}})
