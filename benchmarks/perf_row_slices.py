@@ -2,11 +2,12 @@
 ``--reduction max`` (default), the masked max's one ``index_reduce`` over the batch (``fast.reduce_by_index``)
 against a call per row (``fast.reduce_row_slices``), in float32 and bf16; ``--reduction sum``, the half-precision
 mean's float32 sum as a float32 copy of x and a product (``fast.HalfWeightedSum``) against a float32 sum per row
-(``fast.sum_row_slices``), in bf16 and fp16. Both row forms include their run finding.
+(``fast.sum_row_slices``), in bf16 and fp16 (both row forms include their run finding); ``--reduction query``,
+latent / adapool's read of half-precision x by a query per row, from a float32 copy of x against a block of rows
+at a time (``fast.half_query_read``: "row slices" here), in bf16 and fp16.
 
 This sweep is the data behind the rule that picks the form for the thread count in use (``fast.slices_pay`` for the
-max, ``fast.row_sums_pay`` for the sum): each
-cell records which form the rule picks there, and :func:`rule_checks` (rendered in docs/performance.md, asserted by
+max, ``fast.row_sums_pay`` for the sum, ``fast.query_blocks_pay`` for the query read): each cell records which form the rule picks there, and :func:`rule_checks` (rendered in docs/performance.md, asserted by
 benchmarks/tests) says whether the sweep backs it. Rows are right-padded, their real lengths drawn from [T/2, T]
 as in ``perf_tokens``. The figure is the batched form's time / the row slices' time (> 1: the row slices are faster).
 
@@ -44,14 +45,31 @@ def inputs(batch: int, length: int, dim: int, dtype: torch.dtype):
 
 class Reduction(NamedTuple):
     """What a ``--reduction`` times: the batched form's name, the dtypes, (x, mask) -> each form's call (the row
-    form named "row slices"), the rule that picks the row slices, and (row, settings) -> whether a row of the sweep
-    is under the rule's size ("short rows"; the size is the setting that ``settings`` gives, recorded in the run)."""
+    form named "row slices"), the rule that picks the row slices, (row, settings) -> whether a row of the sweep
+    is under the rule's size ("short rows"; the size is the setting that ``settings`` gives, recorded in the run),
+    and whether the two forms give the same values (else float32 sums in another order)."""
     batched: str
     dtypes: tuple[str, ...]
     forms: Callable[[torch.Tensor, torch.Tensor], dict[str, Callable[[], torch.Tensor]]]
     rule: Callable[[torch.Tensor, torch.Tensor], bool]
     short: Callable[[dict, dict], bool]
     settings: Callable[[], dict]
+    exact: bool
+
+
+def query_forms(x: torch.Tensor, mask: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
+    """latent / adapool's read of half-precision x by one float32 query per row (``attention.cross_attention`` with
+    one head and query, where no gradient is taken): its plain form, a float32 copy of x scored, softmaxed and
+    summed, and ``fast.half_query_read``, a block of rows at a time. Each returns the weighted sums."""
+    queries = torch.randn(x.shape[0], 1, x.shape[2], generator=torch.Generator().manual_seed(1)) * x.shape[2] ** -0.5
+
+    def weigh(scores: torch.Tensor, rows: slice) -> torch.Tensor:
+        return masking.masked_softmax(scores, mask[rows, None, :])
+
+    def copied() -> torch.Tensor:
+        wide = x.float()
+        return masking.masked_weighted_sum(wide, weigh(fast.score_product(wide, queries).transpose(1, 2), slice(None)))
+    return {"float32 copy": copied, "row slices": lambda: fast.half_query_read(x, queries, weigh)[0]}
 
 
 REDUCTIONS = {
@@ -59,12 +77,16 @@ REDUCTIONS = {
                      lambda x, mask: {"index_reduce": lambda: fast.reduce_by_index(x, mask, True),
                                       "row slices": lambda: fast.reduce_row_slices(x, fast.single_runs(mask), True)},
                      fast.slices_pay, lambda row, settings: row["tokens"] < settings["row_slice_tokens"],
-                     lambda: {"row_slice_tokens": fast.ROW_SLICE_TOKENS}),
+                     lambda: {"row_slice_tokens": fast.ROW_SLICE_TOKENS}, True),
     "sum": Reduction("float32 copy", ("bf16", "fp16"),
                      lambda x, mask: {"float32 copy": lambda: masking.masked_weighted_sum(x, mask),
                                       "row slices": lambda: fast.sum_row_slices(x, fast.single_runs(mask))},
                      fast.row_sums_pay, lambda row, settings: row["tokens"] * row["D"] < settings["row_sum_elements"],
-                     lambda: {"row_sum_elements": fast.ROW_SUM_ELEMENTS}),
+                     lambda: {"row_sum_elements": fast.ROW_SUM_ELEMENTS}, False),
+    "query": Reduction("float32 copy", ("bf16", "fp16"), query_forms, lambda x, mask: fast.query_blocks_pay(x),
+                       lambda row, settings: row["B"] * row["T"] * row["D"] * 4 < settings["query_read_bytes"],
+                       lambda: {"query_read_bytes": fast.QUERY_READ_BYTES,
+                                "query_block_bytes": fast.block_bytes(fast.QUERY_BLOCK_BYTES)}, True),
 }
 
 
@@ -86,8 +108,7 @@ def sweep(device: torch.device, repeats: int, batches=BATCHES, widths=WIDTHS, le
                     with torch.inference_mode():
                         calls = chosen.forms(x, mask)
                         ours, theirs = calls["row slices"](), calls[batched]()
-                        # the max: the same values; the sum: float32 sums in another order
-                        if not (torch.equal(ours, theirs) if reduction == "max"
+                        if not (torch.equal(ours, theirs) if chosen.exact
                                 else torch.allclose(ours, theirs, rtol=1e-5, atol=1e-5)):
                             raise AssertionError(f"the two forms disagree at B{batch} T{length} D{dim} {dtype_name}")
                         times = interleaved(calls, device, repeats=repeats)
@@ -181,7 +202,8 @@ def render_rule(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> dict:
     def add_arguments(parser) -> None:
         parser.add_argument("--reduction", choices=tuple(REDUCTIONS), default="max",
-                            help="the masked max's forms (default) or the half-precision sum's")
+                            help="the masked max's forms (default), the half-precision sum's or the half-precision "
+                                 "query read's")
 
     def settings(reduction: str) -> dict:
         chosen = REDUCTIONS[reduction]

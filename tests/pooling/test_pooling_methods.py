@@ -950,6 +950,69 @@ def test_row_sums_run_where_the_sweep_says_they_pay(monkeypatch):
 
 
 
+@pytest.mark.parametrize("name, options", [("latent", {"num_heads": 2, "num_queries": 3}),
+                                           ("adapool", {"num_heads": 2})])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_half_precision_query_read_takes_blocks_only_where_no_gradient(name, options, dtype, monkeypatch):
+    """latent / adapool in half precision with the rule saying yes: x read by fast.half_query_read in blocks of two
+    rows (the last one short), the plain form's outputs and weights exactly, under right / left / both-sided padding
+    with an empty row, a one-token row, huge values and NaN at padding and quadrature weights; where a gradient is
+    taken, the plain form. Catches a block's weights or sums written to other rows, the short last block left
+    unwritten, the mask or the quadrature weights not cut to the block, and the scores read from a half-precision
+    product."""
+    calls = []
+    read = fast.half_query_read
+    monkeypatch.setattr(fast, "query_blocks_pay", lambda x: True)
+    monkeypatch.setattr(fast, "QUERY_BLOCK_BYTES", 2 * 9 * HIDDEN * 4)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # blocks of QUERY_BLOCK_BYTES
+    monkeypatch.setattr(fast, "half_query_read", lambda *args: calls.append(args) or read(*args))
+    gen = torch.Generator().manual_seed(3)
+    mask = runs_mask(["1111111..", "..1111111", ".11111...", ".........", "....1....", "111111111", "..11....."])
+    x = torch.randn(mask.shape[0], mask.shape[1], HIDDEN, generator=gen).to(dtype)
+    x[~mask] = torch.finfo(dtype).max
+    x[0, 8, 2] = float("nan")
+    quadrature = torch.rand(mask.shape, generator=gen) + 0.5
+    torch.manual_seed(0)
+    pooler = get_pooler(name, hidden_size=HIDDEN, **options).to(dtype)
+
+    def pooled(**kwargs):
+        with torch.no_grad():
+            return pooler(x, mask, return_weights=True, **kwargs)
+
+    for kwargs in ({}, {"quadrature_weights": quadrature}):
+        got = pooled(**kwargs)
+        assert calls  # twice: the NaN at padding reaches the sums, and Pooler.forward pools again from zeroed padding
+        calls.clear()
+        with monkeypatch.context() as plain:
+            plain.setattr(fast, "query_blocks_pay", lambda x: False)
+            expected = pooled(**kwargs)
+        assert not calls
+        for ours, theirs in zip(got, expected):
+            torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+        assert torch.equal(got[0][3], torch.zeros_like(got[0][3])) and not got[1][3].any()
+    leaf = x.detach().clone().requires_grad_()
+    pooler(leaf, mask).sum().backward()
+    assert not calls and leaf.grad is not None
+
+
+def test_query_blocks_run_where_the_sweep_says_they_pay(monkeypatch):
+    """The rule of query_blocks_pay: half-precision x whose float32 copy would be QUERY_READ_BYTES or more and more
+    than one block (QUERY_BLOCK_BYTES on one thread, THREADED_BLOCK_BYTES with several); float32, a smaller x, and x
+    of one block keep the plain form. Catches the rule counting x's own bytes instead of its float32 copy's, and a
+    rule that ignores the thread count."""
+    threads = {"n": 1}
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads["n"])
+    elements = fast.QUERY_READ_BYTES // 4
+    x = torch.zeros(1, 1, 1).expand(2, elements // 2 // 64, 64)
+    assert fast.query_blocks_pay(x.bfloat16()) and fast.query_blocks_pay(x.half())
+    assert not fast.query_blocks_pay(x)  # float32
+    assert not fast.query_blocks_pay(x[:, 1:].bfloat16())  # one token short of the size
+    threads["n"] = 2
+    assert not fast.query_blocks_pay(x.bfloat16())  # one block
+    wide = torch.zeros(1, 1, 1).expand(2, fast.THREADED_BLOCK_BYTES // 4 // 64, 65)
+    assert fast.query_blocks_pay(wide.bfloat16())
+
+
 @pytest.mark.parametrize("rnn", [torch.nn.LSTM, torch.nn.GRU])
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_unrolled_recurrence_equals_torch_rnn(rnn, bidirectional):

@@ -290,7 +290,9 @@ def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, 
 
     so the tokens are read by two (B, H*Q, D) x (B, D, T) matmuls instead of two D x D projections of
     every token: far fewer flops while H * Q is well under D and Q under T, as in every pooling use. Where ``key``
-    or ``value`` has hooks they are called as modules instead (:func:`called_cross_attention`).
+    or ``value`` has hooks they are called as modules instead (:func:`called_cross_attention`). Half-precision x with
+    no gradient taken is read a block of rows at a time where :func:`fast.query_blocks_pay` says so
+    (:func:`fast.half_query_read`: the same values without a float32 copy of all of x).
     """
     if hooks.hooked(key, value):
         return called_cross_attention(query, x, key, value, mask, num_heads, scale, quadrature_weights)
@@ -298,18 +300,27 @@ def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, 
     n_query, head_dim = query.shape[1], dim // num_heads
     # Logits rounded to half precision would put a relative error of 2^-9 on each score, enough to move
     # a peaked softmax: half inputs are read in float32 (still far cheaper than the projections).
-    x = x.to(masking.compute_dtype(x.dtype))
-    queries = query.to(x.dtype).reshape(batch, n_query, num_heads, head_dim)
-    key_weight = key.weight.to(x.dtype).view(num_heads, head_dim, dim)
-    folded = torch.einsum("bqhk,hkd->bhqd", queries, key_weight) * scale  # (B, H, Q, D)
-    scores = fast.score_product(x, folded.reshape(batch, -1, dim).to(x.dtype)).transpose(1, 2)  # (B, H*Q, T)
-    weights = masking.masked_softmax(scores.reshape(batch, num_heads, n_query, length), mask[:, None, None, :],
-                                     quadrature_weights=_per_query(quadrature_weights, 2))
-    mixed = masking.masked_weighted_sum(x, weights.view(batch, -1, length))  # (B, H*Q, D), compute dtype
-    value_weight = value.weight.to(x.dtype).view(num_heads, head_dim, dim)
+    wide = masking.compute_dtype(x.dtype)
+    queries = query.to(wide).reshape(batch, n_query, num_heads, head_dim)
+    key_weight = key.weight.to(wide).view(num_heads, head_dim, dim)
+    folded = (torch.einsum("bqhk,hkd->bhqd", queries, key_weight) * scale).reshape(batch, -1, dim)  # (B, H*Q, D)
+
+    def weigh(scores: Tensor, rows: slice) -> Tensor:  # the scores (b, H*Q, T) of a slice of the rows -> weights
+        return masking.masked_softmax(scores.reshape(scores.shape[0], num_heads, n_query, length),
+                                      mask[rows, None, None, :], quadrature_weights=_per_query(
+                                          None if quadrature_weights is None else quadrature_weights[rows], 2))
+
+    if (fast.active(x) and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
+            and fast.query_blocks_pay(x)):
+        mixed, weights = fast.half_query_read(x, folded, weigh)
+    else:
+        x = x.to(wide)
+        weights = weigh(fast.score_product(x, folded).transpose(1, 2), slice(None))  # (B, H, Q, T)
+        mixed = masking.masked_weighted_sum(x, weights.view(batch, -1, length))  # (B, H*Q, D), compute dtype
+    value_weight = value.weight.to(wide).view(num_heads, head_dim, dim)
     out = torch.einsum("bhqd,hkd->bqhk", mixed.view(batch, num_heads, n_query, dim), value_weight)
     if value.bias is not None:
-        out = out + value.bias.to(x.dtype).view(num_heads, head_dim) * weights.sum(-1).transpose(1, 2)[..., None]
+        out = out + value.bias.to(wide).view(num_heads, head_dim) * weights.sum(-1).transpose(1, 2)[..., None]
     return out.reshape(batch, n_query, dim), weights
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -317,6 +317,50 @@ class HalfWeightedSum(WeightedSum):
         if ctx.needs_input_grad[1]:
             grad_x = torch.bmm(weights.transpose(1, 2).to(x.dtype), grad)
         return grad_weights, grad_x, None
+
+
+# -- a half-precision read by a few queries -----------------------------------------------------
+#: :func:`half_query_read` copies x to float32 a block of rows of at most this many bytes at a time on one thread
+#: (:func:`block_bytes`; at least one row): few enough blocks that the softmax's calls per block cost little, each
+#: block still in the cache when it is read the second time.
+QUERY_BLOCK_BYTES = 8 << 20
+#: :func:`half_query_read` is used where x's float32 copy would be at least this many bytes (:func:`query_blocks_pay`).
+QUERY_READ_BYTES = 16 << 20
+
+
+def query_blocks_pay(x: Tensor) -> bool:
+    """Whether :func:`half_query_read` beats the plain form's float32 copy of half-precision x: where that copy would be
+    :data:`QUERY_READ_BYTES` or more and more than one block (:data:`QUERY_BLOCK_BYTES` on one thread, at least
+    :data:`THREADED_BLOCK_BYTES` with several). A smaller fresh copy cost no more than the blocks in the sweeps, and
+    a copy of one block is the plain form's work with the blocks' calls added (docs/performance.md, the query read
+    sweeps)."""
+    wide = x.numel() * 4
+    return (x.dtype in (torch.float16, torch.bfloat16) and wide >= QUERY_READ_BYTES
+            and wide > block_bytes(QUERY_BLOCK_BYTES))
+
+
+def half_query_read(x: Tensor, queries: Tensor, weigh: Callable[[Tensor, slice], Tensor]) -> tuple[Tensor, Tensor]:
+    """Half-precision x (B, T, D) read by float32 queries (B, K, D) as the plain form reads its float32 copy, where no
+    gradient is taken: the scores ``queries @ x^T`` (B, K, T), ``weigh(scores, rows)`` their weights for those rows of
+    the batch (shaped (b, ..., T), K values per token), then the weighted sums ``weights @ x`` (B, K, D), all in
+    float32. x is copied to float32 a block of rows at a time (``block_bytes(QUERY_BLOCK_BYTES)``, at least one row)
+    into one reused buffer, and the block is read twice while it sits in the cache, where the plain form makes a
+    float32 copy of all of x (on the CPU a fresh tensor that size costs page faults worth several passes over x) and
+    reads it twice from memory. The same products per row: the plain form's values. -> (weighted sums, weights)."""
+    batch, length, dim = x.shape
+    rows = max(1, min(batch, block_bytes(QUERY_BLOCK_BYTES) // max(1, length * dim * 4)))
+    block = torch.empty(rows, length, dim, dtype=torch.float32, device=x.device)
+    out = queries.new_empty(batch, queries.shape[1], dim)
+    weights = None
+    for start in range(0, batch, rows):
+        at = slice(start, start + rows)
+        tokens = block[:len(out[at])].copy_(x[at])
+        part = weigh(torch.bmm(queries[at], tokens.transpose(1, 2)), at)
+        if weights is None:
+            weights = part.new_empty(batch, *part.shape[1:])
+        weights[at] = part
+        torch.bmm(part.reshape(len(tokens), -1, length), tokens, out=out[at])
+    return out, weights
 
 
 # -- masked max / min ----------------------------------------------------------------------------
