@@ -12,8 +12,8 @@ does not is noise; runs at other thread counts or loads agree only where a form 
 plain-vs-fast runs together give ``rule: paths``: per thread count, the cells of each pooler's newest timed tree
 whose plain form is faster in every run (:func:`plain_faster_in_every_run`, which a test holds empty: the fast forms
 run at every thread count). ``benchmarks/perf_row_slices.py`` sweeps give one cell table each and, together,
-``rule: max rows`` and ``rule: sum rows`` (the masked max's choice between its two fast forms, and the
-half-precision sum's, checked per thread count);
+``rule: max rows``, ``rule: sum rows`` and ``rule: query rows`` (the masked max's choice between its two fast
+forms, the half-precision sum's and latent / adapool's half-precision read's, checked per thread count);
 ``benchmarks/perf_blocks.py`` sweeps likewise give a table each and ``rule: blocks`` (the block size of the blocked
 fast forms per thread count). ``benchmarks/perf_where.py`` runs give a table each: where each token pooler's time
 goes, beside its floor.
@@ -135,6 +135,10 @@ def provenance(result: dict, path: Path) -> str:
     elif result["kind"] == "sum_rows":
         what = ("`benchmarks/perf_row_slices.py --reduction sum`: the half-precision sum's float32 copy and product / "
                 "its row-slices form, > 1 is the row slices faster; rows of real lengths drawn from [T/2, T]")
+    elif result["kind"] == "query_rows":
+        what = ("`benchmarks/perf_row_slices.py --reduction query`: latent / adapool's half-precision read of x from a "
+                "float32 copy of x / a block of rows at a time, > 1 is the blocks faster; rows of real lengths drawn "
+                "from [T/2, T]")
     elif result["kind"] == "where":
         what = ("`benchmarks/perf_where.py`: the pooler's time, the floor's and the pooling's alone (no contract) timed "
                 "side by side, the pooling's operators profiled; shares of the pooler's forward time")
@@ -440,7 +444,7 @@ def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Pat
         if data.get("kind") in MEANING:
             found[path.name] = render(path, threshold)
             groups.setdefault(group_name(data), []).append(path)
-        elif data.get("kind") in ("max_rows", "sum_rows"):
+        elif data.get("kind") in ("max_rows", "sum_rows", "query_rows"):
             found[path.name] = provenance(data, path.resolve()) + "\n\n" + perf_row_slices.render(data)
             sweeps.setdefault(data["kind"], []).append(data)
         elif data.get("kind") == "where":

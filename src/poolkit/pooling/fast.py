@@ -324,19 +324,12 @@ class HalfWeightedSum(WeightedSum):
 #: (:func:`block_bytes`; at least one row): few enough blocks that the softmax's calls per block cost little, each
 #: block still in the cache when it is read the second time.
 QUERY_BLOCK_BYTES = 8 << 20
-#: :func:`half_query_read` is used where x's float32 copy would be at least this many bytes (:func:`query_blocks_pay`).
-QUERY_READ_BYTES = 16 << 20
-
-
 def query_blocks_pay(x: Tensor) -> bool:
-    """Whether :func:`half_query_read` beats the plain form's float32 copy of half-precision x: where that copy would be
-    :data:`QUERY_READ_BYTES` or more and more than one block (:data:`QUERY_BLOCK_BYTES` on one thread, at least
-    :data:`THREADED_BLOCK_BYTES` with several). A smaller fresh copy cost no more than the blocks in the sweeps, and
-    a copy of one block is the plain form's work with the blocks' calls added (docs/performance.md, the query read
-    sweeps)."""
-    wide = x.numel() * 4
-    return (x.dtype in (torch.float16, torch.bfloat16) and wide >= QUERY_READ_BYTES
-            and wide > block_bytes(QUERY_BLOCK_BYTES))
+    """Whether :func:`half_query_read` beats the plain form's float32 copy of half-precision x: where that copy would
+    be more than one block (:data:`QUERY_BLOCK_BYTES` on one thread, at least :data:`THREADED_BLOCK_BYTES` with
+    several), so that the blocks reuse their buffer; a copy of one block is the plain form's work with the blocks'
+    calls added (docs/performance.md, the query read sweeps)."""
+    return x.dtype in (torch.float16, torch.bfloat16) and x.numel() * 4 > block_bytes(QUERY_BLOCK_BYTES)
 
 
 def half_query_read(x: Tensor, queries: Tensor, weigh: Callable[[Tensor, slice], Tensor]) -> tuple[Tensor, Tensor]:
