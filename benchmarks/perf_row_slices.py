@@ -85,7 +85,7 @@ REDUCTIONS = {
                      lambda: {"row_sum_elements": fast.ROW_SUM_ELEMENTS}, False),
     "query": Reduction("float32 copy", ("bf16", "fp16"), query_forms, lambda x, mask: fast.query_blocks_pay(x),
                        lambda row, settings: row["B"] * row["T"] * row["D"] * 4 <= settings["query_block_bytes"],
-                       lambda: {"query_block_bytes": fast.block_bytes(fast.QUERY_BLOCK_BYTES)}, True),
+                       lambda: {"query_block_bytes": fast.QUERY_BLOCK_BYTES}, True),
 }
 
 

@@ -325,11 +325,14 @@ class HalfWeightedSum(WeightedSum):
 #: block still in the cache when it is read the second time.
 QUERY_BLOCK_BYTES = 8 << 20
 def query_blocks_pay(x: Tensor) -> bool:
-    """Whether :func:`half_query_read` beats the plain form's float32 copy of half-precision x: where that copy would
-    be more than one block (:data:`QUERY_BLOCK_BYTES` on one thread, at least :data:`THREADED_BLOCK_BYTES` with
-    several), so that the blocks reuse their buffer; a copy of one block is the plain form's work with the blocks'
-    calls added (docs/performance.md, the query read sweeps)."""
-    return x.dtype in (torch.float16, torch.bfloat16) and x.numel() * 4 > block_bytes(QUERY_BLOCK_BYTES)
+    """Whether :func:`half_query_read` beats the plain form's float32 copy of half-precision x: on one torch thread,
+    where that copy would be more than one block of :data:`QUERY_BLOCK_BYTES`, so that the blocks reuse their
+    buffer (a copy of one block is the plain form's work with the blocks' calls added). With several threads each
+    block's calls are parallel regions: faster on a quiet machine, but beside busy processes the blocks were faster
+    in half the cells of a sweep, short of the three in four the rule asks, so the float32 copy stays
+    (docs/performance.md, the query read sweeps)."""
+    return (x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1
+            and x.numel() * 4 > QUERY_BLOCK_BYTES)
 
 
 def half_query_read(x: Tensor, queries: Tensor, weigh: Callable[[Tensor, slice], Tensor]) -> tuple[Tensor, Tensor]:
