@@ -995,6 +995,56 @@ def test_the_half_precision_query_read_takes_blocks_only_where_no_gradient(name,
     assert not calls and leaf.grad is not None
 
 
+@pytest.mark.parametrize("name, options", [("latent", {}), ("latent", {"num_heads": 2, "num_queries": 3}),
+                                           ("adapool", {})])
+def test_the_query_read_gives_the_plain_forms_values_and_gradients(name, options, monkeypatch):
+    """fast.QueryRead (latent / adapool's scores, softmax and weighted sum as one node, x's gradient written once)
+    against the plain forms (fast.disabled) in float64: outputs, weights, and the gradients of x and of every
+    parameter from a loss on both the output and the weights, under right / left / both-sided padding holding huge
+    values, a one-token row and an empty one, with and without quadrature weights, and the gradient of a gradient
+    penalty (double backward). Catches a softmax backward without its sum term, the weights' gradient dropped or kept
+    at padding (the huge values overflow it there), a gradient of x missing one of its two terms, and a backward
+    written in operations autograd cannot differentiate."""
+    calls = []
+    read = fast.QueryRead.apply
+    monkeypatch.setattr(fast.QueryRead, "apply", lambda *args: calls.append(len(args)) or read(*args))
+    gen = torch.Generator().manual_seed(4)
+    mask = runs_mask(["1111111..", "..1111111", ".11111...", ".........", "....1...."])
+    x = torch.randn(mask.shape[0], mask.shape[1], HIDDEN, generator=gen, dtype=torch.float64)
+    x[~mask] = 1e300
+    quadrature = torch.rand(mask.shape, generator=gen, dtype=torch.float64) + 0.5
+    torch.manual_seed(0)
+    pooler = get_pooler(name, hidden_size=HIDDEN, **options).double()
+    for parameter in pooler.parameters():  # away from start values that zero some paths
+        parameter.data.add_(torch.randn(parameter.shape, generator=gen, dtype=torch.float64) * 0.1)
+    out_weight = torch.randn(mask.shape[0], pooler.output_dim, generator=gen, dtype=torch.float64)
+    weight_weight = torch.randn(mask.shape, generator=gen, dtype=torch.float64)
+
+    def run(**kwargs):
+        leaf = x.clone().requires_grad_()
+        out, weights = pooler(leaf, mask, return_weights=True, **kwargs)
+        loss = (out * out_weight).sum() + (weights * weight_weight).sum()
+        grads = torch.autograd.grad(loss, [leaf, *pooler.parameters()], create_graph=True)
+        penalty = torch.autograd.grad(grads[0][mask].pow(2).sum(), [*pooler.parameters()], allow_unused=True)
+        return out, weights, grads, penalty
+
+    for kwargs in ({}, {"quadrature_weights": quadrature}):
+        ours = run(**kwargs)
+        assert calls
+        calls.clear()
+        with fast.disabled():
+            plain = run(**kwargs)
+        assert not calls
+        torch.testing.assert_close(ours[:2], plain[:2])
+        for a, b in zip(ours[2], plain[2]):
+            torch.testing.assert_close(a, b)
+        assert not ours[2][0][~mask].any()
+        for a, b in zip(ours[3], plain[3]):
+            assert (a is None) == (b is None)
+            if a is not None:
+                torch.testing.assert_close(a, b)
+
+
 def test_query_blocks_run_where_the_sweep_says_they_pay(monkeypatch):
     """The rule of query_blocks_pay: half-precision x whose float32 copy would be more than one block of
     QUERY_BLOCK_BYTES, on one torch thread; float32, x of one block and several threads keep the plain form. Catches

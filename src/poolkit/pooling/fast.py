@@ -319,6 +319,52 @@ class HalfWeightedSum(WeightedSum):
         return grad_weights, grad_x, None
 
 
+# -- a read by a few queries, its backward in one pass ------------------------------------------------
+class QueryRead(torch.autograd.Function):
+    """x (B, T, D) read by per-row queries (B, K, D): the scores q . x_t (B, K, T), their weights ``weigh(scores)``
+    (a softmax over each row's real tokens, shifted by constants such as log quadrature weights: 0 at padding and in
+    empty rows; ``real`` (B, 1, T) bool marks the real tokens), and the weighted sums ``weights @ x`` (B, K, D)
+    -> (sums, weights): the plain form's scores, softmax and sum (attention.cross_attention) as one node.
+
+    Its backward pass writes x's gradient once, ``[weights; g_s]^T @ [grad; queries]``, where the plain form's score
+    product and weighted sum each write a gradient of x's size and autograd adds them: two fresh tensors of x's size
+    fewer (on the CPU each costs page faults worth several passes over x). g_s, the scores' gradient, is the softmax's
+    backward, the weights' gradient selected away at padding first (a padded x can make it overflow). With one query
+    (K = 1) the scores and the weights' gradient are matrix-vector products with x on the left, about twice as fast
+    on x larger than the cache as with x on the right (the plain form's orientation), to float rounding the same
+    values. The backward pass is written in differentiable operations, so double backward runs through it."""
+
+    @staticmethod
+    def forward(x: Tensor, queries: Tensor, real: Tensor, weigh: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+        scores = _read(x, queries)
+        weights = weigh(scores).reshape(scores.shape)
+        return torch.bmm(weights, x), weights
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, queries, real, _ = inputs
+        ctx.save_for_backward(x, queries, real, output[1])
+
+    @staticmethod
+    def backward(ctx, grad: Tensor, grad_weights: Tensor):
+        x, queries, real, weights = ctx.saved_tensors
+        from_sums = torch.where(real, _read(x, grad) + grad_weights, 0)
+        grad_scores = weights * (from_sums - (weights * from_sums).sum(dim=-1, keepdim=True))
+        grad_x = grad_queries = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.bmm(torch.cat([weights, grad_scores], 1).transpose(1, 2), torch.cat([grad, queries], 1))
+        if ctx.needs_input_grad[1]:
+            grad_queries = torch.bmm(grad_scores, x)
+        return grad_x, grad_queries, None, None
+
+
+def _read(x: Tensor, queries: Tensor) -> Tensor:
+    """queries (B, K, D) . x (B, T, D) -> (B, K, T): for K = 1 a matrix-vector product with x on the left."""
+    if queries.shape[1] == 1:
+        return torch.bmm(x, queries.transpose(1, 2)).transpose(1, 2)
+    return torch.bmm(queries, x.transpose(1, 2))
+
+
 # -- a half-precision read by a few queries -----------------------------------------------------
 #: :func:`half_query_read` copies x to float32 a block of rows of at most this many bytes at a time on one thread
 #: (:func:`block_bytes`; at least one row): few enough blocks that the softmax's calls per block cost little, each
