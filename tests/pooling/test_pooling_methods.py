@@ -1004,10 +1004,12 @@ def test_the_query_read_gives_the_plain_forms_values_and_gradients(name, options
     values, a one-token row and an empty one, with and without quadrature weights, and the gradient of a gradient
     penalty (double backward). Catches a softmax backward without its sum term, the weights' gradient dropped or kept
     at padding (the huge values overflow it there), a gradient of x missing one of its two terms, and a backward
-    written in operations autograd cannot differentiate."""
-    calls = []
-    read = fast.QueryRead.apply
-    monkeypatch.setattr(fast.QueryRead, "apply", lambda *args: calls.append(len(args)) or read(*args))
+    written in operations autograd cannot differentiate. Where no gradient is taken, the read runs without the
+    node, to the same values."""
+    calls, reads = [], []
+    node, read = fast.QueryRead.apply, fast._weighted_read
+    monkeypatch.setattr(fast.QueryRead, "apply", lambda *args: calls.append(len(args)) or node(*args))
+    monkeypatch.setattr(fast, "_weighted_read", lambda *args: reads.append(len(args)) or read(*args))
     gen = torch.Generator().manual_seed(4)
     mask = runs_mask(["1111111..", "..1111111", ".11111...", ".........", "....1...."])
     x = torch.randn(mask.shape[0], mask.shape[1], HIDDEN, generator=gen, dtype=torch.float64)
@@ -1036,6 +1038,10 @@ def test_the_query_read_gives_the_plain_forms_values_and_gradients(name, options
             plain = run(**kwargs)
         assert not calls
         torch.testing.assert_close(ours[:2], plain[:2])
+        reads.clear()
+        with torch.no_grad():  # no node where no gradient is taken: the same read called as a function
+            torch.testing.assert_close(pooler(x, mask, return_weights=True, **kwargs), ours[:2], rtol=0, atol=0)
+        assert reads and not calls
         for a, b in zip(ours[2], plain[2]):
             torch.testing.assert_close(a, b)
         assert not ours[2][0][~mask].any()

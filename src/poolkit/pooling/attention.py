@@ -315,7 +315,7 @@ def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, 
         mixed, weights = fast.half_query_read(x, folded, weigh)
     elif (fast.active(x) and not torch.is_autocast_enabled("cpu")
           and not (quadrature_weights is not None and quadrature_weights.requires_grad and torch.is_grad_enabled())):
-        mixed, weights = fast.QueryRead.apply(x.to(wide), folded, mask[:, None, :], lambda s: weigh(s, slice(None)))
+        mixed, weights = fast.query_read(x.to(wide), folded, mask[:, None, :], lambda s: weigh(s, slice(None)))
         weights = weights.view(batch, num_heads, n_query, length)
     else:
         x = x.to(wide)

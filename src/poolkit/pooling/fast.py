@@ -336,9 +336,7 @@ class QueryRead(torch.autograd.Function):
 
     @staticmethod
     def forward(x: Tensor, queries: Tensor, real: Tensor, weigh: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
-        scores = _read(x, queries)
-        weights = weigh(scores).reshape(scores.shape)
-        return torch.bmm(weights, x), weights
+        return _weighted_read(x, queries, weigh)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -356,6 +354,21 @@ class QueryRead(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             grad_queries = torch.bmm(grad_scores, x)
         return grad_x, grad_queries, None, None
+
+
+def query_read(x: Tensor, queries: Tensor, real: Tensor, weigh: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+    """:class:`QueryRead`'s (sums, weights): through the autograd node where a gradient of x or of the queries is
+    taken, else its forward called as a function (a node's own cost is a sizeable share of a small batch's read)."""
+    if torch.is_grad_enabled() and (x.requires_grad or queries.requires_grad):
+        return QueryRead.apply(x, queries, real, weigh)
+    return _weighted_read(x, queries, weigh)
+
+
+def _weighted_read(x: Tensor, queries: Tensor, weigh: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+    """The scores of x by the queries, their weights and the weighted sums: (sums (B, K, D), weights (B, K, T))."""
+    scores = _read(x, queries)
+    weights = weigh(scores).reshape(scores.shape)
+    return torch.bmm(weights, x), weights
 
 
 def _read(x: Tensor, queries: Tensor) -> Tensor:
