@@ -4,7 +4,9 @@ against a call per row (``fast.reduce_row_slices``), in float32 and bf16; ``--re
 mean's float32 sum as a float32 copy of x and a product (``fast.HalfWeightedSum``) against a float32 sum per row
 (``fast.sum_row_slices``), in bf16 and fp16 (both row forms include their run finding); ``--reduction query``,
 latent / adapool's read of half-precision x by a query per row, from a float32 copy of x against a block of rows
-at a time (``fast.half_query_read``: "row slices" here), in bf16 and fp16.
+at a time (``fast.half_query_read``: "row slices" here), in bf16 and fp16; ``--reduction query_train``, the same
+with the gradients of x and of the queries (``fast.QueryRead``'s backward on the float32 copy against
+``fast.HalfQueryRead``'s, a block of rows at a time).
 
 This sweep is the data behind the rule that picks the form for the thread count in use (``fast.slices_pay`` for the
 max, ``fast.row_sums_pay`` for the sum, ``fast.query_blocks_pay`` for the query read): each cell records which form the rule picks there, and :func:`rule_checks` (rendered in docs/performance.md, asserted by
@@ -47,7 +49,8 @@ class Reduction(NamedTuple):
     """What a ``--reduction`` times: the batched form's name, the dtypes, (x, mask) -> each form's call (the row
     form named "row slices"), the rule that picks the row slices, (row, settings) -> whether a row of the sweep
     is under the rule's size ("short rows"; the size is the setting that ``settings`` gives, recorded in the run),
-    and whether the two forms give the same values (else float32 sums in another order)."""
+    whether the two forms give the same values (else float32 sums in another order), and whether the calls take
+    gradients (else they run under ``torch.inference_mode``)."""
     batched: str
     dtypes: tuple[str, ...]
     forms: Callable[[torch.Tensor, torch.Tensor], dict[str, Callable[[], torch.Tensor]]]
@@ -55,21 +58,49 @@ class Reduction(NamedTuple):
     short: Callable[[dict, dict], bool]
     settings: Callable[[], dict]
     exact: bool
+    train: bool = False
 
 
 def query_forms(x: torch.Tensor, mask: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
     """latent / adapool's read of half-precision x by one float32 query per row (``attention.cross_attention`` with
-    one head and query, where no gradient is taken): its plain form, a float32 copy of x scored, softmaxed and
-    summed, and ``fast.half_query_read``, a block of rows at a time. Each returns the weighted sums."""
+    one head and query, where no gradient is taken): ``fast.query_read`` of a float32 copy of x, and
+    ``fast.half_query_read``, a block of rows at a time. Each returns the weighted sums."""
     queries = torch.randn(x.shape[0], 1, x.shape[2], generator=torch.Generator().manual_seed(1)) * x.shape[2] ** -0.5
 
     def weigh(scores: torch.Tensor, rows: slice) -> torch.Tensor:
         return masking.masked_softmax(scores, mask[rows, None, :])
 
     def copied() -> torch.Tensor:
-        wide = x.float()
-        return masking.masked_weighted_sum(wide, weigh(fast.score_product(wide, queries).transpose(1, 2), slice(None)))
-    return {"float32 copy": copied, "row slices": lambda: fast.half_query_read(x, queries, weigh)[0]}
+        return fast.query_read(x.float(), queries, mask[:, None, :], lambda scores: weigh(scores, slice(None)))[0]
+    return {"float32 copy": copied, "row slices": lambda: fast.half_query_read(x, queries, mask[:, None, :], weigh)[0]}
+
+
+def query_train_forms(x: torch.Tensor, mask: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
+    """:func:`query_forms` with the gradients of x and of the queries taken from a fixed gradient of the sums
+    (``fast.HalfQueryRead``'s backward, a block of rows at a time, against ``fast.QueryRead``'s on the float32 copy).
+    Each returns x's gradient."""
+    gen = torch.Generator().manual_seed(1)
+    queries = (torch.randn(x.shape[0], 1, x.shape[2], generator=gen) * x.shape[2] ** -0.5).requires_grad_()
+    grad = torch.randn(x.shape[0], 1, x.shape[2], generator=gen)
+    leaf = x.detach().requires_grad_()
+
+    def weigh(scores: torch.Tensor, rows: slice) -> torch.Tensor:
+        return masking.masked_softmax(scores, mask[rows, None, :])
+
+    def trained(sums: torch.Tensor) -> torch.Tensor:
+        return torch.autograd.grad(sums, [leaf, queries], grad)[0]
+    return {"float32 copy": lambda: trained(fast.query_read(leaf.float(), queries, mask[:, None, :],
+                                                            lambda scores: weigh(scores, slice(None)))[0]),
+            "row slices": lambda: trained(fast.half_query_read(leaf, queries, mask[:, None, :], weigh)[0])}
+
+
+def query_reduction(forms: Callable[[torch.Tensor, torch.Tensor], dict[str, Callable[[], torch.Tensor]]],
+                    train: bool) -> Reduction:
+    """The half-precision query read's sweep, without gradients or with them: its forms, fast.query_blocks_pay, rows
+    of one block or less as the short rows."""
+    return Reduction("float32 copy", ("bf16", "fp16"), forms, lambda x, mask: fast.query_blocks_pay(x),
+                     lambda row, settings: row["B"] * row["T"] * row["D"] * 4 <= settings["query_block_bytes"],
+                     lambda: {"query_block_bytes": fast.QUERY_BLOCK_BYTES}, True, train)
 
 
 REDUCTIONS = {
@@ -83,9 +114,8 @@ REDUCTIONS = {
                                       "row slices": lambda: fast.sum_row_slices(x, fast.single_runs(mask))},
                      fast.row_sums_pay, lambda row, settings: row["tokens"] * row["D"] < settings["row_sum_elements"],
                      lambda: {"row_sum_elements": fast.ROW_SUM_ELEMENTS}, False),
-    "query": Reduction("float32 copy", ("bf16", "fp16"), query_forms, lambda x, mask: fast.query_blocks_pay(x),
-                       lambda row, settings: row["B"] * row["T"] * row["D"] * 4 <= settings["query_block_bytes"],
-                       lambda: {"query_block_bytes": fast.QUERY_BLOCK_BYTES}, True),
+    "query": query_reduction(query_forms, False),
+    "query_train": query_reduction(query_train_forms, True),
 }
 
 
@@ -104,7 +134,7 @@ def sweep(device: torch.device, repeats: int, batches=BATCHES, widths=WIDTHS, le
             for length in lengths:
                 for dtype_name in chosen.dtypes:
                     x, mask = inputs(batch, length, dim, DTYPES[dtype_name])
-                    with torch.inference_mode():
+                    with torch.inference_mode(not chosen.train):
                         calls = chosen.forms(x, mask)
                         ours, theirs = calls["row slices"](), calls[batched]()
                         if not (torch.equal(ours, theirs) if chosen.exact
@@ -202,7 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
     def add_arguments(parser) -> None:
         parser.add_argument("--reduction", choices=tuple(REDUCTIONS), default="max",
                             help="the masked max's forms (default), the half-precision sum's or the half-precision "
-                                 "query read's")
+                                 "query read's (without and with gradients)")
 
     def settings(reduction: str) -> dict:
         chosen = REDUCTIONS[reduction]

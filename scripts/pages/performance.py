@@ -12,8 +12,9 @@ does not is noise; runs at other thread counts or loads agree only where a form 
 plain-vs-fast runs together give ``rule: paths``: per thread count, the cells of each pooler's newest timed tree
 whose plain form is faster in every run (:func:`plain_faster_in_every_run`, which a test holds empty: the fast forms
 run at every thread count). ``benchmarks/perf_row_slices.py`` sweeps give one cell table each and, together,
-``rule: max rows``, ``rule: sum rows`` and ``rule: query rows`` (the masked max's choice between its two fast
-forms, the half-precision sum's and latent / adapool's half-precision read's, checked per thread count);
+``rule: max rows``, ``rule: sum rows``, ``rule: query rows`` and ``rule: query train rows`` (the masked max's
+choice between its two fast forms, the half-precision sum's and latent / adapool's half-precision read's without and
+with gradients, checked per thread count);
 ``benchmarks/perf_blocks.py`` sweeps likewise give a table each and ``rule: blocks`` (the block size of the blocked
 fast forms per thread count). ``benchmarks/perf_where.py`` runs give a table each: where each token pooler's time
 goes, beside its floor.
@@ -56,8 +57,8 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "dynamic_padding.json", "tokens-339f8cf-zen2-t1.json", "tokens-d0f20ee-zen2-t1.json",
          "tokens-c543733-zen2-t1.json", "tokens-5f61f96-zen2-t1.json", "tokens-d19cf7c-zen2-t1.json",
          "tokens-808a3fc-zen2-t1.json", "tokens-edd9513-zen2-t2.json", "tokens-edd9513-zen2-t2-busy2.json",
-         "tokens-865e556-zen4-t1.json", "tokens-865e556-zen4-t2.json", "tokens-1d09d56-zen4-t1.json",
-         "tokens-1d09d56-zen4-t2.json",
+         "tokens-865e556-zen4-t1.json", "tokens-865e556-zen4-t2.json", "tokens-667e3b0-zen4-t1.json",
+         "tokens-667e3b0-zen4-t2.json",
          "where-2034ecc-t1.json",
          "embed-4dade0b-t1.json", "embed-4dade0b-t2.json", "embed-4dade0b-t1-busy2.json",
          "embed-4dade0b-t2-busy2.json", "bench-cpu-quick-spatial.json", "revisions-55de4ff-head-r11.json",
@@ -70,6 +71,8 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "revisions-865e556-row-sums-t1.json", "revisions-865e556-row-sums-t2.json",
          "query-rows-1d09d56-t1.json", "query-rows-1d09d56-t1-busy2.json", "query-rows-1d09d56-t2.json",
          "query-rows-1d09d56-t2-busy2.json", "revisions-1d09d56-query-read-t1.json", "revisions-1d09d56-query-read-t2.json",
+         "revisions-667e3b0-query-node-t1.json", "revisions-667e3b0-query-node-t2.json", "paths-667e3b0-query-t1.json",
+         "paths-667e3b0-query-t2.json", "paths-667e3b0-query-t1-busy2.json", "paths-667e3b0-query-t2-busy2.json",
          "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json",
          "paths-20a31c2-t2-r2.json", "paths-20a31c2-t2-busy2-r2.json", "paths-67a30bb-extremes-t1.json",
          "paths-67a30bb-extremes-t2.json", "paths-67a30bb-extremes-t1-busy2.json", "paths-67a30bb-extremes-t2-busy2.json",
@@ -142,6 +145,10 @@ def provenance(result: dict, path: Path) -> str:
         what = ("`benchmarks/perf_row_slices.py --reduction query`: latent / adapool's half-precision read of x from a "
                 "float32 copy of x / a block of rows at a time, > 1 is the blocks faster; rows of real lengths drawn "
                 "from [T/2, T]")
+    elif result["kind"] == "query_train_rows":
+        what = ("`benchmarks/perf_row_slices.py --reduction query_train`: latent / adapool's half-precision read of x "
+                "and its gradients from a float32 copy of x / a block of rows at a time, > 1 is the blocks faster; "
+                "rows of real lengths drawn from [T/2, T]")
     elif result["kind"] == "where":
         what = ("`benchmarks/perf_where.py`: the pooler's time, the floor's and the pooling's alone (no contract) timed "
                 "side by side, the pooling's operators profiled; shares of the pooler's forward time")
@@ -447,7 +454,7 @@ def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Pat
         if data.get("kind") in MEANING:
             found[path.name] = render(path, threshold)
             groups.setdefault(group_name(data), []).append(path)
-        elif data.get("kind") in ("max_rows", "sum_rows", "query_rows"):
+        elif data.get("kind") in ("max_rows", "sum_rows", "query_rows", "query_train_rows"):
             found[path.name] = provenance(data, path.resolve()) + "\n\n" + perf_row_slices.render(data)
             sweeps.setdefault(data["kind"], []).append(data)
         elif data.get("kind") == "where":

@@ -950,49 +950,61 @@ def test_row_sums_run_where_the_sweep_says_they_pay(monkeypatch):
 
 
 
-@pytest.mark.parametrize("name, options", [("latent", {"num_heads": 2, "num_queries": 3}),
+@pytest.mark.parametrize("name, options", [("latent", {}), ("latent", {"num_heads": 2, "num_queries": 3}),
                                            ("adapool", {"num_heads": 2})])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_the_half_precision_query_read_takes_blocks_only_where_no_gradient(name, options, dtype, monkeypatch):
+def test_the_half_precision_query_read_by_blocks_gives_the_float32_copys_values(name, options, dtype, monkeypatch):
     """latent / adapool in half precision with the rule saying yes: x read by fast.half_query_read in blocks of two
-    rows (the last one short), the plain form's outputs and weights exactly, under right / left / both-sided padding
-    with an empty row, a one-token row, huge values and NaN at padding and quadrature weights; where a gradient is
-    taken, the plain form. Catches a block's weights or sums written to other rows, the short last block left
-    unwritten, the mask or the quadrature weights not cut to the block, and the scores read from a half-precision
-    product."""
+    rows (the last one short), the values of the read of x's float32 copy (the rule saying no) exactly: outputs and
+    weights without a gradient, and with one, the gradients of x and of every parameter from a loss on the output
+    and the weights, and a gradient penalty's (double backward: the float32 copy's backward), under right / left /
+    both-sided padding with an empty row, a one-token row, huge values and NaN at padding and quadrature weights.
+    Catches a block's weights, sums or gradients written to other rows, the short last block left unwritten, the mask
+    or the quadrature weights not cut to the block, and x's gradient rounded twice."""
     calls = []
-    read = fast.half_query_read
+    node, blocks = fast.HalfQueryRead.apply, fast._half_blocks
     monkeypatch.setattr(fast, "query_blocks_pay", lambda x: True)
     monkeypatch.setattr(fast, "QUERY_BLOCK_BYTES", 2 * 9 * HIDDEN * 4)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # blocks of QUERY_BLOCK_BYTES
-    monkeypatch.setattr(fast, "half_query_read", lambda *args: calls.append(args) or read(*args))
+    monkeypatch.setattr(fast.HalfQueryRead, "apply", lambda *args: calls.append("node") or node(*args))
+    monkeypatch.setattr(fast, "_half_blocks", lambda *args: calls.append("blocks") or blocks(*args))
     gen = torch.Generator().manual_seed(3)
     mask = runs_mask(["1111111..", "..1111111", ".11111...", ".........", "....1....", "111111111", "..11....."])
     x = torch.randn(mask.shape[0], mask.shape[1], HIDDEN, generator=gen).to(dtype)
     x[~mask] = torch.finfo(dtype).max
-    x[0, 8, 2] = float("nan")
     quadrature = torch.rand(mask.shape, generator=gen) + 0.5
     torch.manual_seed(0)
     pooler = get_pooler(name, hidden_size=HIDDEN, **options).to(dtype)
+    out_weight = torch.randn(mask.shape[0], pooler.output_dim, generator=gen).to(dtype)
 
-    def pooled(**kwargs):
+    def pooled(nan: bool, **kwargs):
         with torch.no_grad():
-            return pooler(x, mask, return_weights=True, **kwargs)
+            held = x.clone()
+            held[0, 8, 2] = float("nan") if nan else held[0, 8, 2]
+            return pooler(held, mask, return_weights=True, **kwargs)
+
+    def trained(**kwargs):
+        leaf = x.clone().requires_grad_()
+        out, weights = pooler(leaf, mask, return_weights=True, **kwargs)
+        loss = (out * out_weight).float().sum() + (weights * quadrature).sum()
+        first = torch.autograd.grad(loss, [leaf, *pooler.parameters()], retain_graph=True)  # the blocks' backward
+        grads = torch.autograd.grad(loss, [leaf, *pooler.parameters()], create_graph=True)
+        penalty = torch.autograd.grad(grads[0].float()[mask].pow(2).sum(), [*pooler.parameters()], allow_unused=True)
+        return [out, weights, *first], [g for g in penalty if g is not None]
 
     for kwargs in ({}, {"quadrature_weights": quadrature}):
-        got = pooled(**kwargs)
-        assert calls  # twice: the NaN at padding reaches the sums, and Pooler.forward pools again from zeroed padding
+        got = [*pooled(True, **kwargs), *pooled(False, **kwargs), *trained(**kwargs)[0]]
+        penalty = trained(**kwargs)[1]
+        assert "blocks" in calls and "node" in calls
         calls.clear()
         with monkeypatch.context() as plain:
             plain.setattr(fast, "query_blocks_pay", lambda x: False)
-            expected = pooled(**kwargs)
+            expected = [*pooled(True, **kwargs), *pooled(False, **kwargs), *trained(**kwargs)[0]]
+            expected_penalty = trained(**kwargs)[1]
         assert not calls
-        for ours, theirs in zip(got, expected):
+        for ours, theirs in zip(got + penalty, expected + expected_penalty, strict=True):
             torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
         assert torch.equal(got[0][3], torch.zeros_like(got[0][3])) and not got[1][3].any()
-    leaf = x.detach().clone().requires_grad_()
-    pooler(leaf, mask).sum().backward()
-    assert not calls and leaf.grad is not None
 
 
 @pytest.mark.parametrize("name, options", [("latent", {}), ("latent", {"num_heads": 2, "num_queries": 3}),

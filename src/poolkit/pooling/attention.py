@@ -290,9 +290,10 @@ def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, 
 
     so the tokens are read by two (B, H*Q, D) x (B, D, T) matmuls instead of two D x D projections of
     every token: far fewer flops while H * Q is well under D and Q under T, as in every pooling use. Where ``key``
-    or ``value`` has hooks they are called as modules instead (:func:`called_cross_attention`). Half-precision x with
-    no gradient taken is read a block of rows at a time where :func:`fast.query_blocks_pay` says so
-    (:func:`fast.half_query_read`: the same values without a float32 copy of all of x).
+    or ``value`` has hooks they are called as modules instead (:func:`called_cross_attention`). Where the fast forms
+    run, the scores, softmax and weighted sum are one read (:func:`fast.query_read`), of half-precision x a block of
+    rows at a time where :func:`fast.query_blocks_pay` says so (:func:`fast.half_query_read`: no float32 copy of all
+    of x).
     """
     if hooks.hooked(key, value):
         return called_cross_attention(query, x, key, value, mask, num_heads, scale, quadrature_weights)
@@ -310,12 +311,12 @@ def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, 
                                       mask[rows, None, None, :], quadrature_weights=_per_query(
                                           None if quadrature_weights is None else quadrature_weights[rows], 2))
 
-    if (fast.active(x) and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
-            and fast.query_blocks_pay(x)):
-        mixed, weights = fast.half_query_read(x, folded, weigh)
-    elif (fast.active(x) and not torch.is_autocast_enabled("cpu")
-          and not (quadrature_weights is not None and quadrature_weights.requires_grad and torch.is_grad_enabled())):
-        mixed, weights = fast.query_read(x.to(wide), folded, mask[:, None, :], lambda s: weigh(s, slice(None)))
+    if (fast.active(x) and not torch.is_autocast_enabled("cpu")
+            and not (quadrature_weights is not None and quadrature_weights.requires_grad and torch.is_grad_enabled())):
+        if fast.query_blocks_pay(x):
+            mixed, weights = fast.half_query_read(x, folded, mask[:, None, :], weigh)
+        else:
+            mixed, weights = fast.query_read(x.to(wide), folded, mask[:, None, :], lambda s: weigh(s, slice(None)))
         weights = weights.view(batch, num_heads, n_query, length)
     else:
         x = x.to(wide)

@@ -326,13 +326,12 @@ class QueryRead(torch.autograd.Function):
     empty rows; ``real`` (B, 1, T) bool marks the real tokens), and the weighted sums ``weights @ x`` (B, K, D)
     -> (sums, weights): the plain form's scores, softmax and sum (attention.cross_attention) as one node.
 
-    Its backward pass writes x's gradient once, ``[weights; g_s]^T @ [grad; queries]``, where the plain form's score
-    product and weighted sum each write a gradient of x's size and autograd adds them: two fresh tensors of x's size
-    fewer (on the CPU each costs page faults worth several passes over x). g_s, the scores' gradient, is the softmax's
-    backward, the weights' gradient selected away at padding first (a padded x can make it overflow). With one query
-    (K = 1) the scores and the weights' gradient are matrix-vector products with x on the left, about twice as fast
-    on x larger than the cache as with x on the right (the plain form's orientation), to float rounding the same
-    values. The backward pass is written in differentiable operations, so double backward runs through it."""
+    Its backward pass (:func:`_read_gradients`) writes x's gradient once, where the plain form's score product and
+    weighted sum each write a gradient of x's size and autograd adds them: two fresh tensors of x's size fewer (on
+    the CPU each costs page faults worth several passes over x). With one query (K = 1) the scores and the weights'
+    gradient are matrix-vector products with x on the left (:func:`_read`; the plain form has x on the right), to
+    float rounding the same values. The backward pass is written in differentiable operations, so double backward
+    runs through it."""
 
     @staticmethod
     def forward(x: Tensor, queries: Tensor, real: Tensor, weigh: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
@@ -346,14 +345,7 @@ class QueryRead(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor, grad_weights: Tensor):
         x, queries, real, weights = ctx.saved_tensors
-        from_sums = torch.where(real, _read(x, grad) + grad_weights, 0)
-        grad_scores = weights * (from_sums - (weights * from_sums).sum(dim=-1, keepdim=True))
-        grad_x = grad_queries = None
-        if ctx.needs_input_grad[0]:
-            grad_x = torch.bmm(torch.cat([weights, grad_scores], 1).transpose(1, 2), torch.cat([grad, queries], 1))
-        if ctx.needs_input_grad[1]:
-            grad_queries = torch.bmm(grad_scores, x)
-        return grad_x, grad_queries, None, None
+        return *_read_gradients(x, queries, real, weights, grad, grad_weights, ctx.needs_input_grad[:2]), None, None
 
 
 def query_read(x: Tensor, queries: Tensor, real: Tensor, weigh: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
@@ -371,6 +363,21 @@ def _weighted_read(x: Tensor, queries: Tensor, weigh: Callable[[Tensor], Tensor]
     return torch.bmm(weights, x), weights
 
 
+def _read_gradients(x: Tensor, queries: Tensor, real: Tensor, weights: Tensor, grad: Tensor, grad_weights: Tensor,
+                    needs: tuple[bool, bool]) -> tuple[Tensor | None, Tensor | None]:
+    """The gradients of x and of the queries of :func:`_weighted_read` given those of its sums and weights: x's,
+    ``[weights; g_s]^T @ [grad; queries]`` in one product, g_s (the scores' gradient) the softmax's backward with the
+    weights' gradient selected away at padding first (a padded x can make it overflow); the queries', g_s @ x."""
+    from_sums = torch.where(real, _read(x, grad) + grad_weights, 0)
+    grad_scores = weights * (from_sums - (weights * from_sums).sum(dim=-1, keepdim=True))
+    grad_x = grad_queries = None
+    if needs[0]:
+        grad_x = torch.bmm(torch.cat([weights, grad_scores], 1).transpose(1, 2), torch.cat([grad, queries], 1))
+    if needs[1]:
+        grad_queries = torch.bmm(grad_scores, x)
+    return grad_x, grad_queries
+
+
 def _read(x: Tensor, queries: Tensor) -> Tensor:
     """queries (B, K, D) . x (B, T, D) -> (B, K, T): for K = 1 a matrix-vector product with x on the left."""
     if queries.shape[1] == 1:
@@ -383,6 +390,8 @@ def _read(x: Tensor, queries: Tensor) -> Tensor:
 #: (:func:`block_bytes`; at least one row): few enough blocks that the softmax's calls per block cost little, each
 #: block still in the cache when it is read the second time.
 QUERY_BLOCK_BYTES = 8 << 20
+
+
 def query_blocks_pay(x: Tensor) -> bool:
     """Whether :func:`half_query_read` beats the plain form's float32 copy of half-precision x: on one torch thread,
     where that copy would be more than one block of :data:`QUERY_BLOCK_BYTES`, so that the blocks reuse their
@@ -394,28 +403,71 @@ def query_blocks_pay(x: Tensor) -> bool:
             and x.numel() * 4 > QUERY_BLOCK_BYTES)
 
 
-def half_query_read(x: Tensor, queries: Tensor, weigh: Callable[[Tensor, slice], Tensor]) -> tuple[Tensor, Tensor]:
-    """Half-precision x (B, T, D) read by float32 queries (B, K, D) as the plain form reads its float32 copy, where no
-    gradient is taken: the scores ``queries @ x^T`` (B, K, T), ``weigh(scores, rows)`` their weights for those rows of
-    the batch (shaped (b, ..., T), K values per token), then the weighted sums ``weights @ x`` (B, K, D), all in
-    float32. x is copied to float32 a block of rows at a time (``block_bytes(QUERY_BLOCK_BYTES)``, at least one row)
-    into one reused buffer, and the block is read twice while it sits in the cache, where the plain form makes a
-    float32 copy of all of x (on the CPU a fresh tensor that size costs page faults worth several passes over x) and
-    reads it twice from memory. The same products per row: the plain form's values. -> (weighted sums, weights)."""
+def half_query_read(x: Tensor, queries: Tensor, real: Tensor,
+                    weigh: Callable[[Tensor, slice], Tensor]) -> tuple[Tensor, Tensor]:
+    """:func:`query_read` of half-precision x (B, T, D) by float32 queries (B, K, D), as if on x's float32 copy, but a
+    block of rows at a time (``weigh(scores, rows)``: the weights of those rows of the batch), through
+    :class:`HalfQueryRead` where a gradient of x or of the queries is taken. -> (sums (B, K, D), weights (B, K, T))."""
+    if torch.is_grad_enabled() and (x.requires_grad or queries.requires_grad):
+        return HalfQueryRead.apply(x, queries, real, weigh)
+    return _half_blocks(x, queries, weigh)
+
+
+class HalfQueryRead(QueryRead):
+    """:class:`QueryRead` of half-precision x read a block of rows at a time (:func:`_half_blocks`), its backward pass
+    too: each block copied to float32 again into one reused buffer, its gradients computed (:func:`_read_gradients`)
+    and x's rounded once to x's dtype as it is written, the value the plain form gets from its float32 copy's
+    backward. Nothing float32 of x's size is made or kept. Under double backward (a graph of the backward pass) it
+    runs :class:`QueryRead`'s backward on x's float32 copy instead, the blocks' writes in place being nothing autograd
+    can differentiate."""
+
+    @staticmethod
+    def forward(x: Tensor, queries: Tensor, real: Tensor,
+                weigh: Callable[[Tensor, slice], Tensor]) -> tuple[Tensor, Tensor]:
+        return _half_blocks(x, queries, weigh)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor, grad_weights: Tensor):
+        x, queries, real, weights = ctx.saved_tensors  # saved as QueryRead saves them
+        needs = ctx.needs_input_grad[:2]
+        if torch.is_grad_enabled():
+            grad_x, grad_queries = _read_gradients(x.float(), queries, real, weights, grad, grad_weights, needs)
+            return None if grad_x is None else grad_x.to(x.dtype), grad_queries, None, None
+        grad_x = torch.empty_like(x, memory_format=torch.contiguous_format) if needs[0] else None
+        grad_queries = torch.empty_like(queries) if needs[1] else None
+        for at, tokens in _float_blocks(x):
+            part_x, part_queries = _read_gradients(tokens, queries[at], real[at], weights[at], grad[at],
+                                                   grad_weights[at], needs)
+            if grad_x is not None:
+                grad_x[at] = part_x
+            if grad_queries is not None:
+                grad_queries[at] = part_queries
+        return grad_x, grad_queries, None, None
+
+
+def _half_blocks(x: Tensor, queries: Tensor, weigh: Callable[[Tensor, slice], Tensor]) -> tuple[Tensor, Tensor]:
+    """:func:`_weighted_read` of x's float32 copy, a block of rows at a time (:func:`_float_blocks`): each block read
+    twice while it sits in the cache, where a float32 copy of all of x (on the CPU a fresh tensor that size costs page
+    faults worth several passes over x) would be read twice from memory. The same products per row: the values of
+    :func:`_weighted_read` on the whole float32 copy."""
+    out = weights = None
+    for at, tokens in _float_blocks(x):
+        sums, part = _weighted_read(tokens, queries[at], lambda scores: weigh(scores, at))
+        if out is None:
+            out, weights = sums.new_empty(len(x), *sums.shape[1:]), part.new_empty(len(x), *part.shape[1:])
+        out[at], weights[at] = sums, part
+    return out, weights
+
+
+def _float_blocks(x: Tensor) -> Iterator[tuple[slice, Tensor]]:
+    """(rows, their float32 copy) for blocks of rows of x of at most ``block_bytes(QUERY_BLOCK_BYTES)`` as float32 (at
+    least one row), each copied into one buffer that the next block reuses."""
     batch, length, dim = x.shape
     rows = max(1, min(batch, block_bytes(QUERY_BLOCK_BYTES) // max(1, length * dim * 4)))
     block = torch.empty(rows, length, dim, dtype=torch.float32, device=x.device)
-    out = queries.new_empty(batch, queries.shape[1], dim)
-    weights = None
     for start in range(0, batch, rows):
-        at = slice(start, start + rows)
-        tokens = block[:len(out[at])].copy_(x[at])
-        part = weigh(torch.bmm(queries[at], tokens.transpose(1, 2)), at)
-        if weights is None:
-            weights = part.new_empty(batch, *part.shape[1:])
-        weights[at] = part
-        torch.bmm(part.reshape(len(tokens), -1, length), tokens, out=out[at])
-    return out, weights
+        at = slice(start, min(start + rows, batch))
+        yield at, block[:at.stop - start].copy_(x[at])
 
 
 # -- masked max / min ----------------------------------------------------------------------------
