@@ -1,8 +1,9 @@
 """Fast CPU forms of masking's plain operations, chosen by one switch (:func:`active`).
 
-Each form here gives the values and gradients of a plain form in :mod:`masking` (tests hold them to it)
-with less work in eager CPU mode: a scoring matmul over the real tokens only, a cheaper gradient for the
-weighted sum, a masked max/min without a filled copy of the input. The half-precision sums per row's slice are
+Each form here gives the values and gradients of a plain form in :mod:`masking` (or, for the read by a few queries,
+of ``attention.cross_attention``'s; tests hold them to it) with less work in eager CPU mode: a scoring matmul over the
+real tokens only, a cheaper gradient for the weighted sum, a read by a few queries whose backward writes x's gradient
+once, a masked max/min without a filled copy of the input. The half-precision sums per row's slice are
 float32 sums like the plain form's, in another order: the same half-precision means once rounded, but for a
 float32 sum that falls on the rounding's edge. They are custom autograd Functions
 whose backward passes are written in differentiable operations, so double backward (gradient
