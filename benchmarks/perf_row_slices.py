@@ -8,10 +8,11 @@ at a time (``fast.half_query_read``: "row slices" here), in bf16 and fp16; ``--r
 with the gradients of x and of the queries (``fast.QueryRead``'s backward on the float32 copy against
 ``fast.HalfQueryRead``'s, a block of rows at a time).
 
-This sweep is the data behind the rule that picks the form for the thread count in use (``fast.slices_pay`` for the
-max, ``fast.row_sums_pay`` for the sum, ``fast.query_blocks_pay`` for the query read): each cell records which form the rule picks there, and :func:`rule_checks` (rendered in docs/performance.md, asserted by
-benchmarks/tests) says whether the sweep backs it. Rows are right-padded, their real lengths drawn from [T/2, T]
-as in ``perf_tokens``. The figure is the batched form's time / the row slices' time (> 1: the row slices are faster).
+This sweep is the data behind the rule that picks the form for the thread count in use (``fast.slices_pay`` for the max,
+``fast.row_sums_pay`` for the sum, ``fast.query_blocks_pay`` for the query read): each cell records which form the rule
+picks there, and :func:`rule_checks` (rendered in docs/performance.md, asserted by benchmarks/tests) says whether the
+sweep backs it. Rows are right-padded, their real lengths drawn from [T/2, T] as in ``perf_tokens``. The figure is the
+batched form's time / the row slices' time (> 1: the row slices are faster).
 
     .venv/bin/python benchmarks/perf_row_slices.py --threads 1 --json benchmarks/results/max-rows-t1.json
     .venv/bin/python benchmarks/perf_row_slices.py --reduction sum --threads 1 \
@@ -65,33 +66,37 @@ def query_forms(x: torch.Tensor, mask: torch.Tensor) -> dict[str, Callable[[], t
     """latent / adapool's read of half-precision x by one float32 query per row (``attention.cross_attention`` with
     one head and query, where no gradient is taken): ``fast.query_read`` of a float32 copy of x, and
     ``fast.half_query_read``, a block of rows at a time. Each returns the weighted sums."""
-    queries = torch.randn(x.shape[0], 1, x.shape[2], generator=torch.Generator().manual_seed(1)) * x.shape[2] ** -0.5
-
-    def weigh(scores: torch.Tensor, rows: slice) -> torch.Tensor:
-        return masking.masked_softmax(scores, mask[rows, None, :])
-
-    def copied() -> torch.Tensor:
-        return fast.query_read(x.float(), queries, mask[:, None, :], lambda scores: weigh(scores, slice(None)))[0]
-    return {"float32 copy": copied, "row slices": lambda: fast.half_query_read(x, queries, mask[:, None, :], weigh)[0]}
+    queries, read = query_setup(x, mask)
+    return {"float32 copy": lambda: read(False, x, queries)[0], "row slices": lambda: read(True, x, queries)[0]}
 
 
 def query_train_forms(x: torch.Tensor, mask: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
     """:func:`query_forms` with the gradients of x and of the queries taken from a fixed gradient of the sums
     (``fast.HalfQueryRead``'s backward, a block of rows at a time, against ``fast.QueryRead``'s on the float32 copy).
     Each returns x's gradient."""
-    gen = torch.Generator().manual_seed(1)
-    queries = (torch.randn(x.shape[0], 1, x.shape[2], generator=gen) * x.shape[2] ** -0.5).requires_grad_()
-    grad = torch.randn(x.shape[0], 1, x.shape[2], generator=gen)
+    queries, read = query_setup(x, mask)
+    queries.requires_grad_()
+    grad = torch.randn(x.shape[0], 1, x.shape[2], generator=torch.Generator().manual_seed(2))
     leaf = x.detach().requires_grad_()
+
+    def trained(blocks: bool) -> torch.Tensor:
+        return torch.autograd.grad(read(blocks, leaf, queries)[0], [leaf, queries], grad)[0]
+    return {"float32 copy": lambda: trained(False), "row slices": lambda: trained(True)}
+
+
+def query_setup(x: torch.Tensor, mask: torch.Tensor):
+    """One float32 query per row, and read(blocks, x, queries) -> (sums, weights): ``fast.half_query_read`` (blocks) or
+    ``fast.query_read`` of x's float32 copy, the weights a masked softmax over the real tokens."""
+    queries = torch.randn(x.shape[0], 1, x.shape[2], generator=torch.Generator().manual_seed(1)) * x.shape[2] ** -0.5
 
     def weigh(scores: torch.Tensor, rows: slice) -> torch.Tensor:
         return masking.masked_softmax(scores, mask[rows, None, :])
 
-    def trained(sums: torch.Tensor) -> torch.Tensor:
-        return torch.autograd.grad(sums, [leaf, queries], grad)[0]
-    return {"float32 copy": lambda: trained(fast.query_read(leaf.float(), queries, mask[:, None, :],
-                                                            lambda scores: weigh(scores, slice(None)))[0]),
-            "row slices": lambda: trained(fast.half_query_read(leaf, queries, mask[:, None, :], weigh)[0])}
+    def read(blocks: bool, tokens: torch.Tensor, queries: torch.Tensor):
+        if blocks:
+            return fast.half_query_read(tokens, queries, mask[:, None, :], weigh)
+        return fast.query_read(tokens.float(), queries, mask[:, None, :], lambda scores: weigh(scores, slice(None)))
+    return queries, read
 
 
 def query_reduction(forms: Callable[[torch.Tensor, torch.Tensor], dict[str, Callable[[], torch.Tensor]]],

@@ -755,9 +755,10 @@ def test_rule_checks_back_a_form_only_where_its_cells_favour_it_in_every_sweep()
 @pytest.mark.parametrize("prefix", ["max-rows-", "sum-rows-", "query-rows-", "query-train-rows-"])
 def test_the_committed_sweeps_back_the_rule_the_code_runs(monkeypatch, prefix):
     """The committed sweeps of each reduction (the masked max's, the half-precision sum's, the half-precision query
-    read's without and with gradients), quiet and beside busy processes at one and at two threads, back each group of their cells, and record
-    the pick that the reduction's rule (fast.slices_pay, fast.row_sums_pay, fast.query_blocks_pay) makes today at the sweep's thread count: a rule changed without new
-    sweeps, or sweeps that contradict it, are red."""
+    read's without and with gradients), quiet and beside busy processes at one and at two threads, back each group of
+    their cells, and record the pick that the reduction's rule (fast.slices_pay, fast.row_sums_pay,
+    fast.query_blocks_pay) makes today at the sweep's thread count: a rule changed without new sweeps, or sweeps that
+    contradict it, are red."""
     import perf_row_slices
     from pages import performance
 

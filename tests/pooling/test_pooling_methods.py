@@ -957,12 +957,14 @@ def test_the_half_precision_query_read_by_blocks_gives_the_float32_copys_values(
     """latent / adapool in half precision with the rule saying yes: x read by fast.half_query_read in blocks of two
     rows (the last one short), the values of the read of x's float32 copy (the rule saying no) exactly: outputs and
     weights without a gradient, and with one, the gradients of x and of every parameter from a loss on the output
-    and the weights, and a gradient penalty's (double backward: the float32 copy's backward), under right / left /
+    and the weights, and a gradient penalty's (double backward: the float32 copy's backward; x's own to a few units in
+    the last place), under right / left /
     both-sided padding with an empty row, a one-token row, huge values and NaN at padding and quadrature weights.
     Catches a block's weights, sums or gradients written to other rows, the short last block left unwritten, the mask
     or the quadrature weights not cut to the block, and x's gradient rounded twice."""
-    calls = []
-    node, blocks = fast.HalfQueryRead.apply, fast._half_blocks
+    calls, copies = [], []
+    node, blocks, copied = fast.HalfQueryRead.apply, fast._half_blocks, fast._float_blocks
+    monkeypatch.setattr(fast, "_float_blocks", lambda *args: (copies.append(at) or (at, t) for at, t in copied(*args)))
     monkeypatch.setattr(fast, "query_blocks_pay", lambda x: True)
     monkeypatch.setattr(fast, "QUERY_BLOCK_BYTES", 2 * 9 * HIDDEN * 4)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # blocks of QUERY_BLOCK_BYTES
@@ -987,23 +989,32 @@ def test_the_half_precision_query_read_by_blocks_gives_the_float32_copys_values(
         leaf = x.clone().requires_grad_()
         out, weights = pooler(leaf, mask, return_weights=True, **kwargs)
         loss = (out * out_weight).float().sum() + (weights * quadrature).sum()
+        copies.clear()
         first = torch.autograd.grad(loss, [leaf, *pooler.parameters()], retain_graph=True)  # the blocks' backward
+        blocked = len(copies)
         grads = torch.autograd.grad(loss, [leaf, *pooler.parameters()], create_graph=True)
-        penalty = torch.autograd.grad(grads[0].float()[mask].pow(2).sum(), [*pooler.parameters()], allow_unused=True)
-        return [out, weights, *first], [g for g in penalty if g is not None]
+        penalty = torch.autograd.grad(grads[0].float()[mask].pow(2).sum(), [leaf, *pooler.parameters()],
+                                      allow_unused=True)
+        return [out, weights, *first], [g for g in penalty if g is not None], blocked
 
     for kwargs in ({}, {"quadrature_weights": quadrature}):
         got = [*pooled(True, **kwargs), *pooled(False, **kwargs), *trained(**kwargs)[0]]
-        penalty = trained(**kwargs)[1]
-        assert "blocks" in calls and "node" in calls
+        _, penalty, blocked = trained(**kwargs)
+        assert "blocks" in calls and "node" in calls and blocked == 4  # 7 rows in blocks of 2, backward by blocks
         calls.clear()
         with monkeypatch.context() as plain:
             plain.setattr(fast, "query_blocks_pay", lambda x: False)
             expected = [*pooled(True, **kwargs), *pooled(False, **kwargs), *trained(**kwargs)[0]]
-            expected_penalty = trained(**kwargs)[1]
+            _, expected_penalty, blocked = trained(**kwargs)
+        assert not blocked
         assert not calls
-        for ours, theirs in zip(got + penalty, expected + expected_penalty, strict=True):
+        for ours, theirs in zip(got + penalty[1:], expected + expected_penalty[1:], strict=True):
             torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+        # x's own penalty gradient: two terms each rounded to x's dtype (the backward's float32 copy, the weights'
+        # path through the blocks) where the float32 copy's backward rounds their sum once: a few units in the last
+        # place of the largest value
+        scale = 4 * torch.finfo(dtype).eps * expected_penalty[0].float().abs().max()
+        torch.testing.assert_close(penalty[0].float(), expected_penalty[0].float(), rtol=0, atol=float(scale))
         assert torch.equal(got[0][3], torch.zeros_like(got[0][3])) and not got[1][3].any()
 
 
@@ -1025,7 +1036,7 @@ def test_the_query_read_gives_the_plain_forms_values_and_gradients(name, options
     gen = torch.Generator().manual_seed(4)
     mask = runs_mask(["1111111..", "..1111111", ".11111...", ".........", "....1...."])
     x = torch.randn(mask.shape[0], mask.shape[1], HIDDEN, generator=gen, dtype=torch.float64)
-    x[~mask] = 1e300
+    x[~mask] = torch.finfo(torch.float64).max / 4  # the weights' gradient there overflows to inf
     quadrature = torch.rand(mask.shape, generator=gen, dtype=torch.float64) + 0.5
     torch.manual_seed(0)
     pooler = get_pooler(name, hidden_size=HIDDEN, **options).double()
@@ -1064,9 +1075,10 @@ def test_the_query_read_gives_the_plain_forms_values_and_gradients(name, options
 
 
 def test_query_blocks_run_where_the_sweep_says_they_pay(monkeypatch):
-    """The rule of query_blocks_pay: half-precision x whose float32 copy would be more than one block of
-    QUERY_BLOCK_BYTES, on one torch thread; float32, x of one block and several threads keep the plain form. Catches
-    the rule counting x's own bytes instead of its float32 copy's, and a rule that ignores the thread count."""
+    """The rule of query_blocks_pay: half-precision x whose rows take more than one block of QUERY_BLOCK_BYTES as
+    float32, on one torch thread; float32, x of one block (a single row larger than a block too) and several threads
+    keep the plain form. Catches the rule counting x's own bytes instead of its float32 copy's, a rule by bytes that
+    takes one long row for several blocks, and a rule that ignores the thread count."""
     threads = {"n": 1}
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads["n"])
     one_block = torch.zeros(1, 1, 1).expand(2, fast.QUERY_BLOCK_BYTES // 4 // 2 // 64, 64)
@@ -1074,6 +1086,7 @@ def test_query_blocks_run_where_the_sweep_says_they_pay(monkeypatch):
     x = torch.zeros(1, 1, 1).expand(2, one_block.shape[1] + 1, 64)
     assert fast.query_blocks_pay(x.bfloat16()) and fast.query_blocks_pay(x.half())
     assert not fast.query_blocks_pay(x)  # float32
+    assert not fast.query_blocks_pay(torch.zeros(1, 1, 1).expand(1, 4 * x.shape[1], 64).bfloat16())  # one long row
     threads["n"] = 2
     assert not fast.query_blocks_pay(torch.zeros(1, 1, 1).expand(64, x.shape[1], 64).bfloat16())
 

@@ -282,6 +282,19 @@ class WeightedSum(torch.autograd.Function):
         return grad_weights, grad_x, None
 
 
+def _float_blocks(x: Tensor, single_thread: int) -> Iterator[tuple[slice, Tensor]]:
+    """(rows, their float32 copy) for blocks of rows of x (B, T, D) of at most ``block_bytes(single_thread)`` as
+    float32 (at least one row), each copied into one buffer that the next block reuses: the block stays in the cache
+    between its copy and its use, and no fresh float32 tensor of x's size is made (one costs page faults worth several
+    passes over x)."""
+    batch, length, dim = x.shape
+    rows = max(1, min(batch, block_bytes(single_thread) // max(1, length * dim * 4)))
+    block = torch.empty(rows, length, dim, dtype=torch.float32, device=x.device)
+    for start in range(0, batch, rows):
+        at = slice(start, min(start + rows, batch))
+        yield at, block[:at.stop - start].copy_(x[at])
+
+
 #: :class:`HalfWeightedSum` copies half-precision x to float32 a block of rows of at most this many float32 bytes at a
 #: time on one thread (:func:`block_bytes`; at least one row), into one buffer that it reuses: the block stays in a
 #: core's cache between its copy and its product, and no fresh float32 tensor of x's size is made (one costs page
@@ -298,12 +311,8 @@ class HalfWeightedSum(WeightedSum):
 
     @staticmethod
     def forward(weights: Tensor, x: Tensor, real: Tensor | None) -> Tensor:
-        rows = max(1, min(x.shape[0], block_bytes(EXACT_BLOCK_BYTES) // max(1, x.shape[1] * x.shape[2] * 4)))
         out = weights.new_empty(weights.shape[0], weights.shape[1], x.shape[2])
-        block = torch.empty(rows, *x.shape[1:], dtype=torch.float32, device=x.device)
-        for start in range(0, x.shape[0], rows):
-            at = slice(start, start + rows)
-            tokens = block[:len(out[at])].copy_(x[at])
+        for at, tokens in _float_blocks(x, EXACT_BLOCK_BYTES):
             torch.bmm(weights[at], tokens, out=out[at])
         return out
 
@@ -328,11 +337,11 @@ class QueryRead(torch.autograd.Function):
     -> (sums, weights): the plain form's scores, softmax and sum (attention.cross_attention) as one node.
 
     Its backward pass (:func:`_read_gradients`) writes x's gradient once, where the plain form's score product and
-    weighted sum each write a gradient of x's size and autograd adds them: two fresh tensors of x's size fewer (on
-    the CPU each costs page faults worth several passes over x). With one query (K = 1) the scores and the weights'
-    gradient are matrix-vector products with x on the left (:func:`_read`; the plain form has x on the right), to
-    float rounding the same values. The backward pass is written in differentiable operations, so double backward
-    runs through it."""
+    weighted sum each write a gradient of x's size and autograd adds them: one fresh tensor of x's size fewer (on the
+    CPU a large one costs page faults worth several passes over x), and no pass to add them. With one query (K = 1) the
+    scores and the weights' gradient are matrix-vector products with x on the left (:func:`_scores`; the plain form has
+    x on the right), to float rounding the same values. The backward pass is written in differentiable operations, so
+    double backward runs through it."""
 
     @staticmethod
     def forward(x: Tensor, queries: Tensor, real: Tensor, weigh: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
@@ -352,14 +361,18 @@ class QueryRead(torch.autograd.Function):
 def query_read(x: Tensor, queries: Tensor, real: Tensor, weigh: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
     """:class:`QueryRead`'s (sums, weights): through the autograd node where a gradient of x or of the queries is
     taken, else its forward called as a function (a node's own cost is a sizeable share of a small batch's read)."""
-    if torch.is_grad_enabled() and (x.requires_grad or queries.requires_grad):
+    if _takes_gradient(x, queries):
         return QueryRead.apply(x, queries, real, weigh)
     return _weighted_read(x, queries, weigh)
 
 
+def _takes_gradient(x: Tensor, queries: Tensor) -> bool:
+    return torch.is_grad_enabled() and (x.requires_grad or queries.requires_grad)
+
+
 def _weighted_read(x: Tensor, queries: Tensor, weigh: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
     """The scores of x by the queries, their weights and the weighted sums: (sums (B, K, D), weights (B, K, T))."""
-    scores = _read(x, queries)
+    scores = _scores(x, queries)
     weights = weigh(scores).reshape(scores.shape)
     return torch.bmm(weights, x), weights
 
@@ -369,8 +382,8 @@ def _read_gradients(x: Tensor, queries: Tensor, real: Tensor, weights: Tensor, g
     """The gradients of x and of the queries of :func:`_weighted_read` given those of its sums and weights: x's,
     ``[weights; g_s]^T @ [grad; queries]`` in one product, g_s (the scores' gradient) the softmax's backward with the
     weights' gradient selected away at padding first (a padded x can make it overflow); the queries', g_s @ x."""
-    from_sums = torch.where(real, _read(x, grad) + grad_weights, 0)
-    grad_scores = weights * (from_sums - (weights * from_sums).sum(dim=-1, keepdim=True))
+    weights_total = torch.where(real, _scores(x, grad) + grad_weights, 0)  # the weights' whole gradient
+    grad_scores = weights * (weights_total - (weights * weights_total).sum(dim=-1, keepdim=True))
     grad_x = grad_queries = None
     if needs[0]:
         grad_x = torch.bmm(torch.cat([weights, grad_scores], 1).transpose(1, 2), torch.cat([grad, queries], 1))
@@ -379,7 +392,7 @@ def _read_gradients(x: Tensor, queries: Tensor, real: Tensor, weights: Tensor, g
     return grad_x, grad_queries
 
 
-def _read(x: Tensor, queries: Tensor) -> Tensor:
+def _scores(x: Tensor, queries: Tensor) -> Tensor:
     """queries (B, K, D) . x (B, T, D) -> (B, K, T): for K = 1 a matrix-vector product with x on the left."""
     if queries.shape[1] == 1:
         return torch.bmm(x, queries.transpose(1, 2)).transpose(1, 2)
@@ -395,13 +408,11 @@ QUERY_BLOCK_BYTES = 8 << 20
 
 def query_blocks_pay(x: Tensor) -> bool:
     """Whether :func:`half_query_read` beats the plain form's float32 copy of half-precision x: on one torch thread,
-    where that copy would be more than one block of :data:`QUERY_BLOCK_BYTES`, so that the blocks reuse their
-    buffer (a copy of one block is the plain form's work with the blocks' calls added). With several threads each
-    block's calls are parallel regions: faster on a quiet machine, but beside busy processes the blocks were faster
-    in half the cells of a sweep, short of the three in four the rule asks, so the float32 copy stays
-    (docs/performance.md, the query read sweeps)."""
-    return (x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1
-            and x.numel() * 4 > QUERY_BLOCK_BYTES)
+    where x's rows take more than one block of :data:`QUERY_BLOCK_BYTES` as float32, so that the blocks reuse their
+    buffer (a copy of one block is the plain form's work with the blocks' calls added). With several threads the
+    float32 copy stays: its sweeps do not back the blocks there (docs/performance.md, the query read sweeps)."""
+    rows = max(1, QUERY_BLOCK_BYTES // max(1, x.shape[1] * x.shape[2] * 4))
+    return x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1 and x.shape[0] > rows
 
 
 def half_query_read(x: Tensor, queries: Tensor, real: Tensor,
@@ -409,7 +420,7 @@ def half_query_read(x: Tensor, queries: Tensor, real: Tensor,
     """:func:`query_read` of half-precision x (B, T, D) by float32 queries (B, K, D), as if on x's float32 copy, but a
     block of rows at a time (``weigh(scores, rows)``: the weights of those rows of the batch), through
     :class:`HalfQueryRead` where a gradient of x or of the queries is taken. -> (sums (B, K, D), weights (B, K, T))."""
-    if torch.is_grad_enabled() and (x.requires_grad or queries.requires_grad):
+    if _takes_gradient(x, queries):
         return HalfQueryRead.apply(x, queries, real, weigh)
     return _half_blocks(x, queries, weigh)
 
@@ -418,9 +429,9 @@ class HalfQueryRead(QueryRead):
     """:class:`QueryRead` of half-precision x read a block of rows at a time (:func:`_half_blocks`), its backward pass
     too: each block copied to float32 again into one reused buffer, its gradients computed (:func:`_read_gradients`)
     and x's rounded once to x's dtype as it is written, the value the plain form gets from its float32 copy's
-    backward. Nothing float32 of x's size is made or kept. Under double backward (a graph of the backward pass) it
-    runs :class:`QueryRead`'s backward on x's float32 copy instead, the blocks' writes in place being nothing autograd
-    can differentiate."""
+    backward. Nothing float32 of x's size is made or kept. Under double backward (a graph of the backward pass) or
+    batched gradients it runs :class:`QueryRead`'s backward on x's float32 copy instead, the blocks' writes in place
+    being nothing autograd can differentiate or vmap batch."""
 
     @staticmethod
     def forward(x: Tensor, queries: Tensor, real: Tensor,
@@ -431,12 +442,12 @@ class HalfQueryRead(QueryRead):
     def backward(ctx, grad: Tensor, grad_weights: Tensor):
         x, queries, real, weights = ctx.saved_tensors  # saved as QueryRead saves them
         needs = ctx.needs_input_grad[:2]
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or transformed():  # a graph of the backward pass, or batched gradients (vmap)
             grad_x, grad_queries = _read_gradients(x.float(), queries, real, weights, grad, grad_weights, needs)
             return None if grad_x is None else grad_x.to(x.dtype), grad_queries, None, None
         grad_x = torch.empty_like(x, memory_format=torch.contiguous_format) if needs[0] else None
         grad_queries = torch.empty_like(queries) if needs[1] else None
-        for at, tokens in _float_blocks(x):
+        for at, tokens in _float_blocks(x, QUERY_BLOCK_BYTES):
             part_x, part_queries = _read_gradients(tokens, queries[at], real[at], weights[at], grad[at],
                                                    grad_weights[at], needs)
             if grad_x is not None:
@@ -451,24 +462,12 @@ def _half_blocks(x: Tensor, queries: Tensor, weigh: Callable[[Tensor, slice], Te
     twice while it sits in the cache, where a float32 copy of all of x (on the CPU a fresh tensor that size costs page
     faults worth several passes over x) would be read twice from memory. The same products per row: the values of
     :func:`_weighted_read` on the whole float32 copy."""
-    out = weights = None
-    for at, tokens in _float_blocks(x):
-        sums, part = _weighted_read(tokens, queries[at], lambda scores: weigh(scores, at))
-        if out is None:
-            out, weights = sums.new_empty(len(x), *sums.shape[1:]), part.new_empty(len(x), *part.shape[1:])
-        out[at], weights[at] = sums, part
-    return out, weights
-
-
-def _float_blocks(x: Tensor) -> Iterator[tuple[slice, Tensor]]:
-    """(rows, their float32 copy) for blocks of rows of x of at most ``block_bytes(QUERY_BLOCK_BYTES)`` as float32 (at
-    least one row), each copied into one buffer that the next block reuses."""
     batch, length, dim = x.shape
-    rows = max(1, min(batch, block_bytes(QUERY_BLOCK_BYTES) // max(1, length * dim * 4)))
-    block = torch.empty(rows, length, dim, dtype=torch.float32, device=x.device)
-    for start in range(0, batch, rows):
-        at = slice(start, min(start + rows, batch))
-        yield at, block[:at.stop - start].copy_(x[at])
+    out = queries.new_empty(batch, queries.shape[1], dim)
+    weights = queries.new_empty(batch, queries.shape[1], length)
+    for at, tokens in _float_blocks(x, QUERY_BLOCK_BYTES):
+        out[at], weights[at] = _weighted_read(tokens, queries[at], lambda scores: weigh(scores, at))
+    return out, weights
 
 
 # -- masked max / min ----------------------------------------------------------------------------
