@@ -1016,6 +1016,12 @@ def test_the_half_precision_query_read_by_blocks_gives_the_float32_copys_values(
         scale = 4 * torch.finfo(dtype).eps * expected_penalty[0].float().abs().max()
         torch.testing.assert_close(penalty[0].float(), expected_penalty[0].float(), rtol=0, atol=float(scale))
         assert torch.equal(got[0][3], torch.zeros_like(got[0][3])) and not got[1][3].any()
+    leaf = x.clone().requires_grad_()  # batched incoming gradients (is_grads_batched): the out-of-place backward
+    out = pooler(leaf, mask)
+    incoming = torch.randn(2, *out.shape, generator=gen).to(dtype)
+    many = torch.autograd.grad(out, leaf, incoming, is_grads_batched=True, retain_graph=True)[0]
+    for i, one in enumerate(incoming):
+        torch.testing.assert_close(many[i], torch.autograd.grad(out, leaf, one, retain_graph=True)[0], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name, options", [("latent", {}), ("latent", {"num_heads": 2, "num_queries": 3}),

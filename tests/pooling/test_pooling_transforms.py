@@ -1,8 +1,9 @@
 """Every pooler composes with PyTorch's transforms, on both code paths (the fast CPU forms and the plain ones).
 
 Each check compares against plain autograd on the same pooler, so a transform that runs but answers
-wrongly fails too: double backward (a gradient penalty reaching the parameters), ``torch.func.grad``,
-per-sample gradients (``vmap(grad)``), ``jacrev``, ``torch.compile(fullgraph=True)``.
+wrongly fails too: double backward (a gradient penalty reaching the parameters), batched incoming gradients
+(``is_grads_batched``), ``torch.func.grad``, per-sample gradients (``vmap(grad)``), ``jacrev``,
+``torch.compile(fullgraph=True)``.
 """
 
 from __future__ import annotations
@@ -59,6 +60,24 @@ def test_double_backward_matches_the_plain_path(name, path):
         assert (a is None) == (b is None)
         if a is not None:
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ALL_POOLERS)
+def test_batched_gradients_match_one_by_one(name, path):
+    """``torch.autograd.grad(..., is_grads_batched=True)`` (torch's older vmap over the backward pass, also behind
+    ``autograd.functional.jacobian(vectorize=True)``): the gradients of several incoming gradients at once equal each
+    one's own. Catches a backward pass that writes a batched gradient into an unbatched buffer in place."""
+    pooler, states, mask = setup(name)
+    inputs = [s.detach().requires_grad_() for s in as_tuple(states)]
+    out = pooler(from_tuple(pooler, tuple(inputs)), mask)
+    incoming = torch.randn(3, *out.shape, generator=torch.Generator().manual_seed(2))
+    batched = torch.autograd.grad(out, inputs, incoming, is_grads_batched=True, retain_graph=True, allow_unused=True)
+    for i, one in enumerate(incoming):
+        single = torch.autograd.grad(out, inputs, one, retain_graph=True, allow_unused=True)
+        for many, alone in zip(batched, single):
+            assert (many is None) == (alone is None)
+            if many is not None:
+                torch.testing.assert_close(many[i], alone)
 
 
 @pytest.mark.parametrize("name", ["mean", "max", "attention", "gem", "adapool", "weighted_layer"])

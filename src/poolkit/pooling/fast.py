@@ -55,6 +55,14 @@ def active(x: Tensor) -> bool:
     return _enabled and x.device.type == "cpu" and not transformed()
 
 
+def batched(t: Tensor) -> bool:
+    """Whether ``t`` is a batched tensor of torch's older vmap, which ``autograd.grad(..., is_grads_batched=True)`` and
+    ``autograd.functional.jacobian(vectorize=True)`` pass to backward passes as their incoming gradient: writing it
+    into an unbatched buffer in place fails, so a backward pass that writes in place takes an out-of-place form."""
+    check = getattr(torch._C._functorch, "is_legacy_batchedtensor", None)
+    return check is not None and bool(check(t))
+
+
 # -- blocks sized for the thread count ----------------------------------------------------------
 #: With several torch threads the blocked forms take blocks of at least this many bytes. Each kernel call is then a
 #: parallel region whose threads wait for each other, and beside other work a region waits whenever one of its
@@ -210,6 +218,18 @@ class GatheredLinear(torch.autograd.Function):
         tokens, index, weight = ctx.saved_tensors
         wide = emulated_half(tokens.dtype)
         factor = weight.float() if wide else weight
+        if batched(grad):  # the whole batch at once, out of place
+            rows = _take(tokens, slice(None) if index is None else index)
+            block_grad = grad.float() if wide else grad
+            product = (block_grad @ factor).to(tokens.dtype)
+            grad_tokens = grad_weight = grad_bias = None
+            if ctx.needs_input_grad[0]:
+                grad_tokens = product if index is None else tokens.new_zeros(tokens.shape).index_copy(0, index, product)
+            if ctx.needs_input_grad[2]:
+                grad_weight = (block_grad.transpose(-1, -2) @ (rows.float() if wide else rows)).to(weight.dtype)
+            if ctx.has_bias and ctx.needs_input_grad[3]:
+                grad_bias = grad.sum(dim=-2)
+            return grad_tokens, None, grad_weight, grad_bias
         grad_tokens = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:  # every row written when every token is taken; else those not taken are 0
             grad_tokens = tokens.new_empty(tokens.shape) if index is None else tokens.new_zeros(tokens.shape)
@@ -442,7 +462,7 @@ class HalfQueryRead(QueryRead):
     def backward(ctx, grad: Tensor, grad_weights: Tensor):
         x, queries, real, weights = ctx.saved_tensors  # saved as QueryRead saves them
         needs = ctx.needs_input_grad[:2]
-        if torch.is_grad_enabled() or transformed():  # a graph of the backward pass, or batched gradients (vmap)
+        if torch.is_grad_enabled() or batched(grad):  # a graph of the backward pass, or batched gradients
             grad_x, grad_queries = _read_gradients(x.float(), queries, real, weights, grad, grad_weights, needs)
             return None if grad_x is None else grad_x.to(x.dtype), grad_queries, None, None
         grad_x = torch.empty_like(x, memory_format=torch.contiguous_format) if needs[0] else None
@@ -605,7 +625,8 @@ class MaskedExtreme(torch.autograd.Function):
                     + index * dim + torch.arange(dim, device=x.device))
             grad_x.zero_()
         empty = ~mask.any(dim=1)[:, None]
-        return grad_x.put_(flat, grad.to(x.dtype).masked_fill(empty, 0)), None, None  # recorded under create_graph
+        put = grad_x.put if batched(grad) else grad_x.put_  # recorded under create_graph
+        return put(flat, grad.to(x.dtype).masked_fill(empty, 0)), None, None
 
 
 def first_holder(x: Tensor, values: Tensor, mask: Tensor, largest: bool, scratch: Tensor | None = None) -> Tensor:
