@@ -13,6 +13,7 @@ FOLDER = ROOT / "docs" / "composability"
 #: test function -> column title, in the order of the table
 COLUMNS = {
     "test_double_backward_matches_the_plain_path": "double backward",
+    "test_batched_gradients_match_one_by_one": "batched gradients (is_grads_batched)",
     "test_gradgradcheck_in_double_precision": "gradgradcheck",
     "test_torch_func_grad_matches_autograd": "func.grad",
     "test_per_sample_gradients_with_vmap": "vmap(grad)",
@@ -29,17 +30,26 @@ COLUMNS = {
 RNN_POOLERS = ("lstm_layers", "gru_layers")
 
 
+def covered(tested: str | None) -> list[str]:
+    """The poolers one test outcome speaks for: a pooler's own test, or a test of every token / layer pooler in one
+    graph (``[token]``, ``[layer]``; an unparametrized test: the token poolers, as the ONNX export's)."""
+    if tested is None:
+        return list_poolers("token")
+    return list_poolers(tested) if tested in ("token", "layer") else [tested]
+
+
 def render() -> str:
     results = read_json(FOLDER / "results.json")
     cells: dict[str, dict[str, list[str]]] = {}
     for item in results["outcomes"]:
-        match = re.fullmatch(r"(\w+?)\[(?:(fast|plain)-)?(\w+)\]", item["test"])
+        match = re.fullmatch(r"(\w+?)(?:\[(?:(fast|plain)-)?(\w+)\])?", item["test"])
         if not match or match.group(1) not in COLUMNS:
             continue
         function, path, pooler = match.groups()
         mark = {"pass": "pass", "fail": "FAIL", "skip": "skipped"}[item["outcome"]]
-        cells.setdefault(pooler, {}).setdefault(COLUMNS[function], []).append(f"{mark}" + (f" ({path})" if
-                                                                                       mark != "pass" and path else ""))
+        for one in covered(pooler):
+            cells.setdefault(one, {}).setdefault(COLUMNS[function], []).append(
+                f"{mark}" + (f" ({path})" if mark != "pass" and path else ""))
     columns = [c for c in COLUMNS.values() if any(c in row for row in cells.values())]
     rows = []
     order = {name: i for i, name in enumerate(list_poolers())}
