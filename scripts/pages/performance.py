@@ -126,6 +126,19 @@ def tree(result: dict) -> str:
     return f"working tree at {result['commit'][:7]}" + (f" (+ uncommitted: {', '.join(dirty)})" if dirty else "")
 
 
+#: The perf_row_slices sweeps by kind: (the reduction's flag, what the figure is).
+ROW_SWEEPS = {
+    "max_rows": ("", "the masked max's `index_reduce` form / its row-slices form, > 1 is the row slices faster"),
+    "sum_rows": (" --reduction sum", "the half-precision sum's float32 copy and product / its row-slices form, > 1 "
+                                     "is the row slices faster"),
+    "query_rows": (" --reduction query", "latent / adapool's half-precision read of x from a float32 copy of x / a "
+                                         "block of rows at a time, > 1 is the blocks faster"),
+    "query_train_rows": (" --reduction query_train", "latent / adapool's half-precision read of x and its gradients "
+                                                     "from a float32 copy of x / a block of rows at a time, > 1 is the "
+                                                     "blocks faster"),
+}
+
+
 def provenance(result: dict, path: Path) -> str:
     settings, machine = result["settings"], result["machine"]
     load = machine.get("load_average")
@@ -138,20 +151,9 @@ def provenance(result: dict, path: Path) -> str:
     elif result["kind"] == "blocks":
         what = ("`benchmarks/perf_blocks.py`: the plain form / the fast form at each block size, > 1 is the fast form "
                 "faster; `*` the size the code picks at this thread count")
-    elif result["kind"] == "max_rows":
-        what = ("`benchmarks/perf_row_slices.py`: the masked max's `index_reduce` form / its row-slices form, > 1 is "
-                "the row slices faster; rows of real lengths drawn from [T/2, T]")
-    elif result["kind"] == "sum_rows":
-        what = ("`benchmarks/perf_row_slices.py --reduction sum`: the half-precision sum's float32 copy and product / "
-                "its row-slices form, > 1 is the row slices faster; rows of real lengths drawn from [T/2, T]")
-    elif result["kind"] == "query_rows":
-        what = ("`benchmarks/perf_row_slices.py --reduction query`: latent / adapool's half-precision read of x from a "
-                "float32 copy of x / a block of rows at a time, > 1 is the blocks faster; rows of real lengths drawn "
-                "from [T/2, T]")
-    elif result["kind"] == "query_train_rows":
-        what = ("`benchmarks/perf_row_slices.py --reduction query_train`: latent / adapool's half-precision read of x "
-                "and its gradients from a float32 copy of x / a block of rows at a time, > 1 is the blocks faster; "
-                "rows of real lengths drawn from [T/2, T]")
+    elif result["kind"] in ROW_SWEEPS:
+        flag, figure = ROW_SWEEPS[result["kind"]]
+        what = (f"`benchmarks/perf_row_slices.py{flag}`: {figure}; rows of real lengths drawn from [T/2, T]")
     elif result["kind"] == "where":
         what = ("`benchmarks/perf_where.py`: the pooler's time, the floor's and the pooling's alone (no contract) timed "
                 "side by side, the pooling's operators profiled; shares of the pooler's forward time")
@@ -457,7 +459,7 @@ def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Pat
         if data.get("kind") in MEANING:
             found[path.name] = render(path, threshold)
             groups.setdefault(group_name(data), []).append(path)
-        elif data.get("kind") in ("max_rows", "sum_rows", "query_rows", "query_train_rows"):
+        elif data.get("kind") in ROW_SWEEPS:
             found[path.name] = provenance(data, path.resolve()) + "\n\n" + perf_row_slices.render(data)
             sweeps.setdefault(data["kind"], []).append(data)
         elif data.get("kind") == "where":
