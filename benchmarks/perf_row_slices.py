@@ -101,10 +101,11 @@ def query_setup(x: torch.Tensor, mask: torch.Tensor):
 
 def query_reduction(forms: Callable[[torch.Tensor, torch.Tensor], dict[str, Callable[[], torch.Tensor]]],
                     train: bool) -> Reduction:
-    """The half-precision query read's sweep, without gradients or with them: its forms, fast.query_blocks_pay, rows
-    of one block or less as the short rows."""
+    """The half-precision query read's sweep, without gradients or with them: its forms, fast.query_blocks_pay, x
+    whose rows fit one block as the short rows."""
     return Reduction("float32 copy", ("bf16", "fp16"), forms, lambda x, mask: fast.query_blocks_pay(x),
-                     lambda row, settings: row["B"] * row["T"] * row["D"] * 4 <= settings["query_block_bytes"],
+                     lambda row, settings: row["B"] <= fast.block_rows(row["T"], row["D"],
+                                                                       settings["query_block_bytes"]),
                      lambda: {"query_block_bytes": fast.QUERY_BLOCK_BYTES}, True, train)
 
 

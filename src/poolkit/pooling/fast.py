@@ -302,13 +302,18 @@ class WeightedSum(torch.autograd.Function):
         return grad_weights, grad_x, None
 
 
+def block_rows(length: int, dim: int, size: int) -> int:
+    """Rows of ``length`` x ``dim`` float32 values in a block of at most ``size`` bytes, at least one."""
+    return max(1, size // max(1, length * dim * 4))
+
+
 def _float_blocks(x: Tensor, single_thread: int) -> Iterator[tuple[slice, Tensor]]:
     """(rows, their float32 copy) for blocks of rows of x (B, T, D) of at most ``block_bytes(single_thread)`` as
-    float32 (at least one row), each copied into one buffer that the next block reuses: the block stays in the cache
+    float32 (:func:`block_rows`), each copied into one buffer that the next block reuses: the block stays in the cache
     between its copy and its use, and no fresh float32 tensor of x's size is made (one costs page faults worth several
     passes over x)."""
     batch, length, dim = x.shape
-    rows = max(1, min(batch, block_bytes(single_thread) // max(1, length * dim * 4)))
+    rows = min(batch, block_rows(length, dim, block_bytes(single_thread)))
     block = torch.empty(rows, length, dim, dtype=torch.float32, device=x.device)
     for start in range(0, batch, rows):
         at = slice(start, min(start + rows, batch))
@@ -431,8 +436,7 @@ def query_blocks_pay(x: Tensor) -> bool:
     where x's rows take more than one block of :data:`QUERY_BLOCK_BYTES` as float32, so that the blocks reuse their
     buffer (a copy of one block is the plain form's work with the blocks' calls added). With several threads the
     float32 copy stays: its sweeps do not back the blocks there (docs/performance.md, the query read sweeps)."""
-    rows = max(1, QUERY_BLOCK_BYTES // max(1, x.shape[1] * x.shape[2] * 4))
-    return x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1 and x.shape[0] > rows
+    return _half_on_one_thread(x) and x.shape[0] > block_rows(x.shape[1], x.shape[2], QUERY_BLOCK_BYTES)
 
 
 def half_query_read(x: Tensor, queries: Tensor, real: Tensor,
@@ -520,8 +524,12 @@ def slices_pay(x: Tensor, mask: Tensor) -> bool:
     runs on one thread and never waits. float32 on one thread: the row slices are faster in about half to two
     thirds of the cells and slower in the rest, short of the three in four the rule asks, so ``index_reduce``
     stays (docs/performance.md, the max rows sweeps)."""
-    return (x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1
-            and int(mask.sum()) >= ROW_SLICE_TOKENS * max(1, x.shape[0]))
+    return _half_on_one_thread(x) and int(mask.sum()) >= ROW_SLICE_TOKENS * max(1, x.shape[0])
+
+
+def _half_on_one_thread(x: Tensor) -> bool:
+    """The premise the row and block rules share: half-precision x, one torch thread."""
+    return x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1
 
 
 #: Rows of at least this many real elements (tokens x features) on average are summed one slice per row
@@ -535,8 +543,7 @@ def row_sums_pay(x: Tensor, mask: Tensor) -> bool:
     elements or more on average; a call per row costs more than it saves on smaller ones. With several threads
     (each call a parallel region) the row slices were faster in fewer than three cells of four of every group of
     the sweeps, quiet or beside busy processes, so the product stays (docs/performance.md, the sum rows sweeps)."""
-    return (x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1
-            and int(mask.sum()) * x.shape[2] >= ROW_SUM_ELEMENTS * max(1, x.shape[0]))
+    return _half_on_one_thread(x) and int(mask.sum()) * x.shape[2] >= ROW_SUM_ELEMENTS * max(1, x.shape[0])
 
 
 def single_runs(mask: Tensor) -> list[tuple[int, int]] | None:
