@@ -6,10 +6,12 @@ mean's float32 sum as a float32 copy of x and a product (``fast.HalfWeightedSum`
 latent / adapool's read of half-precision x by a query per row, from a float32 copy of x against a block of rows
 at a time (``fast.half_query_read``: "row slices" here), in bf16 and fp16; ``--reduction query_train``, the same
 with the gradients of x and of the queries (``fast.QueryRead``'s backward on the float32 copy against
-``fast.HalfQueryRead``'s, a block of rows at a time).
+``fast.HalfQueryRead``'s, a block of rows at a time); ``--reduction bag``, the float32 mean as a batched product with
+its weights against one embedding bag over the real tokens (``fast.bag_sum``: "row slices" here).
 
 This sweep is the data behind the rule that picks the form for the thread count in use (``fast.slices_pay`` for the max,
-``fast.row_sums_pay`` for the sum, ``fast.query_blocks_pay`` for the query read): each cell records which form the rule
+``fast.row_sums_pay`` for the sum, ``fast.query_blocks_pay`` for the query read, ``fast.bag_sums_pay`` for the bag): each
+cell records which form the rule
 picks there, and :func:`rule_checks` (rendered in docs/performance.md, asserted by benchmarks/tests) says whether the
 sweep backs it. Rows are right-padded, their real lengths drawn from [T/2, T] as in ``perf_tokens``. The figure is the
 batched form's time / the row slices' time (> 1: the row slices are faster).
@@ -99,6 +101,14 @@ def query_setup(x: torch.Tensor, mask: torch.Tensor):
     return queries, read
 
 
+def bag_forms(x: torch.Tensor, mask: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
+    """The float32 mean over the real tokens (``masking.masked_mean``'s two forms, with its weights): the batched
+    product and one embedding bag over the real tokens (``fast.bag_sum``)."""
+    weights = masking.uniform_weights(mask)
+    return {"product": lambda: masking.masked_weighted_sum(x, weights),
+            "row slices": lambda: fast.bag_sum(x, mask, weights)}
+
+
 def query_reduction(forms: Callable[[torch.Tensor, torch.Tensor], dict[str, Callable[[], torch.Tensor]]],
                     train: bool) -> Reduction:
     """The half-precision query read's sweep, without gradients or with them: its forms, fast.query_blocks_pay, x
@@ -120,6 +130,9 @@ REDUCTIONS = {
                                       "row slices": lambda: fast.sum_row_slices(x, fast.single_runs(mask))},
                      fast.row_sums_pay, lambda row, settings: row["tokens"] * row["D"] < settings["row_sum_elements"],
                      lambda: {"row_sum_elements": fast.ROW_SUM_ELEMENTS}, False),
+    "bag": Reduction("product", ("fp32",), bag_forms, fast.bag_sums_pay,
+                     lambda row, settings: row["B"] * row["tokens"] * row["D"] < settings["bag_sum_elements"],
+                     lambda: {"bag_sum_elements": fast.BAG_SUM_ELEMENTS}, False),
     "query": query_reduction(query_forms, False),
     "query_train": query_reduction(query_train_forms, True),
 }
@@ -237,8 +250,8 @@ def render_rule(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> dict:
     def add_arguments(parser) -> None:
         parser.add_argument("--reduction", choices=tuple(REDUCTIONS), default="max",
-                            help="the masked max's forms (default), the half-precision sum's or the half-precision "
-                                 "query read's (without and with gradients)")
+                            help="the masked max's forms (default), the half-precision sum's, the float32 mean's "
+                                 "or the half-precision query read's (without and with gradients)")
 
     def settings(reduction: str) -> dict:
         chosen = REDUCTIONS[reduction]

@@ -690,9 +690,11 @@ def test_background_processes_stop_when_the_benchmark_is_killed():
     spinner.wait(timeout=10)  # psutil.TimeoutExpired if it kept spinning
 
 
-@pytest.mark.parametrize("reduction,dtypes,batched", [("max", ("fp32", "bf16"), "index_reduce"),
-                                                       ("sum", ("bf16", "fp16"), "float32 copy")])
-def test_the_row_slices_sweep_times_both_forms_and_marks_the_rules_pick(monkeypatch, reduction, dtypes, batched):
+@pytest.mark.parametrize("reduction,dtypes,batched,long_picks", [
+    ("max", ("fp32", "bf16"), "index_reduce", [False, True]), ("sum", ("bf16", "fp16"), "float32 copy", [True, True]),
+    ("bag", ("fp32",), "product", [True])])
+def test_the_row_slices_sweep_times_both_forms_and_marks_the_rules_pick(monkeypatch, reduction, dtypes, batched,
+                                                                        long_picks):
     """A tiny sweep of each reduction: one row per (B, D, T, dtype), the rule's pick recorded as the reduction's rule
     gives it for the inputs, the two forms' outputs checked to agree, the table marking (*) exactly the picked cells and the
     rule's groups named after the batched form."""
@@ -702,6 +704,7 @@ def test_the_row_slices_sweep_times_both_forms_and_marks_the_rules_pick(monkeypa
 
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     monkeypatch.setattr(fast, "ROW_SUM_ELEMENTS", 64 * 8)  # the sum's rule by elements, at this tiny width
+    monkeypatch.setattr(fast, "BAG_SUM_ELEMENTS", 2 * 64 * 8)  # the bag's, over the batch of 2
     rows = perf_row_slices.sweep(torch.device("cpu"), 1, batches=(2,), widths=(8,), lengths=(4, 200),
                                  reduction=reduction)
     rule = perf_row_slices.REDUCTIONS[reduction].rule
@@ -710,12 +713,12 @@ def test_the_row_slices_sweep_times_both_forms_and_marks_the_rules_pick(monkeypa
         x, mask = perf_row_slices.inputs(r["B"], r["T"], r["D"], perf_common.DTYPES[r["dtype"]])
         assert r["rule_picks_slices"] == rule(x, mask) and r["tokens"] == int(mask.sum()) / 2
         assert len(r["per_repeat"]) == 1 and set(r["ms"]) == {batched, "row slices"}
-    half = [dtype != "fp32" for dtype in dtypes]
-    assert [r["rule_picks_slices"] for r in rows] == [False, False] + half  # half-precision long rows on one thread
+    assert [r["rule_picks_slices"] for r in rows] == [False] * len(dtypes) + long_picks  # long rows, one thread
     result = {"settings": {"lengths": (4, 200), **perf_row_slices.REDUCTIONS[reduction].settings(), "threads": 1,
                            "reduction": reduction}, "rows": rows}
     text = perf_row_slices.render(result)
-    assert text.count(" *") == sum(half) and re.search(r"\| bf16 +\| 2 +\| 8 +\| \d+\.\d\d +\| \d+\.\d\d \* \|", text)
+    assert text.count(" *") == sum(long_picks)
+    assert re.search(rf"\| {dtypes[-1]} +\| 2 +\| 8 +\| \d+\.\d\d +\| \d+\.\d\d \* \|", text)
     rule = perf_row_slices.render_rule([result])
     assert rule.startswith("1 torch thread(s):") and f"| {batched} kept: short rows |" in rule
     assert f"; {batched} / row slices: median" in rule

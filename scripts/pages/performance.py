@@ -131,6 +131,8 @@ ROW_SWEEPS = {
     "max_rows": ("", "the masked max's `index_reduce` form / its row-slices form, > 1 is the row slices faster"),
     "sum_rows": (" --reduction sum", "the half-precision sum's float32 copy and product / its row-slices form, > 1 "
                                      "is the row slices faster"),
+    "bag_rows": (" --reduction bag", "the float32 mean's batched product / one embedding bag over the real tokens "
+                                     "(the row slices in the tables), > 1 is the bag faster"),
     "query_rows": (" --reduction query", "latent / adapool's half-precision read of x from a float32 copy of x / a "
                                          "block of rows at a time, > 1 is the blocks faster"),
     "query_train_rows": (" --reduction query_train", "latent / adapool's half-precision read of x and its gradients "

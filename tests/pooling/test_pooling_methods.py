@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 
 import pytest
 import torch
@@ -1095,6 +1096,59 @@ def test_query_blocks_run_where_the_sweep_says_they_pay(monkeypatch):
     assert not fast.query_blocks_pay(torch.zeros(1, 1, 1).expand(1, 4 * x.shape[1], 64).bfloat16())  # one long row
     threads["n"] = 2
     assert not fast.query_blocks_pay(torch.zeros(1, 1, 1).expand(64, x.shape[1], 64).bfloat16())
+
+
+@pytest.mark.parametrize("root", [False, True])
+def test_the_float32_mean_and_sum_by_one_bag_give_the_products_values(root, monkeypatch):
+    """masking.masked_mean / masked_sum with the rule saying yes: one embedding bag over the real tokens
+    (fast.bag_sum), the plain product's values to float32 rounding, under right / left / both-sided padding, a row
+    with gaps, a one-token row and an empty one; NaN and inf at padding never reach a sum, while inf and NaN at real
+    tokens do as in the product; x that needs a gradient takes the product. Catches padding read (or a wrong token
+    index), bags cut at the wrong offsets, a weight on the wrong token, an empty row left unwritten, and the bag
+    cutting a gradient off."""
+    from poolkit.pooling import masking
+
+    calls = []
+    bag = fast.bag_sum
+    monkeypatch.setattr(fast, "bag_sums_pay", lambda x, mask: True)
+    monkeypatch.setattr(fast, "bag_sum", lambda *args: calls.append(args) or bag(*args))
+    mask = runs_mask(["1111111..", "..1111111", ".11111...", ".........", "....1....", "111111111", "1.11..1.1"])
+    x = torch.randn(*mask.shape, HIDDEN, generator=torch.Generator().manual_seed(3))
+    with fast.disabled():
+        expected_mean, expected_sum = masking.masked_mean(x, mask, root=root), masking.masked_sum(x, mask)
+    x[~mask] = float("nan")
+    x[0, 7, :3] = float("inf")
+    got_mean, got_sum = masking.masked_mean(x, mask, root=root), masking.masked_sum(x, mask)
+    assert len(calls) == 2 and got_mean.dtype == got_sum.dtype == torch.float32
+    torch.testing.assert_close(got_mean, expected_mean, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got_sum, expected_sum, rtol=1e-6, atol=1e-6)
+    assert torch.equal(got_mean[3], torch.zeros(HIDDEN)) and torch.equal(got_sum[4], x[4, 4])
+    x[2, 3, 1], x[1, 4, 2] = float("nan"), float("inf")  # at real tokens: they reach the sums
+    assert bool(masking.masked_sum(x, mask)[2, 1].isnan()) and masking.masked_mean(x, mask, root=root)[1, 2] == math.inf
+    leaf = x.nan_to_num(0.0, 0.0, 0.0).requires_grad_()
+    masking.masked_mean(leaf, mask, root=root).sum().backward()
+    assert len(calls) == 4 and torch.equal(leaf.grad != 0, mask[..., None].expand_as(x))
+
+
+def test_bag_sums_run_where_the_sweep_says_they_pay(monkeypatch):
+    """The rule of bag_sums_pay: contiguous float32 x of BAG_SUM_ELEMENTS real elements (tokens x features, over
+    the batch) or more, on one torch thread; fewer, half precision, a non-contiguous x and several threads keep the
+    product. Catches the padded tokens counted instead of the real ones, the width left out, and a rule that ignores
+    the thread count or the layout (a non-contiguous x has no (B * T, D) view for the bag)."""
+    threads = {"n": 1}
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads["n"])
+    width = 64
+    tokens = fast.BAG_SUM_ELEMENTS // width // 2
+    x = torch.zeros(2, 4 * tokens, width)
+    mask = mask_from_lengths([tokens + 1, tokens], 4 * tokens).bool()
+    assert fast.bag_sums_pay(x, mask)
+    assert not fast.bag_sums_pay(x, mask_from_lengths([tokens, tokens - 1], 4 * tokens).bool())
+    assert not fast.bag_sums_pay(x[..., :width - 1], mask)  # narrower rows (and not contiguous)
+    assert not fast.bag_sums_pay(x[..., :width - 1].contiguous(), mask)
+    assert not fast.bag_sums_pay(x.bfloat16(), mask) and not fast.bag_sums_pay(x.double(), mask)
+    assert not fast.bag_sums_pay(x.transpose(0, 1).contiguous().transpose(0, 1), mask)
+    threads["n"] = 2
+    assert not fast.bag_sums_pay(x, mask)
 
 
 @pytest.mark.parametrize("rnn", [torch.nn.LSTM, torch.nn.GRU])

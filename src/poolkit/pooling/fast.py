@@ -582,6 +582,36 @@ def sum_row_slices(x: Tensor, runs: list[tuple[int, int]]) -> Tensor:
     return out
 
 
+#: float32 batches of at least this many real elements (tokens x features, over the batch) are summed as one
+#: embedding bag (:func:`bag_sum`) where :func:`bag_sums_pay` says so; on fewer, the bag's fixed cost per call (finding
+#: the real tokens, the offsets) is more than it saves.
+BAG_SUM_ELEMENTS = 1 << 19
+
+
+def bag_sums_pay(x: Tensor, mask: Tensor) -> bool:
+    """Whether one embedding bag over the real tokens (:func:`bag_sum`) beats the batched product for a float32 mean
+    or sum: on one torch thread, for contiguous float32 x of :data:`BAG_SUM_ELEMENTS` real elements or more. With
+    several threads the bag was faster in every large cell of the sweep on a quiet machine, but beside busy processes
+    in only two of three, short of the three in four the rule asks, so the product stays (docs/performance.md, the bag
+    rows sweeps)."""
+    return (x.dtype == torch.float32 and torch.get_num_threads() == 1 and x.is_contiguous()
+            and int(mask.sum()) * x.shape[2] >= BAG_SUM_ELEMENTS)
+
+
+def bag_sum(x: Tensor, mask: Tensor, weights: Tensor | None = None) -> Tensor:
+    """``sum_t weights[b, t] * x[b, t, :]`` over each row's real tokens (every weight 1 where ``weights`` is None):
+    contiguous (B, T, D), (B, T) bool -> (B, D) in x's dtype, an empty row giving 0. One ``F.embedding_bag`` (mode
+    sum, a bag per row, ``per_sample_weights``) over x's (B * T, D) rows, indexed by the real tokens: each real token
+    is read once and the padding never, where the batched product reads every token (and multiplies the padding by
+    0). The products and sums are a product's, in another order. No gradient: for x that needs none."""
+    batch, length, dim = x.shape
+    index = mask.reshape(-1).nonzero().squeeze(1)
+    counts = mask.sum(dim=1)
+    per_token = None if weights is None else weights.reshape(-1)[index].to(x.dtype)
+    return F.embedding_bag(index, x.view(batch * length, dim), counts.cumsum(0).sub_(counts), mode="sum",
+                           per_sample_weights=per_token)
+
+
 def reduce_by_index(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
     """Masked max / min in one ``index_reduce`` pass: (B, T, D) -> (B, D); empty rows hold -inf (min: +inf).
     Every token is reduced into its row's slot, padded tokens into an extra slot that is dropped."""

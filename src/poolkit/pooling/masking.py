@@ -126,28 +126,41 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
 
     Half-precision x: the float32 sum divided by the count, so the result rounded once to x's precision is the
     correctly rounded mean. float32 / float64 x: one product with the weights (:func:`uniform_weights`, the ones a
-    uniform softmax takes, so that FlexPooling at zero logits agrees bit for bit)."""
+    uniform softmax takes, so that FlexPooling at zero logits agrees bit for bit); where the fast forms are active, x
+    needs no gradient and :func:`fast.bag_sums_pay`, the same products and sums as one embedding bag over the real
+    tokens (:func:`fast.bag_sum`), in another order."""
     dtype = compute_dtype(x.dtype)
     if x.dtype == dtype:
         weights = mask.float()
         scale = weights.sum(dim=1, keepdim=True).clamp_(min=1)
-        return masked_weighted_sum(x, weights.div_(scale.sqrt_() if root else scale))
+        weights = weights.div_(scale.sqrt_() if root else scale)
+        if _fast_without_gradient(x) and fast.bag_sums_pay(x, mask):
+            return fast.bag_sum(x, mask, weights)
+        return masked_weighted_sum(x, weights)
     counts = real_counts(mask).clamp(min=1).to(dtype)
     return masked_sum(x, mask) / (counts.sqrt() if root else counts)[:, None]
 
 
 def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
     """Sum over the real tokens: (B, T, D), (B, T) bool -> (B, D) in the compute dtype, a half-precision x summed in
-    float32 (:func:`masked_weighted_sum` with the mask as weights). Where :func:`fast.active`, x needs no gradient,
-    every row's real tokens are one run and :func:`fast.row_sums_pay`, one float32 sum per row's slice
+    float32 (:func:`masked_weighted_sum` with the mask as weights). Where :func:`fast.active` and x needs no gradient:
+    float32 x where :func:`fast.bag_sums_pay`, one embedding bag over the real tokens (:func:`fast.bag_sum`); half-
+    precision x whose rows' real tokens are each one run, where :func:`fast.row_sums_pay`, one float32 sum per row's slice
     (:func:`fast.sum_row_slices`) instead of a float32 copy of x and a product. The rule reads the batch's average
     row, and the two forms sum in different orders, so a row's float32 sum can differ in its last bits with the
     batch it comes in (as a product's can with its kernel's blocking); rounded to x's precision, the two agree but
     for a sum on the rounding's edge."""
-    if (fast.active(x) and not (torch.is_grad_enabled() and x.requires_grad) and fast.row_sums_pay(x, mask)
-            and (runs := fast.single_runs(mask)) is not None):
-        return fast.sum_row_slices(x, runs)
+    if _fast_without_gradient(x):
+        if fast.bag_sums_pay(x, mask):
+            return fast.bag_sum(x, mask)
+        if fast.row_sums_pay(x, mask) and (runs := fast.single_runs(mask)) is not None:
+            return fast.sum_row_slices(x, runs)
     return masked_weighted_sum(x, mask)
+
+
+def _fast_without_gradient(x: Tensor) -> bool:
+    """Whether the fast forms are active on x (:func:`fast.active`) and no gradient of x is taken."""
+    return fast.active(x) and not (torch.is_grad_enabled() and x.requires_grad)
 
 
 def masked_fill_reduce(x: Tensor, mask: Tensor, largest: bool) -> tuple[Tensor, Tensor]:
