@@ -132,7 +132,7 @@ REDUCTIONS = {
                      lambda: {"row_sum_elements": fast.ROW_SUM_ELEMENTS}, False),
     "bag": Reduction("product", ("fp32",), bag_forms, fast.bag_sums_pay,
                      lambda row, settings: row["B"] * row["tokens"] * row["D"] < settings["bag_sum_elements"],
-                     lambda: {"bag_sum_elements": fast.BAG_SUM_ELEMENTS}, False),
+                     lambda: {"bag_sum_elements": fast.bag_sum_elements()}, False),
     "query": query_reduction(query_forms, False),
     "query_train": query_reduction(query_train_forms, True),
 }
