@@ -727,8 +727,8 @@ def test_the_row_slices_sweep_times_both_forms_and_marks_the_rules_pick(monkeypa
 def test_rule_checks_back_a_form_only_where_its_cells_favour_it_in_every_sweep():
     """Catches a check that backs the row slices where they lose in one sweep (the busy one), keeps index_reduce for
     short rows where the slices are faster, or keeps it for long rows where the slices are faster in every sweep;
-    and, at a thread count where no cell is picked (the size decides nothing), one that asks the short rows for
-    more than the long rows' check, or less."""
+    at a thread count where no cell is picked (the size decides nothing), one that asks the short rows for more than
+    the long rows' check, or less; and one that counts an even cell (within TIE of 1) as a win for the row slices."""
     import perf_row_slices
 
     def sweep(picked, short, long):
@@ -753,15 +753,20 @@ def test_rule_checks_back_a_form_only_where_its_cells_favour_it_in_every_sweep()
     assert backed(unsized)["index_reduce kept: short rows"] is True
     assert backed(unsized, sweep([], [1.1, 1.2, 1.3, 0.9], [0.9]))["index_reduce kept: short rows"] is True
     assert backed(sweep([], [1.1, 1.2, 1.3, 0.9], [0.9]))["index_reduce kept: short rows"] is False
+    # within perf_row_slices.TIE of 1 a cell is even: it backs no pick, and it leaves the batched form where it runs
+    even = 1 + perf_row_slices.TIE / 2
+    assert backed(sweep([even, even, 1.3, 1.4], [0.5], [1.0]))["row slices picked"] is False
+    assert backed(sweep([1.2], [even, even, even, 1.3], [1.0]))["index_reduce kept: short rows"] is True
+    assert backed(sweep([], [0.5], [even, even, 1.2, 1.3]))["index_reduce kept: long rows"] is True
 
 
 @pytest.mark.parametrize("prefix", ["max-rows-", "sum-rows-", "query-rows-", "query-train-rows-"])
 def test_the_committed_sweeps_back_the_rule_the_code_runs(monkeypatch, prefix):
-    """The committed sweeps of each reduction (the masked max's, the half-precision sum's, the half-precision query
-    read's without and with gradients), quiet and beside busy processes at one and at two threads, back each group of
-    their cells, and record the pick that the reduction's rule (fast.slices_pay, fast.row_sums_pay,
-    fast.query_blocks_pay) makes today at the sweep's thread count: a rule changed without new sweeps, or sweeps that
-    contradict it, are red."""
+    """The committed sweeps of each reduction (the masked max's, the half-precision sum's, the float32 mean's, the
+    half-precision query read's without and with gradients), quiet and beside busy processes at one and at two threads,
+    back each group of their cells, and record the pick that the reduction's rule (fast.slices_pay, fast.row_sums_pay,
+    fast.bag_sums_pay, fast.query_blocks_pay) makes today at the sweep's thread count: a rule changed without new
+    sweeps, or sweeps that contradict it, are red."""
     import perf_row_slices
     from pages import performance
 
@@ -778,7 +783,7 @@ def test_the_committed_sweeps_back_the_rule_the_code_runs(monkeypatch, prefix):
         monkeypatch.setattr(torch, "get_num_threads", lambda: result["settings"]["threads"])
         rule = perf_row_slices.reduction_of(result).rule
         for r in result["rows"]:
-            x = torch.empty(1, 1, 1, dtype=perf_common.DTYPES[r["dtype"]]).expand(r["B"], r["T"], r["D"])
+            x = torch.empty(r["B"], r["T"], r["D"], dtype=perf_common.DTYPES[r["dtype"]])  # contiguous, never filled
             mask = torch.zeros(r["B"] * r["T"], dtype=torch.bool)
             mask[:round(r["tokens"] * r["B"])] = True
             assert rule(x, mask.view(r["B"], r["T"])) == r["rule_picks_slices"], r

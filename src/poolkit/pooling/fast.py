@@ -583,22 +583,19 @@ def sum_row_slices(x: Tensor, runs: list[tuple[int, int]]) -> Tensor:
 
 
 #: float32 batches of at least this many real elements (tokens x features, over the batch) are summed as one
-#: embedding bag (:func:`bag_sum`) on one torch thread, and of at least :data:`THREADED_BAG_SUM_ELEMENTS` with several,
-#: where :func:`bag_sums_pay` says so; on fewer, finding the real tokens and the offsets costs more than the bag saves.
+#: embedding bag (:func:`bag_sum`) where :func:`bag_sums_pay` says so; on fewer, finding the real tokens and the offsets
+#: costs more than the bag saves.
 BAG_SUM_ELEMENTS = 1 << 19
-THREADED_BAG_SUM_ELEMENTS = 1 << 17
-
-
-def bag_sum_elements() -> int:
-    """The fewest real elements of x that :func:`bag_sums_pay` sums as one bag at the thread count in use."""
-    return BAG_SUM_ELEMENTS if torch.get_num_threads() == 1 else THREADED_BAG_SUM_ELEMENTS
 
 
 def bag_sums_pay(x: Tensor, mask: Tensor) -> bool:
     """Whether one embedding bag over the real tokens (:func:`bag_sum`) beats the batched product for a float32 mean
-    or sum: contiguous float32 x of :func:`bag_sum_elements` real elements or more. The bag's fixed cost weighs less
-    beside a product on several threads, so the size is smaller there (docs/performance.md, the bag rows sweeps)."""
-    return x.dtype == torch.float32 and x.is_contiguous() and int(mask.sum()) * x.shape[2] >= bag_sum_elements()
+    or sum: on one torch thread, for contiguous float32 x of :data:`BAG_SUM_ELEMENTS` real elements or more. With
+    several threads the bag was the faster in most large cells on a quiet machine, but beside busy processes not by
+    more than the sweeps' tie band in three cells of four in every run, so the product stays (docs/performance.md, the
+    bag rows sweeps)."""
+    return (x.dtype == torch.float32 and torch.get_num_threads() == 1 and x.is_contiguous()
+            and int(mask.sum()) * x.shape[2] >= BAG_SUM_ELEMENTS)
 
 
 def bag_sum(x: Tensor, mask: Tensor, weights: Tensor | None = None) -> Tensor:
