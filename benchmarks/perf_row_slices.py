@@ -7,7 +7,8 @@ latent / adapool's read of half-precision x by a query per row, from a float32 c
 at a time (``fast.half_query_read``: "row slices" here), in bf16 and fp16; ``--reduction query_train``, the same
 with the gradients of x and of the queries (``fast.QueryRead``'s backward on the float32 copy against
 ``fast.HalfQueryRead``'s, a block of rows at a time); ``--reduction bag``, the float32 mean as a batched product with
-its weights against one embedding bag over the real tokens (``fast.bag_sum``: "row slices" here).
+its weights against one embedding bag over the real tokens divided by the counts (``fast.bag_sum``: "row slices"
+here).
 
 This sweep is the data behind the rule that picks the form for the thread count in use (``fast.slices_pay`` for the max,
 ``fast.row_sums_pay`` for the sum, ``fast.query_blocks_pay`` for the query read, ``fast.bag_sums_pay`` for the bag): each
@@ -106,11 +107,12 @@ def query_setup(x: torch.Tensor, mask: torch.Tensor):
 
 
 def bag_forms(x: torch.Tensor, mask: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
-    """The float32 mean over the real tokens (``masking.masked_mean``'s two forms, with its weights): the batched
-    product and one embedding bag over the real tokens (``fast.bag_sum``)."""
+    """The float32 mean over the real tokens, ``masking.masked_mean``'s two forms: the batched product with the mean's
+    weights, and one embedding bag over the real tokens (``fast.bag_sum``) divided by the counts."""
     weights = masking.uniform_weights(mask)
+    counts = mask.sum(dim=1, keepdim=True).clamp(min=1)
     return {"product": lambda: masking.masked_weighted_sum(x, weights),
-            "row slices": lambda: fast.bag_sum(x, mask, weights)}
+            "row slices": lambda: fast.bag_sum(x, mask) / counts}
 
 
 def query_reduction(forms: Callable[[torch.Tensor, torch.Tensor], dict[str, Callable[[], torch.Tensor]]],

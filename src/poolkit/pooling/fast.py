@@ -598,18 +598,15 @@ def bag_sums_pay(x: Tensor, mask: Tensor) -> bool:
             and int(mask.sum()) * x.shape[2] >= BAG_SUM_ELEMENTS)
 
 
-def bag_sum(x: Tensor, mask: Tensor, weights: Tensor | None = None) -> Tensor:
-    """``sum_t weights[b, t] * x[b, t, :]`` over each row's real tokens (every weight 1 where ``weights`` is None):
-    contiguous (B, T, D), (B, T) bool -> (B, D) in x's dtype, an empty row giving 0. One ``F.embedding_bag`` (mode
-    sum, a bag per row, ``per_sample_weights``) over x's (B * T, D) rows, indexed by the real tokens: each real token
-    is read once and the padding never, where the batched product reads every token (and multiplies the padding by
-    0). The products and sums are a product's, in another order. No gradient: for x that needs none."""
+def bag_sum(x: Tensor, mask: Tensor) -> Tensor:
+    """The sum of x over each row's real tokens: contiguous (B, T, D), (B, T) bool -> (B, D) in x's dtype, an empty row
+    giving 0. One ``F.embedding_bag`` (mode sum, a bag per row) over x's (B * T, D) rows, indexed by the real tokens:
+    each real token is read once and the padding never, where the batched product reads every token (and multiplies
+    the padding by 0). The product's sums in another order. No gradient: for x that needs none."""
     batch, length, dim = x.shape
     index = mask.reshape(-1).nonzero().squeeze(1)
     counts = mask.sum(dim=1)
-    per_token = None if weights is None else weights.reshape(-1)[index].to(x.dtype)
-    return F.embedding_bag(index, x.view(batch * length, dim), counts.cumsum(0).sub_(counts), mode="sum",
-                           per_sample_weights=per_token)
+    return F.embedding_bag(index, x.view(batch * length, dim), counts.cumsum(0).sub_(counts), mode="sum")
 
 
 def reduce_by_index(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
