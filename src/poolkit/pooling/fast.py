@@ -585,7 +585,7 @@ def sum_row_slices(x: Tensor, runs: list[tuple[int, int]]) -> Tensor:
 #: float32 batches of at least this many real elements (tokens x features, over the batch) are summed as one
 #: embedding bag (:func:`bag_sum`) where :func:`bag_sums_pay` says so; on fewer, finding the real tokens and the offsets
 #: costs more than the bag saves.
-BAG_SUM_ELEMENTS = 1 << 19
+BAG_SUM_ELEMENTS = 1 << 18
 
 
 def bag_sums_pay(x: Tensor, mask: Tensor) -> bool:
