@@ -11,8 +11,8 @@ its weights against one embedding bag over the real tokens divided by the counts
 here).
 
 This sweep is the data behind the rule that picks the form for the thread count in use (``fast.slices_pay`` for the max,
-``fast.row_sums_pay`` for the sum, ``fast.query_blocks_pay`` for the query read, ``fast.bag_sums_pay`` for the bag): each
-cell records which form the rule
+``fast.row_sums_pay`` for the sum, ``fast.query_blocks_pay`` for the query read, ``fast.bag_sums_pay`` for the
+bag): each cell records which form the rule
 picks there, and :func:`rule_checks` (rendered in docs/performance.md, asserted by benchmarks/tests) says whether the
 sweep backs it. Rows are right-padded, their real lengths drawn from [T/2, T] as in ``perf_tokens``. The figure is the
 batched form's time / the row slices' time (> 1: the row slices are faster).

@@ -12,9 +12,9 @@ does not is noise; runs at other thread counts or loads agree only where a form 
 plain-vs-fast runs together give ``rule: paths``: per thread count, the cells of each pooler's newest timed tree
 whose plain form is faster in every run (:func:`plain_faster_in_every_run`, which a test holds empty: the fast forms
 run at every thread count). ``benchmarks/perf_row_slices.py`` sweeps give one cell table each and, together,
-``rule: max rows``, ``rule: sum rows``, ``rule: query rows`` and ``rule: query train rows`` (the masked max's
-choice between its two fast forms, the half-precision sum's and latent / adapool's half-precision read's without and
-with gradients, checked per thread count);
+``rule: max rows``, ``rule: sum rows``, ``rule: bag rows``, ``rule: query rows`` and ``rule: query train rows`` (the
+masked max's choice between its two fast forms, the half-precision sum's, the float32 mean's and latent / adapool's
+half-precision read's without and with gradients, checked per thread count);
 ``benchmarks/perf_blocks.py`` sweeps likewise give a table each and ``rule: blocks`` (the block size of the blocked
 fast forms per thread count). ``benchmarks/perf_where.py`` runs give a table each: where each token pooler's time
 goes, beside its floor.
@@ -58,7 +58,7 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "tokens-c543733-zen2-t1.json", "tokens-5f61f96-zen2-t1.json", "tokens-d19cf7c-zen2-t1.json",
          "tokens-808a3fc-zen2-t1.json", "tokens-edd9513-zen2-t2.json", "tokens-edd9513-zen2-t2-busy2.json",
          "tokens-865e556-zen4-t1.json", "tokens-865e556-zen4-t2.json", "tokens-ccd5e39-zen4-t1.json",
-         "tokens-ccd5e39-zen4-t2.json",
+         "tokens-ccd5e39-zen4-t2.json", "tokens-9a2b815-zen4-t1.json",
          "where-2034ecc-t1.json",
          "embed-4dade0b-t1.json", "embed-4dade0b-t2.json", "embed-4dade0b-t1-busy2.json",
          "embed-4dade0b-t2-busy2.json", "bench-cpu-quick-spatial.json", "revisions-55de4ff-head-r11.json",
@@ -76,6 +76,9 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "revisions-1d09d56-query-read-t2.json", "revisions-ccd5e39-query-node-t1.json",
          "revisions-ccd5e39-query-node-t2.json", "paths-ccd5e39-query-t1.json", "paths-ccd5e39-query-t2.json",
          "paths-ccd5e39-query-t1-busy2.json", "paths-ccd5e39-query-t2-busy2.json",
+         "bag-rows-effc622-t1.json", "bag-rows-effc622-t1-busy2.json", "bag-rows-effc622-t2.json",
+         "bag-rows-effc622-t2-busy2.json", "bag-rows-effc622-t2-busy2-r2.json", "bag-rows-9a2b815-t2.json",
+         "bag-rows-9a2b815-t2-busy2.json", "bag-rows-9a2b815-t2-busy2-r2.json", "revisions-9a2b815-bag-t1.json",
          "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json",
          "paths-20a31c2-t2-r2.json", "paths-20a31c2-t2-busy2-r2.json", "paths-67a30bb-extremes-t1.json",
          "paths-67a30bb-extremes-t2.json", "paths-67a30bb-extremes-t1-busy2.json", "paths-67a30bb-extremes-t2-busy2.json",
@@ -131,8 +134,9 @@ ROW_SWEEPS = {
     "max_rows": ("", "the masked max's `index_reduce` form / its row-slices form, > 1 is the row slices faster"),
     "sum_rows": (" --reduction sum", "the half-precision sum's float32 copy and product / its row-slices form, > 1 "
                                      "is the row slices faster"),
-    "bag_rows": (" --reduction bag", "the float32 mean's batched product / one embedding bag over the real tokens "
-                                     "(the row slices in the tables), > 1 is the bag faster"),
+    "bag_rows": (" --reduction bag", "the float32 mean's batched product / the sum by one embedding bag over the real "
+                                     "tokens divided by the counts (the row slices in the tables), > 1 is the bag "
+                                     "faster"),
     "query_rows": (" --reduction query", "latent / adapool's half-precision read of x from a float32 copy of x / a "
                                          "block of rows at a time, > 1 is the blocks faster"),
     "query_train_rows": (" --reduction query_train", "latent / adapool's half-precision read of x and its gradients "

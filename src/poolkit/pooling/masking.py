@@ -142,12 +142,12 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
 def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
     """Sum over the real tokens: (B, T, D), (B, T) bool -> (B, D) in the compute dtype, a half-precision x summed in
     float32 (:func:`masked_weighted_sum` with the mask as weights). Where :func:`fast.active` and x needs no gradient:
-    float32 x where :func:`fast.bag_sums_pay`, one embedding bag over the real tokens (:func:`fast.bag_sum`); half-
-    precision x whose rows' real tokens are each one run, where :func:`fast.row_sums_pay`, one float32 sum per row's slice
-    (:func:`fast.sum_row_slices`) instead of a float32 copy of x and a product. The rule reads the batch's average
-    row, and the two forms sum in different orders, so a row's float32 sum can differ in its last bits with the
-    batch it comes in (as a product's can with its kernel's blocking); rounded to x's precision, the two agree but
-    for a sum on the rounding's edge."""
+    float32 x where :func:`fast.bag_sums_pay`, one embedding bag over the real tokens (:func:`fast.bag_sum`);
+    half-precision x whose rows' real tokens are each one run, where :func:`fast.row_sums_pay`, one float32 sum per
+    row's slice (:func:`fast.sum_row_slices`) instead of a float32 copy of x and a product. The rules read the whole
+    batch, and the forms sum in different orders, so a row's float32 sum can differ in its last bits with the batch
+    it comes in (as a product's can with its kernel's blocking); rounded to x's precision, the half-precision forms
+    agree but for a sum on the rounding's edge."""
     if _fast_without_gradient(x):
         if fast.bag_sums_pay(x, mask):
             return fast.bag_sum(x, mask)
