@@ -1100,12 +1100,12 @@ def test_query_blocks_run_where_the_sweep_says_they_pay(monkeypatch):
 
 @pytest.mark.parametrize("root", [False, True])
 def test_the_float32_mean_and_sum_by_one_bag_give_the_products_values(root, monkeypatch):
-    """masking.masked_mean / masked_sum with the rule saying yes: one embedding bag over the real tokens
-    (fast.bag_sum), the plain product's values to float32 rounding, under right / left / both-sided padding, a row
-    with gaps, a one-token row and an empty one; NaN and inf at padding never reach a sum, while inf and NaN at real
-    tokens do as in the product; x that needs a gradient takes the product. Catches padding read (or a wrong token
-    index), bags cut at the wrong offsets, a weight on the wrong token, an empty row left unwritten, and the bag
-    cutting a gradient off."""
+    """masking.masked_mean / masked_sum with the rule saying yes: one embedding bag over the real tokens (fast.bag_sum),
+    the plain product's values to float32 rounding, under right / left / both-sided padding, a row with gaps, a
+    one-token row and an empty one; NaN and inf at padding never reach a sum, while inf and NaN at real tokens do as in
+    the product; x that needs a gradient takes the product. Catches padding read (or a wrong token index), bags cut at
+    the wrong offsets, a mean not divided by its own row's count, an empty row left unwritten, and the bag cutting a
+    gradient off."""
     from poolkit.pooling import masking
 
     calls = []
@@ -1127,26 +1127,32 @@ def test_the_float32_mean_and_sum_by_one_bag_give_the_products_values(root, monk
     assert bool(masking.masked_sum(x, mask)[2, 1].isnan()) and masking.masked_mean(x, mask, root=root)[1, 2] == math.inf
     leaf = x.nan_to_num(0.0, 0.0, 0.0).requires_grad_()
     masking.masked_mean(leaf, mask, root=root).sum().backward()
+    masking.masked_sum(leaf, mask).sum().backward()
     assert len(calls) == 4 and torch.equal(leaf.grad != 0, mask[..., None].expand_as(x))
 
 
 def test_bag_sums_run_where_the_sweep_says_they_pay(monkeypatch):
     """The rule of bag_sums_pay: contiguous float32 x of BAG_SUM_ELEMENTS real elements (tokens x features, over the
-    batch) or more, on one torch thread; fewer, half precision, float64, a non-contiguous x and several threads keep
-    the product. Catches the padded tokens counted instead of the real ones, the width left out, and a rule that
-    ignores the thread count or the layout (a non-contiguous x has no (B * T, D) view for the bag)."""
+    batch) or more with a bool mask, on one torch thread, without autocast; a token fewer, half precision, float64, a
+    non-contiguous x, a float mask, autocast and several threads keep the product. Catches the padded tokens counted
+    instead of the real ones, the width left out, a size off by a token's width or more (or > for >=), and a rule that
+    ignores the thread count, autocast or the layout (a non-contiguous x has no (B * T, D) view for the bag)."""
     threads = {"n": 1}
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads["n"])
     width = 64
     tokens = fast.BAG_SUM_ELEMENTS // width // 2
-    x = torch.zeros(2, 4 * tokens, width)
-    mask = mask_from_lengths([tokens + 1, tokens], 4 * tokens).bool()
+    x = torch.zeros(2, 2 * tokens, width)
+    mask = mask_from_lengths([tokens, tokens], 2 * tokens).bool()  # exactly BAG_SUM_ELEMENTS real elements
     assert fast.bag_sums_pay(x, mask)
-    assert not fast.bag_sums_pay(x, mask_from_lengths([tokens, tokens - 1], 4 * tokens).bool())
+    assert not fast.bag_sums_pay(x, mask_from_lengths([tokens, tokens - 1], 2 * tokens).bool())
+    wider = torch.zeros(2, 2 * tokens, width + 1)
+    assert fast.bag_sums_pay(wider, mask_from_lengths([tokens, tokens - 1], 2 * tokens).bool())  # the width counts
     assert not fast.bag_sums_pay(x[..., :width - 1], mask)  # narrower rows (and not contiguous)
-    assert not fast.bag_sums_pay(x[..., :width - 1].contiguous(), mask)
     assert not fast.bag_sums_pay(x.bfloat16(), mask) and not fast.bag_sums_pay(x.double(), mask)
     assert not fast.bag_sums_pay(x.transpose(0, 1).contiguous().transpose(0, 1), mask)
+    assert not fast.bag_sums_pay(x, mask.float())
+    with torch.autocast("cpu"):
+        assert not fast.bag_sums_pay(x, mask)
     threads["n"] = 2
     assert not fast.bag_sums_pay(x, mask)
 

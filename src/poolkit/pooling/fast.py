@@ -590,11 +590,13 @@ BAG_SUM_ELEMENTS = 1 << 18
 
 def bag_sums_pay(x: Tensor, mask: Tensor) -> bool:
     """Whether one embedding bag over the real tokens (:func:`bag_sum`) beats the batched product for a float32 mean
-    or sum: on one torch thread, for contiguous float32 x of :data:`BAG_SUM_ELEMENTS` real elements or more. With
-    several threads the bag was the faster in most large cells on a quiet machine, but beside busy processes not by
-    more than the sweeps' tie band in three cells of four in every run, so the product stays (docs/performance.md, the
-    bag rows sweeps)."""
-    return (x.dtype == torch.float32 and torch.get_num_threads() == 1 and x.is_contiguous()
+    or sum: on one torch thread, without autocast, for contiguous float32 x and a bool mask, of
+    :data:`BAG_SUM_ELEMENTS` real elements or more. With several threads the bag was the faster in most large cells on
+    a quiet machine, but beside busy processes its share of them moved from run to run and fell under three in four in
+    some runs, so the product stays (docs/performance.md, the bag rows sweeps). Under autocast the product runs in
+    bf16 and the bag in float32, so the bag would change a value with the batch it comes in."""
+    return (x.dtype == torch.float32 and mask.dtype == torch.bool and torch.get_num_threads() == 1
+            and not torch.is_autocast_enabled("cpu") and x.is_contiguous()
             and int(mask.sum()) * x.shape[2] >= BAG_SUM_ELEMENTS)
 
 

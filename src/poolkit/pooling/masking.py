@@ -126,7 +126,8 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
 
     Half-precision x: the float32 sum divided by the count, so the result rounded once to x's precision is the
     correctly rounded mean. float32 / float64 x: one product with the weights (:func:`uniform_weights`, the ones a
-    uniform softmax takes, so that FlexPooling at zero logits agrees bit for bit); where the fast forms are active, x
+    uniform softmax takes, so that FlexPooling at zero logits agrees bit for bit where both take it); where the fast
+    forms are active, x
     needs no gradient and :func:`fast.bag_sums_pay`, the sum as one embedding bag over the real tokens
     (:func:`fast.bag_sum`) divided by the count, the product's value to float32 rounding."""
     dtype = compute_dtype(x.dtype)
