@@ -12,10 +12,10 @@ here).
 
 This sweep is the data behind the rule that picks the form for the thread count in use (``fast.slices_pay`` for the max,
 ``fast.row_sums_pay`` for the sum, ``fast.query_blocks_pay`` for the query read, ``fast.bag_sums_pay`` for the
-bag): each cell records which form the rule
-picks there, and :func:`rule_checks` (rendered in docs/performance.md, asserted by benchmarks/tests) says whether the
-sweep backs it. Rows are right-padded, their real lengths drawn from [T/2, T] as in ``perf_tokens``. The figure is the
-batched form's time / the row slices' time (> 1: the row slices are faster).
+bag): each cell records which form the rule picks there, and :func:`rule_checks` (rendered in docs/performance.md,
+asserted by benchmarks/tests) says whether the sweep backs it. Rows are right-padded, their real lengths drawn from
+[T/2, T] as in ``perf_tokens``. The figure is the batched form's time / the row slices' time (> 1: the row slices are
+faster).
 
     .venv/bin/python benchmarks/perf_row_slices.py --threads 1 --json benchmarks/results/max-rows-t1.json
     .venv/bin/python benchmarks/perf_row_slices.py --reduction sum --threads 1 \
@@ -215,9 +215,9 @@ def rule_checks(results: list[dict]) -> list[tuple[str, list[str], bool]]:
                 continue
             speedups = [r["speedup"] for r in rows]
             shares.append(sum(s > 1 + TIE for s in speedups) / len(rows))
-            shown.append(f"{len(rows)} cells, row slices over {TIE:.0%} faster in {shares[-1]:.0%}; {batched} / "
-                         f"row slices: "
-                         f"median {statistics.median(speedups):.2f}x, {min(speedups):.2f}x to {max(speedups):.2f}x")
+            shown.append(f"{len(rows)} cells, row slices over {TIE:.0%} faster in {shares[-1]:.0%}; {batched} / row "
+                         f"slices: median {statistics.median(speedups):.2f}x, {min(speedups):.2f}x to "
+                         f"{max(speedups):.2f}x")
         if name == "row slices picked":
             backed = all(share >= BACKING_SHARE for share in shares)
         elif name.endswith("short rows") and sized:

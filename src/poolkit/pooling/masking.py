@@ -127,16 +127,16 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
     Half-precision x: the float32 sum divided by the count, so the result rounded once to x's precision is the
     correctly rounded mean. float32 / float64 x: one product with the weights (:func:`uniform_weights`, the ones a
     uniform softmax takes, so that FlexPooling at zero logits agrees bit for bit where both take it); where the fast
-    forms are active, x
-    needs no gradient and :func:`fast.bag_sums_pay`, the sum as one embedding bag over the real tokens
-    (:func:`fast.bag_sum`) divided by the count, the product's value to float32 rounding."""
+    forms are active, x needs no gradient and :func:`fast.bag_sums_pay`, the sum as one embedding bag over the real
+    tokens (:func:`fast.bag_sum`) divided by the count, the product's value to float32 rounding."""
     dtype = compute_dtype(x.dtype)
-    if x.dtype == dtype and not (_fast_without_gradient(x) and fast.bag_sums_pay(x, mask)):
+    bag = x.dtype == dtype and _fast_without_gradient(x) and fast.bag_sums_pay(x, mask)
+    if x.dtype == dtype and not bag:
         weights = mask.float()
         scale = weights.sum(dim=1, keepdim=True).clamp_(min=1)
         return masked_weighted_sum(x, weights.div_(scale.sqrt_() if root else scale))
     counts = real_counts(mask).clamp(min=1).to(dtype)
-    total = fast.bag_sum(x, mask) if x.dtype == dtype else masked_sum(x, mask)
+    total = fast.bag_sum(x, mask) if bag else masked_sum(x, mask)
     return total / (counts.sqrt() if root else counts)[:, None]
 
 
