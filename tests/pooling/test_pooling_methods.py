@@ -1137,7 +1137,7 @@ def test_half_precision_tanh_scores_are_the_closer_to_the_exact_ones(dtype, monk
     float64: within one rounding of the score (and float32's error near 0), and on average closer than the plain form's
     (tanh and the product in x's dtype); the attention poolers take it where no gradient is taken and keep tanh in
     training. Catches a lost constant (the -sum(w) of 2 sigmoid - 1), a factor 2 missed on either side, a product left
-    in half precision, blocks that drop or repeat rows, and the fast head run under autograd."""
+    in half precision, and the fast head run under autograd."""
     from torch.nn import functional as F
 
     gen = torch.Generator().manual_seed(11)
@@ -1151,9 +1151,6 @@ def test_half_precision_tanh_scores_are_the_closer_to_the_exact_ones(dtype, monk
     bound = torch.finfo(dtype).eps * exact.abs() + 64 * torch.finfo(torch.float32).eps * weight.double().abs().sum(1)
     assert bool(((got.double() - exact).abs() <= bound).all())
     assert (got.double() - exact).abs().mean() < (plain.double() - exact).abs().mean()
-    monkeypatch.setattr(fast, "TANH_BLOCK_BYTES", 7 * 64 * 4)  # blocks of 7 rows, the last one short
-    torch.testing.assert_close(fast.half_tanh_scores(2 * z, weight), got, rtol=torch.finfo(dtype).eps, atol=0)
-    assert fast.half_tanh_scores(z[:0], weight).shape == (0, 3)
     calls = []
     head = fast.half_tanh_scores
     monkeypatch.setattr(fast, "half_tanh_scores", lambda *args: calls.append(args) or head(*args))

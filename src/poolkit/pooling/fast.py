@@ -138,29 +138,14 @@ def score_layer(layer: nn.Module, h: Tensor) -> Tensor:
     return score_product(h, layer.weight)
 
 
-#: :func:`half_tanh_scores` takes the projections a block of rows of at most this many float32 bytes at a time, in one
-#: reused buffer: a fresh float32 copy of them all costs page faults worth more than the sigmoid once it is larger than
-#: the C library keeps for reuse (32 MiB at most with glibc), and a few blocks per call cost little.
-TANH_BLOCK_BYTES = 8 << 20
-
-
 def half_tanh_scores(doubled: Tensor, weight: Tensor) -> Tensor:
-    """``F.linear(tanh(z), weight)`` for half-precision tokens' projections z (N, A), given doubled (2z: the
-    projection's weight and bias doubled, which is exact), for a ``weight`` (K, A) shared by all rows, where no gradient
-    is taken: tanh(z) = 2 sigmoid(2z) - 1 with the sigmoid in float32 (PyTorch's CPU tanh costs several times its
-    sigmoid), the product with the weight in float32 and the scores rounded once to z's dtype, where the plain form
-    rounds tanh's values and sums their products in z's dtype: these scores are the closer to the exact ones. A block
-    of :data:`TANH_BLOCK_BYTES` of rows at a time."""
+    """``F.linear(tanh(z), weight)`` for half-precision tokens' projections z, given doubled (2z: the projection's
+    weight and bias doubled, which is exact), for a ``weight`` (K, A) shared by all rows, where no gradient is taken:
+    tanh(z) = 2 sigmoid(2z) - 1 with the sigmoid in float32 (PyTorch's CPU tanh costs several times its sigmoid), the
+    product with the weight in float32 and the scores rounded once to z's dtype, where the plain form rounds tanh's
+    values and sums their products in z's dtype: these scores are the closer to the exact ones."""
     wide = weight.float()
-    twice, constant = 2 * wide, wide.sum(dim=1)
-    count, width = doubled.shape
-    out = doubled.new_empty(count, weight.shape[0])
-    rows = max(1, min(count, block_rows(1, width, TANH_BLOCK_BYTES)))
-    buffer = torch.empty(rows, width, dtype=torch.float32, device=doubled.device)
-    for start in range(0, count, rows):
-        part = slice(start, min(start + rows, count))
-        out[part] = F.linear(buffer[:part.stop - start].copy_(doubled[part]).sigmoid_(), twice).sub_(constant)
-    return out
+    return (F.linear(doubled.float().sigmoid_(), 2 * wide) - wide.sum(dim=1)).to(doubled.dtype)
 
 
 class ScoreProduct(torch.autograd.Function):
