@@ -1131,42 +1131,6 @@ def test_the_float32_mean_and_sum_by_one_bag_give_the_products_values(root, monk
     assert len(calls) == 4 and torch.equal(leaf.grad != 0, mask[..., None].expand_as(x))
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_tanh_scores_are_the_closer_to_the_exact_ones(dtype, monkeypatch):
-    """fast.half_tanh_scores (tanh from a float32 sigmoid, a float32 product rounded once) against the scores in
-    float64: within one rounding of the score (and float32's error near 0), and on average closer than the plain form's
-    (tanh and the product in x's dtype); the attention poolers take it where no gradient is taken and keep tanh in
-    training. Catches a lost constant (the -sum(w) of 2 sigmoid - 1), a factor 2 missed on either side, a product left
-    in half precision, and the fast head run under autograd."""
-    from torch.nn import functional as F
-
-    gen = torch.Generator().manual_seed(11)
-    z = (torch.randn(500, 64, generator=gen) * 2).to(dtype)
-    weight = (torch.randn(3, 64, generator=gen) * 0.3).to(dtype)
-    exact = F.linear(torch.tanh(z.double()), weight.double())
-    got = fast.half_tanh_scores(2 * z, weight)
-    plain = F.linear(torch.tanh(z), weight)
-    assert got.dtype == dtype
-    # one rounding of a float32 value, whose error near 0 is float32's on the constant that cancels there
-    bound = torch.finfo(dtype).eps * exact.abs() + 64 * torch.finfo(torch.float32).eps * weight.double().abs().sum(1)
-    assert bool(((got.double() - exact).abs() <= bound).all())
-    assert (got.double() - exact).abs().mean() < (plain.double() - exact).abs().mean()
-    calls = []
-    head = fast.half_tanh_scores
-    monkeypatch.setattr(fast, "half_tanh_scores", lambda *args: calls.append(args) or head(*args))
-    x = torch.randn(4, 9, HIDDEN, generator=gen).to(dtype)
-    mask = mask_from_lengths([9, 4, 1, 7], 9).bool()
-    for name in ("attention", "attention_head", "multihead_attention"):
-        pooler = get_pooler(name, hidden_size=HIDDEN).to(dtype)
-        with torch.no_grad():
-            fast_out = pooler(x, mask)
-            with fast.disabled():
-                plain_out = pooler(x, mask)
-        torch.testing.assert_close(fast_out.float(), plain_out.float(), rtol=0.02, atol=0.02)
-        pooler(x, mask).float().sum().backward()  # in training: tanh as before
-    assert len(calls) == 3
-
-
 def test_bag_sums_run_where_the_sweep_says_they_pay(monkeypatch):
     """The rule of bag_sums_pay: contiguous float32 x of BAG_SUM_ELEMENTS real elements (tokens x features, over the
     batch) or more with a bool mask, on one torch thread, without autocast; a token fewer, half precision, float64, a

@@ -39,8 +39,7 @@ def sigmoid_for_tanh(dtype: torch.dtype) -> bool:
 
     PyTorch's CPU sigmoid is about 5x cheaper than its tanh, which on a 384-wide model costs a third of
     the scoring matmul. In half precision tanh is kept: sigmoid's values near 1/2 carry a rounding
-    error that tanh's values near 0 do not, unless they stay in float32 (:func:`fast.half_tanh_scores`,
-    where no gradient is taken).
+    error that tanh's values near 0 do not.
     """
     return masking.compute_dtype(dtype) == dtype
 
@@ -55,13 +54,10 @@ def tanh_scores(x: Tensor, mask: Tensor, hidden: nn.Linear, score_weight: Tensor
     """
     # The activation runs in place on the fresh (N, A) matmul output: a second tensor that size costs the
     # CPU page faults. (Tokens come flattened: on a (B, T, A) view, autograd would copy for in-place.)
-    bias = None if hidden.bias is None else 2 * hidden.bias
     if sigmoid_for_tanh(x.dtype):
+        bias = None if hidden.bias is None else 2 * hidden.bias
         return masking.project_tokens(x, mask, 2 * hidden.weight, bias,
                                       lambda z: fast.score_product(z.sigmoid_(), 2 * score_weight))
-    if fast.active(x) and not torch.is_grad_enabled() and score_weight.dim() == 2:
-        return masking.project_tokens(x, mask, 2 * hidden.weight, bias,
-                                      lambda doubled: fast.half_tanh_scores(doubled, score_weight))
     return masking.project_tokens(x, mask, hidden.weight, hidden.bias,
                                   lambda z: fast.score_product(z.tanh_(), score_weight))
 

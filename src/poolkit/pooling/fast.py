@@ -138,16 +138,6 @@ def score_layer(layer: nn.Module, h: Tensor) -> Tensor:
     return score_product(h, layer.weight)
 
 
-def half_tanh_scores(doubled: Tensor, weight: Tensor) -> Tensor:
-    """``F.linear(tanh(z), weight)`` for half-precision tokens' projections z, given doubled (2z: the projection's
-    weight and bias doubled, which is exact), for a ``weight`` (K, A) shared by all rows, where no gradient is taken:
-    tanh(z) = 2 sigmoid(2z) - 1 with the sigmoid in float32 (PyTorch's CPU tanh costs several times its sigmoid), the
-    product with the weight in float32 and the scores rounded once to z's dtype, where the plain form rounds tanh's
-    values and sums their products in z's dtype: these scores are the closer to the exact ones."""
-    wide = weight.float()
-    return (F.linear(doubled.float().sigmoid_(), 2 * wide) - wide.sum(dim=1)).to(doubled.dtype)
-
-
 class ScoreProduct(torch.autograd.Function):
     """:func:`score_product` with h's gradient, grad @ weight (an outer product for K = 1), a contiguous tensor made
     without a half-precision matmul over K. For K = 1 a broadcast multiply: each entry the product of two values of
