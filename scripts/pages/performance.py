@@ -79,6 +79,8 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "bag-rows-effc622-t1.json", "bag-rows-effc622-t1-busy2.json", "bag-rows-effc622-t2.json",
          "bag-rows-effc622-t2-busy2.json", "bag-rows-effc622-t2-busy2-r2.json", "bag-rows-9a2b815-t2.json",
          "bag-rows-9a2b815-t2-busy2.json", "bag-rows-9a2b815-t2-busy2-r2.json", "revisions-9a2b815-bag-t1.json",
+         "revisions-af911b4-half-tanh-t1.json", "revisions-af911b4-half-tanh-t2.json",
+         "revisions-af911b4-half-tanh-t1-busy2.json", "revisions-af911b4-half-tanh-t2-busy2.json",
          "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json",
          "paths-20a31c2-t2-r2.json", "paths-20a31c2-t2-busy2-r2.json", "paths-67a30bb-extremes-t1.json",
          "paths-67a30bb-extremes-t2.json", "paths-67a30bb-extremes-t1-busy2.json", "paths-67a30bb-extremes-t2-busy2.json",
