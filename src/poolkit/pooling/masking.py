@@ -130,7 +130,7 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
     forms are active, x needs no gradient and :func:`fast.bag_sums_pay`, the sum as one embedding bag over the real
     tokens (:func:`fast.bag_sum`) divided by the count, the product's value to float32 rounding."""
     dtype = compute_dtype(x.dtype)
-    bag = x.dtype == dtype and _fast_without_gradient(x) and fast.bag_sums_pay(x, mask)
+    bag = _fast_without_gradient(x) and fast.bag_sums_pay(x, mask)  # float32 x only
     if x.dtype == dtype and not bag:
         weights = mask.float()
         scale = weights.sum(dim=1, keepdim=True).clamp_(min=1)
