@@ -8,11 +8,13 @@ at a time (``fast.half_query_read``: "row slices" here), in bf16 and fp16; ``--r
 with the gradients of x and of the queries (``fast.QueryRead``'s backward on the float32 copy against
 ``fast.HalfQueryRead``'s, a block of rows at a time); ``--reduction bag``, the float32 mean as a batched product with
 its weights against one embedding bag over the real tokens divided by the counts (``fast.bag_sum``: "row slices"
-here).
+here); ``--reduction half_bag``, the half-precision sum rounded to x's dtype (sum pooling's output) as the float32
+sum that runs otherwise (``masking.masked_sum``: a float32 copy and a product, or a sum per row's slice) against one
+embedding bag over the real tokens in x's dtype (``fast.bag_sum``: "row slices" here), in bf16 and fp16.
 
 This sweep is the data behind the rule that picks the form for the thread count in use (``fast.slices_pay`` for the max,
 ``fast.row_sums_pay`` for the sum, ``fast.query_blocks_pay`` for the query read, ``fast.bag_sums_pay`` for the
-bag): each cell records which form the rule picks there, and :func:`rule_checks` (rendered in docs/performance.md,
+bag, ``fast.half_bag_sums_pay`` for the half bag): each cell records which form the rule picks there, and :func:`rule_checks` (rendered in docs/performance.md,
 asserted by benchmarks/tests) says whether the sweep backs it. Rows are right-padded, their real lengths drawn from
 [T/2, T] as in ``perf_tokens``. The figure is the batched form's time / the row slices' time (> 1: the row slices are
 faster).
@@ -141,6 +143,10 @@ REDUCTIONS = {
     "bag": Reduction("product", ("fp32",), bag_forms, fast.bag_sums_pay,
                      lambda row, settings: row["B"] * row["tokens"] * row["D"] < settings["bag_sum_elements"],
                      lambda: {"bag_sum_elements": fast.BAG_SUM_ELEMENTS}, False),
+    "half_bag": Reduction("float32 sum", ("bf16", "fp16"),
+                          lambda x, mask: {"float32 sum": lambda: masking.masked_sum(x, mask).to(x.dtype),
+                                           "row slices": lambda: fast.bag_sum(x, mask)},
+                          fast.half_bag_sums_pay, lambda row, settings: False, dict, False),
     "query": query_reduction(query_forms, False),
     "query_train": query_reduction(query_train_forms, True),
 }
@@ -164,8 +170,8 @@ def sweep(device: torch.device, repeats: int, batches=BATCHES, widths=WIDTHS, le
                     with torch.inference_mode(not chosen.train):
                         calls = chosen.forms(x, mask)
                         ours, theirs = calls["row slices"](), calls[batched]()
-                        if not (torch.equal(ours, theirs) if chosen.exact
-                                else torch.allclose(ours, theirs, rtol=1e-5, atol=1e-5)):
+                        if not (torch.equal(ours, theirs) if chosen.exact else torch.allclose(
+                                ours, theirs, rtol=max(1e-5, torch.finfo(ours.dtype).eps), atol=1e-5)):
                             raise AssertionError(f"the two forms disagree at B{batch} T{length} D{dim} {dtype_name}")
                         times = interleaved(calls, device, repeats=repeats)
                     rows.append({"B": batch, "T": length, "D": dim, "dtype": dtype_name,
@@ -260,8 +266,9 @@ def render_rule(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> dict:
     def add_arguments(parser) -> None:
         parser.add_argument("--reduction", choices=tuple(REDUCTIONS), default="max",
-                            help="the masked max's forms (default), the half-precision sum's, the float32 mean's "
-                                 "or the half-precision query read's (without and with gradients)")
+                            help="the masked max's forms (default), the half-precision sum's, the float32 mean's, "
+                                 "the rounded half-precision sum's or the half-precision query read's (without and "
+                                 "with gradients)")
 
     def settings(reduction: str) -> dict:
         chosen = REDUCTIONS[reduction]

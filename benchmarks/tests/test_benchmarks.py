@@ -690,11 +690,13 @@ def test_background_processes_stop_when_the_benchmark_is_killed():
     spinner.wait(timeout=10)  # psutil.TimeoutExpired if it kept spinning
 
 
-@pytest.mark.parametrize("reduction,dtypes,batched,long_picks", [
-    ("max", ("fp32", "bf16"), "index_reduce", [False, True]), ("sum", ("bf16", "fp16"), "float32 copy", [True, True]),
-    ("bag", ("fp32",), "product", [True])])
+@pytest.mark.parametrize("reduction,dtypes,batched,short_picks,long_picks", [
+    ("max", ("fp32", "bf16"), "index_reduce", [False, False], [False, True]),
+    ("sum", ("bf16", "fp16"), "float32 copy", [False, False], [True, True]),
+    ("bag", ("fp32",), "product", [False], [True]),
+    ("half_bag", ("bf16", "fp16"), "float32 sum", [True, True], [True, True])])
 def test_the_row_slices_sweep_times_both_forms_and_marks_the_rules_pick(monkeypatch, reduction, dtypes, batched,
-                                                                        long_picks):
+                                                                        short_picks, long_picks):
     """A tiny sweep of each reduction: one row per (B, D, T, dtype), the rule's pick recorded as the reduction's rule
     gives it for the inputs, the two forms' outputs checked to agree, the table marking (*) exactly the picked cells and the
     rule's groups named after the batched form."""
@@ -713,14 +715,15 @@ def test_the_row_slices_sweep_times_both_forms_and_marks_the_rules_pick(monkeypa
         x, mask = perf_row_slices.inputs(r["B"], r["T"], r["D"], perf_common.DTYPES[r["dtype"]])
         assert r["rule_picks_slices"] == rule(x, mask) and r["tokens"] == int(mask.sum()) / 2
         assert len(r["per_repeat"]) == 1 and set(r["ms"]) == {batched, "row slices"}
-    assert [r["rule_picks_slices"] for r in rows] == [False] * len(dtypes) + long_picks  # long rows, one thread
+    assert [r["rule_picks_slices"] for r in rows] == short_picks + long_picks  # one thread
     result = {"settings": {"lengths": (4, 200), **perf_row_slices.REDUCTIONS[reduction].settings(), "threads": 1,
                            "reduction": reduction}, "rows": rows}
     text = perf_row_slices.render(result)
-    assert text.count(" *") == sum(long_picks)
-    assert re.search(rf"\| {dtypes[-1]} +\| 2 +\| 8 +\| \d+\.\d\d +\| \d+\.\d\d \* \|", text)
+    assert text.count(" *") == sum(short_picks + long_picks)
+    short = " \\*" if short_picks[-1] else ""
+    assert re.search(rf"\| {dtypes[-1]} +\| 2 +\| 8 +\| \d+\.\d\d{short} +\| \d+\.\d\d \* \|", text)
     rule = perf_row_slices.render_rule([result])
-    assert rule.startswith("1 torch thread(s):") and f"| {batched} kept: short rows |" in rule
+    assert rule.startswith("1 torch thread(s):") and (f"| {batched} kept: short rows |" in rule) != all(short_picks)
     assert f"; {batched} / row slices: median" in rule
 
 

@@ -131,7 +131,7 @@ class Pooler(Configurable):
         if return_weights:
             pooled, weights = self.pool(x, mask, **where)
         else:
-            pooled, weights = self.pool_without_weights(x, mask, **where), None
+            pooled, weights = self.pool_for_output(x, mask, **where), None
         if not self.zero_when_empty:
             # Rows with no real token give zeros. A product, not masked_fill / where (several times dearer on
             # a (B, D) tensor): pooled values are finite there unless the padding is not (then see forward).
@@ -180,6 +180,13 @@ class Pooler(Configurable):
     def pool_without_weights(self, x: Any, mask: Tensor, **where: Any) -> Tensor:
         """The pooled tensor alone (the same values as ``pool``); override where the weights cost extra."""
         return self.pool(x, mask, **where)[0]
+
+    def pool_for_output(self, x: Any, mask: Tensor, **where: Any) -> Tensor:
+        """The pooled tensor as ``forward`` returns it without weights, before its cast to the input's dtype:
+        ``pool_without_weights``, unless a pooler has a form that rounds to x's dtype itself (sum: one embedding bag
+        of half-precision x). A part of another pooler is pooled by ``pool_without_weights``, whose compute-dtype
+        values the outer pooler uses further."""
+        return self.pool_without_weights(x, mask, **where)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{key}={value!r}" for key, value in self._spec.items()) + f", output_dim={self.output_dim}"

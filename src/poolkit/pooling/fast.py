@@ -600,11 +600,23 @@ def bag_sums_pay(x: Tensor, mask: Tensor) -> bool:
             and int(mask.sum()) * x.shape[2] >= BAG_SUM_ELEMENTS)
 
 
+def half_bag_sums_pay(x: Tensor, mask: Tensor) -> bool:
+    """Whether one embedding bag over the real tokens (:func:`bag_sum`) gives a half-precision sum that is rounded to
+    x's dtype anyway (sum pooling's output): for contiguous bf16 / fp16 x and a bool mask, without autocast, at any
+    size and thread count. The bag sums half-precision rows in float32 inside its kernel and rounds once, where the
+    forms that keep the float32 sum copy x to float32 first or sum it a row's slice at a time; it was the faster in
+    every cell of the sweeps, at one thread and at two, quiet and beside busy processes (docs/performance.md, the
+    half bag rows sweeps)."""
+    return (x.dtype in (torch.float16, torch.bfloat16) and mask.dtype == torch.bool
+            and not torch.is_autocast_enabled("cpu") and x.is_contiguous())
+
+
 def bag_sum(x: Tensor, mask: Tensor) -> Tensor:
     """The sum of x over each row's real tokens: contiguous (B, T, D), (B, T) bool -> (B, D) in x's dtype, an empty row
     giving 0. One ``F.embedding_bag`` (mode sum, a bag per row) over x's (B * T, D) rows, indexed by the real tokens:
     each real token is read once and the padding never, where the batched product reads every token (and multiplies
-    the padding by 0). The product's sums in another order. No gradient: for x that needs none."""
+    the padding by 0). The product's sums in another order; half-precision x is summed in float32 and the sum rounded
+    once to a nearest value of x's dtype (bf16: a tie away from zero). No gradient: for x that needs none."""
     batch, length, dim = x.shape
     index = mask.reshape(-1).nonzero().squeeze(1)
     counts = mask.sum(dim=1)

@@ -91,6 +91,9 @@ class SumPooler(Pooler):
     def pool_without_weights(self, x: Tensor, mask: Tensor) -> Tensor:
         return masking.masked_sum(x, mask)
 
+    def pool_for_output(self, x: Tensor, mask: Tensor) -> Tensor:
+        return masking.rounded_masked_sum(x, mask)
+
 
 @register_pooler("mean_sqrt_len", "mean_sqrt_len_tokens")
 class MeanSqrtLenPooler(Pooler):
