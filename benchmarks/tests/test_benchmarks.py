@@ -763,13 +763,14 @@ def test_rule_checks_back_a_form_only_where_its_cells_favour_it_in_every_sweep()
     assert backed(sweep([], [0.5], [even, even, 1.2, 1.3]))["index_reduce kept: long rows"] is True
 
 
-@pytest.mark.parametrize("prefix", ["max-rows-", "sum-rows-", "bag-rows-", "query-rows-", "query-train-rows-"])
+@pytest.mark.parametrize("prefix", ["max-rows-", "sum-rows-", "bag-rows-", "half-bag-rows-", "query-rows-",
+                                    "query-train-rows-"])
 def test_the_committed_sweeps_back_the_rule_the_code_runs(monkeypatch, prefix):
-    """The committed sweeps of each reduction (the masked max's, the half-precision sum's, the float32 mean's, the
-    half-precision query read's without and with gradients), quiet and beside busy processes at one and at two threads,
-    back each group of their cells, and record the pick that the reduction's rule (fast.slices_pay, fast.row_sums_pay,
-    fast.bag_sums_pay, fast.query_blocks_pay) makes today at the sweep's thread count: a rule changed without new
-    sweeps, or sweeps that contradict it, are red."""
+    """The committed sweeps of each reduction (the masked max's, the half-precision sum's, the float32 mean's, sum
+    pooling's half-precision output's, the half-precision query read's without and with gradients), quiet and beside
+    busy processes at one and at two threads, back each group of their cells, and record the pick that the reduction's
+    rule (fast.slices_pay, fast.row_sums_pay, fast.bag_sums_pay, fast.half_bag_sums_pay, fast.query_blocks_pay) makes
+    today at the sweep's thread count: a rule changed without new sweeps, or sweeps that contradict it, are red."""
     import perf_row_slices
     from pages import performance
 

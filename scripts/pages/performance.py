@@ -12,9 +12,10 @@ does not is noise; runs at other thread counts or loads agree only where a form 
 plain-vs-fast runs together give ``rule: paths``: per thread count, the cells of each pooler's newest timed tree
 whose plain form is faster in every run (:func:`plain_faster_in_every_run`, which a test holds empty: the fast forms
 run at every thread count). ``benchmarks/perf_row_slices.py`` sweeps give one cell table each and, together,
-``rule: max rows``, ``rule: sum rows``, ``rule: bag rows``, ``rule: query rows`` and ``rule: query train rows`` (the
-masked max's choice between its two fast forms, the half-precision sum's, the float32 mean's and latent / adapool's
-half-precision read's without and with gradients, checked per thread count);
+``rule: max rows``, ``rule: sum rows``, ``rule: bag rows``, ``rule: half bag rows``, ``rule: query rows`` and ``rule:
+query train rows`` (the masked max's choice between its two fast forms, the half-precision sum's, the float32 mean's,
+sum pooling's half-precision output's and latent / adapool's half-precision read's without and with gradients, checked
+per thread count);
 ``benchmarks/perf_blocks.py`` sweeps likewise give a table each and ``rule: blocks`` (the block size of the blocked
 fast forms per thread count). ``benchmarks/perf_where.py`` runs give a table each: where each token pooler's time
 goes, beside its floor.
@@ -79,6 +80,9 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "bag-rows-effc622-t1.json", "bag-rows-effc622-t1-busy2.json", "bag-rows-effc622-t2.json",
          "bag-rows-effc622-t2-busy2.json", "bag-rows-effc622-t2-busy2-r2.json", "bag-rows-9a2b815-t2.json",
          "bag-rows-9a2b815-t2-busy2.json", "bag-rows-9a2b815-t2-busy2-r2.json", "revisions-9a2b815-bag-t1.json",
+         "half-bag-rows-c1c562a-t1.json", "half-bag-rows-c1c562a-t1-busy2.json", "half-bag-rows-c1c562a-t2.json",
+         "half-bag-rows-c1c562a-t2-busy2.json", "revisions-c1c562a-half-bag-t1.json",
+         "revisions-c1c562a-half-bag-t2.json",
          "revisions-af911b4-half-tanh-t1.json", "revisions-af911b4-half-tanh-t2.json",
          "revisions-af911b4-half-tanh-t1-busy2.json", "revisions-af911b4-half-tanh-t2-busy2.json",
          "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json",
@@ -139,6 +143,9 @@ ROW_SWEEPS = {
     "bag_rows": (" --reduction bag", "the float32 mean's batched product / the sum by one embedding bag over the real "
                                      "tokens divided by the counts (the row slices in the tables), > 1 is the bag "
                                      "faster"),
+    "half_bag_rows": (" --reduction half_bag", "the half-precision sum's float32 sum rounded to x's dtype / the sum "
+                                               "by one embedding bag in x's dtype (the row slices in the tables), > 1 "
+                                               "is the bag faster"),
     "query_rows": (" --reduction query", "latent / adapool's half-precision read of x from a float32 copy of x / a "
                                          "block of rows at a time, > 1 is the blocks faster"),
     "query_train_rows": (" --reduction query_train", "latent / adapool's half-precision read of x and its gradients "
