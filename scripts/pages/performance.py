@@ -80,6 +80,7 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "bag-rows-effc622-t1.json", "bag-rows-effc622-t1-busy2.json", "bag-rows-effc622-t2.json",
          "bag-rows-effc622-t2-busy2.json", "bag-rows-effc622-t2-busy2-r2.json", "bag-rows-9a2b815-t2.json",
          "bag-rows-9a2b815-t2-busy2.json", "bag-rows-9a2b815-t2-busy2-r2.json", "revisions-9a2b815-bag-t1.json",
+         "tokens-001d701-zen4-t1.json", "tokens-001d701-zen4-t2.json",
          "half-bag-rows-c1c562a-t1.json", "half-bag-rows-c1c562a-t1-busy2.json", "half-bag-rows-c1c562a-t2.json",
          "half-bag-rows-c1c562a-t2-busy2.json", "revisions-c1c562a-half-bag-t1.json",
          "revisions-c1c562a-half-bag-t2.json",
