@@ -26,6 +26,11 @@
 A floor ratio below ``NOT_A_FLOOR`` (0.95: the pooler faster than its floor) means the floor is not a
 floor; the suite flags it in its output, its JSON (``below_floor``) and the rendered table.
 
+Beside the masked statistics, torch's own op for each (``x.mean(1)``, ``x.sum(1)``, ``x.amax(1)``: :data:`TORCH_OPS`)
+runs on the whole of x, unmasked, in the same repeats: its ratio to the same floor, and the pooler's time over its, are
+recorded with the pooler (``torch_op``) and rendered as a reference table and target row. Where torch's own op is
+itself over the target, meeting it asks for a masked form faster than torch's unmasked kernel for that reduction.
+
 B = 32 rows whose real lengths are drawn uniformly from [T/2, T] (right padding), the pooler called
 through its public ``forward`` (input checks, masking, empty-row handling included). Forward runs under
 ``torch.inference_mode``; forward + backward calls ``.backward(g)`` on the output (g a fixed dense random
@@ -67,6 +72,13 @@ READ_ONCE = {"x.sum(1)": lambda x: x.sum(dim=1), "x.amax(1)": lambda x: x.amax(d
 #: Ways to take x's max over its tokens with the gradient sent to the token that holds it: ``max``'s floor in
 #: training, the fastest of them in each repeat (module docstring).
 MAX_WITH_HOLDER = {"x.amax(1)": READ_ONCE["x.amax(1)"], "x.max(1).values": lambda x: x.max(dim=1).values}
+
+
+#: torch's own op over the tokens for each masked statistic, on the whole of x (no mask), timed in the same repeats: the
+#: same reduction by torch's kernel. Where it is itself over the target against the floor, the target asks for a masked
+#: form faster than torch's own unmasked one; the pooler's time over it is what the mask and the contract add.
+TORCH_OPS = {"mean": "x.mean(1)", "sum": "x.sum(1)", "max": "x.amax(1)"}
+UNMASKED = {"x.mean(1)": lambda x: x.mean(dim=1), "x.sum(1)": READ_ONCE["x.sum(1)"], "x.amax(1)": READ_ONCE["x.amax(1)"]}
 
 
 def scoring_weight(pooler) -> torch.Tensor:
@@ -197,6 +209,16 @@ def floor_ratio(times: dict[str, list[float]], name: str, candidates: list[str])
             "below_floor": median < NOT_A_FLOOR}
 
 
+def torch_op_ratio(times: dict[str, list[float]], name: str, candidates: list[str]) -> dict:
+    """The statistic ``name``'s torch op (:data:`TORCH_OPS`) in the same repeats: its time over the floor (the fastest
+    of ``candidates`` in each repeat) and the pooler's time over its, each the median of the per-repeat ratios."""
+    op = TORCH_OPS[name]
+    repeats = range(len(times[name]))
+    floor = [min(times[c][r] for c in candidates) for r in repeats]
+    return {"op": op, "ratio": statistics.median(times[op][r] / floor[r] for r in repeats),
+            "pooler_over_op": statistics.median(times[name][r] / times[op][r] for r in repeats)}
+
+
 def make_inputs(length: int, dim: int, dtype: torch.dtype, device: torch.device):
     gen = torch.Generator().manual_seed(length * 1000 + dim)
     x = torch.randn(BATCH, length, dim, generator=gen).to(device=device, dtype=dtype)
@@ -251,10 +273,13 @@ def run_config(length: int, dim: int, dtype_name: str, mode: str, device: torch.
         floor_calls, candidates, what = floor_of(name, pooler, x, mask, train)
         variants |= floor_calls
         floors[name] = (candidates, what)
+    variants |= {op: timed_call(lambda f=f: f(x), train, [x]) for op, f in UNMASKED.items() if op not in variants}
     times = interleaved(variants, device, repeats=repeats, min_sample_s=min_sample_s)
     return [{"pooler": name, "T": length, "D": dim, "dtype": dtype_name, "mode": mode, "floor": what,
              "target": STAT_TARGET if name in STAT_POOLERS else ATTENTION_TARGET,
-             **floor_ratio(times, name, candidates)} for name, (candidates, what) in floors.items()]
+             **floor_ratio(times, name, candidates),
+             **({"torch_op": torch_op_ratio(times, name, candidates)} if name in TORCH_OPS else {})}
+            for name, (candidates, what) in floors.items()]
 
 
 def grid(full: bool) -> tuple[list[tuple[int, int]], int]:
@@ -322,6 +347,16 @@ def render(result: dict) -> str:
         out.append(table(["pooler"] + labels, body,
                          title=f"**Ratio to the floor: {title}, target <= {target}x** (* = over target, "
                                f"! = under {NOT_A_FLOOR}: not a floor)"))
+    ops = [name for name in STAT_POOLERS if "torch_op" in cell.get((name, labels[0]), {})]
+    if ops:
+        body = [[f"`{cell[name, labels[0]]['torch_op']['op']}` ({name})"]
+                + [f"{cell[name, label]['torch_op']['ratio']:.2f}" + (" *" if cell[name, label]["torch_op"]["ratio"]
+                                                                       > STAT_TARGET else "")
+                   + f" ({cell[name, label]['torch_op']['pooler_over_op']:.2f})" for label in labels] for name in ops]
+        out.append(table(["torch's op, unmasked"] + labels, body,
+                         title=f"**torch's own op over the tokens on the whole of x (no mask), ratio to the same "
+                               f"floor** (* = over the statistics' target, {STAT_TARGET}x; in brackets the pooler's "
+                               "time over the op's)"))
     floors: dict[str, dict[str, set]] = {}  # floor -> the poolers timed against it, in order -> at which D
     wins: dict[str, int] = {}
     for r in rows:
@@ -365,6 +400,15 @@ def targets(result: dict) -> str:
                      f"within; from {rows[0]['ratio']:.2f}x (`{rows[0]['pooler']}` {cell_label(rows[0])}) to "
                      f"{rows[-1]['ratio']:.2f}x (`{rows[-1]['pooler']}` {cell_label(rows[-1])}) | "
                      f"{'**missed**' if missed else 'met'} |")
+        ops = [r for r in result["rows"] if r["pooler"] in names and "torch_op" in r]
+        if ops:
+            over = [r for r in ops if r["torch_op"]["ratio"] > target]
+            lines.append(f"| {', '.join(names)}: torch's own op over the tokens, unmasked ("
+                         f"{', '.join(dict.fromkeys(r['torch_op']['op'] for r in ops))}), against the same floor | "
+                         f"over {target}x in {len(over)} of {len(ops)} cells, {sum(r['ratio'] > target for r in over)} "
+                         f"of them missed by the pooler too; the pooler within {target}x of the op in "
+                         f"{sum(r['torch_op']['pooler_over_op'] <= target for r in ops)} of {len(ops)} cells | "
+                         "reference |")
     return "\n".join(lines)
 
 

@@ -244,6 +244,14 @@ def test_token_floors_run_and_render(tmp_path):
     for row in rows:  # the ratio is against the floor recorded with it (with one repeat: their times' ratio)
         assert row["ratio"] == row["per_repeat"][0] == pytest.approx(row["ms"] / row["floor_ms"])
     assert set(rows[0]["fastest_floor"]) <= set(perf_tokens.READ_ONCE)
+    # torch's own unmasked op per statistic, in the same repeats: op / floor times pooler / op is pooler / floor
+    assert [r["torch_op"]["op"] for r in rows[:3]] == ["x.mean(1)", "x.sum(1)", "x.amax(1)"]
+    assert all("torch_op" not in r for r in rows[3:])
+    for row in rows[:3]:
+        assert row["torch_op"]["ratio"] * row["torch_op"]["pooler_over_op"] == pytest.approx(row["ratio"])
+    rows[0]["torch_op"].update(ratio=1.5, pooler_over_op=1.2)
+    rows[1]["torch_op"].update(ratio=1.1, pooler_over_op=1.4)
+    rows[2]["torch_op"].update(ratio=1.2, pooler_over_op=1.3)
 
     rows[0].update(ratio=0.9, below_floor=True)  # mean under its floor: flagged
     rows[3].update(ratio=1.4)  # attention over its 1.2x target: that family misses, latent / adapool not judged here
@@ -259,6 +267,10 @@ def test_token_floors_run_and_render(tmp_path):
     text = rendering.replace_blocks(stale, blocks)
     assert "STALE" not in text and "| mean   | 0.90 ! " in text
     assert "Not a floor (ratio under 0.95): `mean` T8 D8" in text
+    assert "| `x.mean(1)` (mean)   | 1.50 * (1.20)" in text and "| `x.sum(1)` (sum)     | 1.10 (1.40)" in text
+    assert ("torch's own op over the tokens, unmasked (x.mean(1), x.sum(1), x.amax(1)), against the same floor | over "
+            "1.3x in 1 of 3 cells, 0 of them missed by the pooler too; the pooler within 1.3x of the op in 2 of 3 "
+            "cells | reference |") in text
     verdicts = [line.rsplit("|", 2)[1].strip() for line in text.splitlines() if "<= 1." in line and "cells" in line]
     assert verdicts == ["**missed**" if any(r["ratio"] > 1.3 for r in rows[:3]) else "met", "**missed**", "met"]
 
