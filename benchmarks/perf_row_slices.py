@@ -13,11 +13,11 @@ sum that runs otherwise (``masking.masked_sum``: a float32 copy and a product, o
 embedding bag over the real tokens in x's dtype (``fast.bag_sum``: "row slices" here), in bf16 and fp16.
 
 This sweep is the data behind the rule that picks the form for the thread count in use (``fast.slices_pay`` for the max,
-``fast.row_sums_pay`` for the sum, ``fast.query_blocks_pay`` for the query read, ``fast.bag_sums_pay`` for the
-bag, ``fast.half_bag_sums_pay`` for the half bag): each cell records which form the rule picks there, and :func:`rule_checks` (rendered in docs/performance.md,
-asserted by benchmarks/tests) says whether the sweep backs it. Rows are right-padded, their real lengths drawn from
-[T/2, T] as in ``perf_tokens``. The figure is the batched form's time / the row slices' time (> 1: the row slices are
-faster).
+``fast.row_sums_pay`` for the sum, ``fast.query_blocks_pay`` for the query read, ``fast.bag_sums_pay`` for the bag,
+``fast.half_bag_sums_pay`` for the half bag): each cell records which form the rule picks there, and :func:`rule_checks`
+(rendered in docs/performance.md, asserted by benchmarks/tests) says whether the sweep backs it. Rows are right-padded,
+their real lengths drawn from [T/2, T] as in ``perf_tokens``. The figure is the batched form's time / the row slices'
+time (> 1: the row slices are faster).
 
     .venv/bin/python benchmarks/perf_row_slices.py --threads 1 --json benchmarks/results/max-rows-t1.json
     .venv/bin/python benchmarks/perf_row_slices.py --reduction sum --threads 1 \
@@ -60,8 +60,8 @@ class Reduction(NamedTuple):
     """What a ``--reduction`` times: the batched form's name, the dtypes, (x, mask) -> each form's call (the row
     form named "row slices"), the rule that picks the row slices, (row, settings) -> whether a row of the sweep
     is under the rule's size ("short rows"; the size is the setting that ``settings`` gives, recorded in the run),
-    whether the two forms give the same values (else float32 sums in another order), and whether the calls take
-    gradients (else they run under ``torch.inference_mode``)."""
+    whether the two forms give the same values (else float32 sums in another order), whether the calls take
+    gradients (else they run under ``torch.inference_mode``), and the batch sizes swept."""
     batched: str
     dtypes: tuple[str, ...]
     forms: Callable[[torch.Tensor, torch.Tensor], dict[str, Callable[[], torch.Tensor]]]
@@ -70,6 +70,7 @@ class Reduction(NamedTuple):
     settings: Callable[[], dict]
     exact: bool
     train: bool = False
+    batches: tuple[int, ...] = BATCHES
 
 
 def query_forms(x: torch.Tensor, mask: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
@@ -146,7 +147,8 @@ REDUCTIONS = {
     "half_bag": Reduction("float32 sum", ("bf16", "fp16"),
                           lambda x, mask: {"float32 sum": lambda: masking.masked_sum(x, mask).to(x.dtype),
                                            "row slices": lambda: fast.bag_sum(x, mask)},
-                          fast.half_bag_sums_pay, lambda row, settings: False, dict, False),
+                          fast.half_bag_sums_pay, lambda row, settings: False, dict, False,
+                          batches=(1,) + BATCHES),
     "query": query_reduction(query_forms, False),
     "query_train": query_reduction(query_train_forms, True),
 }
@@ -157,9 +159,10 @@ def reduction_of(result: dict) -> Reduction:
     return REDUCTIONS[result["settings"].get("reduction", "max")]
 
 
-def sweep(device: torch.device, repeats: int, batches=BATCHES, widths=WIDTHS, lengths=LENGTHS,
+def sweep(device: torch.device, repeats: int, batches=None, widths=WIDTHS, lengths=LENGTHS,
           reduction: str = "max") -> list[dict]:
     chosen = REDUCTIONS[reduction]
+    batches = chosen.batches if batches is None else batches
     batched = chosen.batched
     rows = []
     for batch in batches:
@@ -272,7 +275,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     def settings(reduction: str) -> dict:
         chosen = REDUCTIONS[reduction]
-        return {"reduction": reduction, "batches": BATCHES, "widths": WIDTHS, "lengths": LENGTHS,
+        return {"reduction": reduction, "batches": chosen.batches, "widths": WIDTHS, "lengths": LENGTHS,
                 **chosen.settings(), "backing_share": BACKING_SHARE,
                 "figure": f"{chosen.batched} time / row slices time (> 1: the row slices are faster)"}
 

@@ -1,8 +1,10 @@
 """Item 1: token poolers against floors that do the same work, measured side by side in one run.
 
-* Masked mean / sum / max: the floor is the *fastest* of several ways to read the tensor once
-  (``x.sum(1)``, ``x.amax(1)``, a contiguous ``x.flatten(1).sum(1)``, the copy ``x.clone()``), all timed in
-  the same repeats, the minimum taken per repeat: a slow kernel cannot pass as a floor. ``max`` in training is the
+* Masked mean / sum / max: the floor is the *fastest* of several ways to read the real tokens once, gathered
+  before timing into one contiguous tensor (its ``sum(0)``, ``amax(0)``, ``sum()`` and ``clone()``: :data:`READ_REAL`),
+  all timed in the same repeats, the minimum taken per repeat: a slow kernel cannot pass as a floor. (Runs before
+  :data:`READ_REAL` read every position of x, padding included; the embedding bags, which read the real tokens only,
+  were faster than that in a cell, so it was not a floor.) ``max`` in training is the
   exception: its backward must find, for each feature, the token that holds the maximum, work that the sums' and
   the copy's backward (a broadcast of the incoming gradient) do not do, so its floor is the faster of torch's own
   maxima over the tokens with their gradients (``x.amax(1)``, ``x.max(1).values``), unmasked. Target <= 1.3x.
@@ -66,19 +68,22 @@ ATTENTION_POOLERS = SCORING_POOLERS + QUERY_POOLERS
 STAT_TARGET, ATTENTION_TARGET = 1.3, 1.2
 NOT_A_FLOOR = 0.95  # a median ratio below this: the pooler beat its floor, so the floor is not one
 
-#: Ways to read x once: the masked statistics' floor is the fastest of them in each repeat.
-READ_ONCE = {"x.sum(1)": lambda x: x.sum(dim=1), "x.amax(1)": lambda x: x.amax(dim=1),
-             "x.flatten(1).sum(1)": lambda x: x.flatten(1).sum(dim=1), "x.clone()": lambda x: x.clone()}
-#: Ways to take x's max over its tokens with the gradient sent to the token that holds it: ``max``'s floor in
-#: training, the fastest of them in each repeat (module docstring).
-MAX_WITH_HOLDER = {"x.amax(1)": READ_ONCE["x.amax(1)"], "x.max(1).values": lambda x: x.max(dim=1).values}
-
-
+#: Ways to read the real tokens once, gathered before timing into one contiguous (N_real, D) tensor ("real"): the
+#: masked statistics' floor is the fastest of them in each repeat. A masked statistic must read every real token and
+#: need not read the padding (the embedding bags do not), so its floor does not read the padding either. Runs whose
+#: settings list ``read_once`` instead read all of x (x.sum(1), x.amax(1), x.flatten(1).sum(1), x.clone()).
+READ_REAL = {"real.sum(0)": lambda r: r.sum(dim=0), "real.amax(0)": lambda r: r.amax(dim=0),
+             "real.sum()": lambda r: r.sum(), "real.clone()": lambda r: r.clone()}
 #: torch's own op over the tokens for each masked statistic, on the whole of x (no mask), timed in the same repeats: the
 #: same reduction by torch's kernel. Where it is itself over the target against the floor, the target asks for a masked
-#: form faster than torch's own unmasked one; the pooler's time over it is what the mask and the contract add.
+#: form faster than torch's own unmasked one; the pooler's time over its says how the two compare (under 1: the pooler
+#: is the faster).
+UNMASKED = {"x.mean(1)": lambda x: x.mean(dim=1), "x.sum(1)": lambda x: x.sum(dim=1),
+            "x.amax(1)": lambda x: x.amax(dim=1)}
 TORCH_OPS = {"mean": "x.mean(1)", "sum": "x.sum(1)", "max": "x.amax(1)"}
-UNMASKED = {"x.mean(1)": lambda x: x.mean(dim=1), "x.sum(1)": READ_ONCE["x.sum(1)"], "x.amax(1)": READ_ONCE["x.amax(1)"]}
+#: Ways to take x's max over its tokens with the gradient sent to the token that holds it: ``max``'s floor in
+#: training, the fastest of them in each repeat (module docstring).
+MAX_WITH_HOLDER = {"x.amax(1)": UNMASKED["x.amax(1)"], "x.max(1).values": lambda x: x.max(dim=1).values}
 
 
 def scoring_weight(pooler) -> torch.Tensor:
@@ -180,14 +185,17 @@ def query_from_tokens(pooler) -> bool:
 
 def floor_of(name: str, pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
     """(the timed calls of ``name``'s floor, the names of the candidates the floor is the fastest of in each repeat,
-    the floor in words): the read-once ways for the masked statistics (the same calls for each; ``max`` in training:
-    torch's maxima with their gradients), the ways of :func:`attention_floor` for the attention family."""
+    the floor in words): the ways of reading the real tokens once for the masked statistics (the same calls for each;
+    ``max`` in training: torch's maxima with their gradients), the ways of :func:`attention_floor` for the attention
+    family."""
+    if name == "max" and train:
+        return ({way: timed_call(lambda f=f: f(x), train, [x]) for way, f in MAX_WITH_HOLDER.items()},
+                list(MAX_WITH_HOLDER), "fastest of " + ", ".join(MAX_WITH_HOLDER) + " (torch's maxima over the "
+                "tokens, unmasked, the gradient sent to the holder), in training")
     if name in STAT_POOLERS:
-        holder = name == "max" and train
-        ways = MAX_WITH_HOLDER if holder else READ_ONCE
-        return ({way: timed_call(lambda f=f: f(x), train, [x]) for way, f in ways.items()}, list(ways),
-                "fastest of " + ", ".join(ways) + (" (torch's maxima over the tokens, unmasked, the gradient sent to "
-                                                   "the holder), in training" if holder else ""))
+        real = x.detach()[mask].contiguous().requires_grad_(train)
+        return ({way: timed_call(lambda f=f: f(real), train, [real]) for way, f in READ_REAL.items()}, list(READ_REAL),
+                "fastest of " + ", ".join(READ_REAL) + " over the real tokens (gathered before timing)")
     what, calls, leaves = attention_floor(pooler, x, mask, train)
     variants = {f"floor of {name}{way}": timed_call(call, train, leaves) for way, call in calls.items()}
     return variants, list(variants), what
@@ -199,7 +207,7 @@ def floor_ratio(times: dict[str, list[float]], name: str, candidates: list[str])
     -> the ratio (median of the per-repeat ratios), every repeat's ratio, the median ms of both, how often
     each candidate was the fastest, and ``below_floor`` (the ratio under NOT_A_FLOOR)."""
     repeats = range(len(times[name]))
-    floor = [min(times[c][r] for c in candidates) for r in repeats]
+    floor = repeat_floors(times, candidates, repeats)
     fastest = [min(candidates, key=lambda c: times[c][r]) for r in repeats]
     per = [t / f for t, f in zip(times[name], floor)]
     median = statistics.median(per)
@@ -209,12 +217,17 @@ def floor_ratio(times: dict[str, list[float]], name: str, candidates: list[str])
             "below_floor": median < NOT_A_FLOOR}
 
 
+def repeat_floors(times: dict[str, list[float]], candidates: list[str], repeats: range) -> list[float]:
+    """The floor's time in each repeat: the fastest of ``candidates`` in that repeat."""
+    return [min(times[c][r] for c in candidates) for r in repeats]
+
+
 def torch_op_ratio(times: dict[str, list[float]], name: str, candidates: list[str]) -> dict:
     """The statistic ``name``'s torch op (:data:`TORCH_OPS`) in the same repeats: its time over the floor (the fastest
     of ``candidates`` in each repeat) and the pooler's time over its, each the median of the per-repeat ratios."""
     op = TORCH_OPS[name]
     repeats = range(len(times[name]))
-    floor = [min(times[c][r] for c in candidates) for r in repeats]
+    floor = repeat_floors(times, candidates, repeats)
     return {"op": op, "ratio": statistics.median(times[op][r] / floor[r] for r in repeats),
             "pooler_over_op": statistics.median(times[name][r] / times[op][r] for r in repeats)}
 
@@ -305,7 +318,7 @@ def main(argv: list[str] | None = None) -> dict:
               "settings": {"batch": BATCH, "sizes": sizes, "dtypes": ["fp32", "bf16"], "modes": ["fwd", "fwd+bwd"],
                            "repeats": repeats, "min_sample_s": 0.05, "threads": torch.get_num_threads(),
                            "half_floors_in_float32": True, "read_once_floors": True,
-                           "background": args.background, "not_a_floor": NOT_A_FLOOR, "read_once": list(READ_ONCE),
+                           "background": args.background, "not_a_floor": NOT_A_FLOOR, "read_real": list(READ_REAL),
                            "max_with_holder": list(MAX_WITH_HOLDER),
                            "figure": "pooler time / floor time, median of the per-repeat ratios"},
               "rows": rows}
@@ -321,12 +334,15 @@ FAMILIES = (("masked statistics vs the fastest way to read x once", STAT_POOLERS
 
 
 def families(result: dict) -> tuple:
-    """:data:`FAMILIES` as ``result`` measured them: before the ``max_with_holder`` setting, ``max`` in training was
-    timed against a read of x too."""
-    if not result.get("settings", {}).get("max_with_holder"):
-        return FAMILIES
+    """:data:`FAMILIES` as ``result`` measured them: with the ``read_real`` setting the statistics' floor reads the real
+    tokens only; before the ``max_with_holder`` setting, ``max`` in training was timed against a read of x too."""
+    settings = result.get("settings", {})
     (title, names, target), *rest = FAMILIES
-    return ((title + " (max in training: vs torch's max with its gradient)", names, target), *rest)
+    if settings.get("read_real"):
+        title = title.replace("read x once", "read the real tokens once")
+    if settings.get("max_with_holder"):
+        title += " (max in training: vs torch's max with its gradient)"
+    return ((title, names, target), *rest)
 
 
 def cell_label(row: dict) -> str:
@@ -356,7 +372,7 @@ def render(result: dict) -> str:
         out.append(table(["torch's op, unmasked"] + labels, body,
                          title=f"**torch's own op over the tokens on the whole of x (no mask), ratio to the same "
                                f"floor** (* = over the statistics' target, {STAT_TARGET}x; in brackets the pooler's "
-                               "time over the op's)"))
+                               "time over the op's, under 1 where the pooler is the faster)"))
     floors: dict[str, dict[str, set]] = {}  # floor -> the poolers timed against it, in order -> at which D
     wins: dict[str, int] = {}
     for r in rows:
@@ -371,7 +387,8 @@ def render(result: dict) -> str:
         return ", ".join(f"`{n}`" + ("" if at == dims else f" (D = {', '.join(map(str, sorted(at)))})")
                          for n, at in names.items())
     out += ["", "Floors:", "", *(f"* {timed(names)}: {what}" for what, names in floors.items()),
-            "", "Fastest way to read x once, repeats won over every cell: "
+            "", f"Fastest way to read {'the real tokens' if result.get('settings', {}).get('read_real') else 'x'} "
+                "once, repeats won over every cell: "
             + ", ".join(f"`{read}` {count}" for read, count in sorted(wins.items(), key=lambda w: -w[1])),
             "", f"Not a floor (ratio under {NOT_A_FLOOR}): " + (", ".join(flagged) if flagged else "none")]
     half = [r for r in rows if r["pooler"] in ATTENTION_POOLERS and r["dtype"] != "fp32"]

@@ -3,9 +3,9 @@
 Three calls are timed side by side (interleaved repeats) in every cell:
 
 * the pooler's public ``forward``, as ``perf_tokens`` times it;
-* its pooling alone, ``pool_without_weights`` on the input ``forward`` would pass it (eager CPU: x as given, the
-  boolean mask): no input checks, no mask check, no product that zeroes empty rows, no non-finite guard and no
-  cast back. ``forward`` minus this is the contract's cost per call;
+* its pooling alone, ``pool_for_output`` (what ``forward`` calls when no weights are asked for) on the input ``forward``
+  would pass it (eager CPU: x as given, the boolean mask): no input checks, no mask check, no product that zeroes empty
+  rows, no non-finite guard and no cast back. ``forward`` minus this is the contract's cost per call;
 * the floor, as ``perf_tokens`` builds it.
 
 The pooling alone then runs under ``torch.profiler`` and its operators' self times are summed by kind
@@ -127,10 +127,10 @@ def measure_cell(length: int, dim: int, dtype_name: str, mode: str, names: list[
         pooler = get_pooler(name, hidden_size=dim).to(device=device, dtype=DTYPES[dtype_name]).train(train)
         leaves = [x, *pooler.parameters()]
         variants[name] = timed_call(lambda p=pooler: p(x, mask), train, leaves)
-        pools[name] = timed_call(lambda p=pooler: p.pool_without_weights(x, mask), train, leaves)
+        pools[name] = timed_call(lambda p=pooler: p.pool_for_output(x, mask), train, leaves)
         variants[f"pool of {name}"] = pools[name]
         with torch.inference_mode():  # every row has real tokens: the pooling alone is the call, less its checks
-            differs[name] = (pooler(x, mask).float() - pooler.pool_without_weights(x, mask).float()).abs().max().item()
+            differs[name] = (pooler(x, mask).float() - pooler.pool_for_output(x, mask).float()).abs().max().item()
         floor_calls, candidates, what = floor_of(name, pooler, x, mask, train)
         variants |= floor_calls
         floors[name] = (candidates, what)

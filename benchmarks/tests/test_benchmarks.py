@@ -210,11 +210,11 @@ def test_a_half_precision_floor_is_also_timed_in_float32_on_the_same_leaves(name
             leaf.grad = None
 
 
-def test_the_max_floor_in_training_finds_the_holder_like_the_pooler_and_a_read_stays_the_floor_elsewhere():
+def test_the_max_floor_in_training_finds_the_holder_like_the_pooler_and_a_read_stays_the_floor_elsewhere(monkeypatch):
     """max's backward sends each feature's gradient to the token holding its maximum, so its training floor must do
     that work too: each of its ways puts the whole gradient on the holder (x.sum's backward, a broadcast, would pass
     as a floor that does less). Catches a training floor of reads, a floor whose gradient is not the max's, and a
-    forward (or mean / sum) floor that stops being the fastest read of x."""
+    forward (or mean / sum) floor that stops being the fastest read of the real tokens, or reads the padding."""
     import perf_tokens
     from poolkit import get_pooler
 
@@ -227,10 +227,18 @@ def test_the_max_floor_in_training_finds_the_holder_like_the_pooler_and_a_read_s
         f(x).backward(torch.ones(3, 4))
         torch.testing.assert_close(x.grad, expected, msg=way)
         x.grad = None
+    padded = mask.clone()
+    padded[1, 3:] = padded[2, 1:] = False  # 9 real tokens of 15
+    read = []
+    monkeypatch.setitem(perf_tokens.READ_REAL, "real.clone()", lambda r: read.append(r.detach()) or r.clone())
     for name, train in (("max", False), ("mean", True), ("sum", True)):
-        assert perf_tokens.floor_of(name, get_pooler(name, 4), x, mask, train)[1] == list(perf_tokens.READ_ONCE)
-    titles = [family[0] for family in perf_tokens.families({"settings": {"max_with_holder": ["x.amax(1)"]}})]
-    assert "max in training: vs torch's max with its gradient" in titles[0]
+        calls, candidates, _ = perf_tokens.floor_of(name, get_pooler(name, 4), x, padded, train)
+        assert candidates == list(perf_tokens.READ_REAL)
+        calls["real.clone()"]()
+        assert torch.equal(read.pop(), x.detach()[padded])  # the real tokens, and only those
+    titles = [family[0] for family in perf_tokens.families({"settings": {"max_with_holder": ["x.amax(1)"],
+                                                                         "read_real": ["real.sum(0)"]}})]
+    assert "max in training: vs torch's max with its gradient" in titles[0] and "read the real tokens once" in titles[0]
     assert perf_tokens.families({"settings": {}}) == perf_tokens.FAMILIES  # older runs read as they were measured
 
 
@@ -243,7 +251,7 @@ def test_token_floors_run_and_render(tmp_path):
     assert [r["pooler"] for r in rows] == perf_tokens.STAT_POOLERS + perf_tokens.ATTENTION_POOLERS
     for row in rows:  # the ratio is against the floor recorded with it (with one repeat: their times' ratio)
         assert row["ratio"] == row["per_repeat"][0] == pytest.approx(row["ms"] / row["floor_ms"])
-    assert set(rows[0]["fastest_floor"]) <= set(perf_tokens.READ_ONCE)
+    assert set(rows[0]["fastest_floor"]) <= set(perf_tokens.READ_REAL)
     # torch's own unmasked op per statistic, in the same repeats: op / floor times pooler / op is pooler / floor
     assert [r["torch_op"]["op"] for r in rows[:3]] == ["x.mean(1)", "x.sum(1)", "x.amax(1)"]
     assert all("torch_op" not in r for r in rows[3:])

@@ -1170,10 +1170,11 @@ def test_sum_pooling_of_half_precision_x_by_one_bag_rounds_the_float32_sum_once(
     """sum pooling's output for half-precision x without a gradient: one embedding bag over the real tokens
     (fast.bag_sum) in x's dtype, the exact sum rounded once, under right / left / both-sided padding, gaps, a one-token
     row and an empty one (0); NaN / inf at padding never reach it, at real tokens they do. The values are multiples of
-    1/8 (fp16: 1/256) whose sums float32 holds exactly and x's dtype does not, so the expected value is exact (the bag may round a
-    tie away from zero, where torch rounds it to even). With weights asked for, with a gradient, and as another pooler's part (whose values it mixes further), the float32 sum is kept.
-    Catches a sum accumulated in x's precision (or rounded twice), padding read, bags cut at the wrong offsets, an
-    empty row left unwritten, and the bag cutting a gradient off or rounding a part."""
+    1/8 (fp16: 1/256) whose sums float32 holds exactly and x's dtype does not, so the expected value is exact (the bag
+    may round a tie away from zero, where torch rounds it to even). With weights asked for, with a gradient, and as
+    another pooler's part (whose values it mixes further), and in a subclass with its own sum, the float32 sum is kept.
+    Catches a sum accumulated in x's precision (or rounded twice), padding read, bags cut at the wrong offsets, an empty
+    row left unwritten, and the bag cutting a gradient off, rounding a part or passing over a subclass's sum."""
     calls = []
     bag = fast.bag_sum
     monkeypatch.setattr(fast, "bag_sum", lambda *args: calls.append(args) or bag(*args))
@@ -1192,6 +1193,7 @@ def test_sum_pooling_of_half_precision_x_by_one_bag_rounds_the_float32_sum_once(
         got = pooler(x, mask)
     assert len(calls) == 1 and got.dtype == dtype
     assert_nearest(got, exact)
+    assert not got[3].any()  # the empty row: exactly 0
     with torch.no_grad():
         pooled, _ = pooler(x, mask, return_weights=True)
     assert len(calls) == 1 and torch.equal(pooled, exact.to(dtype))  # the float32 product, exact here, rounded
@@ -1205,6 +1207,14 @@ def test_sum_pooling_of_half_precision_x_by_one_bag_rounds_the_float32_sum_once(
     assert torch.equal(leaf.grad != 0, mask[..., None].expand_as(x))
     part = pooler.pool_as_part(x.nan_to_num(0.0, 0.0, 0.0), mask, weights=False)
     assert not calls and part.dtype == torch.float32
+
+    class Doubled(type(pooler)):  # a subclass's own sum is what its forward runs
+        def pool_without_weights(self, x, mask):
+            return 2 * super().pool_without_weights(x, mask)
+
+    with torch.no_grad():
+        assert torch.equal(Doubled(hidden_size=HIDDEN)(x.nan_to_num(0.0, 0.0, 0.0), mask), (2 * part).to(dtype))
+    assert not calls
 
 
 def test_half_bag_sums_run_where_the_sweep_says_they_pay(monkeypatch):

@@ -35,7 +35,8 @@ class Pooler(Configurable):
     poolers (``headed``) return the mean of their rows, and the rows (B, R, T) themselves, heads outermost,
     when called with ``return_weights="heads"`` (maps: (B, R, H, W)). Poolers whose weights
     cost extra work (max / min: the winning token of every feature) also implement
-    :meth:`pool_without_weights`, which ``forward`` calls when no weights are asked for.
+    :meth:`pool_without_weights`, which ``forward`` calls (through :meth:`pool_for_output`) when no weights are
+    asked for.
     """
 
     option_docs = {"on_empty": "rows with no real token: 'zeros' (zeros and zero weights) or 'raise'"}

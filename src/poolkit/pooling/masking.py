@@ -157,16 +157,16 @@ def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
     return masked_weighted_sum(x, mask)
 
 
-def rounded_masked_sum(x: Tensor, mask: Tensor) -> Tensor:
-    """:func:`masked_sum` rounded to x's dtype: (B, T, D), (B, T) bool -> (B, D) in x's dtype, for a caller that
-    rounds it so anyway (sum pooling's output). Where :func:`fast.active`, x needs no gradient and
-    :func:`fast.half_bag_sums_pay`, half-precision x is summed as one embedding bag over the real tokens
-    (:func:`fast.bag_sum`), whose float32 sum is rounded once in the bag, to a nearest value: the same value but for
-    a sum on the rounding's edge (float32 sums in another order; the bag's bf16 kernel takes a tie away from zero,
-    where torch rounds it to even, one unit in the last place apart)."""
+def masked_sum_for_output(x: Tensor, mask: Tensor) -> Tensor:
+    """:func:`masked_sum` for a caller that rounds it to x's dtype (sum pooling's output): (B, T, D), (B, T) bool ->
+    (B, D). Where :func:`fast.active`, x needs no gradient and :func:`fast.half_bag_sums_pay`, half-precision x is
+    summed as one embedding bag over the real tokens (:func:`fast.bag_sum`), whose float32 sum is rounded once in the
+    bag, to a nearest value of x's dtype: the same value but for a sum on the rounding's edge (float32 sums in another
+    order; the bag's bf16 kernel takes a tie away from zero, where torch rounds it to even, one unit in the last place
+    apart). Otherwise :func:`masked_sum`, in the compute dtype."""
     if _fast_without_gradient(x) and fast.half_bag_sums_pay(x, mask):
         return fast.bag_sum(x, mask)
-    return masked_sum(x, mask).to(x.dtype)
+    return masked_sum(x, mask)
 
 
 def _fast_without_gradient(x: Tensor) -> bool:

@@ -92,7 +92,9 @@ class SumPooler(Pooler):
         return masking.masked_sum(x, mask)
 
     def pool_for_output(self, x: Tensor, mask: Tensor) -> Tensor:
-        return masking.rounded_masked_sum(x, mask)
+        if type(self).pool_without_weights is not SumPooler.pool_without_weights:  # a subclass's own sum
+            return self.pool_without_weights(x, mask)
+        return masking.masked_sum_for_output(x, mask)
 
 
 @register_pooler("mean_sqrt_len", "mean_sqrt_len_tokens")
