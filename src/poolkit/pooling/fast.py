@@ -604,9 +604,10 @@ def half_bag_sums_pay(x: Tensor, mask: Tensor) -> bool:
     """Whether one embedding bag over the real tokens (:func:`bag_sum`) gives a half-precision sum that is rounded to
     x's dtype anyway (sum pooling's output): for contiguous bf16 / fp16 x and a bool mask, without autocast, at every
     size. The bag sums half-precision rows in float32 inside its kernel and rounds once, where the forms that keep the
-    float32 sum copy x to float32 first or sum it a row's slice at a time. In the sweeps (one and two threads, quiet
-    and beside busy processes; two threads stand for several, as in the other rules) it was over 2% faster in all but
-    a few cells of each, and within 2% in those (docs/performance.md, the half bag rows sweeps)."""
+    float32 sum copy x to float32 first or sum it a row's slice at a time. In the sweeps (batches of one row and more,
+    one and two threads, quiet and beside busy processes; two threads stand for several, as in the other rules) it was
+    the faster in every cell, and within 2% in none but a few cells of earlier busy sweeps (docs/performance.md, the
+    half bag rows sweeps)."""
     return (x.dtype in (torch.float16, torch.bfloat16) and mask.dtype == torch.bool
             and not torch.is_autocast_enabled("cpu") and x.is_contiguous())
 
