@@ -1,13 +1,15 @@
 """Item 1: token poolers against floors that do the same work, measured side by side in one run.
 
-* Masked mean / sum / max: the floor is the *fastest* of several ways to read the real tokens once, gathered
-  before timing into one contiguous tensor (its ``sum(0)``, ``amax(0)``, ``sum()`` and ``clone()``: :data:`READ_REAL`),
-  all timed in the same repeats, the minimum taken per repeat: a slow kernel cannot pass as a floor. (Runs before
+* Masked mean / sum / max: the floor is the *fastest* of several ways to read the real tokens once, gathered before
+  timing into one contiguous tensor (its ``sum(0)``, ``amax(0)``, ``sum()`` and ``clone()``: :data:`READ_REAL`), all
+  timed in the same repeats, the minimum taken per repeat: a slow kernel cannot pass as a floor. (Runs before
   :data:`READ_REAL` read every position of x, padding included; the embedding bags, which read the real tokens only,
-  were faster than that in a cell, so it was not a floor.) ``max`` in training is the
-  exception: its backward must find, for each feature, the token that holds the maximum, work that the sums' and
-  the copy's backward (a broadcast of the incoming gradient) do not do, so its floor is the faster of torch's own
-  maxima over the tokens with their gradients (``x.amax(1)``, ``x.max(1).values``), unmasked. Target <= 1.3x.
+  were faster than that in a cell, so it was not a floor.) The mean and sum in training read all of x once
+  (:data:`READ_ONCE`), x the leaf, so that the floor writes x's whole gradient, as the pooler must. ``max`` in
+  training is the exception: its backward must find, for each feature, the token that holds the maximum, work that the
+  sums' and the copy's backward (a broadcast of the incoming gradient) do not do, so its floor is the faster of
+  torch's own maxima over the tokens with their gradients (``x.amax(1)``, ``x.max(1).values``), unmasked. Target <=
+  1.3x.
 * attention / attention_head / multihead_attention / gated_attention: the floor is the matmul of their
   own scoring weight (gated attention's two as one) over the positions the pooler scores. Where the fast
   forms run (eager CPU: ``fast.active``) those are the real tokens only, so the floor multiplies a
@@ -69,15 +71,20 @@ STAT_TARGET, ATTENTION_TARGET = 1.3, 1.2
 NOT_A_FLOOR = 0.95  # a median ratio below this: the pooler beat its floor, so the floor is not one
 
 #: Ways to read the real tokens once, gathered before timing into one contiguous (N_real, D) tensor ("real"): the
-#: masked statistics' floor is the fastest of them in each repeat. A masked statistic must read every real token and
-#: need not read the padding (the embedding bags do not), so its floor does not read the padding either. Runs whose
-#: settings list ``read_once`` instead read all of x (x.sum(1), x.amax(1), x.flatten(1).sum(1), x.clone()).
+#: masked statistics' floor in forward is the fastest of them in each repeat. A masked statistic must read every real
+#: token and need not read the padding (the embedding bags do not), so its floor does not read the padding either.
+#: Runs without the ``read_real`` setting read all of x in forward too (:data:`READ_ONCE`).
 READ_REAL = {"real.sum(0)": lambda r: r.sum(dim=0), "real.amax(0)": lambda r: r.amax(dim=0),
              "real.sum()": lambda r: r.sum(), "real.clone()": lambda r: r.clone()}
+#: Ways to read all of x once: the mean's and the sum's floor in training, the fastest of them in each repeat. x is the
+#: leaf, so each writes x's whole gradient (autograd makes a dense one of the sums' broadcast), as the pooler must:
+#: zero at the padding, the gradient is still a (B, T, D) tensor.
+READ_ONCE = {"x.sum(1)": lambda x: x.sum(dim=1), "x.amax(1)": lambda x: x.amax(dim=1),
+             "x.flatten(1).sum(1)": lambda x: x.flatten(1).sum(dim=1), "x.clone()": lambda x: x.clone()}
 #: torch's own op over the tokens for each masked statistic, on the whole of x (no mask), timed in the same repeats: the
 #: same reduction by torch's kernel. Where it is itself over the target against the floor, the target asks for a masked
-#: form faster than torch's own unmasked one; the pooler's time over its says how the two compare (under 1: the pooler
-#: is the faster).
+#: form faster than torch's own unmasked one; the pooler's time over the op's says how the two compare (under 1: the
+#: pooler is the faster).
 UNMASKED = {"x.mean(1)": lambda x: x.mean(dim=1), "x.sum(1)": lambda x: x.sum(dim=1),
             "x.amax(1)": lambda x: x.amax(dim=1)}
 TORCH_OPS = {"mean": "x.mean(1)", "sum": "x.sum(1)", "max": "x.amax(1)"}
@@ -185,15 +192,18 @@ def query_from_tokens(pooler) -> bool:
 
 def floor_of(name: str, pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
     """(the timed calls of ``name``'s floor, the names of the candidates the floor is the fastest of in each repeat,
-    the floor in words): the ways of reading the real tokens once for the masked statistics (the same calls for each;
-    ``max`` in training: torch's maxima with their gradients), the ways of :func:`attention_floor` for the attention
-    family."""
+    the floor in words): the ways of reading the real tokens once for the masked statistics in forward (the same calls
+    for each), of reading x once for the mean and sum in training, torch's maxima with their gradients for ``max`` in
+    training, and the ways of :func:`attention_floor` for the attention family."""
     if name == "max" and train:
         return ({way: timed_call(lambda f=f: f(x), train, [x]) for way, f in MAX_WITH_HOLDER.items()},
                 list(MAX_WITH_HOLDER), "fastest of " + ", ".join(MAX_WITH_HOLDER) + " (torch's maxima over the "
                 "tokens, unmasked, the gradient sent to the holder), in training")
+    if name in STAT_POOLERS and train:
+        return ({way: timed_call(lambda f=f: f(x), train, [x]) for way, f in READ_ONCE.items()}, list(READ_ONCE),
+                "fastest of " + ", ".join(READ_ONCE) + ", in training (x's whole gradient written, as the pooler's is)")
     if name in STAT_POOLERS:
-        real = x.detach()[mask].contiguous().requires_grad_(train)
+        real = x.detach()[mask].contiguous()
         return ({way: timed_call(lambda f=f: f(real), train, [real]) for way, f in READ_REAL.items()}, list(READ_REAL),
                 "fastest of " + ", ".join(READ_REAL) + " over the real tokens (gathered before timing)")
     what, calls, leaves = attention_floor(pooler, x, mask, train)
@@ -319,6 +329,7 @@ def main(argv: list[str] | None = None) -> dict:
                            "repeats": repeats, "min_sample_s": 0.05, "threads": torch.get_num_threads(),
                            "half_floors_in_float32": True, "read_once_floors": True,
                            "background": args.background, "not_a_floor": NOT_A_FLOOR, "read_real": list(READ_REAL),
+                           "read_once": list(READ_ONCE),
                            "max_with_holder": list(MAX_WITH_HOLDER),
                            "figure": "pooler time / floor time, median of the per-repeat ratios"},
               "rows": rows}
@@ -339,7 +350,7 @@ def families(result: dict) -> tuple:
     settings = result.get("settings", {})
     (title, names, target), *rest = FAMILIES
     if settings.get("read_real"):
-        title = title.replace("read x once", "read the real tokens once")
+        title = title.replace("read x once", "read the real tokens once (mean and sum in training: x)")
     if settings.get("max_with_holder"):
         title += " (max in training: vs torch's max with its gradient)"
     return ((title, names, target), *rest)
@@ -381,14 +392,14 @@ def render(result: dict) -> str:
             for read, count in r["fastest_floor"].items():
                 wins[read] = wins.get(read, 0) + count
     flagged = [f"`{r['pooler']}` {cell_label(r)} {r['ratio']:.2f}" for r in rows if r["below_floor"]]
+    read = "the real tokens (in training: x)" if result.get("settings", {}).get("read_real") else "x"
     dims = {r["D"] for r in rows}
 
     def timed(names: dict[str, set]) -> str:  # the poolers, with the sizes D where only some use this floor
         return ", ".join(f"`{n}`" + ("" if at == dims else f" (D = {', '.join(map(str, sorted(at)))})")
                          for n, at in names.items())
     out += ["", "Floors:", "", *(f"* {timed(names)}: {what}" for what, names in floors.items()),
-            "", f"Fastest way to read {'the real tokens' if result.get('settings', {}).get('read_real') else 'x'} "
-                "once, repeats won over every cell: "
+            "", f"Fastest way to read {read} once, repeats won over every cell: "
             + ", ".join(f"`{read}` {count}" for read, count in sorted(wins.items(), key=lambda w: -w[1])),
             "", f"Not a floor (ratio under {NOT_A_FLOOR}): " + (", ".join(flagged) if flagged else "none")]
     half = [r for r in rows if r["pooler"] in ATTENTION_POOLERS and r["dtype"] != "fp32"]

@@ -230,15 +230,23 @@ def test_the_max_floor_in_training_finds_the_holder_like_the_pooler_and_a_read_s
     padded = mask.clone()
     padded[1, 3:] = padded[2, 1:] = False  # 9 real tokens of 15
     read = []
-    monkeypatch.setitem(perf_tokens.READ_REAL, "real.clone()", lambda r: read.append(r.detach()) or r.clone())
-    for name, train in (("max", False), ("mean", True), ("sum", True)):
+    monkeypatch.setitem(perf_tokens.READ_REAL, "real.clone()", lambda r: read.append(r) or r.clone())
+    monkeypatch.setitem(perf_tokens.READ_ONCE, "x.clone()", lambda r: read.append(r) or r.clone())
+    for name, train in (("max", False), ("mean", False), ("sum", False), ("mean", True), ("sum", True)):
         calls, candidates, _ = perf_tokens.floor_of(name, get_pooler(name, 4), x, padded, train)
-        assert candidates == list(perf_tokens.READ_REAL)
-        calls["real.clone()"]()
-        assert torch.equal(read.pop(), x.detach()[padded])  # the real tokens, and only those
+        if not train:  # forward: the real tokens, and only those, gathered before timing
+            assert candidates == list(perf_tokens.READ_REAL)
+            calls["real.clone()"]()
+            calls["real.clone()"]()
+            assert torch.equal(read[-1], x.detach()[padded]) and read[-1].data_ptr() == read[-2].data_ptr()
+        else:  # training: x itself, so that its whole gradient is written
+            assert candidates == list(perf_tokens.READ_ONCE)
+            calls["x.clone()"]()
+            assert read[-1] is x
     titles = [family[0] for family in perf_tokens.families({"settings": {"max_with_holder": ["x.amax(1)"],
                                                                          "read_real": ["real.sum(0)"]}})]
-    assert "max in training: vs torch's max with its gradient" in titles[0] and "read the real tokens once" in titles[0]
+    assert "max in training: vs torch's max with its gradient" in titles[0]
+    assert "read the real tokens once (mean and sum in training: x)" in titles[0]
     assert perf_tokens.families({"settings": {}}) == perf_tokens.FAMILIES  # older runs read as they were measured
 
 
@@ -251,7 +259,7 @@ def test_token_floors_run_and_render(tmp_path):
     assert [r["pooler"] for r in rows] == perf_tokens.STAT_POOLERS + perf_tokens.ATTENTION_POOLERS
     for row in rows:  # the ratio is against the floor recorded with it (with one repeat: their times' ratio)
         assert row["ratio"] == row["per_repeat"][0] == pytest.approx(row["ms"] / row["floor_ms"])
-    assert set(rows[0]["fastest_floor"]) <= set(perf_tokens.READ_REAL)
+    assert set(rows[0]["fastest_floor"]) <= set(perf_tokens.READ_ONCE)  # the mean in training
     # torch's own unmasked op per statistic, in the same repeats: op / floor times pooler / op is pooler / floor
     assert [r["torch_op"]["op"] for r in rows[:3]] == ["x.mean(1)", "x.sum(1)", "x.amax(1)"]
     assert all("torch_op" not in r for r in rows[3:])
@@ -736,6 +744,9 @@ def test_the_row_slices_sweep_times_both_forms_and_marks_the_rules_pick(monkeypa
         assert r["rule_picks_slices"] == rule(x, mask) and r["tokens"] == int(mask.sum()) / 2
         assert len(r["per_repeat"]) == 1 and set(r["ms"]) == {batched, "row slices"}
     assert [r["rule_picks_slices"] for r in rows] == short_picks + long_picks  # one thread
+    if reduction == "half_bag":  # its own batches, a row of one among them
+        assert [r["B"] for r in perf_row_slices.sweep(torch.device("cpu"), 1, widths=(8,), lengths=(4,),
+                                                      reduction=reduction)] == [1, 1, 8, 8, 32, 32, 128, 128]
     result = {"settings": {"lengths": (4, 200), **perf_row_slices.REDUCTIONS[reduction].settings(), "threads": 1,
                            "reduction": reduction}, "rows": rows}
     text = perf_row_slices.render(result)

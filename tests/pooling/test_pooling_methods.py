@@ -1205,6 +1205,7 @@ def test_sum_pooling_of_half_precision_x_by_one_bag_rounds_the_float32_sum_once(
     leaf = x.nan_to_num(0.0, 0.0, 0.0).requires_grad_()
     pooler(leaf, mask).float().sum().backward()
     assert torch.equal(leaf.grad != 0, mask[..., None].expand_as(x))
+    assert pooler.pool_for_output(leaf, mask).dtype == torch.float32  # forward rounds it, after its guard
     part = pooler.pool_as_part(x.nan_to_num(0.0, 0.0, 0.0), mask, weights=False)
     assert not calls and part.dtype == torch.float32
 
