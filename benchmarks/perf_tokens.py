@@ -346,11 +346,13 @@ FAMILIES = (("masked statistics vs the fastest way to read x once", STAT_POOLERS
 
 def families(result: dict) -> tuple:
     """:data:`FAMILIES` as ``result`` measured them: with the ``read_real`` setting the statistics' floor reads the real
-    tokens only; before the ``max_with_holder`` setting, ``max`` in training was timed against a read of x too."""
+    tokens only (with ``read_once`` too, all of x for the mean and sum in training); before the ``max_with_holder``
+    setting, ``max`` in training was timed against a read of x too."""
     settings = result.get("settings", {})
     (title, names, target), *rest = FAMILIES
-    if settings.get("read_real"):
-        title = title.replace("read x once", "read the real tokens once (mean and sum in training: x)")
+    if settings.get("read_real"):  # and since 79cbfdf the mean's and sum's training floor reads x (``read_once``)
+        title = title.replace("read x once", "read the real tokens once" + (
+            " (mean and sum in training: x)" if settings.get("read_once") else ""))
     if settings.get("max_with_holder"):
         title += " (max in training: vs torch's max with its gradient)"
     return ((title, names, target), *rest)
@@ -392,7 +394,9 @@ def render(result: dict) -> str:
             for read, count in r["fastest_floor"].items():
                 wins[read] = wins.get(read, 0) + count
     flagged = [f"`{r['pooler']}` {cell_label(r)} {r['ratio']:.2f}" for r in rows if r["below_floor"]]
-    read = "the real tokens (in training: x)" if result.get("settings", {}).get("read_real") else "x"
+    settings = result.get("settings", {})
+    read = ("x" if not settings.get("read_real")
+            else "the real tokens (in training: x)" if settings.get("read_once") else "the real tokens")
     dims = {r["D"] for r in rows}
 
     def timed(names: dict[str, set]) -> str:  # the poolers, with the sizes D where only some use this floor
