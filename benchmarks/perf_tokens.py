@@ -31,8 +31,8 @@ A floor ratio below ``NOT_A_FLOOR`` (0.95: the pooler faster than its floor) mea
 floor; the suite flags it in its output, its JSON (``below_floor``) and the rendered table.
 
 Beside the masked statistics, torch's own op for each (``x.mean(1)``, ``x.sum(1)``, ``x.amax(1)``: :data:`TORCH_OPS`)
-runs on the whole of x, unmasked, in the same repeats: its ratio to the same floor, and the pooler's time over its, are
-recorded with the pooler (``torch_op``) and rendered as a reference table and target row. Where torch's own op is
+runs on the whole of x, unmasked, in the same repeats: its ratio to the same floor, and the pooler's time over the op's,
+are recorded with the pooler (``torch_op``) and rendered as a reference table and target row. Where torch's own op is
 itself over the target, meeting it asks for a masked form faster than torch's unmasked kernel for that reduction.
 
 B = 32 rows whose real lengths are drawn uniformly from [T/2, T] (right padding), the pooler called
@@ -85,8 +85,8 @@ READ_ONCE = {"x.sum(1)": lambda x: x.sum(dim=1), "x.amax(1)": lambda x: x.amax(d
 #: same reduction by torch's kernel. Where it is itself over the target against the floor, the target asks for a masked
 #: form faster than torch's own unmasked one; the pooler's time over the op's says how the two compare (under 1: the
 #: pooler is the faster).
-UNMASKED = {"x.mean(1)": lambda x: x.mean(dim=1), "x.sum(1)": lambda x: x.sum(dim=1),
-            "x.amax(1)": lambda x: x.amax(dim=1)}
+UNMASKED = {"x.mean(1)": lambda x: x.mean(dim=1), "x.sum(1)": READ_ONCE["x.sum(1)"],
+            "x.amax(1)": READ_ONCE["x.amax(1)"]}
 TORCH_OPS = {"mean": "x.mean(1)", "sum": "x.sum(1)", "max": "x.amax(1)"}
 #: Ways to take x's max over its tokens with the gradient sent to the token that holds it: ``max``'s floor in
 #: training, the fastest of them in each repeat (module docstring).
@@ -195,17 +195,16 @@ def floor_of(name: str, pooler, x: torch.Tensor, mask: torch.Tensor, train: bool
     the floor in words): the ways of reading the real tokens once for the masked statistics in forward (the same calls
     for each), of reading x once for the mean and sum in training, torch's maxima with their gradients for ``max`` in
     training, and the ways of :func:`attention_floor` for the attention family."""
-    if name == "max" and train:
-        return ({way: timed_call(lambda f=f: f(x), train, [x]) for way, f in MAX_WITH_HOLDER.items()},
-                list(MAX_WITH_HOLDER), "fastest of " + ", ".join(MAX_WITH_HOLDER) + " (torch's maxima over the "
-                "tokens, unmasked, the gradient sent to the holder), in training")
-    if name in STAT_POOLERS and train:
-        return ({way: timed_call(lambda f=f: f(x), train, [x]) for way, f in READ_ONCE.items()}, list(READ_ONCE),
-                "fastest of " + ", ".join(READ_ONCE) + ", in training (x's whole gradient written, as the pooler's is)")
     if name in STAT_POOLERS:
-        real = x.detach()[mask].contiguous()
-        return ({way: timed_call(lambda f=f: f(real), train, [real]) for way, f in READ_REAL.items()}, list(READ_REAL),
-                "fastest of " + ", ".join(READ_REAL) + " over the real tokens (gathered before timing)")
+        if not train:
+            ways, read, how = READ_REAL, x.detach()[mask].contiguous(), " over the real tokens (gathered before timing)"
+        elif name == "max":
+            ways, read, how = MAX_WITH_HOLDER, x, (" (torch's maxima over the tokens, unmasked, the gradient sent to "
+                                                   "the holder), in training")
+        else:
+            ways, read, how = READ_ONCE, x, ", in training (x's whole gradient written, as the pooler's is)"
+        return ({way: timed_call(lambda f=f: f(read), train, [read]) for way, f in ways.items()}, list(ways),
+                "fastest of " + ", ".join(ways) + how)
     what, calls, leaves = attention_floor(pooler, x, mask, train)
     variants = {f"floor of {name}{way}": timed_call(call, train, leaves) for way, call in calls.items()}
     return variants, list(variants), what
@@ -234,7 +233,7 @@ def repeat_floors(times: dict[str, list[float]], candidates: list[str], repeats:
 
 def torch_op_ratio(times: dict[str, list[float]], name: str, candidates: list[str]) -> dict:
     """The statistic ``name``'s torch op (:data:`TORCH_OPS`) in the same repeats: its time over the floor (the fastest
-    of ``candidates`` in each repeat) and the pooler's time over its, each the median of the per-repeat ratios."""
+    of ``candidates`` in each repeat) and the pooler's time over the op's, each the median of the per-repeat ratios."""
     op = TORCH_OPS[name]
     repeats = range(len(times[name]))
     floor = repeat_floors(times, candidates, repeats)
