@@ -595,8 +595,7 @@ def bag_sums_pay(x: Tensor, mask: Tensor) -> bool:
     a quiet machine, but beside busy processes its share of them moved from run to run and fell under three in four in
     some runs, so the product stays (docs/performance.md, the bag rows sweeps). Under autocast the product runs in
     bf16 and the bag in float32, so the bag would change a value with the batch it comes in."""
-    return (x.dtype == torch.float32 and mask.dtype == torch.bool and torch.get_num_threads() == 1
-            and not torch.is_autocast_enabled("cpu") and x.is_contiguous()
+    return (x.dtype == torch.float32 and torch.get_num_threads() == 1 and _bag_takes(x, mask)
             and int(mask.sum()) * x.shape[2] >= BAG_SUM_ELEMENTS)
 
 
@@ -608,8 +607,13 @@ def half_bag_sums_pay(x: Tensor, mask: Tensor) -> bool:
     one and two threads, quiet and beside busy processes; two threads stand for several, as in the other rules) it was
     the faster in every cell, and within 2% in none but a few cells of earlier busy sweeps (docs/performance.md, the
     half bag rows sweeps)."""
-    return (x.dtype in (torch.float16, torch.bfloat16) and mask.dtype == torch.bool
-            and not torch.is_autocast_enabled("cpu") and x.is_contiguous())
+    return x.dtype in (torch.float16, torch.bfloat16) and _bag_takes(x, mask)
+
+
+def _bag_takes(x: Tensor, mask: Tensor) -> bool:
+    """The premise the bag rules share: a bool mask (its offsets are counts), no autocast (under which the batched
+    product runs in bf16), and contiguous x (the bag reads its (B * T, D) view)."""
+    return mask.dtype == torch.bool and not torch.is_autocast_enabled("cpu") and x.is_contiguous()
 
 
 def bag_sum(x: Tensor, mask: Tensor) -> Tensor:
