@@ -5,11 +5,12 @@
   timed in the same repeats, the minimum taken per repeat: a slow kernel cannot pass as a floor. (Runs before
   :data:`READ_REAL` read every position of x, padding included; the embedding bags, which read the real tokens only,
   were faster than that in a cell, so it was not a floor.) The mean and sum in training read all of x once
-  (:data:`READ_ONCE`), x the leaf, so that the floor writes x's whole gradient, as the pooler must. ``max`` in
-  training is the exception: its backward must find, for each feature, the token that holds the maximum, work that the
-  sums' and the copy's backward (a broadcast of the incoming gradient) do not do, so its floor is the faster of
-  torch's own maxima over the tokens with their gradients (``x.amax(1)``, ``x.max(1).values``), unmasked. Target <=
-  1.3x.
+  (:data:`READ_ONCE`), x the leaf, so that the floor writes x's whole gradient, as the pooler must. So does
+  ``max`` in training (since ``max_reads_once``): the token that holds each feature's maximum can be found in the pass
+  that reads its values, and its gradient is x's whole gradient, zero but at the holders: a read of x and a write of
+  a (B, T, D) gradient, the sums' memory work. (Earlier runs timed it against torch's maxima with their gradients,
+  ``x.amax(1)`` and ``x.max(1).values``, unmasked; the pooler beat those in most training cells, so they were not a
+  floor.) Target <= 1.3x.
 * attention / attention_head / multihead_attention / gated_attention: the floor is the matmul of their
   own scoring weight (gated attention's two as one) over the positions the pooler scores. Where the fast
   forms run (eager CPU: ``fast.active``) those are the real tokens only, so the floor multiplies a
@@ -76,9 +77,9 @@ NOT_A_FLOOR = 0.95  # a median ratio below this: the pooler beat its floor, so t
 #: Runs without the ``read_real`` setting read all of x in forward too (:data:`READ_ONCE`).
 READ_REAL = {"real.sum(0)": lambda r: r.sum(dim=0), "real.amax(0)": lambda r: r.amax(dim=0),
              "real.sum()": lambda r: r.sum(), "real.clone()": lambda r: r.clone()}
-#: Ways to read all of x once: the mean's and the sum's floor in training, the fastest of them in each repeat. x is the
+#: Ways to read all of x once: the masked statistics' floor in training, the fastest of them in each repeat. x is the
 #: leaf, so each writes x's whole gradient (autograd makes a dense one of the sums' broadcast), as the pooler must:
-#: zero at the padding, the gradient is still a (B, T, D) tensor.
+#: zero at the padding (for the max, everywhere but at each feature's holder), the gradient is still a (B, T, D) tensor.
 READ_ONCE = {"x.sum(1)": lambda x: x.sum(dim=1), "x.amax(1)": lambda x: x.amax(dim=1),
              "x.flatten(1).sum(1)": lambda x: x.flatten(1).sum(dim=1), "x.clone()": lambda x: x.clone()}
 #: torch's own op over the tokens for each masked statistic, on the whole of x (no mask), timed in the same repeats: the
@@ -88,9 +89,6 @@ READ_ONCE = {"x.sum(1)": lambda x: x.sum(dim=1), "x.amax(1)": lambda x: x.amax(d
 UNMASKED = {"x.mean(1)": lambda x: x.mean(dim=1), "x.sum(1)": READ_ONCE["x.sum(1)"],
             "x.amax(1)": READ_ONCE["x.amax(1)"]}
 TORCH_OPS = {"mean": "x.mean(1)", "sum": "x.sum(1)", "max": "x.amax(1)"}
-#: Ways to take x's max over its tokens with the gradient sent to the token that holds it: ``max``'s floor in
-#: training, the fastest of them in each repeat (module docstring).
-MAX_WITH_HOLDER = {"x.amax(1)": UNMASKED["x.amax(1)"], "x.max(1).values": lambda x: x.max(dim=1).values}
 
 
 def scoring_weight(pooler) -> torch.Tensor:
@@ -192,15 +190,11 @@ def query_from_tokens(pooler) -> bool:
 
 def floor_of(name: str, pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
     """(the timed calls of ``name``'s floor, the names of the candidates the floor is the fastest of in each repeat,
-    the floor in words): the ways of reading the real tokens once for the masked statistics in forward (the same calls
-    for each), of reading x once for the mean and sum in training, torch's maxima with their gradients for ``max`` in
-    training, and the ways of :func:`attention_floor` for the attention family."""
+    the floor in words): the ways of reading the real tokens once for the masked statistics in forward, of reading x
+    once in training (the same calls for each), and the ways of :func:`attention_floor` for the attention family."""
     if name in STAT_POOLERS:
         if not train:
             ways, read, how = READ_REAL, x.detach()[mask].contiguous(), " over the real tokens (gathered before timing)"
-        elif name == "max":
-            ways, read, how = MAX_WITH_HOLDER, x, (" (torch's maxima over the tokens, unmasked, the gradient sent to "
-                                                   "the holder), in training")
         else:
             ways, read, how = READ_ONCE, x, ", in training (x's whole gradient written, as the pooler's is)"
         return ({way: timed_call(lambda f=f: f(read), train, [read]) for way, f in ways.items()}, list(ways),
@@ -329,7 +323,7 @@ def main(argv: list[str] | None = None) -> dict:
                            "half_floors_in_float32": True, "read_once_floors": True,
                            "background": args.background, "not_a_floor": NOT_A_FLOOR, "read_real": list(READ_REAL),
                            "read_once": list(READ_ONCE),
-                           "max_with_holder": list(MAX_WITH_HOLDER),
+                           "max_reads_once": True,
                            "figure": "pooler time / floor time, median of the per-repeat ratios"},
               "rows": rows}
     print(render(result))
@@ -345,13 +339,15 @@ FAMILIES = (("masked statistics vs the fastest way to read x once", STAT_POOLERS
 
 def families(result: dict) -> tuple:
     """:data:`FAMILIES` as ``result`` measured them: with the ``read_real`` setting the statistics' floor reads the real
-    tokens only (with ``read_once`` too, all of x for the mean and sum in training); before the ``max_with_holder``
-    setting, ``max`` in training was timed against a read of x too."""
+    tokens only (with ``read_once`` too, all of x in training: for the mean and sum only where the ``max_with_holder``
+    setting says that ``max`` was timed against torch's maxima with their gradients; before that setting, against a
+    read of x too)."""
     settings = result.get("settings", {})
     (title, names, target), *rest = FAMILIES
     if settings.get("read_real"):  # and since 79cbfdf the mean's and sum's training floor reads x (``read_once``)
-        title = title.replace("read x once", "read the real tokens once" + (
-            " (mean and sum in training: x)" if settings.get("read_once") else ""))
+        training = ("" if not settings.get("read_once") else " (in training: x)" if settings.get("max_reads_once")
+                    else " (mean and sum in training: x)")
+        title = title.replace("read x once", "read the real tokens once" + training)
     if settings.get("max_with_holder"):
         title += " (max in training: vs torch's max with its gradient)"
     return ((title, names, target), *rest)
