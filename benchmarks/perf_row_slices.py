@@ -124,7 +124,7 @@ def query_reduction(forms: Callable[[torch.Tensor, torch.Tensor], dict[str, Call
                     train: bool) -> Reduction:
     """The half-precision query read's sweep, without gradients or with them: its forms, fast.query_blocks_pay, x
     whose rows fit one block as the short rows."""
-    return Reduction("float32 copy", ("bf16", "fp16"), forms, lambda x, mask: fast.query_blocks_pay(x, gradient=train),
+    return Reduction("float32 copy", ("bf16", "fp16"), forms, lambda x, mask: fast.query_blocks_pay(x),
                      lambda row, settings: row["B"] <= fast.block_rows(row["T"], row["D"],
                                                                        settings["query_block_bytes"]),
                      lambda: {"query_block_bytes": fast.QUERY_BLOCK_BYTES}, True, train)

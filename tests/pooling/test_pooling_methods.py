@@ -966,7 +966,7 @@ def test_the_half_precision_query_read_by_blocks_gives_the_float32_copys_values(
     calls, copies = [], []
     node, blocks, copied = fast.HalfQueryRead.apply, fast._half_blocks, fast._float_blocks
     monkeypatch.setattr(fast, "_float_blocks", lambda *args: (copies.append(at) or (at, t) for at, t in copied(*args)))
-    monkeypatch.setattr(fast, "query_blocks_pay", lambda x, gradient: True)
+    monkeypatch.setattr(fast, "query_blocks_pay", lambda x: True)
     monkeypatch.setattr(fast, "QUERY_BLOCK_BYTES", 2 * 9 * HIDDEN * 4)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # blocks of QUERY_BLOCK_BYTES
     monkeypatch.setattr(fast.HalfQueryRead, "apply", lambda *args: calls.append("node") or node(*args))
@@ -1004,7 +1004,7 @@ def test_the_half_precision_query_read_by_blocks_gives_the_float32_copys_values(
         assert "blocks" in calls and "node" in calls and blocked == 4  # 7 rows in blocks of 2, backward by blocks
         calls.clear()
         with monkeypatch.context() as plain:
-            plain.setattr(fast, "query_blocks_pay", lambda x, gradient: False)
+            plain.setattr(fast, "query_blocks_pay", lambda x: False)
             expected = [*pooled(True, **kwargs), *pooled(False, **kwargs), *trained(**kwargs)[0]]
             _, expected_penalty, blocked = trained(**kwargs)
         assert not blocked
@@ -1082,31 +1082,20 @@ def test_the_query_read_gives_the_plain_forms_values_and_gradients(name, options
 
 
 def test_query_blocks_run_where_the_sweep_says_they_pay(monkeypatch):
-    """The rule of query_blocks_pay. On one torch thread, with or without gradients: half-precision x whose rows take
-    more than one block of QUERY_BLOCK_BYTES as float32; float32 and x of one block (a single row larger than a block
-    too) keep the plain form. With several threads: without gradients only, x whose float32 copy is over
-    FRESH_MAPPING_BYTES. Catches the rule counting x's own bytes instead of its float32 copy's, a rule by bytes that
-    takes one long row for several blocks, a rule that ignores the thread count or the gradient, and a several-thread
-    rule that takes the one-thread size or a copy of exactly FRESH_MAPPING_BYTES (not over it)."""
+    """The rule of query_blocks_pay: half-precision x whose rows take more than one block of QUERY_BLOCK_BYTES as
+    float32, on one torch thread; float32, x of one block (a single row larger than a block too) and several threads
+    keep the plain form. Catches the rule counting x's own bytes instead of its float32 copy's, a rule by bytes that
+    takes one long row for several blocks, and a rule that ignores the thread count."""
     threads = {"n": 1}
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads["n"])
     one_block = torch.zeros(1, 1, 1).expand(2, fast.QUERY_BLOCK_BYTES // 4 // 2 // 64, 64)
+    assert not fast.query_blocks_pay(one_block.bfloat16())
     x = torch.zeros(1, 1, 1).expand(2, one_block.shape[1] + 1, 64)
-    one_long_row = torch.zeros(1, 1, 1).expand(1, 4 * x.shape[1], 64)
-    mapped = torch.zeros(1, 1, 1).expand(8, fast.FRESH_MAPPING_BYTES // 4 // 8 // 64, 64)  # exactly the size
-    over = torch.zeros(1, 1, 1).expand(8, mapped.shape[1] + 1, 64)
-    for gradient in (False, True):
-        assert not fast.query_blocks_pay(one_block.bfloat16(), gradient)
-        assert fast.query_blocks_pay(x.bfloat16(), gradient) and fast.query_blocks_pay(x.half(), gradient)
-        assert not fast.query_blocks_pay(x, gradient)  # float32
-        assert not fast.query_blocks_pay(one_long_row.bfloat16(), gradient)
+    assert fast.query_blocks_pay(x.bfloat16()) and fast.query_blocks_pay(x.half())
+    assert not fast.query_blocks_pay(x)  # float32
+    assert not fast.query_blocks_pay(torch.zeros(1, 1, 1).expand(1, 4 * x.shape[1], 64).bfloat16())  # one long row
     threads["n"] = 2
-    for gradient in (False, True):
-        assert not fast.query_blocks_pay(x.bfloat16(), gradient)  # several blocks, under the mapping size
-        assert not fast.query_blocks_pay(mapped.bfloat16(), gradient)
-        assert not fast.query_blocks_pay(over.float(), gradient)
-    assert fast.query_blocks_pay(over.bfloat16(), False) and fast.query_blocks_pay(over.half(), False)
-    assert not fast.query_blocks_pay(over.bfloat16(), True)
+    assert not fast.query_blocks_pay(torch.zeros(1, 1, 1).expand(64, x.shape[1], 64).bfloat16())
 
 
 @pytest.mark.parametrize("root", [False, True])
@@ -1337,26 +1326,3 @@ def test_the_half_precision_weighted_sum_gives_the_plain_forms_values_and_gradie
     assert torch.equal(fast_out, plain_out) and len(fast_grads) == len(plain_grads)
     for ours, theirs in zip(fast_grads, plain_grads):
         torch.testing.assert_close(ours, theirs, rtol=2e-2, atol=2e-2)
-
-
-@pytest.mark.parametrize("name", ["latent", "adapool"])
-def test_cross_attention_asks_the_query_rule_whether_a_gradient_is_taken(name, monkeypatch):
-    """cross_attention hands query_blocks_pay whether the read takes a gradient: none under no_grad, one where x or
-    only the pooler's parameters (the queries) need it. At two threads with a tiny FRESH_MAPPING_BYTES, inference
-    reads x by blocks and training keeps the float32 copy. Catches the flag left out, inverted, or read off x alone
-    (a frozen encoder's x needs no gradient, the pooler's queries do)."""
-    asked, rule = [], fast.query_blocks_pay
-    monkeypatch.setattr(fast, "query_blocks_pay", lambda x, gradient: asked.append(gradient) or rule(x, gradient))
-    monkeypatch.setattr(fast, "FRESH_MAPPING_BYTES", 64)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    blocks, read = [], fast._half_blocks
-    monkeypatch.setattr(fast, "_half_blocks", lambda *args: blocks.append(1) or read(*args))
-    pooler = get_pooler(name, hidden_size=HIDDEN).bfloat16()
-    x = torch.randn(3, 5, HIDDEN).bfloat16()
-    mask = mask_from_lengths([5, 2, 3], 5)
-    with torch.no_grad():
-        pooler(x, mask)
-    assert asked == [False] and blocks == [1]
-    pooler(x, mask).float().sum().backward()  # the queries need a gradient, x does not
-    pooler(x.clone().requires_grad_(), mask).float().sum().backward()
-    assert asked == [False, True, True] and blocks == [1]

@@ -313,7 +313,7 @@ def cross_attention(query: Tensor, x: Tensor, key: nn.Linear, value: nn.Linear, 
 
     if (fast.active(x) and not torch.is_autocast_enabled("cpu")
             and not (quadrature_weights is not None and quadrature_weights.requires_grad and torch.is_grad_enabled())):
-        if fast.query_blocks_pay(x, gradient=torch.is_grad_enabled() and (x.requires_grad or folded.requires_grad)):
+        if fast.query_blocks_pay(x):
             mixed, weights = fast.half_query_read(x, folded, mask[:, None, :], weigh)
         else:
             mixed, weights = fast.query_read(x.to(wide), folded, mask[:, None, :], lambda s: weigh(s, slice(None)))

@@ -431,25 +431,12 @@ def _scores(x: Tensor, queries: Tensor) -> Tensor:
 QUERY_BLOCK_BYTES = 8 << 20
 
 
-#: glibc's malloc serves a request over its largest mmap threshold (32 MiB on 64-bit Linux) from a fresh mapping, which
-#: it hands back to the system when the tensor is freed: a float32 copy of x over this size faults all its pages in
-#: again on every call, at any thread count.
-FRESH_MAPPING_BYTES = 32 << 20
-
-
-def query_blocks_pay(x: Tensor, gradient: bool) -> bool:
-    """Whether :func:`half_query_read` beats the plain form's float32 copy of half-precision x, with the gradients of
-    x or the queries taken (``gradient``) or not. On one torch thread, where x's rows take more than one block of
-    :data:`QUERY_BLOCK_BYTES` as float32, so that the blocks reuse their buffer (a copy of one block is the plain
-    form's work with the blocks' calls added). With several threads, without gradients only, where x's float32 copy is
-    over :data:`FRESH_MAPPING_BYTES`: the copy then faults its pages in on every call. Under that size the two-thread
-    sweeps have the float32 copy as fast or faster, and with gradients the blocks were faster in too few cells beside
-    busy processes (docs/performance.md, the query read sweeps)."""
-    if x.dtype not in (torch.float16, torch.bfloat16):
-        return False
-    if torch.get_num_threads() == 1:
-        return x.shape[0] > block_rows(x.shape[1], x.shape[2], QUERY_BLOCK_BYTES)
-    return not gradient and x.numel() * 4 > FRESH_MAPPING_BYTES
+def query_blocks_pay(x: Tensor) -> bool:
+    """Whether :func:`half_query_read` beats the plain form's float32 copy of half-precision x: on one torch thread,
+    where x's rows take more than one block of :data:`QUERY_BLOCK_BYTES` as float32, so that the blocks reuse their
+    buffer (a copy of one block is the plain form's work with the blocks' calls added). With several threads the
+    float32 copy stays: its sweeps do not back the blocks there (docs/performance.md, the query read sweeps)."""
+    return _half_on_one_thread(x) and x.shape[0] > block_rows(x.shape[1], x.shape[2], QUERY_BLOCK_BYTES)
 
 
 def half_query_read(x: Tensor, queries: Tensor, real: Tensor,
