@@ -15,7 +15,8 @@ run at every thread count). ``benchmarks/perf_row_slices.py`` sweeps give one ce
 ``rule: max rows``, ``rule: sum rows``, ``rule: bag rows``, ``rule: half bag rows``, ``rule: query rows`` and ``rule:
 query train rows`` (the masked max's choice between its two fast forms, the half-precision sum's, the float32 mean's,
 sum pooling's half-precision output's and latent / adapool's half-precision read's without and with gradients, checked
-per thread count);
+per thread count); sweeps of a rule that was tried and reverted (file names starting ``TRIED``) record that rule's
+picks, not the code's, and give their own ``rule: tried ...`` block instead (``rule: tried query rows``);
 ``benchmarks/perf_blocks.py`` sweeps likewise give a table each and ``rule: blocks`` (the block size of the blocked
 fast forms per thread count). ``benchmarks/perf_where.py`` runs give a table each: where each token pooler's time
 goes, beside its floor.
@@ -63,6 +64,8 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "tokens-74f25a2-zen4-t1.json", "tokens-74f25a2-zen4-t2.json", "tokens-74f25a2-zen4-t1-busy2.json",
          "tokens-74f25a2-zen4-t2-busy2.json", "tokens-9f705b3-zen4-t1.json",
          "tokens-9f705b3-zen4-t2.json", "tokens-9f705b3-zen4-t1-busy2.json", "tokens-9f705b3-zen4-t2-busy2.json",
+         "tokens-f1d79b6-zen4-t1.json", "tokens-f1d79b6-zen4-t2.json", "tokens-f1d79b6-zen4-t1-busy2.json",
+         "tokens-f1d79b6-zen4-t2-busy2.json",
          "where-2034ecc-t1.json",
          "embed-4dade0b-t1.json", "embed-4dade0b-t2.json", "embed-4dade0b-t1-busy2.json",
          "embed-4dade0b-t2-busy2.json", "bench-cpu-quick-spatial.json", "revisions-55de4ff-head-r11.json",
@@ -88,6 +91,8 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "revisions-c1c562a-half-bag-t2.json",
          "revisions-af911b4-half-tanh-t1.json", "revisions-af911b4-half-tanh-t2.json",
          "revisions-af911b4-half-tanh-t1-busy2.json", "revisions-af911b4-half-tanh-t2-busy2.json",
+         "tried-query-rows-efe6b52-t2.json", "tried-query-rows-efe6b52-t2-busy2.json",
+         "revisions-efe6b52-query-mapped-t2.json", "revisions-efe6b52-query-mapped-t2-busy2.json",
          "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json",
          "paths-20a31c2-t2-r2.json", "paths-20a31c2-t2-busy2-r2.json", "paths-67a30bb-extremes-t1.json",
          "paths-67a30bb-extremes-t2.json", "paths-67a30bb-extremes-t1-busy2.json", "paths-67a30bb-extremes-t2-busy2.json",
@@ -138,6 +143,9 @@ def tree(result: dict) -> str:
     return f"working tree at {result['commit'][:7]}" + (f" (+ uncommitted: {', '.join(dirty)})" if dirty else "")
 
 
+#: Row sweeps whose file name starts with this timed a rule that was reverted: they record its picks, so their checks
+#: go to a ``rule: tried ...`` block of their own, apart from the sweeps of the rule the code runs.
+TRIED = "tried-"
 #: The perf_row_slices sweeps by kind: (the reduction's flag, what the figure is).
 ROW_SWEEPS = {
     "max_rows": ("", "the masked max's `index_reduce` form / its row-slices form, > 1 is the row slices faster"),
@@ -479,7 +487,7 @@ def blocks(paths: list[Path], threshold: float = THRESHOLD, conditions: list[Pat
             groups.setdefault(group_name(data), []).append(path)
         elif data.get("kind") in ROW_SWEEPS:
             found[path.name] = provenance(data, path.resolve()) + "\n\n" + perf_row_slices.render(data)
-            sweeps.setdefault(data["kind"], []).append(data)
+            sweeps.setdefault(("tried " if path.name.startswith(TRIED) else "") + data["kind"], []).append(data)
         elif data.get("kind") == "where":
             found[path.name] = provenance(data, path.resolve()) + "\n\n" + perf_where.render(data)
         elif data.get("kind") == "blocks":
