@@ -1326,3 +1326,29 @@ def test_the_half_precision_weighted_sum_gives_the_plain_forms_values_and_gradie
     assert torch.equal(fast_out, plain_out) and len(fast_grads) == len(plain_grads)
     for ours, theirs in zip(fast_grads, plain_grads):
         torch.testing.assert_close(ours, theirs, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("largest", [True, False])
+def test_first_holder_takes_signed_zeros_as_ties_and_long_rows_in_blocks(dtype, largest):
+    """fast.first_holder against the comparison form (the first real token equal to the value): zeros of both signs
+    tie (-0 - +0 is -0, whose integer bits are the most negative: a code clamped at 1 alone would lose that holder),
+    and a half-precision row longer than int16's largest rank is read in blocks, a holder in the first block beating
+    a tie in the second. Catches the clamp's lower bound left out, ranks that overflow, and a later block's holder
+    kept over an earlier one's."""
+    sign = 1 if largest else -1
+    # The value is the zero whose sign makes d -0 at the holder (rank 3 there: odd, so that a wrapped product of the
+    # integer's minimum cannot pass for the rank), then the other zero, then a zero of either sign after a loser.
+    x = (torch.tensor([[-1.0, -1.0, 0.0, -1.0, -1.0], [-1.0, -0.0, 0.0, -1.0, -1.0], [-1.0, 0.0, -0.0, 0.0, -1.0]])
+         * sign).T.reshape(1, 5, 3).to(dtype)
+    values = torch.tensor([[-0.0, 0.0, 0.0]], dtype=dtype) * sign
+    assert fast.first_holder(x, values, torch.ones(1, 5, dtype=torch.bool), largest).tolist() == [[2, 1, 1]]
+    if dtype.itemsize == 2:
+        length = torch.iinfo(torch.int16).max + 5
+        x = torch.zeros(2, length, 2, dtype=dtype)
+        x[:, [3, length - 2], 0] = sign * 1.0  # a tie across the blocks: the first block's holder wins
+        x[:, length - 1, 1] = sign * 2.0  # the only holder, in the second block
+        mask = torch.ones(2, length, dtype=torch.bool)
+        mask[1, :2] = False  # padding before the first holder
+        values = x.amax(dim=1) if largest else x.amin(dim=1)
+        assert fast.first_holder(x, values, mask, largest).tolist() == [[3, length - 1]] * 2

@@ -682,32 +682,40 @@ class MaskedExtreme(torch.autograd.Function):
         return put(flat, grad.to(x.dtype).masked_fill(empty, 0)), None, None
 
 
+#: The signed integer of each float dtype's width, whose view :func:`first_holder` reads a difference's bits through.
+_SAME_WIDTH_INT = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16,
+                   torch.float16: torch.int16}
+
+
 def first_holder(x: Tensor, values: Tensor, mask: Tensor, largest: bool, scratch: Tensor | None = None) -> Tensor:
     """Index of the first real token whose value equals ``values`` (the masked max or min), per feature.
 
     On CPU, comparisons that write a bool tensor and reductions that return indices over dim 1 are
-    several times slower than float arithmetic and a plain ``amax``, so the index is read off a float
-    code instead: with d = values - x (max; x - values for min), d >= 0 at every real token and 0 where
-    it holds the value, so (T - t) * (1 - sign(d)) on real tokens (0 on padding) peaks at the first
-    holder (padding's code is 0 whatever it holds: its rank is 0, and sign() is 0 or +-1 even of NaN, being
-    two comparisons). ``scratch`` (x's shape and dtype) holds the code when given. Ranks must be exact in x's
-    dtype, so the tokens go in blocks of at most 256 (bf16; 2048 fp16), the last block first, an earlier
-    holder replacing a later one. The code needs finite values (inf - inf is NaN); otherwise the
-    comparison form answers, where a NaN value is held by the first real NaN. A feature with no real holder (an
-    empty row) gives 0.
+    several times slower than arithmetic and a plain ``amax``, so the index is read off an integer code instead:
+    d = values - x (max; x - values for min) is >= 0 at every real token and 0 where it holds the value, so d's bits
+    read as a signed integer of its width (:data:`_SAME_WIDTH_INT`), clamped to [0, 1], are 0 at a holder and 1
+    elsewhere (-0, which ``-0 - +0`` gives where both zeros tie, is the integer's minimum: clamped to 0, a holder as
+    the comparison has it). (T - t) * (1 - that) on real tokens (0 on padding) then peaks at the first holder
+    (padding's code is 0 whatever it holds: its rank is 0). Integer arithmetic on those bits is exact and, in half
+    precision, several times faster than torch's float ``sign`` (docs/performance.md). ``scratch`` (x's shape and
+    dtype) holds d when given. Ranks must fit the integer (32767 for half precision), so longer rows go in blocks of
+    that many tokens, the last block first, an earlier holder replacing a later one. The code needs finite values
+    (inf - inf is NaN); otherwise the comparison form answers, where a NaN value is held by the first real NaN. A
+    feature with no real holder (an empty row) gives 0.
     """
     length = x.shape[1]
     if bool(values.isfinite().all()):
         scratch = torch.empty_like(x) if scratch is None else scratch
-        block = min(length, int(2 / torch.finfo(x.dtype).eps))
+        integer = _SAME_WIDTH_INT[x.dtype]
+        block = min(length, torch.iinfo(integer).max)
         index = None
         for start in reversed(range(0, length, block)):
             stop = min(start + block, length)
-            rank = (mask[:, start:stop] * torch.arange(stop - start, 0, -1, device=x.device))[:, :, None].to(x.dtype)
-            code = torch.sub(values[:, None, :], x[:, start:stop], out=scratch[:, start:stop])
-            if not largest:
-                code.neg_()
-            best = code.sign_().mul_(rank.neg()).add_(rank).amax(dim=1)  # stop - start - local index; 0: none here
+            rank = (mask[:, start:stop] * torch.arange(stop - start, 0, -1, device=x.device))[:, :, None].to(integer)
+            tokens, held = x[:, start:stop], values[:, None, :]
+            d = torch.sub(held, tokens, out=scratch[:, start:stop]) if largest else torch.sub(
+                tokens, held, out=scratch[:, start:stop])
+            best = d.view(integer).clamp_(0, 1).mul_(rank.neg()).add_(rank).amax(dim=1)  # 0: no holder here
             found = stop - best.long()
             index = found if index is None else torch.where(best > 0, found, index)
         return index.masked_fill_(index == length, 0)  # T: no real holder in any block
