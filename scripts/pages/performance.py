@@ -91,6 +91,8 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "revisions-c1c562a-half-bag-t2.json",
          "revisions-af911b4-half-tanh-t1.json", "revisions-af911b4-half-tanh-t2.json",
          "revisions-af911b4-half-tanh-t1-busy2.json", "revisions-af911b4-half-tanh-t2-busy2.json",
+         "revisions-3c48ded-holder-t1.json", "revisions-3c48ded-holder-t2.json",
+         "revisions-3c48ded-holder-t1-busy2.json", "revisions-3c48ded-holder-t2-busy2.json",
          "tried-query-rows-efe6b52-t2.json", "tried-query-rows-efe6b52-t2-busy2.json",
          "revisions-efe6b52-query-mapped-t2.json", "revisions-efe6b52-query-mapped-t2-busy2.json",
          "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json",

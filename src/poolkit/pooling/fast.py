@@ -690,18 +690,18 @@ _SAME_WIDTH_INT = {torch.float64: torch.int64, torch.float32: torch.int32, torch
 def first_holder(x: Tensor, values: Tensor, mask: Tensor, largest: bool, scratch: Tensor | None = None) -> Tensor:
     """Index of the first real token whose value equals ``values`` (the masked max or min), per feature.
 
-    On CPU, comparisons that write a bool tensor and reductions that return indices over dim 1 are
-    several times slower than arithmetic and a plain ``amax``, so the index is read off an integer code instead:
-    d = values - x (max; x - values for min) is >= 0 at every real token and 0 where it holds the value, so d's bits
-    read as a signed integer of its width (:data:`_SAME_WIDTH_INT`), clamped to [0, 1], are 0 at a holder and 1
-    elsewhere (-0, which ``-0 - +0`` gives where both zeros tie, is the integer's minimum: clamped to 0, a holder as
-    the comparison has it). (T - t) * (1 - that) on real tokens (0 on padding) then peaks at the first holder
-    (padding's code is 0 whatever it holds: its rank is 0). Integer arithmetic on those bits is exact and, in half
-    precision, several times faster than torch's float ``sign`` (docs/performance.md). ``scratch`` (x's shape and
-    dtype) holds d when given. Ranks must fit the integer (32767 for half precision), so longer rows go in blocks of
-    that many tokens, the last block first, an earlier holder replacing a later one. The code needs finite values
-    (inf - inf is NaN); otherwise the comparison form answers, where a NaN value is held by the first real NaN. A
-    feature with no real holder (an empty row) gives 0.
+    On CPU, comparisons that write a bool tensor and reductions that return indices over dim 1 are several times
+    slower than arithmetic and a plain ``amax``, so the index is read off an integer code instead: d = values - x
+    (max; x - values for min) is >= 0 at every real token and 0 where it holds the value, so d's bits read as a signed
+    integer of its width (:data:`_SAME_WIDTH_INT`), clamped to [0, 1], are 0 at a holder and 1 elsewhere (-0, which
+    ``-0 - +0`` gives where both zeros tie, is the integer's minimum: clamped to 0, a holder as the comparison has
+    it). (T - t) * (1 - that) on real tokens (0 on padding) then peaks at the first holder (padding's code is 0
+    whatever it holds: its rank is 0). Integer arithmetic on those bits is exact, and in half precision the training
+    step of max / min got faster than with torch's float ``sign`` (docs/performance.md, the extremes' holder).
+    ``scratch`` (x's shape and dtype) holds d when given. Ranks must fit the integer (32767 for half precision), so
+    longer rows go in blocks of that many tokens, the last block first, an earlier holder replacing a later one. The
+    code needs finite values (inf - inf is NaN); otherwise the comparison form answers, where a NaN value is held by
+    the first real NaN. A feature with no real holder (an empty row) gives 0.
     """
     length = x.shape[1]
     if bool(values.isfinite().all()):
