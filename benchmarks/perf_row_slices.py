@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> dict:
     def settings(reduction: str) -> dict:
         chosen = REDUCTIONS[reduction]
         return {"reduction": reduction, "batches": chosen.batches, "widths": WIDTHS, "lengths": LENGTHS,
-                **chosen.settings(), "backing_share": BACKING_SHARE,
+                **chosen.settings(), "backing_share": BACKING_SHARE, "tie": TIE,
                 "figure": f"{chosen.batched} time / row slices time (> 1: the row slices are faster)"}
 
     return run_sweep(__doc__, argv, lambda reduction: f"{reduction}_rows",
