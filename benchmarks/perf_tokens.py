@@ -9,8 +9,8 @@
   ``max`` in training (since ``max_reads_once``): the token that holds each feature's maximum can be found in the pass
   that reads its values, and its gradient is x's whole gradient, zero but at the holders: a read of x and a write of
   a (B, T, D) gradient, the sums' memory work. (Earlier runs timed it against torch's maxima with their gradients,
-  ``x.amax(1)`` and ``x.max(1).values``, unmasked; the pooler beat those in most training cells, so they were not a
-  floor.) Target <= 1.3x.
+  ``x.amax(1)`` and ``x.max(1).values``, unmasked; the pooler beat those in some training cells, the ``!`` of
+  9f705b3's runs, so they were not a floor.) Target <= 1.3x.
 * attention / attention_head / multihead_attention / gated_attention: the floor is the matmul of their
   own scoring weight (gated attention's two as one) over the positions the pooler scores. Where the fast
   forms run (eager CPU: ``fast.active``) those are the real tokens only, so the floor multiplies a

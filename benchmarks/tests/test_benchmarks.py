@@ -240,9 +240,9 @@ def test_the_statistics_floor_reads_the_real_tokens_in_forward_and_x_in_training
             assert read[-1] is x
             seen = []
             hook = x.register_hook(lambda g: seen.append(g))
-            calls["x.sum(1)"]()  # timed with its backward: x's whole gradient written, and dropped after
+            calls["x.sum(1)"]()  # timed with its backward into x itself, its gradient dropped after
             hook.remove()
-            assert seen[0].shape == x.shape and x.grad is None
+            assert len(seen) == 1 and x.grad is None
     new = {"read_real": ["real.sum(0)"], "read_once": ["x.sum(1)"], "max_reads_once": True}
     title = perf_tokens.families({"settings": new})[0][0]
     assert "read the real tokens once (in training: x)" in title and "max in training" not in title

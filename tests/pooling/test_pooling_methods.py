@@ -1331,11 +1331,11 @@ def test_the_half_precision_weighted_sum_gives_the_plain_forms_values_and_gradie
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("largest", [True, False])
 def test_first_holder_takes_signed_zeros_as_ties_and_long_rows_in_blocks(dtype, largest):
-    """fast.first_holder against the comparison form (the first real token equal to the value): zeros of both signs
+    """fast.first_holder against the first real token equal to the value, worked out by hand: zeros of both signs
     tie (-0 - +0 is -0, whose integer bits are the most negative: a code clamped at 1 alone would lose that holder),
     and a half-precision row longer than int16's largest rank is read in blocks, a holder in the first block beating
     a tie in the second. Catches the clamp's lower bound left out, ranks that overflow, and a later block's holder
-    kept over an earlier one's."""
+    kept over an earlier one's, and blocks one token too long (a block's first token then has a rank that wraps)."""
     sign = 1 if largest else -1
     # The value is the zero whose sign makes d -0 at the holder (rank 3 there: odd, so that a wrapped product of the
     # integer's minimum cannot pass for the rank), then the other zero, then a zero of either sign after a loser.
@@ -1345,10 +1345,12 @@ def test_first_holder_takes_signed_zeros_as_ties_and_long_rows_in_blocks(dtype, 
     assert fast.first_holder(x, values, torch.ones(1, 5, dtype=torch.bool), largest).tolist() == [[2, 1, 1]]
     if dtype.itemsize == 2:
         length = torch.iinfo(torch.int16).max + 5
-        x = torch.zeros(2, length, 2, dtype=dtype)
+        x = torch.zeros(2, length, 3, dtype=dtype)
         x[:, [3, length - 2], 0] = sign * 1.0  # a tie across the blocks: the first block's holder wins
         x[:, length - 1, 1] = sign * 2.0  # the only holder, in the second block
+        x[0, [0, 5], 2] = sign * 3.0  # a block's first token, whose rank is the largest, then a tie
         mask = torch.ones(2, length, dtype=torch.bool)
         mask[1, :2] = False  # padding before the first holder
         values = x.amax(dim=1) if largest else x.amin(dim=1)
-        assert fast.first_holder(x, values, mask, largest).tolist() == [[3, length - 1]] * 2
+        values[1, 2] = 0  # row 1's third feature: every real token holds it, the first real one is token 2
+        assert fast.first_holder(x, values, mask, largest).tolist() == [[3, length - 1, 0], [3, length - 1, 2]]

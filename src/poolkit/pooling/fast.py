@@ -696,12 +696,12 @@ def first_holder(x: Tensor, values: Tensor, mask: Tensor, largest: bool, scratch
     integer of its width (:data:`_SAME_WIDTH_INT`), clamped to [0, 1], are 0 at a holder and 1 elsewhere (-0, which
     ``-0 - +0`` gives where both zeros tie, is the integer's minimum: clamped to 0, a holder as the comparison has
     it). (T - t) * (1 - that) on real tokens (0 on padding) then peaks at the first holder (padding's code is 0
-    whatever it holds: its rank is 0). Integer arithmetic on those bits is exact, and in half precision the training
-    step of max / min got faster than with torch's float ``sign`` (docs/performance.md, the extremes' holder).
-    ``scratch`` (x's shape and dtype) holds d when given. Ranks must fit the integer (32767 for half precision), so
-    longer rows go in blocks of that many tokens, the last block first, an earlier holder replacing a later one. The
-    code needs finite values (inf - inf is NaN); otherwise the comparison form answers, where a NaN value is held by
-    the first real NaN. A feature with no real holder (an empty row) gives 0.
+    whatever it holds: its rank is 0). Integer arithmetic on those bits is exact, and in bf16 the training step of max
+    and mean_max got faster than with torch's float ``sign`` (docs/performance.md, the extremes' holder). ``scratch``
+    (x's shape and dtype), when given, is overwritten with the code. Ranks must fit the integer (32767 for half
+    precision), so longer rows go in blocks of that many tokens, the last block first, an earlier holder replacing a
+    later one. The code needs finite values (inf - inf is NaN); otherwise the comparison form answers, where a NaN
+    value is held by the first real NaN. A feature with no real holder (an empty row) gives 0.
     """
     length = x.shape[1]
     if bool(values.isfinite().all()):
