@@ -34,6 +34,18 @@ def test_integer_hidden_states():
     raises_one_line("floating point", make_pooler("mean"), torch.ones(2, 5, HIDDEN, dtype=torch.long))
 
 
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("name", ["mean", "max", "attention", "weighted_layer"])
+def test_float8_hidden_states_get_the_cast_to_make(name, dtype):
+    """float8 is floating point, but torch has little arithmetic on it: before this check mean and max failed deep in
+    torch with unrelated messages while attention ran, outside any contract. Catches a check by is_floating_point()
+    alone."""
+    x = torch.randn(2, 5, HIDDEN).to(dtype)
+    message = raises_one_line("float16, bfloat16, float32 or float64", make_pooler(name), x if name != "weighted_layer"
+                              else [x] * 3)
+    assert str(dtype) in message and ".to(torch.bfloat16)" in message
+
+
 def test_unknown_name_suggests_close_names():
     message = raises_one_line("unknown pooler", get_pooler, "atention", hidden_size=HIDDEN)
     assert "'attention'" in message

@@ -19,6 +19,8 @@ HiddenStates = Union[Tensor, Sequence[Tensor]]
 EMPTY_POLICIES = ("zeros", "raise")
 #: Layouts of an image map: channels first (B, C, H, W) or channels last (B, H, W, C).
 MAP_FORMATS = ("NCHW", "NHWC")
+#: The dtypes hidden states can be pooled in.
+POOLED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 class Pooler(Configurable):
@@ -244,8 +246,9 @@ class Pooler(Configurable):
             maps = "" if self.kind == "layer" else " or be one image map (B, C, H, W)"
             raise PoolkitError(f"{self.name}: hidden_states must have 3 dims (B, T, D){maps}, got shape "
                                f"{tuple(first.shape)}")
-        if not first.is_floating_point():
-            raise PoolkitError(f"{self.name}: hidden_states must be floating point, got {first.dtype}")
+        if first.dtype not in POOLED_DTYPES:  # integers, and float8 (torch has no arithmetic on it)
+            raise PoolkitError(f"{self.name}: hidden_states must be floating point (float16, bfloat16, float32 or "
+                               f"float64), got {first.dtype}; cast them first, e.g. hidden_states.to(torch.bfloat16)")
         if first.shape[-1] != self.hidden_size:
             raise PoolkitError(f"{self.name}: hidden_states last dim is {first.shape[-1]} but the pooler "
                                f"was built with hidden_size={self.hidden_size}")
