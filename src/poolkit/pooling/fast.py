@@ -712,9 +712,8 @@ def first_holder(x: Tensor, values: Tensor, mask: Tensor, largest: bool, scratch
         for start in reversed(range(0, length, block)):
             stop = min(start + block, length)
             rank = (mask[:, start:stop] * torch.arange(stop - start, 0, -1, device=x.device))[:, :, None].to(integer)
-            tokens, held = x[:, start:stop], values[:, None, :]
-            d = torch.sub(held, tokens, out=scratch[:, start:stop]) if largest else torch.sub(
-                tokens, held, out=scratch[:, start:stop])
+            high, low = (values[:, None, :], x[:, start:stop]) if largest else (x[:, start:stop], values[:, None, :])
+            d = torch.sub(high, low, out=scratch[:, start:stop])
             best = d.view(integer).clamp_(0, 1).mul_(rank.neg()).add_(rank).amax(dim=1)  # 0: no holder here
             found = stop - best.long()
             index = found if index is None else torch.where(best > 0, found, index)
