@@ -63,6 +63,10 @@ def batched(t: Tensor) -> bool:
     return check is not None and bool(check(t))
 
 
+#: The half-precision dtypes, which poolkit computes in float32 (masking.compute_dtype) and its fast forms test for.
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
 # -- blocks sized for the thread count ----------------------------------------------------------
 #: With several torch threads the blocked forms take blocks of at least this many bytes. Each kernel call is then a
 #: parallel region whose threads wait for each other, and beside other work a region waits whenever one of its
@@ -297,7 +301,7 @@ class WeightedSum(torch.autograd.Function):
         grad_x = None
         if ctx.needs_input_grad[1]:
             transposed = weights.transpose(1, 2)
-            outer = weights.shape[1] == 1 and x.dtype not in (torch.float16, torch.bfloat16)
+            outer = weights.shape[1] == 1 and x.dtype not in HALF_DTYPES
             grad_x = transposed * grad if outer else torch.bmm(transposed, grad)
         return grad_weights, grad_x, None
 
@@ -529,7 +533,7 @@ def slices_pay(x: Tensor, mask: Tensor) -> bool:
 
 def _half_on_one_thread(x: Tensor) -> bool:
     """The premise the row and block rules share: half-precision x, one torch thread."""
-    return x.dtype in (torch.float16, torch.bfloat16) and torch.get_num_threads() == 1
+    return x.dtype in HALF_DTYPES and torch.get_num_threads() == 1
 
 
 #: Rows of at least this many real elements (tokens x features) on average are summed one slice per row
@@ -607,7 +611,7 @@ def half_bag_sums_pay(x: Tensor, mask: Tensor) -> bool:
     one and two threads, quiet and beside busy processes; two threads stand for several, as in the other rules) it was
     the faster in every cell, and within 2% in none but a few cells of earlier busy sweeps (docs/performance.md, the
     half bag rows sweeps)."""
-    return x.dtype in (torch.float16, torch.bfloat16) and _bag_takes(x, mask)
+    return x.dtype in HALF_DTYPES and _bag_takes(x, mask)
 
 
 def _bag_takes(x: Tensor, mask: Tensor) -> bool:

@@ -34,7 +34,7 @@ from . import fast
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32 for half-precision inputs (reductions and softmax), the dtype itself otherwise."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    return torch.float32 if dtype in fast.HALF_DTYPES else dtype
 
 
 def widen(t: Tensor) -> Tensor:
