@@ -36,7 +36,7 @@ from perf_common import (DTYPES, comma_choices, describe, interleaved, median_ms
 from perf_tokens import (ATTENTION_POOLERS, ATTENTION_TARGET, BATCH, NOT_A_FLOOR, STAT_POOLERS,  # noqa: E402
                          STAT_TARGET, cell_label, floor_of, floor_ratio, grid, make_inputs)
 from poolkit import get_pooler  # noqa: E402
-from poolkit.pooling import fast  # noqa: E402
+from poolkit.pooling import compiled, fast  # noqa: E402
 
 POOLERS = STAT_POOLERS + ATTENTION_POOLERS
 
@@ -68,16 +68,21 @@ KINDS = {
                     "ne", "logical_not", "logical_and", "logical_or", "bitwise_not", "bitwise_and", "bitwise_or", "abs",
                     "sign", "addcmul", "addcdiv", "lerp", "isfinite", "isnan"},
 }
+#: Time in poolkit's compiled loops (numba, poolkit.pooling.compiled): each runs as a profiler event of its own.
+COMPILED = "compiled loops"
 #: Time in profiler events of no ATen operator: autograd's nodes and engine (``MulBackward0``, ``AccumulateGrad``) and
 #: the Python bodies of custom autograd Functions (``fast.WeightedSum``), outside the operators they call.
 AUTOGRAD = "autograd and Python functions"
 #: The kinds in the order tables show them, then the time outside any profiled event.
-COLUMNS = [*KINDS, "other operators", AUTOGRAD, "outside operators"]
+COLUMNS = [*KINDS, COMPILED, "other operators", AUTOGRAD, "outside operators"]
 
 
 def kind_of(event_name: str) -> str:
     """The kind of a profiler event: ``aten::bmm`` -> "products", an in-place form as its operator (``aten::mul_``
-    -> "elementwise"), ATen operators no kind names -> "other operators", anything else -> :data:`AUTOGRAD`."""
+    -> "elementwise"), ATen operators no kind names -> "other operators", a compiled loop's event -> :data:`COMPILED`,
+    anything else -> :data:`AUTOGRAD`."""
+    if event_name.startswith(compiled.EVENT):
+        return COMPILED
     name = event_name.removeprefix("aten::")
     if name == event_name:
         return AUTOGRAD
@@ -237,7 +242,7 @@ def render(result: dict) -> str:
     share (of the pooler's forward time), and the time outside operators; under it, the cell where each kind's share
     is largest. Kinds no row spends 1% in are left out; last, :func:`over_target`."""
     rows = result["rows"]
-    shown = [kind for kind in ["contract", *COLUMNS] if any(r["shares"][kind] >= 0.01 for r in rows)]
+    shown = [kind for kind in ["contract", *COLUMNS] if any(r["shares"].get(kind, 0) >= 0.01 for r in rows)]
     body = [[r["pooler"], cell_label(r), f"{r['ratio']:.2f}" + (" !" if r["below_floor"] else ""),
              f"{1 / r['ratio']:.0%}", f"{profiled(r):.2f}", *(f"{r['shares'][kind]:.0%}" for kind in shown)]
             for r in rows]

@@ -13,6 +13,7 @@ EXTRAS = {
     "st": ("sentence_transformers",),
     "onnx": ("onnx", "onnxscript", "onnxruntime"),
     "pyg": ("torch_geometric",),
+    "kernels": ("numba",),
 }
 
 

@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import HIDDEN, NUM_LAYERS, make_pooler, mask_from_lengths, random_layers
 from poolkit import PoolkitError, get_pooler, list_poolers
-from poolkit.pooling import fast
+from poolkit.pooling import compiled, fast
 
 
 def close(a, b, tol=1e-5):
@@ -718,17 +718,20 @@ def test_registry_lists_both_families():
     assert get_pooler("avg", HIDDEN).name == "mean"  # aliases resolve
 
 
-@pytest.fixture(params=["plain", "row slices", "index_reduce"])
+@pytest.fixture(params=["plain", "row slices", "index_reduce", "compiled loops"])
 def extreme_form(request, monkeypatch):
-    """The masked max / min made to take its plain form or one of its two fast forms whatever the thread count and
-    row lengths; yields whether the row slices were asked for and the calls they got (to check that the form asked
-    for ran)."""
+    """The masked max / min made to take its plain form, one of its two torch fast forms whatever the thread count
+    and row lengths (the compiled loops off), or the compiled loops (numba: where they take the dtype); yields
+    whether a form that records its calls was asked for and the calls it got (to check that the form asked for
+    ran)."""
     calls = []
-    slices = fast.reduce_row_slices
+    slices, loops = fast.reduce_row_slices, compiled.masked_extreme
+    monkeypatch.setattr(compiled, "_enabled", request.param == "compiled loops")
     monkeypatch.setattr(fast, "slices_pay", lambda x, mask: request.param == "row slices")
     monkeypatch.setattr(fast, "reduce_row_slices", lambda *args: calls.append(args) or slices(*args))
+    monkeypatch.setattr(compiled, "masked_extreme", lambda *args, **kw: calls.append(args) or loops(*args, **kw))
     with fast.disabled() if request.param == "plain" else contextlib.nullcontext():
-        yield request.param == "row slices", calls
+        yield request.param in ("row slices", "compiled loops"), calls
 
 
 @pytest.mark.parametrize("dtype,length", [(torch.float32, 7), (torch.bfloat16, 7), (torch.bfloat16, 300)])
@@ -900,6 +903,7 @@ def test_blocks_are_cache_sized_on_one_thread_and_few_with_several(monkeypatch):
     """block_bytes: a form's own (cache-sized) bytes on one torch thread; with several, at least THREADED_BLOCK_BYTES
     (a larger size of its own kept); and both blocked forms ask it. Catches the rule inverted, a minimum taken for the
     maximum, and a form that reads its constant directly."""
+    monkeypatch.setattr(compiled, "_enabled", False)  # the torch forms (the compiled loops: their own tests)
     threads = {"n": 1}
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads["n"])
     assert fast.block_bytes(2 << 20) == 2 << 20
@@ -1106,6 +1110,7 @@ def test_the_float32_mean_and_sum_by_one_bag_give_the_products_values(root, monk
     the product; x that needs a gradient takes the product. Catches padding read (or a wrong token index), bags cut at
     the wrong offsets, a mean not divided by its own row's count, an empty row left unwritten, and the bag cutting a
     gradient off."""
+    monkeypatch.setattr(compiled, "_enabled", False)  # the torch forms (the compiled loops: their own tests)
     from poolkit.pooling import masking
 
     calls = []
@@ -1175,6 +1180,7 @@ def test_sum_pooling_of_half_precision_x_by_one_bag_rounds_the_float32_sum_once(
     another pooler's part (whose values it mixes further), and in a subclass with its own sum, the float32 sum is kept.
     Catches a sum accumulated in x's precision (or rounded twice), padding read, bags cut at the wrong offsets, an empty
     row left unwritten, and the bag cutting a gradient off, rounding a part or passing over a subclass's sum."""
+    monkeypatch.setattr(compiled, "_enabled", False)  # the torch forms (the compiled loops: their own tests)
     calls = []
     bag = fast.bag_sum
     monkeypatch.setattr(fast, "bag_sum", lambda *args: calls.append(args) or bag(*args))
@@ -1270,6 +1276,7 @@ def test_half_precision_means_are_the_correctly_rounded_ones(name, dtype, monkey
     plain form and the fast ones (blocks of float32 rows and a product; a float32 sum per row's slice), and blocks of
     rows that drop or repeat rows. Sum pooling's own output for half-precision x is one embedding bag, whose float32
     sum rounds once to a nearest value but may take a tie away from zero (bf16): checked as the nearest."""
+    monkeypatch.setattr(compiled, "_enabled", False)  # the torch forms (the compiled loops: their own tests)
     from poolkit.pooling import masking
 
     gen = torch.Generator().manual_seed(7)

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from torch.autograd import forward_ad
 from torch.nn import functional as F
 
+from . import compiled
 from .hooks import hooked
 
 _enabled = True
@@ -654,33 +655,42 @@ def reduce_by_index(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
 
 class MaskedExtreme(torch.autograd.Function):
     """:func:`reduce_into_rows` with the plain form's gradient: all of it to the first real holder of the value (none
-    from an empty row, whose output is the constant 0).
+    from an empty row, whose output is the constant 0). -> (values, index or None): where :func:`compiled.takes`, the
+    values and their holders in one pass (:func:`compiled.masked_extreme`; the index is not differentiable).
 
-    The holder is found in the backward pass, with the (B, T, D) gradient tensor as the scratch buffer of
+    Otherwise the holder is found in the backward pass, with the (B, T, D) gradient tensor as the scratch buffer of
     :func:`first_holder` (one fresh tensor that size instead of two). The gradient is linear in the
     incoming gradient and piecewise constant in x, so double backward runs through ``put``.
     """
 
     @staticmethod
-    def forward(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
-        return reduce_into_rows(x, mask, largest)
+    def forward(x: Tensor, mask: Tensor, largest: bool) -> tuple[Tensor, Tensor | None]:
+        if compiled.takes(x, mask):
+            return compiled.masked_extreme(x, mask, largest, with_index=True)
+        return reduce_into_rows(x, mask, largest), None
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
         x, mask, largest = inputs
+        values, index = output
         ctx.largest = largest
-        ctx.save_for_backward(x, mask, output)
+        if index is not None:
+            ctx.mark_non_differentiable(index)
+        ctx.save_for_backward(x, mask, values, index)
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
-        x, mask, values = ctx.saved_tensors
+    def backward(ctx, grad: Tensor, _grad_index: None):
+        x, mask, values, index = ctx.saved_tensors
         batch, length, dim = x.shape
         with torch.no_grad():
-            grad_x = torch.empty_like(x, memory_format=torch.contiguous_format)
-            index = first_holder(x, values, mask, ctx.largest, scratch=grad_x)
+            if index is None:
+                grad_x = torch.empty_like(x, memory_format=torch.contiguous_format)
+                index = first_holder(x, values, mask, ctx.largest, scratch=grad_x)
+                grad_x.zero_()
+            else:
+                grad_x = torch.zeros_like(x, memory_format=torch.contiguous_format)
             flat = (torch.arange(batch, device=x.device)[:, None] * (length * dim)
                     + index * dim + torch.arange(dim, device=x.device))
-            grad_x.zero_()
         empty = ~mask.any(dim=1)[:, None]
         put = grad_x.put if batched(grad) else grad_x.put_  # recorded under create_graph
         return put(flat, grad.to(x.dtype).masked_fill(empty, 0)), None, None

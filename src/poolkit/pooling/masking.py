@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from . import fast
+from . import compiled, fast
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -127,29 +127,33 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
     Half-precision x: the float32 sum divided by the count, so the result rounded once to x's precision is the
     correctly rounded mean. float32 / float64 x: one product with the weights (:func:`uniform_weights`, the ones a
     uniform softmax takes, so that FlexPooling at zero logits agrees bit for bit where both take it); where the fast
-    forms are active, x needs no gradient and :func:`fast.bag_sums_pay`, the sum as one embedding bag over the real
-    tokens (:func:`fast.bag_sum`) divided by the count, the product's value to float32 rounding."""
+    forms are active, x needs no gradient and :func:`compiled.takes` or :func:`fast.bag_sums_pay`, :func:`masked_sum`
+    's sum divided by the count, the product's value to float32 rounding."""
     dtype = compute_dtype(x.dtype)
-    bag = _fast_without_gradient(x) and fast.bag_sums_pay(x, mask)  # float32 x only
-    if x.dtype == dtype and not bag:
+    loops = _fast_without_gradient(x) and compiled.takes(x, mask)
+    bag = not loops and _fast_without_gradient(x) and fast.bag_sums_pay(x, mask)  # float32 x only
+    if x.dtype == dtype and not (bag or loops):
         weights = mask.float()
         scale = weights.sum(dim=1, keepdim=True).clamp_(min=1)
         return masked_weighted_sum(x, weights.div_(scale.sqrt_() if root else scale))
     counts = real_counts(mask).clamp(min=1).to(dtype)
-    total = fast.bag_sum(x, mask) if bag else masked_sum(x, mask)
+    total = masked_sum(x, mask)
     return total / (counts.sqrt() if root else counts)[:, None]
 
 
 def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
     """Sum over the real tokens: (B, T, D), (B, T) bool -> (B, D) in the compute dtype, a half-precision x summed in
     float32 (:func:`masked_weighted_sum` with the mask as weights). Where :func:`fast.active` and x needs no gradient:
-    float32 x where :func:`fast.bag_sums_pay`, one embedding bag over the real tokens (:func:`fast.bag_sum`);
-    half-precision x whose rows' real tokens are each one run, where :func:`fast.row_sums_pay`, one float32 sum per
-    row's slice (:func:`fast.sum_row_slices`) instead of a float32 copy of x and a product. The rules read the whole
-    batch, and the forms sum in different orders, so a row's float32 sum can differ in its last bits with the batch
-    it comes in (as a product's can with its kernel's blocking); rounded to x's precision, the half-precision forms
-    agree but for a sum on the rounding's edge."""
+    where :func:`compiled.takes`, one pass over the real tokens (:func:`compiled.masked_sum`); otherwise float32 x
+    where :func:`fast.bag_sums_pay`, one embedding bag over the real tokens (:func:`fast.bag_sum`); half-precision x
+    whose rows' real tokens are each one run, where :func:`fast.row_sums_pay`, one float32 sum per row's slice
+    (:func:`fast.sum_row_slices`) instead of a float32 copy of x and a product. The rules read the whole batch, and
+    the forms sum in different orders, so a row's float32 sum can differ in its last bits with the batch it comes in
+    (as a product's can with its kernel's blocking); rounded to x's precision, the half-precision forms agree but for
+    a sum on the rounding's edge."""
     if _fast_without_gradient(x):
+        if compiled.takes(x, mask):
+            return compiled.masked_sum(x, mask)
         if fast.bag_sums_pay(x, mask):
             return fast.bag_sum(x, mask)
         if fast.row_sums_pay(x, mask) and (runs := fast.single_runs(mask)) is not None:
@@ -163,8 +167,9 @@ def masked_sum_for_output(x: Tensor, mask: Tensor) -> Tensor:
     summed as one embedding bag over the real tokens (:func:`fast.bag_sum`), whose float32 sum is rounded once in the
     bag, to a nearest value of x's dtype: the same value but for a sum on the rounding's edge (float32 sums in another
     order; the bag's bf16 kernel takes a tie away from zero, where torch rounds it to even, one unit in the last place
-    apart). Otherwise :func:`masked_sum`, in the compute dtype."""
-    if _fast_without_gradient(x) and fast.half_bag_sums_pay(x, mask):
+    apart). Otherwise (and where :func:`compiled.takes`: its float32 sum, rounded by the caller) :func:`masked_sum`, in
+    the compute dtype."""
+    if _fast_without_gradient(x) and fast.half_bag_sums_pay(x, mask) and not compiled.takes(x, mask):
         return fast.bag_sum(x, mask)
     return masked_sum(x, mask)
 
@@ -196,17 +201,19 @@ def masked_extreme(x: Tensor, mask: Tensor, largest: bool, with_index: bool = Fa
     The values, index and gradient of :func:`masked_fill_reduce` (the first real token that holds the value
     wins, and takes the whole gradient). Where :func:`fast.active`, without its
     filled (B, T, D) copy of x (:func:`fast.reduce_into_rows`), the winner looked up only when the index
-    is asked for, and by the backward pass. Rows with no real token give 0 (and index 0).
+    is asked for, and by the backward pass; where :func:`compiled.takes`, the values and their holders in one pass
+    over the real tokens (:func:`compiled.masked_extreme`). Rows with no real token give 0 (and index 0).
     """
     if not fast.active(x):
         values, index = masked_fill_reduce(x, mask, largest)
         return (values, index) if with_index else values
     if torch.is_grad_enabled() and x.requires_grad:
-        values = fast.MaskedExtreme.apply(x, mask, largest)
+        values, index = fast.MaskedExtreme.apply(x, mask, largest)
+    elif compiled.takes(x, mask):
+        return compiled.masked_extreme(x, mask, largest, with_index)
     else:
-        values = fast.reduce_into_rows(x, mask, largest)
-    index = None
-    if with_index:
+        values, index = fast.reduce_into_rows(x, mask, largest), None
+    if with_index and index is None:
         with torch.no_grad():
             index = fast.first_holder(x, values, mask, largest)
     return (values, index) if with_index else values

@@ -1,0 +1,97 @@
+"""Masked statistics in one pass over the real tokens, compiled by numba (the ``kernels`` extra).
+
+torch has no masked reduction over a row's real tokens: its forms read the padding too, copy half-precision x to
+float32 before summing it (a (B, T, D) float32 tensor), or find a maximum's holder in a second pass (see
+:mod:`fast`). The loops here read each real token once, skip the padding without reading it, sum bf16 in float32
+as they go and keep each feature's first holder of its maximum beside the value. Each runs on one core, so it never
+waits for a descheduled thread beside other work (a parallel region does, docs/performance.md, item 5).
+
+Without numba, or where :func:`takes` says no, :mod:`fast` and :mod:`masking` answer as before. Tests hold these
+to the plain forms of :mod:`masking`: the same maxima, holders and empty-row zeros bit for bit; float32 sums in
+another order (a row's sum may differ in its last bits, and a bf16 mean rounded once from it but for one on the
+rounding's edge).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..extras import _missing
+
+#: The dtypes the loops read: float32, and bf16 as the high half of a float32 (exact; fp16 is not one).
+DTYPES = (torch.float32, torch.bfloat16)
+
+#: The switch tests turn off to reach :mod:`fast` 's torch forms.
+_enabled = True
+
+
+def available() -> bool:
+    """Whether numba is installed and the loops are switched on."""
+    return _enabled and _numba_installed()
+
+
+@functools.cache
+def _numba_installed() -> bool:
+    return not _missing("numba")
+
+
+def takes(x: Tensor, mask: Tensor) -> bool:
+    """Whether the loops read ``x`` (B, T, D) under ``mask`` (B, T): numba installed, a float32 or bf16 contiguous
+    x and a bool mask, without autocast (under which the plain forms' products run in bf16, so a float32 sum would
+    change a value with the path it takes). The caller checks :func:`fast.active` and that no gradient of x is
+    taken through the values."""
+    return (x.dtype in DTYPES and mask.dtype == torch.bool and x.dim() == 3 and x.is_contiguous()
+            and not torch.is_autocast_enabled("cpu") and available())
+
+
+def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
+    """The float32 sum of x over each row's real tokens: (B, T, D), (B, T) bool -> float32 (B, D); empty rows 0."""
+    out = torch.empty(x.shape[0], x.shape[2], dtype=torch.float32)
+    _run("sums", *_arrays(x, mask), out.numpy())
+    return out
+
+
+def masked_extreme(x: Tensor, mask: Tensor, largest: bool, with_index: bool = False):
+    """The max (``largest``) or min over each row's real tokens: (B, T, D), (B, T) bool -> values (B, D) in x's
+    dtype [, index (B, D) int64, each feature's first holder], :func:`masking.masked_fill_reduce` 's: a NaN wins (the
+    first one holds it), a feature whose every real value is the fill (-inf for max) is held by the row's first real
+    token, and an empty row gives 0 at index 0."""
+    values = torch.empty(x.shape[0], x.shape[2], dtype=torch.float32)
+    index = torch.empty(x.shape[0], x.shape[2]) if with_index else torch.empty(0, 0)
+    index = index.to(torch.int64)
+    _run("extremes", *_arrays(x, mask), np.uint32(0 if largest else 1 << 31), values.numpy(), index.numpy())
+    values = values.to(x.dtype)
+    return (values, index) if with_index else values
+
+
+#: The prefix of the profiler events a loop runs in (``torch.profiler``; benchmarks/perf_where.py counts them).
+EVENT = "poolkit.compiled::"
+
+
+def _run(name: str, *arrays) -> None:
+    """Loop ``name`` of :mod:`compiled_loops` on ``arrays``, as a named event when torch's profiler records (the
+    loops are no ATen operator; the check costs nothing when it does not)."""
+    loop = getattr(_loops(), name)
+    if not torch.autograd.profiler._is_profiler_enabled:
+        return loop(*arrays)
+    with torch.profiler.record_function(EVENT + name):
+        return loop(*arrays)
+
+
+def _arrays(x: Tensor, mask: Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """x as numpy (bf16 as its uint16 bits) and the mask, without copies."""
+    x = x.detach()
+    data = x.view(torch.int16).numpy().view(np.uint16) if x.dtype == torch.bfloat16 else x.numpy()
+    return data, mask.detach().numpy()
+
+
+@functools.cache
+def _loops():
+    """The numba loops (:mod:`compiled_loops`), imported on first use: importing numba takes a while."""
+    from . import compiled_loops
+
+    return compiled_loops

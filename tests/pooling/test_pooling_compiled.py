@@ -1,0 +1,128 @@
+"""The compiled loops (poolkit.pooling.compiled, numba: the ``kernels`` extra) against the plain forms of masking.
+
+Their gradients, winners under padding and ties run through test_pooling_methods.py's ``extreme_form`` fixture (its
+"compiled loops" form); the registry-wide contract suite runs with them on.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import mask_from_lengths
+from poolkit import get_pooler
+from poolkit.pooling import compiled, fast, masking
+
+pytest.importorskip("numba")
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def awkward(dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (5, 9, 16) with ties, signed zeros, NaN and infinities, and a mask with right, left and inner padding, an
+    empty row and a full one."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randint(-2, 3, (5, 9, 16), generator=gen).to(dtype)  # many ties
+    x[torch.rand(x.shape, generator=gen) < 0.15] = -0.0
+    x[torch.rand(x.shape, generator=gen) < 0.05] = float("nan")
+    x[torch.rand(x.shape, generator=gen) < 0.05] = float("inf")
+    x[torch.rand(x.shape, generator=gen) < 0.05] = float("-inf")
+    x[:, :, 0] = float("-inf")  # the max's fill at every token
+    x[:, :, 1] = float("inf")  # the min's
+    mask = torch.rand(5, 9, generator=gen) > 0.35
+    mask[1] = False
+    mask[2] = True
+    mask[3, :4] = False
+    return x, mask
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The values' bits: equal bits are the same value, sign of zero and NaN included."""
+    return t.view({torch.float32: torch.int32, torch.bfloat16: torch.int16}[t.dtype])
+
+
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_loops_give_the_plain_extremes_and_holders_bit_for_bit(dtype, largest):
+    """Values and first holders of masking.masked_fill_reduce, bit for bit: a NaN wins and its first token holds it,
+    a tie between -0 and +0 goes to the first, a feature at the fill at every real token is held by the first real
+    token, and an empty row gives 0 at index 0. Catches a later holder kept on ties, a min taken as a max, a NaN that
+    loses, a fill's holder at token 0 under left padding, and an empty row left at the fill."""
+    for seed in range(6):
+        x, mask = awkward(dtype, seed)
+        values, index = masking.masked_fill_reduce(x, mask, largest)
+        got, held = compiled.masked_extreme(x, mask, largest, with_index=True)
+        assert torch.equal(bits(got), bits(values)) and torch.equal(held, index)
+        assert torch.equal(bits(compiled.masked_extreme(x, mask, largest)), bits(values))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_loops_sum_the_real_tokens_in_float32(dtype):
+    """The float32 sum over the real tokens, padding never read (huge and NaN values there), to float32 rounding of
+    the float64 sum; an empty row gives 0. Catches padding summed, a bf16 widening that is not exact (the bits
+    shifted into the wrong half), and a sum kept in x's precision."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 50, 24, generator=gen).to(dtype)
+    mask = mask_from_lengths([50, 0, 13, 1], 50).bool()
+    x[~mask] = float("nan")
+    x[3, 1:] = torch.finfo(dtype).max
+    reference = (x.double().masked_fill(~mask[:, :, None], 0)).sum(dim=1)
+    got = compiled.masked_sum(x, mask)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, reference.float(), rtol=1e-6, atol=1e-5)
+    assert torch.equal(got[1], torch.zeros(24))
+
+
+@pytest.mark.parametrize("name", ["mean", "mean_sqrt_len", "sum", "mean_max", "max", "min"])
+def test_bf16_statistics_through_the_loops_are_the_correctly_rounded_ones(name, monkeypatch):
+    """The poolers on bf16 x in inference take the loops, and give the float64 reference rounded once to bf16 (the
+    mean's and the sum's float32 sums divided, then rounded by torch to the nearest, ties to even): as the torch
+    forms do (test_pooling_methods.py). Catches a sum rounded before its division and a pooler that never reaches
+    the loops."""
+    calls = []
+    for form in ("masked_sum", "masked_extreme"):
+        original = getattr(compiled, form)
+        monkeypatch.setattr(compiled, form, lambda *a, f=original, **k: calls.append(a) or f(*a, **k))
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(6, 40, 64, generator=gen).bfloat16()
+    mask = mask_from_lengths([40, 1, 17, 0, 33, 9], 40).bool()
+    total = (x.double() * mask[..., None]).sum(dim=1)
+    count = mask.sum(dim=1, keepdim=True).clamp(min=1).double()
+    with fast.disabled():
+        extreme = {largest: masking.masked_fill_reduce(x, mask, largest)[0] for largest in (True, False)}
+    reference = {"mean": total / count, "mean_sqrt_len": total / count.sqrt(), "sum": total,
+                 "max": extreme[True], "min": extreme[False]}
+    reference["mean_max"] = torch.cat([reference["mean"], extreme[True].double()], 1)
+    with torch.inference_mode():
+        got = get_pooler(name, hidden_size=64)(x, mask)
+    assert got.dtype == torch.bfloat16 and calls
+    assert torch.equal(got, reference[name].to(torch.bfloat16)), (got != reference[name].to(torch.bfloat16)).sum()
+
+
+def test_the_loops_take_only_what_they_read(monkeypatch):
+    """takes: float32 and bf16 contiguous (B, T, D) x under a bool mask, outside autocast, with numba installed and
+    the loops on. Catches fp16 read as bf16 bits, a strided x read as if contiguous, a float mask, a sum that would
+    differ from autocast's bf16 product, and the switches ignored."""
+    x, mask = torch.randn(2, 5, 8), mask_from_lengths([5, 2], 5).bool()
+    assert compiled.takes(x, mask) and compiled.takes(x.bfloat16(), mask)
+    assert not compiled.takes(x.half(), mask) and not compiled.takes(x.double(), mask)
+    assert not compiled.takes(x.transpose(0, 1).contiguous().transpose(0, 1), mask)
+    assert not compiled.takes(x, mask.float())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not compiled.takes(x, mask)
+    monkeypatch.setattr(compiled, "_enabled", False)
+    assert not compiled.takes(x, mask)
+
+
+def test_without_numba_the_torch_forms_answer(monkeypatch):
+    """With numba missing (the ``kernels`` extra not installed) the loops are never taken and every statistic still
+    pools, to the same values (sum pooling's bf16 bag may take a tie away from zero: within one unit in the last place
+    there). Catches the loops taken without numba, and a torch form that gives other values."""
+    x, mask = torch.randn(3, 6, 8).bfloat16(), mask_from_lengths([6, 0, 3], 6).bool()
+    with torch.inference_mode():
+        expected = {name: get_pooler(name, hidden_size=8)(x, mask) for name in ("mean", "sum", "max")}
+        monkeypatch.setattr(compiled, "_numba_installed", lambda: False)
+        assert not compiled.available()
+        for name, values in expected.items():
+            got = get_pooler(name, hidden_size=8)(x, mask)
+            assert torch.equal(got, values) or name == "sum" and torch.allclose(got, values, rtol=2 ** -7, atol=0)
