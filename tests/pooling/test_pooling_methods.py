@@ -1180,7 +1180,6 @@ def test_sum_pooling_of_half_precision_x_by_one_bag_rounds_the_float32_sum_once(
     another pooler's part (whose values it mixes further), and in a subclass with its own sum, the float32 sum is kept.
     Catches a sum accumulated in x's precision (or rounded twice), padding read, bags cut at the wrong offsets, an empty
     row left unwritten, and the bag cutting a gradient off, rounding a part or passing over a subclass's sum."""
-    monkeypatch.setattr(compiled, "_enabled", False)  # the torch forms (the compiled loops: their own tests)
     calls = []
     bag = fast.bag_sum
     monkeypatch.setattr(fast, "bag_sum", lambda *args: calls.append(args) or bag(*args))
