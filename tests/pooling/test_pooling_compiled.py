@@ -78,7 +78,7 @@ def test_bf16_statistics_through_the_loops_are_the_correctly_rounded_ones(name, 
     """The poolers on bf16 x in inference take the loops, and give the float64 reference rounded once to bf16 (the
     mean's float32 sum divided, then rounded by torch to the nearest, ties to even): as the torch forms do
     (test_pooling_methods.py). Catches a sum rounded before its division and a pooler that never reaches the loops.
-    (Sum pooling's own bf16 output stays one embedding bag, faster than the loops' sum rounded afterwards.)"""
+    (Sum pooling's own bf16 output stays one embedding bag: docs/performance.md.)"""
     calls = []
     for form in ("masked_sum", "masked_extreme"):
         original = getattr(compiled, form)

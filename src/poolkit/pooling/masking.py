@@ -167,8 +167,9 @@ def masked_sum_for_output(x: Tensor, mask: Tensor) -> Tensor:
     summed as one embedding bag over the real tokens (:func:`fast.bag_sum`), whose float32 sum is rounded once in the
     bag, to a nearest value of x's dtype: the same value but for a sum on the rounding's edge (float32 sums in another
     order; the bag's bf16 kernel takes a tie away from zero, where torch rounds it to even, one unit in the last place
-    apart); the bag was faster here than the compiled loops' float32 sum rounded afterwards (docs/performance.md, the
-    masked statistics in one pass). Otherwise :func:`masked_sum`, in the compute dtype."""
+    apart); the compiled loops' float32 sum rounded afterwards was slower on a quiet machine and faster in no cell in
+    every run beside busy processes (docs/performance.md, the masked statistics in one pass), so the bag stays.
+    Otherwise :func:`masked_sum`, in the compute dtype."""
     if _fast_without_gradient(x) and fast.half_bag_sums_pay(x, mask):
         return fast.bag_sum(x, mask)
     return masked_sum(x, mask)
