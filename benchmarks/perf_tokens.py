@@ -1,8 +1,9 @@
 """Item 1: token poolers against floors that do the same work, measured side by side in one run.
 
 * Masked mean / sum / max: the floor is the *fastest* of several ways to read the real tokens once, gathered before
-  timing into one contiguous tensor (its ``sum(0)``, ``amax(0)``, ``sum()`` and ``clone()``: :data:`READ_REAL`), all
-  timed in the same repeats, the minimum taken per repeat: a slow kernel cannot pass as a floor. (Runs before
+  timing into one contiguous tensor (its ``sum(0)``, ``amax(0)``, ``sum()`` and ``clone()``, and since
+  ``one_thread_reads`` its ``sum()`` on one thread: :data:`READ_REAL`), all timed in the same repeats, the minimum
+  taken per repeat: a slow kernel cannot pass as a floor. (Runs before
   :data:`READ_REAL` read every position of x, padding included; the embedding bags, which read the real tokens only,
   were faster than that in a cell, so it was not a floor.) The mean and sum in training read all of x once
   (:data:`READ_ONCE`), x the leaf, so that the floor writes x's whole gradient, as the pooler must. So does
@@ -50,6 +51,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -75,8 +77,24 @@ NOT_A_FLOOR = 0.95  # a median ratio below this: the pooler beat its floor, so t
 #: masked statistics' floor in forward is the fastest of them in each repeat. A masked statistic must read every real
 #: token and need not read the padding (the embedding bags do not), so its floor does not read the padding either.
 #: Runs without the ``read_real`` setting read all of x in forward too (:data:`READ_ONCE`).
+def on_one_thread(read: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``read`` with torch on one thread for the call, the thread count restored after. Beside busy processes a read
+    split over several threads waits for whichever is descheduled, and one core reading alone can be the faster:
+    the compiled loops (one core each) beat every several-thread read of :data:`READ_REAL` in e97be22's two-thread
+    run beside two busy processes, so from ``one_thread_reads`` the floor has this way too."""
+    def call(tensor: torch.Tensor) -> torch.Tensor:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return read(tensor)
+        finally:
+            torch.set_num_threads(threads)
+    return call
+
+
 READ_REAL = {"real.sum(0)": lambda r: r.sum(dim=0), "real.amax(0)": lambda r: r.amax(dim=0),
-             "real.sum()": lambda r: r.sum(), "real.clone()": lambda r: r.clone()}
+             "real.sum()": lambda r: r.sum(), "real.clone()": lambda r: r.clone(),
+             "real.sum() on one thread": on_one_thread(lambda r: r.sum())}
 #: Ways to read all of x once: the masked statistics' floor in training, the fastest of them in each repeat. x is the
 #: leaf, so each writes x's whole gradient (autograd makes a dense one of the sums' broadcast), as the pooler must:
 #: zero at the padding (for the max, everywhere but at each feature's holder), the gradient is still a (B, T, D) tensor.
@@ -322,7 +340,7 @@ def main(argv: list[str] | None = None) -> dict:
                            "repeats": repeats, "min_sample_s": 0.05, "threads": torch.get_num_threads(),
                            "half_floors_in_float32": True, "read_once_floors": True,
                            "background": args.background, "not_a_floor": NOT_A_FLOOR, "read_real": list(READ_REAL),
-                           "read_once": list(READ_ONCE),
+                           "one_thread_reads": True, "read_once": list(READ_ONCE),
                            "max_reads_once": True,
                            "figure": "pooler time / floor time, median of the per-repeat ratios"},
               "rows": rows}

@@ -255,6 +255,25 @@ def test_the_statistics_floor_reads_the_real_tokens_in_forward_and_x_in_training
     assert perf_tokens.families({"settings": {}}) == perf_tokens.FAMILIES  # older runs read as they were measured
 
 
+def test_a_floor_read_on_one_thread_runs_on_one_and_restores_the_count():
+    """perf_tokens.on_one_thread: the read runs with torch on one thread, and the count in use comes back after it,
+    also when the read raises. Catches a read left at the run's thread count (then it is the same way twice) and a
+    count left at one for the pooler timed next."""
+    import perf_tokens
+
+    was = torch.get_num_threads()
+    seen = []
+    try:
+        torch.set_num_threads(2)
+        read = perf_tokens.on_one_thread(lambda r: seen.append(torch.get_num_threads()) or r.sum())
+        assert read(torch.ones(3)) == 3 and seen == [1] and torch.get_num_threads() == 2
+        with pytest.raises(ZeroDivisionError):
+            perf_tokens.on_one_thread(lambda r: 1 / 0)(torch.ones(3))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(was)
+
+
 def test_token_floors_run_and_render(tmp_path):
     import perf_tokens
     import rendering
