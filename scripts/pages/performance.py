@@ -67,6 +67,8 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "tokens-75c1f82-zen4-t1.json", "tokens-75c1f82-zen4-t2.json", "tokens-75c1f82-zen4-t1-busy2.json",
          "tokens-75c1f82-zen4-t2-busy2.json", "tokens-e97be22-zen4-t1.json", "tokens-e97be22-zen4-t2.json",
          "tokens-e97be22-zen4-t1-busy2.json", "tokens-e97be22-zen4-t2-busy2.json",
+         "tokens-263001a-zen4-t1.json", "tokens-263001a-zen4-t2.json", "tokens-263001a-zen4-t1-busy2.json",
+         "tokens-263001a-zen4-t2-busy2.json",
          "where-2034ecc-t1.json",
          "embed-4dade0b-t1.json", "embed-4dade0b-t2.json", "embed-4dade0b-t1-busy2.json",
          "embed-4dade0b-t2-busy2.json", "bench-cpu-quick-spatial.json", "revisions-55de4ff-head-r11.json",
