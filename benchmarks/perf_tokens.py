@@ -73,10 +73,7 @@ ATTENTION_POOLERS = SCORING_POOLERS + QUERY_POOLERS
 STAT_TARGET, ATTENTION_TARGET = 1.3, 1.2
 NOT_A_FLOOR = 0.95  # a median ratio below this: the pooler beat its floor, so the floor is not one
 
-#: Ways to read the real tokens once, gathered before timing into one contiguous (N_real, D) tensor ("real"): the
-#: masked statistics' floor in forward is the fastest of them in each repeat. A masked statistic must read every real
-#: token and need not read the padding (the embedding bags do not), so its floor does not read the padding either.
-#: Runs without the ``read_real`` setting read all of x in forward too (:data:`READ_ONCE`).
+
 def on_one_thread(read: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
     """``read`` with torch on one thread for the call, the thread count restored after. Beside busy processes a read
     split over several threads waits for whichever is descheduled, and one core reading alone can be the faster:
@@ -92,6 +89,10 @@ def on_one_thread(read: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[tor
     return call
 
 
+#: Ways to read the real tokens once, gathered before timing into one contiguous (N_real, D) tensor ("real"): the
+#: masked statistics' floor in forward is the fastest of them in each repeat. A masked statistic must read every real
+#: token and need not read the padding (the embedding bags do not), so its floor does not read the padding either.
+#: Runs without the ``read_real`` setting read all of x in forward too (:data:`READ_ONCE`).
 READ_REAL = {"real.sum(0)": lambda r: r.sum(dim=0), "real.amax(0)": lambda r: r.amax(dim=0),
              "real.sum()": lambda r: r.sum(), "real.clone()": lambda r: r.clone(),
              "real.sum() on one thread": on_one_thread(lambda r: r.sum())}

@@ -29,6 +29,9 @@ def awkward(dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     x[torch.rand(x.shape, generator=gen) < 0.05] = float("-inf")
     x[:, :, 0] = float("-inf")  # the max's fill at every token
     x[:, :, 1] = float("inf")  # the min's
+    wide = {torch.float32: (torch.int32, 0x7FC00005, -0x3FFFFD), torch.bfloat16: (torch.int16, 0x7FC5, -0x3D)}
+    integer, quiet, negative = wide[dtype]  # NaNs with payloads, one of them negative: their bits must come through
+    x.view(integer)[:, 5, 2], x.view(integer)[:, 6, 3] = quiet, negative
     mask = torch.rand(5, 9, generator=gen) > 0.35
     mask[1] = False
     mask[2] = True
@@ -37,8 +40,10 @@ def awkward(dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
-    """The values' bits: equal bits are the same value, sign of zero and NaN included."""
-    return t.view({torch.float32: torch.int32, torch.bfloat16: torch.int16}[t.dtype])
+    """The values' bits, every NaN as one code: equal bits are the same value, sign of zero included (torch's gather
+    gives bf16 NaNs its own canonical bits, where the loops keep x's: tested apart)."""
+    raw = t.view({torch.float32: torch.int32, torch.bfloat16: torch.int16}[t.dtype]).clone()
+    return raw.masked_fill_(t.isnan(), -1)
 
 
 @pytest.mark.parametrize("largest", [True, False])
@@ -46,14 +51,19 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 def test_the_loops_give_the_plain_extremes_and_holders_bit_for_bit(dtype, largest):
     """Values and first holders of masking.masked_fill_reduce, bit for bit: a NaN wins and its first token holds it,
     a tie between -0 and +0 goes to the first, a feature at the fill at every real token is held by the first real
-    token, and an empty row gives 0 at index 0. Catches a later holder kept on ties, a min taken as a max, a NaN that
-    loses, a fill's holder at token 0 under left padding, and an empty row left at the fill."""
+    token, and an empty row gives 0 at index 0; a NaN comes out with the bits x holds at its holder (sign and payload
+    kept through the min's sign flips). Catches a later holder kept on ties, a min taken as a max, a NaN that loses or
+    changes, a fill's holder at token 0 under left padding, and an empty row left at the fill."""
     for seed in range(6):
         x, mask = awkward(dtype, seed)
         values, index = masking.masked_fill_reduce(x, mask, largest)
         got, held = compiled.masked_extreme(x, mask, largest, with_index=True)
         assert torch.equal(bits(got), bits(values)) and torch.equal(held, index)
         assert torch.equal(bits(compiled.masked_extreme(x, mask, largest)), bits(values))
+        raw = {torch.float32: torch.int32, torch.bfloat16: torch.int16}[dtype]
+        at_holder = x.view(raw).gather(1, held[:, None, :]).squeeze(1)
+        nan = got.isnan()
+        assert nan.any() and torch.equal(got.view(raw)[nan], at_holder[nan])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -121,8 +131,45 @@ def test_without_numba_the_torch_forms_answer(monkeypatch):
     x, mask = torch.randn(3, 6, 8).bfloat16(), mask_from_lengths([6, 0, 3], 6).bool()
     with torch.inference_mode():
         expected = {name: get_pooler(name, hidden_size=8)(x, mask) for name in ("mean", "sum", "max")}
-        monkeypatch.setattr(compiled, "_numba_installed", lambda: False)
+        monkeypatch.setattr(compiled, "_loops", lambda: None)
         assert not compiled.available()
         for name, values in expected.items():
             got = get_pooler(name, hidden_size=8)(x, mask)
             assert torch.equal(got, values) or name == "sum" and torch.allclose(got, values, rtol=2 ** -7, atol=0)
+
+
+def test_a_float32_mean_of_huge_values_stays_finite():
+    """The float32 mean through the loops sums each token times 1/n, the plain product's terms: two real tokens at 3e38
+    give 3e38, as the plain form does, where their sum divided by 2 would be inf. Catches a float32 mean taken as a sum
+    divided afterwards."""
+    x = torch.full((2, 3, 8), 3e38)
+    x[1, 0] = -3e38
+    mask = mask_from_lengths([2, 3], 3).bool()
+    with torch.inference_mode():
+        got = get_pooler("mean", hidden_size=8)(x, mask)
+        with fast.disabled():
+            expected = get_pooler("mean", hidden_size=8)(x, mask)
+    assert torch.isfinite(got).all() and torch.allclose(got, expected, rtol=1e-6)
+
+
+def test_numba_that_cannot_run_warns_once_and_the_torch_forms_answer(monkeypatch):
+    """numba installed but not importable (a numpy newer than it supports, say): one RuntimeWarning naming it, the loops
+    unavailable, and the poolers' values from the torch forms. Catches an import error that escapes into every pooler
+    call."""
+    import sys
+
+    x, mask = torch.randn(2, 4, 8), mask_from_lengths([4, 2], 4).bool()
+    with fast.disabled():
+        expected = get_pooler("max", hidden_size=8)(x, mask)
+    compiled._loops.cache_clear()
+    monkeypatch.setitem(sys.modules, "poolkit.pooling.compiled_loops", None)  # its import raises ImportError
+    try:
+        with pytest.warns(RuntimeWarning, match="numba is installed but cannot be used"):
+            assert not compiled.available()
+        assert not compiled.takes(x, mask)
+        with torch.inference_mode():
+            assert torch.equal(get_pooler("max", hidden_size=8)(x, mask), expected)
+    finally:
+        monkeypatch.undo()
+        compiled._loops.cache_clear()
+

@@ -15,6 +15,8 @@ rounding's edge).
 from __future__ import annotations
 
 import functools
+import importlib
+import warnings
 
 import numpy as np
 import torch
@@ -30,41 +32,39 @@ _enabled = True
 
 
 def available() -> bool:
-    """Whether numba is installed and the loops are switched on."""
-    return _enabled and _numba_installed()
-
-
-@functools.cache
-def _numba_installed() -> bool:
-    return not _missing("numba")
+    """Whether the loops are switched on and numba can run them (installed, importable with this numpy, JIT on)."""
+    return _enabled and _loops() is not None
 
 
 def takes(x: Tensor, mask: Tensor) -> bool:
     """Whether the loops read ``x`` (B, T, D) under ``mask`` (B, T): numba installed, a float32 or bf16 contiguous
     x and a bool mask, without autocast (under which the plain forms' products run in bf16, so a float32 sum would
-    change a value with the path it takes). The caller checks :func:`fast.active` and that no gradient of x is
-    taken through the values."""
+    change a value with the path it takes). The caller checks :func:`fast.active`, and that no gradient of x is taken
+    through the values (:class:`fast.MaskedExtreme` takes the values without one and writes the gradient itself)."""
     return (x.dtype in DTYPES and mask.dtype == torch.bool and x.dim() == 3 and x.is_contiguous()
             and not torch.is_autocast_enabled("cpu") and available())
 
 
-def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
-    """The float32 sum of x over each row's real tokens: (B, T, D), (B, T) bool -> float32 (B, D); empty rows 0."""
+def masked_sum(x: Tensor, mask: Tensor, scale: Tensor | None = None) -> Tensor:
+    """The float32 sum of x over each row's real tokens, each token times ``scale`` (B,) float32 when given (a mean's
+    1/n: the product's terms, which stay finite where the sum of huge values would not): (B, T, D), (B, T) bool ->
+    float32 (B, D); empty rows 0."""
     out = torch.empty(x.shape[0], x.shape[2], dtype=torch.float32)
-    _run("sums", *_arrays(x, mask), out.numpy())
+    scale = torch.ones(x.shape[0]) if scale is None else scale.to(torch.float32).contiguous()
+    _run("sums", *_arrays(x, mask), scale.numpy(), out.numpy())
     return out
 
 
 def masked_extreme(x: Tensor, mask: Tensor, largest: bool, with_index: bool = False):
     """The max (``largest``) or min over each row's real tokens: (B, T, D), (B, T) bool -> values (B, D) in x's
-    dtype [, index (B, D) int64, each feature's first holder], :func:`masking.masked_fill_reduce` 's: a NaN wins (the
-    first one holds it), a feature whose every real value is the fill (-inf for max) is held by the row's first real
-    token, and an empty row gives 0 at index 0."""
+    dtype [, index (B, D) int64, each feature's first holder], :func:`masking.masked_fill_reduce` 's, bit for bit: a
+    NaN wins (the first one holds it, its bits kept), a feature whose every real value is the fill (-inf for max) is
+    held by the row's first real token, and an empty row gives 0 at index 0."""
     values = torch.empty(x.shape[0], x.shape[2], dtype=torch.float32)
-    index = torch.empty(x.shape[0], x.shape[2]) if with_index else torch.empty(0, 0)
-    index = index.to(torch.int64)
+    index = torch.empty(x.shape[0] if with_index else 0, x.shape[2] if with_index else 0, dtype=torch.int64)
     _run("extremes", *_arrays(x, mask), np.uint32(0 if largest else 1 << 31), values.numpy(), index.numpy())
-    values = values.to(x.dtype)
+    if x.dtype == torch.bfloat16:  # the high halves: x's own bits (a conversion would change a NaN's)
+        values = values.view(torch.int32).bitwise_right_shift(16).to(torch.int16).view(torch.bfloat16)
     return (values, index) if with_index else values
 
 
@@ -83,15 +83,25 @@ def _run(name: str, *arrays) -> None:
 
 
 def _arrays(x: Tensor, mask: Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """x as numpy (bf16 as its uint16 bits) and the mask, without copies."""
+    """x as numpy (bf16 as its uint16 bits) without a copy, and the mask contiguous (one compiled layout)."""
     x = x.detach()
     data = x.view(torch.int16).numpy().view(np.uint16) if x.dtype == torch.bfloat16 else x.numpy()
-    return data, mask.detach().numpy()
+    return data, mask.detach().contiguous().numpy()
 
 
 @functools.cache
 def _loops():
-    """The numba loops (:mod:`compiled_loops`), imported on first use: importing numba takes a while."""
-    from . import compiled_loops
+    """The numba loops (:mod:`compiled_loops`), imported on first use (importing numba takes a while); None where
+    numba is missing, cannot be imported (a numpy newer than it supports, say: one warning) or has its JIT switched
+    off (``NUMBA_DISABLE_JIT``): the torch forms answer then."""
+    if _missing("numba"):
+        return None
+    try:
+        from numba import config
 
-    return compiled_loops
+        loops = importlib.import_module(f"{__package__}.compiled_loops")
+    except (ImportError, RuntimeError, OSError) as err:
+        warnings.warn(f"poolkit: numba is installed but cannot be used ({err}); the statistics run their torch forms",
+                      RuntimeWarning, stacklevel=2)
+        return None
+    return None if config.DISABLE_JIT else loops

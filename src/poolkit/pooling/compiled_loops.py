@@ -1,9 +1,19 @@
-"""The loops of :mod:`compiled`, compiled by numba on first call and cached on disk beside this file where it can
-write (``NUMBA_CACHE_DIR`` elsewhere). Imported only by :func:`compiled._loops`: importing numba takes a while."""
+"""The loops of :mod:`compiled`, compiled by numba on first call and cached on disk (beside this file, or in numba's
+user cache, or ``NUMBA_CACHE_DIR``; compiled in each process where none can be written). Imported only by
+:func:`compiled._loops`: importing numba takes a while."""
 
 import numpy as np
 from numba import njit, types
 from numba.extending import overload
+
+
+def jit(function):
+    """``function`` compiled without the GIL and cached on disk, or compiled in each process where no cache location
+    can be written (numba refuses ``cache=True`` there)."""
+    try:
+        return njit(nogil=True, cache=True)(function)
+    except RuntimeError:
+        return njit(nogil=True)(function)
 
 
 def as_float32(row, bits, flip):
@@ -31,22 +41,22 @@ def _as_float32(row, bits, flip):
     return same
 
 
-@njit(nogil=True, cache=True)
-def sums(x, mask, out):
-    """out[b] = the float32 sum of x[b, t] over the real tokens t (mask[b, t]), in token order."""
+@jit
+def sums(x, mask, scale, out):
+    """out[b] = the float32 sum of x[b, t] * scale[b] over the real tokens t (mask[b, t]), in token order."""
     batch, length, dim = x.shape
     bits = np.empty(dim, np.uint32)
     for b in range(batch):
-        total = out[b]
+        total, weight = out[b], scale[b]
         total[:] = 0
         for t in range(length):
             if mask[b, t]:
                 values = as_float32(x[b, t], bits, np.uint32(0))
                 for d in range(dim):
-                    total[d] += values[d]
+                    total[d] += values[d] * weight
 
 
-@njit(nogil=True, cache=True)
+@jit
 def first_real(mask, b):
     """The first real token of row b, or its length when it has none."""
     length = mask.shape[1]
@@ -56,7 +66,7 @@ def first_real(mask, b):
     return first
 
 
-@njit(nogil=True, cache=True)
+@jit
 def extremes(x, mask, flip, out, index):
     """out[b] = the max (``flip`` 0) or min (``flip`` 1 << 31: the negated max of the negated values) of x[b, t] over
     the real tokens; with ``index`` (B, D) (else (0, 0)), index[b] = its first holder. A NaN wins, a feature at the
@@ -90,6 +100,7 @@ def extremes(x, mask, flip, out, index):
                     for d in range(dim):
                         v, held = values[d], best[d]
                         best[d] = held if (held != held) | (v <= held) else v
-        if flip:
+        if flip:  # the sign bits back, exactly (a NaN's too)
+            raw = best.view(np.uint32)
             for d in range(dim):
-                best[d] = -best[d]
+                raw[d] ^= flip

@@ -679,7 +679,7 @@ class MaskedExtreme(torch.autograd.Function):
         ctx.save_for_backward(x, mask, values, index)
 
     @staticmethod
-    def backward(ctx, grad: Tensor, _grad_index: None):
+    def backward(ctx, grad: Tensor, _grad_index: Tensor | None):
         x, mask, values, index = ctx.saved_tensors
         batch, length, dim = x.shape
         with torch.no_grad():
