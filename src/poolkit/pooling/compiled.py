@@ -50,8 +50,8 @@ def masked_sum(x: Tensor, mask: Tensor, scale: Tensor | None = None) -> Tensor:
     1/n: the product's terms, which stay finite where the sum of huge values would not): (B, T, D), (B, T) bool ->
     float32 (B, D); empty rows 0."""
     out = torch.empty(x.shape[0], x.shape[2], dtype=torch.float32)
-    scale = torch.ones(x.shape[0]) if scale is None else scale.to(torch.float32).contiguous()
-    _run("sums", *_arrays(x, mask), scale.numpy(), out.numpy())
+    scale = np.ones(x.shape[0], np.float32) if scale is None else scale.to(torch.float32).contiguous().numpy()
+    _run("sums", *_arrays(x, mask), scale, out.numpy())
     return out
 
 

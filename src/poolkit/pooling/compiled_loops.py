@@ -52,8 +52,12 @@ def sums(x, mask, scale, out):
         for t in range(length):
             if mask[b, t]:
                 values = as_float32(x[b, t], bits, np.uint32(0))
-                for d in range(dim):
-                    total[d] += values[d] * weight
+                if weight == 1:  # a sum: no product to take
+                    for d in range(dim):
+                        total[d] += values[d]
+                else:
+                    for d in range(dim):
+                        total[d] += values[d] * weight
 
 
 @jit
