@@ -60,11 +60,15 @@ def masked_extreme(x: Tensor, mask: Tensor, largest: bool, with_index: bool = Fa
     dtype [, index (B, D) int64, each feature's first holder], :func:`masking.masked_fill_reduce` 's, bit for bit: a
     NaN wins (the first one holds it, its bits kept), a feature whose every real value is the fill (-inf for max) is
     held by the row's first real token, and an empty row gives 0 at index 0."""
-    values = torch.empty(x.shape[0], x.shape[2], dtype=torch.float32)
-    index = torch.empty(x.shape[0] if with_index else 0, x.shape[2] if with_index else 0, dtype=torch.int64)
-    _run("extremes", *_arrays(x, mask), np.uint32(0 if largest else 1 << 31), values.numpy(), index.numpy())
-    if x.dtype == torch.bfloat16:  # the high halves: x's own bits (a conversion would change a NaN's)
-        values = values.view(torch.int32).bitwise_right_shift(16).to(torch.int16).view(torch.bfloat16)
+    def rows(needed: bool, dtype: torch.dtype) -> Tensor:
+        return torch.empty(x.shape[0] if needed else 0, x.shape[2] if needed else 0, dtype=dtype)
+
+    values, index = rows(True, torch.float32), rows(with_index, torch.int64)
+    half = rows(x.dtype == torch.bfloat16, torch.int16)
+    _run("extremes", *_arrays(x, mask), np.uint32(0 if largest else 1 << 31), values.numpy(),
+         half.numpy().view(np.uint16), index.numpy())
+    if x.dtype == torch.bfloat16:  # the loop's high halves: x's own bits (a conversion would change a NaN's)
+        values = half.view(torch.bfloat16)
     return (values, index) if with_index else values
 
 

@@ -71,21 +71,25 @@ def first_real(mask, b):
 
 
 @jit
-def extremes(x, mask, flip, out, index):
+def extremes(x, mask, flip, out, half, index):
     """out[b] = the max (``flip`` 0) or min (``flip`` 1 << 31: the negated max of the negated values) of x[b, t] over
-    the real tokens; with ``index`` (B, D) (else (0, 0)), index[b] = its first holder. A NaN wins, a feature at the
-    fill (-inf for max) at every real token is held by the first real token, an empty row gives 0 at index 0. The
-    updates are selects, which the compiler vectorises."""
+    the real tokens; with ``half`` (B, D) uint16 (else (0, 0)), half[b] = its high halves, x's own bf16 bits; with
+    ``index`` (B, D) (else (0, 0)), index[b] = its first holder. A NaN wins, a feature at the fill (-inf for max) at
+    every real token is held by the first real token, an empty row gives 0 at index 0. The updates are selects, which
+    the compiler vectorises."""
     batch, length, dim = x.shape
-    holders = index.shape[0] > 0
+    holders, halves = index.shape[0] > 0, half.shape[0] > 0
     bits = np.empty(dim, np.uint32)
     for b in range(batch):
         best = out[b]
+        raw = best.view(np.uint32)
         first = first_real(mask, b)
         if first == length:
             best[:] = 0
             if holders:
                 index[b] = 0
+            if halves:
+                half[b] = 0
             continue
         best[:] = -np.inf
         if holders:
@@ -105,6 +109,9 @@ def extremes(x, mask, flip, out, index):
                         v, held = values[d], best[d]
                         best[d] = held if (held != held) | (v <= held) else v
         if flip:  # the sign bits back, exactly (a NaN's too)
-            raw = best.view(np.uint32)
             for d in range(dim):
                 raw[d] ^= flip
+        if halves:
+            row = half[b]
+            for d in range(dim):
+                row[d] = raw[d] >> 16
