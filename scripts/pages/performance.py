@@ -100,6 +100,8 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "revisions-e97be22-compiled-t1-busy2.json", "revisions-e97be22-compiled-t2-busy2.json",
          "revisions-e97be22-sum-bag-t1.json", "revisions-e97be22-sum-bag-t2.json",
          "revisions-e97be22-sum-bag-t1-busy2.json", "revisions-e97be22-sum-bag-t2-busy2.json",
+         "revisions-10f2156-mends-t1.json", "revisions-10f2156-mends-t2.json",
+         "revisions-10f2156-mends-t1-busy2.json", "revisions-10f2156-mends-t2-busy2.json",
          "tried-query-rows-efe6b52-t2.json", "tried-query-rows-efe6b52-t2-busy2.json",
          "revisions-efe6b52-query-mapped-t2.json", "revisions-efe6b52-query-mapped-t2-busy2.json",
          "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json",
