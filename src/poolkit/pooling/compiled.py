@@ -7,9 +7,9 @@ as they go and keep each feature's first holder of its maximum beside the value.
 waits for a descheduled thread beside other work (a parallel region does, docs/performance.md, item 5).
 
 Without numba, or where :func:`takes` says no, :mod:`fast` and :mod:`masking` answer as before. Tests hold these
-to the plain forms of :mod:`masking`: the same maxima, holders and empty-row zeros bit for bit; float32 sums in
-another order (a row's sum may differ in its last bits, and a bf16 mean rounded once from it but for one on the
-rounding's edge).
+to the plain forms of :mod:`masking`: the same maxima, holders and empty-row zeros bit for bit (a NaN keeps x's own
+bits); float32 sums in another order (a row's sum may differ in its last bits, and a bf16 mean rounded once from it
+but for one on the rounding's edge).
 """
 
 from __future__ import annotations
@@ -57,9 +57,10 @@ def masked_sum(x: Tensor, mask: Tensor, scale: Tensor | None = None) -> Tensor:
 
 def masked_extreme(x: Tensor, mask: Tensor, largest: bool, with_index: bool = False):
     """The max (``largest``) or min over each row's real tokens: (B, T, D), (B, T) bool -> values (B, D) in x's
-    dtype [, index (B, D) int64, each feature's first holder], :func:`masking.masked_fill_reduce` 's, bit for bit: a
-    NaN wins (the first one holds it, its bits kept), a feature whose every real value is the fill (-inf for max) is
-    held by the row's first real token, and an empty row gives 0 at index 0."""
+    dtype [, index (B, D) int64, each feature's first holder], :func:`masking.masked_fill_reduce` 's, bit for bit but
+    a NaN's: a NaN wins (the first one holds it, with the bits x has there, where torch's gather gives a bf16 NaN its
+    own), a feature whose every real value is the fill (-inf for max) is held by the row's first real token, and an
+    empty row gives 0 at index 0."""
     def rows(needed: bool, dtype: torch.dtype) -> Tensor:
         return torch.empty(x.shape[0] if needed else 0, x.shape[2] if needed else 0, dtype=dtype)
 

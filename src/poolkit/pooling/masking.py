@@ -142,7 +142,8 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
     scale = counts.sqrt() if root else counts
     if loops and x.dtype == dtype:  # float32: the product's terms, each token times 1/n, summed
         return compiled.masked_sum(x, mask, scale=1 / scale)
-    return masked_sum(x, mask) / scale[:, None]
+    total = fast.bag_sum(x, mask) if bag else masked_sum(x, mask)
+    return total / scale[:, None]
 
 
 def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
