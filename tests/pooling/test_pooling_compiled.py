@@ -83,6 +83,33 @@ def test_the_loops_sum_the_real_tokens_in_float32(dtype):
     assert torch.equal(got[1], torch.zeros(24))
 
 
+@pytest.mark.parametrize("root", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_loops_mean_is_its_two_forms_in_token_order_bit_for_bit(dtype, root):
+    """compiled.masked_mean against the same arithmetic in torch, one real token at a time: float32 x each token times
+    1/n summed, bf16 x the float32 sum divided by n; n the row's real count clamped to 1 (its square root with
+    ``root``). Bit for bit, padding never read (NaN there), an empty row 0. Catches a count that includes padding, an
+    empty row divided by 0, ``root`` ignored, the two forms swapped, and a product fused into the sum (one rounding
+    fewer)."""
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(5, 30, 40, generator=gen).mul(1e3).to(dtype)
+    mask = mask_from_lengths([30, 0, 7, 1, 19], 30).bool()
+    mask[4, :5] = False  # left padding too
+    x[~mask] = float("nan")
+    expected = torch.zeros(5, 40)
+    for b in range(5):
+        count = mask[b].sum().clamp(min=1).float()
+        scale = count.sqrt() if root else count
+        for t in mask[b].nonzero().flatten().tolist():
+            token = x[b, t].float()
+            expected[b] = expected[b] + (token * (1 / scale) if dtype == torch.float32 else token)
+        if dtype == torch.bfloat16:
+            expected[b] = expected[b] / scale
+    got = compiled.masked_mean(x, mask, root)
+    assert got.dtype == torch.float32 and torch.equal(got, expected)
+    assert torch.equal(got[1], torch.zeros(40))
+
+
 @pytest.mark.parametrize("name", ["mean", "mean_sqrt_len", "mean_max", "max", "min"])
 def test_bf16_statistics_through_the_loops_are_the_correctly_rounded_ones(name, monkeypatch):
     """The poolers on bf16 x in inference take the loops, and give the float64 reference rounded once to bf16 (the
@@ -90,7 +117,7 @@ def test_bf16_statistics_through_the_loops_are_the_correctly_rounded_ones(name, 
     (test_pooling_methods.py). Catches a sum rounded before its division and a pooler that never reaches the loops.
     (Sum pooling's own bf16 output stays one embedding bag: docs/performance.md.)"""
     calls = []
-    for form in ("masked_sum", "masked_extreme"):
+    for form in ("masked_sum", "masked_mean", "masked_extreme"):
         original = getattr(compiled, form)
         monkeypatch.setattr(compiled, form, lambda *a, f=original, **k: calls.append(a) or f(*a, **k))
     gen = torch.Generator().manual_seed(7)

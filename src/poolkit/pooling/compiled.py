@@ -27,6 +27,9 @@ from ..extras import _missing
 #: The dtypes the loops read: float32, and bf16 as the high half of a float32 (exact; fp16 is not one).
 DTYPES = (torch.float32, torch.bfloat16)
 
+#: What :func:`compiled_loops.sums` gives: the sum, the sum of each token times 1/n, the sum divided by n.
+SUM, MEAN_OF_TERMS, MEAN_OF_SUM = 0, 1, 2
+
 #: The switch tests turn off to reach :mod:`fast` 's torch forms.
 _enabled = True
 
@@ -45,13 +48,22 @@ def takes(x: Tensor, mask: Tensor) -> bool:
             and not torch.is_autocast_enabled("cpu") and available())
 
 
-def masked_sum(x: Tensor, mask: Tensor, scale: Tensor | None = None) -> Tensor:
-    """The float32 sum of x over each row's real tokens, each token times ``scale`` (B,) float32 when given (a mean's
-    1/n: the product's terms, which stay finite where the sum of huge values would not): (B, T, D), (B, T) bool ->
-    float32 (B, D); empty rows 0."""
+def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
+    """The float32 sum of x over each row's real tokens: (B, T, D), (B, T) bool -> float32 (B, D); empty rows 0."""
+    return _sums(x, mask, SUM, False)
+
+
+def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
+    """The mean of x over each row's real tokens (``root``: the sum over the square root of the count), float32 (B, D),
+    empty rows 0, the count and the scale taken in the loop: for float32 x the product's terms, each token times 1/n
+    summed (huge values stay finite where their sum would not), for bf16 x the float32 sum divided by n (rounded once
+    to bf16, the correctly rounded mean): :func:`masking.masked_mean` 's two forms."""
+    return _sums(x, mask, MEAN_OF_TERMS if x.dtype == torch.float32 else MEAN_OF_SUM, root)
+
+
+def _sums(x: Tensor, mask: Tensor, mean: int, root: bool) -> Tensor:
     out = torch.empty(x.shape[0], x.shape[2], dtype=torch.float32)
-    scale = np.ones(x.shape[0], np.float32) if scale is None else scale.to(torch.float32).contiguous().numpy()
-    _run("sums", *_arrays(x, mask), scale, out.numpy())
+    _run("sums", *_arrays(x, mask), mean, root, out.numpy())
     return out
 
 

@@ -4,7 +4,7 @@ user cache, or ``NUMBA_CACHE_DIR``; compiled in each process where none can be w
 
 import numpy as np
 from numba import njit, types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 
 def jit(function):
@@ -16,48 +16,64 @@ def jit(function):
         return njit(nogil=True)(function)
 
 
-def as_float32(row, bits, flip):
-    """Token ``row`` (D,) as float32 with its sign bits xor ``flip`` (0, or 1 << 31 to negate exactly: a min is the
-    negated max of the negated values): bf16 bits (uint16) shifted into a float32's high half, float32 as it is
-    (flipped into ``bits`` (D,) uint32 when asked). Compiled per dtype by its overload."""
+@intrinsic
+def _float32_of(typingctx, bits):
+    """The float32 whose bits are ``bits`` (uint32): a reinterpretation, no conversion."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float32))
+    return types.float32(types.uint32), codegen
+
+
+@intrinsic
+def _bits_of(typingctx, value):
+    """The bits (uint32) of the float32 ``value``: a reinterpretation, no conversion."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.uint32))
+    return types.uint32(types.float32), codegen
+
+
+def as_float32(row, d, flip):
+    """Feature ``d`` of token ``row`` as float32 with its sign bit xor ``flip`` (0, or 1 << 31 to negate exactly: a
+    min is the negated max of the negated values): bf16 bits (uint16) shifted into a float32's high half (exact),
+    float32 as it is. Compiled per dtype by its overload, inline, so that the loops over ``d`` vectorise."""
 
 
 @overload(as_float32)
-def _as_float32(row, bits, flip):
+def _as_float32(row, d, flip):
     if row.dtype == types.uint16:
-        def widen(row, bits, flip):
-            for d in range(row.shape[0]):
-                bits[d] = (np.uint32(row[d]) << 16) ^ flip
-            return bits.view(np.float32)
-        return widen
-
-    def same(row, bits, flip):
-        if flip == 0:
-            return row
-        raw = row.view(np.uint32)
-        for d in range(row.shape[0]):
-            bits[d] = raw[d] ^ flip
-        return bits.view(np.float32)
-    return same
+        return lambda row, d, flip: _float32_of((np.uint32(row[d]) << np.uint32(16)) ^ flip)
+    return lambda row, d, flip: _float32_of(_bits_of(row[d]) ^ flip)
 
 
 @jit
-def sums(x, mask, scale, out):
-    """out[b] = the float32 sum of x[b, t] * scale[b] over the real tokens t (mask[b, t]), in token order."""
+def sums(x, mask, mean, root, out):
+    """out[b] = the float32 sum of x[b, t] over the real tokens t (mask[b, t]), in token order. ``mean`` 1: each token
+    times 1 / n first (the product's terms), 2: the sum divided by n; n the row's count of real tokens, at least 1 (its
+    square root with ``root``), in float32 as torch's count, clamp and cast give it."""
     batch, length, dim = x.shape
-    bits = np.empty(dim, np.uint32)
+    none = np.uint32(0)
     for b in range(batch):
-        total, weight = out[b], scale[b]
+        total = out[b]
         total[:] = 0
+        count = 0
+        for t in range(length):
+            count += mask[b, t]
+        scale = np.float32(max(count, 1))
+        if root:
+            scale = np.sqrt(scale)
+        weight = np.float32(1) / scale
         for t in range(length):
             if mask[b, t]:
-                values = as_float32(x[b, t], bits, np.uint32(0))
-                if weight == 1:  # a sum: no product to take
+                row = x[b, t]
+                if mean == 1:
                     for d in range(dim):
-                        total[d] += values[d]
+                        total[d] += as_float32(row, d, none) * weight
                 else:
                     for d in range(dim):
-                        total[d] += values[d] * weight
+                        total[d] += as_float32(row, d, none)
+        if mean == 2:
+            for d in range(dim):
+                total[d] /= scale
 
 
 @jit
@@ -79,7 +95,6 @@ def extremes(x, mask, flip, out, half, index):
     the compiler vectorises."""
     batch, length, dim = x.shape
     holders, halves = index.shape[0] > 0, half.shape[0] > 0
-    bits = np.empty(dim, np.uint32)
     for b in range(batch):
         best = out[b]
         raw = best.view(np.uint32)
@@ -96,17 +111,17 @@ def extremes(x, mask, flip, out, half, index):
             index[b] = first
         for t in range(first, length):
             if mask[b, t]:
-                values = as_float32(x[b, t], bits, flip)
+                row = x[b, t]
                 if holders:
                     at = index[b]
                     for d in range(dim):
-                        v, held = values[d], best[d]
+                        v, held = as_float32(row, d, flip), best[d]
                         keep = (held != held) | (v <= held)  # a NaN held stays; a NaN v is taken
                         best[d] = held if keep else v
                         at[d] = at[d] if keep else t
                 else:
                     for d in range(dim):
-                        v, held = values[d], best[d]
+                        v, held = as_float32(row, d, flip), best[d]
                         best[d] = held if (held != held) | (v <= held) else v
         if flip:  # the sign bits back, exactly (a NaN's too)
             for d in range(dim):

@@ -127,21 +127,20 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
     Half-precision x: the float32 sum divided by the count, so the result rounded once to x's precision is the
     correctly rounded mean. float32 / float64 x: one product with the weights (:func:`uniform_weights`, the ones a
     uniform softmax takes, so that FlexPooling at zero logits agrees bit for bit where both take it); where the fast
-    forms are active, x needs no gradient and :func:`compiled.takes`, the product's terms summed in one pass over the
-    real tokens (:func:`compiled.masked_sum` with the weights as its scale); where :func:`fast.bag_sums_pay`,
+    forms are active, x needs no gradient and :func:`compiled.takes`, the same two forms in one pass over the real
+    tokens, the count taken in it (:func:`compiled.masked_mean`); where :func:`fast.bag_sums_pay`,
     :func:`masked_sum` 's sum divided by the count: the product's value to float32 rounding (the bag's sum of huge
     values can overflow where the product's terms do not)."""
+    if _fast_without_gradient(x) and compiled.takes(x, mask):
+        return compiled.masked_mean(x, mask, root)
     dtype = compute_dtype(x.dtype)
-    loops = _fast_without_gradient(x) and compiled.takes(x, mask)
-    bag = not loops and _fast_without_gradient(x) and fast.bag_sums_pay(x, mask)  # float32 x only
-    if x.dtype == dtype and not (bag or loops):
+    bag = _fast_without_gradient(x) and fast.bag_sums_pay(x, mask)  # float32 x only
+    if x.dtype == dtype and not bag:
         weights = mask.float()
         scale = weights.sum(dim=1, keepdim=True).clamp_(min=1)
         return masked_weighted_sum(x, weights.div_(scale.sqrt_() if root else scale))
     counts = real_counts(mask).clamp(min=1).to(dtype)
     scale = counts.sqrt() if root else counts
-    if loops and x.dtype == dtype:  # float32: the product's terms, each token times 1/n, summed
-        return compiled.masked_sum(x, mask, scale=1 / scale)
     total = fast.bag_sum(x, mask) if bag else masked_sum(x, mask)
     return total / scale[:, None]
 
