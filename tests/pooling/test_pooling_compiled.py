@@ -110,6 +110,49 @@ def test_the_loops_mean_is_its_two_forms_in_token_order_bit_for_bit(dtype, root)
     assert torch.equal(got[1], torch.zeros(40))
 
 
+@pytest.mark.parametrize("name", ["mean", "sum", "mean_sqrt_len", "mean_max"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_loops_training_step_gives_the_plain_gradient(name, dtype, monkeypatch):
+    """In training the sums and means take the loops forward (fast.MaskedSums) and give x the gradient of the torch
+    forms (the loops switched off): the same values, 0 at padding (NaN there) and in an empty row, written by the
+    spreading loop in a plain backward pass and by a broadcast multiply under double backward and for batched
+    gradients, which agree too; the forward values agree to float rounding. Catches the weights of another pooler
+    (1/n for 1/sqrt(n)), a gradient at padding, a bf16 gradient rounded in another order (1/n rounded to bf16 first),
+    a row spread to the wrong tokens, a backward that autograd cannot differentiate, and a training step that never
+    reaches the loops."""
+    taken = []
+    original = compiled._sums
+    monkeypatch.setattr(compiled, "_sums", lambda *a: taken.append(a[2]) or original(*a))
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(5, 30, 24, generator=gen).to(dtype)
+    mask = mask_from_lengths([30, 0, 7, 1, 19], 30).bool()
+    mask[4, :5] = False
+    x[~mask] = float("nan")
+    pooler = get_pooler(name, hidden_size=24)
+    grad = torch.randn(5, pooler.output_dim, generator=gen).to(dtype)
+    mix = torch.randn(5, 30, 24, generator=gen).to(dtype)
+
+    def step():
+        leaf = x.clone().requires_grad_()
+        out = pooler(leaf, mask)
+        out.backward(grad)
+        upstream = grad.clone().requires_grad_()
+        (again,) = torch.autograd.grad(pooler(leaf, mask), leaf, upstream, create_graph=True)
+        (second,) = torch.autograd.grad((again.float() * mix.float()).sum(), upstream)
+        (batched,) = torch.autograd.grad(pooler(leaf, mask), leaf, torch.stack([grad, 2 * grad]),
+                                         is_grads_batched=True)
+        return out.detach(), leaf.grad, again.detach(), second, batched
+
+    values, *gradients = step()
+    assert len(taken) == 3  # the three training steps
+    monkeypatch.setattr(compiled, "_enabled", False)
+    expected, *plain = step()
+    torch.testing.assert_close(values, expected, rtol=1e-6 if dtype == torch.float32 else 2 ** -8, atol=1e-6)
+    for got, want in zip(gradients, plain):
+        assert torch.equal(got, want)
+    assert not gradients[0][~mask].any() and torch.isfinite(gradients[0]).all()
+
+
 @pytest.mark.parametrize("name", ["mean", "mean_sqrt_len", "mean_max", "max", "min"])
 def test_bf16_statistics_through_the_loops_are_the_correctly_rounded_ones(name, monkeypatch):
     """The poolers on bf16 x in inference take the loops, and give the float64 reference rounded once to bf16 (the

@@ -9,7 +9,7 @@ waits for a descheduled thread beside other work (a parallel region does, docs/p
 Without numba, or where :func:`takes` says no, :mod:`fast` and :mod:`masking` answer as before. Tests hold these
 to the plain forms of :mod:`masking`: the same maxima, holders and empty-row zeros bit for bit (a NaN keeps x's own
 bits); float32 sums in another order (a row's sum may differ in its last bits, and a bf16 mean rounded once from it
-but for one on the rounding's edge).
+but for one on the rounding's edge); in training, x's gradient bit for bit.
 """
 
 from __future__ import annotations
@@ -42,14 +42,15 @@ def available() -> bool:
 def takes(x: Tensor, mask: Tensor) -> bool:
     """Whether the loops read ``x`` (B, T, D) under ``mask`` (B, T): numba installed, a float32 or bf16 contiguous
     x and a bool mask, without autocast (under which the plain forms' products run in bf16, so a float32 sum would
-    change a value with the path it takes). The caller checks :func:`fast.active`, and that no gradient of x is taken
-    through the values (:class:`fast.MaskedExtreme` takes the values without one and writes the gradient itself)."""
+    change a value with the path it takes). The caller checks :func:`fast.active`; the loops take no gradient, which
+    :class:`fast.MaskedSums` and :class:`fast.MaskedExtreme` write."""
     return (x.dtype in DTYPES and mask.dtype == torch.bool and x.dim() == 3 and x.is_contiguous()
             and not torch.is_autocast_enabled("cpu") and available())
 
 
 def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
-    """The float32 sum of x over each row's real tokens: (B, T, D), (B, T) bool -> float32 (B, D); empty rows 0."""
+    """The float32 sum of x over each row's real tokens: (B, T, D), (B, T) bool -> float32 (B, D); empty rows 0.
+    Not differentiable: :class:`fast.MaskedSums` gives it a gradient."""
     return _sums(x, mask, SUM, False)
 
 
@@ -57,13 +58,22 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
     """The mean of x over each row's real tokens (``root``: the sum over the square root of the count), float32 (B, D),
     empty rows 0, the count and the scale taken in the loop: for float32 x the product's terms, each token times 1/n
     summed (huge values stay finite where their sum would not), for bf16 x the float32 sum divided by n (rounded once
-    to bf16, the correctly rounded mean): :func:`masking.masked_mean` 's two forms."""
+    to bf16, the correctly rounded mean): :func:`masking.masked_mean` 's two forms. Not differentiable:
+    :class:`fast.MaskedSums` gives it a gradient."""
     return _sums(x, mask, MEAN_OF_TERMS if x.dtype == torch.float32 else MEAN_OF_SUM, root)
 
 
 def _sums(x: Tensor, mask: Tensor, mean: int, root: bool) -> Tensor:
     out = torch.empty(x.shape[0], x.shape[2], dtype=torch.float32)
     _run("sums", *_arrays(x, mask), mean, root, out.numpy())
+    return out
+
+
+def spread(rows: Tensor, mask: Tensor) -> Tensor:
+    """(B, T, D) in ``rows`` ' dtype (float32 or bf16): rows[b] (B, D) at each real token of row b, zeros at the
+    padding, written in one pass (a sum's or a mean's gradient of x)."""
+    out = torch.empty(*mask.shape, rows.shape[1], dtype=rows.dtype)
+    _run("spread", _numpy(rows.contiguous()), mask.detach().contiguous().numpy(), _numpy(out))
     return out
 
 
@@ -100,10 +110,14 @@ def _run(name: str, *arrays) -> None:
 
 
 def _arrays(x: Tensor, mask: Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """x as numpy (bf16 as its uint16 bits) without a copy, and the mask contiguous (one compiled layout)."""
-    x = x.detach()
-    data = x.view(torch.int16).numpy().view(np.uint16) if x.dtype == torch.bfloat16 else x.numpy()
-    return data, mask.detach().contiguous().numpy()
+    """x as numpy without a copy (:func:`_numpy`), and the mask contiguous (one compiled layout)."""
+    return _numpy(x), mask.detach().contiguous().numpy()
+
+
+def _numpy(t: Tensor) -> np.ndarray:
+    """``t`` as numpy without a copy, bf16 as its uint16 bits."""
+    t = t.detach()
+    return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
 
 
 @functools.cache

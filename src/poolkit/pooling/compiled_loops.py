@@ -77,6 +77,23 @@ def sums(x, mask, mean, root, out):
 
 
 @jit
+def spread(rows, mask, out):
+    """out[b, t] = rows[b] at the real tokens t (mask[b, t]), zeros at the padding: a gradient of x written in one
+    pass. Any dtype whose zero is all zero bits (float32, bf16 as uint16 bits)."""
+    batch, length, dim = out.shape
+    for b in range(batch):
+        row = rows[b]
+        for t in range(length):
+            target = out[b, t]
+            if mask[b, t]:
+                for d in range(dim):
+                    target[d] = row[d]
+            else:
+                for d in range(dim):
+                    target[d] = 0
+
+
+@jit
 def first_real(mask, b):
     """The first real token of row b, or its length when it has none."""
     length = mask.shape[1]

@@ -653,6 +653,51 @@ def reduce_by_index(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
     return out
 
 
+def masked_sums(x: Tensor, mask: Tensor, mean: bool, root: bool = False) -> Tensor:
+    """The compiled loops' float32 sum (``mean`` False) or mean (:func:`compiled.masked_sum` / :func:`compiled.masked_mean`)
+    of x over each row's real tokens, through :class:`MaskedSums` where a gradient of x is taken. The caller checks
+    :func:`active` and :func:`compiled.takes`."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return MaskedSums.apply(x, mask, mean, root)
+    return compiled.masked_mean(x, mask, root) if mean else compiled.masked_sum(x, mask)
+
+
+class MaskedSums(torch.autograd.Function):
+    """The compiled loops' sum or mean with the gradient of :mod:`masking` 's plain forms: the forward pass reads the
+    real tokens once (where the plain forms multiply all of x by the weights in a matrix product), and the backward
+    pass writes x's gradient once, the plain forms' values. For float32 x the weights (1, 1/n or 1/sqrt(n) at the
+    real tokens, 0 at the padding) times the incoming gradient in one broadcast multiply, as the plain product's
+    backward gives it. For bf16 x the incoming gradient (over the scale), rounded to bf16, at each real token and 0 at
+    the padding, as the plain float32 sum of a bf16 copy gives it, written by :func:`compiled.spread` in one pass (torch
+    multiplies bf16 tensors several times slower than it copies them); under double backward (``create_graph``) and
+    for batched gradients, a broadcast multiply by the mask, which autograd differentiates."""
+
+    @staticmethod
+    def forward(x: Tensor, mask: Tensor, mean: bool, root: bool) -> Tensor:
+        return compiled.masked_mean(x, mask, root) if mean else compiled.masked_sum(x, mask)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, mask, mean, root = inputs
+        ctx.mean, ctx.root, ctx.dtype = mean, root, x.dtype
+        ctx.save_for_backward(mask)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (mask,) = ctx.saved_tensors
+        weights = mask.float()
+        if ctx.mean:
+            scale = weights.sum(dim=1, keepdim=True).clamp_(min=1)
+            scale = scale.sqrt_() if ctx.root else scale
+            if ctx.dtype == torch.float32:  # the plain product's weights, 1/n at the real tokens
+                weights = weights.div_(scale)
+            else:  # the plain float32 sum's gradient, over the scale
+                grad = grad / scale
+        if ctx.dtype == torch.float32 or torch.is_grad_enabled() or batched(grad):  # or differentiated again
+            return weights.to(ctx.dtype)[:, :, None] * grad.to(ctx.dtype)[:, None, :], None, None, None
+        return compiled.spread(grad.to(ctx.dtype), mask), None, None, None
+
+
 class MaskedExtreme(torch.autograd.Function):
     """:func:`reduce_into_rows` with the plain form's gradient: all of it to the first real holder of the value (none
     from an empty row, whose output is the constant 0). -> (values, index or None): where :func:`compiled.takes`, the

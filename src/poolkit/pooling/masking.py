@@ -120,19 +120,23 @@ def _weighted_sum(w: Tensor, x: Tensor, mask: Tensor | None) -> Tensor:
     return torch.bmm(w, x)
 
 
-def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
+def masked_mean(x: Tensor, mask: Tensor, root: bool = False, derived: bool = False) -> Tensor:
     """Mean over the real tokens: (B, T, D), (B, T) bool -> (B, D) in the compute dtype; empty rows 0 (``root``:
-    the sum over the square root of the count, sentence-transformers' mean_sqrt_len).
+    the sum over the square root of the count, sentence-transformers' mean_sqrt_len). ``derived``: x is computed by
+    the pooler from its input, padding included (gem's powers), so in training it takes the product forms, whose
+    output a non-finite value at the padding makes non-finite: Pooler.forward then pools again from zeroed padding.
+    (The loops never read the padding, and their gradient there, 0, would meet the non-finite derivative of the
+    operations that made it.)
 
     Half-precision x: the float32 sum divided by the count, so the result rounded once to x's precision is the
     correctly rounded mean. float32 / float64 x: one product with the weights (:func:`uniform_weights`, the ones a
     uniform softmax takes, so that FlexPooling at zero logits agrees bit for bit where both take it); where the fast
-    forms are active, x needs no gradient and :func:`compiled.takes`, the same two forms in one pass over the real
-    tokens, the count taken in it (:func:`compiled.masked_mean`); where :func:`fast.bag_sums_pay`,
-    :func:`masked_sum` 's sum divided by the count: the product's value to float32 rounding (the bag's sum of huge
-    values can overflow where the product's terms do not)."""
-    if _fast_without_gradient(x) and compiled.takes(x, mask):
-        return compiled.masked_mean(x, mask, root)
+    forms are active and :func:`compiled.takes`, the same two forms in one pass over the real tokens, the count taken
+    in it (:func:`fast.masked_sums`; in training with these forms' gradient); where x needs no gradient and
+    :func:`fast.bag_sums_pay`, :func:`masked_sum` 's sum divided by the count: the product's value to float32 rounding
+    (the bag's sum of huge values can overflow where the product's terms do not)."""
+    if fast.active(x) and compiled.takes(x, mask) and not (derived and torch.is_grad_enabled() and x.requires_grad):
+        return fast.masked_sums(x, mask, mean=True, root=root)
     dtype = compute_dtype(x.dtype)
     bag = _fast_without_gradient(x) and fast.bag_sums_pay(x, mask)  # float32 x only
     if x.dtype == dtype and not bag:
@@ -147,17 +151,18 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
 
 def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
     """Sum over the real tokens: (B, T, D), (B, T) bool -> (B, D) in the compute dtype, a half-precision x summed in
-    float32 (:func:`masked_weighted_sum` with the mask as weights). Where :func:`fast.active` and x needs no gradient:
-    where :func:`compiled.takes`, one pass over the real tokens (:func:`compiled.masked_sum`); otherwise float32 x
-    where :func:`fast.bag_sums_pay`, one embedding bag over the real tokens (:func:`fast.bag_sum`); half-precision x
-    whose rows' real tokens are each one run, where :func:`fast.row_sums_pay`, one float32 sum per row's slice
-    (:func:`fast.sum_row_slices`) instead of a float32 copy of x and a product. The rules read the whole batch, and
+    float32 (:func:`masked_weighted_sum` with the mask as weights). Where :func:`fast.active` and
+    :func:`compiled.takes`, one pass over the real tokens (:func:`fast.masked_sums`; in training with this form's
+    gradient). Otherwise, where :func:`fast.active` and x needs no gradient: float32 x where :func:`fast.bag_sums_pay`,
+    one embedding bag over the real tokens (:func:`fast.bag_sum`); half-precision x whose rows' real tokens are each
+    one run, where :func:`fast.row_sums_pay`, one float32 sum per row's slice (:func:`fast.sum_row_slices`) instead of
+    a float32 copy of x and a product. The rules read the whole batch, and
     the forms sum in different orders, so a row's float32 sum can differ in its last bits with the batch it comes in
     (as a product's can with its kernel's blocking); rounded to x's precision, the half-precision forms agree but for
     a sum on the rounding's edge."""
+    if fast.active(x) and compiled.takes(x, mask):
+        return fast.masked_sums(x, mask, mean=False)
     if _fast_without_gradient(x):
-        if compiled.takes(x, mask):
-            return compiled.masked_sum(x, mask)
         if fast.bag_sums_pay(x, mask):
             return fast.bag_sum(x, mask)
         if fast.row_sums_pay(x, mask) and (runs := fast.single_runs(mask)) is not None:

@@ -253,7 +253,7 @@ class GeMPooler(Pooler):
         # p per token: the power's gradient for p, base^p log base, overflows at a huge padded base where the power
         # does not, and is taken at the real tokens only (masking's rules).
         scaled = (base / scale[:, None, :]).pow(masking.per_real_token(p, mask))
-        mean = masking.masked_mean(torch.sign(x) * scaled if self.signed else scaled, mask)
+        mean = masking.masked_mean(torch.sign(x) * scaled if self.signed else scaled, mask, derived=True)
         # A NaN mean (padding's 0 * inf in the fast forms) must stay NaN, so that Pooler.forward pools the row again
         # from zeroed padding: sign(NaN) is 0 and NaN ** (1 / p) is 1 at p = inf, a finite wrong answer.
         sign = torch.where(mean.isnan(), mean, torch.sign(mean))
