@@ -120,9 +120,10 @@ def test_the_loops_training_step_gives_the_plain_gradient(name, dtype, monkeypat
     (1/n for 1/sqrt(n)), a gradient at padding, a bf16 gradient rounded in another order (1/n rounded to bf16 first),
     a row spread to the wrong tokens, a backward that autograd cannot differentiate, and a training step that never
     reaches the loops."""
-    taken = []
-    original = compiled._sums
+    taken, spread = [], []
+    original, spreading = compiled._sums, compiled.spread
     monkeypatch.setattr(compiled, "_sums", lambda *a: taken.append(a[2]) or original(*a))
+    monkeypatch.setattr(compiled, "spread", lambda *a: spread.append(a) or spreading(*a))
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(5, 30, 24, generator=gen).to(dtype)
     mask = mask_from_lengths([30, 0, 7, 1, 19], 30).bool()
@@ -144,13 +145,31 @@ def test_the_loops_training_step_gives_the_plain_gradient(name, dtype, monkeypat
         return out.detach(), leaf.grad, again.detach(), second, batched
 
     values, *gradients = step()
-    assert len(taken) == 3  # the three training steps
+    form = compiled.SUM if name == "sum" else compiled.MEAN_OF_TERMS if dtype == torch.float32 else compiled.MEAN_OF_SUM
+    assert taken == [form] * 3  # the three training steps
+    assert len(spread) == (dtype == torch.bfloat16)  # the plain backward pass's; the others multiply
     monkeypatch.setattr(compiled, "_enabled", False)
     expected, *plain = step()
     torch.testing.assert_close(values, expected, rtol=1e-6 if dtype == torch.float32 else 2 ** -8, atol=1e-6)
     for got, want in zip(gradients, plain):
         assert torch.equal(got, want)
     assert not gradients[0][~mask].any() and torch.isfinite(gradients[0]).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_mean_of_values_derived_from_the_padding_keeps_the_product_in_training(dtype, monkeypatch):
+    """masking.masked_mean(..., derived=True), gem's powers: the loops in inference, the product forms in training,
+    whose output a NaN at the padding makes NaN (so that the pooler pools again from zeroed padding). Catches the
+    rule dropped on either dtype's path (bf16's goes through masked_sum)."""
+    taken = []
+    original = compiled._sums
+    monkeypatch.setattr(compiled, "_sums", lambda *a: taken.append(a[2]) or original(*a))
+    x = torch.randn(2, 5, 8).to(dtype)
+    mask = mask_from_lengths([5, 2], 5).bool()
+    x[1, 3] = float("nan")
+    with torch.no_grad():
+        assert torch.isfinite(masking.masked_mean(x, mask, derived=True)).all() and len(taken) == 1
+    assert masking.masked_mean(x.requires_grad_(), mask, derived=True)[1].isnan().all() and len(taken) == 1
 
 
 @pytest.mark.parametrize("name", ["mean", "mean_sqrt_len", "mean_max", "max", "min"])

@@ -64,15 +64,15 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
 
 
 def _sums(x: Tensor, mask: Tensor, mean: int, root: bool) -> Tensor:
-    out = torch.empty(x.shape[0], x.shape[2], dtype=torch.float32)
+    out = torch.empty(x.shape[0], x.shape[2], dtype=torch.float32, device="cpu")
     _run("sums", *_arrays(x, mask), mean, root, out.numpy())
     return out
 
 
 def spread(rows: Tensor, mask: Tensor) -> Tensor:
-    """(B, T, D) in ``rows`` ' dtype (float32 or bf16): rows[b] (B, D) at each real token of row b, zeros at the
-    padding, written in one pass (a sum's or a mean's gradient of x)."""
-    out = torch.empty(*mask.shape, rows.shape[1], dtype=rows.dtype)
+    """(B, T, D) in ``rows`` ' dtype (bf16 where poolkit calls it; float32 too): rows[b] (B, D) at each real token of
+    row b, zeros at the padding, written in one pass (a sum's or a mean's gradient of x)."""
+    out = torch.empty(*mask.shape, rows.shape[1], dtype=rows.dtype, device="cpu")
     _run("spread", _numpy(rows.contiguous()), mask.detach().contiguous().numpy(), _numpy(out))
     return out
 
@@ -84,7 +84,7 @@ def masked_extreme(x: Tensor, mask: Tensor, largest: bool, with_index: bool = Fa
     own), a feature whose every real value is the fill (-inf for max) is held by the row's first real token, and an
     empty row gives 0 at index 0."""
     def rows(needed: bool, dtype: torch.dtype) -> Tensor:
-        return torch.empty(x.shape[0] if needed else 0, x.shape[2] if needed else 0, dtype=dtype)
+        return torch.empty(x.shape[0] if needed else 0, x.shape[2] if needed else 0, dtype=dtype, device="cpu")
 
     values, index = rows(True, torch.float32), rows(with_index, torch.int64)
     half = rows(x.dtype == torch.bfloat16, torch.int16)

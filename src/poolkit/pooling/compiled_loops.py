@@ -49,7 +49,8 @@ def _as_float32(row, d, flip):
 def sums(x, mask, mean, root, out):
     """out[b] = the float32 sum of x[b, t] over the real tokens t (mask[b, t]), in token order. ``mean`` 1: each token
     times 1 / n first (the product's terms), 2: the sum divided by n; n the row's count of real tokens, at least 1 (its
-    square root with ``root``), in float32 as torch's count, clamp and cast give it."""
+    square root with ``root``), in float32 as torch's count, clamp and cast give it. (``mean``: compiled.SUM,
+    MEAN_OF_TERMS, MEAN_OF_SUM.)"""
     batch, length, dim = x.shape
     none = np.uint32(0)
     for b in range(batch):

@@ -654,9 +654,9 @@ def reduce_by_index(x: Tensor, mask: Tensor, largest: bool) -> Tensor:
 
 
 def masked_sums(x: Tensor, mask: Tensor, mean: bool, root: bool = False) -> Tensor:
-    """The compiled loops' float32 sum (``mean`` False) or mean (:func:`compiled.masked_sum` / :func:`compiled.masked_mean`)
-    of x over each row's real tokens, through :class:`MaskedSums` where a gradient of x is taken. The caller checks
-    :func:`active` and :func:`compiled.takes`."""
+    """The compiled loops' float32 sum (``mean`` False: :func:`compiled.masked_sum`) or mean
+    (:func:`compiled.masked_mean`) of x over each row's real tokens, through :class:`MaskedSums` where a gradient of x
+    is taken. The caller checks :func:`active` and :func:`compiled.takes`."""
     if torch.is_grad_enabled() and x.requires_grad:
         return MaskedSums.apply(x, mask, mean, root)
     return compiled.masked_mean(x, mask, root) if mean else compiled.masked_sum(x, mask)
@@ -665,12 +665,14 @@ def masked_sums(x: Tensor, mask: Tensor, mean: bool, root: bool = False) -> Tens
 class MaskedSums(torch.autograd.Function):
     """The compiled loops' sum or mean with the gradient of :mod:`masking` 's plain forms: the forward pass reads the
     real tokens once (where the plain forms multiply all of x by the weights in a matrix product), and the backward
-    pass writes x's gradient once, the plain forms' values. For float32 x the weights (1, 1/n or 1/sqrt(n) at the
-    real tokens, 0 at the padding) times the incoming gradient in one broadcast multiply, as the plain product's
-    backward gives it. For bf16 x the incoming gradient (over the scale), rounded to bf16, at each real token and 0 at
-    the padding, as the plain float32 sum of a bf16 copy gives it, written by :func:`compiled.spread` in one pass (torch
-    multiplies bf16 tensors several times slower than it copies them); under double backward (``create_graph``) and
-    for batched gradients, a broadcast multiply by the mask, which autograd differentiates."""
+    pass writes x's gradient once, the plain forms' values for a finite incoming gradient. For float32 x the weights
+    (1, 1/n or 1/sqrt(n) at the real tokens, 0 at the padding) times the incoming gradient in one broadcast multiply,
+    as the plain product's backward gives it. For bf16 x the incoming gradient (over the scale), rounded to bf16, at
+    each real token and 0 at the padding, as the plain float32 sum of a bf16 copy gives it, written by
+    :func:`compiled.spread` in one pass (torch multiplies bf16 tensors several times slower than it copies them;
+    where the incoming gradient is not finite, the padding's gradient stays 0, where the plain product's is NaN);
+    under double backward (``create_graph``) and for batched gradients, a broadcast multiply by the mask, which
+    autograd differentiates."""
 
     @staticmethod
     def forward(x: Tensor, mask: Tensor, mean: bool, root: bool) -> Tensor:
@@ -685,6 +687,7 @@ class MaskedSums(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         (mask,) = ctx.saved_tensors
+        grad = grad.contiguous()  # often an expanded view (from a sum): slow to broadcast
         weights = mask.float()
         if ctx.mean:
             scale = weights.sum(dim=1, keepdim=True).clamp_(min=1)

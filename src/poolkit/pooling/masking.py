@@ -135,7 +135,7 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False, derived: bool = Fal
     in it (:func:`fast.masked_sums`; in training with these forms' gradient); where x needs no gradient and
     :func:`fast.bag_sums_pay`, :func:`masked_sum` 's sum divided by the count: the product's value to float32 rounding
     (the bag's sum of huge values can overflow where the product's terms do not)."""
-    if fast.active(x) and compiled.takes(x, mask) and not (derived and torch.is_grad_enabled() and x.requires_grad):
+    if _loops_take(x, mask, derived):
         return fast.masked_sums(x, mask, mean=True, root=root)
     dtype = compute_dtype(x.dtype)
     bag = _fast_without_gradient(x) and fast.bag_sums_pay(x, mask)  # float32 x only
@@ -145,11 +145,11 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False, derived: bool = Fal
         return masked_weighted_sum(x, weights.div_(scale.sqrt_() if root else scale))
     counts = real_counts(mask).clamp(min=1).to(dtype)
     scale = counts.sqrt() if root else counts
-    total = fast.bag_sum(x, mask) if bag else masked_sum(x, mask)
+    total = fast.bag_sum(x, mask) if bag else masked_sum(x, mask, derived)
     return total / scale[:, None]
 
 
-def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
+def masked_sum(x: Tensor, mask: Tensor, derived: bool = False) -> Tensor:
     """Sum over the real tokens: (B, T, D), (B, T) bool -> (B, D) in the compute dtype, a half-precision x summed in
     float32 (:func:`masked_weighted_sum` with the mask as weights). Where :func:`fast.active` and
     :func:`compiled.takes`, one pass over the real tokens (:func:`fast.masked_sums`; in training with this form's
@@ -159,8 +159,8 @@ def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
     a float32 copy of x and a product. The rules read the whole batch, and
     the forms sum in different orders, so a row's float32 sum can differ in its last bits with the batch it comes in
     (as a product's can with its kernel's blocking); rounded to x's precision, the half-precision forms agree but for
-    a sum on the rounding's edge."""
-    if fast.active(x) and compiled.takes(x, mask):
+    a sum on the rounding's edge. ``derived``: as :func:`masked_mean` 's."""
+    if _loops_take(x, mask, derived):
         return fast.masked_sums(x, mask, mean=False)
     if _fast_without_gradient(x):
         if fast.bag_sums_pay(x, mask):
@@ -182,6 +182,12 @@ def masked_sum_for_output(x: Tensor, mask: Tensor) -> Tensor:
     if _fast_without_gradient(x) and fast.half_bag_sums_pay(x, mask):
         return fast.bag_sum(x, mask)
     return masked_sum(x, mask)
+
+
+def _loops_take(x: Tensor, mask: Tensor, derived: bool) -> bool:
+    """Whether the compiled loops sum x (:func:`fast.active` and :func:`compiled.takes`), in training only where x is
+    not ``derived`` from the padding (:func:`masked_mean`)."""
+    return fast.active(x) and compiled.takes(x, mask) and not (derived and torch.is_grad_enabled() and x.requires_grad)
 
 
 def _fast_without_gradient(x: Tensor) -> bool:
