@@ -6,7 +6,9 @@
   taken per repeat: a slow kernel cannot pass as a floor. (Runs before
   :data:`READ_REAL` read every position of x, padding included; the embedding bags, which read the real tokens only,
   were faster than that in a cell, so it was not a floor.) The mean and sum in training read all of x once
-  (:data:`READ_ONCE`), x the leaf, so that the floor writes x's whole gradient, as the pooler must. So does
+  (:data:`READ_ONCE`), x the leaf, so that the floor writes x's whole gradient, as the pooler must; since
+  ``real_reads_in_training`` also by reading the real tokens only, then writing x's whole gradient
+  (:class:`ReadRealWriteAll`), as the compiled loops' training step does. So does
   ``max`` in training (since ``max_reads_once``): the token that holds each feature's maximum can be found in the pass
   that reads its values, and its gradient is x's whole gradient, zero but at the holders: a read of x and a write of
   a (B, T, D) gradient, the sums' memory work. (Earlier runs timed it against torch's maxima with their gradients,
@@ -207,17 +209,50 @@ def query_from_tokens(pooler) -> bool:
     return getattr(pooler, "query_index", 0) is None
 
 
+#: The ways of :data:`READ_REAL` that the training floor also takes (``real_reads_in_training``), x's whole gradient
+#: written after them (:class:`ReadRealWriteAll`): the ones that won the forward floor's repeats.
+READ_REAL_IN_TRAINING = ("real.sum()", "real.sum() on one thread")
+#: The suffix of those ways' names.
+WRITE_ALL = ", x's gradient written"
+
+
+class ReadRealWriteAll(torch.autograd.Function):
+    """``read`` (a :data:`READ_REAL` way) of the real tokens, gathered before timing, in forward, and x's whole (B, T, D)
+    gradient written in backward: the incoming (B, D) gradient broadcast over every position, as autograd writes
+    ``x.sum(1)`` 's. The masked statistics' forward pass reads the real tokens only where the compiled loops run, in
+    training too (58e7a07), so a training floor that reads all of x does more reading than they do: since
+    ``real_reads_in_training`` the floor has these ways beside :data:`READ_ONCE` 's."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, real: torch.Tensor, read: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        read(real)
+        return x.new_zeros(x.shape[0], x.shape[2])
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.shape = inputs[0].shape
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad[:, None, :].expand(ctx.shape).contiguous(), None, None
+
+
 def floor_of(name: str, pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
     """(the timed calls of ``name``'s floor, the names of the candidates the floor is the fastest of in each repeat,
-    the floor in words): the ways of reading the real tokens once for the masked statistics in forward, of reading x
-    once in training (the same calls for each), and the ways of :func:`attention_floor` for the attention family."""
+    the floor in words): the ways of reading the real tokens once for the masked statistics in forward, in training
+    those of reading x once and of reading the real tokens then writing x's whole gradient
+    (:data:`READ_REAL_IN_TRAINING`), and the ways of :func:`attention_floor` for the attention family."""
     if name in STAT_POOLERS:
+        real = x.detach()[mask].contiguous()
         if not train:
-            ways, read, how = READ_REAL, x.detach()[mask].contiguous(), " over the real tokens (gathered before timing)"
-        else:
-            ways, read, how = READ_ONCE, x, ", in training (x's whole gradient written, as the pooler's is)"
-        return ({way: timed_call(lambda f=f: f(read), train, [read]) for way, f in ways.items()}, list(ways),
-                "fastest of " + ", ".join(ways) + how)
+            return ({way: timed_call(lambda f=f: f(real), train, [real]) for way, f in READ_REAL.items()},
+                    list(READ_REAL), "fastest of " + ", ".join(READ_REAL) + " over the real tokens (gathered before "
+                    "timing)")
+        calls = {way: timed_call(lambda f=f: f(x), train, [x]) for way, f in READ_ONCE.items()}
+        calls |= {way + WRITE_ALL: timed_call(lambda f=READ_REAL[way]: ReadRealWriteAll.apply(x, real, f), train, [x])
+                  for way in READ_REAL_IN_TRAINING}
+        return (calls, list(calls), "fastest of " + ", ".join(calls) + ", in training (x's whole gradient written, as "
+                "the pooler's is; the real tokens gathered before timing)")
     what, calls, leaves = attention_floor(pooler, x, mask, train)
     variants = {f"floor of {name}{way}": timed_call(call, train, leaves) for way, call in calls.items()}
     return variants, list(variants), what
@@ -342,7 +377,7 @@ def main(argv: list[str] | None = None) -> dict:
                            "half_floors_in_float32": True, "read_once_floors": True,
                            "background": args.background, "not_a_floor": NOT_A_FLOOR, "read_real": list(READ_REAL),
                            "one_thread_reads": True, "read_once": list(READ_ONCE),
-                           "max_reads_once": True,
+                           "max_reads_once": True, "real_reads_in_training": list(READ_REAL_IN_TRAINING),
                            "figure": "pooler time / floor time, median of the per-repeat ratios"},
               "rows": rows}
     print(render(result))
@@ -364,8 +399,10 @@ def families(result: dict) -> tuple:
     settings = result.get("settings", {})
     (title, names, target), *rest = FAMILIES
     if settings.get("read_real"):  # and since 79cbfdf the mean's and sum's training floor reads x (``read_once``)
-        training = ("" if not settings.get("read_once") else " (in training: x)" if settings.get("max_reads_once")
-                    else " (mean and sum in training: x)")
+        training = ("" if not settings.get("read_once")
+                    else " (in training: x, or the real tokens, x's whole gradient written)"
+                    if settings.get("real_reads_in_training")
+                    else " (in training: x)" if settings.get("max_reads_once") else " (mean and sum in training: x)")
         title = title.replace("read x once", "read the real tokens once" + training)
     if settings.get("max_with_holder"):
         title += " (max in training: vs torch's max with its gradient)"
@@ -410,6 +447,8 @@ def render(result: dict) -> str:
     flagged = [f"`{r['pooler']}` {cell_label(r)} {r['ratio']:.2f}" for r in rows if r["below_floor"]]
     settings = result.get("settings", {})
     read = ("x" if not settings.get("read_real")
+            else "the real tokens (in training: x, or the real tokens, x's whole gradient written)"
+            if settings.get("real_reads_in_training")
             else "the real tokens (in training: x)" if settings.get("read_once") else "the real tokens")
     dims = {r["D"] for r in rows}
 

@@ -234,18 +234,27 @@ def test_the_statistics_floor_reads_the_real_tokens_in_forward_and_x_in_training
             calls["real.clone()"]()
             calls["real.clone()"]()
             assert torch.equal(read[-1], x.detach()[padded]) and read[-1].data_ptr() == read[-2].data_ptr()
-        else:  # training: x itself, so that its whole gradient is written
-            assert candidates == list(perf_tokens.READ_ONCE)
+        else:  # training: x itself, or the gathered real tokens then x's gradient, its whole gradient written
+            gathered = [way + perf_tokens.WRITE_ALL for way in perf_tokens.READ_REAL_IN_TRAINING]
+            assert candidates == list(perf_tokens.READ_ONCE) + gathered
             calls["x.clone()"]()
             assert read[-1] is x
-            seen = []
-            hook = x.register_hook(lambda g: seen.append(g))
-            calls["x.sum(1)"]()  # timed with its backward into x itself, its gradient dropped after
-            hook.remove()
-            assert len(seen) == 1 and x.grad is None
+            for way in ("x.sum(1)", *gathered):
+                seen = []
+                hook = x.register_hook(lambda g: seen.append(g))
+                calls[way]()  # timed with its backward into x itself, its gradient dropped after
+                hook.remove()
+                assert len(seen) == 1 and seen[0].shape == x.shape and x.grad is None
+                assert way == "x.sum(1)" or seen[0].is_contiguous()  # written, not a view (autograd densifies x.sum's)
+            monkeypatch.setitem(perf_tokens.READ_REAL, "real.sum()", lambda r: read.append(r) or r.sum())
+            calls, _, _ = perf_tokens.floor_of(name, get_pooler(name, 4), x, padded, train)
+            calls[gathered[0]]()
+            assert torch.equal(read[-1], x.detach()[padded])  # the real tokens, gathered before the timed call
     new = {"read_real": ["real.sum(0)"], "read_once": ["x.sum(1)"], "max_reads_once": True}
     title = perf_tokens.families({"settings": new})[0][0]
     assert "read the real tokens once (in training: x)" in title and "max in training" not in title
+    title = perf_tokens.families({"settings": {**new, "real_reads_in_training": ["real.sum()"]}})[0][0]
+    assert "read the real tokens once (in training: x, or the real tokens, x's whole gradient written)" in title
     settings = {"max_with_holder": ["x.amax(1)"], "read_real": ["real.sum(0)"], "read_once": ["x.sum(1)"]}
     titles = [family[0] for family in perf_tokens.families({"settings": settings})]
     assert "max in training: vs torch's max with its gradient" in titles[0]
