@@ -86,13 +86,13 @@ def masked_extreme(x: Tensor, mask: Tensor, largest: bool, with_index: bool = Fa
     def rows(needed: bool, dtype: torch.dtype) -> Tensor:
         return torch.empty(x.shape[0] if needed else 0, x.shape[2] if needed else 0, dtype=dtype, device="cpu")
 
-    values, index = rows(True, torch.float32), rows(with_index, torch.int64)
+    values, index = rows(True, torch.float32), rows(with_index, torch.int32)  # int32 in the loop: see there
     half = rows(x.dtype == torch.bfloat16, torch.int16)
     _run("extremes", *_arrays(x, mask), np.uint32(0 if largest else 1 << 31), values.numpy(),
          half.numpy().view(np.uint16), index.numpy())
     if x.dtype == torch.bfloat16:  # the loop's high halves: x's own bits (a conversion would change a NaN's)
         values = half.view(torch.bfloat16)
-    return (values, index) if with_index else values
+    return (values, index.long()) if with_index else values
 
 
 #: The prefix of the profiler events a loop runs in (``torch.profiler``; benchmarks/perf_where.py counts them).

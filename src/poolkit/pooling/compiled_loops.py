@@ -108,7 +108,7 @@ def first_real(mask, b):
 def extremes(x, mask, flip, out, half, index):
     """out[b] = the max (``flip`` 0) or min (``flip`` 1 << 31: the negated max of the negated values) of x[b, t] over
     the real tokens; with ``half`` (B, D) uint16 (else (0, 0)), half[b] = its high halves, x's own bf16 bits; with
-    ``index`` (B, D) (else (0, 0)), index[b] = its first holder. A NaN wins, a feature at the fill (-inf for max) at
+    ``index`` (B, D) int32 (else (0, 0)), index[b] = its first holder. A NaN wins, a feature at the fill (-inf for max) at
     every real token is held by the first real token, an empty row gives 0 at index 0. The updates are selects, which
     the compiler vectorises."""
     batch, length, dim = x.shape
@@ -131,12 +131,12 @@ def extremes(x, mask, flip, out, half, index):
             if mask[b, t]:
                 row = x[b, t]
                 if holders:
-                    at = index[b]
+                    at, token = index[b], np.int32(t)  # 32-bit holders: a select as wide as the values'
                     for d in range(dim):
                         v, held = as_float32(row, d, flip), best[d]
                         keep = (held != held) | (v <= held)  # a NaN held stays; a NaN v is taken
                         best[d] = held if keep else v
-                        at[d] = at[d] if keep else t
+                        at[d] = at[d] if keep else token
                 else:
                     for d in range(dim):
                         v, held = as_float32(row, d, flip), best[d]
