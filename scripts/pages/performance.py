@@ -111,6 +111,8 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "revisions-e8b2e98-inline-t1-busy2.json", "revisions-e8b2e98-inline-t2-busy2.json",
          "revisions-58e7a07-training-t1.json", "revisions-58e7a07-training-t2.json",
          "revisions-58e7a07-training-t1-busy2.json", "revisions-58e7a07-training-t2-busy2.json",
+         "revisions-c6d3925-holders32-t1.json", "revisions-c6d3925-holders32-t2.json",
+         "revisions-c6d3925-holders32-t1-busy2.json", "revisions-c6d3925-holders32-t2-busy2.json",
          "tried-query-rows-efe6b52-t2.json", "tried-query-rows-efe6b52-t2-busy2.json",
          "revisions-efe6b52-query-mapped-t2.json", "revisions-efe6b52-query-mapped-t2-busy2.json",
          "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json",
