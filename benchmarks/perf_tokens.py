@@ -217,8 +217,8 @@ WRITE_ALL = ", x's gradient written"
 
 
 class ReadRealWriteAll(torch.autograd.Function):
-    """``read`` (a :data:`READ_REAL` way) of the real tokens, gathered before timing, in forward, and x's whole (B, T, D)
-    gradient written in backward: the incoming (B, D) gradient broadcast over every position, as autograd writes
+    """``read`` (a :data:`READ_REAL` way) of the real tokens, gathered before timing, in forward, and x's whole (B, T,
+    D) gradient written in backward: the incoming (B, D) gradient broadcast over every position, as autograd writes
     ``x.sum(1)`` 's. The masked statistics' forward pass reads the real tokens only where the compiled loops run, in
     training too (58e7a07), so a training floor that reads all of x does more reading than they do: since
     ``real_reads_in_training`` the floor has these ways beside :data:`READ_ONCE` 's."""

@@ -9,7 +9,7 @@ waits for a descheduled thread beside other work (a parallel region does, docs/p
 Without numba, or where :func:`takes` says no, :mod:`fast` and :mod:`masking` answer as before. Tests hold these
 to the plain forms of :mod:`masking`: the same maxima, holders and empty-row zeros bit for bit (a NaN keeps x's own
 bits); float32 sums in another order (a row's sum may differ in its last bits, and a bf16 mean rounded once from it
-but for one on the rounding's edge); in training, x's gradient bit for bit.
+but for one on the rounding's edge); in training, x's gradient the same values (for a finite incoming gradient).
 """
 
 from __future__ import annotations

@@ -108,8 +108,8 @@ def first_real(mask, b):
 def extremes(x, mask, flip, out, half, index):
     """out[b] = the max (``flip`` 0) or min (``flip`` 1 << 31: the negated max of the negated values) of x[b, t] over
     the real tokens; with ``half`` (B, D) uint16 (else (0, 0)), half[b] = its high halves, x's own bf16 bits; with
-    ``index`` (B, D) int32 (else (0, 0)), index[b] = its first holder. A NaN wins, a feature at the fill (-inf for max) at
-    every real token is held by the first real token, an empty row gives 0 at index 0. The updates are selects, which
+    ``index`` (B, D) int32 (else (0, 0)), index[b] = its first holder. A NaN wins, a feature at the fill (-inf for max)
+    at every real token is held by the first real token, an empty row gives 0 at index 0. The updates are selects, which
     the compiler vectorises."""
     batch, length, dim = x.shape
     holders, halves = index.shape[0] > 0, half.shape[0] > 0

@@ -154,12 +154,12 @@ def masked_sum(x: Tensor, mask: Tensor, derived: bool = False) -> Tensor:
     float32 (:func:`masked_weighted_sum` with the mask as weights). Where :func:`fast.active` and
     :func:`compiled.takes`, one pass over the real tokens (:func:`fast.masked_sums`; in training with this form's
     gradient). Otherwise, where :func:`fast.active` and x needs no gradient: float32 x where :func:`fast.bag_sums_pay`,
-    one embedding bag over the real tokens (:func:`fast.bag_sum`); half-precision x whose rows' real tokens are each
-    one run, where :func:`fast.row_sums_pay`, one float32 sum per row's slice (:func:`fast.sum_row_slices`) instead of
-    a float32 copy of x and a product. The rules read the whole batch, and
-    the forms sum in different orders, so a row's float32 sum can differ in its last bits with the batch it comes in
-    (as a product's can with its kernel's blocking); rounded to x's precision, the half-precision forms agree but for
-    a sum on the rounding's edge. ``derived``: as :func:`masked_mean` 's."""
+    one embedding bag over the real tokens (:func:`fast.bag_sum`); half-precision x whose rows' real tokens are each one
+    run, where :func:`fast.row_sums_pay`, one float32 sum per row's slice (:func:`fast.sum_row_slices`) instead of a
+    float32 copy of x and a product. The rules read the whole batch, and the forms sum in different orders, so a row's
+    float32 sum can differ in its last bits with the batch it comes in (as a product's can with its kernel's blocking);
+    rounded to x's precision, the half-precision forms agree but for a sum on the rounding's edge. ``derived``: as
+    :func:`masked_mean` 's."""
     if _loops_take(x, mask, derived):
         return fast.masked_sums(x, mask, mean=False)
     if _fast_without_gradient(x):
