@@ -74,7 +74,7 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "tokens-58e7a07-zen4-t1.json", "tokens-58e7a07-zen4-t2.json", "tokens-58e7a07-zen4-t1-busy2.json",
          "tokens-58e7a07-zen4-t2-busy2.json", "tokens-5e41775-zen4-t1.json", "tokens-5e41775-zen4-t2.json",
          "tokens-5e41775-zen4-t1-busy2.json", "tokens-5e41775-zen4-t2-busy2.json",
-         "where-2034ecc-t1.json",
+         "where-2034ecc-t1.json", "where-e00300d-zen4-t1.json",
          "embed-4dade0b-t1.json", "embed-4dade0b-t2.json", "embed-4dade0b-t1-busy2.json",
          "embed-4dade0b-t2-busy2.json", "bench-cpu-quick-spatial.json", "revisions-55de4ff-head-r11.json",
          "revisions-55de4ff.json", "paths-fast-vs-plain.json", "revisions-cdccd85-nonfinite.json",
