@@ -50,12 +50,11 @@ def sums(x, mask, mean, root, out):
     """out[b] = the float32 sum of x[b, t] over the real tokens t (mask[b, t]), in token order. ``mean`` 1: each token
     times 1 / n first (the product's terms), 2: the sum divided by n; n the row's count of real tokens, at least 1 (its
     square root with ``root``), in float32 as torch's count, clamp and cast give it. (``mean``: compiled.SUM,
-    MEAN_OF_TERMS, MEAN_OF_SUM.) A row is summed in a scratch row of the loop's own, which the compiler knows x does not
-    overlap (into out[b], which float32 x might overlap for all it knows, the sums did not vectorise as well)."""
+    MEAN_OF_TERMS, MEAN_OF_SUM.)"""
     batch, length, dim = x.shape
     none = np.uint32(0)
-    total = np.empty(dim, np.float32)
     for b in range(batch):
+        total = out[b]
         total[:] = 0
         count = 0
         for t in range(length):
@@ -76,7 +75,6 @@ def sums(x, mask, mean, root, out):
         if mean == 2:
             for d in range(dim):
                 total[d] /= scale
-        out[b] = total
 
 
 @jit
@@ -112,27 +110,28 @@ def extremes(x, mask, flip, out, half, index):
     the real tokens; with ``half`` (B, D) uint16 (else (0, 0)), half[b] = its high halves, x's own bf16 bits; with
     ``index`` (B, D) int32 (else (0, 0)), index[b] = its first holder. A NaN wins, a feature at the fill (-inf for max)
     at every real token is held by the first real token, an empty row gives 0 at index 0. The updates are selects, which
-    the compiler vectorises, into scratch rows of the loop's own (as in :func:`sums`), copied out after each row."""
+    the compiler vectorises."""
     batch, length, dim = x.shape
     holders, halves = index.shape[0] > 0, half.shape[0] > 0
-    best, at = np.empty(dim, np.float32), np.empty(dim, np.int32)
-    raw = best.view(np.uint32)
     for b in range(batch):
+        best = out[b]
+        raw = best.view(np.uint32)
         first = first_real(mask, b)
         if first == length:
-            out[b] = 0
+            best[:] = 0
             if holders:
                 index[b] = 0
             if halves:
                 half[b] = 0
             continue
         best[:] = -np.inf
-        at[:] = first
+        if holders:
+            index[b] = first
         for t in range(first, length):
             if mask[b, t]:
                 row = x[b, t]
                 if holders:
-                    token = np.int32(t)  # 32-bit holders: a select as wide as the values'
+                    at, token = index[b], np.int32(t)  # 32-bit holders: a select as wide as the values'
                     for d in range(dim):
                         v, held = as_float32(row, d, flip), best[d]
                         keep = (held != held) | (v <= held)  # a NaN held stays; a NaN v is taken
@@ -145,9 +144,6 @@ def extremes(x, mask, flip, out, half, index):
         if flip:  # the sign bits back, exactly (a NaN's too)
             for d in range(dim):
                 raw[d] ^= flip
-        out[b] = best
-        if holders:
-            index[b] = at
         if halves:
             row = half[b]
             for d in range(dim):
