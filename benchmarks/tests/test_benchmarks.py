@@ -755,19 +755,25 @@ def test_background_processes_stop_when_the_benchmark_is_killed():
     ("max", ("fp32", "bf16"), "index_reduce", [False, False], [False, True]),
     ("sum", ("bf16", "fp16"), "float32 copy", [False, False], [True, True]),
     ("bag", ("fp32",), "product", [False], [True]),
-    ("half_bag", ("bf16", "fp16"), "float32 sum", [True, True], [True, True])])
+    ("half_bag", ("bf16", "fp16"), "float32 sum", [True, True], [True, True]),
+    ("loop_mean", ("fp32", "bf16"), "one core", [False, False], [True, True]),
+    ("loop_max", ("fp32", "bf16"), "one core", [False, False], [True, True]),
+    ("loop_spread", ("bf16",), "one core", [False], [True])])
 def test_the_row_slices_sweep_times_both_forms_and_marks_the_rules_pick(monkeypatch, reduction, dtypes, batched,
                                                                         short_picks, long_picks):
     """A tiny sweep of each reduction: one row per (B, D, T, dtype), the rule's pick recorded as the reduction's rule
     gives it for the inputs, the two forms' outputs checked to agree, the table marking (*) exactly the picked cells and the
-    rule's groups named after the batched form."""
+    rule's groups named after the batched form. The compiled loops' sweeps at two threads (their rule picks nothing on
+    one), the rest at one."""
     import perf_row_slices
 
-    from poolkit.pooling import fast
+    from poolkit.pooling import compiled, fast
 
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    threads = 2 if reduction.startswith("loop_") else 1  # the loops' rule picks nothing on one thread
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
     monkeypatch.setattr(fast, "ROW_SUM_ELEMENTS", 64 * 8)  # the sum's rule by elements, at this tiny width
     monkeypatch.setattr(fast, "BAG_SUM_ELEMENTS", 2 * 64 * 8)  # the bag's, over the batch of 2
+    monkeypatch.setattr(compiled, "THREADED_ELEMENTS", 2 * 200 * 8)  # the loops', x of the longer rows
     rows = perf_row_slices.sweep(torch.device("cpu"), 1, batches=(2,), widths=(8,), lengths=(4, 200),
                                  reduction=reduction)
     rule = perf_row_slices.REDUCTIONS[reduction].rule
@@ -776,18 +782,18 @@ def test_the_row_slices_sweep_times_both_forms_and_marks_the_rules_pick(monkeypa
         x, mask = perf_row_slices.inputs(r["B"], r["T"], r["D"], perf_common.DTYPES[r["dtype"]])
         assert r["rule_picks_slices"] == rule(x, mask) and r["tokens"] == int(mask.sum()) / 2
         assert len(r["per_repeat"]) == 1 and set(r["ms"]) == {batched, "row slices"}
-    assert [r["rule_picks_slices"] for r in rows] == short_picks + long_picks  # one thread
+    assert [r["rule_picks_slices"] for r in rows] == short_picks + long_picks
     if reduction == "half_bag":  # its own batches, a row of one among them
         assert [r["B"] for r in perf_row_slices.sweep(torch.device("cpu"), 1, widths=(8,), lengths=(4,),
                                                       reduction=reduction)] == [1, 1, 8, 8, 32, 32, 128, 128]
-    result = {"settings": {"lengths": (4, 200), **perf_row_slices.REDUCTIONS[reduction].settings(), "threads": 1,
-                           "reduction": reduction}, "rows": rows}
+    result = {"settings": {"lengths": (4, 200), **perf_row_slices.REDUCTIONS[reduction].settings(),
+                           "threads": threads, "reduction": reduction}, "rows": rows}
     text = perf_row_slices.render(result)
     assert text.count(" *") == sum(short_picks + long_picks)
     short = " \\*" if short_picks[-1] else ""
     assert re.search(rf"\| {dtypes[-1]} +\| 2 +\| 8 +\| \d+\.\d\d{short} +\| \d+\.\d\d \* \|", text)
     rule = perf_row_slices.render_rule([result])
-    assert rule.startswith("1 torch thread(s):") and (f"| {batched} kept: short rows |" in rule) != all(short_picks)
+    assert rule.startswith(f"{threads} torch thread(s):") and (f"| {batched} kept: short rows |" in rule) != all(short_picks)
     assert f"; {batched} / row slices: median" in rule
 
 

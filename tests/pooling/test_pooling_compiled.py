@@ -6,6 +6,10 @@ Their gradients, winners under padding and ties run through test_pooling_methods
 
 from __future__ import annotations
 
+import threading
+import time
+
+import numpy as np
 import pytest
 import torch
 
@@ -262,3 +266,105 @@ def test_numba_that_cannot_run_warns_once_and_the_torch_forms_answer(monkeypatch
         monkeypatch.undo()
         compiled._loops.cache_clear()
 
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    """torch at two threads (restored after), and every loop over the threshold of compiled.threads_for."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    monkeypatch.setattr(compiled, "THREADED_ELEMENTS", 0)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("rows", [2, 3, 5, 13])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_loops_on_threads_give_the_one_core_bits(two_threads, monkeypatch, dtype, rows):
+    """Each loop on two threads (rows cut into blocks, fewer rows than blocks and rows that do not divide) against the
+    same loop on one core, bit for bit: sums, both means, max and min with and without holders, bf16's high halves and
+    the spread. Catches a block left out or taken twice, an output not cut with the rows (a block's rows written over
+    another's), holders or halves cut where they are empty, and a call returning before its blocks are done."""
+    x, mask = awkward(dtype, rows)
+    x, mask = x.repeat(3, 1, 1)[:rows], mask.repeat(3, 1)[:rows]
+
+    def every_loop():
+        out = [compiled.masked_sum(x, mask), compiled.masked_mean(x, mask), compiled.masked_mean(x, mask, root=True),
+               compiled.spread(x[:, 0], mask)]
+        for largest in (True, False):
+            out += [*compiled.masked_extreme(x, mask, largest, with_index=True), compiled.masked_extreme(x, mask, largest)]
+        return out
+
+    assert compiled.threads_for(x.numel(), rows) == 2
+    threaded = every_loop()
+    monkeypatch.setattr(compiled, "THREADED_ELEMENTS", x.numel() + 1)
+    assert compiled.threads_for(x.numel(), rows) == 1
+    for got, expected in zip(threaded, every_loop(), strict=True):
+        assert got.dtype == expected.dtype and torch.equal(got.view(-1).view(torch.uint8),
+                                                           expected.view(-1).view(torch.uint8))
+
+
+def test_threads_for_follows_torch_the_size_and_the_rows(monkeypatch):
+    """Several threads only from THREADED_ELEMENTS elements, at torch's thread count, never more than the rows.
+    Catches a loop split on one torch thread, below the size the sweeps back, or over threads with no row to take."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    size = compiled.THREADED_ELEMENTS
+    assert compiled.threads_for(size, 8) == 3 and compiled.threads_for(size, 2) == 2
+    assert compiled.threads_for(size - 1, 8) == 1 and compiled.threads_for(size, 1) == 1
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert compiled.threads_for(10 * size, 8) == 1
+
+
+class _Idle:
+    """A pool whose helpers never start (descheduled, or gone after a fork): submitted work is dropped."""
+
+    def submit(self, work):
+        return None
+
+
+def test_the_calling_thread_takes_the_blocks_of_a_helper_that_never_starts(monkeypatch):
+    """With no helper starting, the calling thread takes every block and returns. Catches a call that waits for a
+    helper's turn (a future, a barrier) rather than for the blocks taken."""
+    monkeypatch.setattr(compiled, "_helpers", lambda count: _Idle())
+    seen = []
+    out = np.zeros((10, 2))
+    call = threading.Thread(target=compiled._split, daemon=True, args=(
+        lambda rows, out: seen.append(len(rows)) or out.__iadd__(rows), (np.ones((10, 2)), out), 2))
+    call.start()
+    call.join(timeout=10)
+    assert not call.is_alive(), "the call waits for a helper that never starts"
+    assert sum(seen) == 10 and len(seen) == 8 and (out == 1).all()  # 4 blocks per thread, each row once
+
+
+def test_a_loop_error_on_a_helper_is_raised_in_the_calling_thread():
+    """A block failing on a helper thread raises its error in the caller once the blocks are done. Catches an error
+    lost on a helper (the call returning a half-written result) or a call that never returns."""
+    def loop(rows):
+        if threading.current_thread() is not threading.main_thread():
+            raise ValueError(f"block at {rows[0]}")
+        time.sleep(0.01)  # the helper has time to start and take a block
+
+    with pytest.raises(ValueError, match="block at"):
+        compiled._split(loop, (np.arange(10),), 2)
+
+
+def _a_block_runs_on_a_helper() -> bool:
+    """Whether a two-thread split of slow blocks has a block taken by a helper thread."""
+    names = []
+
+    def loop(rows):
+        names.append(threading.current_thread().name)
+        time.sleep(0.02)
+    compiled._split(loop, (np.arange(8),), 2)
+    return any(name.startswith("poolkit-loops") for name in names)
+
+
+def test_a_forked_child_gets_helpers_of_its_own():
+    """After a fork the parent's helper threads do not exist in the child: the child makes its own, and a block runs on
+    one of them. Catches the parent's pool kept in the child, where submitted work never runs (the caller does all of
+    it) and piles up."""
+    import multiprocessing
+
+    assert _a_block_runs_on_a_helper()  # the parent's pool made, its helper idle now
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_a_block_runs_on_a_helper)
