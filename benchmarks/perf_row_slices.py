@@ -10,14 +10,11 @@ with the gradients of x and of the queries (``fast.QueryRead``'s backward on the
 its weights against one embedding bag over the real tokens divided by the counts (``fast.bag_sum``: "row slices"
 here); ``--reduction half_bag``, the half-precision sum rounded to x's dtype (sum pooling's output) as the float32
 sum that runs otherwise (``masking.masked_sum``: a float32 copy and a product, or a sum per row's slice) against one
-embedding bag over the real tokens in x's dtype (``fast.bag_sum``: "row slices" here), in bf16 and fp16;
-``--reduction loop_mean`` / ``loop_max`` / ``loop_spread``, the compiled loops (``compiled.masked_mean``,
-``compiled.masked_extreme`` with its holders, ``compiled.spread``: a mean's bf16 gradient) on one core against the
-same loop over blocks of rows on torch's threads ("row slices" here), in float32 and bf16 (the spread in bf16).
+embedding bag over the real tokens in x's dtype (``fast.bag_sum``: "row slices" here), in bf16 and fp16.
 
 This sweep is the data behind the rule that picks the form for the thread count in use (``fast.slices_pay`` for the max,
 ``fast.row_sums_pay`` for the sum, ``fast.query_blocks_pay`` for the query read, ``fast.bag_sums_pay`` for the bag,
-``fast.half_bag_sums_pay`` for the half bag, ``compiled.threads_for`` for the loops): each cell records which form the rule picks there, and :func:`rule_checks`
+``fast.half_bag_sums_pay`` for the half bag): each cell records which form the rule picks there, and :func:`rule_checks`
 (rendered in docs/performance.md, asserted by benchmarks/tests) says whether the sweep backs it. Rows are right-padded,
 their real lengths drawn from [T/2, T] as in ``perf_tokens``. The figure is the batched form's time / the row slices'
 time (> 1: the row slices are faster).
@@ -31,8 +28,7 @@ from __future__ import annotations
 
 import statistics
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -41,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from perf_common import DTYPES, interleaved, load_label, median_ms, per_repeat, ratio, run_sweep  # noqa: E402
-from poolkit.pooling import compiled, fast, masking  # noqa: E402
+from poolkit.pooling import fast, masking  # noqa: E402
 
 BATCHES, WIDTHS, LENGTHS = (8, 32, 128), (128, 384, 768), (32, 64, 128, 256, 512)
 #: A group of cells backs its form when at least this share of them has the median ratio on that form's side of 1.
@@ -124,36 +120,6 @@ def bag_forms(x: torch.Tensor, mask: torch.Tensor) -> dict[str, Callable[[], tor
             "row slices": lambda: fast.bag_sum(x, mask) / counts}
 
 
-@contextmanager
-def threaded_elements(size: int) -> Iterator[None]:
-    """``compiled.THREADED_ELEMENTS`` set to ``size`` (0: every loop on torch's threads; larger than any x: one core)."""
-    saved = compiled.THREADED_ELEMENTS
-    compiled.THREADED_ELEMENTS = size
-    try:
-        yield
-    finally:
-        compiled.THREADED_ELEMENTS = saved
-
-
-def loop_forms(call: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
-    """(x, mask) -> ``call(x, mask)`` (a compiled loop) on one core and over blocks of rows on torch's threads."""
-    def forms(x: torch.Tensor, mask: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
-        def on(size: int) -> Callable[[], torch.Tensor]:
-            def run() -> torch.Tensor:
-                with threaded_elements(size):
-                    return call(x, mask)
-            return run
-        return {"one core": on(sys.maxsize), "row slices": on(0)}
-    return forms
-
-
-def loop_reduction(call: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], dtypes: tuple[str, ...]) -> Reduction:
-    """A compiled loop's sweep: its two forms, ``compiled.threads_for``, x under THREADED_ELEMENTS as the short rows."""
-    return Reduction("one core", dtypes, loop_forms(call), lambda x, mask: compiled.threads_for(x.numel(), len(x)) > 1,
-                     lambda row, settings: row["B"] * row["T"] * row["D"] < settings["threaded_elements"],
-                     lambda: {"threaded_elements": compiled.THREADED_ELEMENTS}, True)
-
-
 def query_reduction(forms: Callable[[torch.Tensor, torch.Tensor], dict[str, Callable[[], torch.Tensor]]],
                     train: bool) -> Reduction:
     """The half-precision query read's sweep, without gradients or with them: its forms, fast.query_blocks_pay, x
@@ -185,16 +151,25 @@ REDUCTIONS = {
                           batches=(1,) + BATCHES),
     "query": query_reduction(query_forms, False),
     "query_train": query_reduction(query_train_forms, True),
-    "loop_mean": loop_reduction(compiled.masked_mean, ("fp32", "bf16")),
-    "loop_max": loop_reduction(lambda x, mask: compiled.masked_extreme(x, mask, True, with_index=True)[1],
-                               ("fp32", "bf16")),
-    "loop_spread": loop_reduction(lambda x, mask: compiled.spread(x[:, 0], mask), ("bf16",)),
 }
 
 
+#: Reductions whose faster form was tried and reverted, their forms gone with its code: what their committed sweeps
+#: (``TRIED`` files of docs/performance.md) need to be rendered and checked. ``loop_*``: the compiled loops (their
+#: mean, max with holders, and spread) on one core against blocks of rows on torch's threads, from 07ec403, picked
+#: from ``threaded_elements`` elements of x (B x T x D) on several threads.
+def _under_threaded_elements(row: dict, settings: dict) -> bool:
+    return row["B"] * row["T"] * row["D"] < settings["threaded_elements"]
+
+
+RETIRED = {f"loop_{name}": Reduction("one core", dtypes, None, None, _under_threaded_elements, dict, True)
+           for name, dtypes in (("mean", ("fp32", "bf16")), ("max", ("fp32", "bf16")), ("spread", ("bf16",)))}
+
+
 def reduction_of(result: dict) -> Reduction:
-    """A sweep's reduction (sweeps before ``--reduction`` timed the max)."""
-    return REDUCTIONS[result["settings"].get("reduction", "max")]
+    """A sweep's reduction (sweeps before ``--reduction`` timed the max; a retired one's from :data:`RETIRED`)."""
+    name = result["settings"].get("reduction", "max")
+    return REDUCTIONS[name] if name in REDUCTIONS else RETIRED[name]
 
 
 def sweep(device: torch.device, repeats: int, batches=None, widths=WIDTHS, lengths=LENGTHS,
@@ -308,8 +283,8 @@ def main(argv: list[str] | None = None) -> dict:
     def add_arguments(parser) -> None:
         parser.add_argument("--reduction", choices=tuple(REDUCTIONS), default="max",
                             help="the masked max's forms (default), the half-precision sum's, the float32 mean's, "
-                                 "the rounded half-precision sum's, the half-precision query read's (without and "
-                                 "with gradients) or a compiled loop's on one core and on torch's threads")
+                                 "the rounded half-precision sum's or the half-precision query read's (without and "
+                                 "with gradients)")
 
     def settings(reduction: str) -> dict:
         chosen = REDUCTIONS[reduction]

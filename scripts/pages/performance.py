@@ -12,10 +12,11 @@ does not is noise; runs at other thread counts or loads agree only where a form 
 plain-vs-fast runs together give ``rule: paths``: per thread count, the cells of each pooler's newest timed tree
 whose plain form is faster in every run (:func:`plain_faster_in_every_run`, which a test holds empty: the fast forms
 run at every thread count). ``benchmarks/perf_row_slices.py`` sweeps give one cell table each and, together,
-``rule: max rows``, ``rule: sum rows``, ``rule: bag rows``, ``rule: half bag rows``, ``rule: query rows`` and ``rule:
-query train rows`` (the masked max's choice between its two fast forms, the half-precision sum's, the float32 mean's,
-sum pooling's half-precision output's and latent / adapool's half-precision read's without and with gradients, checked
-per thread count); sweeps of a rule that was tried and reverted (file names starting ``TRIED``) record that rule's
+``rule: max rows``, ``rule: sum rows``, ``rule: bag rows``, ``rule: half bag rows``, ``rule: query rows``, ``rule:
+query train rows`` and ``rule: loop mean rows`` / ``loop max rows`` / ``loop spread rows`` (the masked max's choice
+between its two fast forms, the half-precision sum's, the float32 mean's, sum pooling's half-precision output's,
+latent / adapool's half-precision read's without and with gradients, and the compiled loops' threads, checked per
+thread count); sweeps of a rule that was tried and reverted (file names starting ``TRIED``) record that rule's
 picks, not the code's, and give their own ``rule: tried ...`` block instead (``rule: tried query rows``);
 ``benchmarks/perf_blocks.py`` sweeps likewise give a table each and ``rule: blocks`` (the block size of the blocked
 fast forms per thread count). ``benchmarks/perf_where.py`` runs give a table each: where each token pooler's time
@@ -113,6 +114,10 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "revisions-58e7a07-training-t1-busy2.json", "revisions-58e7a07-training-t2-busy2.json",
          "revisions-c6d3925-holders32-t1.json", "revisions-c6d3925-holders32-t2.json",
          "revisions-c6d3925-holders32-t1-busy2.json", "revisions-c6d3925-holders32-t2-busy2.json",
+         "tried-loop-mean-rows-07ec403-t2.json", "tried-loop-mean-rows-07ec403-t2-busy2.json",
+         "tried-loop-max-rows-07ec403-t2.json", "tried-loop-max-rows-07ec403-t2-busy2.json",
+         "tried-loop-spread-rows-07ec403-t2.json", "tried-loop-spread-rows-07ec403-t2-busy2.json",
+         "revisions-07ec403-tried-threads-t2.json", "revisions-07ec403-tried-threads-t2-busy2.json",
          "tried-query-rows-efe6b52-t2.json", "tried-query-rows-efe6b52-t2-busy2.json",
          "revisions-efe6b52-query-mapped-t2.json", "revisions-efe6b52-query-mapped-t2-busy2.json",
          "paths-20a31c2-t1.json", "paths-20a31c2-t2.json", "paths-20a31c2-t1-busy2.json", "paths-20a31c2-t2-busy2.json",
@@ -184,6 +189,11 @@ ROW_SWEEPS = {
     "query_train_rows": (" --reduction query_train", "latent / adapool's half-precision read of x and its gradients "
                                                      "from a float32 copy of x / a block of rows at a time, > 1 is the "
                                                      "blocks faster"),
+    **{f"loop_{name}_rows": (f" --reduction loop_{name}", f"the compiled {what} on one core / over blocks of rows on "
+                                                          "torch's threads (the row slices in the tables), > 1 is the "
+                                                          "threads faster")
+       for name, what in (("mean", "mean's loop"), ("max", "max's loop with its holders"),
+                          ("spread", "spread (a mean's bf16 gradient)"))},
 }
 
 

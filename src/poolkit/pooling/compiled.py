@@ -3,10 +3,8 @@
 torch has no masked reduction over a row's real tokens: its forms read the padding too, copy half-precision x to
 float32 before summing it (a (B, T, D) float32 tensor), or find a maximum's holder in a second pass (see
 :mod:`fast`). The loops here read each real token once, skip the padding without reading it, sum bf16 in float32
-as they go and keep each feature's first holder of its maximum beside the value. A call runs on one core; from
-:data:`THREADED_ELEMENTS` elements of x on several torch threads it splits the rows into blocks that the calling
-thread and helper threads take in turn (:func:`threads_for`), so that it never waits for a helper that has not
-started: a parallel region does, beside other work (docs/performance.md, item 5).
+as they go and keep each feature's first holder of its maximum beside the value. Each runs on one core, so it never
+waits for a descheduled thread beside other work (a parallel region does, docs/performance.md, item 5).
 
 Without numba, or where :func:`takes` says no, :mod:`fast` and :mod:`masking` answer as before. Tests hold these
 to the plain forms of :mod:`masking`: the same maxima, holders and empty-row zeros bit for bit (a NaN keeps x's own
@@ -18,11 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-import itertools
-import os
-import threading
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -71,7 +65,7 @@ def masked_mean(x: Tensor, mask: Tensor, root: bool = False) -> Tensor:
 
 def _sums(x: Tensor, mask: Tensor, mean: int, root: bool) -> Tensor:
     out = torch.empty(x.shape[0], x.shape[2], dtype=torch.float32, device="cpu")
-    _run("sums", x.numel(), *_arrays(x, mask), mean, root, out.numpy())
+    _run("sums", *_arrays(x, mask), mean, root, out.numpy())
     return out
 
 
@@ -79,7 +73,7 @@ def spread(rows: Tensor, mask: Tensor) -> Tensor:
     """(B, T, D) in ``rows`` ' dtype (bf16 where poolkit calls it; float32 too): rows[b] (B, D) at each real token of
     row b, zeros at the padding, written in one pass (a sum's or a mean's gradient of x)."""
     out = torch.empty(*mask.shape, rows.shape[1], dtype=rows.dtype, device="cpu")
-    _run("spread", out.numel(), _numpy(rows.contiguous()), mask.detach().contiguous().numpy(), _numpy(out))
+    _run("spread", _numpy(rows.contiguous()), mask.detach().contiguous().numpy(), _numpy(out))
     return out
 
 
@@ -94,7 +88,7 @@ def masked_extreme(x: Tensor, mask: Tensor, largest: bool, with_index: bool = Fa
 
     values, index = rows(True, torch.float32), rows(with_index, torch.int32)  # int32 in the loop: see there
     half = rows(x.dtype == torch.bfloat16, torch.int16)
-    _run("extremes", x.numel(), *_arrays(x, mask), np.uint32(0 if largest else 1 << 31), values.numpy(),
+    _run("extremes", *_arrays(x, mask), np.uint32(0 if largest else 1 << 31), values.numpy(),
          half.numpy().view(np.uint16), index.numpy())
     if x.dtype == torch.bfloat16:  # the loop's high halves: x's own bits (a conversion would change a NaN's)
         values = half.view(torch.bfloat16)
@@ -105,84 +99,14 @@ def masked_extreme(x: Tensor, mask: Tensor, largest: bool, with_index: bool = Fa
 EVENT = "poolkit.compiled::"
 
 
-def _run(name: str, size: int, *arrays) -> None:
-    """Loop ``name`` of :mod:`compiled_loops` on ``arrays`` (the first one's rows the batch's; ``size``: the elements
-    x has, or the gradient the loop writes), over :func:`threads_for` threads, as a named event when torch's profiler
-    records (the loops are no ATen operator; the check costs nothing when it does not)."""
-    loop, threads = getattr(_loops(), name), threads_for(size, len(arrays[0]))
+def _run(name: str, *arrays) -> None:
+    """Loop ``name`` of :mod:`compiled_loops` on ``arrays``, as a named event when torch's profiler records (the
+    loops are no ATen operator; the check costs nothing when it does not)."""
+    loop = getattr(_loops(), name)
     if not torch.autograd.profiler._is_profiler_enabled:
-        return _split(loop, arrays, threads)
-    with torch.profiler.record_function(EVENT + name):
-        return _split(loop, arrays, threads)
-
-
-#: The elements of x (B x T x D, its padding included; the spread's gradient) from which a loop runs on several
-#: threads, when torch has several: below it one core is faster, since handing blocks to a helper thread and waiting
-#: for it costs tens of microseconds. From ``benchmarks/perf_row_slices.py --reduction loop_mean`` / ``loop_max`` /
-#: ``loop_spread`` (the sweeps in docs/performance.md, where a test holds this rule to them).
-THREADED_ELEMENTS = 1 << 23
-#: Blocks of rows per thread: a helper that starts late, or is descheduled, holds up the call by one block at most.
-BLOCKS_PER_THREAD = 4
-
-
-def threads_for(size: int, rows: int) -> int:
-    """How many threads a loop over ``rows`` rows of ``size`` elements runs on: torch's thread count from
-    :data:`THREADED_ELEMENTS` elements and two rows, else one."""
-    return min(torch.get_num_threads(), rows) if size >= THREADED_ELEMENTS else 1
-
-
-def _split(loop, arrays: tuple, threads: int) -> None:
-    """``loop(*arrays)``, or on ``threads`` threads: the rows cut into blocks (each array whose first axis is the
-    rows' is cut with them; scalars and empty arrays pass whole), taken in turn by the calling thread and
-    ``threads - 1`` helpers, the calling thread returning once every block taken is done. It waits for no helper
-    that has not taken a block: those find none left. A loop's error is raised in the calling thread."""
-    rows = len(arrays[0])
-    if threads <= 1:
         return loop(*arrays)
-    blocks = min(rows, BLOCKS_PER_THREAD * threads)
-    edges = [rows * i // blocks for i in range(blocks + 1)]
-    cut = [isinstance(a, np.ndarray) and a.ndim > 0 and len(a) == rows for a in arrays]
-    taken, finished, done, errors = itertools.count(), itertools.count(1), threading.Event(), []
-
-    def work() -> None:
-        while (block := next(taken)) < blocks:  # next() on a count is atomic: each block is taken once
-            part = slice(edges[block], edges[block + 1])
-            try:
-                loop(*(a[part] if c else a for a, c in zip(arrays, cut)))
-            except BaseException as err:  # noqa: BLE001 - raised again in the calling thread
-                errors.append(err)
-            if next(finished) == blocks:
-                done.set()
-
-    pool = _helpers(threads - 1)
-    for _ in range(threads - 1):
-        pool.submit(work)
-    work()
-    done.wait()
-    if errors:
-        raise errors[0]
-
-
-_pool: tuple[int, ThreadPoolExecutor] | None = None
-
-
-def _helpers(count: int) -> ThreadPoolExecutor:
-    """The helper threads (``count`` of them, made again when the count changes)."""
-    global _pool
-    if _pool is None or _pool[0] != count:
-        if _pool is not None:
-            _pool[1].shutdown(wait=False)
-        _pool = (count, ThreadPoolExecutor(count, thread_name_prefix="poolkit-loops"))
-    return _pool[1]
-
-
-def _forget_helpers() -> None:
-    """In a forked child, the parent's helper threads do not exist: make new ones on first use."""
-    global _pool
-    _pool = None
-
-
-os.register_at_fork(after_in_child=_forget_helpers)
+    with torch.profiler.record_function(EVENT + name):
+        return loop(*arrays)
 
 
 def _arrays(x: Tensor, mask: Tensor) -> tuple[np.ndarray, np.ndarray]:
