@@ -224,6 +224,67 @@ def test_half_precision_scoring_runs_in_float32_where_the_cpu_emulates_half_matm
     torch.testing.assert_close(product, rounded_once, rtol=2 ** -8, atol=1e-6)
 
 
+native_bf16 = pytest.mark.skipif(fast.emulated_half(torch.bfloat16) or not torch.backends.mkldnn.is_available(),
+                                 reason="this CPU has no native bf16 matmul: the activations stay outside the product")
+
+
+@native_bf16
+@pytest.mark.parametrize("activations", [("tanh",), ("sigmoid",), ("tanh", "sigmoid"), (None, "sigmoid")])
+@pytest.mark.parametrize("taken", ["every token", "some tokens", "no token"])
+def test_activated_linear_is_the_activation_of_the_float32_product_block_by_block(activations, taken, monkeypatch):
+    """fast.activated_linear (oneDNN's linear with the activation as a post-op) in blocks of three gathered tokens, the
+    last one short: each column block's activation of the float32 product, rounded once to bf16 (within one bf16
+    rounding), and within bf16 rounding of fast.activate on the bf16 product, the plain form. Catches rows dropped,
+    repeated or reordered between blocks, an activation on the wrong column block or left out, the bias left out, and
+    no rows (a row of no real token) failing."""
+    monkeypatch.setattr(fast, "GATHER_CHUNK_BYTES", 3 * HIDDEN * 2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # block_bytes: the single-thread size
+    gen = torch.Generator().manual_seed(5)
+    tokens = torch.randn(8, HIDDEN, generator=gen).bfloat16()
+    weight = (torch.randn(6, HIDDEN, generator=gen) * HIDDEN ** -0.5).bfloat16()
+    bias = torch.randn(6, generator=gen).bfloat16()
+    index = {"every token": None, "some tokens": torch.tensor([0, 2, 3, 5, 6, 7, 1]),
+             "no token": torch.tensor([], dtype=torch.long)}[taken]
+    chosen = tokens if index is None else tokens[index]
+    exact = fast.activate(torch.nn.functional.linear(chosen.float(), weight.float(), bias.float()), activations)
+    with torch.inference_mode():
+        got = fast.activated_linear(tokens, index, weight, bias, activations)
+        plain = fast.activate(torch.nn.functional.linear(chosen, weight, bias), activations)
+    assert got.dtype == torch.bfloat16 and got.shape == (len(chosen), 6)
+    torch.testing.assert_close(got.float(), exact.bfloat16().float(), rtol=2 ** -8, atol=1e-6)
+    torch.testing.assert_close(got.float(), plain.float(), rtol=2 ** -6, atol=2 ** -6)
+
+
+@native_bf16
+def test_half_precision_scoring_without_a_gradient_activates_inside_the_product(monkeypatch):
+    """In bf16 on a CPU with native bf16 matmuls, without a gradient, the tanh scorers (attention, attention_head,
+    multihead_attention) and gated_attention's (abmil: tanh and sigmoid) take oneDNN's fused linear, and pool within
+    bf16 rounding of the plain forms; with a gradient taken, and in float32, they do not. Catches the fused form taken
+    where it has no gradient, taken in float32 where it was no faster, or missing from a scorer."""
+    taken = []
+    original = fast.activated_linear
+    monkeypatch.setattr(fast, "activated_linear", lambda *a: taken.append(a[4]) or original(*a))
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 6, HIDDEN, generator=gen)
+    mask = mask_from_lengths([6, 2, 4], 6).bool()
+    names = ("attention", "attention_head", "multihead_attention", "gated_attention")
+    for name in names:
+        p, before = make_pooler(name), len(taken)
+        p(x, mask).sum().backward()  # a gradient taken: no fused form
+        with torch.inference_mode():
+            p(x, mask)  # float32: no fused form
+        assert len(taken) == before, name
+        p = p.bfloat16()
+        p(x.bfloat16(), mask).sum().backward()
+        assert len(taken) == before, name
+        with torch.inference_mode():
+            got = p(x.bfloat16(), mask)
+            with fast.disabled():
+                expected = p(x.bfloat16(), mask)
+        torch.testing.assert_close(got.float(), expected.float(), rtol=0, atol=expected.float().abs().max().item() / 64)
+    assert taken == [("tanh",)] * 3 + [("tanh", "sigmoid")]
+
+
 @pytest.mark.parametrize("taken", ["every token", "some tokens"])
 def test_gathered_linear_gradients_match_the_plain_product_block_by_block(taken, monkeypatch):
     """fast.GatheredLinear in blocks of two tokens: its tokens', weight's and bias's gradients are those of

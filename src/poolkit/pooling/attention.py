@@ -52,14 +52,15 @@ def tanh_scores(x: Tensor, mask: Tensor, hidden: nn.Linear, score_weight: Tensor
     is the same for every token and drops out of the softmax, the factors 2 fold into the (small)
     weights, and the softmax weights are the tanh form's to float rounding.
     """
-    # The activation runs in place on the fresh (N, A) matmul output: a second tensor that size costs the
-    # CPU page faults. (Tokens come flattened: on a (B, T, A) view, autograd would copy for in-place.)
+    # The activation runs in place on the fresh (N, A) matmul output, or inside the product where no gradient is
+    # taken (masking.project_tokens): a second tensor that size costs the CPU page faults. (Tokens come flattened: on
+    # a (B, T, A) view, autograd would copy for in-place.)
     if sigmoid_for_tanh(x.dtype):
         bias = None if hidden.bias is None else 2 * hidden.bias
         return masking.project_tokens(x, mask, 2 * hidden.weight, bias,
-                                      lambda z: fast.score_product(z.sigmoid_(), 2 * score_weight))
-    return masking.project_tokens(x, mask, hidden.weight, hidden.bias,
-                                  lambda z: fast.score_product(z.tanh_(), score_weight))
+                                      lambda z: fast.score_product(z, 2 * score_weight), ("sigmoid",))
+    return masking.project_tokens(x, mask, hidden.weight, hidden.bias, lambda z: fast.score_product(z, score_weight),
+                                  ("tanh",))
 
 
 #: The token scorers of the additive-attention poolers, one logit s(h) per real token h (V, U: (a, D) with
@@ -88,14 +89,20 @@ def gated_scores(x: Tensor, mask: Tensor, value: nn.Linear, gate: nn.Linear, sco
     weight = torch.cat([fold * value.weight, gate.weight])
     bias = torch.cat([fold * value.bias, gate.bias])
 
-    def head(both: Tensor) -> Tensor:  # (N, 2a) projections of the real tokens -> (N, 1)
-        if fold == 2:
-            s_value, s_gate = both.sigmoid_().chunk(2, dim=-1)
-            return (fast.score_product(s_value * s_gate, 2 * score.weight)
-                    - fast.score_product(s_gate, score.weight))
-        return two_factor_logits(*both.chunk(2, dim=-1), score, scorer)
+    # Each factor's activation, applied to the projections before head (inside the product where no gradient is
+    # taken in half precision: masking.project_tokens).
+    activations = {"abmil": ("sigmoid",) if fold == 2 else ("tanh", "sigmoid"), "glu": (None, "sigmoid"),
+                   "bilinear": (None,)}[scorer]
 
-    return masking.project_tokens(x, mask, weight, bias, head).squeeze(-1)
+    def head(both: Tensor) -> Tensor:  # (N, 2a) the factors of the real tokens, activated -> (N, 1)
+        value, gate = both.chunk(2, dim=-1)
+        if fold == 2:
+            return fast.score_product(value * gate, 2 * score.weight) - fast.score_product(gate, score.weight)
+        if scorer == "bilinear":
+            return two_factor_logits(value, gate, score, scorer)
+        return fast.score_layer(score, value * gate)
+
+    return masking.project_tokens(x, mask, weight, bias, head, activations).squeeze(-1)
 
 
 def two_factor_logits(value: Tensor, gate: Tensor, score: nn.Linear | None, scorer: str) -> Tensor:
