@@ -878,6 +878,30 @@ def test_the_tried_loop_threads_sweeps_read_as_the_page_says():
         assert {group: ok for group, _, ok in perf_row_slices.rule_checks(runs)}["row slices picked"] is False
 
 
+def test_the_fused_activation_reading_holds_for_its_runs():
+    """docs/performance.md's reading of 2f51b10 against 0810145 (the attention family's bf16 activation inside its
+    product), four runs: faster by over 5% in every run exactly in each pooler's bf16 forward at T128 and
+    attention_head's at T512, slower in every run nowhere. Catches the page's reading kept after its files change."""
+    from pages import performance
+
+    runs = [json.loads((performance.RESULTS / f"revisions-2f51b10-fused-{c}.json").read_text())
+            for c in ("t1", "t2", "t1-busy2", "t2-busy2")]
+    assert {(r["settings"]["threads"], r["settings"]["background"]) for r in runs} == {(1, 0), (2, 0), (1, 2), (2, 2)}
+    faster, slower = set(), set()
+    for name in runs[0]["settings"]["poolers"]:
+        for row in runs[0]["rows"]:
+            label = performance.config_label(row)
+            values = [next(r for r in run["rows"] if performance.config_label(r) == label)["speedup"][name]
+                      for run in runs]
+            if all(round(v, 2) > 1 + performance.THRESHOLD for v in values):
+                faster.add((name, label))
+            if all(round(v, 2) < 1 - performance.THRESHOLD for v in values):
+                slower.add((name, label))
+    assert faster == {(name, "T128 D384 bf16 fwd") for name in runs[0]["settings"]["poolers"]} | {
+        ("attention_head", "T512 D768 bf16 fwd")}
+    assert slower == set()
+
+
 def test_no_committed_run_has_a_cell_where_the_plain_forms_win_at_one_thread_count(tmp_path):
     """The code runs the fast forms on every eager-CPU call at any thread count (fast.active); that rule holds only
     while no cell of a pooler's newest runs at one thread count has the plain form faster in every run. A run

@@ -259,8 +259,9 @@ def test_activated_linear_is_the_activation_of_the_float32_product_block_by_bloc
 def test_half_precision_scoring_without_a_gradient_activates_inside_the_product(monkeypatch):
     """In bf16 on a CPU with native bf16 matmuls, without a gradient, the tanh scorers (attention, attention_head,
     multihead_attention) and gated_attention's (abmil: tanh and sigmoid) take oneDNN's fused linear, and pool within
-    bf16 rounding of the plain forms; with a gradient taken, and in float32, they do not. Catches the fused form taken
-    where it has no gradient, taken in float32 where it was no faster, or missing from a scorer."""
+    bf16 rounding of the plain forms; with a gradient taken, in float32 and with oneDNN switched off, they do not.
+    Catches the fused form taken where it has no gradient, in float32 where it was no faster, or against the user's
+    switch, or missing from a scorer."""
     taken = []
     original = fast.activated_linear
     monkeypatch.setattr(fast, "activated_linear", lambda *a: taken.append(a[4]) or original(*a))
@@ -282,6 +283,8 @@ def test_half_precision_scoring_without_a_gradient_activates_inside_the_product(
             with fast.disabled():
                 expected = p(x.bfloat16(), mask)
         torch.testing.assert_close(got.float(), expected.float(), rtol=0, atol=expected.float().abs().max().item() / 64)
+        with torch.inference_mode(), torch.backends.mkldnn.flags(enabled=False):
+            p(x.bfloat16(), mask)  # oneDNN switched off: no fused form
     assert taken == [("tanh",)] * 3 + [("tanh", "sigmoid")]
 
 

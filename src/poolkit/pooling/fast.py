@@ -288,11 +288,13 @@ def activate(projection: Tensor, activations: tuple[str | None, ...]) -> Tensor:
 def fuses_activation(tokens: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
     """Whether :func:`activated_linear` takes ``tokens`` ' projection: the fast forms active (:func:`active`, no
     autocast), no gradient taken (oneDNN's fused linear has none), a half precision this CPU multiplies natively
-    (:func:`emulated_half`), and torch built with oneDNN. In float32 the fused form was no faster than the product and
-    an in-place activation (docs/performance.md, issue 29, item 4)."""
+    (:func:`emulated_half`), and torch built with oneDNN and its use not switched off
+    (``torch.backends.mkldnn.flags(enabled=False)``). In float32 the fused form was no faster than torch's product
+    and an in-place activation in a probe, so it is not taken there."""
     graded = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (tokens, weight, bias))
     return (tokens.dtype in HALF_DTYPES and not emulated_half(tokens.dtype) and active(tokens) and not graded
-            and not torch.is_autocast_enabled("cpu") and torch.backends.mkldnn.is_available())
+            and not torch.is_autocast_enabled("cpu") and torch.backends.mkldnn.is_available()
+            and torch.backends.mkldnn.enabled)
 
 
 def activated_linear(tokens: Tensor, index: Tensor | None, weight: Tensor, bias: Tensor | None,
