@@ -19,7 +19,9 @@
   forms run (eager CPU: ``fast.active``) those are the real tokens only, so the floor multiplies a
   contiguous, already gathered (N_real, D) tensor: the gather is left out, being a cost of poolkit's
   layout choice that a varlen kernel would not pay, so the floor is the bare flops. Elsewhere (GPU) the
-  pooler scores every position and so does the floor. Target <= 1.2x.
+  pooler scores every position and so does the floor. Without a gradient the product is timed two ways, the
+  faster in each repeat the floor: torch's, and oneDNN's own linear (``onednn_floors``), which multiplies float32
+  faster than torch's product on the Zen 4 measured. Target <= 1.2x.
 * latent / adapool never project the tokens (their projections are folded into the queries): the floor
   is their query-side products (each of their Linear weights once, on B x Q rows) and one read of x by
   the queries, timed two ways in each repeat, the faster the floor: torch's (B, H*Q, D) x (B, D, T) bmm, whose
@@ -128,6 +130,10 @@ def scoring_weight(pooler) -> torch.Tensor:
 IN_FLOAT32 = " in float32"
 #: latent / adapool's read of x is also timed this way (:class:`ReadOnce`), the faster in each repeat the floor.
 GRADIENT_IN_PLACE = ", x's gradient in its layout"
+#: The attention floors without a gradient are also timed this way (``onednn_floors``): oneDNN's own linear
+#: (``torch.ops.mkldnn._linear_pointwise``, no activation), which on some CPUs multiplies float32 faster than torch's
+#: product, and which the poolers' half-precision scoring calls there (``fast.activated_linear``).
+ONEDNN = ", oneDNN's linear"
 
 
 class ReadOnce(torch.autograd.Function):
@@ -199,8 +205,11 @@ def attention_floor(pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
     tokens = (tokens[mask.reshape(-1)] if real else tokens).contiguous().requires_grad_(train)
     rows = "real tokens (gathered before timing)" if real else "all B*T positions"
     size = "D" if weight.shape[0] == x.shape[-1] else weight.shape[0]
-    return (f"x @ W.T over the {rows}, W {size} x D", ways(lambda cast: F.linear(cast(tokens), cast(weight))),
-            [tokens, weight])
+    calls = ways(lambda cast: F.linear(cast(tokens), cast(weight)))
+    if not train and torch.backends.mkldnn.is_available():  # it has no gradient
+        calls |= ways(lambda cast: torch.ops.mkldnn._linear_pointwise(cast(tokens).contiguous(), cast(weight), None,
+                                                                      "none", [], ""), ONEDNN)
+    return f"x @ W.T over the {rows}, W {size} x D", calls, [tokens, weight]
 
 
 def query_from_tokens(pooler) -> bool:
@@ -374,7 +383,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"kind": "floors", **info,
               "settings": {"batch": BATCH, "sizes": sizes, "dtypes": ["fp32", "bf16"], "modes": ["fwd", "fwd+bwd"],
                            "repeats": repeats, "min_sample_s": 0.05, "threads": torch.get_num_threads(),
-                           "half_floors_in_float32": True, "read_once_floors": True,
+                           "half_floors_in_float32": True, "read_once_floors": True, "onednn_floors": True,
                            "background": args.background, "not_a_floor": NOT_A_FLOOR, "read_real": list(READ_REAL),
                            "one_thread_reads": True, "read_once": list(READ_ONCE),
                            "max_reads_once": True, "real_reads_in_training": list(READ_REAL_IN_TRAINING),
@@ -465,6 +474,12 @@ def render(result: dict) -> str:
         out += ["", f"Half-precision attention floors, the faster of their work in the pooler's dtype and in float32 "
                     f"(inputs upcast in the timed call) in each repeat: float32 was the faster in {won} of "
                     f"{sum(sum(r['fastest_floor'].values()) for r in half)} repeats"]
+    scored = [r for r in rows if r["pooler"] in SCORING_POOLERS and r["mode"] == "fwd"]
+    if scored and result["settings"].get("onednn_floors"):
+        won = sum(count for r in scored for way, count in r["fastest_floor"].items() if ONEDNN in way)
+        out += ["", f"Attention floors without a gradient, the fastest of torch's product and oneDNN's linear in each "
+                    f"repeat: oneDNN's linear was the fastest in {won} of "
+                    f"{sum(sum(r['fastest_floor'].values()) for r in scored)} repeats"]
     trained = [r for r in rows if r["pooler"] in QUERY_POOLERS and r["mode"] == "fwd+bwd"]
     if trained and result["settings"].get("read_once_floors"):
         won = sum(count for r in trained for way, count in r["fastest_floor"].items()
