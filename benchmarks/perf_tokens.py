@@ -136,6 +136,11 @@ GRADIENT_IN_PLACE = ", x's gradient in its layout"
 ONEDNN = ", oneDNN's linear"
 
 
+def onednn_floors(device: torch.device) -> bool:
+    """Whether the attention floors on ``device`` are also timed as :data:`ONEDNN` (a CPU, oneDNN built and on)."""
+    return device.type == "cpu" and torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
+
+
 class ReadOnce(torch.autograd.Function):
     """One read of x (B, T, D) by per-row queries q (B, K, D), ``torch.bmm(x, q.transpose(1, 2))``, whose x gradient
     is written once, laid out as x: a broadcast multiply for one query (each entry one product), a batched product
@@ -206,7 +211,7 @@ def attention_floor(pooler, x: torch.Tensor, mask: torch.Tensor, train: bool):
     rows = "real tokens (gathered before timing)" if real else "all B*T positions"
     size = "D" if weight.shape[0] == x.shape[-1] else weight.shape[0]
     calls = ways(lambda cast: F.linear(cast(tokens), cast(weight)))
-    if not train and torch.backends.mkldnn.is_available():  # it has no gradient
+    if not train and onednn_floors(x.device):  # it has no gradient
         calls |= ways(lambda cast: torch.ops.mkldnn._linear_pointwise(cast(tokens).contiguous(), cast(weight), None,
                                                                       "none", [], ""), ONEDNN)
     return f"x @ W.T over the {rows}, W {size} x D", calls, [tokens, weight]
@@ -383,7 +388,8 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"kind": "floors", **info,
               "settings": {"batch": BATCH, "sizes": sizes, "dtypes": ["fp32", "bf16"], "modes": ["fwd", "fwd+bwd"],
                            "repeats": repeats, "min_sample_s": 0.05, "threads": torch.get_num_threads(),
-                           "half_floors_in_float32": True, "read_once_floors": True, "onednn_floors": True,
+                           "half_floors_in_float32": True, "read_once_floors": True,
+                           "onednn_floors": onednn_floors(device),
                            "background": args.background, "not_a_floor": NOT_A_FLOOR, "read_real": list(READ_REAL),
                            "one_thread_reads": True, "read_once": list(READ_ONCE),
                            "max_reads_once": True, "real_reads_in_training": list(READ_REAL_IN_TRAINING),

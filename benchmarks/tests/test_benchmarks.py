@@ -126,7 +126,7 @@ def test_attention_floors_do_the_poolers_work():
     both = torch.cat([pooler.value.weight, pooler.gate.weight])
     # Eager CPU scores the real tokens only, and so does the floor (the old floor took all 18 positions); without a
     # gradient, torch's product and oneDNN's linear (the same product), in training torch's only (oneDNN's has none).
-    assert list(calls) == ["", perf_tokens.ONEDNN]
+    assert list(calls) == ["", perf_tokens.ONEDNN] if perf_tokens.onednn_floors(x.device) else [""]
     for call in calls.values():
         torch.testing.assert_close(call(), x[mask] @ both.T)
     assert list(perf_tokens.attention_floor(pooler, x, mask, train=True)[1]) == [""]

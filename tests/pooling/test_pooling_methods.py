@@ -231,14 +231,12 @@ native_bf16 = pytest.mark.skipif(fast.emulated_half(torch.bfloat16) or not torch
 @native_bf16
 @pytest.mark.parametrize("activations", [("tanh",), ("sigmoid",), ("tanh", "sigmoid"), (None, "sigmoid")])
 @pytest.mark.parametrize("taken", ["every token", "some tokens", "no token"])
-def test_activated_linear_is_the_activation_of_the_float32_product_block_by_block(activations, taken, monkeypatch):
-    """fast.activated_linear (oneDNN's linear with the activation as a post-op) in blocks of three gathered tokens, the
-    last one short: each column block's activation of the float32 product, rounded once to bf16 (within one bf16
-    rounding), and within bf16 rounding of fast.activate on the bf16 product, the plain form. Catches rows dropped,
-    repeated or reordered between blocks, an activation on the wrong column block or left out, the bias left out, and
-    no rows (a row of no real token) failing."""
-    monkeypatch.setattr(fast, "GATHER_CHUNK_BYTES", 3 * HIDDEN * 2)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # block_bytes: the single-thread size
+def test_activated_linear_is_the_activation_of_the_float32_product(activations, taken):
+    """fast.activated_linear (oneDNN's linear with the activation as a post-op) on gathered tokens: each column block's
+    activation of the float32 product, rounded once to bf16 (within one bf16 rounding), and within bf16 rounding of
+    fast.activate on the bf16 product, the plain form, block for block. Catches rows dropped, repeated or reordered in
+    the gather, an activation on the wrong column block or left out, the bias left out, and no rows (a batch of no real
+    token) failing."""
     gen = torch.Generator().manual_seed(5)
     tokens = torch.randn(8, HIDDEN, generator=gen).bfloat16()
     weight = (torch.randn(6, HIDDEN, generator=gen) * HIDDEN ** -0.5).bfloat16()
@@ -250,42 +248,72 @@ def test_activated_linear_is_the_activation_of_the_float32_product_block_by_bloc
     with torch.inference_mode():
         got = fast.activated_linear(tokens, index, weight, bias, activations)
         plain = fast.activate(torch.nn.functional.linear(chosen, weight, bias), activations)
-    assert got.dtype == torch.bfloat16 and got.shape == (len(chosen), 6)
-    torch.testing.assert_close(got.float(), exact.bfloat16().float(), rtol=2 ** -8, atol=1e-6)
-    torch.testing.assert_close(got.float(), plain.float(), rtol=2 ** -6, atol=2 ** -6)
+    assert len(got) == len(exact) == len(plain) == len(activations)
+    for ours, wide, bf16 in zip(got, exact, plain):
+        assert ours.dtype == torch.bfloat16 and ours.shape == (len(chosen), 6 // len(activations))
+        torch.testing.assert_close(ours.float(), wide.bfloat16().float(), rtol=2 ** -8, atol=1e-6)
+        torch.testing.assert_close(ours.float(), bf16.float(), rtol=2 ** -6, atol=2 ** -6)
+
+
+def test_activate_gives_each_block_its_activation_and_autograd_its_gradients():
+    """fast.activate, the plain form: each column block its activation (None: as it is), and with several blocks the
+    gradient of every block correct (the last activated block runs in place; in place, an earlier one's would change
+    what autograd saved). Catches an activation on the wrong block, and the in-place error or a wrong gradient."""
+    gen = torch.Generator().manual_seed(6)
+    z = torch.randn(5, 6, generator=gen, dtype=torch.float64)
+    for activations in [("tanh",), ("tanh", "sigmoid"), (None, "sigmoid"), ("sigmoid", None, "tanh")]:
+        leaf = z.clone().requires_grad_()
+        blocks = fast.activate(leaf * 1, activations)  # a non-leaf, as a product is
+        width = 6 // len(activations)
+        for i, (block, name) in enumerate(zip(blocks, activations)):
+            part = z[:, i * width:(i + 1) * width]
+            torch.testing.assert_close(block, part if name is None else getattr(torch, name)(part))
+        assert torch.autograd.gradcheck(lambda t: fast.activate(t * 1, activations), (leaf,))
 
 
 @native_bf16
 def test_half_precision_scoring_without_a_gradient_activates_inside_the_product(monkeypatch):
     """In bf16 on a CPU with native bf16 matmuls, without a gradient, the tanh scorers (attention, attention_head,
-    multihead_attention) and gated_attention's (abmil: tanh and sigmoid) take oneDNN's fused linear, and pool within
-    bf16 rounding of the plain forms; with a gradient taken, in float32 and with oneDNN switched off, they do not.
-    Catches the fused form taken where it has no gradient, in float32 where it was no faster, or against the user's
-    switch, or missing from a scorer."""
+    multihead_attention) and gated_attention's abmil (tanh and sigmoid) and glu (sigmoid) take oneDNN's fused linear,
+    and pool within bf16 rounding of the plain forms; with a gradient taken, in float32 and fp16, and with oneDNN
+    switched off, they do not. Catches the fused form taken where it has no gradient, in a dtype where it was not
+    measured faster, or against the user's switch, or missing from a scorer."""
     taken = []
     original = fast.activated_linear
     monkeypatch.setattr(fast, "activated_linear", lambda *a: taken.append(a[4]) or original(*a))
     gen = torch.Generator().manual_seed(2)
     x = torch.randn(3, 6, HIDDEN, generator=gen)
     mask = mask_from_lengths([6, 2, 4], 6).bool()
-    names = ("attention", "attention_head", "multihead_attention", "gated_attention")
-    for name in names:
-        p, before = make_pooler(name), len(taken)
+    poolers = [("attention", {}), ("attention_head", {}), ("multihead_attention", {}), ("gated_attention", {}),
+               ("gated_attention", {"scorer": "glu"})]
+    for name, options in poolers:
+        p, before = get_pooler(name, hidden_size=HIDDEN, **options), len(taken)
         p(x, mask).sum().backward()  # a gradient taken: no fused form
         with torch.inference_mode():
             p(x, mask)  # float32: no fused form
-        assert len(taken) == before, name
+            p.half()(x.half(), mask)  # fp16: none
         p = p.bfloat16()
         p(x.bfloat16(), mask).sum().backward()
+        with torch.inference_mode(), torch.backends.mkldnn.flags(enabled=False):
+            p(x.bfloat16(), mask)  # oneDNN switched off: none
         assert len(taken) == before, name
         with torch.inference_mode():
             got = p(x.bfloat16(), mask)
             with fast.disabled():
                 expected = p(x.bfloat16(), mask)
         torch.testing.assert_close(got.float(), expected.float(), rtol=0, atol=expected.float().abs().max().item() / 64)
-        with torch.inference_mode(), torch.backends.mkldnn.flags(enabled=False):
-            p(x.bfloat16(), mask)  # oneDNN switched off: no fused form
-    assert taken == [("tanh",)] * 3 + [("tanh", "sigmoid")]
+    assert taken == [("tanh",)] * 3 + [("tanh", "sigmoid"), (None, "sigmoid")]
+
+
+def test_where_bf16_products_are_emulated_the_activations_stay_outside_the_product(monkeypatch):
+    """Where this CPU emulates bf16 matmuls (fast.emulated_half, forced here), no scorer takes oneDNN's fused linear,
+    which runs its products in bf16. Catches the fused form taken on CPUs where its bf16 product is the slow one."""
+    monkeypatch.setattr(fast, "_emulated_halves", lambda: frozenset({torch.bfloat16}))
+    monkeypatch.setattr(fast, "activated_linear", lambda *a: pytest.fail("the fused form was taken"))
+    x, mask = torch.randn(3, 6, HIDDEN).bfloat16(), mask_from_lengths([6, 2, 4], 6).bool()
+    for name in ("attention", "multihead_attention", "gated_attention"):
+        with torch.inference_mode():
+            assert torch.isfinite(make_pooler(name).bfloat16()(x, mask)).all()
 
 
 @pytest.mark.parametrize("taken", ["every token", "some tokens"])

@@ -53,8 +53,8 @@ def tanh_scores(x: Tensor, mask: Tensor, hidden: nn.Linear, score_weight: Tensor
     weights, and the softmax weights are the tanh form's to float rounding.
     """
     # The activation runs in place on the fresh (N, A) matmul output, or inside the product where no gradient is
-    # taken (masking.project_tokens): a second tensor that size costs the CPU page faults. (Tokens come flattened: on
-    # a (B, T, A) view, autograd would copy for in-place.)
+    # taken in bf16 (masking.project_tokens): a second tensor that size costs the CPU page faults. (Tokens come
+    # flattened: on a (B, T, A) view, autograd would copy for in-place.)
     if sigmoid_for_tanh(x.dtype):
         bias = None if hidden.bias is None else 2 * hidden.bias
         return masking.project_tokens(x, mask, 2 * hidden.weight, bias,
@@ -94,8 +94,8 @@ def gated_scores(x: Tensor, mask: Tensor, value: nn.Linear, gate: nn.Linear, sco
     activations = {"abmil": ("sigmoid",) if fold == 2 else ("tanh", "sigmoid"), "glu": (None, "sigmoid"),
                    "bilinear": (None,)}[scorer]
 
-    def head(both: Tensor) -> Tensor:  # (N, 2a) the factors of the real tokens, activated -> (N, 1)
-        value, gate = both.chunk(2, dim=-1)
+    def head(*factors: Tensor) -> Tensor:  # the real tokens' factors, activated, (N, a) each -> (N, 1)
+        value, gate = factors if len(factors) == 2 else factors[0].chunk(2, dim=-1)
         if fold == 2:
             return fast.score_product(value * gate, 2 * score.weight) - fast.score_product(gate, score.weight)
         if scorer == "bilinear":

@@ -273,53 +273,49 @@ def _take(tokens: Tensor, part: slice | Tensor) -> Tensor:
 
 
 # -- a projection with its activation inside the product ----------------------------------------
-def activate(projection: Tensor, activations: tuple[str | None, ...]) -> Tensor:
-    """``projection`` (N, A) with ``activations[i]`` ('tanh' or 'sigmoid': torch's function of that name, which oneDNN's
-    linear also takes as a post-op; None: nothing) applied to the i-th of its ``len(activations)`` equal column blocks:
-    the plain form of :func:`activated_linear`. One activation runs in place; several give a new
-    tensor (in place, the second would change what autograd saved of the first: they share the version counter)."""
-    if len(activations) == 1:
-        return projection if activations[0] is None else getattr(projection, f"{activations[0]}_")()
-    blocks = projection.chunk(len(activations), dim=-1)
-    return torch.cat([block if name is None else getattr(torch, name)(block)
-                      for block, name in zip(blocks, activations)], dim=-1)
+def activate(projection: Tensor, activations: tuple[str | None, ...]) -> tuple[Tensor, ...]:
+    """``projection`` (N, A) cut into ``len(activations)`` equal column blocks, ``activations[i]`` ('tanh' or 'sigmoid':
+    torch's function of that name, which oneDNN's linear also takes as a post-op; None: nothing) applied to the i-th:
+    the plain form of :func:`activated_linear`. The last activated block's runs in place; any before it make new tensors
+    (in place, a later block's would change what autograd saved of theirs: the blocks share a version counter)."""
+    width = projection.shape[-1] // len(activations)
+    last = -1  # a loop, not max() over a generator: torch.compile traces this
+    for i, name in enumerate(activations):
+        last = i if name is not None else last
+    blocks = []
+    for i, name in enumerate(activations):
+        block = projection if len(activations) == 1 else projection.narrow(-1, i * width, width)
+        blocks.append(block if name is None else getattr(block, f"{name}_")() if i == last
+                      else getattr(torch, name)(block))
+    return tuple(blocks)
 
 
 def fuses_activation(tokens: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
     """Whether :func:`activated_linear` takes ``tokens`` ' projection: the fast forms active (:func:`active`, no
-    autocast), no gradient taken (oneDNN's fused linear has none), a half precision this CPU multiplies natively
-    (:func:`emulated_half`), and torch built with oneDNN and its use not switched off
-    (``torch.backends.mkldnn.flags(enabled=False)``). In float32 the fused form was no faster than torch's product
+    autocast), no gradient taken (oneDNN's fused linear has none), bf16 tokens, weight and bias on a CPU that multiplies
+    bf16 natively (:func:`emulated_half`; fp16 is not measured), and torch built with oneDNN and its use not switched
+    off (``torch.backends.mkldnn.flags(enabled=False)``). In float32 the fused form was no faster than torch's product
     and an in-place activation in a probe, so it is not taken there."""
     graded = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (tokens, weight, bias))
-    return (tokens.dtype in HALF_DTYPES and not emulated_half(tokens.dtype) and active(tokens) and not graded
+    return (tokens.dtype == weight.dtype == torch.bfloat16 and (bias is None or bias.dtype == torch.bfloat16)
+            and not emulated_half(torch.bfloat16) and active(tokens) and not graded
             and not torch.is_autocast_enabled("cpu") and torch.backends.mkldnn.is_available()
             and torch.backends.mkldnn.enabled)
 
 
 def activated_linear(tokens: Tensor, index: Tensor | None, weight: Tensor, bias: Tensor | None,
-                     activations: tuple[str | None, ...]) -> Tensor:
+                     activations: tuple[str | None, ...]) -> tuple[Tensor, ...]:
     """:func:`activate` of ``F.linear(tokens[index], weight, bias)`` (every token where ``index`` is None) as oneDNN's
     linear with the activation as a post-op (``torch.ops.mkldnn._linear_pointwise``, what torch.compile's CPU fusions
     call), one product per column block: no pass of its own over the (N, A) projection, the activation applied to the
     product's float32 sums before they are rounded to the tokens' dtype (the plain form rounds first, so the two differ
-    in the last bits). Gathered tokens a block of rows at a time, as :class:`GatheredLinear`. Where
-    :func:`fuses_activation` holds."""
-    columns = len(activations)
-    weights, biases = weight.chunk(columns), (None,) * columns if bias is None else bias.chunk(columns)
-
-    def product(block: Tensor) -> Tensor:
-        block = block.contiguous()
-        parts = [torch.ops.mkldnn._linear_pointwise(block, w.contiguous(), b, name or "none", [], "")
-                 for w, b, name in zip(weights, biases, activations)]
-        return parts[0] if columns == 1 else torch.cat(parts, dim=-1)
-
-    if index is None:
-        return product(tokens)
-    rows = [product(_take(tokens, part)) for _, part in _blocks(tokens, index)]
-    if not rows:  # no real token
-        return tokens.new_empty(0, weight.shape[0])
-    return rows[0] if len(rows) == 1 else torch.cat(rows)
+    in the last bits). The real tokens are gathered into one copy first (no gradient is taken, so none is kept), so
+    that each block's product is written where it stays. Where :func:`fuses_activation` holds."""
+    taken = tokens if index is None else tokens.index_select(0, index)
+    biases = (None,) * len(activations) if bias is None else bias.chunk(len(activations))
+    return tuple(torch.ops.mkldnn._linear_pointwise(taken.contiguous(), w.contiguous(),
+                                                    None if b is None else b.contiguous(), name or "none", [], "")
+                 for w, b, name in zip(weight.chunk(len(activations)), biases, activations))
 
 
 # -- weighted sums -------------------------------------------------------------------------------

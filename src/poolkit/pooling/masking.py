@@ -43,18 +43,18 @@ def widen(t: Tensor) -> Tensor:
 
 
 def project_tokens(x: Tensor, mask: Tensor, weight: Tensor, bias: Tensor | None,
-                   head: Callable[[Tensor], Tensor], activations: tuple[str | None, ...] = (None,)) -> Tensor:
-    """``head(fast.activate(F.linear(token, weight, bias), activations))`` for every token: (B, T, D) -> (B, T, K),
-    ``head``: (N, A) -> (N, K); ``activations``: one per equal column block of the projection,
-    'tanh', 'sigmoid' or None (:func:`fast.activate`).
+                   head: Callable[..., Tensor], activations: tuple[str | None, ...] = (None,)) -> Tensor:
+    """``head(*fast.activate(F.linear(token, weight, bias), activations))`` for every token: (B, T, D) -> (B, T, K);
+    ``activations``: one per equal column block of the projection, 'tanh', 'sigmoid' or None (:func:`fast.activate`),
+    ``head``: the blocks, (N, A / len(activations)) each, -> (N, K).
 
     The plain form projects all B*T tokens. Where :func:`fast.active` (and without autocast),
     :class:`fast.GatheredLinear` projects instead: only the real tokens when there is padding (padded positions
     get 0, which callers mask: a scoring matmul then skips the padding, often a third of the positions of a batch
     padded to its longest text, with the training memory of the plain form), and every token, a block at a time in
     float32, where this CPU emulates x's half-precision matmuls (:func:`fast.emulated_half`). Where no gradient is taken
-    in a half precision (:func:`fast.fuses_activation`), the activations run inside the product
-    (:func:`fast.activated_linear`). ``head`` may work in place on its input.
+    in bf16 (:func:`fast.fuses_activation`), the activations run inside the product (:func:`fast.activated_linear`).
+    ``head`` may work in place on its inputs.
     """
     batch, length, dim = x.shape
     tokens = x.reshape(batch * length, dim)
@@ -62,12 +62,12 @@ def project_tokens(x: Tensor, mask: Tensor, weight: Tensor, bias: Tensor | None,
         index = None if bool(mask.all()) else mask.reshape(-1).nonzero().squeeze(1)
         fused = any(activations) and fast.fuses_activation(tokens, weight, bias)
         if fused or index is not None or fast.emulated_half(x.dtype):
-            real = head(fast.activated_linear(tokens, index, weight, bias, activations) if fused
-                        else fast.activate(fast.GatheredLinear.apply(tokens, index, weight, bias), activations))
+            real = head(*(fast.activated_linear(tokens, index, weight, bias, activations) if fused
+                          else fast.activate(fast.GatheredLinear.apply(tokens, index, weight, bias), activations)))
             if index is None:
                 return real.view(batch, length, -1)
             return real.new_zeros(batch * length, real.shape[-1]).index_copy(0, index, real).view(batch, length, -1)
-    return head(fast.activate(F.linear(tokens, weight, bias), activations)).view(batch, length, -1)
+    return head(*fast.activate(F.linear(tokens, weight, bias), activations)).view(batch, length, -1)
 
 
 def zero_padding(x: Tensor, mask: Tensor) -> Tensor:
