@@ -90,7 +90,7 @@ def gated_scores(x: Tensor, mask: Tensor, value: nn.Linear, gate: nn.Linear, sco
     bias = torch.cat([fold * value.bias, gate.bias])
 
     # Each factor's activation, applied to the projections before head (inside the product where no gradient is
-    # taken in half precision: masking.project_tokens).
+    # taken in bf16: masking.project_tokens).
     activations = {"abmil": ("sigmoid",) if fold == 2 else ("tanh", "sigmoid"), "glu": (None, "sigmoid"),
                    "bilinear": (None,)}[scorer]
 

@@ -311,9 +311,9 @@ def activated_linear(tokens: Tensor, index: Tensor | None, weight: Tensor, bias:
     product's float32 sums before they are rounded to the tokens' dtype (the plain form rounds first, so the two differ
     in the last bits). The real tokens are gathered into one copy first (no gradient is taken, so none is kept), so
     that each block's product is written where it stays. Where :func:`fuses_activation` holds."""
-    taken = tokens if index is None else tokens.index_select(0, index)
+    taken = (tokens if index is None else tokens.index_select(0, index)).contiguous()
     biases = (None,) * len(activations) if bias is None else bias.chunk(len(activations))
-    return tuple(torch.ops.mkldnn._linear_pointwise(taken.contiguous(), w.contiguous(),
+    return tuple(torch.ops.mkldnn._linear_pointwise(taken, w.contiguous(),
                                                     None if b is None else b.contiguous(), name or "none", [], "")
                  for w, b, name in zip(weight.chunk(len(activations)), biases, activations))
 
