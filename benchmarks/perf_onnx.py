@@ -24,7 +24,10 @@ batch 32, the model's own pooling (mean + Normalize). Measured in one run:
    misses the target even with its products by a weight at the floor).
 6. **onnxruntime's fusions**: the sessions poolkit runs (``onnx_graph.DISABLED_OPTIMIZERS`` left out) against
    onnxruntime's default optimisations, float32 and int8 graphs, at 1 thread and the default, passes interleaved.
-7. **The int8 choice**: per-channel vs per-tensor scales x MatMul weights only vs MatMul + the embedding Gather:
+7. **onnxscript's transformer fusions**: the float32 graph as shipped against onnxscript's ``optimize_for_ort``
+   rewrite of it (one Attention op per layer with packed query, key and value weights, SkipLayerNormalization,
+   BiasGelu), and the shipped int8 copy against the rewrite's, at 1 thread and the default, passes interleaved.
+8. **The int8 choice**: per-channel vs per-tensor scales x MatMul weights only vs MatMul + the embedding Gather:
    mean / lowest cosine to the float32 vectors over the throughput texts, nDCG@10 on builtin:wordnet-examples
    (queries ranked against the whole corpus, as ``poolkit evaluate``), time per pass, file size. The rule chooses on
    the cosine, size and time only; nDCG@10 is the held-out check. Target for the shipped choice
@@ -48,6 +51,7 @@ import time
 import warnings
 from contextlib import ExitStack
 from functools import partial
+from importlib.metadata import version
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -423,30 +427,71 @@ def op_profile(texts: list[str], passes: int = 3) -> dict:
     return {"threads": torch.get_num_threads(), "passes": passes, "ms_per_pass": graphs}
 
 
-def fusions(texts: list[str], repeats: int) -> dict:
-    """The onnxruntime graph optimisations poolkit's sessions leave out (``onnx_graph.DISABLED_OPTIMIZERS``) against
-    onnxruntime's defaults: the float32 and int8 graphs, whole passes over the texts at 1 thread and at torch's
-    default, both sessions interleaved; the ratio per repeat (defaults / poolkit's) and how far their vectors are."""
-    encoder = _encoder("onnx")
-    folder = onnx_graph.cached_graph(encoder, encoder.prompt, int8=True).folder
+def paired_passes(encoder: TextEncoder, texts: list[str], repeats: int, pairs, names: tuple[str, str]) -> list[dict]:
+    """Whole passes over ``texts`` of two sessions per graph, interleaved, at 1 thread and at torch's default:
+    ``pairs()`` (called once the thread count is set: sessions take it when made) -> {graph: (session named
+    ``names[0]``, session named ``names[1]``)}. -> a row per graph and thread count: each one's median ms per pass
+    (``<name>_ms``), the ratio first / second (``speedup``, over 1 where the second is faster) and per repeat, and
+    how far their vectors are."""
+    first, second = names
     rows = []
     for threads in sorted({1, DEFAULT_THREADS}):
         torch.set_num_threads(threads)  # before the sessions: they take torch's thread count
         variants, vectors = {}, {}
-        for graph in ("float32", "int8"):
-            for ways, left_out in (("defaults", ()), ("poolkit", onnx_graph.DISABLED_OPTIMIZERS)):
-                session = onnx_graph.OnnxSession(folder, int8=graph == "int8", disabled_optimizers=left_out)
-                variants[f"{graph} {ways}"] = lambda session=session: sorted_encode(encoder, session, texts)
-                vectors[f"{graph} {ways}"] = variants[f"{graph} {ways}"]()
+        for graph, sessions in pairs().items():
+            for name, session in zip(names, sessions):
+                variants[f"{graph} {name}"] = lambda session=session: sorted_encode(encoder, session, texts)
+                vectors[f"{graph} {name}"] = variants[f"{graph} {name}"]()
         times = interleaved(variants, torch.device("cpu"), repeats=repeats, min_sample_s=0.0, warmup=1)
-        rows += [{"threads": threads, "graph": graph, "defaults_ms": median_ms(times, f"{graph} defaults"),
-                  "poolkit_ms": median_ms(times, f"{graph} poolkit"),
-                  "speedup": ratio(times, f"{graph} defaults", f"{graph} poolkit"),
-                  "per_repeat": per_repeat(times, f"{graph} defaults", f"{graph} poolkit"),
-                  "max_abs_diff": float((vectors[f"{graph} defaults"] - vectors[f"{graph} poolkit"]).abs().max())}
-                 for graph in ("float32", "int8")]
+        graphs = dict.fromkeys(key.rsplit(" ", 1)[0] for key in variants)
+        rows += [{"threads": threads, "graph": graph, f"{first}_ms": median_ms(times, f"{graph} {first}"),
+                  f"{second}_ms": median_ms(times, f"{graph} {second}"),
+                  "speedup": ratio(times, f"{graph} {first}", f"{graph} {second}"),
+                  "per_repeat": per_repeat(times, f"{graph} {first}", f"{graph} {second}"),
+                  "max_abs_diff": float((vectors[f"{graph} {first}"] - vectors[f"{graph} {second}"]).abs().max())}
+                 for graph in graphs]
     torch.set_num_threads(DEFAULT_THREADS)
-    return {"left_out": list(onnx_graph.DISABLED_OPTIMIZERS), "rows": rows}
+    return rows
+
+
+def fusions(texts: list[str], repeats: int) -> dict:
+    """The onnxruntime graph optimisations poolkit's sessions leave out (``onnx_graph.DISABLED_OPTIMIZERS``) against
+    onnxruntime's defaults: the float32 and int8 graphs (:func:`paired_passes`: the ratio defaults / poolkit's)."""
+    encoder = _encoder("onnx")
+    folder = onnx_graph.cached_graph(encoder, encoder.prompt, int8=True).folder
+
+    def pairs() -> dict:
+        return {graph: tuple(onnx_graph.OnnxSession(folder, int8=graph == "int8", disabled_optimizers=left_out)
+                             for left_out in ((), onnx_graph.DISABLED_OPTIMIZERS)) for graph in ("float32", "int8")}
+    return {"left_out": list(onnx_graph.DISABLED_OPTIMIZERS),
+            "rows": paired_passes(encoder, texts, repeats, pairs, ("defaults", "poolkit"))}
+
+
+def rewrites(texts: list[str], repeats: int) -> dict:
+    """onnxscript's transformer fusions for onnxruntime (``onnxscript.rewriter.ort_fusions.optimize_for_ort``: per
+    layer one Attention op with the query, key and value weights packed into one product, SkipLayerNormalization,
+    BiasGelu) applied to the float32 graph poolkit ships, against that graph: float32, and int8 (the rewritten graph
+    quantised with the shipped recipe, against the shipped int8 copy), both in poolkit's sessions
+    (:func:`paired_passes`: the ratio shipped / rewritten, over 1 where the rewrite is faster); the fusions it made."""
+    import onnx_ir
+    from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+    encoder = _encoder("onnx")
+    folder = onnx_graph.cached_graph(encoder, encoder.prompt, int8=True).folder
+    with tempfile.TemporaryDirectory() as scratch:
+        rewritten = Path(scratch) / onnx_graph.FLOAT_FILE
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model, made = optimize_for_ort(onnx_ir.load(str(folder / onnx_graph.FLOAT_FILE)))
+        onnx_ir.save(model, str(rewritten))
+        onnx_graph.quantize_graph(rewritten, rewritten.with_name(onnx_graph.INT8_FILE))
+
+        def pairs() -> dict:
+            return {graph: tuple(onnx_graph.OnnxSession(where, int8=graph == "int8")
+                                 for where in (folder, rewritten.parent)) for graph in ("float32", "int8")}
+        rows = paired_passes(encoder, texts, repeats, pairs, ("shipped", "rewritten"))
+    return {"onnxscript": version("onnxscript"), "made": {name: count for name, count in made.items() if count},
+            "rows": rows}
 
 
 def rule_choice(grid: dict) -> dict | None:
@@ -623,23 +668,40 @@ def render_profile(result: dict) -> str:
     return "\n\n".join(parts)
 
 
+def paired_table(result: dict, rows: list[dict], names: tuple[str, str], headers: tuple[str, str]) -> str:
+    """:func:`paired_passes` ' rows as a table, each session's column under its header."""
+    cells = [[r["graph"], str(r["threads"]), *(f"{r[name + '_ms']:.0f}" for name in names), f"{r['speedup']:.2f}x",
+              " ".join(f"{v:.2f}" for v in r["per_repeat"]), f"{r['max_abs_diff']:.1e}"] for r in rows]
+    return table(["graph", "threads", *headers, "speedup", "per repeat", "max |diff|"], cells,
+                 title=f"{result['texts']} texts, batch {BATCH}, both sessions interleaved")
+
+
 def render_fusions(result: dict) -> str:
     """Passes with onnxruntime's default optimisations against poolkit's sessions, per graph and thread count."""
     found = result["fusions"]
     left_out = ", ".join(found["left_out"])
-    rows = [[r["graph"], str(r["threads"]), f"{r['defaults_ms']:.0f}", f"{r['poolkit_ms']:.0f}", f"{r['speedup']:.2f}x",
-             " ".join(f"{v:.2f}" for v in r["per_repeat"]), f"{r['max_abs_diff']:.1e}"] for r in found["rows"]]
     faster = sum(r["speedup"] > 1 for r in found["rows"])
-    return (table(["graph", "threads", "onnxruntime's defaults (ms / pass)", f"without {left_out} (ms / pass)",
-                   "speedup", "per repeat", "max |diff|"], rows,
-                  title=f"{result['texts']} texts, batch {BATCH}, both sessions interleaved")
+    return (paired_table(result, found["rows"], ("defaults", "poolkit"),
+                         ("onnxruntime's defaults (ms / pass)", f"without {left_out} (ms / pass)"))
             + f"\n\nleaving out {left_out} (what poolkit's sessions do): faster in {faster} of {len(found['rows'])} "
               "cells")
 
 
+def render_rewrites(result: dict) -> str:
+    """Passes of the shipped graphs against onnxscript's rewrite of them, per graph and thread count."""
+    found = result["rewrites"]
+    made = ", ".join(f"{name} {count}" for name, count in found["made"].items())
+    faster = sum(all(v > 1 for v in r["per_repeat"]) for r in found["rows"])
+    return (paired_table(result, found["rows"], ("shipped", "rewritten"),
+                         ("as shipped (ms / pass)", "onnxscript's fusions (ms / pass)"))
+            + f"\n\nonnxscript {found['onnxscript']}'s optimize_for_ort made: {made}; the rewritten graph was faster "
+              f"than the shipped one in every repeat in {faster} of {len(found['rows'])} cells")
+
+
 #: What a run measures (``--parts``), each with its renderer, in the order printed.
 RENDERERS = {"throughput": render_throughput, "cost": render_cost, "agreement": render_agreement,
-             "trace": render_trace, "profile": render_profile, "fusions": render_fusions, "int8": render_int8}
+             "trace": render_trace, "profile": render_profile, "fusions": render_fusions, "rewrites": render_rewrites,
+             "int8": render_int8}
 PARTS = tuple(RENDERERS)
 
 
@@ -684,6 +746,7 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(default_threads)
         for part, measure in (("agreement", agreement), ("trace", lambda some: traced_attention(some, repeats)),
                               ("profile", op_profile), ("fusions", lambda some: fusions(some, repeats)),
+                              ("rewrites", lambda some: rewrites(some, repeats)),
                               ("int8", lambda some: int8_grid(some, repeats=2))):
             if part in parts:
                 result[part] = measure(texts)

@@ -24,7 +24,7 @@ OTHER_CPUS = {"intel": ("onnx-intel.json", ("throughput", "int8")),
               "zen2-busy": ("onnx-zen2-busy2.json", ("throughput",)),
               "zen2-fusions": ("onnx-zen2-fusions.json", ("fusions",)),
               "zen2-after": ("onnx-zen2-profile.json", ("throughput", "profile")),
-              "zen4": ("onnx-zen4.json", perf_onnx.PARTS),
+              "zen4": ("onnx-zen4.json", ("throughput", "cost", "agreement", "trace", "profile", "fusions", "int8")),
               "zen4-peers": ("onnx-zen4-peers.json", ("throughput",))}
 
 
