@@ -1,8 +1,8 @@
 """docs/onnx.md's numbers, rendered from ``benchmarks/results/onnx.json`` (``benchmarks/perf_onnx.py``: each block is
 that script's own renderer), and the same benchmark on other CPUs (:data:`OTHER_CPUS`: an Intel Xeon, a Zen 2 AMD
 EPYC, the same beside two busy processes, onnxruntime's fusions there, the throughput and profile after them, and
-the agreement and int8 recipes after them; a Zen 4 AMD EPYC, every part, and the throughput again with
-OpenVINO held to float32 beside its default),
+the agreement and int8 recipes after them; a Zen 4 AMD EPYC, every part, the throughput again with
+OpenVINO held to float32 beside its default, and onnxscript's rewrite of the graphs),
 each giving ``PREFIX-setup`` and ``PREFIX-PART`` for each part the page shows of it."""
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ OTHER_CPUS = {"intel": ("onnx-intel.json", ("throughput", "int8")),
               "zen2-fusions": ("onnx-zen2-fusions.json", ("fusions",)),
               "zen2-after": ("onnx-zen2-profile.json", ("throughput", "profile")),
               "zen4": ("onnx-zen4.json", ("throughput", "cost", "agreement", "trace", "profile", "fusions", "int8")),
-              "zen4-peers": ("onnx-zen4-peers.json", ("throughput",))}
+              "zen4-peers": ("onnx-zen4-peers.json", ("throughput",)),
+              "zen4-rewrites": ("onnx-zen4-rewrites.json", ("rewrites",))}
 
 
 def render_setup(result: dict, file: str = "onnx.json") -> str:
