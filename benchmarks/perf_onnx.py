@@ -27,7 +27,10 @@ batch 32, the model's own pooling (mean + Normalize). Measured in one run:
 7. **onnxscript's transformer fusions**: the float32 graph as shipped against onnxscript's ``optimize_for_ort``
    rewrite of it (one Attention op per layer with packed query, key and value weights, SkipLayerNormalization,
    BiasGelu), and the shipped int8 copy against the rewrite's, at 1 thread and the default, passes interleaved.
-8. **The int8 choice**: per-channel vs per-tensor scales x MatMul weights only vs MatMul + the embedding Gather:
+8. **onnxruntime's spinning threads**: its intra-op threads spinning while they wait for work (its default)
+   against waiting without spinning, float32 and int8 graphs, at 1 thread and the default, passes interleaved; run
+   quiet and beside busy processes (``--background``).
+9. **The int8 choice**: per-channel vs per-tensor scales x MatMul weights only vs MatMul + the embedding Gather:
    mean / lowest cosine to the float32 vectors over the throughput texts, nDCG@10 on builtin:wordnet-examples
    (queries ranked against the whole corpus, as ``poolkit evaluate``), time per pass, file size. The rule chooses on
    the cosine, size and time only; nDCG@10 is the held-out check. Target for the shipped choice
@@ -494,6 +497,31 @@ def rewrites(texts: list[str], repeats: int) -> dict:
             "rows": rows}
 
 
+#: onnxruntime's session setting for whether its intra-op threads spin while they wait for work ("1", its default).
+SPINNING = "session.intra_op.allow_spinning"
+
+
+def spinning(texts: list[str], repeats: int) -> dict:
+    """onnxruntime's intra-op threads spinning while they wait for work (its default) against waiting without
+    spinning (:data:`SPINNING` "0"): the float32 and int8 graphs in poolkit's sessions (:func:`paired_passes`: the
+    ratio spinning / waiting, over 1 where waiting is faster). Run it beside busy processes (``--background``) too:
+    a spinning thread holds a core that another process could use."""
+    import onnxruntime
+
+    encoder = _encoder("onnx")
+    folder = onnx_graph.cached_graph(encoder, encoder.prompt, int8=True).folder
+
+    def options(flag: str):
+        made = onnxruntime.SessionOptions()
+        made.add_session_config_entry(SPINNING, flag)
+        return made
+
+    def pairs() -> dict:
+        return {graph: tuple(onnx_graph.OnnxSession(folder, int8=graph == "int8", options=options(flag))
+                             for flag in ("1", "0")) for graph in ("float32", "int8")}
+    return {"setting": SPINNING, "rows": paired_passes(encoder, texts, repeats, pairs, ("spinning", "waiting"))}
+
+
 def rule_choice(grid: dict) -> dict | None:
     """The recipe the measurements choose: of those whose mean cosine to float32 over the throughput texts meets its
     target, the smallest file (to the MiB), then the fastest; None when none does. The retrieval set's nDCG@10 plays
@@ -698,10 +726,23 @@ def render_rewrites(result: dict) -> str:
               f"than the shipped one in every repeat in {faster} of {len(found['rows'])} cells")
 
 
+def render_spinning(result: dict) -> str:
+    """Passes with onnxruntime's threads spinning against waiting without spinning, per graph and thread count."""
+    found = result["spinning"]
+    rows = found["rows"]
+    faster = sum(all(v > 1 for v in r["per_repeat"]) for r in rows)
+    slower = sum(all(v < 1 for v in r["per_repeat"]) for r in rows)
+    busy = f", beside {result['background']} busy processes" if result.get("background") else ", no other load"
+    return (paired_table(result, rows, ("spinning", "waiting"),
+                         ("threads spinning, the default (ms / pass)", "waiting without spinning (ms / pass)"))
+            + f"\n\n{found['setting']} 0 (threads wait without spinning){busy}: faster in every repeat in {faster} "
+              f"of {len(rows)} cells, slower in every repeat in {slower}")
+
+
 #: What a run measures (``--parts``), each with its renderer, in the order printed.
 RENDERERS = {"throughput": render_throughput, "cost": render_cost, "agreement": render_agreement,
              "trace": render_trace, "profile": render_profile, "fusions": render_fusions, "rewrites": render_rewrites,
-             "int8": render_int8}
+             "spinning": render_spinning, "int8": render_int8}
 PARTS = tuple(RENDERERS)
 
 
@@ -747,6 +788,7 @@ def main(argv: list[str] | None = None) -> dict:
         for part, measure in (("agreement", agreement), ("trace", lambda some: traced_attention(some, repeats)),
                               ("profile", op_profile), ("fusions", lambda some: fusions(some, repeats)),
                               ("rewrites", lambda some: rewrites(some, repeats)),
+                              ("spinning", lambda some: spinning(some, repeats)),
                               ("int8", lambda some: int8_grid(some, repeats=2))):
             if part in parts:
                 result[part] = measure(texts)

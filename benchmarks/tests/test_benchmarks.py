@@ -650,7 +650,7 @@ def test_perf_onnx_refuses_an_unknown_part_before_any_work_and_renders_only_the_
     assert exit_.value.code == 2
     error = capsys.readouterr().err
     assert ("--parts: unknown speed: choose from throughput, cost, agreement, trace, profile, fusions, rewrites, "
-            "int8") in error
+            "spinning, int8") in error
     measured = {"parts": ["agreement"], "texts": 3, "agreement": [
         {"pooler": "mean", "max_abs_diff": 2e-6, "lowest_cosine": 0.9999999}]}
     assert perf_onnx.render(measured) == perf_onnx.render_agreement(measured)
