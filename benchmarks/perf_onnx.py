@@ -503,21 +503,15 @@ SPINNING = "session.intra_op.allow_spinning"
 
 def spinning(texts: list[str], repeats: int) -> dict:
     """onnxruntime's intra-op threads spinning while they wait for work (its default) against waiting without
-    spinning (:data:`SPINNING` "0"): the float32 and int8 graphs in poolkit's sessions (:func:`paired_passes`: the
-    ratio spinning / waiting, over 1 where waiting is faster). Run it beside busy processes (``--background``) too:
-    a spinning thread holds a core that another process could use."""
-    import onnxruntime
-
+    spinning (:data:`SPINNING` "0", what poolkit's sessions do: ``onnx_graph.SESSION_CONFIG``): the float32 and int8
+    graphs in poolkit's sessions otherwise (:func:`paired_passes`: the ratio spinning / waiting, over 1 where waiting
+    is faster). Run it beside busy processes (``--background``) too: a spinning thread holds a core that another
+    process could use."""
     encoder = _encoder("onnx")
     folder = onnx_graph.cached_graph(encoder, encoder.prompt, int8=True).folder
 
-    def options(flag: str):
-        made = onnxruntime.SessionOptions()
-        made.add_session_config_entry(SPINNING, flag)
-        return made
-
     def pairs() -> dict:
-        return {graph: tuple(onnx_graph.OnnxSession(folder, int8=graph == "int8", options=options(flag))
+        return {graph: tuple(onnx_graph.OnnxSession(folder, int8=graph == "int8", session_config={SPINNING: flag})
                              for flag in ("1", "0")) for graph in ("float32", "int8")}
     return {"setting": SPINNING, "rows": paired_passes(encoder, texts, repeats, pairs, ("spinning", "waiting"))}
 

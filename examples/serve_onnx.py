@@ -4,7 +4,7 @@ torch, no poolkit, no transformers): ``python examples/serve_onnx.py DIR [--int8
 The folder's ``poolkit-onnx.json`` says how to tokenise: the prompt to put first, the maximum length, the padding id
 (padding on the right) and whether an EOS ends every text (decoder embedders pooled at their last token); its
 ``session`` entry, the onnxruntime graph optimisations to leave out (slower than the ops they fuse on the CPU
-measured, docs/onnx.md).
+measured) and the session settings to make (threads that wait for work without spinning; docs/onnx.md).
 """
 
 from __future__ import annotations
@@ -37,10 +37,15 @@ def embed(folder: str | Path, texts: list[str], int8: bool = False) -> np.ndarra
     pads = {"input_ids": how["pad_token_id"], "attention_mask": 0, "token_type_ids": 0}
     feeds = {name: np.array([row + [pads[name]] * (length - len(row)) for row in rows[name]], dtype=np.int64)
              for name in manifest["inputs"]}
-    # the onnxruntime optimisations to leave out (none in folders exported before the manifest recorded them)
-    left_out = manifest.get("session", {}).get("disabled_optimizers", [])
-    session = onnxruntime.InferenceSession(str(folder / ("model-int8.onnx" if int8 else "model.onnx")),
-                                           providers=["CPUExecutionProvider"], disabled_optimizers=left_out)
+    # the onnxruntime optimisations to leave out and settings to make (none in folders exported before the manifest
+    # recorded them)
+    session_choices = manifest.get("session", {})
+    options = onnxruntime.SessionOptions()
+    for key, value in session_choices.get("config", {}).items():
+        options.add_session_config_entry(key, value)
+    session = onnxruntime.InferenceSession(str(folder / ("model-int8.onnx" if int8 else "model.onnx")), options,
+                                           providers=["CPUExecutionProvider"],
+                                           disabled_optimizers=session_choices.get("disabled_optimizers", []))
     return session.run([manifest["output"]], feeds)[0]
 
 

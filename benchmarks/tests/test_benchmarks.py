@@ -638,6 +638,30 @@ def test_every_committed_run_finds_onnxscripts_rewrite_no_faster_than_the_shippe
         assert all(v < 1 for row in found["rows"] if row["graph"] == "int8" for v in row["per_repeat"])
 
 
+def test_poolkits_onnxruntime_sessions_wait_without_spinning_as_every_committed_run_backs():
+    """poolkit's CPU sessions make onnxruntime's intra-op threads wait for work without spinning
+    (onnx_graph.SESSION_CONFIG) because, in every committed run of perf_onnx's spinning part, waiting costs no cell's
+    median more than 5% on a quiet machine and is faster in both graphs at two threads or more beside busy processes
+    (docs/onnx.md reads the runs so). Red when a run (on another CPU) finds otherwise, so that the choice is revisited,
+    when the choice is changed without a run that measured it, and when quiet or busy runs are missing."""
+    import perf_onnx
+    from pages import performance
+    from poolkit.models import onnx_graph
+
+    assert onnx_graph.SESSION_CONFIG == {perf_onnx.SPINNING: "0"}
+    runs = [json.loads(path.read_text()) for path in sorted(performance.RESULTS.glob("onnx*.json"))]
+    runs = [run for run in runs if "spinning" in run]
+    quiet = [run["spinning"]["rows"] for run in runs if not run["background"]]
+    busy = [run["spinning"]["rows"] for run in runs if run["background"]]
+    assert quiet and busy
+    for rows in quiet + busy:
+        cells = {(row["graph"], row["threads"]) for row in rows}
+        threads = {t for _, t in cells}
+        assert 1 in threads and len(threads) >= 2 and cells == {(g, t) for g in ("float32", "int8") for t in threads}
+    assert all(row["speedup"] >= 0.95 for rows in quiet for row in rows)
+    assert all(row["speedup"] > 1 for rows in busy for row in rows if row["threads"] > 1)
+
+
 def test_perf_onnx_refuses_an_unknown_part_before_any_work_and_renders_only_the_parts_it_measured(capsys, monkeypatch):
     """``--parts`` names what a run measures (a busy run: the throughput alone). Catches an unknown part accepted (a
     run that measures nothing asked for) or refused only after the busy processes and exports started, and a run's

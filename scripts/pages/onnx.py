@@ -2,7 +2,8 @@
 that script's own renderer), and the same benchmark on other CPUs (:data:`OTHER_CPUS`: an Intel Xeon, a Zen 2 AMD
 EPYC, the same beside two busy processes, onnxruntime's fusions there, the throughput and profile after them, and
 the agreement and int8 recipes after them; a Zen 4 AMD EPYC, every part, the throughput again with
-OpenVINO held to float32 beside its default, and onnxscript's rewrite of the graphs),
+OpenVINO held to float32 beside its default, onnxscript's rewrite of the graphs, and onnxruntime's threads
+spinning or waiting, quiet and beside busy processes),
 each giving ``PREFIX-setup`` and ``PREFIX-PART`` for each part the page shows of it."""
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ OTHER_CPUS = {"intel": ("onnx-intel.json", ("throughput", "int8")),
               "zen2-after": ("onnx-zen2-profile.json", ("throughput", "profile")),
               "zen4": ("onnx-zen4.json", ("throughput", "cost", "agreement", "trace", "profile", "fusions", "int8")),
               "zen4-peers": ("onnx-zen4-peers.json", ("throughput",)),
-              "zen4-rewrites": ("onnx-zen4-rewrites.json", ("rewrites",))}
+              "zen4-rewrites": ("onnx-zen4-rewrites.json", ("rewrites",)),
+              "zen4-spinning": ("onnx-zen4-spinning.json", ("spinning",)),
+              "zen4-spinning-busy": ("onnx-zen4-spinning-busy2.json", ("spinning",))}
 
 
 def render_setup(result: dict, file: str = "onnx.json") -> str:

@@ -78,7 +78,12 @@ def test_the_onnx_backend_gives_the_torch_vectors_with_a_prompt_left_out_dim_and
     manifest = json.loads((folder / onnx_graph.MANIFEST).read_text())
     assert manifest["parity"]["max_abs_diff_to_torch"] < 1e-5
     assert manifest["tokenizer"]["prompt_tokens_left_out"] == 3 and manifest["dim"] == 20  # [CLS] query :
-    assert manifest["session"] == {"disabled_optimizers": ["SkipLayerNormFusion"]}  # what serve_onnx.py reads
+    assert manifest["session"] == {"disabled_optimizers": ["SkipLayerNormFusion"],  # what serve_onnx.py reads
+                                   "config": {"session.intra_op.allow_spinning": "0"}}
+    options = next(iter(onnx._sessions.values())).session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"  # and what poolkit runs
+    spinning = onnx_graph.OnnxSession(folder, session_config={"session.intra_op.allow_spinning": "1"})
+    assert spinning.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "1"
     assert onnx.settings()["backend"] == "onnx"
     again = TextEncoder(bert, onnx.pooler, backend="onnx", **{k: v for k, v in settings.items()
                                                                 if k != "allow_untrained"})

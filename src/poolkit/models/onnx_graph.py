@@ -83,6 +83,12 @@ TRACE_ATTENTION: str | None = "eager"
 #: (float32 and int8 graphs, one thread and the default; ``benchmarks/perf_onnx.py``'s fusions part, docs/onnx.md). The
 #: manifest records them, so that a session outside poolkit can do the same (examples/serve_onnx.py does).
 DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
+#: onnxruntime session settings (``add_session_config_entry``) of poolkit's CPU sessions: the intra-op threads wait
+#: for work without spinning. A spinning thread holds a core that another process could use: beside busy processes,
+#: passes whose threads wait were faster at two threads, and on a quiet machine within a few percent of spinning ones
+#: (``benchmarks/perf_onnx.py``'s spinning part, docs/onnx.md). The manifest records them, as it does
+#: :data:`DISABLED_OPTIMIZERS`.
+SESSION_CONFIG = {"session.intra_op.allow_spinning": "0"}
 #: The largest |difference| to torch an export accepts, relative to the vectors' largest magnitude (at least 1).
 PARITY = 1e-4
 #: Texts of many lengths (an empty one, one past any maximum length) on which an export measures its parity.
@@ -193,7 +199,7 @@ def export_graph(encoder: TextEncoder, folder: Path, prompt: str | None = None, 
                 "settings": {k: v for k, v in encoder.settings().items() if k != "backend"},
                 "tokenizer": tokenizer_record(encoder, prompt), "traced_attention": attention,
                 "export_seconds": round(seconds, 2),
-                "session": {"disabled_optimizers": list(DISABLED_OPTIMIZERS)},
+                "session": {"disabled_optimizers": list(DISABLED_OPTIMIZERS), "config": dict(SESSION_CONFIG)},
                 "files": {FLOAT_FILE: file_digest(folder / FLOAT_FILE)},
                 "parity": {"texts": len(PROBE_TEXTS), "max_abs_diff_to_torch": diff}}
     if int8:
@@ -247,12 +253,13 @@ class OnnxSession:
     """An exported folder's graph (``file``: another graph file in it) in an ONNX Runtime session: ``session(batch)``
     takes the tokenizer's batch dict of tensors and gives the (B, dim) float32 vectors. Runs on the CPU with torch's
     thread count (CUDA when the encoder's device is a GPU and onnxruntime has CUDA); on the CPU, without the graph
-    optimisations ``disabled_optimizers`` names (default :data:`DISABLED_OPTIMIZERS`). ``options``: onnxruntime
-    ``SessionOptions`` to start from (a benchmark's, with profiling on), their threads and log level set here."""
+    optimisations ``disabled_optimizers`` names (default :data:`DISABLED_OPTIMIZERS`) and with the settings of
+    ``session_config`` (default :data:`SESSION_CONFIG`). ``options``: onnxruntime ``SessionOptions`` to start from (a
+    benchmark's, with profiling on), their threads, log level and ``session_config`` set here."""
 
     def __init__(self, folder: Path, int8: bool = False, device: torch.device | None = None,
                  file: str | None = None, disabled_optimizers: tuple[str, ...] = DISABLED_OPTIMIZERS,
-                 options: Any = None) -> None:
+                 session_config: dict[str, str] = SESSION_CONFIG, options: Any = None) -> None:
         ort = require_onnxruntime()
         options = options or ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
@@ -261,7 +268,10 @@ class OnnxSession:
         if device is not None and device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():
             providers.insert(0, ("CUDAExecutionProvider", {"device_id": device.index or 0}))
         self.folder = folder
-        left_out = list(disabled_optimizers) if len(providers) == 1 else []  # measured on the CPU only
+        on_cpu = len(providers) == 1  # what the choices below were measured on
+        left_out = list(disabled_optimizers) if on_cpu else []
+        for key, value in (session_config if on_cpu else {}).items():
+            options.add_session_config_entry(key, value)
         self.session = ort.InferenceSession(str(folder / (file or (INT8_FILE if int8 else FLOAT_FILE))), options,
                                             providers=providers, disabled_optimizers=left_out)
         self.inputs = [node.name for node in self.session.get_inputs()]
