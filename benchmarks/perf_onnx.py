@@ -146,24 +146,21 @@ def floor_variants(texts: list[str], scratch: Path) -> dict:
     return variants
 
 
-class PeerWorker:
-    """:data:`WORKER` run by ``python`` (an environment of its own) on ``texts_file`` with ``model`` (default: the
-    packaged one): a call encodes the texts once in that process and returns when it is done, so the interleaved
-    repeats time it beside the variants here. A worker that fails, or gives no reply within ``timeout`` seconds, is
-    killed and raises RuntimeError with its last line on stderr; a call (a timed pass) keeps that error in
-    ``failure`` instead, and later calls return at once, so that the run goes on without the peer."""
+class Worker:
+    """A process run as ``command`` (with ``env``, default this one's) that answers over stdin / stdout: first a JSON
+    ready line, then ``done`` after each command (``pass``: its work once; ``vectors PATH``: its vectors saved there).
+    A call runs one pass and returns when it is done, so the interleaved repeats time it beside the variants here. A
+    worker that fails, or gives no reply within ``timeout`` seconds, is killed and raises RuntimeError with its last
+    line on stderr; a call (a timed pass) keeps that error in ``failure`` instead, and later calls return at once, so
+    that the run goes on without it. ``ready``: its ready line."""
 
-    def __init__(self, python: Path, backend: str, threads: int, texts_file: Path, model: str | None = None,
-                 timeout: float = 900.0, precision: str = "default") -> None:
+    def __init__(self, command: list[str], timeout: float = 900.0, env: dict[str, str] | None = None) -> None:
         self.timeout, self.log = timeout, tempfile.TemporaryFile("w+")
         self.failure: str | None = None
-        self.process = subprocess.Popen(
-            [str(python), str(WORKER), "--model", model or resolve_model(None), "--backend", backend,
-             "--threads", str(threads), "--texts", str(texts_file), "--batch", str(BATCH), "--precision", precision],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                        text=True, env=env)
         try:
-            ready = json.loads(self.reply())
-            self.versions, self.computes_in = ready["versions"], ready["precision"]
+            self.ready = json.loads(self.reply())
         except Exception:
             self.close()
             raise
@@ -217,6 +214,18 @@ class PeerWorker:
     def close(self) -> None:
         self.stop()
         self.log.close()
+
+
+class PeerWorker(Worker):
+    """:data:`WORKER` run by ``python`` (an environment of its own) on ``texts_file`` with ``model`` (default: the
+    packaged one) as a :class:`Worker`; ``versions`` and ``computes_in`` from its ready line."""
+
+    def __init__(self, python: Path, backend: str, threads: int, texts_file: Path, model: str | None = None,
+                 timeout: float = 900.0, precision: str = "default") -> None:
+        super().__init__([str(python), str(WORKER), "--model", model or resolve_model(None), "--backend", backend,
+                          "--threads", str(threads), "--texts", str(texts_file), "--batch", str(BATCH),
+                          "--precision", precision], timeout)
+        self.versions, self.computes_in = self.ready["versions"], self.ready["precision"]
 
 
 def start_peers(texts_file: Path, threads: int, stack: ExitStack) -> tuple[dict, dict[str, str]]:
