@@ -662,6 +662,25 @@ def test_poolkits_onnxruntime_sessions_wait_without_spinning_as_every_committed_
     assert all(row["speedup"] > 1 for rows in busy for row in rows if row["threads"] > 1)
 
 
+def test_the_cli_s_openmp_wait_policy_is_backed_by_every_committed_run():
+    """The ``poolkit`` command runs torch's OpenMP threads with OMP_WAIT_POLICY=PASSIVE (poolkit/cli/__init__.py)
+    because, in every committed run of perf_wait_policy, no thread count's median is more than 5% slower with it,
+    quiet or beside busy processes, and beside busy processes it is faster at two threads or more (docs/performance.md
+    reads the runs so). Red when a run (on another CPU) finds otherwise, so that the choice is revisited, and when
+    quiet or busy runs, or either thread count, are missing."""
+    from pages import performance
+
+    runs = [json.loads(path.read_text()) for path in sorted(performance.RESULTS.glob("wait-policy*.json"))]
+    threads = [{row["threads"] for row in run["rows"]} for run in runs]
+    assert all(run["kind"] == "wait_policy" for run in runs) and all(1 in t and len(t) >= 2 for t in threads)
+    quiet = [run["rows"] for run in runs if not run["background"]]
+    busy = [run["rows"] for run in runs if run["background"]]
+    assert quiet and busy
+    assert all(row["speedup"] >= 0.95 for rows in quiet + busy for row in rows)
+    assert all(row["speedup"] > 1 for rows in busy for row in rows if row["threads"] > 1)
+    assert all(row["max_abs_diff"] == 0 for rows in quiet + busy for row in rows)  # the same computation
+
+
 def test_perf_onnx_refuses_an_unknown_part_before_any_work_and_renders_only_the_parts_it_measured(capsys, monkeypatch):
     """``--parts`` names what a run measures (a busy run: the throughput alone). Catches an unknown part accepted (a
     run that measures nothing asked for) or refused only after the busy processes and exports started, and a run's

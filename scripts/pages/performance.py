@@ -20,7 +20,8 @@ thread count); sweeps of a rule that was tried and reverted (file names starting
 picks, not the code's, and give their own ``rule: tried ...`` block instead (``rule: tried query rows``);
 ``benchmarks/perf_blocks.py`` sweeps likewise give a table each and ``rule: blocks`` (the block size of the blocked
 fast forms per thread count). ``benchmarks/perf_where.py`` runs give a table each: where each token pooler's time
-goes, beside its floor.
+goes, beside its floor; ``benchmarks/perf_wait_policy.py`` runs one each: the torch backend's passes with torch's
+OpenMP threads spinning or sleeping while they wait.
 
 Token poolers against their floors (``benchmarks/run_all.py``'s JSON, or ``perf_tokens.py --json``) give NAME
 (provenance and the family tables, ``perf_tokens.render``) and ``NAME targets`` (``perf_tokens.targets``); spatial
@@ -50,6 +51,7 @@ import perf_model  # noqa: E402
 import perf_snippets  # noqa: E402
 import perf_spatial  # noqa: E402
 import perf_tokens  # noqa: E402
+import perf_wait_policy  # noqa: E402
 import perf_where  # noqa: E402
 
 from pages.benchmarks_compare import provenance as result_provenance  # noqa: E402
@@ -80,7 +82,8 @@ FILES = ["bench-cpu-quick-tokens.json", "bench-cpu-quick-snippets-memory-model-m
          "tokens-13c448a-zen4-t1-busy2.json", "tokens-13c448a-zen4-t2-busy2.json",
          "where-2034ecc-t1.json", "where-e00300d-zen4-t1.json",
          "embed-4dade0b-t1.json", "embed-4dade0b-t2.json", "embed-4dade0b-t1-busy2.json",
-         "embed-4dade0b-t2-busy2.json", "bench-cpu-quick-spatial.json", "revisions-55de4ff-head-r11.json",
+         "embed-4dade0b-t2-busy2.json", "wait-policy-zen4.json", "wait-policy-zen4-busy2.json",
+         "bench-cpu-quick-spatial.json", "revisions-55de4ff-head-r11.json",
          "revisions-55de4ff.json", "paths-fast-vs-plain.json", "revisions-cdccd85-nonfinite.json",
          "revisions-6d8be67-padding-t1.json", "revisions-6d8be67-padding-t2.json",
          "revisions-8ae7c06-exact-half-t1.json", "revisions-8ae7c06-exact-half-t2.json",
@@ -482,6 +485,8 @@ def file_blocks(path: Path, data: dict) -> dict[str, str]:
         for name, block in SUITE_BLOCKS.items():
             if name in suites or name == "model" and "model_train" in suites:
                 blocks[f"{path.name} {name}"] = block(suites)
+    if data.get("kind") == "wait_policy":
+        blocks[path.name] = perf_wait_policy.render(data)
     if data.get("benchmark") == "dynamic_padding":
         blocks[f"{path.name} targets"] = padding_target(data)
     spatial = data.get("suites", {}).get("spatial") or (data if data.get("kind") == "spatial" else None)
