@@ -14,9 +14,11 @@ import datetime
 import json
 import os
 import platform
+import selectors
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -97,6 +99,79 @@ def start_background(count: int) -> list[subprocess.Popen]:
     busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
     atexit.register(lambda: [process.kill() for process in busy])
     return busy
+
+
+class Worker:
+    """A process run as ``command`` (with ``env``, default this one's) that answers over stdin / stdout: first a JSON
+    ready line, then ``done`` after each command (``pass``: its work once; ``vectors PATH``: its vectors saved there).
+    A call runs one pass and returns when it is done, so the interleaved repeats time it beside the variants here. A
+    worker that fails, or gives no reply within ``timeout`` seconds, is killed and raises RuntimeError with its last
+    line on stderr; a call (a timed pass) keeps that error in ``failure`` instead, and later calls return at once, so
+    that the run goes on without it. ``ready``: its ready line."""
+
+    def __init__(self, command: list[str], timeout: float = 900.0, env: dict[str, str] | None = None) -> None:
+        self.timeout, self.log = timeout, tempfile.TemporaryFile("w+")
+        self.failure: str | None = None
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                        text=True, env=env)
+        try:
+            self.ready = json.loads(self.reply())
+        except Exception:
+            self.close()
+            raise
+
+    def reply(self) -> str:
+        """The worker's next line on stdout, or RuntimeError (the worker killed) when none comes in time."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            line = self.process.stdout.readline() if selector.select(self.timeout) else ""
+        if not line:
+            raise RuntimeError(self.last_error())
+        return line
+
+    def ask(self, command: str) -> None:
+        try:
+            self.process.stdin.write(command + "\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            raise RuntimeError(self.last_error()) from None
+        if self.reply().strip() != "done":
+            raise RuntimeError(self.last_error())
+
+    def __call__(self) -> None:
+        if self.failure is None:
+            try:
+                self.ask("pass")
+            except RuntimeError as err:
+                self.failure = f"failed during its passes: {err}"
+
+    def vectors(self, path: Path):
+        """Its vectors, saved by the worker at ``path`` (``.npy``), as a numpy array."""
+        import numpy as np
+
+        self.ask(f"vectors {path}")
+        return np.load(path)
+
+    def last_error(self) -> str:
+        """The worker's last line on stderr (its error), or how it ended; the worker is stopped first."""
+        self.stop()
+        self.log.seek(0)
+        lines = [line.strip() for line in self.log.read().splitlines() if line.strip()]
+        return lines[-1][:200] if lines else f"the worker ended with code {self.process.returncode}"
+
+    def stop(self) -> None:
+        """Ends the worker: the end of its stdin, then a kill if it has not ended within a minute."""
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.close()
+                self.process.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+
+    def close(self) -> None:
+        self.stop()
+        self.log.close()
 
 
 def describe(device: torch.device) -> str:

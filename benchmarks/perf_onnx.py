@@ -38,7 +38,9 @@ batch 32, the model's own pooling (mean + Normalize). Measured in one run:
 
     .venv/bin/python benchmarks/perf_onnx.py --threads 0 --repeats 3 --json benchmarks/results/onnx.json
 
-(throughput at 1 thread and at torch's default thread count whatever ``--threads`` says; the rest at the default)
+(throughput, fusions, rewrites and spinning at 1 thread and at torch's default thread count whatever ``--threads``
+says; the rest at the default. Every part runs poolkit's sessions as they are at the time: since b18339f their
+threads wait without spinning, ``onnx_graph.SESSION_CONFIG``, which a result records as ``session_config``)
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import selectors
 import subprocess
 import sys
 import tempfile
@@ -62,8 +63,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from perf_common import (interleaved, median_ms, parse_and_setup, per_repeat, ratio, save_json, table,  # noqa: E402
-                         verdict)
+from perf_common import (Worker, interleaved, median_ms, parse_and_setup, per_repeat, ratio, save_json,  # noqa: E402
+                         table, verdict)
 from perf_model import real_texts  # noqa: E402
 from poolkit import TextEncoder  # noqa: E402
 from poolkit.models import onnx_graph  # noqa: E402
@@ -144,76 +145,6 @@ def floor_variants(texts: list[str], scratch: Path) -> dict:
         session = onnx_graph.OnnxSession(scratch, file=file).session
         variants[FLOORS[backend]] = lambda session=session: [session.run(None, {"x": x}) for x in rows]
     return variants
-
-
-class Worker:
-    """A process run as ``command`` (with ``env``, default this one's) that answers over stdin / stdout: first a JSON
-    ready line, then ``done`` after each command (``pass``: its work once; ``vectors PATH``: its vectors saved there).
-    A call runs one pass and returns when it is done, so the interleaved repeats time it beside the variants here. A
-    worker that fails, or gives no reply within ``timeout`` seconds, is killed and raises RuntimeError with its last
-    line on stderr; a call (a timed pass) keeps that error in ``failure`` instead, and later calls return at once, so
-    that the run goes on without it. ``ready``: its ready line."""
-
-    def __init__(self, command: list[str], timeout: float = 900.0, env: dict[str, str] | None = None) -> None:
-        self.timeout, self.log = timeout, tempfile.TemporaryFile("w+")
-        self.failure: str | None = None
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                        text=True, env=env)
-        try:
-            self.ready = json.loads(self.reply())
-        except Exception:
-            self.close()
-            raise
-
-    def reply(self) -> str:
-        """The worker's next line on stdout, or RuntimeError (the worker killed) when none comes in time."""
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.process.stdout, selectors.EVENT_READ)
-            line = self.process.stdout.readline() if selector.select(self.timeout) else ""
-        if not line:
-            raise RuntimeError(self.last_error())
-        return line
-
-    def ask(self, command: str) -> None:
-        try:
-            self.process.stdin.write(command + "\n")
-            self.process.stdin.flush()
-        except BrokenPipeError:
-            raise RuntimeError(self.last_error()) from None
-        if self.reply().strip() != "done":
-            raise RuntimeError(self.last_error())
-
-    def __call__(self) -> None:
-        if self.failure is None:
-            try:
-                self.ask("pass")
-            except RuntimeError as err:
-                self.failure = f"failed during its passes: {err}"
-
-    def vectors(self, path: Path) -> np.ndarray:
-        self.ask(f"vectors {path}")
-        return np.load(path)
-
-    def last_error(self) -> str:
-        """The worker's last line on stderr (its error), or how it ended; the worker is stopped first."""
-        self.stop()
-        self.log.seek(0)
-        lines = [line.strip() for line in self.log.read().splitlines() if line.strip()]
-        return lines[-1][:200] if lines else f"the worker ended with code {self.process.returncode}"
-
-    def stop(self) -> None:
-        """Ends the worker: the end of its stdin, then a kill if it has not ended within a minute."""
-        if self.process.poll() is None:
-            try:
-                self.process.stdin.close()
-                self.process.wait(timeout=60)
-            except (OSError, subprocess.TimeoutExpired):
-                self.process.kill()
-                self.process.wait()
-
-    def close(self) -> None:
-        self.stop()
-        self.log.close()
 
 
 class PeerWorker(Worker):
@@ -483,8 +414,13 @@ def rewrites(texts: list[str], repeats: int) -> dict:
     """onnxscript's transformer fusions for onnxruntime (``onnxscript.rewriter.ort_fusions.optimize_for_ort``: per
     layer one Attention op with the query, key and value weights packed into one product, SkipLayerNormalization,
     BiasGelu) applied to the float32 graph poolkit ships, against that graph: float32, and int8 (the rewritten graph
-    quantised with the shipped recipe, against the shipped int8 copy), both in poolkit's sessions
-    (:func:`paired_passes`: the ratio shipped / rewritten, over 1 where the rewrite is faster); the fusions it made."""
+    quantised with the shipped recipe plus its Attention ops, as onnxruntime's QAttention, so that the packed products
+    are int8 too; against the shipped int8 copy), both in poolkit's sessions (:func:`paired_passes`: the ratio shipped
+    / rewritten, over 1 where the rewrite is faster); the fusions it made and the op types of the rewrite's int8
+    copy."""
+    from collections import Counter
+
+    import onnx
     import onnx_ir
     from onnxscript.rewriter.ort_fusions import optimize_for_ort
 
@@ -496,14 +432,16 @@ def rewrites(texts: list[str], repeats: int) -> dict:
             warnings.simplefilter("ignore")
             model, made = optimize_for_ort(onnx_ir.load(str(folder / onnx_graph.FLOAT_FILE)))
         onnx_ir.save(model, str(rewritten))
-        onnx_graph.quantize_graph(rewritten, rewritten.with_name(onnx_graph.INT8_FILE))
+        int8 = {**onnx_graph.INT8, "op_types": [*onnx_graph.INT8["op_types"], "Attention"]}
+        onnx_graph.quantize_graph(rewritten, rewritten.with_name(onnx_graph.INT8_FILE), int8)
+        ops = Counter(node.op_type for node in onnx.load(str(rewritten.with_name(onnx_graph.INT8_FILE))).graph.node)
 
         def pairs() -> dict:
             return {graph: tuple(onnx_graph.OnnxSession(where, int8=graph == "int8")
                                  for where in (folder, rewritten.parent)) for graph in ("float32", "int8")}
         rows = paired_passes(encoder, texts, repeats, pairs, ("shipped", "rewritten"))
     return {"onnxscript": version("onnxscript"), "made": {name: count for name, count in made.items() if count},
-            "rows": rows}
+            "int8_recipe": int8, "int8_ops": dict(sorted(ops.items())), "rows": rows}
 
 
 #: onnxruntime's session setting for whether its intra-op threads spin while they wait for work ("1", its default).
@@ -726,7 +664,11 @@ def render_rewrites(result: dict) -> str:
     return (paired_table(result, found["rows"], ("shipped", "rewritten"),
                          ("as shipped (ms / pass)", "onnxscript's fusions (ms / pass)"))
             + f"\n\nonnxscript {found['onnxscript']}'s optimize_for_ort made: {made}; the rewritten graph was faster "
-              f"than the shipped one in every repeat in {faster} of {len(found['rows'])} cells")
+              f"than the shipped one in every repeat in {faster} of {len(found['rows'])} cells"
+            + ("" if "int8_ops" not in found else "\n\nthe rewrite's int8 copy quantises "
+               + ", ".join(found["int8_recipe"]["op_types"]) + ": "
+               + ", ".join(f"{op} {n}" for op, n in found["int8_ops"].items()
+                           if op in ("QAttention", "Attention", "DynamicQuantizeMatMul", "MatMulInteger", "MatMul"))))
 
 
 def render_spinning(result: dict) -> str:
@@ -778,7 +720,7 @@ def main(argv: list[str] | None = None) -> dict:
 
         result = {"provenance": provenance, "onnxruntime": onnxruntime.__version__, "texts": len(texts),
                   "source": source, "batch": BATCH, "parts": parts, "background": args.background,
-                  "repeats": repeats}
+                  "repeats": repeats, "session_config": dict(onnx_graph.SESSION_CONFIG)}
         if "cost" in parts:
             result["export"] = export_times()
         tokens = [len(ids) for ids in _encoder("torch").tokenizer(texts, truncation=True, max_length=256)["input_ids"]]

@@ -5,7 +5,7 @@ torch's CPU wheels run their intra-op threads on GNU OpenMP, whose idle threads 
 region before they sleep (``OMP_WAIT_POLICY`` unset); beside busy processes a spinning thread holds a core that the
 thread it waits for needs. ``OMP_WAIT_POLICY=PASSIVE`` makes them sleep at once. OpenMP reads the policy when it
 loads (at ``import torch``), so each variant is a process of its own: this script run with ``--worker`` (driven as a
-:class:`perf_onnx.Worker`) loads the packaged all-MiniLM-L6-v2 with poolkit's ``TextEncoder`` (torch backend, the
+:class:`perf_common.Worker`) loads the packaged all-MiniLM-L6-v2 with poolkit's ``TextEncoder`` (torch backend, the
 model's own pooling: mean + Normalize) and encodes the texts once per pass, batch 32. Whole passes, the variants
 interleaved, at 1 thread and at torch's default thread count: the median of repeats and the ratio per repeat (unset
 / passive: over 1 where passive is faster), and how far the two variants' vectors are. The ``poolkit`` command sets
@@ -30,10 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from perf_common import (interleaved, median_ms, parse_and_setup, per_repeat, ratio, save_json,  # noqa: E402
-                         table)
+from perf_common import (Worker, interleaved, median_ms, parse_and_setup, per_repeat, ratio,  # noqa: E402
+                         save_json, table)
 from perf_model import real_texts  # noqa: E402
-from perf_onnx import Worker  # noqa: E402
 from poolkit.provenance import run_provenance  # noqa: E402
 
 BATCH = 32
@@ -47,7 +46,7 @@ DEFAULT_THREADS = torch.get_num_threads()
 
 def worker(argv: list[str]) -> None:
     """``--worker``: the texts' passes in this process, driven over stdin / stdout (the protocol of
-    :class:`perf_onnx.Worker`); anything the libraries print goes to stderr."""
+    :class:`perf_common.Worker`); anything the libraries print goes to stderr."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--worker", action="store_true")
     parser.add_argument("--texts", type=Path, required=True)

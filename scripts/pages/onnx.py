@@ -1,7 +1,7 @@
 """docs/onnx.md's numbers, rendered from ``benchmarks/results/onnx.json`` (``benchmarks/perf_onnx.py``: each block is
 that script's own renderer), and the same benchmark on other CPUs (:data:`OTHER_CPUS`: an Intel Xeon, a Zen 2 AMD
 EPYC, the same beside two busy processes, onnxruntime's fusions there, the throughput and profile after them, and
-the agreement and int8 recipes after them; a Zen 4 AMD EPYC, every part, the throughput again with
+the agreement and int8 recipes after them; a Zen 4 AMD EPYC, every part it had then, the throughput again with
 OpenVINO held to float32 beside its default, onnxscript's rewrite of the graphs, and onnxruntime's threads
 spinning or waiting, quiet and beside busy processes),
 each giving ``PREFIX-setup`` and ``PREFIX-PART`` for each part the page shows of it."""

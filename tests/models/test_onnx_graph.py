@@ -189,9 +189,9 @@ def test_a_layer_pooler_and_the_int8_copy(bert, graph_cache, exports):
 
 def test_export_onnx_serves_a_trained_pooler_without_torch_or_poolkit(bert, tmp_path):
     """`poolkit export-onnx` on a saved model with a (trained) attention pooler; examples/serve_onnx.py, run with
-    torch, poolkit and transformers unimportable, gives TextEncoder's vectors from the folder alone. Catches a graph
-    that needs torch ops at run time, tokenizer files or settings missing from the folder, a pooler's weights left
-    out."""
+    torch, poolkit and transformers unimportable, gives TextEncoder's vectors from the folder alone, in a session
+    with the manifest's session choices. Catches a graph that needs torch ops at run time, tokenizer files or settings
+    missing from the folder, a pooler's weights left out, the session choices not recorded or not made."""
     torch.manual_seed(2)
     model = PooledModel.from_encoder(bert, pooler="attention")
     model.save_pretrained(tmp_path / "fold_0")
@@ -201,11 +201,19 @@ def test_export_onnx_serves_a_trained_pooler_without_torch_or_poolkit(bert, tmp_
     assert main(["export-onnx", "--model", str(tmp_path / "fold_0"), "--normalize", "--int8", "--out", str(out)]) == 0
     assert {p.name for p in out.iterdir()} >= {"model.onnx", "model-int8.onnx", "poolkit-onnx.json", "tokenizer.json"}
     block = "import sys\nfor name in ('torch', 'poolkit', 'transformers'):\n    sys.modules[name] = None\n"
+    # and the session it makes reported: the manifest's session choices must reach it
+    block += ("import onnxruntime\nmade = onnxruntime.InferenceSession\n"
+              "def spy(path, options, **kw):\n"
+              "    print('SESSION', options.get_session_config_entry('session.intra_op.allow_spinning'),\n"
+              "          kw['disabled_optimizers'])\n"
+              "    return made(path, options, **kw)\n"
+              "onnxruntime.InferenceSession = spy\n")
     run = [sys.executable, "-c", block + f"import runpy; sys.argv = ['serve', *sys.argv[1:]]; "
            f"runpy.run_path({str(EXAMPLE)!r}, run_name='__main__')", str(out), "--out", str(tmp_path / "v.npy"),
            *TEXTS]
     served = subprocess.run(run, capture_output=True, text=True, timeout=120, env={**os.environ})
     assert served.returncode == 0, served.stderr[-2000:]
+    assert "SESSION 0 ['SkipLayerNormFusion']" in served.stdout
     expected = TextEncoder(str(tmp_path / "fold_0"), normalize=True, device="cpu").encode(TEXTS).numpy()
     assert np.abs(np.load(tmp_path / "v.npy") - expected).max() < 1e-5
     assert "attention" in json.loads((out / "poolkit-onnx.json").read_text())["pooling"]

@@ -15,11 +15,6 @@ import sys
 from ..errors import PoolkitError
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# torch's OpenMP threads sleep as soon as they wait, instead of spinning first: beside other busy processes a spinning
-# thread holds a core that the thread it waits for needs (benchmarks/perf_wait_policy.py, docs/performance.md).
-# OpenMP reads it when it loads, at ``import torch``: nothing above imports torch, so every command runs with it. A
-# policy the user set stays.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 #: Commands that need the [hf] extra as well as [cli] (they load models, or poolkit.training, which does).
 NEEDS_HF = ("train", "predict", "embed", "evaluate", "merge", "compare", "cache", "zoo", "explain", "export-onnx")
@@ -125,6 +120,11 @@ def in_flags(message: str, parser: argparse.ArgumentParser | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # torch's OpenMP threads sleep as soon as they wait, instead of spinning first: beside other busy processes a
+    # spinning thread holds a core that the thread it waits for needs (measured on embed's torch backend:
+    # benchmarks/perf_wait_policy.py, docs/performance.md section 5). OpenMP reads it when it loads, at ``import
+    # torch``, which nothing before this line does; a policy the user set stays.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from ..extras import require
 
     try:

@@ -10,8 +10,9 @@ dynamic, into a folder that needs neither torch nor poolkit:
 - ``model-int8.onnx`` with ``int8=True``: onnxruntime's dynamic quantisation of the weights (:data:`INT8`: the
   choice measured in ``benchmarks/perf_onnx.py``, docs/onnx.md);
 - the tokenizer's files, and ``poolkit-onnx.json``: the manifest (opset, versions, the pooling and settings, how to
-  tokenise: prompt, EOS, maximum length, padding id; the parity with torch measured at export on
-  :data:`PROBE_TEXTS`, and the int8 copy's agreement with the float32 graph).
+  tokenise: prompt, EOS, maximum length, padding id; the onnxruntime session choices, :data:`DISABLED_OPTIMIZERS`
+  and :data:`SESSION_CONFIG`; the parity with torch measured at export on :data:`PROBE_TEXTS`, and the int8 copy's
+  agreement with the float32 graph).
 
 ``poolkit export-onnx`` (:func:`poolkit.models.text_encoder.export_onnx`) writes such a folder where asked;
 ``TextEncoder(backend="onnx" | "onnx-int8")`` exports once into the cache (:func:`cached_graph`:
@@ -29,9 +30,10 @@ import os
 import shutil
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import numpy as np
@@ -88,7 +90,7 @@ DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 #: passes whose threads wait were faster at two threads, and on a quiet machine within a few percent of spinning ones
 #: (``benchmarks/perf_onnx.py``'s spinning part, docs/onnx.md). The manifest records them, as it does
 #: :data:`DISABLED_OPTIMIZERS`.
-SESSION_CONFIG = {"session.intra_op.allow_spinning": "0"}
+SESSION_CONFIG = MappingProxyType({"session.intra_op.allow_spinning": "0"})
 #: The largest |difference| to torch an export accepts, relative to the vectors' largest magnitude (at least 1).
 PARITY = 1e-4
 #: Texts of many lengths (an empty one, one past any maximum length) on which an export measures its parity.
@@ -259,7 +261,7 @@ class OnnxSession:
 
     def __init__(self, folder: Path, int8: bool = False, device: torch.device | None = None,
                  file: str | None = None, disabled_optimizers: tuple[str, ...] = DISABLED_OPTIMIZERS,
-                 session_config: dict[str, str] = SESSION_CONFIG, options: Any = None) -> None:
+                 session_config: Mapping[str, str] = SESSION_CONFIG, options: Any = None) -> None:
         ort = require_onnxruntime()
         options = options or ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
