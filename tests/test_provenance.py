@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -19,6 +20,7 @@ def test_provenance_names_this_checkout_commit_and_versions():
     info = run_provenance()
     assert info["commit"].removesuffix("+dirty") == head
     assert (info["poolkit"], info["torch"]) == (poolkit.__version__, torch.__version__) and info["cores"] >= 1
+    assert info["omp_wait_policy"] == os.environ.get("OMP_WAIT_POLICY")  # what torch's threads ran with
 
 
 def test_only_source_changes_mark_a_commit_dirty(tmp_path):

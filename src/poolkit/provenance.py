@@ -83,9 +83,11 @@ def cpu_capability() -> str:
 
 def run_provenance() -> dict[str, Any]:
     """poolkit version and commit, torch / Python versions, the machine (CPU model, torch's CPU kernel instruction
-    set, cores, CUDA device) and the UTC time."""
+    set, cores, CUDA device), the OpenMP wait policy the process was started with (None: OpenMP's default; the
+    ``poolkit`` command sets PASSIVE) and the UTC time."""
     return {"poolkit": __version__, "commit": git_commit(), "torch": torch.__version__,
             "python": platform.python_version(), "platform": platform.platform(), "cpu": cpu_model(),
             "cpu_capability": cpu_capability(), "cores": os.cpu_count(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
