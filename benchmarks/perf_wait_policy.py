@@ -7,7 +7,8 @@ thread it waits for needs. ``OMP_WAIT_POLICY=PASSIVE`` makes them sleep at once.
 loads (at ``import torch``), so each variant is a process of its own: this script run with ``--worker`` (driven as a
 :class:`perf_common.Worker`) loads the packaged all-MiniLM-L6-v2 with poolkit's ``TextEncoder`` (torch backend, the
 model's own pooling: mean + Normalize) and encodes the texts once per pass, batch 32. Whole passes, the variants
-interleaved, at 1 thread and at torch's default thread count: the median of repeats and the ratio per repeat (unset
+interleaved, at 1 thread and at torch's default thread count (whatever ``--threads`` says; ``--device`` is the CPU):
+the median of repeats and the ratio per repeat (unset
 / passive: over 1 where passive is faster), and how far the two variants' vectors are. The ``poolkit`` command sets
 ``OMP_WAIT_POLICY=PASSIVE`` where the user has not set it (poolkit/cli/__init__.py); run this quiet and beside busy
 processes (``--background``).
