@@ -35,6 +35,7 @@ from perf_common import (Worker, interleaved, median_ms, parse_and_setup, per_re
                          save_json, table)
 from perf_model import real_texts  # noqa: E402
 from poolkit.provenance import run_provenance  # noqa: E402
+from st_peer_worker import serve  # noqa: E402
 
 BATCH = 32
 POLICY = "OMP_WAIT_POLICY"
@@ -65,17 +66,7 @@ def worker(argv: list[str]) -> None:
         return encoder.encode(texts, batch_size=BATCH)
 
     encode()
-    print(json.dumps({"ready": True, "policy": os.environ.get(POLICY), "threads": torch.get_num_threads()}),
-          file=replies, flush=True)
-    for line in sys.stdin:
-        command, _, argument = line.strip().partition(" ")
-        if command == "pass":
-            encode()
-        elif command == "vectors":
-            np.save(argument, encode().numpy())
-        else:
-            raise SystemExit(f"unknown command {command!r}: use 'pass' or 'vectors PATH'")
-        print("done", file=replies, flush=True)
+    serve(lambda: encode().numpy(), replies, {"policy": os.environ.get(POLICY), "threads": torch.get_num_threads()})
 
 
 def passes(texts: list[str], threads: int, repeats: int) -> dict:

@@ -79,7 +79,6 @@ def main(argv: list[str] | None = None) -> None:
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the libraries' prints (load reports) go to stderr
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import numpy as np
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -92,8 +91,16 @@ def main(argv: list[str] | None = None) -> None:
         return model.encode(texts, batch_size=args.batch, show_progress_bar=False, convert_to_numpy=True)
 
     encode()
-    print(json.dumps({"ready": True, "versions": installed_versions(), "precision": computed_in(model, args.backend)}),
-          file=replies, flush=True)
+    serve(encode, replies, {"versions": installed_versions(), "precision": computed_in(model, args.backend)})
+
+
+def serve(encode, replies, ready: dict) -> None:
+    """The worker's side of the protocol: the ready line (``ready`` with ``"ready": true``) on ``replies``, then one
+    ``done`` per command read on stdin: ``pass`` calls ``encode`` (-> the texts' vectors), ``vectors PATH`` saves them
+    there as float32 (``.npy``). Ends at the end of stdin."""
+    import numpy as np
+
+    print(json.dumps({"ready": True, **ready}), file=replies, flush=True)
     for line in sys.stdin:
         command, _, argument = line.strip().partition(" ")
         if command == "pass":
