@@ -248,6 +248,13 @@ def per_repeat(times: dict[str, list[float]], num: str, den: str) -> list[float]
     return [a / b for a, b in zip(times[num], times[den])]
 
 
+def every_repeat(rows: list[dict]) -> tuple[int, int]:
+    """(how many rows' ``per_repeat`` ratios are all over 1, how many all under 1): the cells whose second side was
+    faster, or slower, in every repeat."""
+    return (sum(all(v > 1 for v in r["per_repeat"]) for r in rows),
+            sum(all(v < 1 for v in r["per_repeat"]) for r in rows))
+
+
 def spread(times: dict[str, list[float]], num: str, den: str) -> tuple[float, float]:
     """Lowest and highest per-repeat ratio time[num] / time[den]."""
     ratios = per_repeat(times, num, den)

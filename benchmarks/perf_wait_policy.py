@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from perf_common import (Worker, interleaved, median_ms, parse_and_setup, per_repeat, ratio,  # noqa: E402
-                         save_json, table)
+from perf_common import (Worker, every_repeat, interleaved, median_ms, parse_and_setup, per_repeat,  # noqa: E402
+                         ratio, save_json, table)
 from perf_model import real_texts  # noqa: E402
 from poolkit.provenance import run_provenance  # noqa: E402
 from st_peer_worker import serve  # noqa: E402
@@ -98,8 +98,7 @@ def render(result: dict) -> str:
     rows = result["rows"]
     cells = [[str(r["threads"]), f"{r['unset_ms']:.0f}", f"{r['passive_ms']:.0f}", f"{r['speedup']:.2f}x",
               " ".join(f"{v:.2f}" for v in r["per_repeat"]), f"{r['max_abs_diff']:.1e}"] for r in rows]
-    faster = sum(all(v > 1 for v in r["per_repeat"]) for r in rows)
-    slower = sum(all(v < 1 for v in r["per_repeat"]) for r in rows)
+    faster, slower = every_repeat(rows)
     busy = f"beside {result['background']} busy processes" if result["background"] else "no other load"
     prov = result["provenance"]
     return "\n\n".join([
